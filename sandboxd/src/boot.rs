@@ -1,0 +1,45 @@
+//! `/etc/agenthold/boot.json`: what the server tells a sandbox before each start.
+
+use serde::{Deserialize, Serialize};
+
+pub const BOOT_PATH: &str = "/etc/agenthold/boot.json";
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BootConfig {
+    pub agent_id: String,
+    /// Fresh for every start; the server keeps only its hash.
+    pub token: String,
+    /// `ws://ADDRESS:PORT/tunnel`, by address: sandboxd makes no name lookups.
+    pub tunnel_url: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BootError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path} is not a valid boot file: {source}")]
+    Parse {
+        path: String,
+        source: serde_json::Error,
+    },
+}
+
+impl BootConfig {
+    pub fn load(path: &str) -> Result<BootConfig, BootError> {
+        let raw = std::fs::read(path).map_err(|source| BootError::Read {
+            path: path.into(),
+            source,
+        })?;
+        serde_json::from_slice(&raw).map_err(|source| BootError::Parse {
+            path: path.into(),
+            source,
+        })
+    }
+}
+
+/// Header names the tunnel's WebSocket upgrade carries.
+pub const AGENT_HEADER: &str = "x-agenthold-agent";

@@ -1,0 +1,577 @@
+//! The tunnel's wire protocol, shared by the server and sandboxd.
+//!
+//! Every yamux stream is one channel. The opener writes a *header*: a big-endian `u32` length
+//! followed by that many bytes of JSON naming the channel and its parameters. The acceptor answers
+//! with a *reply* in the same framing (`{"ok": {...}}` or `{"error": {"code", "message"}}`).
+//! After that the channel's own bytes flow: raw bytes for `fs.read` / `fs.write` / `fs.list`,
+//! [`Frame`]s for `pty`, `exec` and `activity`.
+//!
+//! Lengths are checked before anything is allocated, so a hostile peer cannot make either side
+//! buffer more than [`MAX_HEADER_LEN`] or [`MAX_FRAME_LEN`] bytes.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec};
+
+/// Largest header or reply accepted, in bytes.
+pub const MAX_HEADER_LEN: usize = 64 * 1024;
+/// Largest frame payload accepted, in bytes.
+pub const MAX_FRAME_LEN: usize = 1024 * 1024;
+/// The sandboxd version, reported at hello.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// Names of the channels this protocol knows.
+pub const CHANNELS: &[&str] = &[
+    "hello", "ping", "pty", "fs.list", "fs.read", "fs.write", "fs.mkdir", "fs.remove", "exec",
+    "activity",
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProtoError {
+    #[error("header of {0} bytes exceeds the limit of {MAX_HEADER_LEN} bytes")]
+    HeaderTooLarge(usize),
+    #[error("malformed header: {0}")]
+    Malformed(String),
+    #[error("unknown channel {0:?}")]
+    UnknownChannel(String),
+    #[error("frame of {0} bytes exceeds the limit of {MAX_FRAME_LEN} bytes")]
+    FrameTooLarge(usize),
+    #[error("unknown frame kind {0}")]
+    UnknownFrame(u8),
+    #[error("the stream ended before a complete header")]
+    Eof,
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+impl ProtoError {
+    /// The error to send back to the peer on the failing stream.
+    pub fn to_channel_error(&self) -> ChannelError {
+        let code = match self {
+            ProtoError::HeaderTooLarge(_) | ProtoError::FrameTooLarge(_) => ErrorCode::TooLarge,
+            ProtoError::UnknownChannel(_) => ErrorCode::UnknownChannel,
+            ProtoError::Malformed(_) | ProtoError::UnknownFrame(_) => ErrorCode::Invalid,
+            ProtoError::Eof | ProtoError::Io(_) => ErrorCode::Io,
+        };
+        ChannelError::new(code, self.to_string())
+    }
+}
+
+/// The header that opens a channel.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "channel")]
+pub enum Request {
+    #[serde(rename = "hello")]
+    Hello(Hello),
+    #[serde(rename = "ping")]
+    Ping,
+    #[serde(rename = "pty")]
+    Pty(PtyOpen),
+    #[serde(rename = "fs.list")]
+    FsList { path: String },
+    #[serde(rename = "fs.read")]
+    FsRead { path: String },
+    #[serde(rename = "fs.write")]
+    FsWrite { path: String },
+    #[serde(rename = "fs.mkdir")]
+    FsMkdir { path: String },
+    #[serde(rename = "fs.remove")]
+    FsRemove {
+        path: String,
+        #[serde(default)]
+        recursive: bool,
+    },
+    #[serde(rename = "exec")]
+    Exec(ExecRequest),
+    #[serde(rename = "activity")]
+    Activity,
+}
+
+impl Request {
+    pub fn channel(&self) -> &'static str {
+        match self {
+            Request::Hello(_) => "hello",
+            Request::Ping => "ping",
+            Request::Pty(_) => "pty",
+            Request::FsList { .. } => "fs.list",
+            Request::FsRead { .. } => "fs.read",
+            Request::FsWrite { .. } => "fs.write",
+            Request::FsMkdir { .. } => "fs.mkdir",
+            Request::FsRemove { .. } => "fs.remove",
+            Request::Exec(_) => "exec",
+            Request::Activity => "activity",
+        }
+    }
+
+    /// Parses a header body, telling an unknown channel apart from a malformed header.
+    pub fn parse(body: &[u8]) -> Result<Request, ProtoError> {
+        let value: serde_json::Value =
+            serde_json::from_slice(body).map_err(|e| ProtoError::Malformed(e.to_string()))?;
+        let channel = value
+            .get("channel")
+            .and_then(|c| c.as_str())
+            .ok_or_else(|| ProtoError::Malformed("missing \"channel\"".into()))?;
+        if !CHANNELS.contains(&channel) {
+            return Err(ProtoError::UnknownChannel(truncate(channel, 64)));
+        }
+        serde_json::from_value(value).map_err(|e| ProtoError::Malformed(e.to_string()))
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    s.chars().take(max).collect()
+}
+
+/// What sandboxd says first.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Hello {
+    pub agent_id: String,
+    pub version: String,
+    /// The account shells and commands run as.
+    pub user: String,
+    pub uid: u32,
+    pub home: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PtyOpen {
+    pub cols: u16,
+    pub rows: u16,
+    /// `TERM` for the shell; `xterm-256color` when absent.
+    #[serde(default)]
+    pub term: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecRequest {
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub cwd: Option<String>,
+    #[serde(default)]
+    pub env: Vec<(String, String)>,
+    /// Killed (the whole process group) after this many milliseconds.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// Bytes of each of stdout and stderr forwarded; the rest is read and dropped.
+    #[serde(default)]
+    pub output_cap: Option<u64>,
+}
+
+/// How an `exec` ended, sent as the last frame.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecExit {
+    /// The exit code; `128 + signal` when a signal ended it, -1 when it could not be started.
+    pub exit_code: i32,
+    pub timed_out: bool,
+    pub duration_ms: u64,
+    pub truncated: bool,
+}
+
+/// The acceptor's answer to a header.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "lowercase")]
+pub enum Reply {
+    Ok(serde_json::Value),
+    Error(ChannelError),
+}
+
+impl Reply {
+    pub fn ok() -> Reply {
+        Reply::Ok(serde_json::Value::Object(Default::default()))
+    }
+
+    pub fn ok_with<T: Serialize>(value: &T) -> Reply {
+        Reply::Ok(serde_json::to_value(value).unwrap_or(serde_json::Value::Null))
+    }
+
+    /// The `ok` payload, or the peer's error.
+    pub fn into_result(self) -> Result<serde_json::Value, ChannelError> {
+        match self {
+            Reply::Ok(v) => Ok(v),
+            Reply::Error(e) => Err(e),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    NotFound,
+    Invalid,
+    IsDir,
+    NotDir,
+    Exists,
+    PermissionDenied,
+    TooLarge,
+    UnknownChannel,
+    Unauthorized,
+    Io,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct ChannelError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl ChannelError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ChannelError {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// Maps an I/O error on `what` to the code a client can act on.
+    pub fn from_io(err: &std::io::Error, what: &str) -> Self {
+        use std::io::ErrorKind as K;
+        let code = match err.kind() {
+            K::NotFound => ErrorCode::NotFound,
+            K::PermissionDenied => ErrorCode::PermissionDenied,
+            K::AlreadyExists => ErrorCode::Exists,
+            K::IsADirectory => ErrorCode::IsDir,
+            K::NotADirectory => ErrorCode::NotDir,
+            K::DirectoryNotEmpty => ErrorCode::Invalid,
+            K::InvalidInput | K::InvalidFilename => ErrorCode::Invalid,
+            K::FileTooLarge | K::StorageFull | K::QuotaExceeded => ErrorCode::TooLarge,
+            _ => ErrorCode::Io,
+        };
+        ChannelError::new(code, format!("{what}: {err}"))
+    }
+}
+
+/// Writes one length-prefixed JSON message (a header or a reply).
+pub async fn write_message<W, T>(w: &mut W, msg: &T) -> Result<(), ProtoError>
+where
+    W: AsyncWrite + Unpin,
+    T: Serialize,
+{
+    let body = serde_json::to_vec(msg).map_err(|e| ProtoError::Malformed(e.to_string()))?;
+    if body.len() > MAX_HEADER_LEN {
+        return Err(ProtoError::HeaderTooLarge(body.len()));
+    }
+    let mut buf = Vec::with_capacity(4 + body.len());
+    buf.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    buf.extend_from_slice(&body);
+    w.write_all(&buf).await?;
+    w.flush().await?;
+    Ok(())
+}
+
+/// Reads one length-prefixed message body, refusing one longer than [`MAX_HEADER_LEN`]
+/// before reading it.
+pub async fn read_message_body<R: AsyncRead + Unpin>(r: &mut R) -> Result<Vec<u8>, ProtoError> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(ProtoError::Eof),
+        Err(e) => return Err(e.into()),
+    }
+    let len = u32::from_be_bytes(len) as usize;
+    if len > MAX_HEADER_LEN {
+        return Err(ProtoError::HeaderTooLarge(len));
+    }
+    let mut body = vec![0u8; len];
+    match r.read_exact(&mut body).await {
+        Ok(_) => Ok(body),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(ProtoError::Eof),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Reads and decodes one length-prefixed JSON message.
+pub async fn read_message<R, T>(r: &mut R) -> Result<T, ProtoError>
+where
+    R: AsyncRead + Unpin,
+    T: DeserializeOwned,
+{
+    let body = read_message_body(r).await?;
+    serde_json::from_slice(&body).map_err(|e| ProtoError::Malformed(e.to_string()))
+}
+
+/// Reads a channel header.
+pub async fn read_request<R: AsyncRead + Unpin>(r: &mut R) -> Result<Request, ProtoError> {
+    let body = read_message_body(r).await?;
+    Request::parse(&body)
+}
+
+/// Sends `req` on a fresh stream and waits for the reply; the stream is then ready for the
+/// channel's own bytes.
+pub async fn open_channel<S>(stream: &mut S, req: &Request) -> Result<serde_json::Value, OpenError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    write_message(stream, req).await?;
+    let reply: Reply = read_message(stream).await?;
+    reply.into_result().map_err(OpenError::Refused)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("the sandbox refused the channel: {0}")]
+    Refused(ChannelError),
+    #[error(transparent)]
+    Proto(#[from] ProtoError),
+}
+
+/// A message inside the `pty`, `exec` and `activity` channels.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Frame {
+    /// Terminal bytes (both ways) or stdin bytes (server to sandboxd).
+    Data(Bytes),
+    Stdout(Bytes),
+    Stderr(Bytes),
+    /// No more stdin.
+    StdinEof,
+    Resize { cols: u16, rows: u16 },
+    /// The shell of a `pty` channel ended with this code.
+    PtyExit(i32),
+    /// The last frame of an `exec` channel.
+    ExecExit(ExecExit),
+    /// CPU time used by the sandbox's processes since sandboxd started, in milliseconds.
+    Activity { cpu_ms: u64 },
+}
+
+const K_DATA: u8 = 1;
+const K_STDOUT: u8 = 2;
+const K_STDERR: u8 = 3;
+const K_STDIN_EOF: u8 = 4;
+const K_RESIZE: u8 = 5;
+const K_PTY_EXIT: u8 = 6;
+const K_EXEC_EXIT: u8 = 7;
+const K_ACTIVITY: u8 = 8;
+
+/// Encodes [`Frame`]s as `u32` length + kind byte + payload, with [`MAX_FRAME_LEN`] enforced
+/// on both sides.
+pub struct FrameCodec {
+    inner: LengthDelimitedCodec,
+}
+
+impl Default for FrameCodec {
+    fn default() -> Self {
+        FrameCodec {
+            inner: LengthDelimitedCodec::builder()
+                .max_frame_length(MAX_FRAME_LEN + 1)
+                .new_codec(),
+        }
+    }
+}
+
+impl Decoder for FrameCodec {
+    type Item = Frame;
+    type Error = ProtoError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, ProtoError> {
+        let raw = match self.inner.decode(src) {
+            Ok(Some(raw)) => raw,
+            Ok(None) => return Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                return Err(ProtoError::FrameTooLarge(peek_len(src)))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        decode_payload(raw.freeze()).map(Some)
+    }
+}
+
+fn peek_len(src: &BytesMut) -> usize {
+    if src.len() >= 4 {
+        u32::from_be_bytes([src[0], src[1], src[2], src[3]]) as usize
+    } else {
+        0
+    }
+}
+
+fn decode_payload(mut raw: Bytes) -> Result<Frame, ProtoError> {
+    if raw.is_empty() {
+        return Err(ProtoError::Malformed("empty frame".into()));
+    }
+    let kind = raw.get_u8();
+    let short = || ProtoError::Malformed(format!("frame kind {kind} too short"));
+    Ok(match kind {
+        K_DATA => Frame::Data(raw),
+        K_STDOUT => Frame::Stdout(raw),
+        K_STDERR => Frame::Stderr(raw),
+        K_STDIN_EOF => Frame::StdinEof,
+        K_RESIZE => {
+            if raw.len() < 4 {
+                return Err(short());
+            }
+            Frame::Resize {
+                cols: raw.get_u16(),
+                rows: raw.get_u16(),
+            }
+        }
+        K_PTY_EXIT => {
+            if raw.len() < 4 {
+                return Err(short());
+            }
+            Frame::PtyExit(raw.get_i32())
+        }
+        K_EXEC_EXIT => Frame::ExecExit(
+            serde_json::from_slice(&raw).map_err(|e| ProtoError::Malformed(e.to_string()))?,
+        ),
+        K_ACTIVITY => {
+            if raw.len() < 8 {
+                return Err(short());
+            }
+            Frame::Activity {
+                cpu_ms: raw.get_u64(),
+            }
+        }
+        other => return Err(ProtoError::UnknownFrame(other)),
+    })
+}
+
+impl Encoder<Frame> for FrameCodec {
+    type Error = ProtoError;
+
+    fn encode(&mut self, frame: Frame, dst: &mut BytesMut) -> Result<(), ProtoError> {
+        let mut payload = BytesMut::new();
+        match frame {
+            Frame::Data(b) => put_bytes(&mut payload, K_DATA, &b),
+            Frame::Stdout(b) => put_bytes(&mut payload, K_STDOUT, &b),
+            Frame::Stderr(b) => put_bytes(&mut payload, K_STDERR, &b),
+            Frame::StdinEof => payload.put_u8(K_STDIN_EOF),
+            Frame::Resize { cols, rows } => {
+                payload.put_u8(K_RESIZE);
+                payload.put_u16(cols);
+                payload.put_u16(rows);
+            }
+            Frame::PtyExit(code) => {
+                payload.put_u8(K_PTY_EXIT);
+                payload.put_i32(code);
+            }
+            Frame::ExecExit(exit) => {
+                payload.put_u8(K_EXEC_EXIT);
+                let json =
+                    serde_json::to_vec(&exit).map_err(|e| ProtoError::Malformed(e.to_string()))?;
+                payload.put_slice(&json);
+            }
+            Frame::Activity { cpu_ms } => {
+                payload.put_u8(K_ACTIVITY);
+                payload.put_u64(cpu_ms);
+            }
+        }
+        if payload.len() > MAX_FRAME_LEN + 1 {
+            return Err(ProtoError::FrameTooLarge(payload.len()));
+        }
+        self.inner
+            .encode(payload.freeze(), dst)
+            .map_err(ProtoError::Io)
+    }
+}
+
+fn put_bytes(payload: &mut BytesMut, kind: u8, b: &[u8]) {
+    payload.reserve(1 + b.len());
+    payload.put_u8(kind);
+    payload.put_slice(b);
+}
+
+/// Largest data chunk a sender should put in one frame.
+pub const DATA_CHUNK: usize = 64 * 1024;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::{SinkExt, StreamExt};
+    use tokio_util::codec::{FramedRead, FramedWrite};
+
+    #[tokio::test]
+    async fn header_round_trip() {
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        let req = Request::FsRemove {
+            path: "x".into(),
+            recursive: true,
+        };
+        write_message(&mut a, &req).await.unwrap();
+        assert_eq!(read_request(&mut b).await.unwrap(), req);
+    }
+
+    #[tokio::test]
+    async fn oversized_header_is_refused_before_reading() {
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        a.write_all(&(100u32 * 1024 * 1024).to_be_bytes())
+            .await
+            .unwrap();
+        assert!(matches!(
+            read_request(&mut b).await,
+            Err(ProtoError::HeaderTooLarge(n)) if n == 100 * 1024 * 1024
+        ));
+    }
+
+    #[tokio::test]
+    async fn unknown_and_malformed_headers_are_told_apart() {
+        assert!(matches!(
+            Request::parse(br#"{"channel":"fs.format"}"#),
+            Err(ProtoError::UnknownChannel(c)) if c == "fs.format"
+        ));
+        assert!(matches!(
+            Request::parse(b"\xff\x00garbage"),
+            Err(ProtoError::Malformed(_))
+        ));
+        assert!(matches!(
+            Request::parse(br#"{"channel":"fs.read"}"#),
+            Err(ProtoError::Malformed(_))
+        ));
+        assert!(matches!(
+            Request::parse(br#"{"path":"x"}"#),
+            Err(ProtoError::Malformed(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn truncated_header_is_eof() {
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        a.write_all(&10u32.to_be_bytes()).await.unwrap();
+        a.write_all(b"{\"ch").await.unwrap();
+        drop(a);
+        assert!(matches!(read_request(&mut b).await, Err(ProtoError::Eof)));
+    }
+
+    #[tokio::test]
+    async fn frames_round_trip() {
+        let (a, b) = tokio::io::duplex(1 << 20);
+        let mut w = FramedWrite::new(a, FrameCodec::default());
+        let mut r = FramedRead::new(b, FrameCodec::default());
+        let frames = vec![
+            Frame::Data(Bytes::from_static(b"hi")),
+            Frame::Stdout(Bytes::from(vec![7u8; DATA_CHUNK])),
+            Frame::Stderr(Bytes::new()),
+            Frame::StdinEof,
+            Frame::Resize { cols: 120, rows: 40 },
+            Frame::PtyExit(-3),
+            Frame::ExecExit(ExecExit {
+                exit_code: 2,
+                timed_out: true,
+                duration_ms: 5,
+                truncated: false,
+            }),
+            Frame::Activity { cpu_ms: 1 << 40 },
+        ];
+        for f in frames.clone() {
+            w.send(f).await.unwrap();
+        }
+        for f in frames {
+            assert_eq!(r.next().await.unwrap().unwrap(), f);
+        }
+    }
+
+    #[tokio::test]
+    async fn hostile_frames_are_errors() {
+        for raw in [
+            (100u32 * 1024 * 1024).to_be_bytes().to_vec(),
+            vec![0, 0, 0, 1, 99],
+            vec![0, 0, 0, 2, K_RESIZE, 1],
+            vec![0, 0, 0, 0],
+        ] {
+            let mut r = FramedRead::new(&raw[..], FrameCodec::default());
+            assert!(r.next().await.unwrap().is_err(), "{raw:?} was accepted");
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! The command-line client (owned by the CLI work; placeholder).

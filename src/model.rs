@@ -1,0 +1,150 @@
+//! The agent as the API and the store see it.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// Where an agent's sandbox is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentState {
+    Creating,
+    Starting,
+    Running,
+    Stopping,
+    Sleeping,
+    Rebuilding,
+    Destroying,
+    Error,
+}
+
+impl AgentState {
+    pub const ALL: [AgentState; 8] = [
+        AgentState::Creating,
+        AgentState::Starting,
+        AgentState::Running,
+        AgentState::Stopping,
+        AgentState::Sleeping,
+        AgentState::Rebuilding,
+        AgentState::Destroying,
+        AgentState::Error,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentState::Creating => "creating",
+            AgentState::Starting => "starting",
+            AgentState::Running => "running",
+            AgentState::Stopping => "stopping",
+            AgentState::Sleeping => "sleeping",
+            AgentState::Rebuilding => "rebuilding",
+            AgentState::Destroying => "destroying",
+            AgentState::Error => "error",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<AgentState> {
+        AgentState::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+
+    /// States an operation is under way in; nothing may stay in one after reconcile.
+    pub fn is_transient(self) -> bool {
+        matches!(
+            self,
+            AgentState::Creating
+                | AgentState::Starting
+                | AgentState::Stopping
+                | AgentState::Rebuilding
+                | AgentState::Destroying
+        )
+    }
+}
+
+impl std::fmt::Display for AgentState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An agent and its sandbox, as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Agent {
+    /// Short, lowercase, DNS-safe; part of the container, volume and network names.
+    pub id: String,
+    pub name: String,
+    pub image: String,
+    pub cpus: f64,
+    pub memory_mb: u64,
+    pub idle_minutes: u32,
+    pub state: AgentState,
+    /// The last failure's message while `state` is `error`.
+    pub error: Option<String>,
+    /// The image or resources changed since the container was made; a rebuild applies them.
+    pub needs_rebuild: bool,
+    pub created_at: DateTime<Utc>,
+    /// Filled in by the server from its activity tracker; not stored.
+    pub last_activity_at: Option<DateTime<Utc>>,
+    /// When the sleeper will stop this agent if nothing happens; null unless running.
+    pub sleeps_at: Option<DateTime<Utc>>,
+}
+
+/// What a new agent is made of, after defaults and validation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewAgent {
+    pub id: String,
+    pub name: String,
+    pub image: String,
+    pub cpus: f64,
+    pub memory_mb: u64,
+    pub idle_minutes: u32,
+}
+
+/// A change to an agent's settings; `None` leaves a field as it is.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AgentPatch {
+    pub name: Option<String>,
+    pub image: Option<String>,
+    pub cpus: Option<f64>,
+    pub memory_mb: Option<u64>,
+    pub idle_minutes: Option<u32>,
+}
+
+/// Makes a fresh agent id: 12 characters of `[a-z0-9]`, starting with a letter so it is a
+/// valid DNS label and container name on its own.
+pub fn new_agent_id() -> String {
+    use rand::Rng;
+    const ALPHA: &[u8] = b"abcdefghijklmnopqrstuvwxyz";
+    const ALNUM: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    let mut id = String::with_capacity(12);
+    id.push(ALPHA[rng.random_range(0..ALPHA.len())] as char);
+    for _ in 0..11 {
+        id.push(ALNUM[rng.random_range(0..ALNUM.len())] as char);
+    }
+    id
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_round_trip_through_their_names() {
+        for st in AgentState::ALL {
+            assert_eq!(AgentState::parse(st.as_str()), Some(st));
+            assert_eq!(serde_json::to_value(st).unwrap(), st.as_str());
+        }
+        assert_eq!(AgentState::parse("paused"), None);
+    }
+
+    #[test]
+    fn ids_are_dns_labels() {
+        for _ in 0..100 {
+            let id = new_agent_id();
+            assert_eq!(id.len(), 12);
+            assert!(id.chars().next().unwrap().is_ascii_lowercase());
+            assert!(id.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
+        }
+    }
+}

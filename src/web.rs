@@ -1,0 +1,1 @@
+//! The embedded web UI (owned by the web UI work; placeholder).
