@@ -1,1 +1,1177 @@
-//! Configuration (placeholder).
+//! The server's settings: one YAML file (`agenthold serve --config FILE`), every key optional.
+//!
+//! Loading refuses unknown keys, wrong types and impossible values with one message that names
+//! the file and the dotted key, so a typo never silently falls back to a default.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ipnet::Ipv4Net;
+use serde::{Deserialize, Deserializer};
+
+/// The environment variable that overrides `server.admin_token`, so the secret need not sit in a
+/// file.
+pub const ADMIN_TOKEN_ENV: &str = "AGENTHOLD_ADMIN_TOKEN";
+
+/// Everything the server reads from its config file.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub sandbox: SandboxConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Where the REST API, web UI and CLI clients connect.
+    #[serde(deserialize_with = "de_socket_addr")]
+    pub listen: SocketAddr,
+    /// Holds the SQLite database.
+    pub data_dir: PathBuf,
+    /// The token for the API; [`ADMIN_TOKEN_ENV`] wins over the file. An empty string means none.
+    #[serde(deserialize_with = "de_opt_string")]
+    pub admin_token: Option<String>,
+    /// The largest body `fs/write` accepts, in MiB.
+    pub max_file_mb: u64,
+    /// How much of each of stdout and stderr a non-streaming exec keeps, in KiB.
+    pub exec_output_cap_kb: u64,
+    /// The exec timeout when the request names none.
+    #[serde(deserialize_with = "de_duration")]
+    pub exec_default_timeout: Duration,
+    /// The longest timeout an exec request may ask for.
+    #[serde(deserialize_with = "de_duration")]
+    pub exec_max_timeout: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8080),
+            data_dir: PathBuf::from("./data"),
+            admin_token: None,
+            max_file_mb: 4096,
+            exec_output_cap_kb: 1024,
+            exec_default_timeout: Duration::from_secs(10 * 60),
+            exec_max_timeout: Duration::from_secs(24 * 60 * 60),
+        }
+    }
+}
+
+/// Which driver runs the sandboxes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DriverKind {
+    #[default]
+    Docker,
+    /// In-process sandboxes on the server's own machine; development and tests only.
+    Fake,
+}
+
+impl DriverKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DriverKind::Docker => "docker",
+            DriverKind::Fake => "fake",
+        }
+    }
+}
+
+impl std::fmt::Display for DriverKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SandboxConfig {
+    pub driver: DriverKind,
+    pub default_image: String,
+    pub default_cpus: f64,
+    pub default_memory_mb: u64,
+    pub default_idle_minutes: u32,
+    pub max_cpus: f64,
+    pub max_memory_mb: u64,
+    /// `-1` means no limit.
+    pub pids_limit: i64,
+    /// Where sandboxd dials in; `:8090` means every address.
+    #[serde(deserialize_with = "de_socket_addr")]
+    pub tunnel_listen: SocketAddr,
+    #[serde(deserialize_with = "de_duration")]
+    pub idle_check_interval: Duration,
+    /// `None` (written `""`) means the `sandboxd` next to the agenthold binary.
+    #[serde(deserialize_with = "de_opt_path")]
+    pub sandboxd_path: Option<PathBuf>,
+    /// How often the server pings each sandbox; three missed pings mark the session dead.
+    #[serde(deserialize_with = "de_duration")]
+    pub ping_interval: Duration,
+    pub docker: DockerConfig,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            driver: DriverKind::Docker,
+            default_image: "debian:bookworm-slim".to_string(),
+            default_cpus: 2.0,
+            default_memory_mb: 4096,
+            default_idle_minutes: 15,
+            max_cpus: 8.0,
+            max_memory_mb: 16384,
+            pids_limit: 4096,
+            tunnel_listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 8090),
+            idle_check_interval: Duration::from_secs(30),
+            sandboxd_path: None,
+            ping_interval: Duration::from_secs(15),
+            docker: DockerConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DockerConfig {
+    /// Starts every container, volume and network name; lets several installations share a host.
+    pub name_prefix: String,
+    /// Each agent's internal network takes one subnet of this pool.
+    pub network_pool: Ipv4Net,
+    /// The prefix length of each agent's subnet.
+    pub subnet_bits: u8,
+    /// The OCI runtime; empty means Docker's default.
+    pub runtime: String,
+    /// The server's own container; empty means detect it.
+    pub server_container: String,
+    /// The volume sandboxd is served from; empty means `<name_prefix>-sandboxd`.
+    pub sandboxd_volume: String,
+    /// The Docker endpoint; empty means `DOCKER_HOST` or `/var/run/docker.sock`.
+    pub socket: String,
+    pub no_new_privileges: bool,
+    pub cap_drop: Vec<String>,
+    /// `HOST:CONTAINER[:ro|:rw]` bind mounts added to every sandbox.
+    pub host_mounts: Vec<String>,
+}
+
+impl Default for DockerConfig {
+    fn default() -> Self {
+        DockerConfig {
+            name_prefix: "agenthold".to_string(),
+            network_pool: Ipv4Net::new(Ipv4Addr::new(10, 213, 0, 0), 16)
+                .expect("16 is a valid IPv4 prefix length"),
+            subnet_bits: 28,
+            runtime: String::new(),
+            server_container: String::new(),
+            sandboxd_volume: String::new(),
+            socket: String::new(),
+            no_new_privileges: true,
+            cap_drop: [
+                "NET_RAW",
+                "MKNOD",
+                "AUDIT_WRITE",
+                "SYS_CHROOT",
+                "SETFCAP",
+                "NET_BIND_SERVICE",
+            ]
+            .into_iter()
+            .map(String::from)
+            .collect(),
+            host_mounts: Vec::new(),
+        }
+    }
+}
+
+impl DockerConfig {
+    /// The OCI runtime to ask for, if not Docker's default.
+    pub fn runtime(&self) -> Option<&str> {
+        non_empty(&self.runtime)
+    }
+
+    /// The server's container id or name, if set rather than to be detected.
+    pub fn server_container(&self) -> Option<&str> {
+        non_empty(&self.server_container)
+    }
+
+    /// The Docker endpoint, if set rather than taken from `DOCKER_HOST` or the default socket.
+    pub fn socket(&self) -> Option<&str> {
+        non_empty(&self.socket)
+    }
+
+    /// The volume name sandboxd is served from, with the default filled in.
+    pub fn sandboxd_volume_name(&self) -> String {
+        match non_empty(&self.sandboxd_volume) {
+            Some(v) => v.to_string(),
+            None => format!("{}-sandboxd", self.name_prefix),
+        }
+    }
+
+    /// `host_mounts`, parsed. Load has validated them, so this fails only on a hand-built config.
+    pub fn parsed_host_mounts(&self) -> Result<Vec<HostMount>, String> {
+        self.host_mounts
+            .iter()
+            .map(|m| HostMount::parse(m))
+            .collect()
+    }
+}
+
+fn non_empty(s: &str) -> Option<&str> {
+    if s.is_empty() {
+        None
+    } else {
+        Some(s)
+    }
+}
+
+/// One `HOST:CONTAINER[:ro|:rw]` entry of `sandbox.docker.host_mounts`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostMount {
+    pub host: PathBuf,
+    pub container: PathBuf,
+    pub read_only: bool,
+}
+
+impl HostMount {
+    pub fn parse(s: &str) -> Result<HostMount, String> {
+        let parts: Vec<&str> = s.split(':').collect();
+        let (host, container, read_only) = match parts.as_slice() {
+            [h, c] => (*h, *c, false),
+            [h, c, "ro"] => (*h, *c, true),
+            [h, c, "rw"] => (*h, *c, false),
+            [_, _, mode] => {
+                return Err(format!(
+                    "(\"{s}\") has mode \"{mode}\"; write ro or rw, or leave it out"
+                ))
+            }
+            _ => {
+                return Err(format!(
+                    "(\"{s}\") is not HOST:CONTAINER or HOST:CONTAINER:ro \
+                     (paths cannot contain ':')"
+                ))
+            }
+        };
+        for (what, p) in [("host", host), ("container", container)] {
+            if !p.starts_with('/') {
+                return Err(format!(
+                    "(\"{s}\") needs an absolute {what} path, starting with '/'"
+                ));
+            }
+        }
+        if container == "/" || container.trim_end_matches('/') == "/home/agent" {
+            // Covering / or the home volume would hide the sandbox's own filesystem or home.
+            return Err(format!(
+                "(\"{s}\") would cover {container}; mount somewhere below it instead"
+            ));
+        }
+        Ok(HostMount {
+            host: PathBuf::from(host),
+            container: PathBuf::from(container),
+            read_only,
+        })
+    }
+}
+
+/// Why the config could not be loaded; the message says which file and key to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{}: cannot read the config file: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// Not YAML, an unknown key or a value of the wrong type; `message` carries the key and line.
+    #[error("{file}: {message}")]
+    Parse { file: String, message: String },
+    /// A well-formed value that cannot work.
+    #[error("{file}: {key} {problem}")]
+    Invalid {
+        file: String,
+        key: String,
+        problem: String,
+    },
+}
+
+impl Config {
+    /// Reads the config file at `path`, or takes the defaults when there is none, then applies
+    /// the environment (looked up through `env`, so tests need not touch the process's).
+    pub fn load(
+        path: Option<&Path>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        match path {
+            Some(path) => {
+                let yaml = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+                Config::from_yaml_str(&yaml, &path.display().to_string(), env)
+            }
+            None => {
+                let mut config = Config::default();
+                config.apply_env("defaults", env)?;
+                config.validate("defaults")?;
+                Ok(config)
+            }
+        }
+    }
+
+    /// Parses `yaml` (an empty document means all defaults); `source` names it in messages.
+    pub fn from_yaml_str(
+        yaml: &str,
+        source: &str,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let mut config: Config = serde_yaml_ng::from_str(yaml).map_err(|e| ConfigError::Parse {
+            file: source.to_string(),
+            message: e.to_string(),
+        })?;
+        config.apply_env(source, env)?;
+        config.validate(source)?;
+        Ok(config)
+    }
+
+    /// The SQLite file inside `server.data_dir`.
+    pub fn database_path(&self) -> PathBuf {
+        self.server.data_dir.join("agenthold.db")
+    }
+
+    /// Settings that work but deserve a line in the log at startup: each is a risk the operator
+    /// chose. The caller logs them once tracing is set up.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.sandbox.driver == DriverKind::Fake {
+            out.push(
+                "sandbox.driver is fake: terminals and exec run on this machine as this \
+                 server's user, with no isolation; use it for development and tests only"
+                    .to_string(),
+            );
+        }
+        if self.sandbox.driver == DriverKind::Docker {
+            for m in &self.sandbox.docker.host_mounts {
+                out.push(format!(
+                    "sandbox.docker.host_mounts: \"{m}\" gives every sandbox access to this \
+                     host path"
+                ));
+            }
+            if !self.sandbox.docker.no_new_privileges {
+                out.push(
+                    "sandbox.docker.no_new_privileges is false: setuid programs in a sandbox \
+                     can gain privileges"
+                        .to_string(),
+                );
+            }
+        }
+        if let Some(token) = &self.server.admin_token {
+            if token.len() < 16 {
+                out.push(format!(
+                    "server.admin_token is only {} characters long; use at least 32 random \
+                     characters",
+                    token.len()
+                ));
+            }
+        }
+        out
+    }
+
+    fn apply_env(
+        &mut self,
+        source: &str,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<(), ConfigError> {
+        if let Some(token) = env(ADMIN_TOKEN_ENV).filter(|t| !t.is_empty()) {
+            check_token(&token).map_err(|problem| ConfigError::Invalid {
+                file: source.to_string(),
+                key: ADMIN_TOKEN_ENV.to_string(),
+                problem,
+            })?;
+            self.server.admin_token = Some(token);
+        }
+        Ok(())
+    }
+
+    fn validate(&self, file: &str) -> Result<(), ConfigError> {
+        let fail = |key: &str, problem: String| ConfigError::Invalid {
+            file: file.to_string(),
+            key: key.to_string(),
+            problem,
+        };
+        let s = &self.server;
+        if s.data_dir.as_os_str().is_empty() {
+            return Err(fail("server.data_dir", "is empty; name a directory".into()));
+        }
+        if let Some(token) = &s.admin_token {
+            check_token(token).map_err(|p| fail("server.admin_token", p))?;
+        }
+        if s.max_file_mb == 0 {
+            return Err(fail("server.max_file_mb", "must be at least 1".into()));
+        }
+        if s.exec_output_cap_kb == 0 {
+            return Err(fail(
+                "server.exec_output_cap_kb",
+                "must be at least 1".into(),
+            ));
+        }
+        min_duration(
+            s.exec_default_timeout,
+            1,
+            "server.exec_default_timeout",
+            &fail,
+        )?;
+        min_duration(s.exec_max_timeout, 1, "server.exec_max_timeout", &fail)?;
+        if s.exec_default_timeout > s.exec_max_timeout {
+            return Err(fail(
+                "server.exec_default_timeout",
+                format!(
+                    "({}) is above server.exec_max_timeout ({})",
+                    humantime::format_duration(s.exec_default_timeout),
+                    humantime::format_duration(s.exec_max_timeout)
+                ),
+            ));
+        }
+
+        let sb = &self.sandbox;
+        if sb.default_image.trim().is_empty() {
+            return Err(fail(
+                "sandbox.default_image",
+                "is empty; name an image".into(),
+            ));
+        }
+        for (key, v) in [
+            ("sandbox.default_cpus", sb.default_cpus),
+            ("sandbox.max_cpus", sb.max_cpus),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(fail(key, format!("({v}) must be a number above 0")));
+            }
+        }
+        if sb.default_cpus > sb.max_cpus {
+            return Err(fail(
+                "sandbox.default_cpus",
+                format!(
+                    "({}) is above sandbox.max_cpus ({})",
+                    sb.default_cpus, sb.max_cpus
+                ),
+            ));
+        }
+        for (key, v) in [
+            ("sandbox.default_memory_mb", sb.default_memory_mb),
+            ("sandbox.max_memory_mb", sb.max_memory_mb),
+        ] {
+            // Docker refuses limits under 6 MB, and nothing useful runs in less than 16.
+            if v < 16 {
+                return Err(fail(key, format!("({v}) must be at least 16")));
+            }
+        }
+        if sb.default_memory_mb > sb.max_memory_mb {
+            return Err(fail(
+                "sandbox.default_memory_mb",
+                format!(
+                    "({}) is above sandbox.max_memory_mb ({})",
+                    sb.default_memory_mb, sb.max_memory_mb
+                ),
+            ));
+        }
+        if sb.default_idle_minutes == 0 {
+            return Err(fail(
+                "sandbox.default_idle_minutes",
+                "must be at least 1".into(),
+            ));
+        }
+        if sb.pids_limit != -1 && sb.pids_limit < 16 {
+            return Err(fail(
+                "sandbox.pids_limit",
+                format!(
+                    "({}) must be at least 16, or -1 for no limit",
+                    sb.pids_limit
+                ),
+            ));
+        }
+        min_duration(
+            sb.idle_check_interval,
+            1,
+            "sandbox.idle_check_interval",
+            &fail,
+        )?;
+        min_duration(sb.ping_interval, 1, "sandbox.ping_interval", &fail)?;
+        if let Some(p) = &sb.sandboxd_path {
+            if p.as_os_str().is_empty() {
+                // Unreachable through YAML ("" becomes None) but possible in a hand-built config.
+                return Err(fail("sandbox.sandboxd_path", "is empty".into()));
+            }
+        }
+
+        let d = &sb.docker;
+        check_dns_label(&d.name_prefix).map_err(|p| fail("sandbox.docker.name_prefix", p))?;
+        if d.network_pool.trunc() != d.network_pool {
+            return Err(fail(
+                "sandbox.docker.network_pool",
+                format!(
+                    "({}) has host bits set; did you mean {}?",
+                    d.network_pool,
+                    d.network_pool.trunc()
+                ),
+            ));
+        }
+        if d.subnet_bits <= d.network_pool.prefix_len() || d.subnet_bits > 29 {
+            return Err(fail(
+                "sandbox.docker.subnet_bits",
+                format!(
+                    "({}) must be above the pool's prefix length ({}) and at most 29, \
+                     so the pool holds several subnets of at least 8 addresses",
+                    d.subnet_bits,
+                    d.network_pool.prefix_len()
+                ),
+            ));
+        }
+        for (key, v) in [
+            ("sandbox.docker.runtime", &d.runtime),
+            ("sandbox.docker.server_container", &d.server_container),
+            ("sandbox.docker.sandboxd_volume", &d.sandboxd_volume),
+            ("sandbox.docker.socket", &d.socket),
+        ] {
+            if v.trim() != v.as_str() || v.contains(char::is_control) {
+                return Err(fail(
+                    key,
+                    format!("({v:?}) has spaces or control characters at its ends"),
+                ));
+            }
+        }
+        for (i, cap) in d.cap_drop.iter().enumerate() {
+            if cap.is_empty() || !cap.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(fail(
+                    &format!("sandbox.docker.cap_drop[{i}]"),
+                    format!("({cap:?}) is not a capability name like NET_RAW"),
+                ));
+            }
+        }
+        for (i, m) in d.host_mounts.iter().enumerate() {
+            HostMount::parse(m)
+                .map_err(|p| fail(&format!("sandbox.docker.host_mounts[{i}]"), p))?;
+        }
+        Ok(())
+    }
+}
+
+fn min_duration(
+    v: Duration,
+    min_secs: u64,
+    key: &str,
+    fail: &impl Fn(&str, String) -> ConfigError,
+) -> Result<(), ConfigError> {
+    if v < Duration::from_secs(min_secs) {
+        return Err(fail(
+            key,
+            format!(
+                "({}) must be at least {min_secs}s",
+                humantime::format_duration(v)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn check_token(token: &str) -> Result<(), String> {
+    // The token travels in an `Authorization: Bearer` header, which cannot carry these.
+    if token.chars().any(|c| c.is_whitespace() || c.is_control()) || !token.is_ascii() {
+        return Err("contains spaces, control or non-ASCII characters; \
+                    it must fit in an Authorization header"
+            .to_string());
+    }
+    Ok(())
+}
+
+fn check_dns_label(s: &str) -> Result<(), String> {
+    let ok_chars = s
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    let ok_ends = !s.starts_with('-') && !s.ends_with('-');
+    if s.is_empty() || s.len() > 32 || !ok_chars || !ok_ends {
+        return Err(format!(
+            "({s:?}) must be 1 to 32 lowercase letters, digits or '-', \
+             not starting or ending with '-'"
+        ));
+    }
+    Ok(())
+}
+
+/// Parses `host:port`, or `:port` for every address (the Go-style form the docs use).
+pub fn parse_listen_addr(s: &str) -> Result<SocketAddr, String> {
+    let s = s.trim();
+    if let Some(port) = s.strip_prefix(':') {
+        let port: u16 = port
+            .parse()
+            .map_err(|_| format!("\"{s}\" has no valid port after ':'"))?;
+        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port));
+    }
+    s.parse().map_err(|_| {
+        format!("\"{s}\" is not an address like 127.0.0.1:8080, [::1]:8080 or :8080 (a host name will not do)")
+    })
+}
+
+fn de_socket_addr<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+    d.deserialize_str(ParseStr {
+        expecting: "an address like 127.0.0.1:8080 or :8080",
+        parse: parse_listen_addr,
+    })
+}
+
+/// Parses inside the visitor rather than after it, so serde_yaml_ng attaches the failing
+/// value's own dotted path and line to the message (not its parent's).
+struct ParseStr<F> {
+    expecting: &'static str,
+    parse: F,
+}
+
+impl<T, F: FnOnce(&str) -> Result<T, String>> serde::de::Visitor<'_> for ParseStr<F> {
+    type Value = T;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(self.expecting)
+    }
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<T, E> {
+        (self.parse)(s).map_err(E::custom)
+    }
+}
+
+fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    struct V;
+    impl serde::de::Visitor<'_> for V {
+        type Value = Duration;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a duration like 30s, 15m or 1h")
+        }
+        fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Duration, E> {
+            humantime::parse_duration(s.trim()).map_err(|e| {
+                E::custom(format!(
+                    "\"{s}\" is not a duration like 30s, 15m or 1h ({e})"
+                ))
+            })
+        }
+        // A bare number is the likeliest mistake (`30` for `30s`): say what is missing.
+        fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Duration, E> {
+            Err(E::custom(format!(
+                "{n} has no unit; write a duration like {n}s, {n}m or {n}h"
+            )))
+        }
+        fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Duration, E> {
+            Err(E::custom(format!(
+                "{n} is not a duration like 30s, 15m or 1h"
+            )))
+        }
+        fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<Duration, E> {
+            Err(E::custom(format!(
+                "{n} is not a duration like 30s, 15m or 1h"
+            )))
+        }
+    }
+    d.deserialize_any(V)
+}
+
+fn de_opt_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.filter(|s| !s.is_empty()))
+}
+
+fn de_opt_path<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {
+    Ok(de_opt_string(d)?.map(PathBuf::from))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    fn load(yaml: &str) -> Result<Config, ConfigError> {
+        Config::from_yaml_str(yaml, "config.yaml", no_env)
+    }
+
+    fn err(yaml: &str) -> String {
+        match load(yaml) {
+            Ok(c) => panic!("expected an error for {yaml:?}, got {c:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn empty_and_comment_only_files_are_all_defaults() {
+        assert_eq!(load("").unwrap(), Config::default());
+        assert_eq!(load("# nothing here\n").unwrap(), Config::default());
+        assert_eq!(load("server:\nsandbox:\n").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let c = Config::default();
+        assert_eq!(c.server.listen, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(c.server.data_dir, PathBuf::from("./data"));
+        assert_eq!(c.server.admin_token, None);
+        assert_eq!(c.server.max_file_mb, 4096);
+        assert_eq!(c.server.exec_output_cap_kb, 1024);
+        assert_eq!(c.server.exec_default_timeout, Duration::from_secs(600));
+        assert_eq!(c.server.exec_max_timeout, Duration::from_secs(86400));
+        assert_eq!(c.sandbox.driver, DriverKind::Docker);
+        assert_eq!(c.sandbox.default_image, "debian:bookworm-slim");
+        assert_eq!(c.sandbox.default_cpus, 2.0);
+        assert_eq!(c.sandbox.default_memory_mb, 4096);
+        assert_eq!(c.sandbox.default_idle_minutes, 15);
+        assert_eq!(c.sandbox.max_cpus, 8.0);
+        assert_eq!(c.sandbox.max_memory_mb, 16384);
+        assert_eq!(c.sandbox.pids_limit, 4096);
+        assert_eq!(c.sandbox.tunnel_listen, "0.0.0.0:8090".parse().unwrap());
+        assert_eq!(c.sandbox.idle_check_interval, Duration::from_secs(30));
+        assert_eq!(c.sandbox.sandboxd_path, None);
+        assert_eq!(c.sandbox.ping_interval, Duration::from_secs(15));
+        let d = &c.sandbox.docker;
+        assert_eq!(d.name_prefix, "agenthold");
+        assert_eq!(d.network_pool, "10.213.0.0/16".parse().unwrap());
+        assert_eq!(d.subnet_bits, 28);
+        assert_eq!(d.runtime(), None);
+        assert_eq!(d.server_container(), None);
+        assert_eq!(d.socket(), None);
+        assert_eq!(d.sandboxd_volume_name(), "agenthold-sandboxd");
+        assert!(d.no_new_privileges);
+        assert_eq!(
+            d.cap_drop,
+            [
+                "NET_RAW",
+                "MKNOD",
+                "AUDIT_WRITE",
+                "SYS_CHROOT",
+                "SETFCAP",
+                "NET_BIND_SERVICE"
+            ]
+        );
+        assert!(d.host_mounts.is_empty());
+        assert_eq!(c.database_path(), PathBuf::from("./data/agenthold.db"));
+        assert!(c.warnings().is_empty());
+        // The defaults pass their own validation.
+        c.validate("defaults").unwrap();
+    }
+
+    #[test]
+    fn example_file_loads_and_equals_the_defaults() {
+        let c = Config::from_yaml_str(
+            include_str!("../config.example.yaml"),
+            "config.example.yaml",
+            no_env,
+        )
+        .unwrap();
+        assert_eq!(c, Config::default());
+    }
+
+    #[test]
+    fn the_seed_block_loads() {
+        let c = load(
+            "sandbox:
+  driver: docker            # or \"fake\" for development without Docker
+  default_image: debian:bookworm-slim
+  default_cpus: 2
+  default_memory_mb: 4096
+  max_cpus: 8
+  max_memory_mb: 16384
+  pids_limit: 4096
+  docker:
+    name_prefix: agenthold  # change to run several installations on one host
+    network_pool: 10.213.0.0/16
+    subnet_bits: 28         # 14 usable addresses per agent
+    runtime: \"\"             # e.g. sysbox-runc or runsc
+    server_container: \"\"    # autodetected
+",
+        )
+        .unwrap();
+        assert_eq!(c, Config::default());
+    }
+
+    #[test]
+    fn values_are_read() {
+        let c = load(
+            "server:
+  listen: 0.0.0.0:9000
+  data_dir: /var/lib/agenthold
+  admin_token: s3cret-s3cret-s3cret
+  exec_default_timeout: 1m
+sandbox:
+  driver: fake
+  default_cpus: 0.5
+  pids_limit: -1
+  tunnel_listen: 127.0.0.1:8091
+  idle_check_interval: 1s
+  sandboxd_path: /opt/sandboxd
+  docker:
+    name_prefix: ah-test
+    runtime: runsc
+    sandboxd_volume: sbd
+    cap_drop: []
+    host_mounts: ['/srv/cache:/cache:ro', '/srv/x:/x']
+",
+        )
+        .unwrap();
+        assert_eq!(c.server.listen, "0.0.0.0:9000".parse().unwrap());
+        assert_eq!(
+            c.database_path(),
+            PathBuf::from("/var/lib/agenthold/agenthold.db")
+        );
+        assert_eq!(
+            c.server.admin_token.as_deref(),
+            Some("s3cret-s3cret-s3cret")
+        );
+        assert_eq!(c.server.exec_default_timeout, Duration::from_secs(60));
+        assert_eq!(c.sandbox.driver, DriverKind::Fake);
+        assert_eq!(c.sandbox.default_cpus, 0.5);
+        assert_eq!(c.sandbox.pids_limit, -1);
+        assert_eq!(c.sandbox.tunnel_listen, "127.0.0.1:8091".parse().unwrap());
+        assert_eq!(
+            c.sandbox.sandboxd_path,
+            Some(PathBuf::from("/opt/sandboxd"))
+        );
+        assert_eq!(c.sandbox.docker.runtime(), Some("runsc"));
+        assert_eq!(c.sandbox.docker.sandboxd_volume_name(), "sbd");
+        assert!(c.sandbox.docker.cap_drop.is_empty());
+        assert_eq!(
+            c.sandbox.docker.parsed_host_mounts().unwrap(),
+            vec![
+                HostMount {
+                    host: "/srv/cache".into(),
+                    container: "/cache".into(),
+                    read_only: true
+                },
+                HostMount {
+                    host: "/srv/x".into(),
+                    container: "/x".into(),
+                    read_only: false
+                },
+            ]
+        );
+        // Untouched keys keep their defaults.
+        assert_eq!(c.sandbox.max_cpus, 8.0);
+        assert_eq!(c.sandbox.docker.subnet_bits, 28);
+    }
+
+    #[test]
+    fn port_only_listen_means_every_address() {
+        for yaml in [
+            "sandbox:\n  tunnel_listen: \":8090\"\n",
+            "sandbox:\n  tunnel_listen: :8090\n",
+        ] {
+            assert_eq!(
+                load(yaml).unwrap().sandbox.tunnel_listen,
+                "0.0.0.0:8090".parse().unwrap(),
+                "{yaml}"
+            );
+        }
+        assert_eq!(
+            load("server:\n  listen: \"[::1]:8080\"\n")
+                .unwrap()
+                .server
+                .listen,
+            "[::1]:8080".parse().unwrap()
+        );
+        let e = err("sandbox:\n  tunnel_listen: localhost:8090\n");
+        assert!(e.contains("config.yaml: sandbox.tunnel_listen: "), "{e}");
+        assert!(e.contains("not an address"), "{e}");
+        let e = err("sandbox:\n  tunnel_listen: \":99999\"\n");
+        assert!(e.contains("sandbox.tunnel_listen"), "{e}");
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_at_every_level() {
+        let e = err("serverr:\n  listen: 127.0.0.1:1\n");
+        assert!(e.starts_with("config.yaml: "), "{e}");
+        assert!(e.contains("unknown field `serverr`"), "{e}");
+
+        let e = err("server:\n  port: 80\n");
+        assert!(
+            e.contains("config.yaml: server: unknown field `port`"),
+            "{e}"
+        );
+
+        let e = err("sandbox:\n  docker:\n    name_prefx: x\n");
+        assert!(
+            e.contains("config.yaml: sandbox.docker: unknown field `name_prefx`"),
+            "{e}"
+        );
+        assert!(e.contains("line 3"), "{e}");
+    }
+
+    #[test]
+    fn wrong_types_name_the_key() {
+        let e = err("sandbox:\n  default_cpus: two\n");
+        assert!(
+            e.contains("config.yaml: sandbox.default_cpus: invalid type"),
+            "{e}"
+        );
+        let e = err("sandbox:\n  max_memory_mb: -5\n");
+        assert!(e.contains("sandbox.max_memory_mb"), "{e}");
+        let e = err("sandbox:\n  driver: podman\n");
+        assert!(
+            e.contains("sandbox.driver: unknown variant `podman`"),
+            "{e}"
+        );
+        let e = err("sandbox:\n  docker:\n    network_pool: 10.213.0.0\n");
+        assert!(e.contains("sandbox.docker.network_pool"), "{e}");
+        let e = err("sandbox:\n  docker:\n    cap_drop: NET_RAW\n");
+        assert!(e.contains("sandbox.docker.cap_drop"), "{e}");
+        let e = err("sandbox: [1, 2]\n");
+        assert!(e.contains("config.yaml: sandbox: invalid type"), "{e}");
+        let e = err("server:\n  listen: [\n");
+        assert!(e.starts_with("config.yaml: "), "{e}");
+    }
+
+    #[test]
+    fn durations_need_a_unit() {
+        let e = err("sandbox:\n  idle_check_interval: 30\n");
+        assert!(
+            e.contains("sandbox.idle_check_interval: 30 has no unit"),
+            "{e}"
+        );
+        let e = err("sandbox:\n  ping_interval: soon\n");
+        assert!(
+            e.contains("sandbox.ping_interval: \"soon\" is not a duration"),
+            "{e}"
+        );
+        assert_eq!(
+            load("sandbox:\n  idle_check_interval: 2m 30s\n")
+                .unwrap()
+                .sandbox
+                .idle_check_interval,
+            Duration::from_secs(150)
+        );
+    }
+
+    #[test]
+    fn impossible_values_are_refused_with_one_message() {
+        let cases: &[(&str, &str)] = &[
+            (
+                "sandbox:\n  default_cpus: 16\n",
+                "config.yaml: sandbox.default_cpus (16) is above sandbox.max_cpus (8)",
+            ),
+            (
+                "sandbox:\n  default_cpus: 0\n",
+                "config.yaml: sandbox.default_cpus (0) must be a number above 0",
+            ),
+            (
+                "sandbox:\n  max_cpus: -1\n",
+                "config.yaml: sandbox.max_cpus (-1) must be a number above 0",
+            ),
+            (
+                "sandbox:\n  max_cpus: .nan\n",
+                "config.yaml: sandbox.max_cpus (NaN) must be a number above 0",
+            ),
+            (
+                "sandbox:\n  default_memory_mb: 8\n",
+                "config.yaml: sandbox.default_memory_mb (8) must be at least 16",
+            ),
+            (
+                "sandbox:\n  max_memory_mb: 15\n",
+                "config.yaml: sandbox.max_memory_mb (15) must be at least 16",
+            ),
+            (
+                "sandbox:\n  default_memory_mb: 20000\n",
+                "config.yaml: sandbox.default_memory_mb (20000) is above sandbox.max_memory_mb (16384)",
+            ),
+            (
+                "sandbox:\n  default_idle_minutes: 0\n",
+                "config.yaml: sandbox.default_idle_minutes must be at least 1",
+            ),
+            (
+                "sandbox:\n  pids_limit: 10\n",
+                "config.yaml: sandbox.pids_limit (10) must be at least 16, or -1 for no limit",
+            ),
+            (
+                "sandbox:\n  pids_limit: 0\n",
+                "config.yaml: sandbox.pids_limit (0) must be at least 16, or -1 for no limit",
+            ),
+            (
+                "sandbox:\n  idle_check_interval: 500ms\n",
+                "config.yaml: sandbox.idle_check_interval (500ms) must be at least 1s",
+            ),
+            (
+                "sandbox:\n  ping_interval: 0s\n",
+                "config.yaml: sandbox.ping_interval (0s) must be at least 1s",
+            ),
+            (
+                "server:\n  data_dir: \"\"\n",
+                "config.yaml: server.data_dir is empty; name a directory",
+            ),
+            (
+                "server:\n  max_file_mb: 0\n",
+                "config.yaml: server.max_file_mb must be at least 1",
+            ),
+            (
+                "server:\n  exec_output_cap_kb: 0\n",
+                "config.yaml: server.exec_output_cap_kb must be at least 1",
+            ),
+            (
+                "server:\n  exec_default_timeout: 2d\n",
+                "config.yaml: server.exec_default_timeout (2days) is above server.exec_max_timeout (1day)",
+            ),
+            (
+                "server:\n  admin_token: \"two words\"\n",
+                "config.yaml: server.admin_token contains spaces",
+            ),
+            (
+                "sandbox:\n  default_image: \" \"\n",
+                "config.yaml: sandbox.default_image is empty",
+            ),
+            (
+                "sandbox:\n  docker:\n    name_prefix: Agent_Hold\n",
+                "config.yaml: sandbox.docker.name_prefix (\"Agent_Hold\") must be 1 to 32 lowercase",
+            ),
+            (
+                "sandbox:\n  docker:\n    name_prefix: \"\"\n",
+                "config.yaml: sandbox.docker.name_prefix (\"\") must be",
+            ),
+            (
+                "sandbox:\n  docker:\n    name_prefix: -ah\n",
+                "config.yaml: sandbox.docker.name_prefix (\"-ah\") must be",
+            ),
+            (
+                "sandbox:\n  docker:\n    name_prefix: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
+                "config.yaml: sandbox.docker.name_prefix (\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\") must be",
+            ),
+            (
+                "sandbox:\n  docker:\n    network_pool: 10.213.5.0/16\n",
+                "config.yaml: sandbox.docker.network_pool (10.213.5.0/16) has host bits set; did you mean 10.213.0.0/16?",
+            ),
+            (
+                "sandbox:\n  docker:\n    subnet_bits: 30\n",
+                "config.yaml: sandbox.docker.subnet_bits (30) must be above the pool's prefix length (16) and at most 29",
+            ),
+            (
+                "sandbox:\n  docker:\n    subnet_bits: 16\n",
+                "config.yaml: sandbox.docker.subnet_bits (16) must be above the pool's prefix length (16)",
+            ),
+            (
+                "sandbox:\n  docker:\n    network_pool: 10.0.0.0/28\n",
+                "config.yaml: sandbox.docker.subnet_bits (28) must be above the pool's prefix length (28)",
+            ),
+            (
+                "sandbox:\n  docker:\n    runtime: \" runsc\"\n",
+                "config.yaml: sandbox.docker.runtime (\" runsc\") has spaces",
+            ),
+            (
+                "sandbox:\n  docker:\n    cap_drop: [NET_RAW, \"NET ADMIN\"]\n",
+                "config.yaml: sandbox.docker.cap_drop[1] (\"NET ADMIN\") is not a capability name",
+            ),
+            (
+                "sandbox:\n  docker:\n    host_mounts: [\"/a\"]\n",
+                "config.yaml: sandbox.docker.host_mounts[0] (\"/a\") is not HOST:CONTAINER",
+            ),
+            (
+                "sandbox:\n  docker:\n    host_mounts: [\"/a:/b:rx\"]\n",
+                "config.yaml: sandbox.docker.host_mounts[0] (\"/a:/b:rx\") has mode \"rx\"",
+            ),
+            (
+                "sandbox:\n  docker:\n    host_mounts: [\"/a:b\"]\n",
+                "config.yaml: sandbox.docker.host_mounts[0] (\"/a:b\") needs an absolute container path",
+            ),
+            (
+                "sandbox:\n  docker:\n    host_mounts: [\"data:/b\"]\n",
+                "config.yaml: sandbox.docker.host_mounts[0] (\"data:/b\") needs an absolute host path",
+            ),
+            (
+                "sandbox:\n  docker:\n    host_mounts: [\"/a:/home/agent/\"]\n",
+                "config.yaml: sandbox.docker.host_mounts[0] (\"/a:/home/agent/\") would cover",
+            ),
+        ];
+        for (yaml, want) in cases {
+            let e = err(yaml);
+            assert!(e.starts_with(want), "for {yaml:?}\n got: {e}\nwant: {want}");
+            assert!(!e.contains('\n'), "one line: {e}");
+        }
+    }
+
+    #[test]
+    fn small_values_at_the_limits_are_fine() {
+        let c = load(
+            "sandbox:
+  default_memory_mb: 16
+  max_memory_mb: 16
+  default_cpus: 8
+  pids_limit: 16
+  ping_interval: 1s
+  docker:
+    network_pool: 10.0.0.0/8
+    subnet_bits: 29
+",
+        )
+        .unwrap();
+        assert_eq!(c.sandbox.docker.subnet_bits, 29);
+    }
+
+    #[test]
+    fn env_token_wins_over_the_file() {
+        let env = |k: &str| (k == ADMIN_TOKEN_ENV).then(|| "from-env-from-env".to_string());
+        let c =
+            Config::from_yaml_str("server:\n  admin_token: from-file\n", "c.yaml", env).unwrap();
+        assert_eq!(c.server.admin_token.as_deref(), Some("from-env-from-env"));
+
+        let c = Config::load(None, env).unwrap();
+        assert_eq!(c.server.admin_token.as_deref(), Some("from-env-from-env"));
+
+        // An empty variable is unset, not an empty token.
+        let empty = |_: &str| Some(String::new());
+        let c =
+            Config::from_yaml_str("server:\n  admin_token: from-file\n", "c.yaml", empty).unwrap();
+        assert_eq!(c.server.admin_token.as_deref(), Some("from-file"));
+        assert_eq!(
+            load("server:\n  admin_token: \"\"\n")
+                .unwrap()
+                .server
+                .admin_token,
+            None
+        );
+
+        let bad = |_: &str| Some("a b".to_string());
+        let e = Config::load(None, bad).unwrap_err().to_string();
+        assert!(
+            e.starts_with("defaults: AGENTHOLD_ADMIN_TOKEN contains spaces"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn load_reads_the_file_and_names_a_missing_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agenthold.yaml");
+        std::fs::write(&path, "sandbox:\n  default_cpus: 99\n").unwrap();
+        let e = Config::load(Some(&path), no_env).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "{}: sandbox.default_cpus (99) is above sandbox.max_cpus (8)",
+                path.display()
+            )
+        );
+
+        std::fs::write(&path, "sandbox:\n  driver: fake\n").unwrap();
+        let c = Config::load(Some(&path), no_env).unwrap();
+        assert_eq!(c.sandbox.driver, DriverKind::Fake);
+
+        let missing = dir.path().join("nope.yaml");
+        let e = Config::load(Some(&missing), no_env).unwrap_err();
+        assert!(matches!(e, ConfigError::Read { .. }));
+        let e = e.to_string();
+        assert!(
+            e.starts_with(&format!("{}: cannot read", missing.display())),
+            "{e}"
+        );
+
+        assert_eq!(Config::load(None, no_env).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn risky_settings_are_reported_as_warnings() {
+        let c = load(
+            "server:\n  admin_token: short\nsandbox:\n  docker:\n    no_new_privileges: false\n    host_mounts: ['/etc:/host-etc:ro']\n",
+        )
+        .unwrap();
+        let w = c.warnings();
+        assert_eq!(w.len(), 3, "{w:?}");
+        assert!(w.iter().any(|l| l.contains("/etc:/host-etc:ro")), "{w:?}");
+        assert!(w.iter().any(|l| l.contains("no_new_privileges")), "{w:?}");
+        assert!(w.iter().any(|l| l.contains("admin_token")), "{w:?}");
+        let c = load("sandbox:\n  driver: fake\n").unwrap();
+        assert!(c.warnings()[0].contains("fake"));
+    }
+}

@@ -1,7 +1,17 @@
 //! agenthold: self-hosted sandboxes for AI agents.
 
+pub mod activity;
+pub mod api;
 pub mod cli;
 pub mod config;
+pub mod driver;
+pub mod events;
+pub mod lifecycle;
 pub mod model;
+pub mod reconcile;
+pub mod server;
+pub mod sleeper;
 pub mod store;
+pub mod tunnel;
+pub mod utf8;
 pub mod web;

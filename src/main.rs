@@ -1,1 +1,88 @@
-fn main() {}
+//! The `agenthold` binary: the server (`serve`) and the command-line client.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use agenthold::cli::{ClientCommand, ClientOpts};
+use agenthold::config::Config;
+use agenthold::server::Server;
+
+#[derive(Parser)]
+#[command(name = "agenthold", version, about = "Self-hosted sandboxes for AI agents")]
+struct Cli {
+    #[command(flatten)]
+    client: ClientOpts,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the server
+    Serve {
+        /// YAML config file; without one the server runs on defaults
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    #[command(flatten)]
+    Client(ClientCommand),
+}
+
+fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("AGENTHOLD_LOG")
+        .unwrap_or_else(|_| EnvFilter::new("info,tower_http=warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let term = async {
+        match signal(SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+    tracing::info!("shutting down");
+}
+
+async fn serve(config: Option<PathBuf>) -> anyhow::Result<()> {
+    let config = Config::load(config.as_deref(), |k| std::env::var(k).ok())?;
+    let server = Server::bind(config).await?;
+    server.run(shutdown_signal()).await
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve { config } => {
+            init_tracing();
+            match serve(config).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("agenthold: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Client(cmd) => match agenthold::cli::run(cli.client, cmd).await {
+            Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}

@@ -1,1 +1,76 @@
-fn main() {}
+//! The sandbox container's entrypoint.
+
+use std::os::unix::fs::MetadataExt;
+
+use anyhow::Context;
+use sandboxd::boot::{BootConfig, BOOT_PATH};
+use sandboxd::SandboxOptions;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio_util::sync::CancellationToken;
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let boot_path = boot_path_from_args(std::env::args().skip(1))?;
+    let boot = BootConfig::load(&boot_path)?;
+    let opts = SandboxOptions::container();
+    adopt_fresh_home(&opts)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let shutdown = CancellationToken::new();
+        let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+        let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+        let stopper = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            stopper.cancel();
+        });
+        sandboxd::run(boot, opts, shutdown).await?;
+        anyhow::Ok(())
+    })
+}
+
+fn boot_path_from_args(mut args: impl Iterator<Item = String>) -> anyhow::Result<String> {
+    let mut path = BOOT_PATH.to_string();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--boot" => path = args.next().context("--boot needs a path")?,
+            "--version" => {
+                println!("sandboxd {}", sandboxd::proto::VERSION);
+                std::process::exit(0);
+            }
+            other => anyhow::bail!("unknown argument {other:?} (usage: sandboxd [--boot PATH])"),
+        }
+    }
+    Ok(path)
+}
+
+/// A fresh home volume belongs to root; hand it to the account so its shell can write there.
+fn adopt_fresh_home(opts: &SandboxOptions) -> anyhow::Result<()> {
+    let Some((uid, gid)) = opts.account.chown_target() else {
+        return Ok(());
+    };
+    let meta = match std::fs::metadata(&opts.home) {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::warn!(home = %opts.home.display(), error = %e, "no home directory");
+            return Ok(());
+        }
+    };
+    if meta.uid() == 0 {
+        nix::unistd::chown(&opts.home, Some(uid), Some(gid))
+            .with_context(|| format!("cannot hand {} to the account", opts.home.display()))?;
+    }
+    Ok(())
+}

@@ -1,1 +1,82 @@
-//! The command-line client (owned by the CLI work; placeholder).
+//! The command-line client: `agenthold agents|exec|shell|cp`, speaking the HTTP API of API.md.
+
+mod agents;
+mod client;
+mod cp;
+mod error;
+mod exec;
+mod lines;
+mod output;
+mod shell;
+mod sse;
+mod types;
+mod wait;
+
+pub use agents::{ActionArgs, AgentsCommand, CreateArgs};
+pub use client::{ApiClient, Terminal};
+pub use cp::{CpArgs, Location};
+pub use error::ClientError;
+pub use exec::{exit_status, ExecArgs};
+pub use shell::ShellArgs;
+pub use sse::{SseEvent, SseParser};
+pub use types::{
+    decode_exec_line, AgentAction, CreateAgent, ExecEvent, ExecExit, ExecRequest, ExecResult,
+    Health, OutputStream, ServerEvent,
+};
+
+/// Options every client command takes.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ClientOpts {
+    /// Server URL
+    #[arg(
+        long,
+        global = true,
+        env = "AGENTHOLD_URL",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    pub server: String,
+    /// API token
+    #[arg(long, global = true, env = "AGENTHOLD_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Print JSON instead of tables
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum ClientCommand {
+    /// Manage agents
+    #[command(subcommand)]
+    Agents(AgentsCommand),
+    /// Run a command in an agent: agenthold exec AGENT -- CMD...
+    Exec(ExecArgs),
+    /// Open an interactive terminal in an agent
+    Shell(ShellArgs),
+    /// Copy files: agenthold cp LOCAL AGENT:PATH  |  agenthold cp AGENT:PATH LOCAL
+    Cp(CpArgs),
+}
+
+/// Runs one client command and returns the process exit code. Failures are reported on
+/// stderr here (with a hint where one helps), so the caller only has to exit with the code.
+pub async fn run(opts: ClientOpts, cmd: ClientCommand) -> anyhow::Result<i32> {
+    let result = async {
+        let client = ApiClient::new(&opts.server, opts.token.as_deref())?;
+        match cmd {
+            ClientCommand::Agents(cmd) => agents::run(&client, opts.json, cmd).await,
+            ClientCommand::Exec(args) => exec::run(&client, args).await,
+            ClientCommand::Shell(args) => shell::run(&client, args).await,
+            ClientCommand::Cp(args) => cp::run(&client, args).await,
+        }
+    }
+    .await;
+    match result {
+        Ok(code) => Ok(code),
+        Err(error) => {
+            eprintln!("{}", error::Report { error: &error });
+            Ok(1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

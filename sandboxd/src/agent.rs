@@ -1,0 +1,201 @@
+//! The daemon loop: dial, say hello, serve the session, reconnect; kill everything at shutdown.
+//!
+//! Used by `main.rs` inside a container and by the server's fake driver in-process, which is
+//! why nothing here exits the process or touches global state.
+
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::backoff::Backoff;
+use crate::boot::BootConfig;
+use crate::channels::activity;
+use crate::dial::{self, DialError, Target};
+use crate::mux::{self, MuxHandle, Session};
+use crate::paths::LOGICAL_HOME;
+use crate::proto::{self, Hello, Request};
+use crate::sandbox::Sandbox;
+use crate::serve;
+use crate::wsio;
+
+pub use crate::sandbox::{CpuScope, SandboxOptions};
+
+/// How long the server may take to answer a hello or a ping.
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Unanswered pings in a row before the session is given up.
+pub const MAX_MISSED_PINGS: u32 = 3;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Config(#[from] DialError),
+}
+
+/// How one session ended.
+#[derive(Debug)]
+pub enum SessionEnd {
+    /// Shutdown was requested.
+    Shutdown,
+    /// The server closed the tunnel, or it broke.
+    Closed(String),
+    /// The server stopped answering pings.
+    PingTimeout,
+    /// The server did not accept the hello.
+    HelloFailed(String),
+}
+
+/// Runs sandboxd until `shutdown` is cancelled, then kills every process it started.
+///
+/// Only a tunnel URL that can never work is an error; everything else is retried.
+pub async fn run(
+    boot: BootConfig,
+    opts: SandboxOptions,
+    shutdown: CancellationToken,
+) -> Result<(), AgentError> {
+    let target = Target::parse(&boot.tunnel_url)?;
+    let sb = Sandbox::new(opts);
+    let mut backoff = Backoff::default();
+    tracing::info!(agent = %boot.agent_id, addr = %target.addr, user = %sb.account().name, "sandboxd starting");
+    loop {
+        let dialed = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            r = dial::dial(&target, &boot) => r,
+        };
+        match dialed {
+            Ok(ws) => {
+                let io = wsio::WsIo::new(wsio::tungstenite_bytes(ws));
+                let session = mux::spawn(io, mux::Mode::Client);
+                let end = run_session(session, &boot.agent_id, &sb, &shutdown).await;
+                match &end {
+                    SessionEnd::Shutdown => break,
+                    SessionEnd::HelloFailed(why) => {
+                        tracing::warn!(%why, "the server did not accept our hello")
+                    }
+                    SessionEnd::Closed(why) => {
+                        // A session that got past hello was a working one: start over quickly.
+                        backoff.reset();
+                        tracing::warn!(%why, "tunnel closed; reconnecting")
+                    }
+                    SessionEnd::PingTimeout => {
+                        backoff.reset();
+                        tracing::warn!("the server stopped answering pings; reconnecting")
+                    }
+                }
+            }
+            // The server may not have marked the agent as starting yet: worth another try.
+            Err(DialError::Refused(status)) => {
+                tracing::warn!(status, "the server refused the tunnel; retrying")
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot reach the server; retrying"),
+        }
+        let delay = backoff.next_delay();
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tokio::time::sleep(delay) => {}
+        }
+    }
+    tracing::info!("sandboxd stopping; ending every process it started");
+    sb.shutdown().await;
+    Ok(())
+}
+
+/// Serves one tunnel session: hello, activity reports, inbound channels and pings.
+pub async fn run_session(
+    session: Session,
+    agent_id: &str,
+    sb: &Sandbox,
+    shutdown: &CancellationToken,
+) -> SessionEnd {
+    let Session {
+        handle,
+        inbound,
+        mut driver,
+    } = session;
+    let hello = tokio::select! {
+        _ = shutdown.cancelled() => {
+            driver.abort();
+            return SessionEnd::Shutdown;
+        }
+        r = tokio::time::timeout(ANSWER_TIMEOUT, say_hello(&handle, agent_id, sb)) => r,
+    };
+    match hello {
+        Ok(Ok(())) => tracing::info!("connected to the server"),
+        Ok(Err(why)) => {
+            driver.abort();
+            return SessionEnd::HelloFailed(why);
+        }
+        Err(_) => {
+            driver.abort();
+            return SessionEnd::HelloFailed("no answer to hello".into());
+        }
+    }
+    let stop = shutdown.child_token();
+    let interval = sb.options().activity_interval;
+    tokio::spawn(activity::report(sb.clone(), handle.clone(), interval, stop.clone()));
+    let serving = tokio::spawn(serve::serve_inbound(sb.clone(), inbound));
+    let mut pinger = tokio::spawn(ping_until_missed(handle, sb.options().ping_interval));
+    let end = tokio::select! {
+        _ = shutdown.cancelled() => SessionEnd::Shutdown,
+        r = &mut driver => SessionEnd::Closed(match r {
+            Ok(Ok(())) => "closed by the server".into(),
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => e.to_string(),
+        }),
+        _ = &mut pinger => SessionEnd::PingTimeout,
+    };
+    stop.cancel();
+    pinger.abort();
+    serving.abort();
+    // Dropping the connection closes every stream, which ends their channels.
+    driver.abort();
+    end
+}
+
+async fn say_hello(handle: &MuxHandle, agent_id: &str, sb: &Sandbox) -> Result<(), String> {
+    let mut s = handle.open().await.map_err(|e| e.to_string())?;
+    let account = sb.account();
+    let hello = Request::Hello(Hello {
+        agent_id: agent_id.into(),
+        version: proto::VERSION.into(),
+        user: account.name.clone(),
+        uid: account.uid,
+        home: LOGICAL_HOME.into(),
+    });
+    proto::open_channel(&mut s, &hello)
+        .await
+        .map_err(|e| e.to_string())?;
+    let _ = s.shutdown().await;
+    Ok(())
+}
+
+/// Pings every `interval`; returns after [`MAX_MISSED_PINGS`] misses in a row.
+async fn ping_until_missed(handle: MuxHandle, interval: Duration) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    let mut missed = 0;
+    while missed < MAX_MISSED_PINGS {
+        tick.tick().await;
+        match tokio::time::timeout(ANSWER_TIMEOUT, ping(&handle)).await {
+            Ok(Ok(())) => missed = 0,
+            Ok(Err(e)) => {
+                missed += 1;
+                tracing::debug!(error = %e, missed, "ping failed");
+            }
+            Err(_) => {
+                missed += 1;
+                tracing::debug!(missed, "ping unanswered");
+            }
+        }
+    }
+}
+
+async fn ping(handle: &MuxHandle) -> Result<(), String> {
+    let mut s = handle.open().await.map_err(|e| e.to_string())?;
+    proto::open_channel(&mut s, &Request::Ping)
+        .await
+        .map_err(|e| e.to_string())?;
+    let _ = s.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,37 @@
+//! The environment shells and commands start with: nothing inherited from sandboxd.
+
+use std::path::Path;
+
+use crate::account::Account;
+
+pub const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+pub fn base(account: &Account, home: &Path) -> Vec<(String, String)> {
+    vec![
+        ("HOME".into(), home.to_string_lossy().into_owned()),
+        ("USER".into(), account.name.clone()),
+        ("LOGNAME".into(), account.name.clone()),
+        ("SHELL".into(), account.shell.to_string_lossy().into_owned()),
+        ("PATH".into(), PATH.into()),
+        ("LANG".into(), "C.UTF-8".into()),
+    ]
+}
+
+/// Runs in the child between fork and exec: switch to the account for good.
+///
+/// Only async-signal-safe calls, and `groups` is built before the fork so nothing allocates here.
+pub fn drop_privileges(account_uid: u32, account_gid: u32, groups: &[nix::unistd::Gid]) -> std::io::Result<()> {
+    use nix::unistd::{setgid, setgroups, setuid, Gid, Uid};
+    setgroups(groups)?;
+    setgid(Gid::from_raw(account_gid))?;
+    setuid(Uid::from_raw(account_uid))?;
+    Ok(())
+}
+
+pub fn gids(account: &Account) -> Vec<nix::unistd::Gid> {
+    account
+        .groups
+        .iter()
+        .map(|g| nix::unistd::Gid::from_raw(*g))
+        .collect()
+}

@@ -1,0 +1,159 @@
+//! What every channel of every session shares: the options, the process table, the CPU meter and
+//! the tasks to wait for at shutdown. It outlives tunnel reconnects.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::account::Account;
+use crate::channels::activity::CpuMeter;
+use crate::paths::{PathMap, LOGICAL_HOME};
+use crate::procs::ProcessTable;
+
+/// Whose CPU time the `activity` channel reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CpuScope {
+    /// Everything in the container: the cgroup's `cpu.stat`, else every process in `/proc`.
+    Container,
+    /// Only the processes sandboxd started (the fake driver, on a shared host).
+    Descendants,
+}
+
+#[derive(Debug, Clone)]
+pub struct SandboxOptions {
+    /// Where `/home/agent` really is.
+    pub home: PathBuf,
+    /// Refuse paths outside the home instead of serving them as they are.
+    pub confine_to_home: bool,
+    pub cpu_scope: CpuScope,
+    /// Shells and commands run as this account.
+    pub account: Account,
+    pub activity_interval: Duration,
+    pub ping_interval: Duration,
+}
+
+pub const DEFAULT_ACTIVITY_INTERVAL: Duration = Duration::from_secs(5);
+pub const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(15);
+
+impl SandboxOptions {
+    /// Inside a sandbox container: the real `/home/agent`, the whole container's CPU, the
+    /// `agent` account when the image has one.
+    pub fn container() -> SandboxOptions {
+        SandboxOptions {
+            home: PathBuf::from(LOGICAL_HOME),
+            confine_to_home: false,
+            cpu_scope: CpuScope::Container,
+            account: Account::detect(),
+            activity_interval: DEFAULT_ACTIVITY_INTERVAL,
+            ping_interval: DEFAULT_PING_INTERVAL,
+        }
+    }
+
+    /// Inside the server (the fake driver): `home` stands in for `/home/agent`, nothing outside
+    /// it is served, commands run as the server's own user.
+    pub fn fake(home: PathBuf) -> SandboxOptions {
+        SandboxOptions {
+            home,
+            confine_to_home: true,
+            cpu_scope: CpuScope::Descendants,
+            account: Account::current(),
+            activity_interval: DEFAULT_ACTIVITY_INTERVAL,
+            ping_interval: DEFAULT_PING_INTERVAL,
+        }
+    }
+}
+
+/// How long shutdown waits for channels to kill and reap their processes before it kills
+/// whatever is left itself.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// The shared state; cloning is cheap.
+#[derive(Clone)]
+pub struct Sandbox {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    opts: SandboxOptions,
+    paths: PathMap,
+    procs: ProcessTable,
+    cpu: Mutex<CpuMeter>,
+    tasks: TaskTracker,
+    cancel: CancellationToken,
+}
+
+impl Sandbox {
+    pub fn new(opts: SandboxOptions) -> Sandbox {
+        let paths = PathMap {
+            home: opts.home.clone(),
+            confine_to_home: opts.confine_to_home,
+        };
+        let cpu = Mutex::new(CpuMeter::new(opts.cpu_scope));
+        Sandbox {
+            inner: Arc::new(Inner {
+                opts,
+                paths,
+                procs: ProcessTable::default(),
+                cpu,
+                tasks: TaskTracker::new(),
+                cancel: CancellationToken::new(),
+            }),
+        }
+    }
+
+    pub fn options(&self) -> &SandboxOptions {
+        &self.inner.opts
+    }
+
+    pub fn account(&self) -> &Account {
+        &self.inner.opts.account
+    }
+
+    pub fn paths(&self) -> &PathMap {
+        &self.inner.paths
+    }
+
+    pub fn procs(&self) -> &ProcessTable {
+        &self.inner.procs
+    }
+
+    /// Cancelled when the sandbox shuts down; channels kill their processes then.
+    pub fn cancel_token(&self) -> &CancellationToken {
+        &self.inner.cancel
+    }
+
+    /// Runs a channel's task so that shutdown can wait for it.
+    pub fn spawn<F>(&self, fut: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.inner.tasks.spawn(fut);
+    }
+
+    /// Total CPU milliseconds so far, never decreasing.
+    pub async fn cpu_ms(&self) -> u64 {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut meter = this.inner.cpu.lock().unwrap_or_else(|e| e.into_inner());
+            meter.sample(&this.inner.procs)
+        })
+        .await
+        .unwrap_or(0)
+    }
+
+    /// Stops every channel and kills every process sandboxd started.
+    pub async fn shutdown(&self) {
+        self.inner.cancel.cancel();
+        self.inner.tasks.close();
+        if tokio::time::timeout(SHUTDOWN_GRACE, self.inner.tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("channels did not end in time; killing what is left");
+        }
+        self.inner.procs.kill_all();
+    }
+}

@@ -1,0 +1,64 @@
+//! Inbound streams: read each header (with a deadline) and hand the stream to its channel.
+//!
+//! Every stream runs in its own task, and a bad header costs only that stream an error reply:
+//! the session and the other channels go on.
+
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+
+use crate::channels::{self, exec, fs, pty};
+use crate::mux::MuxStream;
+use crate::proto::{self, ChannelError, ErrorCode, ProtoError, Reply, Request};
+use crate::sandbox::Sandbox;
+
+/// How long a peer may take to send a stream's header.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves every stream the peer opens until the session ends.
+pub async fn serve_inbound(sb: Sandbox, mut inbound: mpsc::UnboundedReceiver<MuxStream>) {
+    while let Some(stream) = inbound.recv().await {
+        sb.spawn(handle(sb.clone(), stream));
+    }
+}
+
+async fn handle(sb: Sandbox, mut s: MuxStream) {
+    let req = match tokio::time::timeout(HEADER_TIMEOUT, proto::read_request(&mut s)).await {
+        Ok(Ok(req)) => req,
+        Ok(Err(ProtoError::Eof)) => return,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "bad channel header");
+            return channels::refuse(s, e.to_channel_error()).await;
+        }
+        Err(_) => {
+            let err = ChannelError::new(
+                ErrorCode::Invalid,
+                format!("no channel header within {} s", HEADER_TIMEOUT.as_secs()),
+            );
+            return channels::refuse(s, err).await;
+        }
+    };
+    tracing::debug!(channel = req.channel(), "channel opened");
+    match req {
+        Request::Ping => {
+            if channels::reply(&mut s, &Reply::ok()).await {
+                let _ = s.shutdown().await;
+            }
+        }
+        Request::FsList { path } => fs::list(sb, s, path).await,
+        Request::FsRead { path } => fs::read(sb, s, path).await,
+        Request::FsWrite { path } => fs::write(sb, s, path).await,
+        Request::FsMkdir { path } => fs::mkdir(sb, s, path).await,
+        Request::FsRemove { path, recursive } => fs::remove(sb, s, path, recursive).await,
+        Request::Exec(req) => exec::exec(sb, s, req).await,
+        Request::Pty(req) => pty::pty(sb, s, req).await,
+        Request::Hello(_) | Request::Activity => {
+            let err = ChannelError::new(
+                ErrorCode::Invalid,
+                "this channel is opened by sandboxd, not by the server",
+            );
+            channels::refuse(s, err).await
+        }
+    }
+}

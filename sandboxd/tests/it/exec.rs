@@ -1,0 +1,136 @@
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use sandboxd::proto::{ErrorCode, ExecRequest, Frame, FrameCodec, Request};
+use tokio_util::codec::Framed;
+
+use crate::harness::{collect, eventually, exec_req, group_alive, Harness};
+
+#[tokio::test]
+async fn stdout_stderr_stdin_and_exit_code() {
+    let h = Harness::start().await;
+    let out = h
+        .exec(exec_req(&["sh", "-c", "cat; echo oops >&2; exit 3"]), b"hello stdin")
+        .await;
+    assert_eq!(out.stdout, b"hello stdin");
+    assert_eq!(out.stderr, b"oops\n");
+    assert_eq!(out.exit.exit_code, 3);
+    assert!(!out.exit.timed_out && !out.exit.truncated);
+}
+
+#[tokio::test]
+async fn runs_in_the_home_with_a_clean_environment() {
+    let h = Harness::start().await;
+    let mut req = exec_req(&["sh", "-c", "pwd; echo $HOME; echo $LANG; echo ${CARGO:-unset}; echo $EXTRA"]);
+    req.env = vec![("EXTRA".into(), "yes".into())];
+    let out = h.exec(req, b"").await;
+    let home = h.home.path().canonicalize().unwrap();
+    let lines: Vec<String> = out.stdout_str().lines().map(String::from).collect();
+    assert_eq!(std::path::Path::new(&lines[0]).canonicalize().unwrap(), home);
+    assert_eq!(lines[2..], ["C.UTF-8", "unset", "yes"]);
+
+    std::fs::create_dir(h.home.path().join("sub")).unwrap();
+    let mut req = exec_req(&["pwd"]);
+    req.cwd = Some("sub".into());
+    assert!(h.exec(req, b"").await.stdout_str().trim_end().ends_with("/sub"));
+    let mut req = exec_req(&["pwd"]);
+    req.cwd = Some("missing".into());
+    assert_eq!(h.refused(&Request::Exec(req)).await.code, ErrorCode::NotFound);
+    assert_eq!(h.refused(&Request::Exec(exec_req(&[]))).await.code, ErrorCode::Invalid);
+}
+
+#[tokio::test]
+async fn a_missing_command_exits_127() {
+    let h = Harness::start().await;
+    let out = h.exec(exec_req(&["no-such-command-agenthold"]), b"").await;
+    assert_eq!(out.exit.exit_code, 127);
+    assert!(out.stderr_str().contains("no-such-command-agenthold"));
+    let out = h.exec(exec_req(&["/etc/hostname"]), b"").await;
+    assert_eq!(out.exit.exit_code, 126);
+}
+
+#[tokio::test]
+async fn the_timeout_kills_the_whole_group() {
+    let h = Harness::start().await;
+    let req = ExecRequest {
+        timeout_ms: Some(500),
+        ..exec_req(&["sh", "-c", "echo $$; sleep 100 & sleep 100"])
+    };
+    let out = h.exec(req, b"").await;
+    assert!(out.exit.timed_out);
+    assert_eq!(out.exit.exit_code, 137);
+    let pgid: i32 = out.stdout_str().trim().parse().unwrap();
+    eventually(Duration::from_secs(10), "the group to be gone", || !group_alive(pgid)).await;
+}
+
+#[tokio::test]
+async fn background_children_end_with_the_command() {
+    let h = Harness::start().await;
+    let out = h.exec(exec_req(&["sh", "-c", "echo $$; sleep 100 >/dev/null 2>&1 &"]), b"").await;
+    assert_eq!(out.exit.exit_code, 0);
+    let pgid: i32 = out.stdout_str().trim().parse().unwrap();
+    eventually(Duration::from_secs(10), "the group to be gone", || !group_alive(pgid)).await;
+}
+
+#[tokio::test]
+async fn output_beyond_the_cap_is_dropped() {
+    let h = Harness::start().await;
+    let req = ExecRequest {
+        output_cap: Some(1000),
+        ..exec_req(&["sh", "-c", "head -c 3000000 /dev/zero; echo tail >&2"])
+    };
+    let out = h.exec(req, b"").await;
+    assert_eq!(out.stdout.len(), 1000);
+    assert_eq!(out.stderr, b"tail\n");
+    assert!(out.exit.truncated);
+    assert_eq!(out.exit.exit_code, 0);
+}
+
+#[tokio::test]
+async fn a_caller_that_goes_away_kills_the_command() {
+    let h = Harness::start().await;
+    let (s, r) = h.open(&Request::Exec(exec_req(&["sh", "-c", "echo $$; sleep 100 & sleep 100"]))).await;
+    r.unwrap();
+    let mut f = Framed::new(s, FrameCodec::default());
+    let pgid: i32 = match f.next().await.unwrap().unwrap() {
+        Frame::Stdout(b) => String::from_utf8_lossy(&b).trim().parse().unwrap(),
+        other => panic!("unexpected {other:?}"),
+    };
+    assert!(group_alive(pgid));
+    drop(f);
+    eventually(Duration::from_secs(10), "the group to be gone", || !group_alive(pgid)).await;
+    h.ping().await;
+}
+
+#[tokio::test]
+async fn stdin_closed_cleanly_keeps_the_command_running() {
+    let h = Harness::start().await;
+    let (s, r) = h.open(&Request::Exec(exec_req(&["sh", "-c", "read x; echo got $x"]))).await;
+    r.unwrap();
+    let mut f = Framed::new(s, FrameCodec::default());
+    f.send(Frame::Data("line\n".into())).await.unwrap();
+    f.send(Frame::StdinEof).await.unwrap();
+    let out = collect(&mut f).await;
+    assert_eq!(out.stdout, b"got line\n");
+}
+
+#[tokio::test]
+async fn commands_run_as_the_account() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: needs root to switch accounts");
+        return;
+    }
+    let h = Harness::start_with(|o| {
+        o.account = sandboxd::Account {
+            name: "nobody".into(),
+            uid: 65534,
+            gid: 65534,
+            groups: vec![65534],
+            shell: "/bin/sh".into(),
+        };
+        o.home = std::env::temp_dir();
+    })
+    .await;
+    let out = h.exec(exec_req(&["sh", "-c", "id -u; id -g; id -G; echo $USER"]), b"").await;
+    assert_eq!(out.stdout_str(), "65534\n65534\n65534\nnobody\n");
+}

@@ -1,0 +1,8 @@
+//! sandboxd's channels tested through real headers on a real mux session.
+
+mod agent;
+mod exec;
+mod fs;
+mod harness;
+mod protocol;
+mod pty;

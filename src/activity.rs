@@ -1,0 +1,169 @@
+//! What counts as use of an agent, for the sleeper and for `lastActivityAt` / `sleepsAt`.
+//!
+//! Kept in memory on purpose: after a restart the idle clock of every agent starts again.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+
+/// CPU use above this share of one core counts as activity.
+const BUSY_CPU_SHARE: f64 = 0.05;
+
+#[derive(Debug, Clone)]
+struct Entry {
+    last: DateTime<Utc>,
+    terminals: usize,
+    execs: usize,
+    cpu: Option<(u64, DateTime<Utc>)>,
+}
+
+impl Entry {
+    fn new(now: DateTime<Utc>) -> Entry {
+        Entry {
+            last: now,
+            terminals: 0,
+            execs: 0,
+            cpu: None,
+        }
+    }
+}
+
+#[derive(Clone, Default)]
+pub struct ActivityTracker {
+    inner: Arc<Mutex<HashMap<String, Entry>>>,
+}
+
+/// What the tracker knows of one agent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActivityView {
+    pub last_activity_at: DateTime<Utc>,
+    /// A terminal is open or a command runs: the agent is in use whatever the clock says.
+    pub busy: bool,
+}
+
+#[derive(Clone, Copy)]
+pub enum Use {
+    Terminal,
+    Exec,
+}
+
+impl ActivityTracker {
+    fn with<R>(&self, id: &str, f: impl FnOnce(&mut Entry) -> R) -> R {
+        let now = Utc::now();
+        let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = map.entry(id.to_string()).or_insert_with(|| Entry::new(now));
+        f(entry)
+    }
+
+    /// Someone used the agent (API call, file access, wake).
+    pub fn touch(&self, id: &str) {
+        let now = Utc::now();
+        self.with(id, |e| e.last = now);
+    }
+
+    /// Marks a terminal or exec as running until the guard drops.
+    pub fn hold(&self, id: &str, kind: Use) -> UseGuard {
+        let now = Utc::now();
+        self.with(id, |e| {
+            e.last = now;
+            match kind {
+                Use::Terminal => e.terminals += 1,
+                Use::Exec => e.execs += 1,
+            }
+        });
+        UseGuard {
+            tracker: self.clone(),
+            id: id.to_string(),
+            kind,
+        }
+    }
+
+    /// A CPU-time report from sandboxd (milliseconds used since it started).
+    pub fn cpu_sample(&self, id: &str, cpu_ms: u64) {
+        self.cpu_sample_at(id, cpu_ms, Utc::now());
+    }
+
+    fn cpu_sample_at(&self, id: &str, cpu_ms: u64, now: DateTime<Utc>) {
+        self.with(id, |e| {
+            if let Some((prev_ms, prev_at)) = e.cpu {
+                let wall_ms = (now - prev_at).num_milliseconds();
+                // A counter that went back means sandboxd restarted: start over.
+                if wall_ms > 0 && cpu_ms >= prev_ms {
+                    let share = (cpu_ms - prev_ms) as f64 / wall_ms as f64;
+                    if share >= BUSY_CPU_SHARE {
+                        e.last = now;
+                    }
+                }
+            }
+            e.cpu = Some((cpu_ms, now));
+        });
+    }
+
+    /// Forgets the CPU baseline, for a sandbox that was stopped or restarted.
+    pub fn reset_cpu(&self, id: &str) {
+        self.with(id, |e| e.cpu = None);
+    }
+
+    pub fn view(&self, id: &str) -> ActivityView {
+        self.with(id, |e| ActivityView {
+            last_activity_at: e.last,
+            busy: e.terminals > 0 || e.execs > 0,
+        })
+    }
+
+    pub fn forget(&self, id: &str) {
+        let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        map.remove(id);
+    }
+}
+
+pub struct UseGuard {
+    tracker: ActivityTracker,
+    id: String,
+    kind: Use,
+}
+
+impl Drop for UseGuard {
+    fn drop(&mut self) {
+        let now = Utc::now();
+        let kind = self.kind;
+        self.tracker.with(&self.id, |e| {
+            e.last = now;
+            match kind {
+                Use::Terminal => e.terminals = e.terminals.saturating_sub(1),
+                Use::Exec => e.execs = e.execs.saturating_sub(1),
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Duration;
+
+    #[test]
+    fn busy_while_held() {
+        let t = ActivityTracker::default();
+        let g = t.hold("a", Use::Terminal);
+        assert!(t.view("a").busy);
+        drop(g);
+        assert!(!t.view("a").busy);
+    }
+
+    #[test]
+    fn cpu_above_five_percent_counts() {
+        let t = ActivityTracker::default();
+        let t0 = Utc::now() - Duration::minutes(10);
+        t.with("a", |e| e.last = t0);
+        t.cpu_sample_at("a", 0, t0);
+        // 1% of a core: not activity.
+        t.cpu_sample_at("a", 100, t0 + Duration::seconds(10));
+        assert_eq!(t.view("a").last_activity_at, t0);
+        // 50% of a core: activity.
+        let t2 = t0 + Duration::seconds(20);
+        t.cpu_sample_at("a", 5100, t2);
+        assert_eq!(t.view("a").last_activity_at, t2);
+    }
+}

@@ -1,0 +1,250 @@
+//! `/api/v1/agents`: the agents and their lifecycle actions.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::error::{ApiError, ApiJson, ErrorBody};
+use super::AppState;
+use crate::model::{new_agent_id, Agent, AgentPatch, NewAgent};
+
+/// Longest agent name: one DNS label.
+const MAX_NAME: usize = 63;
+/// Longest image reference Docker accepts in practice.
+const MAX_IMAGE: usize = 255;
+/// The longest idle time one can ask for: a week.
+const MAX_IDLE_MINUTES: u32 = 7 * 24 * 60;
+
+#[derive(Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateAgent {
+    /// Unique, DNS-safe: lowercase letters, digits and `-`, at most 63.
+    pub name: String,
+    pub image: Option<String>,
+    pub cpus: Option<f64>,
+    pub memory_mb: Option<u64>,
+    /// Minutes without use before the agent sleeps; 0 = never.
+    pub idle_minutes: Option<u32>,
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpdateAgent {
+    pub name: Option<String>,
+    pub image: Option<String>,
+    pub cpus: Option<f64>,
+    pub memory_mb: Option<u64>,
+    pub idle_minutes: Option<u32>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Health {
+    pub status: String,
+    pub version: String,
+    pub driver: String,
+}
+
+pub fn validate_name(name: &str) -> Result<(), ApiError> {
+    let bad = |why: &str| Err(ApiError::invalid_field("name", format!("name {why}")));
+    if name.is_empty() {
+        return bad("must not be empty");
+    }
+    if name.len() > MAX_NAME {
+        return bad(&format!("is longer than {MAX_NAME} characters"));
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        return bad("may only hold lowercase letters, digits and '-'");
+    }
+    if name.starts_with('-') || name.ends_with('-') {
+        return bad("must start and end with a letter or digit");
+    }
+    Ok(())
+}
+
+fn validate_image(image: &str) -> Result<(), ApiError> {
+    if image.is_empty() || image.len() > MAX_IMAGE {
+        return Err(ApiError::invalid_field(
+            "image",
+            format!("image must be 1 to {MAX_IMAGE} characters"),
+        ));
+    }
+    if image.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(ApiError::invalid_field(
+            "image",
+            "image may not contain spaces or control characters",
+        ));
+    }
+    Ok(())
+}
+
+fn validate_resources(
+    st: &AppState,
+    cpus: Option<f64>,
+    memory_mb: Option<u64>,
+    idle: Option<u32>,
+) -> Result<(), ApiError> {
+    let sb = &st.config.sandbox;
+    if let Some(c) = cpus {
+        if !(c.is_finite() && c > 0.0 && c <= sb.max_cpus) {
+            return Err(ApiError::invalid_field(
+                "cpus",
+                format!("cpus must be above 0 and at most {}", sb.max_cpus),
+            ));
+        }
+    }
+    if let Some(m) = memory_mb {
+        if !(16..=sb.max_memory_mb).contains(&m) {
+            return Err(ApiError::invalid_field(
+                "memoryMb",
+                format!("memoryMb must be between 16 and {}", sb.max_memory_mb),
+            ));
+        }
+    }
+    if let Some(i) = idle {
+        if i > MAX_IDLE_MINUTES {
+            return Err(ApiError::invalid_field(
+                "idleMinutes",
+                format!("idleMinutes must be at most {MAX_IDLE_MINUTES} (0 = never sleep)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Liveness, version and driver; needs no token.
+#[utoipa::path(get, path = "/api/v1/health", tag = "agents", security(),
+    responses((status = 200, body = Health)))]
+pub async fn health(State(st): State<AppState>) -> Json<Health> {
+    Json(Health {
+        status: "ok".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        driver: st.lc.driver.kind().into(),
+    })
+}
+
+/// Every agent.
+#[utoipa::path(get, path = "/api/v1/agents", tag = "agents",
+    responses((status = 200, body = [Agent])))]
+pub async fn list(State(st): State<AppState>) -> Result<Json<Vec<Agent>>, ApiError> {
+    Ok(Json(st.lc.list().await?))
+}
+
+/// Creates an agent; it goes on to `running` in the background.
+#[utoipa::path(post, path = "/api/v1/agents", tag = "agents", request_body = CreateAgent,
+    responses((status = 201, body = Agent), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn create(
+    State(st): State<AppState>,
+    ApiJson(body): ApiJson<CreateAgent>,
+) -> Result<(StatusCode, Json<Agent>), ApiError> {
+    validate_name(&body.name)?;
+    if let Some(image) = &body.image {
+        validate_image(image)?;
+    }
+    validate_resources(&st, body.cpus, body.memory_mb, body.idle_minutes)?;
+    let sb = &st.config.sandbox;
+    let new = NewAgent {
+        id: new_agent_id(),
+        name: body.name,
+        image: body.image.unwrap_or_else(|| sb.default_image.clone()),
+        cpus: body.cpus.unwrap_or(sb.default_cpus),
+        memory_mb: body.memory_mb.unwrap_or(sb.default_memory_mb),
+        idle_minutes: body.idle_minutes.unwrap_or(sb.default_idle_minutes),
+    };
+    let agent = st.lc.create(new).await?;
+    Ok((StatusCode::CREATED, Json(agent)))
+}
+
+/// One agent.
+#[utoipa::path(get, path = "/api/v1/agents/{id}", tag = "agents",
+    params(("id" = String, Path)), responses((status = 200, body = Agent), (status = 404, body = ErrorBody)))]
+pub async fn get(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Agent>, ApiError> {
+    Ok(Json(st.lc.get(&id).await?))
+}
+
+/// Changes settings; a changed image or resource sets `needsRebuild`.
+#[utoipa::path(patch, path = "/api/v1/agents/{id}", tag = "agents", request_body = UpdateAgent,
+    params(("id" = String, Path)), responses((status = 200, body = Agent), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn update(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<UpdateAgent>,
+) -> Result<Json<Agent>, ApiError> {
+    if let Some(name) = &body.name {
+        validate_name(name)?;
+    }
+    if let Some(image) = &body.image {
+        validate_image(image)?;
+    }
+    validate_resources(&st, body.cpus, body.memory_mb, body.idle_minutes)?;
+    let patch = AgentPatch {
+        name: body.name,
+        image: body.image,
+        cpus: body.cpus,
+        memory_mb: body.memory_mb,
+        idle_minutes: body.idle_minutes,
+    };
+    Ok(Json(st.lc.patch(&id, patch).await?))
+}
+
+/// Destroys the agent: its sandbox, home volume and network, then the agent itself.
+#[utoipa::path(delete, path = "/api/v1/agents/{id}", tag = "agents",
+    params(("id" = String, Path)), responses((status = 202, body = Agent), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn destroy(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<Agent>), ApiError> {
+    Ok((StatusCode::ACCEPTED, Json(st.lc.destroy(&id).await?)))
+}
+
+/// Starts a sleeping (or failed) agent.
+#[utoipa::path(post, path = "/api/v1/agents/{id}/start", tag = "agents",
+    params(("id" = String, Path)), responses((status = 202, body = Agent), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn start(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<Agent>), ApiError> {
+    Ok((StatusCode::ACCEPTED, Json(st.lc.start(&id).await?)))
+}
+
+/// Puts a running agent to sleep: processes end, the disk stays.
+#[utoipa::path(post, path = "/api/v1/agents/{id}/stop", tag = "agents",
+    params(("id" = String, Path)), responses((status = 202, body = Agent), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn stop(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<Agent>), ApiError> {
+    Ok((StatusCode::ACCEPTED, Json(st.lc.stop(&id).await?)))
+}
+
+/// Recreates the sandbox from the current image and resources, keeping the home.
+#[utoipa::path(post, path = "/api/v1/agents/{id}/rebuild", tag = "agents",
+    params(("id" = String, Path)), responses((status = 202, body = Agent), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn rebuild(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<Agent>), ApiError> {
+    Ok((StatusCode::ACCEPTED, Json(st.lc.rebuild(&id).await?)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_must_be_dns_labels() {
+        for ok in ["a", "builder", "agent-7", &"x".repeat(63)] {
+            assert!(validate_name(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "Builder", "-a", "a-", "a_b", "a.b", "ä", "a b", &"x".repeat(64)] {
+            assert!(validate_name(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,51 @@
+//! `GET /api/v1/events`: Server-Sent Events, one `agent` event per change (and a snapshot of
+//! every agent when the stream opens or after it fell behind), `deleted` when one is gone.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures::Stream;
+use tokio::sync::broadcast::error::RecvError;
+
+use super::AppState;
+use crate::events::AgentEvent;
+use crate::model::Agent;
+
+fn agent_event(agent: &Agent) -> Event {
+    Event::default()
+        .event("agent")
+        .json_data(agent)
+        .unwrap_or_else(|_| Event::default().comment("unencodable agent"))
+}
+
+/// A stream of agent changes.
+#[utoipa::path(get, path = "/api/v1/events", tag = "agents",
+    responses((status = 200, content_type = "text/event-stream", description = "`agent` events carry an Agent; `deleted` events carry {\"id\"}")))]
+pub async fn events(State(st): State<AppState>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let mut rx = st.lc.hub.subscribe();
+    let lc = st.lc.clone();
+    let stream = async_stream::stream! {
+        let mut snapshot = true;
+        loop {
+            if snapshot {
+                snapshot = false;
+                if let Ok(agents) = lc.list().await {
+                    for a in &agents {
+                        yield Ok(agent_event(a));
+                    }
+                }
+            }
+            match rx.recv().await {
+                Ok(AgentEvent::Changed(a)) => yield Ok(agent_event(&a)),
+                Ok(AgentEvent::Deleted(id)) => {
+                    yield Ok(Event::default().event("deleted").data(serde_json::json!({"id": id}).to_string()));
+                }
+                Err(RecvError::Lagged(_)) => snapshot = true,
+                Err(RecvError::Closed) => break,
+            }
+        }
+    };
+    Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+}

@@ -1,0 +1,265 @@
+//! `POST /api/v1/agents/{id}/exec`: one command without a terminal, the way an AI agent's tool
+//! call runs one. Answers with the whole result, or streams NDJSON when asked to.
+
+use std::collections::BTreeMap;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures::{SinkExt, Stream, StreamExt};
+use sandboxd::proto::{self, ExecExit, ExecRequest, Frame, FrameCodec, Request as Channel};
+use serde::{Deserialize, Serialize};
+use tokio_util::codec::{FramedRead, FramedWrite};
+use utoipa::ToSchema;
+
+use super::error::{ApiError, ApiJson, ErrorBody};
+use super::AppState;
+use crate::activity::{Use, UseGuard};
+use crate::utf8::Utf8Decoder;
+
+pub const NDJSON: &str = "application/x-ndjson";
+
+#[derive(Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExecBody {
+    /// The program and its arguments; no shell unless you name one.
+    pub command: Vec<String>,
+    /// Working directory; /home/agent by default.
+    pub cwd: Option<String>,
+    pub env: Option<BTreeMap<String, String>>,
+    pub stdin: Option<String>,
+    /// Kills the whole process group after this long; the server's default applies when absent.
+    pub timeout_ms: Option<u64>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecResult {
+    pub exit_code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    pub timed_out: bool,
+    pub duration_ms: u64,
+    /// Output beyond the server's cap (server.exec_output_cap_kb) was cut.
+    pub truncated: bool,
+}
+
+fn validate(st: &AppState, body: &ExecBody) -> Result<ExecRequest, ApiError> {
+    if body.command.is_empty() || body.command[0].is_empty() {
+        return Err(ApiError::invalid_field(
+            "command",
+            "command must name a program",
+        ));
+    }
+    if body.command.iter().any(|a| a.contains('\0')) {
+        return Err(ApiError::invalid_field("command", "command may not contain NUL bytes"));
+    }
+    let env = body.env.clone().unwrap_or_default();
+    for (k, v) in &env {
+        if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+            return Err(ApiError::invalid_field(
+                "env",
+                format!("{k:?} is not a valid environment variable"),
+            ));
+        }
+    }
+    let server = &st.config.server;
+    let max = server.exec_max_timeout.as_millis() as u64;
+    let timeout_ms = body
+        .timeout_ms
+        .unwrap_or(server.exec_default_timeout.as_millis() as u64);
+    if timeout_ms == 0 || timeout_ms > max {
+        return Err(ApiError::invalid_field(
+            "timeoutMs",
+            format!("timeoutMs must be between 1 and {max}"),
+        ));
+    }
+    if let Some(cwd) = &body.cwd {
+        if cwd.contains('\0') {
+            return Err(ApiError::invalid_field("cwd", "cwd may not contain NUL bytes"));
+        }
+    }
+    Ok(ExecRequest {
+        command: body.command.clone(),
+        cwd: body.cwd.clone(),
+        env: env.into_iter().collect(),
+        timeout_ms: Some(timeout_ms),
+        output_cap: None,
+    })
+}
+
+/// Runs one command; wakes a sleeping agent first.
+#[utoipa::path(post, path = "/api/v1/agents/{id}/exec", tag = "exec", request_body = ExecBody,
+    params(("id" = String, Path)),
+    responses((status = 200, body = ExecResult, description = "The result; with `Accept: application/x-ndjson`, a stream of `{stream,data}` lines and a last `{exitCode,timedOut,durationMs}` line"),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 503, body = ErrorBody)))]
+pub async fn exec(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<ExecBody>,
+) -> Result<Response, ApiError> {
+    let mut req = validate(&st, &body)?;
+    let streaming = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains(NDJSON));
+    if !streaming {
+        req.output_cap = Some(st.config.server.exec_output_cap_kb.saturating_mul(1024));
+    }
+    let handle = st.lc.wake(&id, || {}).await?;
+    let guard = st.lc.activity.hold(&id, Use::Exec);
+    let mut stream = handle
+        .open()
+        .await
+        .map_err(|e| ApiError::unavailable(format!("the sandbox connection failed: {e}")))?;
+    proto::open_channel(&mut stream, &Channel::Exec(req)).await?;
+    let (rd, wr) = tokio::io::split(stream);
+    let frames = FramedRead::new(rd, FrameCodec::default());
+    let stdin = body.stdin.unwrap_or_default().into_bytes();
+    // Stdin goes in its own task so a command that prints before it reads cannot deadlock us.
+    let feeder = tokio::spawn(async move {
+        let mut sink = FramedWrite::new(wr, FrameCodec::default());
+        for chunk in stdin.chunks(proto::DATA_CHUNK) {
+            sink.send(Frame::Data(Bytes::copy_from_slice(chunk))).await?;
+        }
+        sink.send(Frame::StdinEof).await?;
+        // Keep the write half open: dropping it would reset the stream and kill the command.
+        futures::future::pending::<()>().await;
+        Ok::<_, proto::ProtoError>(())
+    });
+    let frames = Frames {
+        inner: frames,
+        _feeder: AbortOnDrop(feeder),
+        _guard: guard,
+    };
+    if streaming {
+        Ok(ndjson_response(frames))
+    } else {
+        Ok(collect(frames).await?.into_response())
+    }
+}
+
+/// The sandbox's frames, with the stdin feeder and the activity hold that live as long as they.
+struct Frames<S> {
+    inner: S,
+    _feeder: AbortOnDrop,
+    _guard: UseGuard,
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<Result<(), proto::ProtoError>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl<S: Stream<Item = Result<Frame, proto::ProtoError>> + Unpin> Frames<S> {
+    async fn next(&mut self) -> Option<Result<Frame, proto::ProtoError>> {
+        self.inner.next().await
+    }
+}
+
+fn lost() -> ApiError {
+    ApiError::unavailable("the sandbox connection was lost while the command ran")
+}
+
+async fn collect<S>(mut frames: Frames<S>) -> Result<axum::Json<ExecResult>, ApiError>
+where
+    S: Stream<Item = Result<Frame, proto::ProtoError>> + Unpin,
+{
+    let mut stdout = Vec::new();
+    let mut stderr = Vec::new();
+    while let Some(frame) = frames.next().await {
+        match frame.map_err(|_| lost())? {
+            Frame::Stdout(b) => stdout.extend_from_slice(&b),
+            Frame::Stderr(b) => stderr.extend_from_slice(&b),
+            Frame::ExecExit(exit) => {
+                return Ok(axum::Json(ExecResult {
+                    exit_code: exit.exit_code,
+                    stdout: String::from_utf8_lossy(&stdout).into_owned(),
+                    stderr: String::from_utf8_lossy(&stderr).into_owned(),
+                    timed_out: exit.timed_out,
+                    duration_ms: exit.duration_ms,
+                    truncated: exit.truncated,
+                }))
+            }
+            _ => {}
+        }
+    }
+    Err(lost())
+}
+
+#[derive(Serialize)]
+struct OutputLine<'a> {
+    stream: &'a str,
+    data: &'a str,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ExitLine {
+    exit_code: i32,
+    timed_out: bool,
+    duration_ms: u64,
+    truncated: bool,
+}
+
+fn line<T: Serialize>(value: &T) -> Bytes {
+    let mut v = serde_json::to_vec(value).unwrap_or_default();
+    v.push(b'\n');
+    Bytes::from(v)
+}
+
+fn ndjson_response<S>(frames: Frames<S>) -> Response
+where
+    S: Stream<Item = Result<Frame, proto::ProtoError>> + Unpin + Send + 'static,
+{
+    let body = async_stream::stream! {
+        let mut frames = frames;
+        let mut out = Utf8Decoder::default();
+        let mut err = Utf8Decoder::default();
+        loop {
+            match frames.next().await {
+                Some(Ok(Frame::Stdout(b))) => {
+                    let text = out.decode(&b);
+                    if !text.is_empty() {
+                        yield Ok::<_, std::io::Error>(line(&OutputLine { stream: "stdout", data: &text }));
+                    }
+                }
+                Some(Ok(Frame::Stderr(b))) => {
+                    let text = err.decode(&b);
+                    if !text.is_empty() {
+                        yield Ok(line(&OutputLine { stream: "stderr", data: &text }));
+                    }
+                }
+                Some(Ok(Frame::ExecExit(ExecExit { exit_code, timed_out, duration_ms, truncated }))) => {
+                    for (name, dec) in [("stdout", &mut out), ("stderr", &mut err)] {
+                        let rest = dec.finish();
+                        if !rest.is_empty() {
+                            yield Ok(line(&OutputLine { stream: name, data: &rest }));
+                        }
+                    }
+                    yield Ok(line(&ExitLine { exit_code, timed_out, duration_ms, truncated }));
+                    break;
+                }
+                Some(Ok(_)) => {}
+                Some(Err(_)) | None => {
+                    let e = lost();
+                    yield Ok(line(&serde_json::json!({"error": {"code": e.code, "message": e.message}})));
+                    break;
+                }
+            }
+        }
+    };
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, NDJSON)],
+        Body::from_stream(body),
+    )
+        .into_response()
+}
+

@@ -1,0 +1,214 @@
+//! `/api/v1/agents/{id}/fs/*`: the file browser, over the `fs.*` channels. Reads and writes
+//! stream; a write that does not arrive whole is thrown away by sandboxd.
+
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures::StreamExt;
+use sandboxd::mux::MuxStream;
+use sandboxd::proto::{self, Reply, Request as Channel};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use utoipa::{IntoParams, ToSchema};
+
+use super::error::{ApiError, ApiQuery, ErrorBody};
+use super::AppState;
+
+/// Largest `fs.list` answer read from a sandbox.
+const MAX_LISTING: u64 = 64 * 1024 * 1024;
+
+#[derive(Deserialize, IntoParams)]
+pub struct PathQuery {
+    /// Relative to /home/agent unless absolute.
+    #[serde(default)]
+    pub path: String,
+}
+
+#[derive(Deserialize, IntoParams)]
+pub struct RemoveQuery {
+    pub path: String,
+    #[serde(default)]
+    pub recursive: bool,
+}
+
+#[derive(Serialize, Deserialize, ToSchema)]
+pub struct DirEntry {
+    pub name: String,
+    /// file, dir, symlink or other
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub size: u64,
+    pub mode: u32,
+    pub mtime: String,
+}
+
+/// Opens `channel` on a running agent's sandbox. File operations do not wake an agent.
+pub(super) async fn open(
+    st: &AppState,
+    id: &str,
+    channel: &Channel,
+) -> Result<(MuxStream, serde_json::Value), ApiError> {
+    let Some(handle) = st.lc.tunnels.get(id) else {
+        let agent = st.lc.get(id).await?;
+        return Err(ApiError::conflict(format!(
+            "agent {} is {}; file operations need a running agent",
+            agent.name, agent.state
+        )));
+    };
+    st.lc.activity.touch(id);
+    let mut stream = handle
+        .open()
+        .await
+        .map_err(|e| ApiError::unavailable(format!("the sandbox connection failed: {e}")))?;
+    let ok = proto::open_channel(&mut stream, channel).await?;
+    Ok((stream, ok))
+}
+
+fn check_path(path: &str) -> Result<(), ApiError> {
+    if path.is_empty() {
+        return Err(ApiError::invalid_field("path", "path is required"));
+    }
+    Ok(())
+}
+
+/// Lists a directory.
+#[utoipa::path(get, path = "/api/v1/agents/{id}/fs/list", tag = "files",
+    params(("id" = String, Path), PathQuery),
+    responses((status = 200, body = [DirEntry]), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn list(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<PathQuery>,
+) -> Result<Json<Vec<DirEntry>>, ApiError> {
+    let (stream, _) = open(&st, &id, &Channel::FsList { path: q.path }).await?;
+    let mut body = Vec::new();
+    stream
+        .take(MAX_LISTING)
+        .read_to_end(&mut body)
+        .await
+        .map_err(|e| ApiError::unavailable(format!("reading the listing failed: {e}")))?;
+    let entries = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::internal(format!("the sandbox sent a bad listing: {e}")))?;
+    Ok(Json(entries))
+}
+
+/// Reads a file, streamed.
+#[utoipa::path(get, path = "/api/v1/agents/{id}/fs/read", tag = "files",
+    params(("id" = String, Path), PathQuery),
+    responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn read(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<PathQuery>,
+) -> Result<Response, ApiError> {
+    check_path(&q.path)?;
+    let (stream, ok) = open(&st, &id, &Channel::FsRead { path: q.path }).await?;
+    let size = ok.get("size").and_then(|s| s.as_u64());
+    let body = Body::from_stream(tokio_util::io::ReaderStream::with_capacity(
+        stream,
+        proto::DATA_CHUNK,
+    ));
+    let mut resp = (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/octet-stream")],
+        body,
+    )
+        .into_response();
+    if let Some(size) = size {
+        resp.headers_mut()
+            .insert(header::CONTENT_LENGTH, header::HeaderValue::from(size));
+    }
+    Ok(resp)
+}
+
+/// Writes a file from the streamed body; it is replaced whole or not at all.
+#[utoipa::path(put, path = "/api/v1/agents/{id}/fs/write", tag = "files",
+    params(("id" = String, Path), PathQuery),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    responses((status = 204), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
+pub async fn write(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<PathQuery>,
+    req: Request,
+) -> Result<StatusCode, ApiError> {
+    check_path(&q.path)?;
+    let limit = st.config.server.max_file_mb.saturating_mul(1024 * 1024);
+    let too_large = || {
+        ApiError::too_large(format!(
+            "the file is larger than the server's limit of {} MiB (server.max_file_mb)",
+            st.config.server.max_file_mb
+        ))
+    };
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(too_large());
+    }
+    let (mut stream, _) = open(&st, &id, &Channel::FsWrite { path: q.path }).await?;
+    let mut body = req.into_body().into_data_stream();
+    let mut written: u64 = 0;
+    while let Some(chunk) = body.next().await {
+        // Returning early drops the stream without a shutdown: a reset, so sandboxd discards
+        // the partial file.
+        let chunk = chunk.map_err(|e| ApiError::invalid(format!("the upload broke off: {e}")))?;
+        written += chunk.len() as u64;
+        if written > limit {
+            return Err(too_large());
+        }
+        stream
+            .write_all(&chunk)
+            .await
+            .map_err(|e| ApiError::unavailable(format!("the sandbox connection failed: {e}")))?;
+    }
+    stream
+        .shutdown()
+        .await
+        .map_err(|e| ApiError::unavailable(format!("the sandbox connection failed: {e}")))?;
+    let reply: Reply = proto::read_message(&mut stream)
+        .await
+        .map_err(|e| ApiError::unavailable(format!("the sandbox did not confirm the write: {e}")))?;
+    reply.into_result()?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Makes a directory and its parents.
+#[utoipa::path(post, path = "/api/v1/agents/{id}/fs/mkdir", tag = "files",
+    params(("id" = String, Path), PathQuery),
+    responses((status = 204), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn mkdir(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<PathQuery>,
+) -> Result<StatusCode, ApiError> {
+    check_path(&q.path)?;
+    open(&st, &id, &Channel::FsMkdir { path: q.path }).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Removes a file, or a directory (`recursive=true` for one that is not empty).
+#[utoipa::path(delete, path = "/api/v1/agents/{id}/fs/remove", tag = "files",
+    params(("id" = String, Path), RemoveQuery),
+    responses((status = 204), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn remove(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<RemoveQuery>,
+) -> Result<StatusCode, ApiError> {
+    check_path(&q.path)?;
+    open(
+        &st,
+        &id,
+        &Channel::FsRemove {
+            path: q.path,
+            recursive: q.recursive,
+        },
+    )
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
+}

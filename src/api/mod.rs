@@ -1,0 +1,106 @@
+//! The HTTP API v1 (see API.md), the web UI and the OpenAPI description, on `server.listen`.
+
+pub mod agents;
+pub mod auth;
+pub mod error;
+pub mod events;
+pub mod exec;
+pub mod files;
+pub mod session;
+pub mod terminal;
+
+use std::sync::Arc;
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{delete, get, post, put};
+use axum::{Json, Router};
+use utoipa::OpenApi;
+
+use crate::config::Config;
+use crate::lifecycle::Lifecycle;
+
+/// Largest JSON body (an exec's stdin is the big one). File uploads stream and have their own
+/// limit, `server.max_file_mb`.
+const MAX_JSON_BODY: usize = 16 * 1024 * 1024;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub lc: Arc<Lifecycle>,
+    pub auth: Arc<auth::Auth>,
+    pub config: Arc<Config>,
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "agenthold", description = "Self-hosted sandboxes for AI agents: HTTP API v1"),
+    paths(
+        agents::health, agents::list, agents::create, agents::get, agents::update, agents::destroy,
+        agents::start, agents::stop, agents::rebuild, events::events,
+        files::list, files::read, files::write, files::mkdir, files::remove,
+        terminal::terminal, exec::exec,
+        session::sign_in, session::status, session::sign_out,
+    ),
+    components(schemas(
+        crate::model::Agent, crate::model::AgentState, agents::CreateAgent, agents::UpdateAgent,
+        agents::Health, files::DirEntry, exec::ExecBody, exec::ExecResult, error::ErrorBody,
+        error::ErrorDetail, session::SignIn, session::SessionStatus,
+    )),
+    modifiers(&BearerAuth),
+    security(("bearer" = [])),
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+async fn openapi() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}
+
+pub fn router(state: AppState) -> Router {
+    let api = Router::new()
+        .route("/health", get(agents::health))
+        .route("/openapi.json", get(openapi))
+        .route(
+            "/session",
+            post(session::sign_in)
+                .get(session::status)
+                .delete(session::sign_out),
+        )
+        .route("/agents", get(agents::list).post(agents::create))
+        .route(
+            "/agents/{id}",
+            get(agents::get)
+                .patch(agents::update)
+                .delete(agents::destroy),
+        )
+        .route("/agents/{id}/start", post(agents::start))
+        .route("/agents/{id}/stop", post(agents::stop))
+        .route("/agents/{id}/rebuild", post(agents::rebuild))
+        .route("/agents/{id}/exec", post(exec::exec))
+        .route("/agents/{id}/terminal", get(terminal::terminal))
+        .route("/agents/{id}/fs/list", get(files::list))
+        .route("/agents/{id}/fs/read", get(files::read))
+        .route("/agents/{id}/fs/write", put(files::write))
+        .route("/agents/{id}/fs/mkdir", post(files::mkdir))
+        .route("/agents/{id}/fs/remove", delete(files::remove))
+        .fallback(|| async { error::ApiError::not_found("no such API route") })
+        .layer(DefaultBodyLimit::max(MAX_JSON_BODY));
+    Router::new()
+        .nest("/api/v1", api)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::guard,
+        ))
+        .with_state(state)
+}

@@ -1,0 +1,169 @@
+//! `agenthold agents …`: the agent lifecycle.
+
+use std::io::Write;
+
+use super::client::ApiClient;
+use super::output;
+use super::types::{AgentAction, CreateAgent};
+use super::wait::{Goal, Watch};
+use crate::model::Agent;
+
+#[derive(clap::Subcommand, Debug)]
+pub enum AgentsCommand {
+    /// List agents
+    #[command(visible_alias = "ls")]
+    List,
+    /// Create an agent; it goes on to start in the background
+    Create(CreateArgs),
+    /// Show one agent
+    Show {
+        /// Agent id or name
+        agent: String,
+    },
+    /// Start a sleeping or failed agent
+    Start(ActionArgs),
+    /// Stop an agent; its home directory is kept
+    Stop(ActionArgs),
+    /// Recreate an agent's container with its current settings; the home directory is kept
+    Rebuild(ActionArgs),
+    /// Remove an agent with its container and home directory (asks no question)
+    #[command(visible_alias = "delete")]
+    Rm(ActionArgs),
+}
+
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct CreateArgs {
+    /// Unique name for the agent
+    pub name: String,
+    /// Container image (default: the server's)
+    #[arg(long)]
+    pub image: Option<String>,
+    /// CPU limit, in cores (default: the server's)
+    #[arg(long)]
+    pub cpus: Option<f64>,
+    /// Memory limit in MiB (default: the server's)
+    #[arg(long, value_name = "MB")]
+    pub memory_mb: Option<u64>,
+    /// Minutes without use before the agent sleeps
+    #[arg(long, value_name = "MINUTES")]
+    pub idle_minutes: Option<u32>,
+    /// Wait until the agent is running (non-zero exit if it fails)
+    #[arg(long)]
+    pub wait: bool,
+}
+
+#[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
+pub struct ActionArgs {
+    /// Agent id or name
+    pub agent: String,
+    /// Wait until the operation has finished (non-zero exit if it fails)
+    #[arg(long)]
+    pub wait: bool,
+}
+
+pub(super) async fn run(client: &ApiClient, json: bool, cmd: AgentsCommand) -> anyhow::Result<i32> {
+    let now = chrono::Utc::now;
+    match cmd {
+        AgentsCommand::List => {
+            let agents = client.list_agents().await?;
+            if json {
+                print(&output::json(&agents)?)?;
+            } else {
+                print(&output::agents_table(&agents, now()))?;
+            }
+        }
+        AgentsCommand::Show { agent } => {
+            let agent = client.find_agent(&agent).await?;
+            if json {
+                print(&output::json(&agent)?)?;
+            } else {
+                print(&output::agent_details(&agent, now()))?;
+            }
+        }
+        AgentsCommand::Create(args) => {
+            let req = CreateAgent {
+                name: args.name,
+                image: args.image,
+                cpus: args.cpus,
+                memory_mb: args.memory_mb,
+                idle_minutes: args.idle_minutes,
+            };
+            let watch = watch_if(client, args.wait).await;
+            let agent = client.create_agent(&req).await?;
+            let agent = settle(client, watch, agent, Goal::Running).await?;
+            show_one(json, &agent)?;
+        }
+        AgentsCommand::Start(args) => act(client, json, args, AgentAction::Start).await?,
+        AgentsCommand::Stop(args) => act(client, json, args, AgentAction::Stop).await?,
+        AgentsCommand::Rebuild(args) => act(client, json, args, AgentAction::Rebuild).await?,
+        AgentsCommand::Rm(args) => {
+            let target = client.find_agent(&args.agent).await?;
+            let watch = watch_if(client, args.wait).await;
+            let agent = client.delete_agent(&target.id).await?;
+            settle(client, watch, agent.clone(), Goal::Gone).await?;
+            if json {
+                print(&output::json(&agent)?)?;
+            } else {
+                let verb = if args.wait { "removed" } else { "removing" };
+                print(&format!("{verb} {} ({})\n", agent.name, agent.id))?;
+            }
+        }
+    }
+    Ok(0)
+}
+
+async fn act(
+    client: &ApiClient,
+    json: bool,
+    args: ActionArgs,
+    action: AgentAction,
+) -> anyhow::Result<()> {
+    let target = client.find_agent(&args.agent).await?;
+    let watch = watch_if(client, args.wait).await;
+    let agent = client.action(&target.id, action).await?;
+    let goal = match action {
+        AgentAction::Start | AgentAction::Rebuild => Goal::Running,
+        AgentAction::Stop => Goal::Sleeping,
+    };
+    let agent = settle(client, watch, agent, goal).await?;
+    show_one(json, &agent)
+}
+
+/// Starts watching before the operation is asked for, so none of its transitions is missed.
+async fn watch_if(client: &ApiClient, wait: bool) -> Option<Watch> {
+    if wait {
+        Some(Watch::start(client).await)
+    } else {
+        None
+    }
+}
+
+async fn settle(
+    client: &ApiClient,
+    watch: Option<Watch>,
+    agent: Agent,
+    goal: Goal,
+) -> anyhow::Result<Agent> {
+    match watch {
+        Some(w) => w.until(client, agent, goal).await,
+        None => Ok(agent),
+    }
+}
+
+fn show_one(json: bool, agent: &Agent) -> anyhow::Result<()> {
+    if json {
+        print(&output::json(agent)?)
+    } else {
+        print(&output::agents_table(std::slice::from_ref(agent), chrono::Utc::now()))
+    }
+}
+
+fn print(text: &str) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    if !text.ends_with('\n') {
+        out.write_all(b"\n")?;
+    }
+    out.flush()?;
+    Ok(())
+}

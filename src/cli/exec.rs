@@ -1,0 +1,153 @@
+//! `agenthold exec AGENT -- CMD…`: run one command, stream its output, exit with its code.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+
+use anyhow::Context;
+use futures::StreamExt;
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::client::ApiClient;
+use super::types::{ExecEvent, ExecExit, ExecRequest, OutputStream};
+
+/// What coreutils `timeout` exits with, so scripts can tell a timeout from a failure.
+pub const EXIT_TIMED_OUT: i32 = 124;
+/// What a shell reports for a writer killed by SIGPIPE (`exec … | head`).
+const EXIT_BROKEN_PIPE: i32 = 128 + 13;
+
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct ExecArgs {
+    /// Agent id or name
+    pub agent: String,
+    /// Working directory in the agent (relative to /home/agent unless absolute)
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<String>,
+    /// Set an environment variable for the command (repeatable)
+    #[arg(long = "env", short = 'e', value_name = "K=V", value_parser = parse_env)]
+    pub env: Vec<(String, String)>,
+    /// Kill the command after this many seconds (exit code 124)
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout: Option<u64>,
+    /// Never send our stdin, even when it is not a terminal
+    #[arg(short = 'n', long)]
+    pub no_stdin: bool,
+    /// The command and its arguments
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+pub fn parse_env(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected K=V, got {s:?}")),
+    }
+}
+
+/// The process exit code for a finished command.
+pub fn exit_status(exit: &ExecExit) -> i32 {
+    if exit.timed_out {
+        return EXIT_TIMED_OUT;
+    }
+    match exit.exit_code {
+        Some(c @ 0..=255) => c,
+        // Some servers report death by signal N as -N; shells say 128+N.
+        Some(c) if c < 0 => 128i32.saturating_add(c.saturating_neg()).min(255),
+        // Truncating to 8 bits could turn a failure into 0.
+        Some(_) => 255,
+        None => 1,
+    }
+}
+
+pub(super) async fn run(client: &ApiClient, args: ExecArgs) -> anyhow::Result<i32> {
+    let agent = client.find_agent(&args.agent).await?;
+    let stdin = if args.no_stdin || std::io::stdin().is_terminal() {
+        None
+    } else {
+        read_stdin().await?
+    };
+    let req = ExecRequest {
+        command: args.command,
+        cwd: args.cwd,
+        env: args.env.into_iter().collect::<BTreeMap<_, _>>(),
+        stdin,
+        timeout_ms: args.timeout.map(|s| s.saturating_mul(1000)),
+    };
+    let mut events = client.exec_stream(&agent.id, &req).await?;
+    let mut stdout = tokio::io::stdout();
+    let mut stderr = tokio::io::stderr();
+    while let Some(ev) = events.next().await {
+        match ev? {
+            ExecEvent::Output { stream, data } => {
+                let written = match stream {
+                    OutputStream::Stdout => forward(&mut stdout, &data).await,
+                    OutputStream::Stderr => forward(&mut stderr, &data).await,
+                };
+                match written {
+                    Ok(()) => {}
+                    // Dropping the stream closes the request, which kills the command.
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                        return Ok(EXIT_BROKEN_PIPE)
+                    }
+                    Err(e) => return Err(e).context("writing the command's output"),
+                }
+            }
+            ExecEvent::Exit(exit) => return Ok(exit_status(&exit)),
+        }
+    }
+    anyhow::bail!("the exec stream ended before the command's exit status arrived")
+}
+
+async fn forward(out: &mut (impl AsyncWrite + Unpin), data: &str) -> std::io::Result<()> {
+    out.write_all(data.as_bytes()).await?;
+    // Flushed per line so interleaving with stderr and progress stays as the command made it.
+    out.flush().await
+}
+
+/// The API carries stdin as a JSON string, so it has to be text.
+async fn read_stdin() -> anyhow::Result<Option<String>> {
+    let mut buf = Vec::new();
+    tokio::io::stdin()
+        .read_to_end(&mut buf)
+        .await
+        .context("reading stdin")?;
+    if buf.is_empty() {
+        return Ok(None);
+    }
+    String::from_utf8(buf)
+        .map(Some)
+        .map_err(|_| anyhow::anyhow!("stdin is not UTF-8 text, which is all exec can pass on; use `cp` for binary data"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exit(code: Option<i32>, timed_out: bool) -> ExecExit {
+        ExecExit {
+            exit_code: code,
+            timed_out,
+            ..ExecExit::default()
+        }
+    }
+
+    #[test]
+    fn exit_codes_map_like_a_shell() {
+        assert_eq!(exit_status(&exit(Some(0), false)), 0);
+        assert_eq!(exit_status(&exit(Some(3), false)), 3);
+        assert_eq!(exit_status(&exit(Some(255), false)), 255);
+        assert_eq!(exit_status(&exit(Some(-9), false)), 137);
+        assert_eq!(exit_status(&exit(Some(i32::MIN), false)), 255);
+        assert_eq!(exit_status(&exit(Some(256), false)), 255);
+        assert_eq!(exit_status(&exit(None, false)), 1);
+        assert_eq!(exit_status(&exit(Some(137), true)), EXIT_TIMED_OUT);
+        assert_eq!(exit_status(&exit(None, true)), EXIT_TIMED_OUT);
+    }
+
+    #[test]
+    fn env_pairs() {
+        assert_eq!(parse_env("A=b=c"), Ok(("A".into(), "b=c".into())));
+        assert_eq!(parse_env("A="), Ok(("A".into(), String::new())));
+        assert!(parse_env("=x").is_err());
+        assert!(parse_env("noequals").is_err());
+    }
+}

@@ -1,0 +1,137 @@
+//! Command-line parsing, checked through a wrapper shaped like main.rs's.
+
+use clap::Parser;
+
+use super::*;
+
+#[derive(Parser, Debug)]
+#[command(name = "agenthold")]
+struct Cli {
+    #[command(flatten)]
+    opts: ClientOpts,
+    #[command(subcommand)]
+    cmd: ClientCommand,
+}
+
+fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+    Cli::try_parse_from(std::iter::once("agenthold").chain(args.iter().copied()))
+}
+
+fn ok(args: &[&str]) -> Cli {
+    match parse(args) {
+        Ok(cli) => cli,
+        Err(e) => panic!("{args:?}: {e}"),
+    }
+}
+
+#[test]
+fn the_wrapper_is_a_valid_clap_command() {
+    use clap::CommandFactory;
+    Cli::command().debug_assert();
+}
+
+#[test]
+fn agents_subcommands() {
+    assert!(matches!(ok(&["agents", "list"]).cmd, ClientCommand::Agents(AgentsCommand::List)));
+    assert!(matches!(ok(&["agents", "ls"]).cmd, ClientCommand::Agents(AgentsCommand::List)));
+    match ok(&[
+        "agents", "create", "builder", "--image", "busybox", "--cpus", "0.5", "--memory-mb",
+        "512", "--idle-minutes", "5", "--wait",
+    ])
+    .cmd
+    {
+        ClientCommand::Agents(AgentsCommand::Create(c)) => assert_eq!(
+            c,
+            CreateArgs {
+                name: "builder".into(),
+                image: Some("busybox".into()),
+                cpus: Some(0.5),
+                memory_mb: Some(512),
+                idle_minutes: Some(5),
+                wait: true,
+            }
+        ),
+        other => panic!("{other:?}"),
+    }
+    for (verb, wait) in [("start", true), ("stop", false), ("rebuild", true), ("rm", true)] {
+        let mut args = vec!["agents", verb, "builder"];
+        if wait {
+            args.push("--wait");
+        }
+        let expected = ActionArgs {
+            agent: "builder".into(),
+            wait,
+        };
+        match ok(&args).cmd {
+            ClientCommand::Agents(
+                AgentsCommand::Start(a)
+                | AgentsCommand::Stop(a)
+                | AgentsCommand::Rebuild(a)
+                | AgentsCommand::Rm(a),
+            ) => assert_eq!(a, expected, "{verb}"),
+            other => panic!("{verb}: {other:?}"),
+        }
+    }
+    assert!(parse(&["agents", "create"]).is_err());
+    assert!(parse(&["agents", "create", "x", "--memory-mb", "lots"]).is_err());
+}
+
+#[test]
+fn global_options_go_anywhere() {
+    let cli = ok(&["agents", "list", "--json", "--server", "http://h:1", "--token", "t"]);
+    assert!(cli.opts.json);
+    assert_eq!(cli.opts.server, "http://h:1");
+    assert_eq!(cli.opts.token.as_deref(), Some("t"));
+    let cli = ok(&["--json", "agents", "show", "b"]);
+    assert!(cli.opts.json);
+}
+
+#[test]
+fn exec_takes_options_then_the_command_after_dashes() {
+    let cli = ok(&[
+        "exec", "builder", "--cwd", "src", "--env", "A=1", "-e", "B=x=y", "--timeout", "30",
+        "--", "sh", "-c", "make --jobs 4",
+    ]);
+    match cli.cmd {
+        ClientCommand::Exec(e) => {
+            assert_eq!(e.agent, "builder");
+            assert_eq!(e.cwd.as_deref(), Some("src"));
+            assert_eq!(
+                e.env,
+                [("A".into(), "1".into()), ("B".into(), "x=y".into())]
+            );
+            assert_eq!(e.timeout, Some(30));
+            assert!(!e.no_stdin);
+            assert_eq!(e.command, ["sh", "-c", "make --jobs 4"]);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Options meant for the command are never taken as ours.
+    match ok(&["exec", "b", "--", "ls", "--json", "--timeout", "1"]).cmd {
+        ClientCommand::Exec(e) => {
+            assert_eq!(e.command, ["ls", "--json", "--timeout", "1"]);
+            assert_eq!(e.timeout, None);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(parse(&["exec", "b"]).is_err(), "a command is required");
+    assert!(parse(&["exec", "b", "--"]).is_err(), "a command is required");
+    assert!(parse(&["exec", "b", "--env", "novalue", "--", "ls"]).is_err());
+    assert!(parse(&["exec", "b", "--timeout", "0", "--", "ls"]).is_err());
+}
+
+#[test]
+fn shell_and_cp() {
+    match ok(&["shell", "builder"]).cmd {
+        ClientCommand::Shell(s) => assert_eq!(s.agent, "builder"),
+        other => panic!("{other:?}"),
+    }
+    match ok(&["cp", "./a b.txt", "builder:dir/"]).cmd {
+        ClientCommand::Cp(c) => {
+            assert_eq!(c.src, "./a b.txt");
+            assert_eq!(c.dst, "builder:dir/");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(parse(&["cp", "only-one"]).is_err());
+}

@@ -1,0 +1,278 @@
+//! Request and answer bodies of API.md that `crate::model` does not already cover.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::error::ClientError;
+use super::sse::SseEvent;
+use crate::model::Agent;
+
+/// `POST /api/v1/agents`; fields left `None` take the server's defaults.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateAgent {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_minutes: Option<u32>,
+}
+
+/// The lifecycle operations under `POST /api/v1/agents/{id}/…`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentAction {
+    Start,
+    Stop,
+    Rebuild,
+}
+
+impl AgentAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentAction::Start => "start",
+            AgentAction::Stop => "stop",
+            AgentAction::Rebuild => "rebuild",
+        }
+    }
+}
+
+/// `GET /api/v1/health`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct Health {
+    pub status: String,
+    pub version: String,
+    pub driver: String,
+}
+
+/// `POST /api/v1/agents/{id}/exec`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecRequest {
+    pub command: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// The buffered exec answer.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ExecResult {
+    pub exit_code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub timed_out: bool,
+    pub duration_ms: u64,
+    pub truncated: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputStream {
+    Stdout,
+    Stderr,
+}
+
+/// The last line of a streamed exec.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ExecExit {
+    /// `None` when the process did not exit on its own (killed at the timeout, say).
+    pub exit_code: Option<i32>,
+    pub timed_out: bool,
+    pub duration_ms: u64,
+    pub truncated: bool,
+}
+
+/// One line of a streamed exec (`Accept: application/x-ndjson`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecEvent {
+    Output { stream: OutputStream, data: String },
+    Exit(ExecExit),
+}
+
+/// Decodes one NDJSON line. Blank lines and objects of kinds we do not know yield `None`, so the
+/// server can add line kinds without breaking older clients; an `{"error": …}` line is an error.
+pub fn decode_exec_line(line: &[u8]) -> Result<Option<ExecEvent>, ClientError> {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let value: serde_json::Value = serde_json::from_slice(line)
+        .map_err(|e| ClientError::Protocol(format!("bad exec stream line: {e}")))?;
+    let Some(obj) = value.as_object() else {
+        return Err(ClientError::Protocol(
+            "exec stream line is not a JSON object".into(),
+        ));
+    };
+    if let Some(stream) = obj.get("stream") {
+        let stream = match stream.as_str() {
+            Some("stdout") => OutputStream::Stdout,
+            Some("stderr") => OutputStream::Stderr,
+            _ => return Ok(None),
+        };
+        let data = obj
+            .get("data")
+            .and_then(|d| d.as_str())
+            .ok_or_else(|| ClientError::Protocol("exec output line without data".into()))?;
+        return Ok(Some(ExecEvent::Output {
+            stream,
+            data: data.to_string(),
+        }));
+    }
+    if obj.contains_key("error") {
+        let body = serde_json::to_vec(&value).unwrap_or_default();
+        let mut err = ClientError::from_status(500, &body);
+        if let ClientError::Api { status, code, .. } = &mut err {
+            *status = status_for_code(code);
+        }
+        return Err(err);
+    }
+    if obj.contains_key("exitCode") || obj.contains_key("timedOut") {
+        let exit = serde_json::from_value(value)
+            .map_err(|e| ClientError::Protocol(format!("bad exec exit line: {e}")))?;
+        return Ok(Some(ExecEvent::Exit(exit)));
+    }
+    Ok(None)
+}
+
+/// An error inside a 200 stream has no status of its own; give it the one its code stands for.
+fn status_for_code(code: &str) -> u16 {
+    match code {
+        "invalid" => 400,
+        "unauthorized" => 401,
+        "forbidden" => 403,
+        "not_found" => 404,
+        "conflict" => 409,
+        "too_large" => 413,
+        "unavailable" => 503,
+        _ => 500,
+    }
+}
+
+/// One event of `GET /api/v1/events`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ServerEvent {
+    /// An agent changed state; the object as it is now.
+    Agent(Agent),
+    /// An event kind this client does not know, passed on as it came.
+    Other(SseEvent),
+}
+
+impl ServerEvent {
+    pub fn decode(ev: SseEvent) -> Result<Self, ClientError> {
+        if ev.event == "agent" {
+            serde_json::from_str(&ev.data)
+                .map(ServerEvent::Agent)
+                .map_err(|e| ClientError::Protocol(format!("bad agent event: {e}")))
+        } else {
+            Ok(ServerEvent::Other(ev))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_and_exit_lines_decode() {
+        assert_eq!(
+            decode_exec_line(br#"{"stream":"stdout","data":"hi\n"}"#).ok(),
+            Some(Some(ExecEvent::Output {
+                stream: OutputStream::Stdout,
+                data: "hi\n".into()
+            }))
+        );
+        assert_eq!(
+            decode_exec_line(br#"{"stream":"stderr","data":""}"#).ok(),
+            Some(Some(ExecEvent::Output {
+                stream: OutputStream::Stderr,
+                data: String::new()
+            }))
+        );
+        assert_eq!(
+            decode_exec_line(br#"{"exitCode":3,"timedOut":false,"durationMs":12}"#).ok(),
+            Some(Some(ExecEvent::Exit(ExecExit {
+                exit_code: Some(3),
+                timed_out: false,
+                duration_ms: 12,
+                truncated: false
+            })))
+        );
+        assert_eq!(
+            decode_exec_line(br#"{"exitCode":null,"timedOut":true}"#).ok(),
+            Some(Some(ExecEvent::Exit(ExecExit {
+                exit_code: None,
+                timed_out: true,
+                ..ExecExit::default()
+            })))
+        );
+    }
+
+    #[test]
+    fn unknown_and_blank_lines_are_skipped() {
+        assert_eq!(decode_exec_line(b"").ok(), Some(None));
+        assert_eq!(decode_exec_line(b"  \r").ok(), Some(None));
+        assert_eq!(decode_exec_line(br#"{"progress":1}"#).ok(), Some(None));
+        assert_eq!(
+            decode_exec_line(br#"{"stream":"stdlog","data":"x"}"#).ok(),
+            Some(None)
+        );
+    }
+
+    #[test]
+    fn broken_lines_and_error_lines_are_errors() {
+        assert!(matches!(
+            decode_exec_line(b"{not json"),
+            Err(ClientError::Protocol(_))
+        ));
+        assert!(matches!(
+            decode_exec_line(b"[1]"),
+            Err(ClientError::Protocol(_))
+        ));
+        assert!(matches!(
+            decode_exec_line(br#"{"stream":"stdout"}"#),
+            Err(ClientError::Protocol(_))
+        ));
+        let err = decode_exec_line(br#"{"error":{"code":"unavailable","message":"driver down"}}"#);
+        match err {
+            Err(e @ ClientError::Api { .. }) => {
+                assert_eq!(e.status(), Some(503));
+                assert_eq!(e.to_string(), "driver down (unavailable)");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn requests_serialize_in_camel_case_without_empty_fields() {
+        let req = ExecRequest {
+            command: vec!["ls".into()],
+            timeout_ms: Some(5000),
+            ..Default::default()
+        };
+        assert_eq!(
+            serde_json::to_value(&req).ok(),
+            Some(serde_json::json!({"command":["ls"],"timeoutMs":5000}))
+        );
+        let create = CreateAgent {
+            name: "b".into(),
+            memory_mb: Some(512),
+            ..Default::default()
+        };
+        assert_eq!(
+            serde_json::to_value(&create).ok(),
+            Some(serde_json::json!({"name":"b","memoryMb":512}))
+        );
+    }
+}

@@ -1,0 +1,191 @@
+//! The fake driver: every sandbox is sandboxd's channel code running inside the server, against
+//! a home folder under the data directory. Terminals and commands run on the server's machine as
+//! the server's user: for development and tests only.
+//!
+//! It still dials the server's real tunnel endpoint over a loopback WebSocket, so everything
+//! above the driver is exercised exactly as with Docker.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use sandboxd::boot::BootConfig;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::{Driver, DriverError, DriverEvent, SandboxInfo, SandboxSpec, SandboxStatus};
+
+/// Environment variable that slows every driver operation down, so tests can crash the server
+/// in the middle of one.
+pub const OP_DELAY_ENV: &str = "AGENTHOLD_FAKE_OP_DELAY_MS";
+
+struct Running {
+    cancel: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+pub struct FakeDriver {
+    root: PathBuf,
+    tunnel: SocketAddr,
+    ping_interval: Duration,
+    op_delay: Duration,
+    running: Mutex<HashMap<String, Running>>,
+}
+
+impl FakeDriver {
+    /// `root` holds one folder per sandbox; `tunnel` is where the server's tunnel listens.
+    pub fn new(root: PathBuf, tunnel: SocketAddr, ping_interval: Duration) -> FakeDriver {
+        tracing::warn!(
+            "the fake driver runs every sandbox inside this server, as this server's user, with no \
+             isolation: use it for development and tests only"
+        );
+        let op_delay = std::env::var(OP_DELAY_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map(Duration::from_millis)
+            .unwrap_or_default();
+        let tunnel = if tunnel.ip().is_unspecified() {
+            SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), tunnel.port())
+        } else {
+            tunnel
+        };
+        FakeDriver {
+            root,
+            tunnel,
+            ping_interval,
+            op_delay,
+            running: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn dir(&self, id: &str) -> PathBuf {
+        self.root.join(id)
+    }
+
+    fn home(&self, id: &str) -> PathBuf {
+        self.dir(id).join("home")
+    }
+
+    async fn delay(&self) {
+        if !self.op_delay.is_zero() {
+            tokio::time::sleep(self.op_delay).await;
+        }
+    }
+
+    fn take(&self, id: &str) -> Option<Running> {
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id)
+    }
+
+    async fn halt(&self, id: &str) {
+        if let Some(r) = self.take(id) {
+            r.cancel.cancel();
+            // sandboxd kills its processes before `run` returns.
+            let _ = r.task.await;
+        }
+    }
+}
+
+fn io_err(what: &str, e: std::io::Error) -> DriverError {
+    DriverError::Failed(format!("{what}: {e}"))
+}
+
+#[async_trait]
+impl Driver for FakeDriver {
+    fn kind(&self) -> &'static str {
+        "fake"
+    }
+
+    async fn create(&self, spec: &SandboxSpec) -> Result<(), DriverError> {
+        self.delay().await;
+        let home = self.home(&spec.id);
+        tokio::fs::create_dir_all(&home)
+            .await
+            .map_err(|e| io_err(&format!("creating {}", home.display()), e))
+    }
+
+    async fn start(&self, spec: &SandboxSpec, token: &str) -> Result<(), DriverError> {
+        self.halt(&spec.id).await;
+        self.create(spec).await?;
+        let boot = BootConfig {
+            agent_id: spec.id.clone(),
+            token: token.to_string(),
+            tunnel_url: format!("ws://{}{}", self.tunnel, crate::tunnel::TUNNEL_PATH),
+        };
+        // TEMPORARY until sandboxd's agent loop lands.
+        let _ = (boot, self.ping_interval);
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(async {});
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(spec.id.clone(), Running { cancel, task });
+        Ok(())
+    }
+
+    async fn stop(&self, id: &str) -> Result<(), DriverError> {
+        self.delay().await;
+        self.halt(id).await;
+        Ok(())
+    }
+
+    async fn rebuild(&self, spec: &SandboxSpec) -> Result<(), DriverError> {
+        self.stop(&spec.id).await?;
+        self.create(spec).await
+    }
+
+    async fn destroy(&self, id: &str) -> Result<(), DriverError> {
+        self.stop(id).await?;
+        match tokio::fs::remove_dir_all(self.dir(id)).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_err("removing the sandbox folder", e)),
+        }
+    }
+
+    async fn inspect(&self, id: &str) -> Result<SandboxStatus, DriverError> {
+        let alive = self
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .is_some_and(|r| !r.task.is_finished());
+        Ok(if alive {
+            SandboxStatus::Running
+        } else if self.dir(id).exists() {
+            SandboxStatus::Stopped
+        } else {
+            SandboxStatus::Missing
+        })
+    }
+
+    async fn list(&self) -> Result<Vec<SandboxInfo>, DriverError> {
+        let mut out = Vec::new();
+        let mut dir = match tokio::fs::read_dir(&self.root).await {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(io_err("listing the fake sandboxes", e)),
+        };
+        while let Some(entry) = dir
+            .next_entry()
+            .await
+            .map_err(|e| io_err("listing the fake sandboxes", e))?
+        {
+            let id = entry.file_name().to_string_lossy().into_owned();
+            let status = self.inspect(&id).await?;
+            out.push(SandboxInfo { id, status });
+        }
+        Ok(out)
+    }
+
+    fn events(&self) -> BoxStream<'static, DriverEvent> {
+        // Fake sandboxes change only through the calls above.
+        Box::pin(futures::stream::pending())
+    }
+}

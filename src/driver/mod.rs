@@ -1,0 +1,82 @@
+//! The sandbox driver: what makes, starts, stops and removes the sandboxes.
+//!
+//! Every method is idempotent (creating what exists, stopping what is stopped, destroying what is
+//! gone all succeed), so reconcile can repeat any of them after a crash without harm.
+
+pub mod fake;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+
+/// What a sandbox is made from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxSpec {
+    pub id: String,
+    pub image: String,
+    pub cpus: f64,
+    pub memory_mb: u64,
+}
+
+impl SandboxSpec {
+    pub fn of(agent: &crate::model::Agent) -> SandboxSpec {
+        SandboxSpec {
+            id: agent.id.clone(),
+            image: agent.image.clone(),
+            cpus: agent.cpus,
+            memory_mb: agent.memory_mb,
+        }
+    }
+}
+
+/// What the driver sees of a sandbox right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxStatus {
+    /// No sandbox exists (never made, or removed from outside).
+    Missing,
+    Stopped,
+    Running,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxInfo {
+    pub id: String,
+    pub status: SandboxStatus,
+}
+
+/// Something that happened to a sandbox outside the server's own operations.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DriverEvent {
+    Started(String),
+    Stopped(String),
+    Removed(String),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    #[error("the sandbox driver is unavailable: {0}")]
+    Unavailable(String),
+    #[error("image {0:?} is not available")]
+    ImageMissing(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+#[async_trait]
+pub trait Driver: Send + Sync + 'static {
+    /// `docker` or `fake`, as reported by the health route.
+    fn kind(&self) -> &'static str;
+    /// Makes the sandbox (and whatever it needs: home, network) without starting it.
+    async fn create(&self, spec: &SandboxSpec) -> Result<(), DriverError>;
+    /// Hands the sandbox a fresh boot token and starts it; creates it first if it is missing.
+    async fn start(&self, spec: &SandboxSpec, token: &str) -> Result<(), DriverError>;
+    async fn stop(&self, id: &str) -> Result<(), DriverError>;
+    /// Remakes the sandbox from `spec`, keeping its home.
+    async fn rebuild(&self, spec: &SandboxSpec) -> Result<(), DriverError>;
+    /// Removes the sandbox, its home and its network.
+    async fn destroy(&self, id: &str) -> Result<(), DriverError>;
+    async fn inspect(&self, id: &str) -> Result<SandboxStatus, DriverError>;
+    /// Every sandbox this installation owns, whether or not an agent knows it.
+    async fn list(&self) -> Result<Vec<SandboxInfo>, DriverError>;
+    /// Changes seen outside the server's own calls, for as long as the driver lives.
+    fn events(&self) -> BoxStream<'static, DriverEvent>;
+}

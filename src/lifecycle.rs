@@ -1,0 +1,400 @@
+//! The state machine: every operation moves the state with one guarded update, then does its
+//! work in the background and ends in the next state or in `error` with a message.
+//!
+//! Operations are only accepted from settled states (`running`, `sleeping`, `error`), so at most
+//! one piece of background work runs per agent; everything else answers 409.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+
+use crate::activity::ActivityTracker;
+use crate::config::Config;
+use crate::driver::{Driver, DriverError, DriverEvent, SandboxSpec};
+use crate::events::{AgentEvent, EventHub};
+use crate::model::{Agent, AgentPatch, AgentState, NewAgent};
+use crate::store::{hash_token, new_token, Store, StoreError};
+use crate::tunnel::registry::{Registry, TunnelError};
+
+use AgentState::*;
+
+/// States from which an operation may begin.
+const SETTLED: &[AgentState] = &[Running, Sleeping, Error];
+
+#[derive(Debug, thiserror::Error)]
+pub enum LifecycleError {
+    #[error("no agent with id {0:?}")]
+    NotFound(String),
+    #[error("agent {id} is {state}; it cannot {op} now")]
+    Conflict {
+        id: String,
+        state: AgentState,
+        op: &'static str,
+    },
+    #[error("an agent named {0:?} already exists")]
+    NameTaken(String),
+    #[error(transparent)]
+    Driver(#[from] DriverError),
+    #[error("agent {id}: {source}")]
+    Tunnel { id: String, source: TunnelError },
+    #[error("the agent went to error while waking: {0}")]
+    WakeFailed(String),
+    #[error("store: {0}")]
+    Store(StoreError),
+}
+
+impl LifecycleError {
+    fn from_store(e: StoreError, op: &'static str) -> LifecycleError {
+        match e {
+            StoreError::NotFound(id) => LifecycleError::NotFound(id),
+            StoreError::Conflict { id, state } => LifecycleError::Conflict { id, state, op },
+            StoreError::NameTaken(n) => LifecycleError::NameTaken(n),
+            other => LifecycleError::Store(other),
+        }
+    }
+}
+
+pub struct Lifecycle {
+    pub store: Store,
+    pub driver: Arc<dyn Driver>,
+    pub hub: EventHub,
+    pub tunnels: Registry,
+    pub activity: ActivityTracker,
+    pub config: Arc<Config>,
+    /// How long a start waits for sandboxd's hello before the agent goes to `error`.
+    pub start_timeout: Duration,
+}
+
+impl Lifecycle {
+    /// Adds what only the running server knows: activity and the time the agent will sleep.
+    pub fn decorate(&self, mut agent: Agent) -> Agent {
+        if matches!(agent.state, Destroying) {
+            return agent;
+        }
+        let view = self.activity.view(&agent.id);
+        agent.last_activity_at = Some(view.last_activity_at);
+        agent.sleeps_at = if agent.state == Running {
+            let idle = chrono::Duration::minutes(i64::from(agent.idle_minutes));
+            let from = if view.busy {
+                Utc::now()
+            } else {
+                view.last_activity_at
+            };
+            Some(from + idle)
+        } else {
+            None
+        };
+        agent
+    }
+
+    fn publish(&self, agent: &Agent) {
+        self.hub
+            .publish(AgentEvent::Changed(Box::new(self.decorate(agent.clone()))));
+    }
+
+    pub async fn get(&self, id: &str) -> Result<Agent, LifecycleError> {
+        let agent = self
+            .store
+            .get_agent(id)
+            .await
+            .map_err(|e| LifecycleError::from_store(e, "be read"))?;
+        Ok(self.decorate(agent))
+    }
+
+    pub async fn list(&self) -> Result<Vec<Agent>, LifecycleError> {
+        let agents = self
+            .store
+            .list_agents()
+            .await
+            .map_err(|e| LifecycleError::from_store(e, "be listed"))?;
+        Ok(agents.into_iter().map(|a| self.decorate(a)).collect())
+    }
+
+    async fn transition(
+        &self,
+        id: &str,
+        from: &[AgentState],
+        to: AgentState,
+        op: &'static str,
+    ) -> Result<Agent, LifecycleError> {
+        let agent = self
+            .store
+            .transition(id, from, to)
+            .await
+            .map_err(|e| LifecycleError::from_store(e, op))?;
+        self.publish(&agent);
+        Ok(agent)
+    }
+
+    /// Records a failed operation; the agent shows `error` with `message`.
+    async fn fail(&self, id: &str, from: &[AgentState], message: String) {
+        tracing::warn!(agent = id, "{message}");
+        match self.store.fail(id, from, &message).await {
+            Ok(agent) => self.publish(&agent),
+            Err(e) => tracing::debug!(agent = id, "not marked as failed: {e}"),
+        }
+    }
+
+    pub async fn create(self: &Arc<Self>, new: NewAgent) -> Result<Agent, LifecycleError> {
+        let agent = self
+            .store
+            .insert_agent(new)
+            .await
+            .map_err(|e| LifecycleError::from_store(e, "be created"))?;
+        self.activity.touch(&agent.id);
+        self.publish(&agent);
+        tokio::spawn(self.clone().run_create(agent.id.clone()));
+        Ok(self.decorate(agent))
+    }
+
+    pub async fn patch(&self, id: &str, patch: AgentPatch) -> Result<Agent, LifecycleError> {
+        let agent = self
+            .store
+            .patch_agent(id, patch, &[Running, Sleeping, Error, Starting, Creating])
+            .await
+            .map_err(|e| LifecycleError::from_store(e, "be changed"))?;
+        self.publish(&agent);
+        Ok(self.decorate(agent))
+    }
+
+    pub async fn start(self: &Arc<Self>, id: &str) -> Result<Agent, LifecycleError> {
+        let agent = self
+            .transition(id, &[Sleeping, Error], Starting, "start")
+            .await?;
+        self.activity.touch(id);
+        tokio::spawn(self.clone().run_start(id.to_string()));
+        Ok(self.decorate(agent))
+    }
+
+    pub async fn stop(self: &Arc<Self>, id: &str) -> Result<Agent, LifecycleError> {
+        let agent = self.transition(id, &[Running], Stopping, "stop").await?;
+        tokio::spawn(self.clone().run_stop(id.to_string()));
+        Ok(self.decorate(agent))
+    }
+
+    pub async fn rebuild(self: &Arc<Self>, id: &str) -> Result<Agent, LifecycleError> {
+        let agent = self
+            .transition(id, SETTLED, Rebuilding, "rebuild")
+            .await?;
+        tokio::spawn(self.clone().run_rebuild(id.to_string()));
+        Ok(self.decorate(agent))
+    }
+
+    pub async fn destroy(self: &Arc<Self>, id: &str) -> Result<Agent, LifecycleError> {
+        let agent = self
+            .transition(id, SETTLED, Destroying, "be destroyed")
+            .await?;
+        tokio::spawn(self.clone().run_destroy(id.to_string()));
+        Ok(agent)
+    }
+
+    /// Makes sure the agent is running (starting it if it sleeps) and returns its session.
+    /// `on_wait` runs once if the caller has to wait, so a terminal can say so.
+    pub async fn wake(
+        self: &Arc<Self>,
+        id: &str,
+        on_wait: impl FnOnce(),
+    ) -> Result<sandboxd::mux::MuxHandle, LifecycleError> {
+        self.activity.touch(id);
+        if let Some(handle) = self.tunnels.get(id) {
+            return Ok(handle);
+        }
+        let agent = self.get(id).await?;
+        match agent.state {
+            Sleeping => match self.start(id).await {
+                Ok(_) | Err(LifecycleError::Conflict { .. }) => {}
+                Err(e) => return Err(e),
+            },
+            Running | Starting | Creating | Rebuilding => {}
+            state => {
+                return Err(LifecycleError::Conflict {
+                    id: id.to_string(),
+                    state,
+                    op: "be used",
+                })
+            }
+        }
+        on_wait();
+        let mut events = self.hub.subscribe();
+        let waited = async {
+            loop {
+                if let Some(handle) = self.tunnels.get(id) {
+                    return Ok(handle);
+                }
+                let agent = self.store.get_agent(id).await;
+                match agent {
+                    Ok(a) if a.state == Error => {
+                        return Err(LifecycleError::WakeFailed(a.error.unwrap_or_default()))
+                    }
+                    Ok(a) if matches!(a.state, Stopping | Sleeping | Destroying) => {
+                        return Err(LifecycleError::Conflict {
+                            id: id.to_string(),
+                            state: a.state,
+                            op: "be used",
+                        })
+                    }
+                    Ok(_) => {}
+                    Err(e) => return Err(LifecycleError::from_store(e, "be used")),
+                }
+                tokio::select! {
+                    r = self.tunnels.wait(id, self.start_timeout) => {
+                        return r.map_err(|source| LifecycleError::Tunnel { id: id.to_string(), source });
+                    }
+                    _ = events.recv() => {}
+                }
+            }
+        };
+        tokio::time::timeout(self.start_timeout + Duration::from_secs(5), waited)
+            .await
+            .map_err(|_| LifecycleError::Tunnel {
+                id: id.to_string(),
+                source: TunnelError::Timeout(self.start_timeout),
+            })?
+    }
+
+    // Background work. Each `run_*` may also be called by reconcile to finish an operation that
+    // a crash interrupted, which is why each driver call is idempotent.
+
+    pub(crate) async fn run_create(self: Arc<Self>, id: String) {
+        let Ok(agent) = self.store.get_agent(&id).await else {
+            return;
+        };
+        if let Err(e) = self.driver.create(&SandboxSpec::of(&agent)).await {
+            return self
+                .fail(&id, &[Creating], format!("creating the sandbox failed: {e}"))
+                .await;
+        }
+        if self
+            .transition(&id, &[Creating], Starting, "start")
+            .await
+            .is_ok()
+        {
+            self.run_start(id).await;
+        }
+    }
+
+    pub(crate) async fn run_start(self: Arc<Self>, id: String) {
+        let Ok(agent) = self.store.get_agent(&id).await else {
+            return;
+        };
+        let token = new_token();
+        if let Err(e) = self
+            .store
+            .set_boot_token_hash(&id, Some(&hash_token(&token)))
+            .await
+        {
+            return self
+                .fail(&id, &[Starting], format!("storing the boot token failed: {e}"))
+                .await;
+        }
+        self.activity.reset_cpu(&id);
+        // The old session, if any, belongs to the previous boot.
+        self.tunnels.disconnect(&id);
+        if let Err(e) = self.driver.start(&SandboxSpec::of(&agent), &token).await {
+            return self
+                .fail(&id, &[Starting], format!("starting the sandbox failed: {e}"))
+                .await;
+        }
+        if let Err(e) = self.tunnels.wait(&id, self.start_timeout).await {
+            self.fail(
+                &id,
+                &[Starting],
+                format!("sandboxd did not connect: {e}; see the sandbox's log"),
+            )
+            .await;
+        }
+    }
+
+    /// For a start the server did not make: `error` if sandboxd never says hello.
+    pub(crate) async fn await_hello(self: Arc<Self>, id: String) {
+        if let Err(e) = self.tunnels.wait(&id, self.start_timeout).await {
+            self.fail(&id, &[Starting], format!("sandboxd did not connect: {e}"))
+                .await;
+        }
+    }
+
+    pub(crate) async fn run_stop(self: Arc<Self>, id: String) {
+        if let Err(e) = self.driver.stop(&id).await {
+            return self
+                .fail(&id, &[Stopping], format!("stopping the sandbox failed: {e}"))
+                .await;
+        }
+        self.tunnels.disconnect(&id);
+        // The boot token stays: a sandbox started again from outside (`docker start`) still
+        // holds it, and the tunnel accepts it only while the agent is starting or running.
+        let _ = self.transition(&id, &[Stopping], Sleeping, "sleep").await;
+    }
+
+    pub(crate) async fn run_rebuild(self: Arc<Self>, id: String) {
+        let Ok(agent) = self.store.get_agent(&id).await else {
+            return;
+        };
+        self.tunnels.disconnect(&id);
+        if let Err(e) = self.driver.rebuild(&SandboxSpec::of(&agent)).await {
+            return self
+                .fail(&id, &[Rebuilding], format!("rebuilding the sandbox failed: {e}"))
+                .await;
+        }
+        if let Err(e) = self.store.clear_needs_rebuild(&id).await {
+            tracing::warn!(agent = id, "clearing needsRebuild failed: {e}");
+        }
+        if self
+            .transition(&id, &[Rebuilding], Starting, "start")
+            .await
+            .is_ok()
+        {
+            self.run_start(id).await;
+        }
+    }
+
+    pub(crate) async fn run_destroy(self: Arc<Self>, id: String) {
+        self.tunnels.disconnect(&id);
+        if let Err(e) = self.driver.destroy(&id).await {
+            return self
+                .fail(&id, &[Destroying], format!("destroying the sandbox failed: {e}"))
+                .await;
+        }
+        match self.store.delete_agent(&id).await {
+            Ok(()) => {
+                self.activity.forget(&id);
+                self.hub.publish(AgentEvent::Deleted(id));
+            }
+            Err(e) => {
+                self.fail(&id, &[Destroying], format!("removing the agent failed: {e}"))
+                    .await
+            }
+        }
+    }
+
+    /// sandboxd said hello on a valid session: the agent runs.
+    pub async fn on_hello(&self, id: &str) {
+        self.activity.touch(id);
+        match self.store.transition(id, &[Starting], Running).await {
+            Ok(agent) => self.publish(&agent),
+            Err(StoreError::Conflict { state: Running, .. }) => {}
+            Err(e) => tracing::debug!(agent = id, "hello did not change the state: {e}"),
+        }
+    }
+
+    /// A change the driver saw that the server did not make (for example `docker stop`).
+    pub async fn on_driver_event(self: &Arc<Self>, event: DriverEvent) {
+        match event {
+            DriverEvent::Stopped(id) | DriverEvent::Removed(id) => {
+                if let Ok(agent) = self.store.transition(&id, &[Running, Starting], Sleeping).await
+                {
+                    tracing::info!(agent = id, "the sandbox stopped outside agenthold");
+                    self.tunnels.disconnect(&id);
+                    self.publish(&agent);
+                }
+            }
+            DriverEvent::Started(id) => {
+                if let Ok(agent) = self.store.transition(&id, &[Sleeping], Starting).await {
+                    tracing::info!(agent = id, "the sandbox was started outside agenthold");
+                    self.publish(&agent);
+                    tokio::spawn(self.clone().await_hello(id));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! Settling every agent with what the driver really has, at startup: operations a crash
+//! interrupted are finished, changes made outside are taken in, leftovers are removed.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use crate::driver::SandboxStatus;
+use crate::lifecycle::Lifecycle;
+use crate::model::AgentState::*;
+
+#[derive(Debug, Default, PartialEq)]
+pub struct Report {
+    pub resumed: usize,
+    pub now_sleeping: usize,
+    pub now_starting: usize,
+    pub orphans_removed: usize,
+}
+
+/// Runs once before the API opens. Resumed operations go on in the background.
+pub async fn reconcile(lc: &Arc<Lifecycle>) -> anyhow::Result<Report> {
+    let mut report = Report::default();
+    let agents = lc.store.list_agents().await?;
+    for agent in &agents {
+        let id = agent.id.clone();
+        match agent.state {
+            Creating => {
+                tokio::spawn(lc.clone().run_create(id));
+                report.resumed += 1;
+            }
+            Starting => {
+                tokio::spawn(lc.clone().run_start(id));
+                report.resumed += 1;
+            }
+            Stopping => {
+                tokio::spawn(lc.clone().run_stop(id));
+                report.resumed += 1;
+            }
+            Rebuilding => {
+                tokio::spawn(lc.clone().run_rebuild(id));
+                report.resumed += 1;
+            }
+            Destroying => {
+                tokio::spawn(lc.clone().run_destroy(id));
+                report.resumed += 1;
+            }
+            Running => match lc.driver.inspect(&id).await? {
+                SandboxStatus::Running => {
+                    // Its sandboxd reconnects by itself; if it never does, the agent fails.
+                    tokio::spawn(lc.clone().await_hello(id));
+                }
+                SandboxStatus::Stopped | SandboxStatus::Missing => {
+                    if lc.store.transition(&id, &[Running], Sleeping).await.is_ok() {
+                        tracing::info!(agent = id, "was running before the restart; now sleeping");
+                        report.now_sleeping += 1;
+                    }
+                }
+            },
+            Sleeping => {
+                if lc.driver.inspect(&id).await? == SandboxStatus::Running
+                    && lc.store.transition(&id, &[Sleeping], Starting).await.is_ok()
+                {
+                    tracing::info!(agent = id, "was started outside agenthold");
+                    tokio::spawn(lc.clone().await_hello(id));
+                    report.now_starting += 1;
+                }
+            }
+            Error => {}
+        }
+    }
+    let known: HashSet<&str> = agents.iter().map(|a| a.id.as_str()).collect();
+    for sandbox in lc.driver.list().await? {
+        if !known.contains(sandbox.id.as_str()) {
+            tracing::warn!(sandbox = sandbox.id, "removing a sandbox that belongs to no agent");
+            lc.driver.destroy(&sandbox.id).await?;
+            report.orphans_removed += 1;
+        }
+    }
+    tracing::info!(?report, "reconciled");
+    Ok(report)
+}
+
+/// Follows the driver's events for as long as the server runs.
+pub async fn follow_driver_events(lc: Arc<Lifecycle>) {
+    use futures::StreamExt;
+    let mut events = lc.driver.events();
+    while let Some(event) = events.next().await {
+        lc.on_driver_event(event).await;
+    }
+}

@@ -1,0 +1,140 @@
+//! `agenthold serve`: opens the store, settles the sandboxes, and runs the API and the tunnel.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+
+use crate::activity::ActivityTracker;
+use crate::api::{self, auth::Auth, AppState};
+use crate::config::{Config, DriverKind};
+use crate::driver::{fake::FakeDriver, Driver};
+use crate::events::EventHub;
+use crate::lifecycle::Lifecycle;
+use crate::store::{hash_token, new_token, Store};
+use crate::tunnel::{self, registry::Registry};
+
+const ADMIN_HASH_KEY: &str = "admin_token_hash";
+/// How long a start waits for sandboxd to say hello.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A server that is listening.
+pub struct Server {
+    pub api_addr: SocketAddr,
+    pub tunnel_addr: SocketAddr,
+    pub lifecycle: Arc<Lifecycle>,
+    api: TcpListener,
+    tunnel: TcpListener,
+    state: AppState,
+}
+
+/// The admin token's hash: from config or environment if given, else the one made at first
+/// start; a new one is made and shown once when there is none.
+async fn admin_token_hash(config: &Config, store: &Store) -> anyhow::Result<String> {
+    if let Some(token) = &config.server.admin_token {
+        return Ok(hash_token(token));
+    }
+    if let Some(hash) = store.get_setting(ADMIN_HASH_KEY).await? {
+        return Ok(hash);
+    }
+    let token = new_token();
+    let hash = hash_token(&token);
+    store.set_setting(ADMIN_HASH_KEY, &hash).await?;
+    eprintln!(
+        "\n  agenthold made an admin token. It is shown only this once; keep it:\n\n    {token}\n\n  \
+         Use it with `export AGENTHOLD_TOKEN={token}` or sign in to the web UI with it.\n"
+    );
+    Ok(hash)
+}
+
+impl Server {
+    /// Opens everything and binds both listeners, without serving yet.
+    pub async fn bind(config: Config) -> anyhow::Result<Server> {
+        let config = Arc::new(config);
+        for warning in config.warnings() {
+            tracing::warn!("{warning}");
+        }
+        tokio::fs::create_dir_all(&config.server.data_dir)
+            .await
+            .with_context(|| format!("creating {}", config.server.data_dir.display()))?;
+        let store = Store::open(&config.database_path())
+            .await
+            .with_context(|| format!("opening {}", config.database_path().display()))?;
+        let admin_hash = admin_token_hash(&config, &store).await?;
+
+        let tunnel = TcpListener::bind(config.sandbox.tunnel_listen)
+            .await
+            .with_context(|| format!("binding sandbox.tunnel_listen {}", config.sandbox.tunnel_listen))?;
+        let tunnel_addr = tunnel.local_addr()?;
+        let api = TcpListener::bind(config.server.listen)
+            .await
+            .with_context(|| format!("binding server.listen {}", config.server.listen))?;
+        let api_addr = api.local_addr()?;
+
+        let driver: Arc<dyn Driver> = match config.sandbox.driver {
+            DriverKind::Fake => Arc::new(FakeDriver::new(
+                config.server.data_dir.join("fake"),
+                tunnel_addr,
+                config.sandbox.ping_interval,
+            )),
+            DriverKind::Docker => anyhow::bail!(
+                "sandbox.driver: docker is not available in this build yet; set sandbox.driver: fake"
+            ),
+        };
+        let lifecycle = Arc::new(Lifecycle {
+            store,
+            driver,
+            hub: EventHub::default(),
+            tunnels: Registry::default(),
+            activity: ActivityTracker::default(),
+            config: config.clone(),
+            start_timeout: START_TIMEOUT,
+        });
+        let state = AppState {
+            lc: lifecycle.clone(),
+            auth: Arc::new(Auth::new(admin_hash, config.sandbox.docker.network_pool)),
+            config,
+        };
+        Ok(Server {
+            api_addr,
+            tunnel_addr,
+            lifecycle,
+            api,
+            tunnel,
+            state,
+        })
+    }
+
+    /// Serves until `shutdown` resolves. The tunnel comes up before reconcile, so sandboxes
+    /// that survived a restart can reconnect while their agents are being settled.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+        let lc = self.lifecycle.clone();
+        let tunnel_app = tunnel::router(lc.clone());
+        let tunnel_task = tokio::spawn(async move {
+            axum::serve(self.tunnel, tunnel_app).await
+        });
+        crate::reconcile::reconcile(&lc).await.context("reconciling at startup")?;
+        let events_task = tokio::spawn(crate::reconcile::follow_driver_events(lc.clone()));
+        let sleeper_task = tokio::spawn(crate::sleeper::run(lc.clone()));
+
+        tracing::info!(
+            api = %self.api_addr,
+            tunnel = %self.tunnel_addr,
+            driver = lc.driver.kind(),
+            "agenthold is serving"
+        );
+        let app = api::router(self.state);
+        let result = axum::serve(
+            self.api,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(shutdown)
+        .await;
+        tunnel_task.abort();
+        events_task.abort();
+        sleeper_task.abort();
+        result.context("serving the API")
+    }
+}

@@ -1,0 +1,384 @@
+//! Agents and their state machine. Every state change is one guarded UPDATE, so of two racing
+//! requests exactly one moves the agent and the other learns the state that beat it.
+
+use chrono::{DateTime, Utc};
+use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Row, TransactionBehavior};
+
+use super::{now_text, unique_violation, Result, Store, StoreError};
+use crate::model::{Agent, AgentPatch, AgentState, NewAgent};
+
+const COLUMNS: &str =
+    "id, name, image, cpus, memory_mb, idle_minutes, state, error, needs_rebuild, created_at";
+
+/// A row as SQLite hands it over, before the checks that turn it into an [`Agent`]; kept apart
+/// so a bad stored value becomes `Corrupt` with the agent named, not an opaque rusqlite error.
+struct Raw {
+    id: String,
+    name: String,
+    image: String,
+    cpus: f64,
+    memory_mb: i64,
+    idle_minutes: i64,
+    state: String,
+    error: Option<String>,
+    needs_rebuild: bool,
+    created_at: String,
+}
+
+impl Raw {
+    fn from_row(r: &Row<'_>) -> rusqlite::Result<Raw> {
+        Ok(Raw {
+            id: r.get(0)?,
+            name: r.get(1)?,
+            image: r.get(2)?,
+            cpus: r.get(3)?,
+            memory_mb: r.get(4)?,
+            idle_minutes: r.get(5)?,
+            state: r.get(6)?,
+            error: r.get(7)?,
+            needs_rebuild: r.get(8)?,
+            created_at: r.get(9)?,
+        })
+    }
+
+    fn into_agent(self) -> Result<Agent> {
+        let bad = |what: &str, v: &dyn std::fmt::Display| {
+            StoreError::Corrupt(format!("agent {} has an impossible {what}: {v}", self.id))
+        };
+        let state = AgentState::parse(&self.state).ok_or_else(|| bad("state", &self.state))?;
+        let memory_mb =
+            u64::try_from(self.memory_mb).map_err(|_| bad("memory_mb", &self.memory_mb))?;
+        let idle_minutes = u32::try_from(self.idle_minutes)
+            .map_err(|_| bad("idle_minutes", &self.idle_minutes))?;
+        let created_at = DateTime::parse_from_rfc3339(&self.created_at)
+            .map_err(|_| bad("created_at", &self.created_at))?
+            .with_timezone(&Utc);
+        Ok(Agent {
+            id: self.id,
+            name: self.name,
+            image: self.image,
+            cpus: self.cpus,
+            memory_mb,
+            idle_minutes,
+            state,
+            error: self.error,
+            needs_rebuild: self.needs_rebuild,
+            created_at,
+            last_activity_at: None,
+            sleeps_at: None,
+        })
+    }
+}
+
+fn read_agent(c: &Connection, id: &str) -> Result<Option<Agent>> {
+    c.query_row(
+        &format!("SELECT {COLUMNS} FROM agents WHERE id = ?1"),
+        [id],
+        Raw::from_row,
+    )
+    .optional()?
+    .map(Raw::into_agent)
+    .transpose()
+}
+
+fn must_read_agent(c: &Connection, id: &str) -> Result<Agent> {
+    read_agent(c, id)?.ok_or_else(|| StoreError::NotFound(id.to_string()))
+}
+
+/// SQLite integers are signed 64-bit; a larger memory size cannot be stored faithfully.
+fn memory_to_sql(mb: u64) -> Result<i64> {
+    i64::try_from(mb).map_err(|_| StoreError::Invalid(format!("memory_mb {mb} is too large")))
+}
+
+fn check_cpus(cpus: f64) -> Result<()> {
+    if cpus.is_finite() {
+        Ok(())
+    } else {
+        Err(StoreError::Invalid(format!("cpus {cpus} is not a number")))
+    }
+}
+
+/// Turns a constraint violation on a write into the error the caller can act on.
+fn map_unique(e: rusqlite::Error, id: &str, name: &str) -> StoreError {
+    match unique_violation(&e) {
+        Some("agents.name") => StoreError::NameTaken(name.to_string()),
+        Some("agents.id") => StoreError::IdTaken(id.to_string()),
+        _ => StoreError::Sqlite(e),
+    }
+}
+
+/// What a guarded move does to the `error` column.
+enum ErrorColumn {
+    /// Clear it, unless the move is into `error` (then keep it).
+    ClearUnlessError,
+    Set(String),
+}
+
+fn guarded_move(
+    c: &Connection,
+    id: &str,
+    from: &[AgentState],
+    to: AgentState,
+    error: ErrorColumn,
+) -> Result<Agent> {
+    if !from.is_empty() {
+        let error_sql = match error {
+            ErrorColumn::ClearUnlessError => "CASE WHEN ?1 = 'error' THEN error ELSE NULL END",
+            ErrorColumn::Set(_) => "?4",
+        };
+        let first_state_param = 5;
+        let placeholders: Vec<String> = (0..from.len())
+            .map(|i| format!("?{}", first_state_param + i))
+            .collect();
+        let sql = format!(
+            "UPDATE agents SET state = ?1, error = {error_sql}, updated_at = ?2
+             WHERE id = ?3 AND state IN ({}) RETURNING {COLUMNS}",
+            placeholders.join(", ")
+        );
+        let message = match error {
+            ErrorColumn::Set(m) => Some(m),
+            ErrorColumn::ClearUnlessError => None,
+        };
+        let mut values: Vec<Option<String>> = vec![
+            Some(to.as_str().to_string()),
+            Some(now_text()),
+            Some(id.to_string()),
+            message,
+        ];
+        values.extend(from.iter().map(|s| Some(s.as_str().to_string())));
+        let row = c
+            .query_row(&sql, params_from_iter(values), Raw::from_row)
+            .optional()?;
+        if let Some(raw) = row {
+            return raw.into_agent();
+        }
+    }
+    // Nothing moved: the agent is gone or in a state `from` does not allow. Under the store's
+    // lock this read sees the state that refused the move.
+    let current = must_read_agent(c, id)?;
+    Err(StoreError::Conflict {
+        id: id.to_string(),
+        state: current.state,
+    })
+}
+
+impl Store {
+    /// Records a new agent in `creating`.
+    pub async fn insert_agent(&self, new: NewAgent) -> Result<Agent> {
+        self.call(move |c| {
+            check_cpus(new.cpus)?;
+            let memory = memory_to_sql(new.memory_mb)?;
+            let now = now_text();
+            c.execute(
+                "INSERT INTO agents (id, name, image, cpus, memory_mb, idle_minutes, state,
+                                     created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)",
+                params![
+                    new.id,
+                    new.name,
+                    new.image,
+                    new.cpus,
+                    memory,
+                    new.idle_minutes,
+                    AgentState::Creating.as_str(),
+                    now
+                ],
+            )
+            .map_err(|e| map_unique(e, &new.id, &new.name))?;
+            must_read_agent(c, &new.id)
+        })
+        .await
+    }
+
+    pub async fn get_agent(&self, id: &str) -> Result<Agent> {
+        let id = id.to_string();
+        self.call(move |c| must_read_agent(c, &id)).await
+    }
+
+    /// Every agent, oldest first.
+    pub async fn list_agents(&self) -> Result<Vec<Agent>> {
+        self.call(|c| {
+            let mut stmt = c.prepare(&format!(
+                "SELECT {COLUMNS} FROM agents ORDER BY created_at, id"
+            ))?;
+            let raws = stmt
+                .query_map([], Raw::from_row)?
+                .collect::<rusqlite::Result<Vec<Raw>>>()?;
+            raws.into_iter().map(Raw::into_agent).collect()
+        })
+        .await
+    }
+
+    /// Moves the agent to `to` if it is in one of `from`, clearing `error` (unless `to` is
+    /// `Error`). Otherwise `NotFound`, or `Conflict` with the state that refused the move.
+    pub async fn transition(&self, id: &str, from: &[AgentState], to: AgentState) -> Result<Agent> {
+        let (id, from) = (id.to_string(), from.to_vec());
+        self.call(move |c| guarded_move(c, &id, &from, to, ErrorColumn::ClearUnlessError))
+            .await
+    }
+
+    /// Moves the agent to `error` with `message` if it is in one of `from`; otherwise as
+    /// [`Store::transition`].
+    pub async fn fail(&self, id: &str, from: &[AgentState], message: &str) -> Result<Agent> {
+        let (id, from, message) = (id.to_string(), from.to_vec(), message.to_string());
+        self.call(move |c| {
+            guarded_move(c, &id, &from, AgentState::Error, ErrorColumn::Set(message))
+        })
+        .await
+    }
+
+    /// Applies `patch` if the agent is in one of `allowed_states` (pass `&AgentState::ALL` for
+    /// any). A changed image, cpus or memory sets `needs_rebuild`; name and idle time apply at
+    /// once and leave it alone.
+    pub async fn patch_agent(
+        &self,
+        id: &str,
+        patch: AgentPatch,
+        allowed_states: &[AgentState],
+    ) -> Result<Agent> {
+        let (id, allowed) = (id.to_string(), allowed_states.to_vec());
+        self.call(move |c| {
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let old = must_read_agent(&tx, &id)?;
+            if !allowed.contains(&old.state) {
+                return Err(StoreError::Conflict {
+                    id,
+                    state: old.state,
+                });
+            }
+            let name = patch.name.unwrap_or(old.name.clone());
+            let image = patch.image.unwrap_or(old.image.clone());
+            let cpus = patch.cpus.unwrap_or(old.cpus);
+            let memory_mb = patch.memory_mb.unwrap_or(old.memory_mb);
+            let idle_minutes = patch.idle_minutes.unwrap_or(old.idle_minutes);
+            check_cpus(cpus)?;
+            let rebuild = old.needs_rebuild
+                || image != old.image
+                || cpus != old.cpus
+                || memory_mb != old.memory_mb;
+            tx.execute(
+                "UPDATE agents SET name = ?2, image = ?3, cpus = ?4, memory_mb = ?5,
+                        idle_minutes = ?6, needs_rebuild = ?7, updated_at = ?8
+                 WHERE id = ?1",
+                params![
+                    id,
+                    name,
+                    image,
+                    cpus,
+                    memory_to_sql(memory_mb)?,
+                    idle_minutes,
+                    rebuild,
+                    now_text()
+                ],
+            )
+            .map_err(|e| map_unique(e, &id, &name))?;
+            let agent = must_read_agent(&tx, &id)?;
+            tx.commit()?;
+            Ok(agent)
+        })
+        .await
+    }
+
+    /// Marks the container as matching the agent's settings again, after a rebuild.
+    pub async fn clear_needs_rebuild(&self, id: &str) -> Result<()> {
+        self.update_one(
+            id,
+            "UPDATE agents SET needs_rebuild = 0, updated_at = ?2 WHERE id = ?1",
+            None,
+        )
+        .await
+    }
+
+    /// Stores the hash of the current boot's token, or forgets it (`None`) so no token works.
+    pub async fn set_boot_token_hash(&self, id: &str, hash: Option<&str>) -> Result<()> {
+        self.update_one(
+            id,
+            "UPDATE agents SET boot_token_hash = ?3, updated_at = ?2 WHERE id = ?1",
+            hash.map(str::to_string),
+        )
+        .await
+    }
+
+    pub async fn boot_token_hash(&self, id: &str) -> Result<Option<String>> {
+        self.column(id, "boot_token_hash").await
+    }
+
+    /// Records the agent network's subnet (`None` releases it). `SubnetTaken` if another agent
+    /// holds it, so the driver can pick another.
+    pub async fn set_subnet(&self, id: &str, subnet: Option<&str>) -> Result<()> {
+        let wanted = subnet.map(str::to_string);
+        self.update_one(
+            id,
+            "UPDATE agents SET subnet = ?3, updated_at = ?2 WHERE id = ?1",
+            wanted.clone(),
+        )
+        .await
+        .map_err(|e| match (e, wanted) {
+            (StoreError::Sqlite(e), Some(s)) if unique_violation(&e) == Some("agents.subnet") => {
+                StoreError::SubnetTaken(s)
+            }
+            (e, _) => e,
+        })
+    }
+
+    pub async fn subnet(&self, id: &str) -> Result<Option<String>> {
+        self.column(id, "subnet").await
+    }
+
+    /// Every subnet some agent holds, sorted.
+    pub async fn subnets_in_use(&self) -> Result<Vec<String>> {
+        self.call(|c| {
+            let mut stmt =
+                c.prepare("SELECT subnet FROM agents WHERE subnet IS NOT NULL ORDER BY subnet")?;
+            let subnets = stmt
+                .query_map([], |r| r.get(0))?
+                .collect::<rusqlite::Result<Vec<String>>>()?;
+            Ok(subnets)
+        })
+        .await
+    }
+
+    /// Removes the agent's row for good; `NotFound` if it is already gone.
+    pub async fn delete_agent(&self, id: &str) -> Result<()> {
+        let id = id.to_string();
+        self.call(
+            move |c| match c.execute("DELETE FROM agents WHERE id = ?1", [&id])? {
+                0 => Err(StoreError::NotFound(id)),
+                _ => Ok(()),
+            },
+        )
+        .await
+    }
+
+    /// Runs an UPDATE of one agent with `?1` = id, `?2` = now, `?3` = `value`.
+    async fn update_one(&self, id: &str, sql: &'static str, value: Option<String>) -> Result<()> {
+        let id = id.to_string();
+        self.call(move |c| {
+            let changed = if sql.contains("?3") {
+                c.execute(sql, params![id, now_text(), value])?
+            } else {
+                c.execute(sql, params![id, now_text()])?
+            };
+            match changed {
+                0 => Err(StoreError::NotFound(id)),
+                _ => Ok(()),
+            }
+        })
+        .await
+    }
+
+    /// One nullable text column of one agent.
+    async fn column(&self, id: &str, column: &'static str) -> Result<Option<String>> {
+        let id = id.to_string();
+        self.call(move |c| {
+            c.query_row(
+                &format!("SELECT {column} FROM agents WHERE id = ?1"),
+                [&id],
+                |r| r.get::<_, Option<String>>(0),
+            )
+            .optional()?
+            .ok_or(StoreError::NotFound(id))
+        })
+        .await
+    }
+}

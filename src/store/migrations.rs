@@ -1,0 +1,69 @@
+//! The schema, as an ordered list of steps. A database records how many it has applied in
+//! `PRAGMA user_version`; opening applies the rest, each in its own transaction, so a crash
+//! mid-upgrade leaves the database at the last complete step. Never edit a released step:
+//! append a new one.
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use super::StoreError;
+
+pub(super) const MIGRATIONS: &[&str] = &[
+    // 1: agents and settings.
+    r#"
+    CREATE TABLE agents (
+        id              TEXT PRIMARY KEY,
+        name            TEXT NOT NULL,
+        image           TEXT NOT NULL,
+        cpus            REAL NOT NULL,
+        memory_mb       INTEGER NOT NULL,
+        idle_minutes    INTEGER NOT NULL,
+        state           TEXT NOT NULL,
+        error           TEXT,
+        needs_rebuild   INTEGER NOT NULL DEFAULT 0,
+        created_at      TEXT NOT NULL,
+        updated_at      TEXT NOT NULL,
+        boot_token_hash TEXT,
+        subnet          TEXT UNIQUE
+    );
+    -- A name is free again as soon as its agent starts being destroyed.
+    CREATE UNIQUE INDEX agents_live_name ON agents (name) WHERE state != 'destroying';
+    CREATE TABLE settings (
+        key   TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    "#,
+];
+
+/// The schema version this binary writes.
+pub(super) fn latest() -> i64 {
+    MIGRATIONS.len() as i64
+}
+
+pub(super) fn migrate(conn: &mut Connection, path: &str) -> Result<(), StoreError> {
+    let supported = latest();
+    loop {
+        // IMMEDIATE takes the write lock before reading the version, so two processes opening
+        // the same new file cannot both apply a step.
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let found: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        if found > supported {
+            return Err(StoreError::Newer {
+                path: path.to_string(),
+                found,
+                supported,
+            });
+        }
+        if found < 0 {
+            return Err(StoreError::Corrupt(format!(
+                "{path} has schema version {found}, which no agenthold writes"
+            )));
+        }
+        let Some(step) = MIGRATIONS.get(found as usize) else {
+            return Ok(());
+        };
+        tx.execute_batch(step)?;
+        tx.pragma_update(None, "user_version", found + 1)?;
+        tx.commit()?;
+        tracing::info!(path, version = found + 1, "database schema upgraded");
+    }
+}

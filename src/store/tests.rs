@@ -1,0 +1,584 @@
+use super::*;
+use crate::model::{AgentPatch, NewAgent};
+
+fn new_agent(name: &str) -> NewAgent {
+    NewAgent {
+        id: crate::model::new_agent_id(),
+        name: name.to_string(),
+        image: "debian:bookworm-slim".to_string(),
+        cpus: 2.0,
+        memory_mb: 4096,
+        idle_minutes: 15,
+    }
+}
+
+async fn temp_store() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("data/agenthold.db"))
+        .await
+        .unwrap();
+    (dir, store)
+}
+
+async fn pragma(store: &Store, name: &'static str) -> String {
+    store
+        .call(move |c| {
+            Ok(c.pragma_query_value(None, name, |r| r.get::<_, rusqlite::types::Value>(0))?)
+        })
+        .await
+        .map(|v| match v {
+            rusqlite::types::Value::Integer(i) => i.to_string(),
+            rusqlite::types::Value::Text(t) => t,
+            other => format!("{other:?}"),
+        })
+        .unwrap()
+}
+
+#[tokio::test]
+async fn open_creates_the_directory_and_sets_the_pragmas() {
+    let (dir, store) = temp_store().await;
+    assert!(dir.path().join("data/agenthold.db").is_file());
+    assert_eq!(pragma(&store, "journal_mode").await, "wal");
+    assert_eq!(pragma(&store, "synchronous").await, "1"); // NORMAL
+    assert_eq!(pragma(&store, "foreign_keys").await, "1");
+    assert_eq!(pragma(&store, "busy_timeout").await, "5000");
+    assert_eq!(
+        pragma(&store, "user_version").await,
+        migrations::latest().to_string()
+    );
+}
+
+#[tokio::test]
+async fn migrations_are_idempotent_on_reopen() {
+    let (dir, store) = temp_store().await;
+    let a = store.insert_agent(new_agent("one")).await.unwrap();
+    drop(store);
+    for _ in 0..3 {
+        let store = Store::open(&dir.path().join("data/agenthold.db"))
+            .await
+            .unwrap();
+        assert_eq!(
+            pragma(&store, "user_version").await,
+            migrations::latest().to_string()
+        );
+        assert_eq!(store.list_agents().await.unwrap(), vec![a.clone()]);
+    }
+}
+
+#[tokio::test]
+async fn a_database_from_a_newer_binary_is_refused() {
+    let (dir, store) = temp_store().await;
+    store
+        .call(|c| Ok(c.pragma_update(None, "user_version", 999)?))
+        .await
+        .unwrap();
+    drop(store);
+    let err = Store::open(&dir.path().join("data/agenthold.db"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::Newer { found: 999, .. }),
+        "{err:?}"
+    );
+    let msg = err.to_string();
+    assert!(msg.contains("agenthold.db has schema version 999"), "{msg}");
+    assert!(msg.contains("newer agenthold"), "{msg}");
+}
+
+#[tokio::test]
+async fn a_garbage_file_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, bytes) in [
+        (
+            "big.db",
+            (0..8192u32)
+                .map(|i| (i * 31 % 251) as u8)
+                .collect::<Vec<u8>>(),
+        ),
+        ("small.db", b"hello, not a database".to_vec()),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, &bytes).unwrap();
+        let err = Store::open(&path).await.unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt(_)), "{name}: {err:?}");
+        let msg = err.to_string();
+        assert!(msg.contains(name), "{msg}");
+        assert!(msg.contains("not an SQLite database"), "{msg}");
+        // The file is left as it was, for the operator to inspect.
+        assert_eq!(std::fs::read(&path).unwrap(), bytes);
+    }
+}
+
+#[tokio::test]
+async fn an_unusable_data_dir_is_an_io_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    let err = Store::open(&file.join("sub/agenthold.db"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Io { .. }), "{err:?}");
+    assert!(err.to_string().contains("cannot create the data directory"));
+}
+
+#[tokio::test]
+async fn insert_get_list() {
+    let store = Store::open_in_memory().await.unwrap();
+    let n = new_agent("builder");
+    let a = store.insert_agent(n.clone()).await.unwrap();
+    assert_eq!(a.id, n.id);
+    assert_eq!(a.name, "builder");
+    assert_eq!(a.image, n.image);
+    assert_eq!(a.cpus, 2.0);
+    assert_eq!(a.memory_mb, 4096);
+    assert_eq!(a.idle_minutes, 15);
+    assert_eq!(a.state, AgentState::Creating);
+    assert_eq!(a.error, None);
+    assert!(!a.needs_rebuild);
+    assert!((chrono::Utc::now() - a.created_at).num_seconds() < 5);
+    assert_eq!(a.last_activity_at, None);
+    assert_eq!(a.sleeps_at, None);
+    assert_eq!(store.get_agent(&a.id).await.unwrap(), a);
+
+    let b = store.insert_agent(new_agent("second")).await.unwrap();
+    let c = store.insert_agent(new_agent("third")).await.unwrap();
+    let ids: Vec<String> = store
+        .list_agents()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|a| a.id)
+        .collect();
+    assert_eq!(ids, vec![a.id.clone(), b.id, c.id]);
+
+    match store.get_agent("nosuchagent0").await {
+        Err(StoreError::NotFound(id)) => assert_eq!(id, "nosuchagent0"),
+        other => panic!("{other:?}"),
+    }
+    match store
+        .insert_agent(NewAgent {
+            name: "x".into(),
+            ..n
+        })
+        .await
+    {
+        Err(StoreError::IdTaken(id)) => assert_eq!(id, a.id),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn names_are_unique_among_live_agents() {
+    let store = Store::open_in_memory().await.unwrap();
+    let a = store.insert_agent(new_agent("dup")).await.unwrap();
+    match store.insert_agent(new_agent("dup")).await {
+        Err(e @ StoreError::NameTaken(_)) => {
+            assert_eq!(
+                e.to_string(),
+                "the name \"dup\" is already used by another agent"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    // Renaming onto a taken name is refused too, and renaming to its own name is fine.
+    let b = store.insert_agent(new_agent("other")).await.unwrap();
+    let rename = |name: &str| AgentPatch {
+        name: Some(name.to_string()),
+        ..Default::default()
+    };
+    assert!(matches!(
+        store.patch_agent(&b.id, rename("dup"), &AgentState::ALL).await,
+        Err(StoreError::NameTaken(n)) if n == "dup"
+    ));
+    assert_eq!(store.get_agent(&b.id).await.unwrap().name, "other");
+    store
+        .patch_agent(&b.id, rename("other"), &AgentState::ALL)
+        .await
+        .unwrap();
+
+    // Once the first starts being destroyed, its name is free again.
+    store
+        .transition(&a.id, &[AgentState::Creating], AgentState::Destroying)
+        .await
+        .unwrap();
+    let c = store.insert_agent(new_agent("dup")).await.unwrap();
+    assert_eq!(c.name, "dup");
+    assert_eq!(store.list_agents().await.unwrap().len(), 3);
+    // Both rows exist; deleting the old one leaves the new one.
+    store.delete_agent(&a.id).await.unwrap();
+    assert_eq!(store.get_agent(&c.id).await.unwrap().name, "dup");
+}
+
+#[tokio::test]
+async fn transitions_are_guarded() {
+    let store = Store::open_in_memory().await.unwrap();
+    let a = store.insert_agent(new_agent("a")).await.unwrap();
+    let moved = store
+        .transition(&a.id, &[AgentState::Creating], AgentState::Running)
+        .await
+        .unwrap();
+    assert_eq!(moved.state, AgentState::Running);
+    assert_eq!(
+        store.get_agent(&a.id).await.unwrap().state,
+        AgentState::Running
+    );
+
+    let err = store
+        .transition(
+            &a.id,
+            &[AgentState::Sleeping, AgentState::Error],
+            AgentState::Starting,
+        )
+        .await
+        .unwrap_err();
+    match &err {
+        StoreError::Conflict { id, state } => {
+            assert_eq!(id, &a.id);
+            assert_eq!(*state, AgentState::Running);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(err.to_string().contains("is running"), "{err}");
+    assert_eq!(
+        store.get_agent(&a.id).await.unwrap().state,
+        AgentState::Running
+    );
+
+    // An empty `from` allows nothing.
+    assert!(matches!(
+        store.transition(&a.id, &[], AgentState::Stopping).await,
+        Err(StoreError::Conflict {
+            state: AgentState::Running,
+            ..
+        })
+    ));
+    assert!(matches!(
+        store
+            .transition("missing00000", &AgentState::ALL, AgentState::Running)
+            .await,
+        Err(StoreError::NotFound(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn of_many_racing_transitions_exactly_one_wins() {
+    let (_dir, store) = temp_store().await;
+    let a = store.insert_agent(new_agent("racer")).await.unwrap();
+    store
+        .transition(&a.id, &[AgentState::Creating], AgentState::Sleeping)
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..50 {
+        let store = store.clone();
+        let id = a.id.clone();
+        tasks.push(tokio::spawn(async move {
+            store
+                .transition(&id, &[AgentState::Sleeping], AgentState::Starting)
+                .await
+        }));
+    }
+    let mut wins = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(agent) => {
+                assert_eq!(agent.state, AgentState::Starting);
+                wins += 1;
+            }
+            Err(StoreError::Conflict { state, .. }) => assert_eq!(state, AgentState::Starting),
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(wins, 1);
+}
+
+#[tokio::test]
+async fn fail_sets_the_error_and_the_next_transition_clears_it() {
+    let store = Store::open_in_memory().await.unwrap();
+    let a = store.insert_agent(new_agent("a")).await.unwrap();
+    let failed = store
+        .fail(
+            &a.id,
+            &[AgentState::Creating],
+            "image not found: nope:latest",
+        )
+        .await
+        .unwrap();
+    assert_eq!(failed.state, AgentState::Error);
+    assert_eq!(
+        failed.error.as_deref(),
+        Some("image not found: nope:latest")
+    );
+
+    // A guarded fail respects its states like any move.
+    assert!(matches!(
+        store.fail(&a.id, &[AgentState::Running], "x").await,
+        Err(StoreError::Conflict {
+            state: AgentState::Error,
+            ..
+        })
+    ));
+    // Moving into error without a message keeps the one there.
+    let still = store
+        .transition(&a.id, &[AgentState::Error], AgentState::Error)
+        .await
+        .unwrap();
+    assert_eq!(still.error.as_deref(), Some("image not found: nope:latest"));
+
+    let retried = store
+        .transition(&a.id, &[AgentState::Error], AgentState::Starting)
+        .await
+        .unwrap();
+    assert_eq!(retried.state, AgentState::Starting);
+    assert_eq!(retried.error, None);
+    assert_eq!(store.get_agent(&a.id).await.unwrap().error, None);
+}
+
+#[tokio::test]
+async fn patch_sets_needs_rebuild_only_on_a_real_change() {
+    let store = Store::open_in_memory().await.unwrap();
+    let a = store.insert_agent(new_agent("p")).await.unwrap();
+    let all = &AgentState::ALL;
+
+    // Same values, name and idle time: no rebuild.
+    let p = store
+        .patch_agent(
+            &a.id,
+            AgentPatch {
+                name: Some("renamed".into()),
+                idle_minutes: Some(60),
+                image: Some(a.image.clone()),
+                cpus: Some(a.cpus),
+                memory_mb: Some(a.memory_mb),
+            },
+            all,
+        )
+        .await
+        .unwrap();
+    assert_eq!(p.name, "renamed");
+    assert_eq!(p.idle_minutes, 60);
+    assert!(!p.needs_rebuild);
+    let p = store
+        .patch_agent(&a.id, AgentPatch::default(), all)
+        .await
+        .unwrap();
+    assert!(!p.needs_rebuild);
+
+    for patch in [
+        AgentPatch {
+            image: Some("alpine:3".into()),
+            ..Default::default()
+        },
+        AgentPatch {
+            cpus: Some(4.0),
+            ..Default::default()
+        },
+        AgentPatch {
+            memory_mb: Some(8192),
+            ..Default::default()
+        },
+    ] {
+        store.clear_needs_rebuild(&a.id).await.unwrap();
+        assert!(!store.get_agent(&a.id).await.unwrap().needs_rebuild);
+        let p = store.patch_agent(&a.id, patch.clone(), all).await.unwrap();
+        assert!(p.needs_rebuild, "{patch:?}");
+        // Changing something else later keeps the flag until a rebuild clears it.
+        let p = store
+            .patch_agent(
+                &a.id,
+                AgentPatch {
+                    idle_minutes: Some(5),
+                    ..Default::default()
+                },
+                all,
+            )
+            .await
+            .unwrap();
+        assert!(p.needs_rebuild);
+    }
+    let p = store.get_agent(&a.id).await.unwrap();
+    assert_eq!(
+        (p.image.as_str(), p.cpus, p.memory_mb),
+        ("alpine:3", 4.0, 8192)
+    );
+
+    // A state outside `allowed_states` refuses the patch and changes nothing.
+    let err = store
+        .patch_agent(
+            &a.id,
+            AgentPatch {
+                name: Some("nope".into()),
+                ..Default::default()
+            },
+            &[AgentState::Running],
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Conflict {
+                state: AgentState::Creating,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(store.get_agent(&a.id).await.unwrap().name, "renamed");
+    assert!(matches!(
+        store
+            .patch_agent("missing00000", AgentPatch::default(), all)
+            .await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(matches!(
+        store
+            .patch_agent(
+                &a.id,
+                AgentPatch {
+                    memory_mb: Some(u64::MAX),
+                    ..Default::default()
+                },
+                all
+            )
+            .await,
+        Err(StoreError::Invalid(_))
+    ));
+}
+
+#[tokio::test]
+async fn boot_tokens_and_subnets() {
+    let store = Store::open_in_memory().await.unwrap();
+    let a = store.insert_agent(new_agent("a")).await.unwrap();
+    let b = store.insert_agent(new_agent("b")).await.unwrap();
+
+    assert_eq!(store.boot_token_hash(&a.id).await.unwrap(), None);
+    let token = new_token();
+    store
+        .set_boot_token_hash(&a.id, Some(&hash_token(&token)))
+        .await
+        .unwrap();
+    let stored = store.boot_token_hash(&a.id).await.unwrap().unwrap();
+    assert!(verify_token(&token, &stored));
+    store.set_boot_token_hash(&a.id, None).await.unwrap();
+    assert_eq!(store.boot_token_hash(&a.id).await.unwrap(), None);
+    assert!(matches!(
+        store.boot_token_hash("missing00000").await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(matches!(
+        store.set_boot_token_hash("missing00000", None).await,
+        Err(StoreError::NotFound(_))
+    ));
+
+    assert!(store.subnets_in_use().await.unwrap().is_empty());
+    store
+        .set_subnet(&b.id, Some("10.213.0.16/28"))
+        .await
+        .unwrap();
+    store
+        .set_subnet(&a.id, Some("10.213.0.0/28"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.subnets_in_use().await.unwrap(),
+        vec!["10.213.0.0/28", "10.213.0.16/28"]
+    );
+    assert_eq!(
+        store.subnet(&a.id).await.unwrap().as_deref(),
+        Some("10.213.0.0/28")
+    );
+    match store.set_subnet(&b.id, Some("10.213.0.0/28")).await {
+        Err(StoreError::SubnetTaken(s)) => assert_eq!(s, "10.213.0.0/28"),
+        other => panic!("{other:?}"),
+    }
+    store.set_subnet(&a.id, None).await.unwrap();
+    assert_eq!(
+        store.subnets_in_use().await.unwrap(),
+        vec!["10.213.0.16/28"]
+    );
+    // Deleting an agent releases its subnet.
+    store.delete_agent(&b.id).await.unwrap();
+    assert!(store.subnets_in_use().await.unwrap().is_empty());
+    assert!(matches!(
+        store.delete_agent(&b.id).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(matches!(
+        store.clear_needs_rebuild(&b.id).await,
+        Err(StoreError::NotFound(_))
+    ));
+}
+
+#[tokio::test]
+async fn settings_round_trip() {
+    let store = Store::open_in_memory().await.unwrap();
+    assert_eq!(store.get_setting("k").await.unwrap(), None);
+    store.set_setting("k", "v1").await.unwrap();
+    store.set_setting("k", "v2").await.unwrap();
+    assert_eq!(store.get_setting("k").await.unwrap().as_deref(), Some("v2"));
+    store.delete_setting("k").await.unwrap();
+    store.delete_setting("k").await.unwrap();
+    assert_eq!(store.get_setting("k").await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn two_stores_on_one_file_see_each_others_writes() {
+    let (dir, first) = temp_store().await;
+    let path = dir.path().join("data/agenthold.db");
+    let a = first.insert_agent(new_agent("shared")).await.unwrap();
+    first.set_setting("instance", "x").await.unwrap();
+
+    let second = Store::open(&path).await.unwrap();
+    assert_eq!(second.get_agent(&a.id).await.unwrap(), a);
+    second
+        .transition(&a.id, &[AgentState::Creating], AgentState::Running)
+        .await
+        .unwrap();
+    assert_eq!(
+        first.get_agent(&a.id).await.unwrap().state,
+        AgentState::Running
+    );
+    // The guard holds across connections too.
+    assert!(matches!(
+        first
+            .transition(&a.id, &[AgentState::Creating], AgentState::Error)
+            .await,
+        Err(StoreError::Conflict {
+            state: AgentState::Running,
+            ..
+        })
+    ));
+    drop(first);
+    drop(second);
+
+    let third = Store::open(&path).await.unwrap();
+    let got = third.get_agent(&a.id).await.unwrap();
+    assert_eq!(got.state, AgentState::Running);
+    assert_eq!(got.created_at, a.created_at);
+    assert_eq!(
+        third.get_setting("instance").await.unwrap().as_deref(),
+        Some("x")
+    );
+}
+
+#[tokio::test]
+async fn a_bad_stored_value_is_corrupt_not_a_panic() {
+    let store = Store::open_in_memory().await.unwrap();
+    let a = store.insert_agent(new_agent("a")).await.unwrap();
+    let id = a.id.clone();
+    store
+        .call(move |c| {
+            c.execute("UPDATE agents SET state = 'paused' WHERE id = ?1", [&id])?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let err = store.get_agent(&a.id).await.unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
+    assert!(
+        err.to_string().contains("impossible state: paused"),
+        "{err}"
+    );
+    assert!(store.list_agents().await.is_err());
+}

@@ -1,0 +1,230 @@
+//! The server's end of the sandboxd tunnel: a WebSocket endpoint on `sandbox.tunnel_listen`
+//! that authenticates a sandbox by its boot token and runs one yamux session per agent.
+
+pub mod registry;
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use sandboxd::mux::{self, Mode, MuxHandle, MuxStream};
+use sandboxd::proto::{self, ChannelError, ErrorCode, Frame, FrameCodec, Reply, Request};
+use tokio_util::codec::FramedRead;
+use tokio_util::sync::CancellationToken;
+
+use crate::lifecycle::Lifecycle;
+use crate::model::AgentState;
+use crate::store::hash_token;
+
+/// The path sandboxd dials.
+pub const TUNNEL_PATH: &str = "/tunnel";
+/// sandboxd must say hello this soon after connecting.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pings in a row that may go unanswered before the session counts as dead.
+const MAX_MISSED_PINGS: u32 = 3;
+/// Largest WebSocket message accepted on the tunnel (the byte-stream adapter sends ≤ 256 KiB
+/// plus one yamux frame).
+const MAX_WS_MESSAGE: usize = 4 * 1024 * 1024;
+
+static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
+
+pub fn router(lc: Arc<Lifecycle>) -> Router {
+    Router::new()
+        .route(TUNNEL_PATH, get(accept))
+        .with_state(lc)
+}
+
+fn refuse(status: StatusCode, message: &str) -> Response {
+    (status, message.to_string()).into_response()
+}
+
+async fn accept(
+    State(lc): State<Arc<Lifecycle>>,
+    headers: HeaderMap,
+    ws: WebSocketUpgrade,
+) -> Response {
+    let agent_id = headers
+        .get(sandboxd::boot::AGENT_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let token = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_owned);
+    let (Some(agent_id), Some(token)) = (agent_id, token) else {
+        return refuse(StatusCode::UNAUTHORIZED, "agent id and boot token required");
+    };
+    // One answer for an unknown agent and a wrong token, so ids cannot be probed.
+    let stored = lc.store.boot_token_hash(&agent_id).await.ok().flatten();
+    let valid = stored.is_some_and(|h| constant_time_eq(h.as_bytes(), hash_token(&token).as_bytes()));
+    if !valid {
+        tracing::warn!(agent = agent_id, "tunnel connection with an invalid token refused");
+        return refuse(StatusCode::UNAUTHORIZED, "invalid boot token");
+    }
+    match lc.store.get_agent(&agent_id).await {
+        Ok(a) if matches!(a.state, AgentState::Starting | AgentState::Running) => {}
+        Ok(a) => {
+            return refuse(
+                StatusCode::CONFLICT,
+                &format!("agent is {}; only a starting or running agent may connect", a.state),
+            )
+        }
+        Err(_) => return refuse(StatusCode::UNAUTHORIZED, "invalid boot token"),
+    }
+    ws.max_message_size(MAX_WS_MESSAGE)
+        .on_upgrade(move |socket| run_session(lc, agent_id, socket))
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// axum's socket as the byte stream the mux runs on.
+fn socket_io(socket: WebSocket) -> sandboxd::wsio::WsIo<impl futures::Stream<Item = std::io::Result<Bytes>> + futures::Sink<Bytes, Error = std::io::Error> + Unpin + Send> {
+    let sink_stream = socket
+        .sink_map_err(std::io::Error::other)
+        .with(|b: Bytes| futures::future::ready(Ok::<_, std::io::Error>(Message::Binary(b))))
+        .filter_map(|m| {
+            futures::future::ready(match m {
+                Ok(Message::Binary(b)) => Some(Ok(b)),
+                Ok(Message::Close(_)) => Some(Err(std::io::ErrorKind::ConnectionAborted.into())),
+                Ok(Message::Text(_)) => Some(Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "text message on the tunnel",
+                ))),
+                Ok(_) => None,
+                Err(e) => Some(Err(std::io::Error::other(e))),
+            })
+        });
+    sandboxd::wsio::WsIo::new(Box::pin(sink_stream))
+}
+
+async fn run_session(lc: Arc<Lifecycle>, id: String, socket: WebSocket) {
+    let conn_id = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
+    let mut session = mux::spawn(socket_io(socket), Mode::Server);
+    let cancel = CancellationToken::new();
+
+    match tokio::time::timeout(HELLO_TIMEOUT, session.inbound.recv()).await {
+        Ok(Some(stream)) => {
+            if let Err(e) = accept_hello(&id, stream).await {
+                tracing::warn!(agent = id, "tunnel session refused: {e}");
+                session.driver.abort();
+                return;
+            }
+        }
+        _ => {
+            tracing::warn!(agent = id, "sandboxd connected but said no hello");
+            session.driver.abort();
+            return;
+        }
+    }
+    lc.tunnels
+        .insert(&id, conn_id, session.handle.clone(), cancel.clone());
+    tracing::info!(agent = id, conn = conn_id, "sandbox connected");
+    lc.on_hello(&id).await;
+
+    let missed = Arc::new(AtomicU32::new(0));
+    let mut ping_every = tokio::time::interval(lc.config.sandbox.ping_interval);
+    ping_every.tick().await;
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = &mut session.driver => break,
+            stream = session.inbound.recv() => match stream {
+                Some(s) => { tokio::spawn(serve_inbound(lc.clone(), id.clone(), s)); }
+                None => break,
+            },
+            _ = ping_every.tick() => {
+                if missed.load(Ordering::Relaxed) >= MAX_MISSED_PINGS {
+                    tracing::warn!(agent = id, "sandboxd missed {MAX_MISSED_PINGS} pings; dropping the session");
+                    break;
+                }
+                tokio::spawn(ping(session.handle.clone(), missed.clone(), lc.config.sandbox.ping_interval));
+            }
+        }
+    }
+    session.driver.abort();
+    lc.tunnels.remove_conn(&id, conn_id);
+    tracing::info!(agent = id, conn = conn_id, "sandbox disconnected");
+}
+
+async fn accept_hello(id: &str, mut stream: MuxStream) -> Result<(), String> {
+    let req = proto::read_request(&mut stream)
+        .await
+        .map_err(|e| e.to_string())?;
+    let refusal = match &req {
+        Request::Hello(h) if h.agent_id == id => None,
+        Request::Hello(h) => Some(format!("hello names agent {:?}", h.agent_id)),
+        other => Some(format!("expected hello, got {}", other.channel())),
+    };
+    if let Some(why) = refusal {
+        let _ = proto::write_message(
+            &mut stream,
+            &Reply::Error(ChannelError::new(ErrorCode::Unauthorized, why.clone())),
+        )
+        .await;
+        return Err(why);
+    }
+    proto::write_message(&mut stream, &Reply::ok())
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// Channels sandboxd may open towards the server.
+async fn serve_inbound(lc: Arc<Lifecycle>, id: String, mut stream: MuxStream) {
+    let req = match tokio::time::timeout(HELLO_TIMEOUT, proto::read_request(&mut stream)).await {
+        Ok(Ok(req)) => req,
+        Ok(Err(e)) => {
+            let _ = proto::write_message(&mut stream, &Reply::Error(e.to_channel_error())).await;
+            return;
+        }
+        Err(_) => return,
+    };
+    match req {
+        Request::Ping => {
+            let _ = proto::write_message(&mut stream, &Reply::ok()).await;
+        }
+        Request::Activity => {
+            if proto::write_message(&mut stream, &Reply::ok()).await.is_err() {
+                return;
+            }
+            let mut frames = FramedRead::new(stream, FrameCodec::default());
+            while let Some(Ok(frame)) = frames.next().await {
+                if let Frame::Activity { cpu_ms } = frame {
+                    lc.activity.cpu_sample(&id, cpu_ms);
+                }
+            }
+        }
+        other => {
+            let msg = format!("the server does not serve {} channels", other.channel());
+            let _ = proto::write_message(
+                &mut stream,
+                &Reply::Error(ChannelError::new(ErrorCode::UnknownChannel, msg)),
+            )
+            .await;
+        }
+    }
+}
+
+async fn ping(handle: MuxHandle, missed: Arc<AtomicU32>, timeout: Duration) {
+    let round_trip = async {
+        let mut s = handle.open().await.ok()?;
+        proto::open_channel(&mut s, &Request::Ping).await.ok()
+    };
+    match tokio::time::timeout(timeout, round_trip).await {
+        Ok(Some(_)) => missed.store(0, Ordering::Relaxed),
+        _ => {
+            missed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}

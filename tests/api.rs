@@ -1,0 +1,274 @@
+//! The agent API over real HTTP: auth, validation of hostile input, errors, OpenAPI, SSE.
+
+mod common;
+
+use common::{expect_error, TestServer, TOKEN};
+use serde_json::{json, Value};
+
+#[tokio::test]
+async fn health_needs_no_token_and_names_the_driver() {
+    let s = TestServer::start().await;
+    let r = s.http.get(s.url("/api/v1/health")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["status"], "ok");
+    assert_eq!(body["driver"], "fake");
+    assert!(body["version"].as_str().is_some());
+}
+
+#[tokio::test]
+async fn missing_or_wrong_token_is_401() {
+    let s = TestServer::start().await;
+    let r = s.http.get(s.url("/api/v1/agents")).send().await.unwrap();
+    expect_error(r, 401, "unauthorized").await;
+    let r = s
+        .http
+        .get(s.url("/api/v1/agents"))
+        .bearer_auth("wrong")
+        .send()
+        .await
+        .unwrap();
+    expect_error(r, 401, "unauthorized").await;
+    let r = s
+        .http
+        .get(s.url("/api/v1/agents"))
+        .header("authorization", "Basic Zm9vOmJhcg==")
+        .send()
+        .await
+        .unwrap();
+    expect_error(r, 401, "unauthorized").await;
+    assert_eq!(s.get("/api/v1/agents").send().await.unwrap().status(), 200);
+}
+
+#[tokio::test]
+async fn requests_from_the_sandbox_pool_are_forbidden_whatever_the_token() {
+    let s = TestServer::start_with(|c| {
+        c.sandbox.docker.network_pool = "127.0.0.0/8".parse().unwrap();
+    })
+    .await;
+    for path in ["/api/v1/health", "/api/v1/agents", "/api/v1/openapi.json"] {
+        let r = s.get(path).send().await.unwrap();
+        expect_error(r, 403, "forbidden").await;
+    }
+}
+
+#[tokio::test]
+async fn bad_bodies_are_400_with_a_message() {
+    let s = TestServer::start().await;
+    let cases: Vec<(&str, String)> = vec![
+        ("not json", "{".into()),
+        ("wrong type", r#"{"name": 7}"#.into()),
+        ("unknown field", r#"{"name": "a", "colour": "red"}"#.into()),
+        ("missing name", "{}".into()),
+        ("empty name", r#"{"name": ""}"#.into()),
+        ("huge name", json!({"name": "a".repeat(10_000)}).to_string()),
+        ("not dns-safe", r#"{"name": "Bad_Name"}"#.into()),
+        ("negative cpus", r#"{"name": "a", "cpus": -1}"#.into()),
+        ("too many cpus", r#"{"name": "a", "cpus": 1000}"#.into()),
+        ("negative memory", r#"{"name": "a", "memoryMb": -5}"#.into()),
+        ("too much memory", r#"{"name": "a", "memoryMb": 99999999}"#.into()),
+        ("idle too long", r#"{"name": "a", "idleMinutes": 99999999}"#.into()),
+        ("image with spaces", r#"{"name": "a", "image": "debian bookworm"}"#.into()),
+    ];
+    for (what, body) in cases {
+        let r = s
+            .post("/api/v1/agents")
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{what}");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "invalid", "{what}: {body}");
+    }
+    // The field a form should mark.
+    let r = s
+        .post("/api/v1/agents")
+        .json(&json!({"name": "ok", "cpus": 99}))
+        .send()
+        .await
+        .unwrap();
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["field"], "cpus");
+    // Still healthy, and nothing was created.
+    let agents: Vec<Value> = s.get("/api/v1/agents").send().await.unwrap().json().await.unwrap();
+    assert!(agents.is_empty());
+}
+
+#[tokio::test]
+async fn unknown_agents_and_routes_are_404() {
+    let s = TestServer::start().await;
+    for (method, path) in [
+        ("GET", "/api/v1/agents/nosuchagent"),
+        ("POST", "/api/v1/agents/nosuchagent/start"),
+        ("POST", "/api/v1/agents/nosuchagent/stop"),
+        ("POST", "/api/v1/agents/nosuchagent/rebuild"),
+        ("DELETE", "/api/v1/agents/nosuchagent"),
+        ("GET", "/api/v1/agents/nosuchagent/fs/list?path=."),
+        ("GET", "/api/v1/nothing-here"),
+    ] {
+        let r = s
+            .http
+            .request(method.parse().unwrap(), s.url(path))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        expect_error(r, 404, "not_found").await;
+    }
+}
+
+#[tokio::test]
+async fn names_are_unique_and_defaults_apply() {
+    let s = TestServer::start().await;
+    let r = s
+        .post("/api/v1/agents")
+        .json(&json!({"name": "builder"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let a: Value = r.json().await.unwrap();
+    assert_eq!(a["state"], "creating");
+    assert_eq!(a["image"], "debian:bookworm-slim");
+    assert_eq!(a["cpus"], 2.0);
+    assert_eq!(a["memoryMb"], 4096);
+    assert_eq!(a["idleMinutes"], 15);
+    assert_eq!(a["needsRebuild"], false);
+    let id = a["id"].as_str().unwrap();
+    assert!(id.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
+    let r = s
+        .post("/api/v1/agents")
+        .json(&json!({"name": "builder"}))
+        .send()
+        .await
+        .unwrap();
+    expect_error(r, 409, "conflict").await;
+}
+
+#[tokio::test]
+async fn changing_image_or_resources_needs_a_rebuild() {
+    let s = TestServer::start().await;
+    let a: Value = s
+        .post("/api/v1/agents")
+        .json(&json!({"name": "p"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = a["id"].as_str().unwrap();
+    let r = s
+        .patch(&format!("/api/v1/agents/{id}"))
+        .json(&json!({"name": "q", "idleMinutes": 5}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let a: Value = r.json().await.unwrap();
+    assert_eq!(a["name"], "q");
+    assert_eq!(a["idleMinutes"], 5);
+    assert_eq!(a["needsRebuild"], false);
+    let a: Value = s
+        .patch(&format!("/api/v1/agents/{id}"))
+        .json(&json!({"memoryMb": 2048}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(a["memoryMb"], 2048);
+    assert_eq!(a["needsRebuild"], true);
+    let r = s
+        .patch(&format!("/api/v1/agents/{id}"))
+        .json(&json!({"cpus": 0}))
+        .send()
+        .await
+        .unwrap();
+    expect_error(r, 400, "invalid").await;
+}
+
+#[tokio::test]
+async fn openapi_describes_every_route() {
+    let s = TestServer::start().await;
+    let doc: Value = s
+        .get("/api/v1/openapi.json")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    let paths = doc["paths"].as_object().unwrap();
+    for p in [
+        "/api/v1/health",
+        "/api/v1/agents",
+        "/api/v1/agents/{id}",
+        "/api/v1/agents/{id}/start",
+        "/api/v1/agents/{id}/stop",
+        "/api/v1/agents/{id}/rebuild",
+        "/api/v1/agents/{id}/exec",
+        "/api/v1/agents/{id}/terminal",
+        "/api/v1/agents/{id}/fs/list",
+        "/api/v1/agents/{id}/fs/read",
+        "/api/v1/agents/{id}/fs/write",
+        "/api/v1/agents/{id}/fs/mkdir",
+        "/api/v1/agents/{id}/fs/remove",
+        "/api/v1/events",
+    ] {
+        assert!(paths.contains_key(p), "{p} is not described");
+    }
+    assert!(doc["components"]["schemas"]["Agent"].is_object());
+}
+
+#[tokio::test]
+async fn web_session_cookie_signs_in_and_out() {
+    let s = TestServer::start().await;
+    let r = s
+        .http
+        .post(s.url("/api/v1/session"))
+        .json(&json!({"token": "nope"}))
+        .send()
+        .await
+        .unwrap();
+    expect_error(r, 401, "unauthorized").await;
+    let r = s
+        .http
+        .post(s.url("/api/v1/session"))
+        .json(&json!({"token": TOKEN}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    let cookie = r.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
+    let pair = cookie.split(';').next().unwrap().to_string();
+    let r = s
+        .http
+        .get(s.url("/api/v1/agents"))
+        .header("cookie", &pair)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = s
+        .http
+        .delete(s.url("/api/v1/session"))
+        .header("cookie", &pair)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    let r = s
+        .http
+        .get(s.url("/api/v1/agents"))
+        .header("cookie", &pair)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+}

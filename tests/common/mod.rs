@@ -1,0 +1,181 @@
+//! Shared helpers for the integration tests: a real server on loopback ports with the fake
+//! driver, a client with the admin token, and waits with deadlines (never fixed sleeps).
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agenthold::config::{Config, DriverKind};
+use agenthold::lifecycle::Lifecycle;
+use agenthold::server::Server;
+use serde_json::{json, Value};
+
+pub const TOKEN: &str = "test-admin-token-0123456789";
+/// Long enough for a loaded 2-core CI machine, short enough to fail a hung test.
+pub const DEADLINE: Duration = Duration::from_secs(30);
+
+pub struct TestServer {
+    pub base: String,
+    pub api_addr: SocketAddr,
+    pub tunnel_addr: SocketAddr,
+    pub lc: Arc<Lifecycle>,
+    pub http: reqwest::Client,
+    pub dir: tempfile::TempDir,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+pub fn test_config(dir: &std::path::Path) -> Config {
+    let mut c = Config::default();
+    c.server.listen = "127.0.0.1:0".parse().unwrap();
+    c.server.data_dir = dir.to_path_buf();
+    c.server.admin_token = Some(TOKEN.to_string());
+    c.sandbox.driver = DriverKind::Fake;
+    c.sandbox.tunnel_listen = "127.0.0.1:0".parse().unwrap();
+    c
+}
+
+impl TestServer {
+    pub async fn start() -> TestServer {
+        Self::start_with(|_| {}).await
+    }
+
+    pub async fn start_with(tweak: impl FnOnce(&mut Config)) -> TestServer {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = test_config(dir.path());
+        tweak(&mut config);
+        let server = Server::bind(config).await.unwrap();
+        let api_addr = server.api_addr;
+        let tunnel_addr = server.tunnel_addr;
+        let lc = server.lifecycle.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(server.run(async {
+            let _ = rx.await;
+        }));
+        let s = TestServer {
+            base: format!("http://{api_addr}"),
+            api_addr,
+            tunnel_addr,
+            lc,
+            http: reqwest::Client::new(),
+            dir,
+            shutdown: Some(tx),
+            task: Some(task),
+        };
+        wait_for("health", || async {
+            s.http
+                .get(s.url("/api/v1/health"))
+                .send()
+                .await
+                .is_ok()
+        })
+        .await;
+        s
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    pub fn get(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http.get(self.url(path)).bearer_auth(TOKEN)
+    }
+
+    pub fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http.post(self.url(path)).bearer_auth(TOKEN)
+    }
+
+    pub fn put(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http.put(self.url(path)).bearer_auth(TOKEN)
+    }
+
+    pub fn patch(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http.patch(self.url(path)).bearer_auth(TOKEN)
+    }
+
+    pub fn delete(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http.delete(self.url(path)).bearer_auth(TOKEN)
+    }
+
+    pub async fn agent(&self, id: &str) -> Value {
+        let r = self.get(&format!("/api/v1/agents/{id}")).send().await.unwrap();
+        assert_eq!(r.status(), 200, "GET agent {id}");
+        r.json().await.unwrap()
+    }
+
+    pub async fn state(&self, id: &str) -> String {
+        self.agent(id).await["state"].as_str().unwrap().to_string()
+    }
+
+    /// Creates an agent and waits until it runs.
+    pub async fn running_agent(&self, name: &str) -> String {
+        let r = self
+            .post("/api/v1/agents")
+            .json(&json!({"name": name}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+        let agent: Value = r.json().await.unwrap();
+        let id = agent["id"].as_str().unwrap().to_string();
+        self.wait_state(&id, "running").await;
+        id
+    }
+
+    pub async fn wait_state(&self, id: &str, want: &str) {
+        let mut last = String::new();
+        let deadline = Instant::now() + DEADLINE;
+        while Instant::now() < deadline {
+            let agent = self.agent(id).await;
+            last = agent["state"].as_str().unwrap().to_string();
+            if last == want {
+                return;
+            }
+            assert_ne!(last, "error", "agent {id} failed: {}", agent["error"]);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("agent {id} did not reach {want} within {DEADLINE:?}; it is {last}");
+    }
+
+    pub fn ws_url(&self, path: &str) -> String {
+        format!("ws://{}{}", self.api_addr, path)
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+}
+
+/// Polls `check` until it is true, failing the test after [`DEADLINE`].
+pub async fn wait_for<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + DEADLINE;
+    while Instant::now() < deadline {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{what}: not true within {DEADLINE:?}");
+}
+
+/// Asserts an API error's status and code, returning its message.
+pub async fn expect_error(resp: reqwest::Response, status: u16, code: &str) -> String {
+    assert_eq!(resp.status().as_u16(), status);
+    let body: Value = resp.json().await.expect("error body is JSON");
+    assert_eq!(body["error"]["code"], code, "{body}");
+    let msg = body["error"]["message"].as_str().unwrap().to_string();
+    assert!(!msg.is_empty());
+    msg
+}

@@ -1,0 +1,103 @@
+// The agents page: create (with the server's validation at the field), live state over SSE,
+// stop and start without a reload, destroy with a confirmation naming the agent.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { openBrowser, screenshot, signIn, startServer, until } from './harness.mjs';
+
+let server;
+let b;
+
+before(async () => {
+  server = await startServer();
+  b = await openBrowser(server);
+  await signIn(b.page, server.token);
+});
+
+after(async () => {
+  await b?.browser.close();
+  await server?.stop();
+});
+
+const row = (page, name) => page.locator(`[data-testid="agent-row"][data-agent-name="${name}"]`);
+
+test('the server’s validation message appears at the field', async () => {
+  const { page } = b;
+  // Ask the server what it says about too many CPUs, then expect the same words at the field.
+  const res = await server.api('POST', '/agents', { name: 'too-big', cpus: 100000 });
+  assert.equal(res.status, 400);
+  const err = (await res.json()).error;
+  await page.locator('#new-name').fill('too-big');
+  await page.locator('#new-cpus').fill('100000');
+  await page.getByRole('button', { name: 'Create agent' }).click();
+  const where = err.field ? page.locator(`[data-field-error="${err.field}"]`) : page.getByTestId('create-error');
+  await where.filter({ hasText: err.message }).waitFor();
+  if (err.field) assert.equal(await page.locator(`#new-${err.field}`).getAttribute('aria-invalid'), 'true');
+  assert.equal(await row(page, 'too-big').count(), 0);
+  await page.locator('#new-cpus').fill('');
+});
+
+test('create an agent and watch it reach running, live', async () => {
+  const { page } = b;
+  await page.evaluate(() => (window.__noReload = true));
+  await page.locator('#new-name').fill('builder');
+  await page.locator('#new-cpus').fill('1');
+  await page.locator('#new-memoryMb').fill('512');
+  await page.locator('#new-idleMinutes').fill('30');
+  await page.getByRole('button', { name: 'Create agent' }).click();
+  const r = row(page, 'builder');
+  await r.waitFor();
+  await r.locator('[data-testid="state"][data-state="running"]').waitFor({ timeout: 60_000 });
+  await r.getByText(/Sleeps in/).waitFor();
+  assert.match(await r.textContent(), /1 CPU/);
+  assert.match(await r.textContent(), /512 MiB/);
+  assert.equal(await page.evaluate(() => window.__noReload), true, 'no page reload happened');
+  // A duplicate name is refused; the message shows at the name field (or the form).
+  await page.locator('#new-name').fill('builder');
+  await page.getByRole('button', { name: 'Create agent' }).click();
+  await until('duplicate name error', async () => {
+    const t = (await page.locator('[data-field-error="name"]').textContent()) + (await page.getByTestId('create-error').textContent());
+    return t.trim().length > 0;
+  });
+  await page.locator('#new-name').fill('');
+  await page.locator('[data-field-error="name"]').evaluate((el) => (el.textContent = ''));
+  await screenshot(page, 'agents.png');
+});
+
+test('an agent changed through the API updates on the page without a reload', async () => {
+  const { page } = b;
+  const a = await server.runningAgent('from-api');
+  const r = row(page, 'from-api');
+  await r.locator('[data-state="running"]').first().waitFor();
+  await server.apiJson('POST', `/agents/${a.id}/stop`);
+  await r.locator('[data-testid="state"][data-state="sleeping"]').waitFor({ timeout: 30_000 });
+  assert.equal(await page.evaluate(() => window.__noReload), true, 'no page reload happened');
+});
+
+test('stop and start from the page: the badge follows without a reload', async () => {
+  const { page } = b;
+  const r = row(page, 'builder');
+  await r.getByRole('button', { name: 'Stop builder' }).click();
+  await r.locator('[data-testid="state"][data-state="sleeping"]').waitFor({ timeout: 30_000 });
+  assert.match(await r.getByTestId('state').textContent(), /Sleeping/);
+  await r.getByRole('button', { name: 'Start builder' }).click();
+  await r.locator('[data-testid="state"][data-state="running"]').waitFor({ timeout: 60_000 });
+  assert.equal(await page.evaluate(() => window.__noReload), true, 'no page reload happened');
+});
+
+test('destroy asks for confirmation naming the agent, then the row goes away', async () => {
+  const { page } = b;
+  const r = row(page, 'from-api');
+  await r.getByRole('button', { name: 'Destroy from-api' }).click();
+  const dialog = page.locator('dialog[open]');
+  await dialog.waitFor();
+  assert.match(await dialog.textContent(), /from-api/);
+  await dialog.getByRole('button', { name: 'Cancel' }).click();
+  await dialog.waitFor({ state: 'detached' });
+  assert.equal(await r.count(), 1, 'cancel keeps the agent');
+  await r.getByRole('button', { name: 'Destroy from-api' }).click();
+  await page.locator('dialog[open]').getByRole('button', { name: 'Destroy from-api' }).click();
+  await r.waitFor({ state: 'detached', timeout: 30_000 });
+  const list = await server.apiJson('GET', '/agents');
+  assert.ok(!list.some((a) => a.name === 'from-api'), 'gone from the API too');
+  assert.equal(await page.evaluate(() => window.__noReload), true, 'no page reload happened');
+});

@@ -1,0 +1,216 @@
+// Shared helpers for the browser tests: a real `agenthold serve` (fake driver) per test file,
+// headless Debian Chromium through playwright-core, and small polling helpers with deadlines.
+import { spawn } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdtemp, mkdir, rm, writeFile, readFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+export const REPO = path.resolve(here, '..', '..');
+export const SCREENSHOTS = path.join(REPO, 'test-artifacts', 'screenshots');
+const BIN = process.env.AGENTHOLD_BIN || path.join(REPO, 'target', 'debug', 'agenthold');
+const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
+export const CHROMIUM_ARGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+];
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+export const sha256 = (buf) => createHash('sha256').update(buf).digest('hex');
+
+/** Poll `fn` until it returns a truthy value, or throw after `timeout` ms with `what`. */
+export async function until(what, fn, { timeout = 30_000, interval = 100 } = {}) {
+  const deadline = Date.now() + timeout;
+  let last;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v) return v;
+      last = v;
+    } catch (e) {
+      last = e;
+    }
+    if (Date.now() > deadline) {
+      throw new Error(`timed out after ${timeout} ms waiting for ${what}; last: ${last instanceof Error ? last.message : JSON.stringify(last)}`);
+    }
+    await sleep(interval);
+  }
+}
+
+async function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.unref();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+/**
+ * Start `agenthold serve` on free loopback ports with a temp data dir and the fake driver.
+ * Returns { url, token, api(), stop(), log() }.
+ */
+export async function startServer({ maxFileMb } = {}) {
+  const dir = await mkdtemp(path.join(tmpdir(), 'agenthold-e2e-'));
+  const port = await freePort();
+  const tunnel = await freePort();
+  const token = randomBytes(24).toString('hex');
+  const lines = [
+    'server:',
+    `  listen: 127.0.0.1:${port}`,
+    `  data_dir: ${JSON.stringify(path.join(dir, 'data'))}`,
+  ];
+  if (maxFileMb) lines.push(`  max_file_mb: ${maxFileMb}`);
+  lines.push('sandbox:', '  driver: fake', `  tunnel_listen: 127.0.0.1:${tunnel}`, '  idle_check_interval: 5s', '');
+  const config = path.join(dir, 'config.yaml');
+  await writeFile(config, lines.join('\n'));
+  const logPath = path.join(dir, 'server.log');
+  let log = '';
+  const child = spawn(BIN, ['serve', '--config', config], {
+    cwd: dir,
+    env: { ...process.env, AGENTHOLD_ADMIN_TOKEN: token, AGENTHOLD_LOG: process.env.AGENTHOLD_LOG || 'info' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  child.stdout.on('data', (d) => (log += d));
+  child.stderr.on('data', (d) => (log += d));
+  let exited = null;
+  child.on('exit', (code, signal) => (exited = { code, signal }));
+  child.on('error', (e) => (exited = { error: e.message }));
+  const url = `http://127.0.0.1:${port}`;
+  try {
+    await until(
+      `GET ${url}/api/v1/health`,
+      async () => {
+        if (exited) throw new Error(`server exited early (${JSON.stringify(exited)}):\n${log}`);
+        const res = await fetch(`${url}/api/v1/health`).catch(() => null);
+        return res && res.ok;
+      },
+      { timeout: 30_000, interval: 100 },
+    );
+  } catch (e) {
+    child.kill('SIGKILL');
+    throw new Error(`${e.message}\n--- server log (${BIN}) ---\n${log}`);
+  }
+
+  async function api(method, p, body, headers = {}) {
+    const init = { method, headers: { Authorization: `Bearer ${token}`, ...headers } };
+    if (body !== undefined) {
+      if (typeof body === 'string' || body instanceof Uint8Array || Buffer.isBuffer(body)) init.body = body;
+      else {
+        init.body = JSON.stringify(body);
+        init.headers['Content-Type'] = 'application/json';
+      }
+    }
+    return fetch(`${url}/api/v1${p}`, init);
+  }
+  async function apiJson(method, p, body) {
+    const res = await api(method, p, body);
+    const text = await res.text();
+    if (!res.ok) throw new Error(`${method} ${p} → ${res.status}: ${text}`);
+    return text ? JSON.parse(text) : null;
+  }
+  /** Create an agent through the API and wait until it is running. */
+  async function runningAgent(name) {
+    const a = await apiJson('POST', '/agents', { name });
+    await until(`${name} running`, async () => (await apiJson('GET', `/agents/${a.id}`)).state === 'running', { timeout: 60_000, interval: 200 });
+    return apiJson('GET', `/agents/${a.id}`);
+  }
+
+  return {
+    url,
+    token,
+    dir,
+    api,
+    apiJson,
+    runningAgent,
+    log: () => log,
+    async stop() {
+      if (!exited) {
+        child.kill('SIGTERM');
+        await until('server exit', () => exited, { timeout: 10_000 }).catch(() => child.kill('SIGKILL'));
+      }
+      await writeFile(logPath, log).catch(() => {});
+      if (!process.env.AGENTHOLD_E2E_KEEP) await rm(dir, { recursive: true, force: true }).catch(() => {});
+    },
+  };
+}
+
+/** Headless Chromium with a 1280×720 page on the server. */
+export async function openBrowser(server) {
+  const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS, timeout: 60_000 });
+  const context = await browser.newContext({
+    baseURL: server.url,
+    viewport: { width: 1280, height: 720 },
+    acceptDownloads: true,
+  });
+  await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: server.url });
+  const page = await context.newPage();
+  page.setDefaultTimeout(30_000);
+  const consoleErrors = [];
+  page.on('pageerror', (e) => consoleErrors.push(`pageerror: ${e.message}`));
+  page.on('console', (m) => {
+    if (m.type() === 'error') consoleErrors.push(`console: ${m.text()}`);
+  });
+  return { browser, context, page, consoleErrors };
+}
+
+export async function signIn(page, token) {
+  await page.goto('/');
+  await page.locator('#token').fill(token);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('heading', { name: 'Agents' }).waitFor();
+}
+
+export async function screenshot(page, name) {
+  await mkdir(SCREENSHOTS, { recursive: true });
+  await page.screenshot({ path: path.join(SCREENSHOTS, name) });
+}
+
+/** The lines of the xterm buffer (window.__agentholdTerm). */
+export async function termLines(page) {
+  return page.evaluate(() => {
+    const t = window.__agentholdTerm;
+    if (!t) return [];
+    const b = t.buffer.active;
+    const out = [];
+    for (let i = 0; i < b.length; i++) out.push(b.getLine(i)?.translateToString(true) ?? '');
+    return out;
+  });
+}
+
+/**
+ * Type a command into the terminal and wait for a line matching `expect`. Retypes once a few
+ * seconds pass without it (input sent while the sandbox is still starting may be dropped).
+ */
+export async function runInTerminal(page, command, expect, { timeout = 30_000 } = {}) {
+  const deadline = Date.now() + timeout;
+  let lastLines = [];
+  while (Date.now() < deadline) {
+    await page.locator('.xterm').click();
+    await page.keyboard.type(command);
+    await page.keyboard.press('Enter');
+    const until2 = Math.min(deadline, Date.now() + 8000);
+    while (Date.now() < until2) {
+      lastLines = await termLines(page);
+      const hit = lastLines.find((l) => expect.test(l));
+      if (hit) return { line: hit, lines: lastLines };
+      await sleep(100);
+    }
+  }
+  throw new Error(`terminal never showed ${expect} after \`${command}\`; buffer:\n${lastLines.filter(Boolean).join('\n')}`);
+}
+
+export { readFile };

@@ -1,0 +1,166 @@
+// One agent: header with state and actions, then Terminal and Files tabs.
+import { api, ApiError, type Agent } from './api';
+import { actions, badge, resources, statusLine } from './agentui';
+import { h, replace, setText } from './dom';
+import { filesView } from './files';
+import { linkHandler, navigate, type Page } from './nav';
+import { store } from './store';
+import { terminalView } from './terminal';
+
+type Tab = 'terminal' | 'files';
+
+export function agentPage(id: string): Page {
+  let agent: Agent | null = store.agents.get(id) ?? null;
+  let disposed = false;
+
+  const back = h('a', { href: '/', class: 'back', onclick: linkHandler('/') }, '← Agents');
+  const title = h('h1', { class: 'agent-page-title' });
+  const idText = h('span', { class: 'agent-id mono' }, id);
+  const b = badge();
+  const acts = actions({ onDestroyed: () => navigate('/') });
+  const meta = h('div', { class: 'agent-meta' });
+  const status = statusLine();
+  const head = h(
+    'div',
+    { class: 'agent-head' },
+    h('div', { class: 'agent-head-line' }, back, title, idText, b.el, h('span', { class: 'spacer' }), acts.el),
+    h('div', { class: 'agent-head-line agent-line2' }, meta, status.el),
+  );
+
+  const term = terminalView(id, () => agent?.name ?? id);
+  const files = filesView(id);
+
+  const tabs: Record<Tab, { button: HTMLButtonElement; panel: HTMLElement }> = {
+    terminal: {
+      button: h('button', { type: 'button', role: 'tab', id: 'tab-terminal', 'aria-controls': 'panel-terminal', class: 'tab' }, 'Terminal'),
+      panel: h('section', { role: 'tabpanel', id: 'panel-terminal', 'aria-labelledby': 'tab-terminal', class: 'panel panel-terminal' }, term.el),
+    },
+    files: {
+      button: h('button', { type: 'button', role: 'tab', id: 'tab-files', 'aria-controls': 'panel-files', class: 'tab' }, 'Files'),
+      panel: h('section', { role: 'tabpanel', id: 'panel-files', 'aria-labelledby': 'tab-files', class: 'panel panel-files' }, files.el),
+    },
+  };
+  const tabOrder: Tab[] = ['terminal', 'files'];
+  let active: Tab = location.hash === '#files' ? 'files' : 'terminal';
+  const select = (t: Tab, focus = false) => {
+    active = t;
+    for (const k of tabOrder) {
+      const on = k === t;
+      tabs[k].button.setAttribute('aria-selected', String(on));
+      tabs[k].button.tabIndex = on ? 0 : -1;
+      tabs[k].panel.hidden = !on;
+    }
+    history.replaceState(null, '', t === 'files' ? '#files' : location.pathname);
+    if (focus) tabs[t].button.focus();
+    if (t === 'terminal') {
+      term.shown();
+      maybeConnect();
+    }
+  };
+  const tablist = h('div', { role: 'tablist', class: 'tabs', 'aria-label': 'Agent views' }, tabOrder.map((t) => tabs[t].button));
+  tablist.addEventListener('keydown', (e) => {
+    const i = tabOrder.indexOf(active);
+    if (e.key === 'ArrowRight' || e.key === 'ArrowLeft') {
+      e.preventDefault();
+      select(tabOrder[(i + (e.key === 'ArrowRight' ? 1 : tabOrder.length - 1)) % tabOrder.length], true);
+    }
+  });
+  for (const t of tabOrder) tabs[t].button.addEventListener('click', () => select(t));
+
+  const gone = h('div', { class: 'gone card', hidden: true, role: 'alert' });
+  const body = h('div', { class: 'agent-body' }, tablist, tabs.terminal.panel, tabs.files.panel);
+  const el = h('div', { class: 'page agent-page', 'data-agent-id': id }, head, gone, body);
+
+  /** The terminal opens by itself once, when the agent can take one (that wakes a sleeping agent). */
+  let autoConnected = false;
+  const maybeConnect = () => {
+    if (!agent || disposed || active !== 'terminal') return;
+    const s = agent.state;
+    const canOpen = s === 'running' || s === 'sleeping' || s === 'starting';
+    if (canOpen) {
+      term.setWaiting(null);
+      if (!autoConnected) {
+        autoConnected = true;
+        term.connect();
+      }
+    } else if (!autoConnected) {
+      term.setWaiting(
+        s === 'error'
+          ? `The agent failed: ${agent.error ?? 'unknown error'}. Start or rebuild it to open a terminal.`
+          : s === 'creating' || s === 'rebuilding'
+            ? 'Waiting for the sandbox… the terminal opens when it is ready.'
+            : `The agent is ${s}.`,
+      );
+    }
+  };
+
+  const update = () => {
+    if (store.deleted.has(id)) {
+      agent = null;
+      gone.hidden = false;
+      replace(gone, 'This agent was destroyed. ', h('a', { href: '/', onclick: linkHandler('/') }, 'Back to the agents'));
+      body.hidden = true;
+      b.update('destroying');
+      return;
+    }
+    const a = store.agents.get(id) ?? agent;
+    if (!a) return;
+    agent = a;
+    document.title = `${a.name} — agenthold`;
+    setText(title, a.name);
+    b.update(a.state);
+    acts.update(a);
+    replace(meta, h('span', { class: 'mono agent-image' }, a.image), h('span', { class: 'sep', 'aria-hidden': 'true' }, '·'), h('span', null, resources(a)));
+    status.update(a);
+    const running = a.state === 'running';
+    files.setAvailable(
+      running,
+      running ? '' : a.state === 'sleeping' ? 'The agent is asleep. Start it (or open the terminal) to browse its files.' : `Files are available while the agent is running (now: ${a.state}).`,
+    );
+    maybeConnect();
+  };
+
+  const unsub = store.subscribe(update);
+  const tick = setInterval(() => agent && status.update(agent), 20_000);
+
+  // The store may not have the list yet (first page load): ask for this agent directly.
+  api
+    .agent(id)
+    .then((a) => {
+      if (disposed) return;
+      if (!store.agents.has(id) && !store.deleted.has(id)) store.put(a);
+      else update();
+    })
+    .catch((e: unknown) => {
+      if (disposed) return;
+      if (e instanceof ApiError && e.status === 404) {
+        gone.hidden = false;
+        replace(gone, `There is no agent “${id}”. `, h('a', { href: '/', onclick: linkHandler('/') }, 'Back to the agents'));
+        body.hidden = true;
+        setText(title, 'Not found');
+      } else {
+        gone.hidden = false;
+        replace(gone, `Cannot load the agent: ${e instanceof ApiError ? e.message : String(e)}`);
+      }
+    });
+
+  setText(title, agent?.name ?? id);
+  // Mount first, then select (xterm needs to be in the document to measure itself).
+  queueMicrotask(() => {
+    if (disposed) return;
+    select(active);
+    update();
+  });
+
+  return {
+    el,
+    unmount() {
+      disposed = true;
+      unsub();
+      clearInterval(tick);
+      term.dispose();
+      files.dispose();
+      document.title = 'agenthold';
+    },
+  };
+}

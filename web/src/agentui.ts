@@ -1,0 +1,159 @@
+// Pieces shared by the agents list and the agent page: state badge, status line, actions.
+import { api, ApiError, type Agent, type AgentState } from './api';
+import { confirmDialog, formatFuture, formatMb, h, setText, toast } from './dom';
+import { store } from './store';
+
+const LABELS: Record<AgentState, string> = {
+  creating: 'Creating',
+  starting: 'Starting',
+  running: 'Running',
+  stopping: 'Stopping',
+  sleeping: 'Sleeping',
+  rebuilding: 'Rebuilding',
+  destroying: 'Destroying',
+  error: 'Error',
+};
+
+const PROGRESS: Partial<Record<AgentState, string>> = {
+  creating: 'Creating the sandbox…',
+  starting: 'Starting the sandbox…',
+  stopping: 'Stopping…',
+  rebuilding: 'Rebuilding the container (home is kept)…',
+  destroying: 'Destroying the agent and its files…',
+};
+
+export const isBusy = (s: AgentState) => s in PROGRESS;
+
+/** A badge whose element stays put; `update` changes its state. */
+export function badge(): { el: HTMLElement; update: (s: AgentState) => void } {
+  const dot = h('span', { class: 'badge-dot', 'aria-hidden': 'true' });
+  const label = h('span', { class: 'badge-label' });
+  const el = h('span', { class: 'badge', 'data-testid': 'state' }, dot, label);
+  return {
+    el,
+    update(s) {
+      el.className = `badge badge-${s}${isBusy(s) ? ' badge-busy' : ''}`;
+      el.dataset.state = s;
+      setText(label, LABELS[s] ?? s);
+    },
+  };
+}
+
+export function resources(a: Agent): string {
+  return `${a.cpus} CPU${a.cpus === 1 ? '' : 's'} · ${formatMb(a.memoryMb)} · sleeps after ${a.idleMinutes} min idle`;
+}
+
+/**
+ * The one-line status: progress while busy, the error and what to do, a rebuild notice, or
+ * when a running agent will sleep. Fixed height, so state changes do not move the layout.
+ */
+export function statusLine(): { el: HTMLElement; update: (a: Agent) => void } {
+  const bar = h('span', { class: 'progress-indeterminate', 'aria-hidden': 'true' });
+  const text = h('span', { class: 'status-text' });
+  const el = h('div', { class: 'status-line', 'data-testid': 'status-line' }, bar, text);
+  return {
+    el,
+    update(a) {
+      let msg = '';
+      let kind = '';
+      if (isBusy(a.state)) {
+        msg = PROGRESS[a.state]!;
+        kind = 'busy';
+      } else if (a.state === 'error') {
+        msg = `Failed: ${a.error ?? 'unknown error'} — Start to retry, or Rebuild to recreate the container.`;
+        kind = 'error';
+      } else if (a.needsRebuild) {
+        msg = 'Image or resources changed — Rebuild to apply (the home folder is kept).';
+        kind = 'warn';
+      } else if (a.state === 'running' && a.sleepsAt) {
+        msg = `Sleeps ${formatFuture(a.sleepsAt)} if idle`;
+      } else if (a.state === 'sleeping') {
+        msg = 'Asleep — opening a terminal or Start wakes it.';
+        kind = 'muted';
+      }
+      el.className = `status-line${kind ? ` status-${kind}` : ''}`;
+      el.setAttribute('role', kind === 'error' ? 'alert' : 'status');
+      setText(text, msg);
+      text.title = msg;
+    },
+  };
+}
+
+type Action = 'start' | 'stop' | 'rebuild' | 'destroy';
+
+const ALLOWED: Record<Action, AgentState[]> = {
+  start: ['sleeping', 'error'],
+  stop: ['running', 'starting'],
+  rebuild: ['running', 'sleeping', 'error'],
+  destroy: ['creating', 'starting', 'running', 'stopping', 'sleeping', 'rebuilding', 'error'],
+};
+
+/** Start / Stop / Rebuild / Destroy. Buttons are always present; they are disabled when the state forbids them. */
+export function actions(opts: { onDestroyed?: () => void } = {}): {
+  el: HTMLElement;
+  update: (a: Agent) => void;
+} {
+  let agent: Agent | null = null;
+  const busy = new Set<Action>();
+  const buttons = {} as Record<Action, HTMLButtonElement>;
+  const labels: Record<Action, string> = { start: 'Start', stop: 'Stop', rebuild: 'Rebuild', destroy: 'Destroy' };
+  const el = h('div', { class: 'actions' });
+
+  const refresh = () => {
+    for (const act of Object.keys(buttons) as Action[]) {
+      const b = buttons[act];
+      b.disabled = !agent || busy.has(act) || !ALLOWED[act].includes(agent.state);
+      b.classList.toggle('btn-attention', act === 'rebuild' && !!agent?.needsRebuild && !b.disabled);
+      if (agent) b.setAttribute('aria-label', `${labels[act]} ${agent.name}`);
+    }
+  };
+
+  const run = async (act: Action) => {
+    if (!agent) return;
+    const a = agent;
+    if (act === 'destroy') {
+      const ok = await confirmDialog({
+        title: `Destroy “${a.name}”?`,
+        body: [
+          'The agent ',
+          h('strong', null, a.name),
+          ` (${a.id}), its container and its home folder will be deleted. This cannot be undone.`,
+        ],
+        confirmLabel: `Destroy ${a.name}`,
+        danger: true,
+      });
+      if (!ok) return;
+    }
+    busy.add(act);
+    refresh();
+    try {
+      const updated = await api[act](a.id);
+      if (updated && typeof updated === 'object' && 'id' in updated) store.put(updated);
+      if (act === 'destroy') opts.onDestroyed?.();
+    } catch (e) {
+      toast(`${labels[act]} ${a.name}: ${e instanceof ApiError ? e.message : String(e)}`);
+    } finally {
+      busy.delete(act);
+      refresh();
+    }
+  };
+
+  for (const act of Object.keys(labels) as Action[]) {
+    const b = h(
+      'button',
+      { type: 'button', class: `btn btn-small${act === 'destroy' ? ' btn-danger-ghost' : ''}`, 'data-action': act },
+      labels[act],
+    );
+    b.addEventListener('click', () => void run(act));
+    buttons[act] = b;
+    el.appendChild(b);
+  }
+  refresh();
+  return {
+    el,
+    update(a) {
+      agent = a;
+      refresh();
+    },
+  };
+}

@@ -1,0 +1,185 @@
+// The HTTP client for /api/v1 (see API.md). Same origin, authenticated by the session cookie.
+
+export type AgentState =
+  | 'creating'
+  | 'starting'
+  | 'running'
+  | 'stopping'
+  | 'sleeping'
+  | 'rebuilding'
+  | 'destroying'
+  | 'error';
+
+export interface Agent {
+  id: string;
+  name: string;
+  image: string;
+  cpus: number;
+  memoryMb: number;
+  idleMinutes: number;
+  state: AgentState;
+  error: string | null;
+  needsRebuild: boolean;
+  createdAt: string;
+  lastActivityAt: string | null;
+  sleepsAt: string | null;
+}
+
+export interface FsEntry {
+  name: string;
+  type: 'file' | 'dir' | 'symlink' | 'other';
+  size: number;
+  mode: number | string;
+  mtime: string | number;
+}
+
+export interface NewAgent {
+  name: string;
+  image?: string;
+  cpus?: number;
+  memoryMb?: number;
+  idleMinutes?: number;
+}
+
+export const BASE = '/api/v1';
+
+/** An error answer from the server, or a failure to reach it. */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly field?: string,
+  ) {
+    super(message);
+  }
+}
+
+type UnauthorizedHandler = () => void;
+let onUnauthorized: UnauthorizedHandler = () => {};
+export function setUnauthorizedHandler(fn: UnauthorizedHandler): void {
+  onUnauthorized = fn;
+}
+
+/** Build the error for a non-2xx answer from its body text. */
+export function errorFrom(status: number, bodyText: string, statusText = ''): ApiError {
+  try {
+    const body = JSON.parse(bodyText) as { error?: { code?: string; message?: string; field?: string } };
+    if (body && body.error && typeof body.error.message === 'string') {
+      return new ApiError(status, body.error.code ?? 'error', body.error.message, body.error.field ?? undefined);
+    }
+  } catch {
+    /* not JSON */
+  }
+  const text = bodyText.trim();
+  const fallback =
+    status === 413
+      ? 'The file is larger than the server accepts.'
+      : text && text.length < 300 && !text.startsWith('<')
+        ? text
+        : `The server answered ${status}${statusText ? ` ${statusText}` : ''}.`;
+  return new ApiError(status, 'http_' + status, fallback);
+}
+
+async function request(method: string, path: string, body?: BodyInit | null, json = false): Promise<Response> {
+  const headers: Record<string, string> = { Accept: 'application/json' };
+  if (json) headers['Content-Type'] = 'application/json';
+  let res: Response;
+  try {
+    res = await fetch(BASE + path, { method, body, headers, credentials: 'same-origin' });
+  } catch {
+    throw new ApiError(0, 'network', 'Cannot reach the agenthold server. Check that it is running.');
+  }
+  if (!res.ok) {
+    const err = errorFrom(res.status, await res.text().catch(() => ''), res.statusText);
+    if (res.status === 401 && path !== '/session') onUnauthorized();
+    throw err;
+  }
+  return res;
+}
+
+async function getJson<T>(path: string): Promise<T> {
+  return (await request('GET', path)).json() as Promise<T>;
+}
+
+async function sendJson<T>(method: string, path: string, body?: unknown): Promise<T> {
+  const res = await request(method, path, body === undefined ? null : JSON.stringify(body), body !== undefined);
+  const text = await res.text();
+  return (text ? JSON.parse(text) : undefined) as T;
+}
+
+const q = (path: string) => encodeURIComponent(path);
+const a = (id: string) => `/agents/${encodeURIComponent(id)}`;
+
+export const api = {
+  async session(): Promise<boolean> {
+    try {
+      await request('GET', '/session');
+      return true;
+    } catch (e) {
+      if (e instanceof ApiError && e.status === 401) return false;
+      throw e;
+    }
+  },
+  signIn: (token: string) => sendJson<void>('POST', '/session', { token }),
+  signOut: () => sendJson<void>('DELETE', '/session'),
+  health: () => getJson<{ status: string; version: string; driver: string }>('/health'),
+
+  agents: () => getJson<Agent[]>('/agents'),
+  agent: (id: string) => getJson<Agent>(a(id)),
+  create: (body: NewAgent) => sendJson<Agent>('POST', '/agents', body),
+  update: (id: string, body: Partial<NewAgent>) => sendJson<Agent>('PATCH', a(id), body),
+  destroy: (id: string) => sendJson<Agent>('DELETE', a(id)),
+  start: (id: string) => sendJson<Agent>('POST', `${a(id)}/start`),
+  stop: (id: string) => sendJson<Agent>('POST', `${a(id)}/stop`),
+  rebuild: (id: string) => sendJson<Agent>('POST', `${a(id)}/rebuild`),
+
+  list: (id: string, path: string) => getJson<FsEntry[]>(`${a(id)}/fs/list?path=${q(path)}`),
+  readText: async (id: string, path: string) => (await request('GET', `${a(id)}/fs/read?path=${q(path)}`)).arrayBuffer(),
+  writeText: (id: string, path: string, text: string) =>
+    request('PUT', `${a(id)}/fs/write?path=${q(path)}`, new Blob([text], { type: 'application/octet-stream' })),
+  mkdir: (id: string, path: string) => request('POST', `${a(id)}/fs/mkdir?path=${q(path)}`),
+  remove: (id: string, path: string) => request('DELETE', `${a(id)}/fs/remove?path=${q(path)}&recursive=true`),
+
+  readUrl: (id: string, path: string) => `${BASE}${a(id)}/fs/read?path=${q(path)}`,
+  writeUrl: (id: string, path: string) => `${BASE}${a(id)}/fs/write?path=${q(path)}`,
+  terminalUrl: (id: string, cols: number, rows: number) => {
+    const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
+    return `${proto}//${location.host}${BASE}${a(id)}/terminal?cols=${cols}&rows=${rows}`;
+  },
+};
+
+/** Upload one file with progress; the File object is the body, so the browser streams it. */
+export function upload(
+  id: string,
+  path: string,
+  file: File,
+  onProgress: (loaded: number, total: number) => void,
+): { promise: Promise<void>; abort: () => void } {
+  const xhr = new XMLHttpRequest();
+  const promise = new Promise<void>((resolve, reject) => {
+    xhr.open('PUT', api.writeUrl(id, path));
+    xhr.setRequestHeader('Content-Type', 'application/octet-stream');
+    xhr.upload.onprogress = (e) => onProgress(e.loaded, e.lengthComputable ? e.total : file.size);
+    xhr.onload = () => {
+      if (xhr.status >= 200 && xhr.status < 300) {
+        onProgress(file.size, file.size);
+        resolve();
+      } else {
+        if (xhr.status === 401) onUnauthorized();
+        reject(errorFrom(xhr.status, xhr.responseText, xhr.statusText));
+      }
+    };
+    xhr.onerror = () =>
+      reject(
+        new ApiError(
+          0,
+          'network',
+          'The upload was cut off before the server answered (the connection closed). The file may be over the server’s size limit, or the server stopped.',
+        ),
+      );
+    xhr.onabort = () => reject(new ApiError(0, 'aborted', 'Upload cancelled.'));
+    xhr.send(file);
+  });
+  return { promise, abort: () => xhr.abort() };
+}

@@ -1,0 +1,125 @@
+import './style.css';
+import { api, ApiError, setUnauthorizedHandler } from './api';
+import { h, replace } from './dom';
+import { store } from './store';
+import { agentsPage } from './agents';
+import { agentPage } from './agent';
+import { linkHandler, setRenderer, type Page } from './nav';
+
+const root = document.getElementById('app')!;
+
+
+let current: Page | null = null;
+let signedIn = false;
+
+
+function mount(page: Page): void {
+  current?.unmount?.();
+  current = page;
+  replace(root, page.el);
+}
+
+function header(): HTMLElement {
+  const signOut = h('button', { type: 'button', class: 'btn btn-ghost', 'data-testid': 'sign-out' }, 'Sign out');
+  signOut.addEventListener('click', async () => {
+    try {
+      await api.signOut();
+    } catch {
+      /* signed out anyway below */
+    }
+    showSignIn();
+  });
+  const home = h('a', { href: '/', class: 'brand' }, h('span', { class: 'brand-mark', 'aria-hidden': 'true' }, '▸'), 'agenthold');
+  home.addEventListener('click', linkHandler('/'));
+  return h('header', { class: 'topbar' }, home, h('div', { class: 'topbar-right' }, signOut));
+}
+
+function render(): void {
+  if (!signedIn) return;
+  const path = location.pathname;
+  const m = /^\/agents\/([^/]+)\/?$/.exec(path);
+  let page: Page;
+  if (m) page = agentPage(decodeURIComponent(m[1]));
+  else page = agentsPage();
+  const wrap = h('div', { class: 'shell' }, header(), h('main', { class: 'main', id: 'main' }, page.el));
+  mount({ el: wrap, unmount: page.unmount });
+}
+
+function showSignIn(message?: string): void {
+  signedIn = false;
+  store.stop();
+  const input = h('input', {
+    id: 'token',
+    name: 'token',
+    type: 'password',
+    autocomplete: 'current-password',
+    required: true,
+    spellcheck: 'false',
+    'aria-describedby': 'signin-error',
+  });
+  const error = h('p', { id: 'signin-error', class: 'field-error', role: 'alert' }, message ?? '');
+  const submit = h('button', { type: 'submit', class: 'btn btn-primary btn-block' }, 'Sign in');
+  const form = h(
+    'form',
+    { class: 'signin card', 'data-testid': 'signin-form', novalidate: true },
+    h('h1', { class: 'signin-title' }, h('span', { class: 'brand-mark', 'aria-hidden': 'true' }, '▸'), 'agenthold'),
+    h('p', { class: 'muted' }, 'Sign in with the admin token.'),
+    h('label', { for: 'token' }, 'Token'),
+    input,
+    error,
+    submit,
+  );
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const token = input.value.trim();
+    if (!token) {
+      error.textContent = 'Enter the token.';
+      input.focus();
+      return;
+    }
+    submit.disabled = true;
+    submit.textContent = 'Signing in…';
+    error.textContent = '';
+    try {
+      await api.signIn(token);
+      input.value = '';
+      startApp();
+    } catch (err) {
+      error.textContent = err instanceof ApiError ? err.message : String(err);
+      input.select();
+      input.focus();
+    } finally {
+      submit.disabled = false;
+      submit.textContent = 'Sign in';
+    }
+  });
+  mount({ el: h('main', { class: 'signin-wrap' }, form) });
+  input.focus();
+}
+
+function startApp(): void {
+  signedIn = true;
+  store.start();
+  render();
+}
+
+setUnauthorizedHandler(() => {
+  if (signedIn) showSignIn('Your session has ended. Sign in again.');
+});
+store.onSignedOut = () => {
+  if (signedIn) showSignIn('Your session has ended. Sign in again.');
+};
+
+setRenderer(render);
+window.addEventListener('popstate', render);
+
+async function boot(): Promise<void> {
+  try {
+    if (await api.session()) startApp();
+    else showSignIn();
+  } catch (e) {
+    showSignIn(e instanceof ApiError ? e.message : String(e));
+  }
+}
+
+void boot();

@@ -1,0 +1,133 @@
+// Live agent state: one list fetch, then the SSE stream `GET /api/v1/events`. No polling.
+import { api, ApiError, BASE, type Agent } from './api';
+
+type Listener = () => void;
+
+export type StreamStatus = 'connecting' | 'live' | 'reconnecting';
+
+class AgentStore {
+  readonly agents = new Map<string, Agent>();
+  /** Ids deleted while this page was open (so an agent page can say so). */
+  readonly deleted = new Set<string>();
+  loaded = false;
+  status: StreamStatus = 'connecting';
+  loadError: string | null = null;
+  private listeners = new Set<Listener>();
+  private source: EventSource | null = null;
+  private pending: Array<(m: Map<string, Agent>) => void> | null = null;
+  private generation = 0;
+
+  subscribe(fn: Listener): () => void {
+    this.listeners.add(fn);
+    return () => this.listeners.delete(fn);
+  }
+
+  private emit(): void {
+    for (const fn of [...this.listeners]) fn();
+  }
+
+  /** Newest first by creation time, then by name. */
+  sorted(): Agent[] {
+    return [...this.agents.values()].sort(
+      (a, b) => (b.createdAt ?? '').localeCompare(a.createdAt ?? '') || a.name.localeCompare(b.name),
+    );
+  }
+
+  /** Apply an Agent object we got from any answer (API call or event). */
+  put(agent: Agent): void {
+    if (this.deleted.has(agent.id)) return;
+    this.agents.set(agent.id, agent);
+    this.emit();
+  }
+
+  private onAgent(agent: Agent): void {
+    if (this.pending) this.pending.push((m) => m.set(agent.id, agent));
+    this.put(agent);
+  }
+
+  private onDeleted(id: string): void {
+    if (this.pending) this.pending.push((m) => m.delete(id));
+    this.deleted.add(id);
+    this.agents.delete(id);
+    this.emit();
+  }
+
+  start(): void {
+    if (this.source) return;
+    const gen = ++this.generation;
+    this.status = 'connecting';
+    const es = new EventSource(`${BASE}/events`, { withCredentials: true });
+    this.source = es;
+    es.addEventListener('open', () => {
+      if (gen !== this.generation) return;
+      this.status = 'live';
+      // (Re)load the whole list; events that arrive meanwhile are replayed on top of it.
+      this.pending = [];
+      api
+        .agents()
+        .then((list) => {
+          if (gen !== this.generation) return;
+          const m = new Map<string, Agent>();
+          for (const a of list) if (!this.deleted.has(a.id)) m.set(a.id, a);
+          for (const f of this.pending ?? []) f(m);
+          this.pending = null;
+          this.agents.clear();
+          for (const [k, v] of m) this.agents.set(k, v);
+          this.loaded = true;
+          this.loadError = null;
+          this.emit();
+        })
+        .catch((e: unknown) => {
+          this.pending = null;
+          this.loadError = e instanceof ApiError ? e.message : String(e);
+          this.emit();
+        });
+      this.emit();
+    });
+    es.addEventListener('agent', (ev) => {
+      try {
+        this.onAgent(JSON.parse((ev as MessageEvent<string>).data) as Agent);
+      } catch {
+        /* ignore a malformed event */
+      }
+    });
+    es.addEventListener('deleted', (ev) => {
+      try {
+        const { id } = JSON.parse((ev as MessageEvent<string>).data) as { id: string };
+        if (id) this.onDeleted(id);
+      } catch {
+        /* ignore */
+      }
+    });
+    es.addEventListener('error', () => {
+      if (gen !== this.generation) return;
+      this.status = 'reconnecting';
+      this.emit();
+      // EventSource retries by itself, except after an HTTP error answer (e.g. 401).
+      if (es.readyState === EventSource.CLOSED) {
+        this.source = null;
+        api
+          .session()
+          .then((ok) => {
+            if (gen !== this.generation) return;
+            if (ok) setTimeout(() => gen === this.generation && this.start(), 2000);
+            else this.onSignedOut?.();
+          })
+          .catch(() => setTimeout(() => gen === this.generation && this.start(), 3000));
+      }
+    });
+  }
+
+  stop(): void {
+    this.generation++;
+    this.source?.close();
+    this.source = null;
+    this.agents.clear();
+    this.deleted.clear();
+    this.loaded = false;
+  }
+
+  onSignedOut: (() => void) | null = null;
+}
+
+export const store = new AgentStore();
