@@ -8,7 +8,7 @@
 
 use std::env;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 fn main() {
     println!("cargo:rerun-if-changed=web/dist");
@@ -46,10 +46,12 @@ fn main() {
 
 fn run(npm: &Path, dir: &Path, args: &[&str]) {
     let what = format!("npm {}", args.join(" "));
-    // npm's output goes to cargo's captured build-script output; it is shown when this fails.
+    // npm's output goes to stderr (cargo keeps it and shows it when this fails), never to stdout,
+    // where cargo would read `cargo:` lines as instructions.
     let status = Command::new(npm)
         .args(args)
         .current_dir(dir)
+        .stdout(Stdio::from(std::io::stderr()))
         .status()
         .unwrap_or_else(|e| panic!("could not run `{what}` in web/: {e}"));
     if !status.success() {

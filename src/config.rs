@@ -136,6 +136,7 @@ pub struct DockerConfig {
     /// Starts every container, volume and network name; lets several installations share a host.
     pub name_prefix: String,
     /// Each agent's internal network takes one subnet of this pool.
+    #[serde(deserialize_with = "de_ipv4_net")]
     pub network_pool: Ipv4Net,
     /// The prefix length of each agent's subnet.
     pub subnet_bits: u8,
@@ -614,6 +615,17 @@ fn de_socket_addr<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Erro
     })
 }
 
+fn de_ipv4_net<'de, D: Deserializer<'de>>(d: D) -> Result<Ipv4Net, D::Error> {
+    d.deserialize_str(ParseStr {
+        expecting: "an IPv4 network like 10.213.0.0/16",
+        parse: |s: &str| {
+            s.trim()
+                .parse::<Ipv4Net>()
+                .map_err(|_| format!("\"{s}\" is not an IPv4 network like 10.213.0.0/16"))
+        },
+    })
+}
+
 /// Parses inside the visitor rather than after it, so serde_yaml_ng attaches the failing
 /// value's own dotted path and line to the message (not its parent's).
 struct ParseStr<F> {
@@ -908,7 +920,12 @@ sandbox:
             "{e}"
         );
         let e = err("sandbox:\n  docker:\n    network_pool: 10.213.0.0\n");
-        assert!(e.contains("sandbox.docker.network_pool"), "{e}");
+        assert!(
+            e.contains("sandbox.docker.network_pool: \"10.213.0.0\" is not an IPv4 network"),
+            "{e}"
+        );
+        let e = err("sandbox:\n  docker:\n    network_pool: fd00::/8\n");
+        assert!(e.contains("is not an IPv4 network"), "{e}");
         let e = err("sandbox:\n  docker:\n    cap_drop: NET_RAW\n");
         assert!(e.contains("sandbox.docker.cap_drop"), "{e}");
         let e = err("sandbox: [1, 2]\n");

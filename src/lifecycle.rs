@@ -174,9 +174,7 @@ impl Lifecycle {
     }
 
     pub async fn rebuild(self: &Arc<Self>, id: &str) -> Result<Agent, LifecycleError> {
-        let agent = self
-            .transition(id, SETTLED, Rebuilding, "rebuild")
-            .await?;
+        let agent = self.transition(id, SETTLED, Rebuilding, "rebuild").await?;
         tokio::spawn(self.clone().run_rebuild(id.to_string()));
         Ok(self.decorate(agent))
     }
@@ -262,7 +260,11 @@ impl Lifecycle {
         };
         if let Err(e) = self.driver.create(&SandboxSpec::of(&agent)).await {
             return self
-                .fail(&id, &[Creating], format!("creating the sandbox failed: {e}"))
+                .fail(
+                    &id,
+                    &[Creating],
+                    format!("creating the sandbox failed: {e}"),
+                )
                 .await;
         }
         if self
@@ -285,7 +287,11 @@ impl Lifecycle {
             .await
         {
             return self
-                .fail(&id, &[Starting], format!("storing the boot token failed: {e}"))
+                .fail(
+                    &id,
+                    &[Starting],
+                    format!("storing the boot token failed: {e}"),
+                )
                 .await;
         }
         self.activity.reset_cpu(&id);
@@ -293,7 +299,11 @@ impl Lifecycle {
         self.tunnels.disconnect(&id);
         if let Err(e) = self.driver.start(&SandboxSpec::of(&agent), &token).await {
             return self
-                .fail(&id, &[Starting], format!("starting the sandbox failed: {e}"))
+                .fail(
+                    &id,
+                    &[Starting],
+                    format!("starting the sandbox failed: {e}"),
+                )
                 .await;
         }
         if let Err(e) = self.tunnels.wait(&id, self.start_timeout).await {
@@ -317,7 +327,11 @@ impl Lifecycle {
     pub(crate) async fn run_stop(self: Arc<Self>, id: String) {
         if let Err(e) = self.driver.stop(&id).await {
             return self
-                .fail(&id, &[Stopping], format!("stopping the sandbox failed: {e}"))
+                .fail(
+                    &id,
+                    &[Stopping],
+                    format!("stopping the sandbox failed: {e}"),
+                )
                 .await;
         }
         self.tunnels.disconnect(&id);
@@ -333,7 +347,11 @@ impl Lifecycle {
         self.tunnels.disconnect(&id);
         if let Err(e) = self.driver.rebuild(&SandboxSpec::of(&agent)).await {
             return self
-                .fail(&id, &[Rebuilding], format!("rebuilding the sandbox failed: {e}"))
+                .fail(
+                    &id,
+                    &[Rebuilding],
+                    format!("rebuilding the sandbox failed: {e}"),
+                )
                 .await;
         }
         if let Err(e) = self.store.clear_needs_rebuild(&id).await {
@@ -352,7 +370,11 @@ impl Lifecycle {
         self.tunnels.disconnect(&id);
         if let Err(e) = self.driver.destroy(&id).await {
             return self
-                .fail(&id, &[Destroying], format!("destroying the sandbox failed: {e}"))
+                .fail(
+                    &id,
+                    &[Destroying],
+                    format!("destroying the sandbox failed: {e}"),
+                )
                 .await;
         }
         match self.store.delete_agent(&id).await {
@@ -361,8 +383,12 @@ impl Lifecycle {
                 self.hub.publish(AgentEvent::Deleted(id));
             }
             Err(e) => {
-                self.fail(&id, &[Destroying], format!("removing the agent failed: {e}"))
-                    .await
+                self.fail(
+                    &id,
+                    &[Destroying],
+                    format!("removing the agent failed: {e}"),
+                )
+                .await
             }
         }
     }
@@ -381,7 +407,10 @@ impl Lifecycle {
     pub async fn on_driver_event(self: &Arc<Self>, event: DriverEvent) {
         match event {
             DriverEvent::Stopped(id) | DriverEvent::Removed(id) => {
-                if let Ok(agent) = self.store.transition(&id, &[Running, Starting], Sleeping).await
+                if let Ok(agent) = self
+                    .store
+                    .transition(&id, &[Running, Starting], Sleeping)
+                    .await
                 {
                     tracing::info!(agent = id, "the sandbox stopped outside agenthold");
                     self.tunnels.disconnect(&id);

@@ -10,7 +10,11 @@ use agenthold::config::Config;
 use agenthold::server::Server;
 
 #[derive(Parser)]
-#[command(name = "agenthold", version, about = "Self-hosted sandboxes for AI agents")]
+#[command(
+    name = "agenthold",
+    version,
+    about = "Self-hosted sandboxes for AI agents"
+)]
 struct Cli {
     #[command(flatten)]
     client: ClientOpts,

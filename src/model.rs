@@ -144,7 +144,9 @@ mod tests {
             let id = new_agent_id();
             assert_eq!(id.len(), 12);
             assert!(id.chars().next().unwrap().is_ascii_lowercase());
-            assert!(id.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
+            assert!(id
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
         }
     }
 }

@@ -57,7 +57,11 @@ pub async fn reconcile(lc: &Arc<Lifecycle>) -> anyhow::Result<Report> {
             },
             Sleeping => {
                 if lc.driver.inspect(&id).await? == SandboxStatus::Running
-                    && lc.store.transition(&id, &[Sleeping], Starting).await.is_ok()
+                    && lc
+                        .store
+                        .transition(&id, &[Sleeping], Starting)
+                        .await
+                        .is_ok()
                 {
                     tracing::info!(agent = id, "was started outside agenthold");
                     tokio::spawn(lc.clone().await_hello(id));
@@ -70,7 +74,10 @@ pub async fn reconcile(lc: &Arc<Lifecycle>) -> anyhow::Result<Report> {
     let known: HashSet<&str> = agents.iter().map(|a| a.id.as_str()).collect();
     for sandbox in lc.driver.list().await? {
         if !known.contains(sandbox.id.as_str()) {
-            tracing::warn!(sandbox = sandbox.id, "removing a sandbox that belongs to no agent");
+            tracing::warn!(
+                sandbox = sandbox.id,
+                "removing a sandbox that belongs to no agent"
+            );
             lc.driver.destroy(&sandbox.id).await?;
             report.orphans_removed += 1;
         }

@@ -66,7 +66,12 @@ impl Server {
 
         let tunnel = TcpListener::bind(config.sandbox.tunnel_listen)
             .await
-            .with_context(|| format!("binding sandbox.tunnel_listen {}", config.sandbox.tunnel_listen))?;
+            .with_context(|| {
+                format!(
+                    "binding sandbox.tunnel_listen {}",
+                    config.sandbox.tunnel_listen
+                )
+            })?;
         let tunnel_addr = tunnel.local_addr()?;
         let api = TcpListener::bind(config.server.listen)
             .await
@@ -79,8 +84,11 @@ impl Server {
                 tunnel_addr,
                 config.sandbox.ping_interval,
             )),
-            DriverKind::Docker => anyhow::bail!(
-                "sandbox.driver: docker is not available in this build yet; set sandbox.driver: fake"
+            // Connecting also fills the sandboxd volume when the server runs in a container.
+            DriverKind::Docker => Arc::new(
+                crate::driver::docker::DockerDriver::connect(&config, store.clone(), tunnel_addr)
+                    .await
+                    .context("starting the docker driver")?,
             ),
         };
         let lifecycle = Arc::new(Lifecycle {
@@ -109,13 +117,16 @@ impl Server {
 
     /// Serves until `shutdown` resolves. The tunnel comes up before reconcile, so sandboxes
     /// that survived a restart can reconnect while their agents are being settled.
-    pub async fn run(self, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    pub async fn run(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
         let lc = self.lifecycle.clone();
         let tunnel_app = tunnel::router(lc.clone());
-        let tunnel_task = tokio::spawn(async move {
-            axum::serve(self.tunnel, tunnel_app).await
-        });
-        crate::reconcile::reconcile(&lc).await.context("reconciling at startup")?;
+        let tunnel_task = tokio::spawn(async move { axum::serve(self.tunnel, tunnel_app).await });
+        crate::reconcile::reconcile(&lc)
+            .await
+            .context("reconciling at startup")?;
         let events_task = tokio::spawn(crate::reconcile::follow_driver_events(lc.clone()));
         let sleeper_task = tokio::spawn(crate::sleeper::run(lc.clone()));
 

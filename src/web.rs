@@ -83,7 +83,25 @@ pub async fn serve(method: Method, uri: Uri, headers: HeaderMap) -> Response {
             } else {
                 "no-cache"
             };
-            return file_response(&file, cache, &headers, false);
+            // The build writes `name.gz` beside scripts and styles: send it when gzip is accepted.
+            if accepts_gzip(&headers) {
+                if let Some(gz) = Assets::get(&format!("{rel}.gz")) {
+                    let mut res = file_response(&gz, cache, &headers, false);
+                    let h = res.headers_mut();
+                    if let Ok(v) = HeaderValue::from_str(&content_type(&file)) {
+                        h.insert(header::CONTENT_TYPE, v);
+                    }
+                    h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+                    h.insert(header::VARY, HeaderValue::from_static("Accept-Encoding"));
+                    return res;
+                }
+            }
+            let mut res = file_response(&file, cache, &headers, false);
+            if Assets::get(&format!("{rel}.gz")).is_some() {
+                res.headers_mut()
+                    .insert(header::VARY, HeaderValue::from_static("Accept-Encoding"));
+            }
+            return res;
         }
     }
     if rel.starts_with("assets/") {
@@ -125,12 +143,7 @@ fn file_response(
         }
         return res;
     }
-    let mime = file.metadata.mimetype();
-    let content_type = if mime.starts_with("text/") || mime.contains("javascript") {
-        format!("{mime}; charset=utf-8")
-    } else {
-        mime.to_string()
-    };
+    let content_type = content_type(file);
     let mut res = if fresh {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
@@ -149,6 +162,33 @@ fn file_response(
         h.insert(header::ETAG, v);
     }
     res
+}
+
+fn content_type(file: &rust_embed::EmbeddedFile) -> String {
+    let mime = file.metadata.mimetype();
+    if mime.starts_with("text/") || mime.contains("javascript") || mime.ends_with("+xml") {
+        format!("{mime}; charset=utf-8")
+    } else {
+        mime.to_string()
+    }
+}
+
+fn accepts_gzip(req: &HeaderMap) -> bool {
+    req.get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|enc| {
+            let mut parts = enc.split(';');
+            let name = parts.next().unwrap_or("").trim();
+            let q_zero = parts.any(|p| {
+                p.trim()
+                    .strip_prefix("q=")
+                    .and_then(|q| q.trim().parse::<f32>().ok())
+                    == Some(0.0)
+            });
+            name.eq_ignore_ascii_case("gzip") && !q_zero
+        })
 }
 
 /// The HTML page (the UI's index.html or the placeholder), never cached without revalidation.
@@ -268,5 +308,17 @@ mod tests {
         h.insert(header::IF_NONE_MATCH, etag.parse().unwrap());
         let res = serve(Method::GET, format!("/{js}").parse().unwrap(), h).await;
         assert_eq!(res.status(), StatusCode::NOT_MODIFIED);
+
+        if Assets::get(&format!("{js}.gz")).is_some() {
+            let mut h = HeaderMap::new();
+            h.insert(header::ACCEPT_ENCODING, "br, gzip".parse().unwrap());
+            let res = serve(Method::GET, format!("/{js}").parse().unwrap(), h).await;
+            assert_eq!(header_of(&res, header::CONTENT_ENCODING), "gzip");
+            assert!(header_of(&res, header::CONTENT_TYPE).contains("javascript"));
+            let mut h = HeaderMap::new();
+            h.insert(header::ACCEPT_ENCODING, "gzip;q=0".parse().unwrap());
+            let res = serve(Method::GET, format!("/{js}").parse().unwrap(), h).await;
+            assert_eq!(header_of(&res, header::CONTENT_ENCODING), "");
+        }
     }
 }

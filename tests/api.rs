@@ -66,9 +66,18 @@ async fn bad_bodies_are_400_with_a_message() {
         ("negative cpus", r#"{"name": "a", "cpus": -1}"#.into()),
         ("too many cpus", r#"{"name": "a", "cpus": 1000}"#.into()),
         ("negative memory", r#"{"name": "a", "memoryMb": -5}"#.into()),
-        ("too much memory", r#"{"name": "a", "memoryMb": 99999999}"#.into()),
-        ("idle too long", r#"{"name": "a", "idleMinutes": 99999999}"#.into()),
-        ("image with spaces", r#"{"name": "a", "image": "debian bookworm"}"#.into()),
+        (
+            "too much memory",
+            r#"{"name": "a", "memoryMb": 99999999}"#.into(),
+        ),
+        (
+            "idle too long",
+            r#"{"name": "a", "idleMinutes": 99999999}"#.into(),
+        ),
+        (
+            "image with spaces",
+            r#"{"name": "a", "image": "debian bookworm"}"#.into(),
+        ),
     ];
     for (what, body) in cases {
         let r = s
@@ -92,7 +101,14 @@ async fn bad_bodies_are_400_with_a_message() {
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"]["field"], "cpus");
     // Still healthy, and nothing was created.
-    let agents: Vec<Value> = s.get("/api/v1/agents").send().await.unwrap().json().await.unwrap();
+    let agents: Vec<Value> = s
+        .get("/api/v1/agents")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert!(agents.is_empty());
 }
 
@@ -137,7 +153,9 @@ async fn names_are_unique_and_defaults_apply() {
     assert_eq!(a["idleMinutes"], 15);
     assert_eq!(a["needsRebuild"], false);
     let id = a["id"].as_str().unwrap();
-    assert!(id.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
+    assert!(id
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
     let r = s
         .post("/api/v1/agents")
         .json(&json!({"name": "builder"}))
@@ -245,7 +263,10 @@ async fn web_session_cookie_signs_in_and_out() {
         .unwrap();
     assert_eq!(r.status(), 204);
     let cookie = r.headers()["set-cookie"].to_str().unwrap().to_string();
-    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
     let pair = cookie.split(';').next().unwrap().to_string();
     let r = s
         .http

@@ -206,7 +206,10 @@ mod tests {
     #[test]
     fn falls_back_to_our_own_uid() {
         let uid = nix::unistd::getuid().as_raw();
-        let (_d, p, g) = files(&format!("me:x:{uid}:4242::/x:/bin/sh\n# comment\nbroken\n"), "");
+        let (_d, p, g) = files(
+            &format!("me:x:{uid}:4242::/x:/bin/sh\n# comment\nbroken\n"),
+            "",
+        );
         let a = Account::detect_from(&p, &g);
         assert_eq!((a.name.as_str(), a.uid, a.gid), ("me", uid, 4242));
         assert_eq!(a.shell, Path::new("/bin/sh"));

@@ -132,7 +132,12 @@ pub async fn run_session(
     }
     let stop = shutdown.child_token();
     let interval = sb.options().activity_interval;
-    tokio::spawn(activity::report(sb.clone(), handle.clone(), interval, stop.clone()));
+    tokio::spawn(activity::report(
+        sb.clone(),
+        handle.clone(),
+        interval,
+        stop.clone(),
+    ));
     let serving = tokio::spawn(serve::serve_inbound(sb.clone(), inbound));
     let mut pinger = tokio::spawn(ping_until_missed(handle, sb.options().ping_interval));
     let end = tokio::select! {

@@ -61,13 +61,19 @@ impl Target {
     }
 }
 
-pub async fn dial(target: &Target, boot: &BootConfig) -> Result<WebSocketStream<TcpStream>, DialError> {
+pub async fn dial(
+    target: &Target,
+    boot: &BootConfig,
+) -> Result<WebSocketStream<TcpStream>, DialError> {
     tokio::time::timeout(DIAL_TIMEOUT, dial_inner(target, boot))
         .await
         .map_err(|_| DialError::Timeout)?
 }
 
-async fn dial_inner(target: &Target, boot: &BootConfig) -> Result<WebSocketStream<TcpStream>, DialError> {
+async fn dial_inner(
+    target: &Target,
+    boot: &BootConfig,
+) -> Result<WebSocketStream<TcpStream>, DialError> {
     let mut request = target.url.as_str().into_client_request()?;
     let bad_header = |what: &str| DialError::BadUrl {
         url: target.url.clone(),

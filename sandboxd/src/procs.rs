@@ -147,7 +147,10 @@ mod tests {
     fn parses_names_with_parens_and_spaces() {
         let line = "42 (a) b (c)) S 1 40 41 0 -1 4194560 100 0 0 0 7 3 0 0 20 0 1 0 555 0 0";
         let s = parse_stat(42, line).unwrap();
-        assert_eq!((s.pgid, s.sid, s.cpu_ticks, s.start_time), (40, 41, 10, 555));
+        assert_eq!(
+            (s.pgid, s.sid, s.cpu_ticks, s.start_time),
+            (40, 41, 10, 555)
+        );
         assert!(!s.zombie);
     }
 

@@ -22,7 +22,15 @@ pub const MAX_FRAME_LEN: usize = 1024 * 1024;
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Names of the channels this protocol knows.
 pub const CHANNELS: &[&str] = &[
-    "hello", "ping", "pty", "fs.list", "fs.read", "fs.write", "fs.mkdir", "fs.remove", "exec",
+    "hello",
+    "ping",
+    "pty",
+    "fs.list",
+    "fs.read",
+    "fs.write",
+    "fs.mkdir",
+    "fs.remove",
+    "exec",
     "activity",
 ];
 
@@ -328,13 +336,18 @@ pub enum Frame {
     Stderr(Bytes),
     /// No more stdin.
     StdinEof,
-    Resize { cols: u16, rows: u16 },
+    Resize {
+        cols: u16,
+        rows: u16,
+    },
     /// The shell of a `pty` channel ended with this code.
     PtyExit(i32),
     /// The last frame of an `exec` channel.
     ExecExit(ExecExit),
     /// CPU time used by the sandbox's processes since sandboxd started, in milliseconds.
-    Activity { cpu_ms: u64 },
+    Activity {
+        cpu_ms: u64,
+    },
 }
 
 const K_DATA: u8 = 1;
@@ -544,7 +557,10 @@ mod tests {
             Frame::Stdout(Bytes::from(vec![7u8; DATA_CHUNK])),
             Frame::Stderr(Bytes::new()),
             Frame::StdinEof,
-            Frame::Resize { cols: 120, rows: 40 },
+            Frame::Resize {
+                cols: 120,
+                rows: 40,
+            },
             Frame::PtyExit(-3),
             Frame::ExecExit(ExecExit {
                 exit_code: 2,

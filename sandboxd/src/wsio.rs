@@ -142,7 +142,10 @@ mod tests {
 
     #[tokio::test]
     async fn reads_span_messages() {
-        let msgs = vec![Ok(Bytes::from_static(b"hel")), Ok(Bytes::from_static(b"lo"))];
+        let msgs = vec![
+            Ok(Bytes::from_static(b"hel")),
+            Ok(Bytes::from_static(b"lo")),
+        ];
         let (tx, _rx) = futures::channel::mpsc::unbounded::<Bytes>();
         let mut io = WsIo::new(Combined {
             sink: tx.sink_map_err(io::Error::other),
@@ -165,16 +168,25 @@ mod tests {
     }
     impl<K: Sink<Bytes> + Unpin, T: Unpin> Sink<Bytes> for Combined<K, T> {
         type Error = K::Error;
-        fn poll_ready(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), K::Error>> {
+        fn poll_ready(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Result<(), K::Error>> {
             Pin::new(&mut self.sink).poll_ready(cx)
         }
         fn start_send(mut self: Pin<&mut Self>, item: Bytes) -> Result<(), K::Error> {
             Pin::new(&mut self.sink).start_send(item)
         }
-        fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), K::Error>> {
+        fn poll_flush(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Result<(), K::Error>> {
             Pin::new(&mut self.sink).poll_flush(cx)
         }
-        fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), K::Error>> {
+        fn poll_close(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Result<(), K::Error>> {
             Pin::new(&mut self.sink).poll_close(cx)
         }
     }

@@ -243,7 +243,17 @@ mod tests {
         for ok in ["a", "builder", "agent-7", &"x".repeat(63)] {
             assert!(validate_name(ok).is_ok(), "{ok}");
         }
-        for bad in ["", "Builder", "-a", "a-", "a_b", "a.b", "ä", "a b", &"x".repeat(64)] {
+        for bad in [
+            "",
+            "Builder",
+            "-a",
+            "a-",
+            "a_b",
+            "a.b",
+            "ä",
+            "a b",
+            &"x".repeat(64),
+        ] {
             assert!(validate_name(bad).is_err(), "{bad}");
         }
     }

@@ -23,7 +23,9 @@ fn agent_event(agent: &Agent) -> Event {
 /// A stream of agent changes.
 #[utoipa::path(get, path = "/api/v1/events", tag = "agents",
     responses((status = 200, content_type = "text/event-stream", description = "`agent` events carry an Agent; `deleted` events carry {\"id\"}")))]
-pub async fn events(State(st): State<AppState>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+pub async fn events(
+    State(st): State<AppState>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let mut rx = st.lc.hub.subscribe();
     let lc = st.lc.clone();
     let stream = async_stream::stream! {

@@ -54,7 +54,10 @@ fn validate(st: &AppState, body: &ExecBody) -> Result<ExecRequest, ApiError> {
         ));
     }
     if body.command.iter().any(|a| a.contains('\0')) {
-        return Err(ApiError::invalid_field("command", "command may not contain NUL bytes"));
+        return Err(ApiError::invalid_field(
+            "command",
+            "command may not contain NUL bytes",
+        ));
     }
     let env = body.env.clone().unwrap_or_default();
     for (k, v) in &env {
@@ -78,7 +81,10 @@ fn validate(st: &AppState, body: &ExecBody) -> Result<ExecRequest, ApiError> {
     }
     if let Some(cwd) = &body.cwd {
         if cwd.contains('\0') {
-            return Err(ApiError::invalid_field("cwd", "cwd may not contain NUL bytes"));
+            return Err(ApiError::invalid_field(
+                "cwd",
+                "cwd may not contain NUL bytes",
+            ));
         }
     }
     Ok(ExecRequest {
@@ -123,7 +129,8 @@ pub async fn exec(
     let feeder = tokio::spawn(async move {
         let mut sink = FramedWrite::new(wr, FrameCodec::default());
         for chunk in stdin.chunks(proto::DATA_CHUNK) {
-            sink.send(Frame::Data(Bytes::copy_from_slice(chunk))).await?;
+            sink.send(Frame::Data(Bytes::copy_from_slice(chunk)))
+                .await?;
         }
         sink.send(Frame::StdinEof).await?;
         // Keep the write half open: dropping it would reset the stream and kill the command.
@@ -262,4 +269,3 @@ where
     )
         .into_response()
 }
-

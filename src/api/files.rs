@@ -170,9 +170,9 @@ pub async fn write(
         .shutdown()
         .await
         .map_err(|e| ApiError::unavailable(format!("the sandbox connection failed: {e}")))?;
-    let reply: Reply = proto::read_message(&mut stream)
-        .await
-        .map_err(|e| ApiError::unavailable(format!("the sandbox did not confirm the write: {e}")))?;
+    let reply: Reply = proto::read_message(&mut stream).await.map_err(|e| {
+        ApiError::unavailable(format!("the sandbox did not confirm the write: {e}"))
+    })?;
     reply.into_result()?;
     Ok(StatusCode::NO_CONTENT)
 }

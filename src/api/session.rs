@@ -27,8 +27,12 @@ pub struct SessionStatus {
     responses((status = 204, description = "Signed in; cookie set"), (status = 401, body = super::error::ErrorBody)))]
 pub async fn sign_in(State(st): State<AppState>, ApiJson(body): ApiJson<SignIn>) -> Response {
     if !st.auth.is_admin_token(body.token.trim()) {
-        return ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "that token is not valid")
-            .into_response();
+        return ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "that token is not valid",
+        )
+        .into_response();
     }
     let session = st.auth.open_session();
     let cookie = format!("{SESSION_COOKIE}={session}; Path=/; HttpOnly; SameSite=Strict");

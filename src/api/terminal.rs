@@ -141,5 +141,10 @@ async fn run(st: AppState, id: String, cols: u16, rows: u16, mut socket: WebSock
             "\r\nThe connection to the sandbox was lost.\r\n".into(),
         ))
         .await;
-    close(&mut socket, CLOSE_ERROR, "the connection to the sandbox was lost").await;
+    close(
+        &mut socket,
+        CLOSE_ERROR,
+        "the connection to the sandbox was lost",
+    )
+    .await;
 }

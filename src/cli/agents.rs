@@ -154,7 +154,10 @@ fn show_one(json: bool, agent: &Agent) -> anyhow::Result<()> {
     if json {
         print(&output::json(agent)?)
     } else {
-        print(&output::agents_table(std::slice::from_ref(agent), chrono::Utc::now()))
+        print(&output::agents_table(
+            std::slice::from_ref(agent),
+            chrono::Utc::now(),
+        ))
     }
 }
 

@@ -88,7 +88,12 @@ impl ApiClient {
     }
 
     /// The WebSocket upgrade request, carrying the token like every other call.
-    pub fn terminal_request(&self, id: &str, cols: u16, rows: u16) -> Result<WsRequest, ClientError> {
+    pub fn terminal_request(
+        &self,
+        id: &str,
+        cols: u16,
+        rows: u16,
+    ) -> Result<WsRequest, ClientError> {
         let url = self.terminal_url(id, cols, rows);
         let mut req = url
             .as_str()
@@ -135,7 +140,8 @@ impl ApiClient {
     }
 
     pub async fn delete_agent(&self, id: &str) -> Result<Agent, ClientError> {
-        self.json(self.request(Method::DELETE, &["agents", id])).await
+        self.json(self.request(Method::DELETE, &["agents", id]))
+            .await
     }
 
     /// Follows `GET /api/v1/events`. The subscription is live once this returns, so an
@@ -205,7 +211,7 @@ impl ApiClient {
     ) -> Result<BoxStream<'static, Result<Bytes, ClientError>>, ClientError> {
         let url = self.fs_url(id, "read", path);
         let resp = self.send(self.authed(self.http.get(url))).await?;
-        let server = self.base.to_string();
+        let server = self.shown();
         Ok(resp
             .bytes_stream()
             .map(move |r| r.map_err(|e| ClientError::from_reqwest(&server, e)))
@@ -242,11 +248,16 @@ impl ApiClient {
                 resp.body().as_deref().unwrap_or_default(),
             )),
             Err(WsError::Io(e)) if is_connect_failure(&e) => Err(ClientError::Connect {
-                url: self.base.to_string(),
+                url: self.shown(),
                 detail: e.to_string(),
             }),
             Err(e) => Err(ClientError::Transport(format!("terminal connection: {e}"))),
         }
+    }
+
+    /// The server URL as a person typed it, for messages.
+    fn shown(&self) -> String {
+        self.base.as_str().trim_end_matches('/').to_string()
     }
 
     fn request(&self, method: Method, segments: &[&str]) -> RequestBuilder {
@@ -265,7 +276,7 @@ impl ApiClient {
         let resp = rb
             .send()
             .await
-            .map_err(|e| ClientError::from_reqwest(self.base.as_str(), e))?;
+            .map_err(|e| ClientError::from_reqwest(&self.shown(), e))?;
         let status = resp.status();
         if status.is_success() {
             return Ok(resp);
@@ -279,12 +290,12 @@ impl ApiClient {
         let body = resp
             .bytes()
             .await
-            .map_err(|e| ClientError::from_reqwest(self.base.as_str(), e))?;
+            .map_err(|e| ClientError::from_reqwest(&self.shown(), e))?;
         serde_json::from_slice(&body).map_err(|e| ClientError::Protocol(e.to_string()))
     }
 
     fn line_stream(&self, resp: Response) -> BoxStream<'static, Result<Bytes, ClientError>> {
-        let server = self.base.to_string();
+        let server = self.shown();
         Box::pin(async_stream::try_stream! {
             let mut body = resp.bytes_stream();
             let mut splitter = LineSplitter::new();
@@ -401,7 +412,10 @@ mod tests {
         );
         for bad in ["https://x", "ftp://x", "http://", "http://x/?a=b"] {
             assert!(
-                matches!(ApiClient::new(bad, None), Err(ClientError::InvalidUrl { .. })),
+                matches!(
+                    ApiClient::new(bad, None),
+                    Err(ClientError::InvalidUrl { .. })
+                ),
                 "{bad}"
             );
         }
@@ -438,7 +452,9 @@ mod tests {
             Err(e) => panic!("{e}"),
         };
         assert_eq!(
-            req.headers().get(AUTHORIZATION).and_then(|v| v.to_str().ok()),
+            req.headers()
+                .get(AUTHORIZATION)
+                .and_then(|v| v.to_str().ok()),
             Some("Bearer t0k")
         );
         assert_eq!(req.uri().scheme_str(), Some("ws"));
@@ -470,8 +486,14 @@ mod tests {
         ];
         let id = |a: Option<Agent>| a.map(|a| a.id);
         assert_eq!(id(pick_agent(agents.clone(), "web")), Some("web".into()));
-        assert_eq!(id(pick_agent(agents[..2].to_vec(), "web")), Some("a2".into()));
-        assert_eq!(id(pick_agent(agents[..1].to_vec(), "web")), Some("a1".into()));
+        assert_eq!(
+            id(pick_agent(agents[..2].to_vec(), "web")),
+            Some("a2".into())
+        );
+        assert_eq!(
+            id(pick_agent(agents[..1].to_vec(), "web")),
+            Some("a1".into())
+        );
         assert_eq!(id(pick_agent(agents, "nope")), None);
     }
 }

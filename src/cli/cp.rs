@@ -23,7 +23,10 @@ pub struct CpArgs {
 pub enum Location {
     Local(PathBuf),
     /// `path` is as typed: relative to /home/agent unless absolute; empty means the home.
-    Remote { agent: String, path: String },
+    Remote {
+        agent: String,
+        path: String,
+    },
 }
 
 impl Location {
@@ -219,12 +222,21 @@ mod tests {
 
     #[test]
     fn agent_paths() {
-        assert_eq!(Location::parse("builder:src/main.rs"), remote("builder", "src/main.rs"));
-        assert_eq!(Location::parse("k3f9x2m1q8ab:/etc/hosts"), remote("k3f9x2m1q8ab", "/etc/hosts"));
+        assert_eq!(
+            Location::parse("builder:src/main.rs"),
+            remote("builder", "src/main.rs")
+        );
+        assert_eq!(
+            Location::parse("k3f9x2m1q8ab:/etc/hosts"),
+            remote("k3f9x2m1q8ab", "/etc/hosts")
+        );
         assert_eq!(Location::parse("builder:"), remote("builder", ""));
         assert_eq!(Location::parse("builder:dir/"), remote("builder", "dir/"));
         // Only the first colon separates; the path may hold more.
-        assert_eq!(Location::parse("b:logs/12:30:00.txt"), remote("b", "logs/12:30:00.txt"));
+        assert_eq!(
+            Location::parse("b:logs/12:30:00.txt"),
+            remote("b", "logs/12:30:00.txt")
+        );
         assert_eq!(Location::parse("bo:/x/a:b"), remote("bo", "/x/a:b"));
         // A one-letter agent is still an agent unless a slash follows, like a drive would.
         assert_eq!(Location::parse("c:notes.txt"), remote("c", "notes.txt"));

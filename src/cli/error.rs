@@ -58,8 +58,17 @@ impl ClientError {
             }
         } else if err.is_decode() {
             ClientError::Protocol(innermost_cause(&err))
+        } else if err.is_timeout() {
+            ClientError::Transport(format!("timed out: {}", innermost_cause(&err)))
         } else {
-            ClientError::Transport(format!("{err}: {}", innermost_cause(&err)))
+            // The URL is left out: it is the server's plus a path the user did not type.
+            let cause = innermost_cause(&err);
+            let top = err.without_url().to_string();
+            if top == cause {
+                ClientError::Transport(cause)
+            } else {
+                ClientError::Transport(format!("{top}: {cause}"))
+            }
         }
     }
 
@@ -88,7 +97,10 @@ impl ClientError {
                 } else {
                     // A proxy's HTML page is noise; keep the first line of it at most.
                     let first = text.lines().next().unwrap_or_default();
-                    format!("the server answered HTTP {status}: {}", truncate(first, 200))
+                    format!(
+                        "the server answered HTTP {status}: {}",
+                        truncate(first, 200)
+                    )
                 };
                 ClientError::Api {
                     status,
@@ -137,23 +149,23 @@ pub struct Report<'a> {
 impl fmt::Display for Report<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.error.downcast_ref::<ClientError>() {
-            Some(err @ ClientError::Connect { url, .. }) => {
-                writeln!(f, "error: {err}")?;
+            Some(ClientError::Connect { url, .. }) => {
+                writeln!(f, "error: {:#}", self.error)?;
                 write!(
                     f,
                     "hint: is `agenthold serve` running at {url}? \
                      Point the client elsewhere with --server URL or AGENTHOLD_URL."
                 )
             }
-            Some(err @ ClientError::Api { status: 401, .. }) => {
-                writeln!(f, "error: {err}")?;
+            Some(ClientError::Api { status: 401, .. }) => {
+                writeln!(f, "error: {:#}", self.error)?;
                 write!(
                     f,
                     "hint: pass the server's API token with --token TOKEN or AGENTHOLD_TOKEN."
                 )
             }
-            Some(err) => write!(f, "error: {err}"),
-            None => write!(f, "error: {:#}", self.error),
+            // `{:#}` keeps any context the command added ("downloading x: …").
+            _ => write!(f, "error: {:#}", self.error),
         }
     }
 }
@@ -203,5 +215,12 @@ mod tests {
 
         let err = anyhow::anyhow!("plain");
         assert_eq!(Report { error: &err }.to_string(), "error: plain");
+
+        let err =
+            anyhow::Error::new(ClientError::Transport("reset".into())).context("downloading x");
+        assert_eq!(
+            Report { error: &err }.to_string(),
+            "error: downloading x: reset"
+        );
     }
 }

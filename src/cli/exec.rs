@@ -113,9 +113,11 @@ async fn read_stdin() -> anyhow::Result<Option<String>> {
     if buf.is_empty() {
         return Ok(None);
     }
-    String::from_utf8(buf)
-        .map(Some)
-        .map_err(|_| anyhow::anyhow!("stdin is not UTF-8 text, which is all exec can pass on; use `cp` for binary data"))
+    String::from_utf8(buf).map(Some).map_err(|_| {
+        anyhow::anyhow!(
+            "stdin is not UTF-8 text, which is all exec can pass on; use `cp` for binary data"
+        )
+    })
 }
 
 #[cfg(test)]

@@ -85,7 +85,10 @@ mod tests {
 
     #[test]
     fn lines_survive_any_chunking() {
-        assert_eq!(feed(&[b"a\nb", b"c\n", b"\n", b"d"]), ["a", "bc", "", "<rest>d"]);
+        assert_eq!(
+            feed(&[b"a\nb", b"c\n", b"\n", b"d"]),
+            ["a", "bc", "", "<rest>d"]
+        );
         assert_eq!(feed(&[b"a\r\nb\rc\n"]), ["a", "b", "c"]);
         // A CRLF split across chunks is one terminator, not two.
         assert_eq!(feed(&[b"a\r", b"\nb\n"]), ["a", "b"]);

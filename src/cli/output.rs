@@ -10,7 +10,15 @@ const ERROR_CELL: usize = 60;
 
 pub fn agents_table(agents: &[Agent], now: DateTime<Utc>) -> String {
     let mut table = plain_table();
-    table.set_header(["ID", "NAME", "STATE", "IMAGE", "CPUS", "MEMORY", "SLEEPS/ERROR"]);
+    table.set_header([
+        "ID",
+        "NAME",
+        "STATE",
+        "IMAGE",
+        "CPUS",
+        "MEMORY",
+        "SLEEPS/ERROR",
+    ]);
     for a in agents {
         table.add_row([
             a.id.clone(),
@@ -44,7 +52,10 @@ pub fn agent_details(a: &Agent, now: DateTime<Utc>) -> String {
         ("Last activity", time(a.last_activity_at)),
     ];
     if let Some(at) = a.sleeps_at {
-        rows.push(("Sleeps", format!("{} ({})", time(Some(at)), relative(at, now))));
+        rows.push((
+            "Sleeps",
+            format!("{} ({})", time(Some(at)), relative(at, now)),
+        ));
     }
     if let Some(err) = &a.error {
         rows.push(("Error", err.clone()));

@@ -1,6 +1,7 @@
 //! `agenthold shell AGENT`: the agent's terminal over a WebSocket, in our own terminal.
 
 use std::io::{IsTerminal, Read};
+use std::time::Duration;
 
 use anyhow::Context;
 use futures::{SinkExt, StreamExt};
@@ -16,6 +17,11 @@ use super::client::ApiClient;
 const DEFAULT_SIZE: (u16, u16) = (80, 24);
 /// Ctrl-D: at an empty prompt the shell reads it as end of input and exits.
 const EOT: u8 = 0x04;
+/// After piped input ends, Ctrl-D is typed only once the screen has been still this long:
+/// sent earlier, it lands before the shell has set its terminal up and is lost.
+const QUIET: Duration = Duration::from_millis(500);
+/// Enough Ctrl-Ds to leave a shell and a program in it that was reading input.
+const MAX_EOTS: u8 = 3;
 
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct ShellArgs {
@@ -37,6 +43,8 @@ pub(super) async fn run(client: &ApiClient, args: ShellArgs) -> anyhow::Result<i
     // Sending stops at our end of input or when the socket refuses; receiving goes on
     // until the server closes, so no output is lost.
     let mut input_open = true;
+    let mut last_output = tokio::time::Instant::now();
+    let mut eots: u8 = if tty { MAX_EOTS } else { 0 };
 
     loop {
         tokio::select! {
@@ -44,15 +52,15 @@ pub(super) async fn run(client: &ApiClient, args: ShellArgs) -> anyhow::Result<i
                 Some(bytes) => {
                     input_open = sink.send(Message::Binary(bytes.into())).await.is_ok();
                 }
-                None => {
-                    input_open = false;
-                    // A pipe cannot close a pty; end of our input becomes the shell's EOF
-                    // key instead, so `echo cmd | agenthold shell x` finishes.
-                    if !tty {
-                        let _ = sink.send(Message::Binary(vec![EOT].into())).await;
-                    }
-                }
+                None => input_open = false,
             },
+            // A pipe cannot close a pty; the end of piped input becomes the shell's EOF key
+            // instead, so `echo cmd | agenthold shell x` finishes.
+            _ = tokio::time::sleep_until(last_output + QUIET), if !input_open && eots < MAX_EOTS => {
+                eots += 1;
+                last_output = tokio::time::Instant::now();
+                let _ = sink.send(Message::Binary(vec![EOT].into())).await;
+            }
             _ = winch.recv() => {
                 let (cols, rows) = size();
                 let msg = serde_json::json!({"type": "resize", "cols": cols, "rows": rows});
@@ -60,10 +68,18 @@ pub(super) async fn run(client: &ApiClient, args: ShellArgs) -> anyhow::Result<i
                 let _ = sink.send(Message::Text(msg.to_string().into())).await;
             }
             msg = source.next() => match msg {
-                Some(Ok(Message::Binary(bytes))) => write_out(&mut stdout, &bytes).await?,
-                Some(Ok(Message::Text(text))) => write_out(&mut stdout, text.as_bytes()).await?,
+                Some(Ok(Message::Binary(bytes))) => {
+                    last_output = tokio::time::Instant::now();
+                    write_out(&mut stdout, &bytes).await?;
+                }
+                Some(Ok(Message::Text(text))) => {
+                    last_output = tokio::time::Instant::now();
+                    write_out(&mut stdout, text.as_bytes()).await?;
+                }
                 Some(Ok(Message::Close(frame))) => {
                     drop(raw);
+                    // Sends the close reply tungstenite has queued; the server may not wait for it.
+                    let _ = tokio::time::timeout(Duration::from_secs(1), sink.close()).await;
                     return Ok(match frame {
                         Some(f) if f.code != CloseCode::Normal => {
                             eprintln!("\nterminal closed: {} ({})", reason(&f.reason), u16::from(f.code));

@@ -32,11 +32,27 @@ fn the_wrapper_is_a_valid_clap_command() {
 
 #[test]
 fn agents_subcommands() {
-    assert!(matches!(ok(&["agents", "list"]).cmd, ClientCommand::Agents(AgentsCommand::List)));
-    assert!(matches!(ok(&["agents", "ls"]).cmd, ClientCommand::Agents(AgentsCommand::List)));
+    assert!(matches!(
+        ok(&["agents", "list"]).cmd,
+        ClientCommand::Agents(AgentsCommand::List)
+    ));
+    assert!(matches!(
+        ok(&["agents", "ls"]).cmd,
+        ClientCommand::Agents(AgentsCommand::List)
+    ));
     match ok(&[
-        "agents", "create", "builder", "--image", "busybox", "--cpus", "0.5", "--memory-mb",
-        "512", "--idle-minutes", "5", "--wait",
+        "agents",
+        "create",
+        "builder",
+        "--image",
+        "busybox",
+        "--cpus",
+        "0.5",
+        "--memory-mb",
+        "512",
+        "--idle-minutes",
+        "5",
+        "--wait",
     ])
     .cmd
     {
@@ -53,7 +69,12 @@ fn agents_subcommands() {
         ),
         other => panic!("{other:?}"),
     }
-    for (verb, wait) in [("start", true), ("stop", false), ("rebuild", true), ("rm", true)] {
+    for (verb, wait) in [
+        ("start", true),
+        ("stop", false),
+        ("rebuild", true),
+        ("rm", true),
+    ] {
         let mut args = vec!["agents", verb, "builder"];
         if wait {
             args.push("--wait");
@@ -78,7 +99,15 @@ fn agents_subcommands() {
 
 #[test]
 fn global_options_go_anywhere() {
-    let cli = ok(&["agents", "list", "--json", "--server", "http://h:1", "--token", "t"]);
+    let cli = ok(&[
+        "agents",
+        "list",
+        "--json",
+        "--server",
+        "http://h:1",
+        "--token",
+        "t",
+    ]);
     assert!(cli.opts.json);
     assert_eq!(cli.opts.server, "http://h:1");
     assert_eq!(cli.opts.token.as_deref(), Some("t"));
@@ -89,8 +118,20 @@ fn global_options_go_anywhere() {
 #[test]
 fn exec_takes_options_then_the_command_after_dashes() {
     let cli = ok(&[
-        "exec", "builder", "--cwd", "src", "--env", "A=1", "-e", "B=x=y", "--timeout", "30",
-        "--", "sh", "-c", "make --jobs 4",
+        "exec",
+        "builder",
+        "--cwd",
+        "src",
+        "--env",
+        "A=1",
+        "-e",
+        "B=x=y",
+        "--timeout",
+        "30",
+        "--",
+        "sh",
+        "-c",
+        "make --jobs 4",
     ]);
     match cli.cmd {
         ClientCommand::Exec(e) => {
@@ -115,7 +156,10 @@ fn exec_takes_options_then_the_command_after_dashes() {
         other => panic!("{other:?}"),
     }
     assert!(parse(&["exec", "b"]).is_err(), "a command is required");
-    assert!(parse(&["exec", "b", "--"]).is_err(), "a command is required");
+    assert!(
+        parse(&["exec", "b", "--"]).is_err(),
+        "a command is required"
+    );
     assert!(parse(&["exec", "b", "--env", "novalue", "--", "ls"]).is_err());
     assert!(parse(&["exec", "b", "--timeout", "0", "--", "ls"]).is_err());
 }

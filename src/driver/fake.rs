@@ -118,10 +118,20 @@ impl Driver for FakeDriver {
             token: token.to_string(),
             tunnel_url: format!("ws://{}{}", self.tunnel, crate::tunnel::TUNNEL_PATH),
         };
-        // TEMPORARY until sandboxd's agent loop lands.
-        let _ = (boot, self.ping_interval);
+        let opts = sandboxd::SandboxOptions {
+            ping_interval: self.ping_interval,
+            ..sandboxd::SandboxOptions::fake(self.home(&spec.id))
+        };
         let cancel = CancellationToken::new();
-        let task = tokio::spawn(async {});
+        let id = spec.id.clone();
+        let task = tokio::spawn({
+            let cancel = cancel.clone();
+            async move {
+                if let Err(e) = sandboxd::run(boot, opts, cancel).await {
+                    tracing::warn!(agent = id, "fake sandbox ended: {e}");
+                }
+            }
+        });
         self.running
             .lock()
             .unwrap_or_else(|e| e.into_inner())

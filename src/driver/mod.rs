@@ -3,6 +3,7 @@
 //! Every method is idempotent (creating what exists, stopping what is stopped, destroying what is
 //! gone all succeed), so reconcile can repeat any of them after a crash without harm.
 
+pub mod docker;
 pub mod fake;
 
 use async_trait::async_trait;

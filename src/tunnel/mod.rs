@@ -37,9 +37,7 @@ const MAX_WS_MESSAGE: usize = 4 * 1024 * 1024;
 static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 
 pub fn router(lc: Arc<Lifecycle>) -> Router {
-    Router::new()
-        .route(TUNNEL_PATH, get(accept))
-        .with_state(lc)
+    Router::new().route(TUNNEL_PATH, get(accept)).with_state(lc)
 }
 
 fn refuse(status: StatusCode, message: &str) -> Response {
@@ -65,9 +63,13 @@ async fn accept(
     };
     // One answer for an unknown agent and a wrong token, so ids cannot be probed.
     let stored = lc.store.boot_token_hash(&agent_id).await.ok().flatten();
-    let valid = stored.is_some_and(|h| constant_time_eq(h.as_bytes(), hash_token(&token).as_bytes()));
+    let valid =
+        stored.is_some_and(|h| constant_time_eq(h.as_bytes(), hash_token(&token).as_bytes()));
     if !valid {
-        tracing::warn!(agent = agent_id, "tunnel connection with an invalid token refused");
+        tracing::warn!(
+            agent = agent_id,
+            "tunnel connection with an invalid token refused"
+        );
         return refuse(StatusCode::UNAUTHORIZED, "invalid boot token");
     }
     match lc.store.get_agent(&agent_id).await {
@@ -75,7 +77,10 @@ async fn accept(
         Ok(a) => {
             return refuse(
                 StatusCode::CONFLICT,
-                &format!("agent is {}; only a starting or running agent may connect", a.state),
+                &format!(
+                    "agent is {}; only a starting or running agent may connect",
+                    a.state
+                ),
             )
         }
         Err(_) => return refuse(StatusCode::UNAUTHORIZED, "invalid boot token"),
@@ -89,7 +94,14 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// axum's socket as the byte stream the mux runs on.
-fn socket_io(socket: WebSocket) -> sandboxd::wsio::WsIo<impl futures::Stream<Item = std::io::Result<Bytes>> + futures::Sink<Bytes, Error = std::io::Error> + Unpin + Send> {
+fn socket_io(
+    socket: WebSocket,
+) -> sandboxd::wsio::WsIo<
+    impl futures::Stream<Item = std::io::Result<Bytes>>
+        + futures::Sink<Bytes, Error = std::io::Error>
+        + Unpin
+        + Send,
+> {
     let sink_stream = socket
         .sink_map_err(std::io::Error::other)
         .with(|b: Bytes| futures::future::ready(Ok::<_, std::io::Error>(Message::Binary(b))))
@@ -195,7 +207,10 @@ async fn serve_inbound(lc: Arc<Lifecycle>, id: String, mut stream: MuxStream) {
             let _ = proto::write_message(&mut stream, &Reply::ok()).await;
         }
         Request::Activity => {
-            if proto::write_message(&mut stream, &Reply::ok()).await.is_err() {
+            if proto::write_message(&mut stream, &Reply::ok())
+                .await
+                .is_err()
+            {
                 return;
             }
             let mut frames = FramedRead::new(stream, FrameCodec::default());

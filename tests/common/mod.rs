@@ -66,11 +66,7 @@ impl TestServer {
             task: Some(task),
         };
         wait_for("health", || async {
-            s.http
-                .get(s.url("/api/v1/health"))
-                .send()
-                .await
-                .is_ok()
+            s.http.get(s.url("/api/v1/health")).send().await.is_ok()
         })
         .await;
         s
@@ -101,7 +97,11 @@ impl TestServer {
     }
 
     pub async fn agent(&self, id: &str) -> Value {
-        let r = self.get(&format!("/api/v1/agents/{id}")).send().await.unwrap();
+        let r = self
+            .get(&format!("/api/v1/agents/{id}"))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 200, "GET agent {id}");
         r.json().await.unwrap()
     }
@@ -178,4 +178,64 @@ pub async fn expect_error(resp: reqwest::Response, status: u16, code: &str) -> S
     let msg = body["error"]["message"].as_str().unwrap().to_string();
     assert!(!msg.is_empty());
     msg
+}
+
+pub type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+impl TestServer {
+    /// Opens the agent's terminal WebSocket with the admin token.
+    pub async fn terminal(&self, id: &str, cols: u16, rows: u16) -> Ws {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let url = self.ws_url(&format!(
+            "/api/v1/agents/{id}/terminal?cols={cols}&rows={rows}"
+        ));
+        let mut req = url.into_client_request().unwrap();
+        req.headers_mut()
+            .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+        let (ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+        ws
+    }
+}
+
+/// Reads terminal output until `needle` appears, returning everything read.
+pub async fn read_until(ws: &mut Ws, needle: &str) -> String {
+    use futures::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let msg = tokio::time::timeout_at(deadline, ws.next())
+            .await
+            .unwrap_or_else(|_| panic!("{needle:?} did not appear; got {seen:?}"));
+        match msg {
+            Some(Ok(Message::Binary(b))) => seen.push_str(&String::from_utf8_lossy(&b)),
+            Some(Ok(Message::Close(c))) => panic!("closed ({c:?}) before {needle:?}; got {seen:?}"),
+            Some(Ok(_)) => {}
+            other => panic!("terminal ended ({other:?}) before {needle:?}; got {seen:?}"),
+        }
+        if seen.contains(needle) {
+            return seen;
+        }
+    }
+}
+
+pub async fn send_keys(ws: &mut Ws, keys: &str) {
+    use futures::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+    ws.send(Message::Binary(keys.as_bytes().to_vec().into()))
+        .await
+        .unwrap();
+}
+
+/// Runs a command through the exec API and returns the JSON result.
+pub async fn exec(s: &TestServer, id: &str, command: &[&str]) -> Value {
+    let r = s
+        .post(&format!("/api/v1/agents/{id}/exec"))
+        .json(&serde_json::json!({"command": command}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "exec {command:?}");
+    r.json().await.unwrap()
 }

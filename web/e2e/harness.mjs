@@ -105,6 +105,21 @@ export async function startServer({ maxFileMb } = {}) {
     throw new Error(`${e.message}\n--- server log (${BIN}) ---\n${log}`);
   }
 
+  // Development aid: AGENTHOLD_E2E_UI=preview serves web/dist with `vite preview`, proxying /api to
+  // the server, for a server binary that does not serve the UI yet.
+  let uiUrl = url;
+  let preview = null;
+  if (process.env.AGENTHOLD_E2E_UI === 'preview') {
+    const uiPort = await freePort();
+    preview = spawn(process.execPath, [path.join(REPO, 'web', 'node_modules', 'vite', 'bin', 'vite.js'), 'preview', '--port', String(uiPort), '--strictPort', '--host', '127.0.0.1'], {
+      cwd: path.join(REPO, 'web'),
+      env: { ...process.env, AGENTHOLD_DEV_SERVER: url },
+      stdio: 'ignore',
+    });
+    uiUrl = `http://127.0.0.1:${uiPort}`;
+    await until('vite preview', async () => (await fetch(uiUrl).catch(() => null))?.ok, { timeout: 20_000 });
+  }
+
   async function api(method, p, body, headers = {}) {
     const init = { method, headers: { Authorization: `Bearer ${token}`, ...headers } };
     if (body !== undefined) {
@@ -131,6 +146,7 @@ export async function startServer({ maxFileMb } = {}) {
 
   return {
     url,
+    uiUrl,
     token,
     dir,
     api,
@@ -138,6 +154,7 @@ export async function startServer({ maxFileMb } = {}) {
     runningAgent,
     log: () => log,
     async stop() {
+      preview?.kill('SIGTERM');
       if (!exited) {
         child.kill('SIGTERM');
         await until('server exit', () => exited, { timeout: 10_000 }).catch(() => child.kill('SIGKILL'));
@@ -152,11 +169,11 @@ export async function startServer({ maxFileMb } = {}) {
 export async function openBrowser(server) {
   const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS, timeout: 60_000 });
   const context = await browser.newContext({
-    baseURL: server.url,
+    baseURL: server.uiUrl,
     viewport: { width: 1280, height: 720 },
     acceptDownloads: true,
   });
-  await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: server.url });
+  await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: server.uiUrl });
   const page = await context.newPage();
   page.setDefaultTimeout(30_000);
   const consoleErrors = [];

@@ -52,36 +52,46 @@ class AgentStore {
     this.emit();
   }
 
+  /** Load the whole list; events that arrive meanwhile are replayed on top of it. */
+  private reload(gen: number): void {
+    const pending: Array<(m: Map<string, Agent>) => void> = [];
+    this.pending = pending;
+    api
+      .agents()
+      .then((list) => {
+        // Only the newest load of the newest connection counts.
+        if (gen !== this.generation || this.pending !== pending) return;
+        const m = new Map<string, Agent>();
+        for (const a of list) if (!this.deleted.has(a.id)) m.set(a.id, a);
+        for (const f of pending) f(m);
+        this.pending = null;
+        this.agents.clear();
+        for (const [k, v] of m) this.agents.set(k, v);
+        this.loaded = true;
+        this.loadError = null;
+        this.emit();
+      })
+      .catch((e: unknown) => {
+        if (gen !== this.generation || this.pending !== pending) return;
+        this.pending = null;
+        this.loadError = e instanceof ApiError ? e.message : String(e);
+        this.emit();
+      });
+  }
+
   start(): void {
     if (this.source) return;
     const gen = ++this.generation;
-    this.status = 'connecting';
+    this.status = this.loaded ? 'reconnecting' : 'connecting';
     const es = new EventSource(`${BASE}/events`, { withCredentials: true });
     this.source = es;
+    // Show the list at once, and load it again whenever the stream (re)opens so that nothing
+    // that changed while it was not connected is missed.
+    if (!this.loaded) this.reload(gen);
     es.addEventListener('open', () => {
       if (gen !== this.generation) return;
       this.status = 'live';
-      // (Re)load the whole list; events that arrive meanwhile are replayed on top of it.
-      this.pending = [];
-      api
-        .agents()
-        .then((list) => {
-          if (gen !== this.generation) return;
-          const m = new Map<string, Agent>();
-          for (const a of list) if (!this.deleted.has(a.id)) m.set(a.id, a);
-          for (const f of this.pending ?? []) f(m);
-          this.pending = null;
-          this.agents.clear();
-          for (const [k, v] of m) this.agents.set(k, v);
-          this.loaded = true;
-          this.loadError = null;
-          this.emit();
-        })
-        .catch((e: unknown) => {
-          this.pending = null;
-          this.loadError = e instanceof ApiError ? e.message : String(e);
-          this.emit();
-        });
+      this.reload(gen);
       this.emit();
     });
     es.addEventListener('agent', (ev) => {

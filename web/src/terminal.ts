@@ -199,7 +199,8 @@ export function terminalView(agentId: string, agentName: () => string): Terminal
       if (ws !== sock) return;
       ws = null;
       if (ev.code === 1000) {
-        term.write('\r\n\x1b[2m[The shell ended. Press “New session” to start another.]\x1b[0m\r\n');
+        const why = ev.reason ? ` (${ev.reason})` : '';
+        term.write(`\r\n\x1b[2m[The shell ended${why}. Press “New session” to start another.]\x1b[0m\r\n`);
         setStatus('ended', 'Shell ended');
       } else {
         const why = ev.reason ? `: ${ev.reason}` : ev.code === 1006 ? ' (the connection was refused or dropped)' : ` (code ${ev.code})`;

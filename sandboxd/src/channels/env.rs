@@ -20,7 +20,11 @@ pub fn base(account: &Account, home: &Path) -> Vec<(String, String)> {
 /// Runs in the child between fork and exec: switch to the account for good.
 ///
 /// Only async-signal-safe calls, and `groups` is built before the fork so nothing allocates here.
-pub fn drop_privileges(account_uid: u32, account_gid: u32, groups: &[nix::unistd::Gid]) -> std::io::Result<()> {
+pub fn drop_privileges(
+    account_uid: u32,
+    account_gid: u32,
+    groups: &[nix::unistd::Gid],
+) -> std::io::Result<()> {
     use nix::unistd::{setgid, setgroups, setuid, Gid, Uid};
     setgroups(groups)?;
     setgid(Gid::from_raw(account_gid))?;

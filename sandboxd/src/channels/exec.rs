@@ -19,7 +19,9 @@ use tokio_util::sync::CancellationToken;
 use super::{env, frame_writer, refuse, reply, FrameTx};
 use crate::duplex::{self, ReadHalf, ResetProbe};
 use crate::mux::MuxStream;
-use crate::proto::{ChannelError, ErrorCode, ExecExit, ExecRequest, Frame, FrameCodec, Reply, DATA_CHUNK};
+use crate::proto::{
+    ChannelError, ErrorCode, ExecExit, ExecRequest, Frame, FrameCodec, Reply, DATA_CHUNK,
+};
 use crate::sandbox::Sandbox;
 
 /// How long output may keep flowing after the group is gone, from processes that left it but
@@ -55,10 +57,18 @@ fn prepare(sb: &Sandbox, req: &ExecRequest) -> Result<Prepared, ChannelError> {
                 Ok(_) => {
                     return Err(ChannelError::new(
                         ErrorCode::NotDir,
-                        format!("working directory {} is not a directory", r.logical.display()),
+                        format!(
+                            "working directory {} is not a directory",
+                            r.logical.display()
+                        ),
                     ))
                 }
-                Err(e) => return Err(ChannelError::from_io(&e, &format!("working directory {}", r.logical.display()))),
+                Err(e) => {
+                    return Err(ChannelError::from_io(
+                        &e,
+                        &format!("working directory {}", r.logical.display()),
+                    ))
+                }
             }
         }
         None => sb.options().home.clone(),
@@ -103,7 +113,11 @@ pub async fn exec(sb: Sandbox, mut s: MuxStream, req: ExecRequest) {
     match command(&sb, &req, &prepared).spawn() {
         Ok(child) => run(&sb, &req, child, r, probe, tx, started).await,
         Err(e) => {
-            let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
             let msg = format!("sandboxd: cannot run {:?}: {e}\n", req.command[0]);
             let _ = tx.send(Frame::Stderr(Bytes::from(msg))).await;
             let _ = tx
@@ -143,12 +157,20 @@ async fn run(
     };
     sb.procs().track_group(pid);
     let cap = req.output_cap.unwrap_or(u64::MAX);
-    let out = child.stdout.take().map(|o| tokio::spawn(pump(o, cap, tx.clone(), Frame::Stdout)));
-    let err = child.stderr.take().map(|o| tokio::spawn(pump(o, cap, tx.clone(), Frame::Stderr)));
+    let out = child
+        .stdout
+        .take()
+        .map(|o| tokio::spawn(pump(o, cap, tx.clone(), Frame::Stdout)));
+    let err = child
+        .stderr
+        .take()
+        .map(|o| tokio::spawn(pump(o, cap, tx.clone(), Frame::Stderr)));
     let peer_gone = CancellationToken::new();
     let input = tokio::spawn(feed_stdin(r, probe, child.stdin.take(), peer_gone.clone()));
 
-    let deadline = req.timeout_ms.map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));
+    let deadline = req
+        .timeout_ms
+        .map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));
     let timeout = async {
         match deadline {
             Some(d) => tokio::time::sleep_until(d).await,
@@ -237,7 +259,12 @@ fn elapsed_ms(t: Instant) -> u64 {
 
 /// Forwards one output pipe, up to `cap` bytes; reads and drops the rest so the command never
 /// blocks on a full pipe. Returns whether anything was dropped.
-async fn pump<R: AsyncRead + Unpin>(mut pipe: R, cap: u64, tx: FrameTx, wrap: fn(Bytes) -> Frame) -> bool {
+async fn pump<R: AsyncRead + Unpin>(
+    mut pipe: R,
+    cap: u64,
+    tx: FrameTx,
+    wrap: fn(Bytes) -> Frame,
+) -> bool {
     let mut buf = vec![0u8; DATA_CHUNK];
     let mut sent = 0u64;
     let mut truncated = false;
@@ -253,14 +280,22 @@ async fn pump<R: AsyncRead + Unpin>(mut pipe: R, cap: u64, tx: FrameTx, wrap: fn
         }
         if room > 0 && peer_open {
             sent += room as u64;
-            peer_open = tx.send(wrap(Bytes::copy_from_slice(&buf[..room]))).await.is_ok();
+            peer_open = tx
+                .send(wrap(Bytes::copy_from_slice(&buf[..room])))
+                .await
+                .is_ok();
         }
     }
 }
 
 /// Feeds stdin frames to the command. Marks `peer_gone` when the stream is reset, or ends
 /// before `StdinEof` without a clean close.
-async fn feed_stdin(r: ReadHalf, probe: ResetProbe, mut stdin: Option<ChildStdin>, peer_gone: CancellationToken) {
+async fn feed_stdin(
+    r: ReadHalf,
+    probe: ResetProbe,
+    mut stdin: Option<ChildStdin>,
+    peer_gone: CancellationToken,
+) {
     let mut frames = FramedRead::new(r, FrameCodec::default());
     loop {
         match frames.next().await {

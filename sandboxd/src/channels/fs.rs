@@ -43,9 +43,12 @@ where
     F: FnOnce() -> Result<T, ChannelError> + Send + 'static,
     T: Send + 'static,
 {
-    tokio::task::spawn_blocking(f)
-        .await
-        .unwrap_or_else(|e| Err(ChannelError::new(ErrorCode::Io, format!("internal error: {e}"))))
+    tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| {
+        Err(ChannelError::new(
+            ErrorCode::Io,
+            format!("internal error: {e}"),
+        ))
+    })
 }
 
 fn io_err(what: &Path) -> impl Fn(io::Error) -> ChannelError + '_ {
@@ -58,8 +61,9 @@ pub async fn list(sb: Sandbox, mut s: MuxStream, path: String) {
         Err(e) => Err(e),
     };
     let body = match result.and_then(|entries| {
-        serde_json::to_vec(&entries)
-            .map_err(|e| ChannelError::new(ErrorCode::Io, format!("cannot encode the listing: {e}")))
+        serde_json::to_vec(&entries).map_err(|e| {
+            ChannelError::new(ErrorCode::Io, format!("cannot encode the listing: {e}"))
+        })
     }) {
         Ok(body) => body,
         Err(e) => return refuse(s, e).await,
@@ -222,7 +226,10 @@ pub async fn write(sb: Sandbox, mut s: MuxStream, path: String) {
 
 /// Copies the stream into `file` until a clean end. `None` means the peer reset the stream:
 /// the caller must not commit.
-async fn receive(s: &mut MuxStream, file: &mut tokio::fs::File) -> Result<Option<u64>, ChannelError> {
+async fn receive(
+    s: &mut MuxStream,
+    file: &mut tokio::fs::File,
+) -> Result<Option<u64>, ChannelError> {
     let mut buf = vec![0u8; COPY_BUF];
     let mut total = 0u64;
     loop {
@@ -302,12 +309,17 @@ fn prepare_write(target: Resolved) -> Result<(WritePlan, std::fs::File), Channel
     }
 }
 
-fn commit(plan: &WritePlan, file: std::fs::File, account: &crate::account::Account) -> Result<(), ChannelError> {
+fn commit(
+    plan: &WritePlan,
+    file: std::fs::File,
+    account: &crate::account::Account,
+) -> Result<(), ChannelError> {
     let shown = plan.target.logical.display().to_string();
     let err = |e: io::Error| ChannelError::from_io(&e, &shown);
     file.sync_all().map_err(err)?;
     drop(file);
-    std::fs::set_permissions(&plan.temp, std::fs::Permissions::from_mode(plan.mode)).map_err(err)?;
+    std::fs::set_permissions(&plan.temp, std::fs::Permissions::from_mode(plan.mode))
+        .map_err(err)?;
     if let Some((uid, gid)) = account.chown_target() {
         nix::unistd::chown(&plan.temp, Some(uid), Some(gid))
             .map_err(|e| err(io::Error::from(e)))?;

@@ -201,13 +201,18 @@ async fn serve(
             }
         }
     };
-    if tokio::time::timeout(DRAIN_GRACE, &mut screen).await.is_err() {
+    if tokio::time::timeout(DRAIN_GRACE, &mut screen)
+        .await
+        .is_err()
+    {
         screen.abort();
     }
     let code = match status {
         Ok(st) => {
             use std::os::unix::process::ExitStatusExt;
-            st.code().or_else(|| st.signal().map(|s| 128 + s)).unwrap_or(-1)
+            st.code()
+                .or_else(|| st.signal().map(|s| 128 + s))
+                .unwrap_or(-1)
         }
         Err(_) => -1,
     };
@@ -219,7 +224,10 @@ async fn hang_up(pid: i32, mut child: Child) {
     let group = Pid::from_raw(pid);
     let _ = killpg(group, Signal::SIGHUP);
     let _ = killpg(group, Signal::SIGCONT);
-    if tokio::time::timeout(HANGUP_GRACE, child.wait()).await.is_err() {
+    if tokio::time::timeout(HANGUP_GRACE, child.wait())
+        .await
+        .is_err()
+    {
         let _ = killpg(group, Signal::SIGKILL);
         let _ = child.wait().await;
     }
@@ -236,7 +244,11 @@ async fn pump_screen(master: std::sync::Arc<Master>, tx: FrameTx) {
         match guard.try_io(|fd| nix::unistd::read(fd.get_ref(), &mut buf).map_err(Into::into)) {
             Ok(Ok(0)) => return,
             Ok(Ok(n)) => {
-                if tx.send(Frame::Data(Bytes::copy_from_slice(&buf[..n]))).await.is_err() {
+                if tx
+                    .send(Frame::Data(Bytes::copy_from_slice(&buf[..n])))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }

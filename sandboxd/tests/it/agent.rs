@@ -7,7 +7,9 @@ use sandboxd::boot::{BootConfig, AGENT_HEADER};
 use sandboxd::mux;
 use sandboxd::proto::{self, Frame, FrameCodec, Reply, Request};
 use tokio::net::TcpListener;
-use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request as HttpRequest, Response};
+use tokio_tungstenite::tungstenite::handshake::server::{
+    ErrorResponse, Request as HttpRequest, Response,
+};
 use tokio_tungstenite::tungstenite::http::StatusCode;
 use tokio_util::codec::Framed;
 use tokio_util::sync::CancellationToken;
@@ -17,6 +19,8 @@ use crate::harness::{eventually, exec_req, group_alive, options};
 const TOKEN: &str = "s3cret-token";
 
 #[tokio::test]
+// The callback's error type is fixed by tungstenite.
+#[allow(clippy::result_large_err)]
 async fn run_dials_says_hello_and_cleans_up_on_cancel() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -36,8 +40,14 @@ async fn run_dials_says_hello_and_cleans_up_on_cancel() {
         let (tcp, _) = listener.accept().await.unwrap();
         let n = attempts.fetch_add(1, Ordering::SeqCst);
         let check = |req: &HttpRequest, resp: Response| -> Result<Response, ErrorResponse> {
-            let auth = req.headers().get("authorization").and_then(|v| v.to_str().ok());
-            let agent = req.headers().get(AGENT_HEADER).and_then(|v| v.to_str().ok());
+            let auth = req
+                .headers()
+                .get("authorization")
+                .and_then(|v| v.to_str().ok());
+            let agent = req
+                .headers()
+                .get(AGENT_HEADER)
+                .and_then(|v| v.to_str().ok());
             assert_eq!(auth, Some(format!("Bearer {TOKEN}").as_str()));
             assert_eq!(agent, Some("a1"));
             assert_eq!(req.uri().path(), "/tunnel");
@@ -61,7 +71,9 @@ async fn run_dials_says_hello_and_cleans_up_on_cancel() {
         Request::Hello(h) => assert_eq!(h.agent_id, "a1"),
         other => panic!("first channel was {other:?}"),
     }
-    proto::write_message(&mut hello_stream, &Reply::ok()).await.unwrap();
+    proto::write_message(&mut hello_stream, &Reply::ok())
+        .await
+        .unwrap();
     // Keep answering whatever sandboxd opens next (activity, pings).
     let mut inbound = session.inbound;
     tokio::spawn(async move {
@@ -93,7 +105,10 @@ async fn run_dials_says_hello_and_cleans_up_on_cancel() {
         .expect("run did not stop")
         .unwrap()
         .unwrap();
-    eventually(Duration::from_secs(5), "the command to be gone", || !group_alive(pgid)).await;
+    eventually(Duration::from_secs(5), "the command to be gone", || {
+        !group_alive(pgid)
+    })
+    .await;
 }
 
 #[tokio::test]

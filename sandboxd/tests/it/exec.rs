@@ -10,7 +10,10 @@ use crate::harness::{collect, eventually, exec_req, group_alive, Harness};
 async fn stdout_stderr_stdin_and_exit_code() {
     let h = Harness::start().await;
     let out = h
-        .exec(exec_req(&["sh", "-c", "cat; echo oops >&2; exit 3"]), b"hello stdin")
+        .exec(
+            exec_req(&["sh", "-c", "cat; echo oops >&2; exit 3"]),
+            b"hello stdin",
+        )
         .await;
     assert_eq!(out.stdout, b"hello stdin");
     assert_eq!(out.stderr, b"oops\n");
@@ -21,22 +24,40 @@ async fn stdout_stderr_stdin_and_exit_code() {
 #[tokio::test]
 async fn runs_in_the_home_with_a_clean_environment() {
     let h = Harness::start().await;
-    let mut req = exec_req(&["sh", "-c", "pwd; echo $HOME; echo $LANG; echo ${CARGO:-unset}; echo $EXTRA"]);
+    let mut req = exec_req(&[
+        "sh",
+        "-c",
+        "pwd; echo $HOME; echo $LANG; echo ${CARGO:-unset}; echo $EXTRA",
+    ]);
     req.env = vec![("EXTRA".into(), "yes".into())];
     let out = h.exec(req, b"").await;
     let home = h.home.path().canonicalize().unwrap();
     let lines: Vec<String> = out.stdout_str().lines().map(String::from).collect();
-    assert_eq!(std::path::Path::new(&lines[0]).canonicalize().unwrap(), home);
+    assert_eq!(
+        std::path::Path::new(&lines[0]).canonicalize().unwrap(),
+        home
+    );
     assert_eq!(lines[2..], ["C.UTF-8", "unset", "yes"]);
 
     std::fs::create_dir(h.home.path().join("sub")).unwrap();
     let mut req = exec_req(&["pwd"]);
     req.cwd = Some("sub".into());
-    assert!(h.exec(req, b"").await.stdout_str().trim_end().ends_with("/sub"));
+    assert!(h
+        .exec(req, b"")
+        .await
+        .stdout_str()
+        .trim_end()
+        .ends_with("/sub"));
     let mut req = exec_req(&["pwd"]);
     req.cwd = Some("missing".into());
-    assert_eq!(h.refused(&Request::Exec(req)).await.code, ErrorCode::NotFound);
-    assert_eq!(h.refused(&Request::Exec(exec_req(&[]))).await.code, ErrorCode::Invalid);
+    assert_eq!(
+        h.refused(&Request::Exec(req)).await.code,
+        ErrorCode::NotFound
+    );
+    assert_eq!(
+        h.refused(&Request::Exec(exec_req(&[]))).await.code,
+        ErrorCode::Invalid
+    );
 }
 
 #[tokio::test]
@@ -60,16 +81,27 @@ async fn the_timeout_kills_the_whole_group() {
     assert!(out.exit.timed_out);
     assert_eq!(out.exit.exit_code, 137);
     let pgid: i32 = out.stdout_str().trim().parse().unwrap();
-    eventually(Duration::from_secs(10), "the group to be gone", || !group_alive(pgid)).await;
+    eventually(Duration::from_secs(10), "the group to be gone", || {
+        !group_alive(pgid)
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn background_children_end_with_the_command() {
     let h = Harness::start().await;
-    let out = h.exec(exec_req(&["sh", "-c", "echo $$; sleep 100 >/dev/null 2>&1 &"]), b"").await;
+    let out = h
+        .exec(
+            exec_req(&["sh", "-c", "echo $$; sleep 100 >/dev/null 2>&1 &"]),
+            b"",
+        )
+        .await;
     assert_eq!(out.exit.exit_code, 0);
     let pgid: i32 = out.stdout_str().trim().parse().unwrap();
-    eventually(Duration::from_secs(10), "the group to be gone", || !group_alive(pgid)).await;
+    eventually(Duration::from_secs(10), "the group to be gone", || {
+        !group_alive(pgid)
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -89,7 +121,13 @@ async fn output_beyond_the_cap_is_dropped() {
 #[tokio::test]
 async fn a_caller_that_goes_away_kills_the_command() {
     let h = Harness::start().await;
-    let (s, r) = h.open(&Request::Exec(exec_req(&["sh", "-c", "echo $$; sleep 100 & sleep 100"]))).await;
+    let (s, r) = h
+        .open(&Request::Exec(exec_req(&[
+            "sh",
+            "-c",
+            "echo $$; sleep 100 & sleep 100",
+        ])))
+        .await;
     r.unwrap();
     let mut f = Framed::new(s, FrameCodec::default());
     let pgid: i32 = match f.next().await.unwrap().unwrap() {
@@ -98,14 +136,23 @@ async fn a_caller_that_goes_away_kills_the_command() {
     };
     assert!(group_alive(pgid));
     drop(f);
-    eventually(Duration::from_secs(10), "the group to be gone", || !group_alive(pgid)).await;
+    eventually(Duration::from_secs(10), "the group to be gone", || {
+        !group_alive(pgid)
+    })
+    .await;
     h.ping().await;
 }
 
 #[tokio::test]
 async fn stdin_closed_cleanly_keeps_the_command_running() {
     let h = Harness::start().await;
-    let (s, r) = h.open(&Request::Exec(exec_req(&["sh", "-c", "read x; echo got $x"]))).await;
+    let (s, r) = h
+        .open(&Request::Exec(exec_req(&[
+            "sh",
+            "-c",
+            "read x; echo got $x",
+        ])))
+        .await;
     r.unwrap();
     let mut f = Framed::new(s, FrameCodec::default());
     f.send(Frame::Data("line\n".into())).await.unwrap();
@@ -131,6 +178,11 @@ async fn commands_run_as_the_account() {
         o.home = std::env::temp_dir();
     })
     .await;
-    let out = h.exec(exec_req(&["sh", "-c", "id -u; id -g; id -G; echo $USER"]), b"").await;
+    let out = h
+        .exec(
+            exec_req(&["sh", "-c", "id -u; id -g; id -G; echo $USER"]),
+            b"",
+        )
+        .await;
     assert_eq!(out.stdout_str(), "65534\n65534\n65534\nnobody\n");
 }

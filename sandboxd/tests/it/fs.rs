@@ -34,7 +34,11 @@ fn leftovers(dir: &std::path::Path) -> Vec<String> {
 async fn an_interrupted_write_leaves_nothing_behind() {
     let h = Harness::start().await;
     let target = h.home.path().join("half.bin");
-    let (mut s, r) = h.open(&Request::FsWrite { path: "half.bin".into() }).await;
+    let (mut s, r) = h
+        .open(&Request::FsWrite {
+            path: "half.bin".into(),
+        })
+        .await;
     r.unwrap();
     s.write_all(&pattern(1 << 20)).await.unwrap();
     s.flush().await.unwrap();
@@ -56,9 +60,15 @@ async fn an_interrupted_write_leaves_nothing_behind() {
 async fn an_interrupted_overwrite_keeps_the_old_file() {
     let h = Harness::start().await;
     h.write_file("keep.txt", b"old contents").await.unwrap();
-    let (mut s, r) = h.open(&Request::FsWrite { path: "keep.txt".into() }).await;
+    let (mut s, r) = h
+        .open(&Request::FsWrite {
+            path: "keep.txt".into(),
+        })
+        .await;
     r.unwrap();
-    s.write_all(b"new contents that never finish").await.unwrap();
+    s.write_all(b"new contents that never finish")
+        .await
+        .unwrap();
     s.flush().await.unwrap();
     eventually(Duration::from_secs(10), "the temporary file", || {
         !leftovers(h.home.path()).is_empty()
@@ -81,15 +91,28 @@ async fn an_overwrite_keeps_the_mode() {
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
     h.write_file("run.sh", b"#!/bin/sh\n").await.unwrap();
     assert_eq!(std::fs::read(&p).unwrap(), b"#!/bin/sh\n");
-    assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o755);
+    assert_eq!(
+        std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+        0o755
+    );
 }
 
 #[tokio::test]
 async fn mkdir_list_and_remove() {
     let h = Harness::start().await;
-    h.open(&Request::FsMkdir { path: "a/b/c".into() }).await.1.unwrap();
+    h.open(&Request::FsMkdir {
+        path: "a/b/c".into(),
+    })
+    .await
+    .1
+    .unwrap();
     // mkdir -p semantics: again is fine.
-    h.open(&Request::FsMkdir { path: "a/b/c".into() }).await.1.unwrap();
+    h.open(&Request::FsMkdir {
+        path: "a/b/c".into(),
+    })
+    .await
+    .1
+    .unwrap();
     h.write_file("a/b/file.txt", b"hello").await.unwrap();
     std::os::unix::fs::symlink("file.txt", h.home.path().join("a/b/link")).unwrap();
 
@@ -104,39 +127,102 @@ async fn mkdir_list_and_remove() {
         .iter()
         .map(|e| (e["name"].as_str().unwrap(), e["type"].as_str().unwrap()))
         .collect();
-    assert_eq!(names, vec![("c", "dir"), ("file.txt", "file"), ("link", "symlink")]);
+    assert_eq!(
+        names,
+        vec![("c", "dir"), ("file.txt", "file"), ("link", "symlink")]
+    );
     let file = &list[1];
     assert_eq!(file["size"], 5);
     assert_eq!(file["mode"], 0o644);
     let mtime = file["mtime"].as_str().unwrap();
     assert!(mtime.ends_with('Z') && mtime.len() == 20, "{mtime}");
 
-    let e = h.refused(&Request::FsRemove { path: "a".into(), recursive: false }).await;
+    let e = h
+        .refused(&Request::FsRemove {
+            path: "a".into(),
+            recursive: false,
+        })
+        .await;
     assert_eq!(e.code, ErrorCode::Invalid);
     assert!(e.message.contains("recursive"), "{}", e.message);
-    h.open(&Request::FsRemove { path: "a/b/link".into(), recursive: false }).await.1.unwrap();
-    assert!(h.home.path().join("a/b/file.txt").exists(), "removing a link removed its target");
-    h.open(&Request::FsRemove { path: "a".into(), recursive: true }).await.1.unwrap();
+    h.open(&Request::FsRemove {
+        path: "a/b/link".into(),
+        recursive: false,
+    })
+    .await
+    .1
+    .unwrap();
+    assert!(
+        h.home.path().join("a/b/file.txt").exists(),
+        "removing a link removed its target"
+    );
+    h.open(&Request::FsRemove {
+        path: "a".into(),
+        recursive: true,
+    })
+    .await
+    .1
+    .unwrap();
     assert!(!h.home.path().join("a").exists());
-    let e = h.refused(&Request::FsRemove { path: "a".into(), recursive: true }).await;
+    let e = h
+        .refused(&Request::FsRemove {
+            path: "a".into(),
+            recursive: true,
+        })
+        .await;
     assert_eq!(e.code, ErrorCode::NotFound);
 }
 
 #[tokio::test]
 async fn wrong_kinds_of_paths_get_clear_codes() {
     let h = Harness::start().await;
-    h.open(&Request::FsMkdir { path: "d".into() }).await.1.unwrap();
+    h.open(&Request::FsMkdir { path: "d".into() })
+        .await
+        .1
+        .unwrap();
     h.write_file("f", b"x").await.unwrap();
 
-    assert_eq!(h.refused(&Request::FsRead { path: "d".into() }).await.code, ErrorCode::IsDir);
-    assert_eq!(h.write_file("d", b"x").await.unwrap_err().code, ErrorCode::IsDir);
-    assert_eq!(h.write_file("nope/f", b"x").await.unwrap_err().code, ErrorCode::NotFound);
-    assert_eq!(h.refused(&Request::FsRead { path: "nope".into() }).await.code, ErrorCode::NotFound);
-    assert_eq!(h.refused(&Request::FsList { path: "f".into() }).await.code, ErrorCode::NotDir);
-    assert_eq!(h.refused(&Request::FsMkdir { path: "f".into() }).await.code, ErrorCode::Exists);
-    assert_eq!(h.refused(&Request::FsMkdir { path: "f/g".into() }).await.code, ErrorCode::NotDir);
+    assert_eq!(
+        h.refused(&Request::FsRead { path: "d".into() }).await.code,
+        ErrorCode::IsDir
+    );
+    assert_eq!(
+        h.write_file("d", b"x").await.unwrap_err().code,
+        ErrorCode::IsDir
+    );
+    assert_eq!(
+        h.write_file("nope/f", b"x").await.unwrap_err().code,
+        ErrorCode::NotFound
+    );
+    assert_eq!(
+        h.refused(&Request::FsRead {
+            path: "nope".into()
+        })
+        .await
+        .code,
+        ErrorCode::NotFound
+    );
+    assert_eq!(
+        h.refused(&Request::FsList { path: "f".into() }).await.code,
+        ErrorCode::NotDir
+    );
+    assert_eq!(
+        h.refused(&Request::FsMkdir { path: "f".into() }).await.code,
+        ErrorCode::Exists
+    );
+    assert_eq!(
+        h.refused(&Request::FsMkdir { path: "f/g".into() })
+            .await
+            .code,
+        ErrorCode::NotDir
+    );
     for home in ["", "/home/agent", "."] {
-        let e = h.refused(&Request::FsRemove { path: home.into(), recursive: true }).await;
+        let e = h
+            .refused(&Request::FsRemove {
+                path: home.into(),
+                recursive: true,
+            })
+            .await;
         assert_eq!(e.code, ErrorCode::Invalid);
     }
     assert!(h.home.path().exists());
@@ -161,12 +247,29 @@ async fn hostile_paths_are_invalid() {
             Request::FsWrite { path: p.into() },
             Request::FsList { path: p.into() },
             Request::FsMkdir { path: p.into() },
-            Request::FsRemove { path: p.into(), recursive: true },
+            Request::FsRemove {
+                path: p.into(),
+                recursive: true,
+            },
         ] {
             let e = h.refused(&req).await;
-            assert_eq!(e.code, ErrorCode::Invalid, "{} {p:?}: {}", req.channel(), e.message);
+            assert_eq!(
+                e.code,
+                ErrorCode::Invalid,
+                "{} {p:?}: {}",
+                req.channel(),
+                e.message
+            );
         }
     }
-    let e = h.refused(&Request::FsRead { path: "/etc/passwd".into() }).await;
-    assert!(e.message.contains("outside the agent's home"), "{}", e.message);
+    let e = h
+        .refused(&Request::FsRead {
+            path: "/etc/passwd".into(),
+        })
+        .await;
+    assert!(
+        e.message.contains("outside the agent's home"),
+        "{}",
+        e.message
+    );
 }

@@ -6,7 +6,9 @@ use std::time::Duration;
 use futures::StreamExt;
 use sandboxd::agent::{self, SessionEnd};
 use sandboxd::mux::{self, MuxHandle, MuxStream};
-use sandboxd::proto::{self, ChannelError, ExecExit, ExecRequest, Frame, FrameCodec, Request, Reply};
+use sandboxd::proto::{
+    self, ChannelError, ExecExit, ExecRequest, Frame, FrameCodec, Reply, Request,
+};
 use sandboxd::{Account, CpuScope, Sandbox, SandboxOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -70,7 +72,10 @@ impl Harness {
     }
 
     /// Opens a channel; the stream comes back either way so tests can go on using it.
-    pub async fn open(&self, req: &Request) -> (MuxStream, Result<serde_json::Value, ChannelError>) {
+    pub async fn open(
+        &self,
+        req: &Request,
+    ) -> (MuxStream, Result<serde_json::Value, ChannelError>) {
         let mut s = self.server.open().await.unwrap();
         proto::write_message(&mut s, req).await.unwrap();
         let reply: Reply = proto::read_message(&mut s).await.unwrap();
@@ -88,7 +93,11 @@ impl Harness {
         self.open(&Request::Ping).await.1.unwrap();
     }
 
-    pub async fn write_file(&self, path: &str, data: &[u8]) -> Result<serde_json::Value, ChannelError> {
+    pub async fn write_file(
+        &self,
+        path: &str,
+        data: &[u8],
+    ) -> Result<serde_json::Value, ChannelError> {
         let (mut s, r) = self.open(&Request::FsWrite { path: path.into() }).await;
         r?;
         s.write_all(data).await.unwrap();
@@ -112,7 +121,9 @@ impl Harness {
         let mut f = Framed::new(s, FrameCodec::default());
         use futures::SinkExt;
         if !stdin.is_empty() {
-            f.send(Frame::Data(bytes::Bytes::copy_from_slice(stdin))).await.unwrap();
+            f.send(Frame::Data(bytes::Bytes::copy_from_slice(stdin)))
+                .await
+                .unwrap();
         }
         f.send(Frame::StdinEof).await.unwrap();
         collect(&mut f).await
@@ -149,7 +160,12 @@ impl ExecOutput {
 pub async fn collect(f: &mut Framed<MuxStream, FrameCodec>) -> ExecOutput {
     let mut out = ExecOutput::default();
     loop {
-        match f.next().await.expect("stream ended before ExecExit").unwrap() {
+        match f
+            .next()
+            .await
+            .expect("stream ended before ExecExit")
+            .unwrap()
+        {
             Frame::Stdout(b) => out.stdout.extend_from_slice(&b),
             Frame::Stderr(b) => out.stderr.extend_from_slice(&b),
             Frame::ExecExit(e) => {
@@ -174,7 +190,10 @@ pub fn exec_req(argv: &[&str]) -> ExecRequest {
 pub async fn eventually(within: Duration, what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + within;
     while !cond() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for: {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

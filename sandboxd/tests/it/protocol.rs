@@ -25,8 +25,14 @@ fn framed(body: &[u8]) -> Vec<u8> {
 async fn bad_headers_cost_only_their_stream() {
     let h = Harness::start().await;
     let cases: [(Vec<u8>, ErrorCode); 4] = [
-        (framed(br#"{"channel":"fs.format","path":"x"}"#), ErrorCode::UnknownChannel),
-        ((100u32 * 1024 * 1024).to_be_bytes().to_vec(), ErrorCode::TooLarge),
+        (
+            framed(br#"{"channel":"fs.format","path":"x"}"#),
+            ErrorCode::UnknownChannel,
+        ),
+        (
+            (100u32 * 1024 * 1024).to_be_bytes().to_vec(),
+            ErrorCode::TooLarge,
+        ),
         (framed(b"\xff not json"), ErrorCode::Invalid),
         (framed(br#"{"channel":"hello"}"#), ErrorCode::Invalid),
     ];

@@ -33,7 +33,9 @@ async fn expect(t: &mut Term, needle: &str) -> String {
     while !screen.contains(needle) {
         match tokio::time::timeout_at(deadline, t.next()).await {
             Ok(Some(Ok(Frame::Data(b)))) => screen.push_str(&String::from_utf8_lossy(&b)),
-            Ok(other) => panic!("unexpected {other:?} while waiting for {needle:?}; screen: {screen}"),
+            Ok(other) => {
+                panic!("unexpected {other:?} while waiting for {needle:?}; screen: {screen}")
+            }
             Err(_) => panic!("timed out waiting for {needle:?}; screen: {screen}"),
         }
     }
@@ -48,7 +50,12 @@ async fn echo_resize_and_exit_code() {
     type_line(&mut t, "echo hi-$((40+2))").await;
     expect(&mut t, "hi-42").await;
 
-    t.send(Frame::Resize { cols: 100, rows: 40 }).await.unwrap();
+    t.send(Frame::Resize {
+        cols: 100,
+        rows: 40,
+    })
+    .await
+    .unwrap();
     type_line(&mut t, "stty size").await;
     expect(&mut t, "40 100").await;
 
@@ -85,7 +92,10 @@ async fn closing_the_terminal_hangs_up_the_shell() {
     let screen = expect_pid(&mut t, screen).await;
     assert!(pid_alive(screen));
     drop(t);
-    eventually(Duration::from_secs(10), "the shell to end", || !pid_alive(screen)).await;
+    eventually(Duration::from_secs(10), "the shell to end", || {
+        !pid_alive(screen)
+    })
+    .await;
 }
 
 /// Finds `pid=N.` in the output (not in the echoed command line, which has `$$`).

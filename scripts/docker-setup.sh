@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Prepares this machine for the Docker driver and its tests: a Docker engine that answers, and the
+# local images the tests use. Idempotent and quick when everything is already there; reads no stdin.
+#
+# The machines have no container registry, so every image is made locally:
+#   debian:bookworm-slim          debootstrap (minbase) from the apt mirror this machine already uses
+#   agenthold-test/agent:latest   debian:bookworm-slim plus a non-root `agent` account (uid 1000)
+#   agenthold-test/busybox:latest the static busybox from Debian's busybox-static package
+#
+# Environment:
+#   DOCKERD_LOG        where dockerd logs when this script starts it (default /var/log/dockerd.log)
+#   DOCKER_WAIT_SECS   how long to wait for dockerd to answer (default 60)
+set -euo pipefail
+
+export DEBIAN_FRONTEND=noninteractive
+DOCKERD_LOG="${DOCKERD_LOG:-/var/log/dockerd.log}"
+DOCKER_WAIT_SECS="${DOCKER_WAIT_SECS:-60}"
+
+log() { printf '[docker-setup] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || die "run as root (or install sudo)"
+    SUDO="sudo -n"
+fi
+
+apt_updated=0
+apt_install() {
+    if [ "$apt_updated" -eq 0 ]; then
+        $SUDO apt-get update -q >/dev/null
+        apt_updated=1
+    fi
+    log "installing $*"
+    $SUDO apt-get install -y -q --no-install-recommends "$@" >/dev/null
+}
+
+# The apt mirror this machine is configured with; we never write a mirror host into the repo.
+debian_mirror() {
+    local m=""
+    if [ -f /etc/apt/sources.list.d/debian.sources ]; then
+        m="$(awk '/^URIs:/ { print $2; exit }' /etc/apt/sources.list.d/debian.sources)"
+    fi
+    if [ -z "$m" ] && [ -f /etc/apt/sources.list ]; then
+        m="$(awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^https?:/) { print $i; exit } }' /etc/apt/sources.list)"
+    fi
+    [ -n "$m" ] || die "no Debian mirror found in /etc/apt/sources.list.d/debian.sources or /etc/apt/sources.list"
+    printf '%s\n' "$m"
+}
+
+# 1. The engine.
+if ! command -v dockerd >/dev/null; then
+    apt_install docker.io
+fi
+command -v docker >/dev/null || apt_install docker.io
+
+if ! docker info >/dev/null 2>&1; then
+    log "starting dockerd (log: $DOCKERD_LOG)"
+    # setsid + nohup: dockerd must outlive this script and whatever shell ran it.
+    $SUDO setsid nohup dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null &
+    deadline=$(( $(date +%s) + DOCKER_WAIT_SECS ))
+    until docker info >/dev/null 2>&1; do
+        if [ "$(date +%s)" -ge "$deadline" ]; then
+            tail -n 30 "$DOCKERD_LOG" >&2 || true
+            die "dockerd did not answer within ${DOCKER_WAIT_SECS}s"
+        fi
+        sleep 0.5
+    done
+    log "dockerd is up"
+fi
+
+have_image() { docker image inspect "$1" >/dev/null 2>&1; }
+
+# 2. debian:bookworm-slim, from debootstrap.
+if ! have_image debian:bookworm-slim; then
+    command -v debootstrap >/dev/null || apt_install debootstrap
+    mirror="$(debian_mirror)"
+    root="$(mktemp -d /tmp/agenthold-bookworm.XXXXXX)"
+    trap '$SUDO rm -rf "$root"' EXIT
+    log "debootstrap bookworm (minbase) into $root"
+    $SUDO debootstrap --variant=minbase bookworm "$root" "$mirror" >/tmp/agenthold-debootstrap.log 2>&1 \
+        || { tail -n 30 /tmp/agenthold-debootstrap.log >&2; die "debootstrap failed"; }
+    # Keep the image small, like the real -slim one: no package lists or caches.
+    $SUDO rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+    $SUDO tar -C "$root" -c . | docker import -c 'CMD ["bash"]' - debian:bookworm-slim >/dev/null
+    $SUDO rm -rf "$root"
+    trap - EXIT
+    log "imported debian:bookworm-slim"
+fi
+
+# 3. An image with a non-root agent account.
+if ! have_image agenthold-test/agent:latest; then
+    ctx="$(mktemp -d)"
+    cat >"$ctx/Dockerfile" <<'EOF'
+FROM debian:bookworm-slim
+RUN useradd -m -u 1000 -s /bin/bash agent
+EOF
+    docker build -q -t agenthold-test/agent:latest "$ctx" >/dev/null
+    rm -rf "$ctx"
+    log "built agenthold-test/agent:latest"
+fi
+
+# 4. busybox, from Debian's static build.
+if ! have_image agenthold-test/busybox:latest; then
+    dpkg -s busybox-static >/dev/null 2>&1 || apt_install busybox-static
+    ctx="$(mktemp -d)"
+    mkdir -p "$ctx/root/bin" "$ctx/root/etc" "$ctx/root/tmp" "$ctx/root/root"
+    cp /bin/busybox "$ctx/root/bin/busybox"
+    for applet in sh ls cat id echo sleep ps wget nc; do
+        ln -s busybox "$ctx/root/bin/$applet"
+    done
+    printf 'root:x:0:0:root:/root:/bin/sh\n' >"$ctx/root/etc/passwd"
+    printf 'root:x:0:\n' >"$ctx/root/etc/group"
+    chmod 1777 "$ctx/root/tmp"
+    tar -C "$ctx/root" -c . | docker import -c 'CMD ["sh"]' - agenthold-test/busybox:latest >/dev/null
+    rm -rf "$ctx"
+    log "imported agenthold-test/busybox:latest"
+fi
+
+log "ready: $(docker version --format '{{.Server.Version}} (API {{.Server.APIVersion}})')"

@@ -1,0 +1,145 @@
+//! Host firewall rules that keep a sandbox away from the host itself.
+//!
+//! Docker's `--internal` networks drop forwarded traffic, but a packet to any of the host's own
+//! addresses (its LAN address, other bridges' gateways, the API if it listens on them) is not
+//! forwarded: it goes to the host's INPUT chain, which Docker leaves alone. So for every agent
+//! bridge the driver puts two rules at the top of INPUT: accept TCP to the gateway's tunnel
+//! port, drop everything else coming in on that bridge. Each rule carries a comment naming the
+//! installation and agent, so destroy and orphan cleanup find them again.
+//!
+//! Only used when the server runs on the host; in a container it cannot touch the host's
+//! firewall (see the driver's startup warning).
+
+use std::net::Ipv4Addr;
+
+use tokio::process::Command;
+
+use super::error::DockerError;
+
+const CHAIN: &str = "INPUT";
+
+#[derive(Debug, Clone)]
+pub struct Firewall {
+    prefix: String,
+}
+
+impl Firewall {
+    pub fn new(prefix: &str) -> Firewall {
+        Firewall {
+            prefix: prefix.to_string(),
+        }
+    }
+
+    /// The comment on this agent's rules (no spaces, so `iptables -S` lines split into words).
+    fn tag(&self, id: &str) -> String {
+        format!("agenthold:{}:{id}", self.prefix)
+    }
+
+    fn rules(&self, id: &str, bridge: &str, gateway: Ipv4Addr, port: u16) -> [Vec<String>; 2] {
+        let tag = self.tag(id);
+        let accept = format!(
+            "-i {bridge} -d {gateway}/32 -p tcp -m tcp --dport {port} -m comment --comment {tag} -j ACCEPT"
+        );
+        let drop = format!("-i {bridge} -m comment --comment {tag} -j DROP");
+        [accept, drop].map(|r| r.split_whitespace().map(String::from).collect())
+    }
+
+    /// Makes sure exactly this agent's two rules are in place, accept before drop.
+    pub async fn ensure(
+        &self,
+        id: &str,
+        bridge: &str,
+        gateway: Ipv4Addr,
+        port: u16,
+    ) -> Result<(), DockerError> {
+        let wanted = self.rules(id, bridge, gateway, port);
+        let present = self.present(id).await?;
+        let mut ok = present.len() == 2;
+        for rule in &wanted {
+            ok &= iptables(&[&["-C", CHAIN], &str_refs(rule)[..]].concat())
+                .await
+                .is_ok();
+        }
+        if ok {
+            return Ok(());
+        }
+        // Something is missing or stale (another tunnel port, another bridge): start over. Both
+        // go in at the top, drop first, so the chain reads accept, drop.
+        self.remove(id).await?;
+        let [accept, drop] = &wanted;
+        iptables(&[&["-I", CHAIN, "1"], &str_refs(drop)[..]].concat()).await?;
+        iptables(&[&["-I", CHAIN, "1"], &str_refs(accept)[..]].concat()).await?;
+        tracing::debug!(agent = id, bridge, %gateway, port, "host firewall rules in place");
+        Ok(())
+    }
+
+    /// Removes every rule of this agent; none is fine.
+    pub async fn remove(&self, id: &str) -> Result<(), DockerError> {
+        for spec in self.present(id).await? {
+            let Some(rest) = spec.strip_prefix(&format!("-A {CHAIN} ")) else {
+                continue;
+            };
+            // iptables-nft prints the comment in quotes; the argument must go back without them.
+            let args: Vec<&str> = rest
+                .split_whitespace()
+                .map(|w| w.trim_matches('"'))
+                .collect();
+            iptables(&[&["-D", CHAIN], &args[..]].concat()).await?;
+        }
+        Ok(())
+    }
+
+    /// The `iptables -S` lines of this agent's rules.
+    async fn present(&self, id: &str) -> Result<Vec<String>, DockerError> {
+        let out = iptables(&["-S", CHAIN]).await?;
+        let tag = self.tag(id);
+        Ok(out
+            .lines()
+            .filter(|l| l.split_whitespace().any(|w| w.trim_matches('"') == tag))
+            .map(str::to_string)
+            .collect())
+    }
+}
+
+fn str_refs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// Runs `iptables -w ARGS` (waiting for the xtables lock that Docker also takes).
+async fn iptables(args: &[&str]) -> Result<String, DockerError> {
+    let out = Command::new("iptables")
+        .arg("-w")
+        .args(args)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|e| DockerError::Firewall(format!("cannot run iptables: {e}")))?;
+    if !out.status.success() {
+        return Err(DockerError::Firewall(format!(
+            "iptables {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_are_tagged_and_ordered() {
+        let fw = Firewall::new("ah");
+        let [accept, drop] = fw.rules("abc", "br-0123", Ipv4Addr::new(10, 213, 0, 1), 8090);
+        assert!(accept
+            .join(" ")
+            .contains("-d 10.213.0.1/32 -p tcp -m tcp --dport 8090"));
+        assert_eq!(accept.last().map(String::as_str), Some("ACCEPT"));
+        assert_eq!(drop.last().map(String::as_str), Some("DROP"));
+        for r in [&accept, &drop] {
+            assert!(r.iter().any(|w| w == "agenthold:ah:abc"));
+            assert!(r.windows(2).any(|w| w[0] == "-i" && w[1] == "br-0123"));
+        }
+    }
+}

@@ -1,0 +1,889 @@
+//! The Docker driver: one container, one home volume and one internal network per agent, on a
+//! real engine through bollard.
+//!
+//! - container `<prefix>-<id>`: entrypoint sandboxd (read-only at `/opt/agenthold`), `--init`,
+//!   CPU, memory and PID limits, optional runtime, no-new-privileges and dropped capabilities;
+//! - volume `<prefix>-home-<id>` at `/home/agent`;
+//! - network `<prefix>-net-<id>`: internal bridge on a subnet of `network_pool`, recorded in the
+//!   store so no two agents ever share one; containers take addresses from its upper half.
+//!
+//! Every object carries our labels (see [`names`]), which is how `list`, reconcile and the event
+//! stream find exactly this installation's objects. Every method is idempotent.
+
+mod error;
+mod events;
+mod files;
+mod firewall;
+mod names;
+mod placement;
+mod subnet;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use bollard::models::{
+    ContainerCreateBody, ContainerStateStatusEnum, ContainerSummaryStateEnum, EndpointIpamConfig,
+    EndpointSettings, HostConfig, Ipam, IpamConfig, Mount, MountType, NetworkConnectRequest,
+    NetworkCreateRequest, NetworkDisconnectRequest, NetworkingConfig, RestartPolicy,
+    RestartPolicyNameEnum, VolumeCreateRequest,
+};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, CreateImageOptionsBuilder, ListContainersOptionsBuilder,
+    ListNetworksOptionsBuilder, ListVolumesOptionsBuilder, RemoveVolumeOptionsBuilder,
+    StopContainerOptionsBuilder, UploadToContainerOptionsBuilder,
+};
+use bollard::Docker;
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use ipnet::Ipv4Net;
+use sandboxd::boot::BootConfig;
+
+use super::{Driver, DriverError, DriverEvent, SandboxInfo, SandboxSpec, SandboxStatus};
+use crate::config::{Config, DockerConfig, HostMount};
+use crate::store::{Store, StoreError};
+
+pub use error::DockerError;
+use error::{is_not_found, status_of};
+use events::OwnOps;
+use firewall::Firewall;
+use names::Names;
+use placement::remove_force;
+pub use placement::Placement;
+use subnet::AgentNet;
+
+/// Seconds a stop waits after SIGTERM before Docker kills the sandbox. sandboxd kills its
+/// process groups on SIGTERM, so this is only for a sandbox that hangs.
+const STOP_GRACE_SECS: i32 = 10;
+/// A pull that takes longer than this fails instead of leaving the agent in `creating`.
+const PULL_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+/// A pull whose progress stalls this long fails too.
+const PULL_STALL: Duration = Duration::from_secs(120);
+/// How long each Docker API call may take to answer.
+const API_TIMEOUT_SECS: u64 = 120;
+
+pub struct DockerDriver {
+    docker: Docker,
+    store: Store,
+    names: Names,
+    cfg: DockerConfig,
+    pids_limit: i64,
+    host_mounts: Vec<HostMount>,
+    placement: Placement,
+    /// Host mode only: keeps sandboxes away from the host's own addresses.
+    firewall: Option<Firewall>,
+    tunnel_port: u16,
+    /// Serialises subnet allocation within this server (the store's unique index guards the
+    /// rest).
+    alloc: tokio::sync::Mutex<()>,
+    ops: OwnOps,
+    started_at: SystemTime,
+}
+
+impl DockerDriver {
+    /// Connects to the engine, works out where sandboxd comes from, and (in a container) fills
+    /// the sandboxd volume. Fails with a clear message when the engine or sandboxd is missing.
+    pub async fn connect(
+        config: &Config,
+        store: Store,
+        tunnel: SocketAddr,
+    ) -> Result<DockerDriver, DockerError> {
+        let cfg = config.sandbox.docker.clone();
+        let docker = connect_engine(&cfg).await?;
+        let names = Names::new(&cfg.name_prefix);
+        let host_mounts = cfg
+            .parsed_host_mounts()
+            .map_err(|e| DockerError::Other(format!("sandbox.docker.host_mounts {e}")))?;
+        for m in &host_mounts {
+            tracing::warn!(
+                host = %m.host.display(),
+                container = %m.container.display(),
+                read_only = m.read_only,
+                "host mount: every sandbox can reach this host path (a host-access risk)"
+            );
+        }
+        let binary = placement::locate_sandboxd(config.sandbox.sandboxd_path.as_deref())?;
+        let server = placement::detect_server_container(&docker, cfg.server_container()).await?;
+        let (placement, firewall) = match server {
+            Some(server) => {
+                let volume = cfg.sandboxd_volume_name();
+                placement::fill_sandboxd_volume(&docker, &names, &server, &volume, &binary).await?;
+                tracing::warn!(
+                    "the server runs in a container, so it cannot add host firewall rules: \
+                     sandboxes can reach the host's own addresses unless the host's firewall \
+                     drops traffic from the agent bridges"
+                );
+                (Placement::Container { server, volume }, None)
+            }
+            None => {
+                let dir = binary.parent().map(|d| d.to_path_buf()).ok_or_else(|| {
+                    DockerError::Sandboxd(format!("{} has no folder", binary.display()))
+                })?;
+                let file = binary
+                    .file_name()
+                    .map(|f| f.to_string_lossy().into_owned())
+                    .ok_or_else(|| {
+                        DockerError::Sandboxd(format!("{} has no file name", binary.display()))
+                    })?;
+                (
+                    Placement::Host { dir, file },
+                    Some(Firewall::new(&cfg.name_prefix)),
+                )
+            }
+        };
+        tracing::info!(?placement, sandboxd = %binary.display(), "docker driver ready");
+        Ok(DockerDriver {
+            docker,
+            store,
+            names,
+            pids_limit: config.sandbox.pids_limit,
+            host_mounts,
+            placement,
+            firewall,
+            tunnel_port: tunnel.port(),
+            cfg,
+            alloc: tokio::sync::Mutex::new(()),
+            ops: OwnOps::default(),
+            started_at: SystemTime::now(),
+        })
+    }
+
+    pub fn placement(&self) -> &Placement {
+        &self.placement
+    }
+
+    // ---- images -------------------------------------------------------------------------
+
+    async fn ensure_image(&self, image: &str) -> Result<(), DockerError> {
+        match self.docker.inspect_image(image).await {
+            Ok(_) => return Ok(()),
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(DockerError::api(format!("inspecting image {image}"))(e)),
+        }
+        let reference = with_tag(image);
+        tracing::info!(image = reference, "image not here; pulling it");
+        let missing = |why: String| DockerError::ImageMissing {
+            image: image.to_string(),
+            why,
+        };
+        let mut stream = self.docker.create_image(
+            Some(
+                CreateImageOptionsBuilder::default()
+                    .from_image(&reference)
+                    .build(),
+            ),
+            None,
+            None,
+        );
+        let pull = async {
+            let mut last_status = String::new();
+            loop {
+                let next = tokio::time::timeout(PULL_STALL, stream.next())
+                    .await
+                    .map_err(|_| {
+                        missing(format!("the pull made no progress for {PULL_STALL:?}"))
+                    })?;
+                match next {
+                    None => return Ok(()),
+                    Some(Ok(info)) => {
+                        let status = info.status.unwrap_or_default();
+                        let progress = info
+                            .progress_detail
+                            .map(|p| format!("{}/{}", p.current.unwrap_or(0), p.total.unwrap_or(0)))
+                            .unwrap_or_default();
+                        if status != last_status {
+                            tracing::info!(
+                                image = reference,
+                                layer = info.id.unwrap_or_default(),
+                                "{status}"
+                            );
+                            last_status = status;
+                        } else {
+                            tracing::debug!(image = reference, "{status} {progress}");
+                        }
+                    }
+                    Some(Err(e)) => return Err(missing(format!("pulling failed: {e}"))),
+                }
+            }
+        };
+        tokio::time::timeout(PULL_TIMEOUT, pull)
+            .await
+            .map_err(|_| missing(format!("the pull took longer than {PULL_TIMEOUT:?}")))??;
+        match self.docker.inspect_image(image).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(missing(format!("still missing after the pull: {e}"))),
+        }
+    }
+
+    // ---- volumes ------------------------------------------------------------------------
+
+    async fn ensure_volume(&self, id: &str) -> Result<(), DockerError> {
+        let name = self.names.volume(id);
+        // Creating an existing volume returns it unchanged: idempotent by itself.
+        self.docker
+            .create_volume(VolumeCreateRequest {
+                name: Some(name.clone()),
+                labels: Some(self.names.labels("home", Some(id))),
+                ..Default::default()
+            })
+            .await
+            .map_err(DockerError::api(format!("creating volume {name}")))?;
+        Ok(())
+    }
+
+    // ---- networks -----------------------------------------------------------------------
+
+    /// The agent's network, created with a fresh subnet if it does not exist. Returns its
+    /// addresses and its bridge interface's name.
+    async fn ensure_network(&self, id: &str) -> Result<(AgentNet, String), DockerError> {
+        let name = self.names.network(id);
+        if let Some(found) = self.existing_network(id, &name).await? {
+            return Ok(found);
+        }
+        let _alloc = self.alloc.lock().await;
+        // Another call may have made it while we waited for the lock.
+        if let Some(found) = self.existing_network(id, &name).await? {
+            return Ok(found);
+        }
+        let stored = self
+            .store
+            .subnet(id)
+            .await?
+            .and_then(|s| s.parse::<Ipv4Net>().ok());
+        let mut taken: Vec<Ipv4Net> = self
+            .store
+            .subnets_in_use()
+            .await?
+            .iter()
+            .filter_map(|s| s.parse().ok())
+            .filter(|s| Some(*s) != stored)
+            .collect();
+        taken.extend(self.engine_subnets().await?);
+        let mut first = stored.filter(|s| {
+            !taken
+                .iter()
+                .any(|t| t.contains(&s.network()) || s.contains(&t.network()))
+        });
+        for _ in 0..256 {
+            let candidate = match first.take() {
+                Some(s) => s,
+                None => subnet::pick(self.cfg.network_pool, self.cfg.subnet_bits, &taken).ok_or(
+                    DockerError::PoolExhausted {
+                        pool: self.cfg.network_pool.to_string(),
+                        bits: self.cfg.subnet_bits,
+                    },
+                )?,
+            };
+            match self
+                .store
+                .set_subnet(id, Some(&candidate.to_string()))
+                .await
+            {
+                Ok(()) => {}
+                Err(StoreError::SubnetTaken(_)) => {
+                    taken.push(candidate);
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            }
+            let net = AgentNet::new(candidate);
+            match self.create_network(id, &name, &net).await {
+                Ok(()) => {
+                    tracing::info!(agent = id, network = name, subnet = %candidate, "network created");
+                    return self.existing_network(id, &name).await?.ok_or_else(|| {
+                        DockerError::Other(format!(
+                            "network {name} vanished right after it was made"
+                        ))
+                    });
+                }
+                // Another network on the engine (another installation, a leftover) has it.
+                Err(e) if overlaps_error(&e) => {
+                    tracing::debug!(subnet = %candidate, "subnet in use on the engine: {e}");
+                    taken.push(candidate);
+                }
+                // Made meanwhile by someone else: use it.
+                Err(e) if status_of(&e) == Some(409) => {
+                    if let Some(found) = self.existing_network(id, &name).await? {
+                        return Ok(found);
+                    }
+                    return Err(DockerError::api(format!("creating network {name}"))(e));
+                }
+                Err(e) => {
+                    if let Err(e2) = self.store.set_subnet(id, None).await {
+                        tracing::debug!(agent = id, "releasing the subnet: {e2}");
+                    }
+                    return Err(DockerError::api(format!("creating network {name}"))(e));
+                }
+            }
+        }
+        Err(DockerError::PoolExhausted {
+            pool: self.cfg.network_pool.to_string(),
+            bits: self.cfg.subnet_bits,
+        })
+    }
+
+    async fn create_network(
+        &self,
+        id: &str,
+        name: &str,
+        net: &AgentNet,
+    ) -> Result<(), bollard::errors::Error> {
+        self.docker
+            .create_network(NetworkCreateRequest {
+                name: name.to_string(),
+                driver: Some("bridge".to_string()),
+                // No route out: Docker's rules drop everything forwarded off this bridge.
+                internal: Some(true),
+                ipam: Some(Ipam {
+                    driver: Some("default".to_string()),
+                    config: Some(vec![IpamConfig {
+                        subnet: Some(net.subnet.to_string()),
+                        ip_range: Some(net.ip_range().to_string()),
+                        // Docker 20.10 would put it at the start of ip_range otherwise.
+                        gateway: Some(net.gateway().to_string()),
+                        ..Default::default()
+                    }]),
+                    ..Default::default()
+                }),
+                labels: Some(self.names.labels("network", Some(id))),
+                ..Default::default()
+            })
+            .await
+            .map(|_| ())
+    }
+
+    /// The agent's network if it exists: its subnet (recorded in the store if the store had
+    /// lost it) and bridge name; the server's container is joined to it in container mode.
+    async fn existing_network(
+        &self,
+        id: &str,
+        name: &str,
+    ) -> Result<Option<(AgentNet, String)>, DockerError> {
+        let info = match self.docker.inspect_network(name, None).await {
+            Ok(i) => i,
+            Err(e) if is_not_found(&e) => return Ok(None),
+            Err(e) => return Err(DockerError::api(format!("inspecting network {name}"))(e)),
+        };
+        let subnet = info
+            .ipam
+            .as_ref()
+            .and_then(|i| i.config.as_ref())
+            .into_iter()
+            .flatten()
+            .find_map(|c| c.subnet.as_deref().and_then(|s| s.parse::<Ipv4Net>().ok()))
+            .ok_or_else(|| DockerError::Other(format!("network {name} has no IPv4 subnet")))?;
+        let net = AgentNet::new(subnet);
+        if self.store.subnet(id).await?.as_deref() != Some(net.subnet.to_string().as_str()) {
+            match self
+                .store
+                .set_subnet(id, Some(&net.subnet.to_string()))
+                .await
+            {
+                Ok(()) | Err(StoreError::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let bridge = info
+            .options
+            .as_ref()
+            .and_then(|o| o.get("com.docker.network.bridge.name").cloned())
+            .or_else(|| {
+                info.id
+                    .as_deref()
+                    .and_then(|i| i.get(..12))
+                    .map(|i| format!("br-{i}"))
+            })
+            .ok_or_else(|| DockerError::Other(format!("network {name} has no id")))?;
+        if let Placement::Container { server, .. } = &self.placement {
+            let joined = info
+                .containers
+                .as_ref()
+                .is_some_and(|c| c.contains_key(server.as_str()));
+            if !joined {
+                self.join_server(name, server, net.server_addr()).await?;
+            }
+        }
+        Ok(Some((net, bridge)))
+    }
+
+    async fn join_server(
+        &self,
+        network: &str,
+        server: &str,
+        addr: Ipv4Addr,
+    ) -> Result<(), DockerError> {
+        let r = self
+            .docker
+            .connect_network(
+                network,
+                NetworkConnectRequest {
+                    container: server.to_string(),
+                    endpoint_config: Some(EndpointSettings {
+                        ipam_config: Some(EndpointIpamConfig {
+                            ipv4_address: Some(addr.to_string()),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                },
+            )
+            .await;
+        match r {
+            Ok(()) => Ok(()),
+            // Already joined (Docker answers 403 "already exists in network").
+            Err(e) if e.to_string().contains("already exists") => Ok(()),
+            Err(e) => Err(DockerError::api(format!(
+                "joining the server to network {network}"
+            ))(e)),
+        }
+    }
+
+    /// Every IPv4 subnet of every network on the engine, ours or not.
+    async fn engine_subnets(&self) -> Result<Vec<Ipv4Net>, DockerError> {
+        let nets = self
+            .docker
+            .list_networks(None)
+            .await
+            .map_err(DockerError::api("listing networks"))?;
+        Ok(nets
+            .iter()
+            .filter_map(|n| n.ipam.as_ref()?.config.as_ref())
+            .flatten()
+            .filter_map(|c| c.subnet.as_deref()?.parse().ok())
+            .collect())
+    }
+
+    // ---- containers ---------------------------------------------------------------------
+
+    fn container_body(&self, spec: &SandboxSpec) -> ContainerCreateBody {
+        let id = &spec.id;
+        let network = self.names.network(id);
+        let mut mounts = vec![
+            Mount {
+                target: Some(sandboxd::paths::LOGICAL_HOME.to_string()),
+                source: Some(self.names.volume(id)),
+                typ: Some(MountType::VOLUME),
+                ..Default::default()
+            },
+            self.placement.mount(),
+        ];
+        mounts.extend(self.host_mounts.iter().map(|m| Mount {
+            target: Some(m.container.to_string_lossy().into_owned()),
+            source: Some(m.host.to_string_lossy().into_owned()),
+            typ: Some(MountType::BIND),
+            read_only: Some(m.read_only),
+            ..Default::default()
+        }));
+        let memory = i64::try_from(spec.memory_mb.saturating_mul(1024 * 1024)).unwrap_or(i64::MAX);
+        let mut security_opt = Vec::new();
+        if self.cfg.no_new_privileges {
+            security_opt.push("no-new-privileges:true".to_string());
+        }
+        ContainerCreateBody {
+            image: Some(spec.image.clone()),
+            hostname: Some(id.chars().take(63).collect()),
+            entrypoint: Some(vec![self.placement.entrypoint()]),
+            // An explicit empty command, so the image's CMD never becomes sandboxd's arguments.
+            cmd: Some(Vec::new()),
+            // sandboxd needs root to adopt the home volume and drop to the agent account.
+            user: Some("0:0".to_string()),
+            labels: Some(self.names.labels("sandbox", Some(id))),
+            host_config: Some(HostConfig {
+                init: Some(true),
+                nano_cpus: Some((spec.cpus * 1e9).round() as i64),
+                memory: Some(memory),
+                // No swap beyond the memory limit.
+                memory_swap: Some(memory),
+                pids_limit: Some(if self.pids_limit > 0 {
+                    self.pids_limit
+                } else {
+                    -1
+                }),
+                runtime: self.cfg.runtime().map(str::to_string),
+                mounts: Some(mounts),
+                security_opt: Some(security_opt),
+                cap_drop: Some(self.cfg.cap_drop.clone()),
+                network_mode: Some(network.clone()),
+                // Sleeping sandboxes must stay stopped, whatever happens to the engine.
+                restart_policy: Some(RestartPolicy {
+                    name: Some(RestartPolicyNameEnum::NO),
+                    maximum_retry_count: None,
+                }),
+                ..Default::default()
+            }),
+            networking_config: Some(NetworkingConfig {
+                endpoints_config: Some(HashMap::from([(network, EndpointSettings::default())])),
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// Makes everything the sandbox needs; an existing container is kept as it is (rebuild is
+    /// what applies a new spec).
+    async fn create_all(&self, spec: &SandboxSpec) -> Result<(AgentNet, String), DockerError> {
+        let id = &spec.id;
+        let name = self.names.container(id);
+        let exists = match self.docker.inspect_container(&name, None).await {
+            Ok(_) => true,
+            Err(e) if is_not_found(&e) => false,
+            Err(e) => return Err(DockerError::api(format!("inspecting container {name}"))(e)),
+        };
+        if !exists {
+            self.ensure_image(&spec.image).await?;
+        }
+        self.ensure_volume(id).await?;
+        let net = self.ensure_network(id).await?;
+        if !exists {
+            let r = self
+                .docker
+                .create_container(
+                    Some(CreateContainerOptionsBuilder::default().name(&name).build()),
+                    self.container_body(spec),
+                )
+                .await;
+            match r {
+                Ok(_) => tracing::info!(
+                    agent = id,
+                    container = name,
+                    image = spec.image,
+                    "container created"
+                ),
+                Err(e) if status_of(&e) == Some(409) => {}
+                Err(e) if is_not_found(&e) => {
+                    return Err(DockerError::ImageMissing {
+                        image: spec.image.clone(),
+                        why: e.to_string(),
+                    })
+                }
+                Err(e) => return Err(DockerError::api(format!("creating container {name}"))(e)),
+            }
+        }
+        Ok(net)
+    }
+
+    async fn container_status(&self, id: &str) -> Result<SandboxStatus, DockerError> {
+        let name = self.names.container(id);
+        match self.docker.inspect_container(&name, None).await {
+            Ok(info) => Ok(match info.state.and_then(|s| s.status) {
+                Some(
+                    ContainerStateStatusEnum::RUNNING
+                    | ContainerStateStatusEnum::PAUSED
+                    | ContainerStateStatusEnum::RESTARTING,
+                ) => SandboxStatus::Running,
+                _ => SandboxStatus::Stopped,
+            }),
+            Err(e) if is_not_found(&e) => Ok(SandboxStatus::Missing),
+            Err(e) => Err(DockerError::api(format!("inspecting container {name}"))(e)),
+        }
+    }
+
+    async fn stop_container(&self, id: &str) -> Result<(), DockerError> {
+        let name = self.names.container(id);
+        match self
+            .docker
+            .stop_container(
+                &name,
+                Some(
+                    StopContainerOptionsBuilder::default()
+                        .t(STOP_GRACE_SECS)
+                        .build(),
+                ),
+            )
+            .await
+        {
+            // 304 (already stopped) is a success for bollard.
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(DockerError::api(format!("stopping container {name}"))(e)),
+        }
+    }
+
+    fn tunnel_url(&self, net: &AgentNet) -> String {
+        let host = match self.placement {
+            Placement::Host { .. } => net.gateway(),
+            Placement::Container { .. } => net.server_addr(),
+        };
+        format!(
+            "ws://{host}:{}{}",
+            self.tunnel_port,
+            crate::tunnel::TUNNEL_PATH
+        )
+    }
+
+    async fn start_inner(&self, spec: &SandboxSpec, token: &str) -> Result<(), DockerError> {
+        let id = &spec.id;
+        let name = self.names.container(id);
+        let (net, bridge) = self.create_all(spec).await?;
+        if let Some(fw) = &self.firewall {
+            fw.ensure(id, &bridge, net.gateway(), self.tunnel_port)
+                .await?;
+        }
+        // boot.json goes into a stopped container only: a running sandboxd would keep the old
+        // token, which the server no longer accepts.
+        if self.container_status(id).await? == SandboxStatus::Running {
+            self.stop_container(id).await?;
+        }
+        let boot = BootConfig {
+            agent_id: id.clone(),
+            token: token.to_string(),
+            tunnel_url: self.tunnel_url(&net),
+        };
+        let tar = files::boot_tar(&boot)
+            .map_err(|e| DockerError::Other(format!("packing boot.json: {e}")))?;
+        self.docker
+            .upload_to_container(
+                &name,
+                Some(UploadToContainerOptionsBuilder::default().path("/").build()),
+                bollard::body_full(tar.into()),
+            )
+            .await
+            .map_err(DockerError::api(format!("writing boot.json into {name}")))?;
+        self.docker
+            .start_container(&name, None)
+            .await
+            .map_err(DockerError::api(format!("starting container {name}")))?;
+        tracing::info!(
+            agent = id,
+            container = name,
+            tunnel = boot.tunnel_url,
+            "sandbox started"
+        );
+        Ok(())
+    }
+
+    async fn destroy_inner(&self, id: &str) -> Result<(), DockerError> {
+        let container = self.names.container(id);
+        let volume = self.names.volume(id);
+        let network = self.names.network(id);
+        remove_force(&self.docker, &container).await?;
+        if let Some(fw) = &self.firewall {
+            fw.remove(id).await?;
+        }
+        if let Placement::Container { server, .. } = &self.placement {
+            let r = self
+                .docker
+                .disconnect_network(
+                    &network,
+                    NetworkDisconnectRequest {
+                        container: server.clone(),
+                        force: Some(true),
+                    },
+                )
+                .await;
+            if let Err(e) = r {
+                tracing::debug!(network, "disconnecting the server: {e}");
+            }
+        }
+        match self.docker.remove_network(&network).await {
+            Ok(()) => {}
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(DockerError::api(format!("removing network {network}"))(e)),
+        }
+        match self
+            .docker
+            .remove_volume(
+                &volume,
+                Some(RemoveVolumeOptionsBuilder::default().force(true).build()),
+            )
+            .await
+        {
+            Ok(()) => {}
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(DockerError::api(format!("removing volume {volume}"))(e)),
+        }
+        match self.store.set_subnet(id, None).await {
+            // An orphan has no row: nothing to free.
+            Ok(()) | Err(StoreError::NotFound(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        tracing::info!(
+            agent = id,
+            "sandbox destroyed (container, home volume, network)"
+        );
+        Ok(())
+    }
+
+    async fn list_inner(&self) -> Result<Vec<SandboxInfo>, DockerError> {
+        let mut found: BTreeMap<String, SandboxStatus> = BTreeMap::new();
+        let containers = self
+            .docker
+            .list_containers(Some(
+                ListContainersOptionsBuilder::default()
+                    .all(true)
+                    .filters(&self.names.filter("sandbox"))
+                    .build(),
+            ))
+            .await
+            .map_err(DockerError::api("listing containers"))?;
+        for c in containers {
+            if let Some(id) = self.names.agent_of(c.labels.as_ref()) {
+                let status = match c.state {
+                    Some(
+                        ContainerSummaryStateEnum::RUNNING
+                        | ContainerSummaryStateEnum::PAUSED
+                        | ContainerSummaryStateEnum::RESTARTING,
+                    ) => SandboxStatus::Running,
+                    _ => SandboxStatus::Stopped,
+                };
+                found.insert(id, status);
+            }
+        }
+        // A home volume or network without its container is ours too, so orphans of a crash
+        // between steps are found and removed as well.
+        let volumes = self
+            .docker
+            .list_volumes(Some(
+                ListVolumesOptionsBuilder::default()
+                    .filters(&self.names.filter("home"))
+                    .build(),
+            ))
+            .await
+            .map_err(DockerError::api("listing volumes"))?;
+        for v in volumes.volumes.unwrap_or_default() {
+            if let Some(id) = self.names.agent_of(Some(&v.labels)) {
+                found.entry(id).or_insert(SandboxStatus::Missing);
+            }
+        }
+        let networks = self
+            .docker
+            .list_networks(Some(
+                ListNetworksOptionsBuilder::default()
+                    .filters(&self.names.filter("network"))
+                    .build(),
+            ))
+            .await
+            .map_err(DockerError::api("listing networks"))?;
+        for n in networks {
+            if let Some(id) = self.names.agent_of(n.labels.as_ref()) {
+                found.entry(id).or_insert(SandboxStatus::Missing);
+            }
+        }
+        Ok(found
+            .into_iter()
+            .map(|(id, status)| SandboxInfo { id, status })
+            .collect())
+    }
+}
+
+/// Connects to `socket` (a path or URL) or, if unset, to `DOCKER_HOST` or the default socket,
+/// and agrees on an API version the engine speaks.
+async fn connect_engine(cfg: &DockerConfig) -> Result<Docker, DockerError> {
+    let (endpoint, docker) = match cfg.socket() {
+        Some(s) if s.starts_with('/') => (
+            s.to_string(),
+            Docker::connect_with_unix(s, API_TIMEOUT_SECS, bollard::API_DEFAULT_VERSION),
+        ),
+        Some(s) => (s.to_string(), Docker::connect_with_host(s)),
+        None => (
+            std::env::var("DOCKER_HOST").unwrap_or_else(|_| "/var/run/docker.sock".to_string()),
+            Docker::connect_with_defaults(),
+        ),
+    };
+    let connect_err = |source| DockerError::Connect {
+        endpoint: format!(" at {endpoint}"),
+        source,
+    };
+    let docker = docker.map_err(connect_err)?;
+    let docker = docker.negotiate_version().await.map_err(connect_err)?;
+    let docker = docker.with_timeout(Duration::from_secs(API_TIMEOUT_SECS));
+    Ok(docker)
+}
+
+/// `name` with `:latest` added when it names no tag or digest: a pull without a tag would fetch
+/// every tag of the repository.
+fn with_tag(image: &str) -> String {
+    let last = image.rsplit('/').next().unwrap_or(image);
+    if image.contains('@') || last.contains(':') {
+        image.to_string()
+    } else {
+        format!("{image}:latest")
+    }
+}
+
+/// Docker's answer when a subnet overlaps another network's.
+fn overlaps_error(e: &bollard::errors::Error) -> bool {
+    let msg = e.to_string();
+    msg.contains("overlaps") || msg.contains("Pool overlaps")
+}
+
+#[async_trait]
+impl Driver for DockerDriver {
+    fn kind(&self) -> &'static str {
+        "docker"
+    }
+
+    async fn create(&self, spec: &SandboxSpec) -> Result<(), DriverError> {
+        let _op = self.ops.begin(&spec.id);
+        self.create_all(spec).await?;
+        Ok(())
+    }
+
+    async fn start(&self, spec: &SandboxSpec, token: &str) -> Result<(), DriverError> {
+        let _op = self.ops.begin(&spec.id);
+        Ok(self.start_inner(spec, token).await?)
+    }
+
+    async fn stop(&self, id: &str) -> Result<(), DriverError> {
+        let _op = self.ops.begin(id);
+        Ok(self.stop_container(id).await?)
+    }
+
+    async fn rebuild(&self, spec: &SandboxSpec) -> Result<(), DriverError> {
+        let _op = self.ops.begin(&spec.id);
+        // The home volume and the network stay; only the container is made anew.
+        remove_force(&self.docker, &self.names.container(&spec.id)).await?;
+        self.create_all(spec).await?;
+        Ok(())
+    }
+
+    async fn destroy(&self, id: &str) -> Result<(), DriverError> {
+        let _op = self.ops.begin(id);
+        Ok(self.destroy_inner(id).await?)
+    }
+
+    async fn inspect(&self, id: &str) -> Result<SandboxStatus, DriverError> {
+        Ok(self.container_status(id).await?)
+    }
+
+    async fn list(&self) -> Result<Vec<SandboxInfo>, DriverError> {
+        Ok(self.list_inner().await?)
+    }
+
+    fn events(&self) -> BoxStream<'static, DriverEvent> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(events::follow(
+            self.docker.clone(),
+            self.names.clone(),
+            self.ops.clone(),
+            self.started_at,
+            tx,
+        ));
+        Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|e| (e, rx))
+        }))
+    }
+}
+
+impl std::fmt::Debug for DockerDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DockerDriver")
+            .field("prefix", &self.names.prefix())
+            .field("placement", &self.placement)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pulls_name_a_tag() {
+        assert_eq!(with_tag("debian"), "debian:latest");
+        assert_eq!(with_tag("debian:bookworm-slim"), "debian:bookworm-slim");
+        assert_eq!(with_tag("127.0.0.1:5000/x/y"), "127.0.0.1:5000/x/y:latest");
+        assert_eq!(with_tag("127.0.0.1:5000/x/y:1"), "127.0.0.1:5000/x/y:1");
+        assert_eq!(with_tag("x@sha256:abcd"), "x@sha256:abcd");
+    }
+}

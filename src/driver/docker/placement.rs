@@ -1,0 +1,269 @@
+//! Where the server runs (on the host or in a container) and so how sandboxes get sandboxd and
+//! reach the tunnel.
+//!
+//! - On the host: the folder holding a static sandboxd is bind-mounted read-only at
+//!   `/opt/agenthold`, and sandboxd dials the bridge gateway `.1`.
+//! - In a container: the server copies its own sandboxd into a volume that every sandbox mounts
+//!   read-only, joins every agent network at `.2`, and sandboxd dials that.
+
+use std::path::{Path, PathBuf};
+
+use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType, VolumeCreateRequest};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder, UploadToContainerOptionsBuilder,
+};
+use bollard::Docker;
+
+use super::error::{is_not_found, DockerError};
+use super::files;
+use super::names::Names;
+
+/// Where sandboxd lives inside every sandbox.
+pub const SANDBOXD_DIR: &str = "/opt/agenthold";
+
+#[derive(Debug, Clone)]
+pub enum Placement {
+    /// The server runs on the host; `dir` holds the static sandboxd named `file`.
+    Host { dir: PathBuf, file: String },
+    /// The server runs in container `server` (its full id); sandboxd is in volume `volume`.
+    Container { server: String, volume: String },
+}
+
+impl Placement {
+    /// The sandbox's entrypoint.
+    pub fn entrypoint(&self) -> String {
+        match self {
+            Placement::Host { file, .. } => format!("{SANDBOXD_DIR}/{file}"),
+            Placement::Container { .. } => format!("{SANDBOXD_DIR}/sandboxd"),
+        }
+    }
+
+    /// The read-only mount that puts sandboxd at [`SANDBOXD_DIR`].
+    pub fn mount(&self) -> Mount {
+        let (typ, source) = match self {
+            Placement::Host { dir, .. } => (MountType::BIND, dir.to_string_lossy().into_owned()),
+            Placement::Container { volume, .. } => (MountType::VOLUME, volume.clone()),
+        };
+        Mount {
+            target: Some(SANDBOXD_DIR.to_string()),
+            source: Some(source),
+            typ: Some(typ),
+            read_only: Some(true),
+            ..Default::default()
+        }
+    }
+}
+
+/// The sandboxd binary to use: `sandbox.sandboxd_path` if set, else `sandboxd` next to the running
+/// executable, else (for development) `target/sandboxd/sandboxd` as `scripts/build-sandboxd.sh`
+/// leaves it, found by walking up from the executable. Only a static binary is accepted.
+pub fn locate_sandboxd(explicit: Option<&Path>) -> Result<PathBuf, DockerError> {
+    if let Some(p) = explicit {
+        return match files::is_static_elf(p) {
+            Ok(true) => Ok(p.to_path_buf()),
+            Ok(false) => Err(DockerError::Sandboxd(format!(
+                "sandbox.sandboxd_path {} is dynamically linked; sandboxes need a static build \
+                 (scripts/build-sandboxd.sh)",
+                p.display()
+            ))),
+            Err(e) => Err(DockerError::Sandboxd(format!(
+                "sandbox.sandboxd_path {}: {e}",
+                p.display()
+            ))),
+        };
+    }
+    let exe = std::env::current_exe()
+        .map_err(|e| DockerError::Sandboxd(format!("cannot find the running executable: {e}")))?;
+    let mut candidates = Vec::new();
+    if let Some(dir) = exe.parent() {
+        candidates.push(dir.join("sandboxd"));
+        for a in dir.ancestors() {
+            if a.file_name().is_some_and(|n| n == "target") {
+                candidates.push(a.join("sandboxd").join("sandboxd"));
+            }
+        }
+    }
+    let mut notes = Vec::new();
+    for c in &candidates {
+        match files::is_static_elf(c) {
+            Ok(true) => return Ok(c.clone()),
+            Ok(false) => notes.push(format!("{} (dynamically linked)", c.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                notes.push(format!("{} (missing)", c.display()))
+            }
+            Err(e) => notes.push(format!("{} ({e})", c.display())),
+        }
+    }
+    Err(DockerError::Sandboxd(format!(
+        "no static sandboxd found; looked at {}. Build one with scripts/build-sandboxd.sh or set \
+         sandbox.sandboxd_path",
+        notes.join(", ")
+    )))
+}
+
+/// Our own container's id, when we run in one on this engine: `server_container` if set, else
+/// the id Docker bind-mounts `/etc/hostname` from (seen in `/proc/self/mountinfo`).
+pub async fn detect_server_container(
+    docker: &Docker,
+    configured: Option<&str>,
+) -> Result<Option<String>, DockerError> {
+    if let Some(c) = configured {
+        let info = docker
+            .inspect_container(c, None)
+            .await
+            .map_err(DockerError::api(format!(
+                "sandbox.docker.server_container {c:?}"
+            )))?;
+        return Ok(info.id);
+    }
+    let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Ok(None);
+    };
+    for id in container_ids_in_mountinfo(&mountinfo) {
+        match docker.inspect_container(&id, None).await {
+            Ok(info) => return Ok(info.id),
+            // A container of another engine (this one runs nested, say): not ours.
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(DockerError::api("inspecting our own container")(e)),
+        }
+    }
+    Ok(None)
+}
+
+/// Ids of the containers whose `hostname` file is mounted at our `/etc/hostname`. Only that mount
+/// point counts: on a host, `/var/lib/docker/containers/<id>/mounts/shm` entries of other
+/// containers show up too and must not be mistaken for ours.
+fn container_ids_in_mountinfo(mountinfo: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in mountinfo.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (Some(root), Some(mount_point)) = (fields.get(3), fields.get(4)) else {
+            continue;
+        };
+        if *mount_point != "/etc/hostname" {
+            continue;
+        }
+        let mut parts = root.split('/').peekable();
+        while let Some(p) = parts.next() {
+            if p == "containers" {
+                if let Some(id) = parts.peek() {
+                    if id.len() == 64 && id.chars().all(|c| c.is_ascii_hexdigit()) {
+                        out.push(id.to_string());
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Copies `binary` into the sandboxd volume, through a container that is created (never started)
+/// from the server's own image with the volume mounted: the volume's folder on the host is out of
+/// reach from inside our container, but Docker's archive API writes into a stopped container's
+/// volumes.
+pub async fn fill_sandboxd_volume(
+    docker: &Docker,
+    names: &Names,
+    server: &str,
+    volume: &str,
+    binary: &Path,
+) -> Result<(), DockerError> {
+    let bytes = tokio::fs::read(binary)
+        .await
+        .map_err(|e| DockerError::Sandboxd(format!("reading {}: {e}", binary.display())))?;
+    docker
+        .create_volume(VolumeCreateRequest {
+            name: Some(volume.to_string()),
+            labels: Some(names.labels("sandboxd", None)),
+            ..Default::default()
+        })
+        .await
+        .map_err(DockerError::api(format!("creating volume {volume}")))?;
+    let me = docker
+        .inspect_container(server, None)
+        .await
+        .map_err(DockerError::api("inspecting our own container"))?;
+    let image = me
+        .image
+        .ok_or_else(|| DockerError::Sandboxd("our own container has no image id".into()))?;
+    let helper = format!("{}-sandboxd-fill", names.prefix());
+    remove_force(docker, &helper).await?;
+    let body = ContainerCreateBody {
+        image: Some(image),
+        // Never started: it exists only so the archive API can reach the volume.
+        entrypoint: Some(vec!["/nonexistent".to_string()]),
+        cmd: Some(Vec::new()),
+        labels: Some(names.labels("sandboxd-fill", None)),
+        host_config: Some(HostConfig {
+            network_mode: Some("none".to_string()),
+            mounts: Some(vec![Mount {
+                target: Some(SANDBOXD_DIR.to_string()),
+                source: Some(volume.to_string()),
+                typ: Some(MountType::VOLUME),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    docker
+        .create_container(
+            Some(
+                CreateContainerOptionsBuilder::default()
+                    .name(&helper)
+                    .build(),
+            ),
+            body,
+        )
+        .await
+        .map_err(DockerError::api("creating the sandboxd copy helper"))?;
+    let tar = files::sandboxd_tar("sandboxd", &bytes)
+        .map_err(|e| DockerError::Sandboxd(format!("packing sandboxd: {e}")))?;
+    let uploaded = docker
+        .upload_to_container(
+            &helper,
+            Some(UploadToContainerOptionsBuilder::default().path("/").build()),
+            bollard::body_full(tar.into()),
+        )
+        .await
+        .map_err(DockerError::api(format!(
+            "copying sandboxd into volume {volume}"
+        )));
+    remove_force(docker, &helper).await?;
+    uploaded?;
+    tracing::info!(volume, source = %binary.display(), "sandboxd copied into its volume");
+    Ok(())
+}
+
+/// `docker rm -f NAME`, where a missing container is fine.
+pub async fn remove_force(docker: &Docker, name: &str) -> Result<(), DockerError> {
+    match docker
+        .remove_container(
+            name,
+            Some(RemoveContainerOptionsBuilder::default().force(true).build()),
+        )
+        .await
+    {
+        Ok(()) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(DockerError::api(format!("removing container {name}"))(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn our_container_is_found_by_the_hostname_mount_only() {
+        let id = "a".repeat(64);
+        let other = "b".repeat(64);
+        let info = format!(
+            "1 0 0:1 / / rw - overlay overlay rw\n\
+             2 1 0:2 /var/lib/docker/containers/{other}/mounts/shm /var/lib/docker/containers/{other}/mounts/shm rw - tmpfs shm rw\n\
+             3 1 254:1 /var/lib/docker/containers/{id}/hostname /etc/hostname rw - ext4 /dev/vda rw\n"
+        );
+        assert_eq!(container_ids_in_mountinfo(&info), vec![id]);
+        assert!(container_ids_in_mountinfo("1 0 0:1 / / rw - overlay overlay rw\n").is_empty());
+    }
+}

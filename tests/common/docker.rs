@@ -1,0 +1,282 @@
+//! Helpers for the tests against a real Docker engine (`tests/docker_*.rs`).
+//!
+//! Each test gets its own `name_prefix` and its own /24 of the network pool, so tests running at
+//! once (and leftovers of earlier runs) never meet. [`DockerEnv`]'s `Drop` removes everything
+//! carrying the test's prefix label, even when the test panics.
+//!
+//! These tests need Docker and fail when it is missing: run `scripts/docker-setup.sh` and
+//! `scripts/build-sandboxd.sh` first.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use agenthold::config::DriverKind;
+use serde_json::{json, Value};
+
+use crate::common::{TestServer, DEADLINE};
+
+pub const AGENT_IMAGE: &str = "agenthold-test/agent:latest";
+pub const DEBIAN_IMAGE: &str = "debian:bookworm-slim";
+pub const BUSYBOX_IMAGE: &str = "agenthold-test/busybox:latest";
+
+/// Runs `docker ARGS`, returning stdout; panics with stderr when it fails.
+pub fn docker(args: &[&str]) -> String {
+    let out = Command::new("docker")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run docker {args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "docker {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Like [`docker`], but a failure is returned rather than a panic.
+pub fn docker_try(args: &[&str]) -> Result<String, String> {
+    let out = Command::new("docker")
+        .args(args)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+/// One test's share of the engine.
+pub struct DockerEnv {
+    pub prefix: String,
+    pub pool: String,
+}
+
+impl DockerEnv {
+    /// Fails the test (never skips it) when Docker or the test images are missing.
+    pub fn new() -> DockerEnv {
+        if let Err(e) = docker_try(&["info", "--format", "{{.ServerVersion}}"]) {
+            panic!(
+                "these tests need a running Docker engine ({e}); run scripts/docker-setup.sh first"
+            );
+        }
+        for image in [AGENT_IMAGE, DEBIAN_IMAGE, BUSYBOX_IMAGE] {
+            if docker_try(&["image", "inspect", image]).is_err() {
+                panic!("image {image} is missing; run scripts/docker-setup.sh first");
+            }
+        }
+        let n: u32 = rand::random();
+        let alphabet = b"abcdefghijklmnopqrstuvwxyz0123456789";
+        let tag: String = (0..6)
+            .map(|i| alphabet[((n >> (i * 5)) as usize) % alphabet.len()] as char)
+            .collect();
+        // 10.213.100.0 - 10.213.254.0: away from the default pool's first subnets.
+        let x = 100 + rand::random::<u8>() % 155;
+        DockerEnv {
+            prefix: format!("aht{tag}"),
+            pool: format!("10.213.{x}.0/24"),
+        }
+    }
+
+    /// A server with the Docker driver, the tunnel on every address (sandboxes dial the bridge
+    /// gateway), and this test's prefix and pool.
+    pub async fn server(&self, api_on_all_addresses: bool) -> TestServer {
+        let prefix = self.prefix.clone();
+        let pool = self.pool.parse().expect("test pool");
+        TestServer::start_with(move |c| {
+            c.sandbox.driver = DriverKind::Docker;
+            c.sandbox.tunnel_listen = "0.0.0.0:0".parse().expect("addr");
+            if api_on_all_addresses {
+                c.server.listen = "0.0.0.0:0".parse().expect("addr");
+            }
+            c.sandbox.default_image = AGENT_IMAGE.to_string();
+            c.sandbox.default_cpus = 1.0;
+            c.sandbox.default_memory_mb = 256;
+            c.sandbox.docker.name_prefix = prefix;
+            c.sandbox.docker.network_pool = pool;
+        })
+        .await
+    }
+
+    pub fn container(&self, id: &str) -> String {
+        format!("{}-{id}", self.prefix)
+    }
+
+    pub fn volume(&self, id: &str) -> String {
+        format!("{}-home-{id}", self.prefix)
+    }
+
+    pub fn network(&self, id: &str) -> String {
+        format!("{}-net-{id}", self.prefix)
+    }
+
+    fn label(&self) -> String {
+        format!("label=agenthold.prefix={}", self.prefix)
+    }
+
+    /// Names of this test's objects of one kind (`ps -a`, `volume ls`, `network ls`).
+    pub fn objects(&self, kind: &[&str]) -> Vec<String> {
+        let label = self.label();
+        let mut args: Vec<&str> = kind.to_vec();
+        args.extend(["--filter", &label, "--format", "{{.Names}}"]);
+        if kind[0] != "ps" {
+            let last = args.len() - 1;
+            args[last] = "{{.Name}}";
+        }
+        docker_try(&args)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .filter(|l| !l.is_empty())
+            .collect()
+    }
+
+    fn cleanup(&self) {
+        for c in self.objects(&["ps", "-a"]) {
+            let _ = docker_try(&["rm", "-f", &c]);
+        }
+        for n in self.objects(&["network", "ls"]) {
+            let _ = docker_try(&["network", "rm", &n]);
+        }
+        for v in self.objects(&["volume", "ls"]) {
+            let _ = docker_try(&["volume", "rm", "-f", &v]);
+        }
+        // The driver's host firewall rules carry `agenthold:<prefix>:<id>` comments.
+        let tag = format!("agenthold:{}:", self.prefix);
+        if let Ok(out) = Command::new("iptables")
+            .args(["-w", "-S", "INPUT"])
+            .output()
+        {
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                if line.contains(&tag) {
+                    if let Some(rest) = line.strip_prefix("-A INPUT ") {
+                        let mut args = vec!["-w", "-D", "INPUT"];
+                        args.extend(rest.split_whitespace().map(|w| w.trim_matches('"')));
+                        let _ = Command::new("iptables").args(&args).output();
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for DockerEnv {
+    fn drop(&mut self) {
+        self.cleanup();
+    }
+}
+
+/// Creates an agent with `image` and waits until it runs.
+pub async fn running_agent_with(s: &TestServer, name: &str, image: &str) -> String {
+    let r = s
+        .post("/api/v1/agents")
+        .json(&json!({"name": name, "image": image}))
+        .send()
+        .await
+        .expect("create request");
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
+    let agent: Value = r.json().await.expect("agent json");
+    let id = agent["id"].as_str().expect("id").to_string();
+    s.wait_state(&id, "running").await;
+    id
+}
+
+/// Runs `command` in the agent through the exec API.
+pub async fn exec(s: &TestServer, id: &str, command: &[&str]) -> Value {
+    let r = s
+        .post(&format!("/api/v1/agents/{id}/exec"))
+        .json(&json!({"command": command, "timeoutMs": 20000}))
+        .send()
+        .await
+        .expect("exec request");
+    assert_eq!(r.status(), 200, "exec {command:?}");
+    r.json().await.expect("exec json")
+}
+
+/// stdout of a command that must succeed.
+pub async fn exec_ok(s: &TestServer, id: &str, command: &[&str]) -> String {
+    let out = exec(s, id, command).await;
+    assert_eq!(out["exitCode"], 0, "exec {command:?}: {out}");
+    out["stdout"].as_str().unwrap_or_default().to_string()
+}
+
+/// Waits until the agent's state is one of `want`, returning it; `error` fails unless wanted.
+pub async fn wait_states(s: &TestServer, id: &str, want: &[&str]) -> Value {
+    let deadline = Instant::now() + DEADLINE;
+    let mut last = Value::Null;
+    while Instant::now() < deadline {
+        last = s.agent(id).await;
+        let state = last["state"].as_str().unwrap_or_default();
+        if want.contains(&state) {
+            return last;
+        }
+        assert_ne!(state, "error", "agent {id} failed: {last}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("agent {id} did not reach {want:?} within {DEADLINE:?}; last: {last}");
+}
+
+/// Polls a blocking check until it holds, failing after [`DEADLINE`].
+pub async fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + DEADLINE;
+    while Instant::now() < deadline {
+        if check() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{what}: not true within {DEADLINE:?}");
+}
+
+/// The container's address on its agent network.
+pub fn container_ip(container: &str) -> String {
+    docker(&[
+        "inspect",
+        "--format",
+        "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+        container,
+    ])
+}
+
+/// The gateway (host side) of a network.
+pub fn network_gateway(network: &str) -> String {
+    docker(&[
+        "network",
+        "inspect",
+        "--format",
+        "{{range .IPAM.Config}}{{.Gateway}}{{end}}",
+        network,
+    ])
+}
+
+/// A TCP listener the test runs on `ip`, accepting (and dropping) connections in the background.
+pub async fn listen_on(ip: &str) -> SocketAddr {
+    let l = tokio::net::TcpListener::bind(format!("{ip}:0"))
+        .await
+        .unwrap_or_else(|e| panic!("cannot listen on {ip}: {e}"));
+    let addr = l.local_addr().expect("local addr");
+    tokio::spawn(async move {
+        while let Ok((sock, _)) = l.accept().await {
+            drop(sock);
+        }
+    });
+    addr
+}
+
+/// From inside agent `id`: can it open a TCP connection to `addr`? (bash's /dev/tcp, 3 s limit;
+/// a dropped packet shows as a timeout, a refused one as an error: both are "no").
+pub async fn can_connect(s: &TestServer, id: &str, addr: &str) -> bool {
+    let (ip, port) = addr.rsplit_once(':').expect("ip:port");
+    let script =
+        format!("timeout 3 bash -c 'exec 3<>/dev/tcp/{ip}/{port}' && echo open || echo closed");
+    let out = exec(s, id, &["bash", "-c", &script]).await;
+    let stdout = out["stdout"].as_str().unwrap_or_default();
+    assert!(
+        stdout.contains("open") || stdout.contains("closed"),
+        "{out}"
+    );
+    stdout.contains("open")
+}

@@ -1,0 +1,100 @@
+//! What a sandbox can reach. Every target is a listener this test runs on this machine or a
+//! container of this test: nothing is ever sent anywhere else. Needs Docker; fails, never
+//! skips, without it.
+
+mod common;
+#[path = "common/docker.rs"]
+mod dk;
+
+use dk::*;
+
+/// The host's own IPv4 addresses outside loopback and Docker's bridges.
+fn host_addresses() -> Vec<String> {
+    let out = std::process::Command::new("ip")
+        .args(["-4", "-o", "addr", "show"])
+        .output()
+        .expect("ip addr");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (dev, addr) = (f.get(1)?, f.get(3)?);
+            let skip = *dev == "lo" || dev.starts_with("br-") || dev.starts_with("veth");
+            (!skip).then(|| addr.split('/').next().unwrap_or_default().to_string())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_reaches_only_its_tunnel() {
+    let env = DockerEnv::new();
+    // The API on every address, so it is also on the gateways: it must still be out of reach.
+    let s = env.server(true).await;
+    let a = running_agent_with(&s, "a", DEBIAN_IMAGE).await;
+    let b = running_agent_with(&s, "b", BUSYBOX_IMAGE).await;
+    let gw_a = network_gateway(&env.network(&a));
+    let gw_b = network_gateway(&env.network(&b));
+    let ip_b = container_ip(&env.container(&b));
+
+    // The control: the tunnel port on A's own gateway is open (that is how sandboxd got in).
+    let tunnel = format!("{gw_a}:{}", s.tunnel_addr.port());
+    assert!(
+        can_connect(&s, &a, &tunnel).await,
+        "the tunnel is not reachable from A"
+    );
+
+    // The API port on the gateway: nothing answers.
+    let api = format!("{gw_a}:{}", s.api_addr.port());
+    assert!(
+        !can_connect(&s, &a, &api).await,
+        "A reaches the API at {api}"
+    );
+
+    // Listeners the test runs on the host: on A's own gateway (another port), on B's gateway,
+    // and on every host address that is not a Docker bridge (docker0 included).
+    let mut targets = vec![listen_on(&gw_a).await, listen_on(&gw_b).await];
+    let hosts = host_addresses();
+    assert!(!hosts.is_empty(), "no host address to test with");
+    for h in &hosts {
+        targets.push(listen_on(h).await);
+    }
+    for t in &targets {
+        // The listener works: the test itself can connect.
+        tokio::net::TcpStream::connect(t)
+            .await
+            .unwrap_or_else(|e| panic!("the test's own listener {t} does not answer: {e}"));
+        assert!(
+            !can_connect(&s, &a, &t.to_string()).await,
+            "A reaches the host at {t}"
+        );
+    }
+
+    // A service in B (busybox httpd), reachable from the host, is not reachable from A.
+    let serve = {
+        let s_base = s.base.clone();
+        let b = b.clone();
+        tokio::spawn(async move {
+            let _ = reqwest::Client::new()
+                .post(format!("{s_base}/api/v1/agents/{b}/exec"))
+                .bearer_auth(common::TOKEN)
+                .json(&serde_json::json!({
+                    "command": ["busybox", "httpd", "-f", "-p", "7777"],
+                    "timeoutMs": 60000
+                }))
+                .send()
+                .await;
+        })
+    };
+    let b_http = format!("{ip_b}:7777");
+    common::wait_for("B's httpd answers the host", || {
+        let b_http = b_http.clone();
+        async move { tokio::net::TcpStream::connect(&b_http).await.is_ok() }
+    })
+    .await;
+    assert!(
+        !can_connect(&s, &a, &b_http).await,
+        "A reaches B at {b_http}"
+    );
+    serve.abort();
+    s.stop().await;
+}
