@@ -237,6 +237,7 @@ async fn openapi_describes_every_route() {
         "/api/v1/agents/{id}/fs/mkdir",
         "/api/v1/agents/{id}/fs/remove",
         "/api/v1/events",
+        "/api/v1/limits",
     ] {
         assert!(paths.contains_key(p), "{p} is not described");
     }
@@ -291,5 +292,23 @@ async fn web_session_cookie_signs_in_and_out() {
         .send()
         .await
         .unwrap();
+    assert_eq!(r.status(), 401);
+}
+
+#[tokio::test]
+async fn limits_tell_clients_what_the_server_allows() {
+    let s = TestServer::start_with(|c| c.server.max_file_mb = 7).await;
+    let l: Value = s
+        .get("/api/v1/limits")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(l["maxFileMb"], 7);
+    assert_eq!(l["maxCpus"], 8.0);
+    assert_eq!(l["defaultImage"], "debian:bookworm-slim");
+    let r = s.http.get(s.url("/api/v1/limits")).send().await.unwrap();
     assert_eq!(r.status(), 401);
 }

@@ -46,6 +46,45 @@ pub struct Health {
     pub driver: String,
 }
 
+/// What the server allows and assumes, so a client can check input before sending it.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Limits {
+    pub default_image: String,
+    pub default_cpus: f64,
+    pub default_memory_mb: u64,
+    pub default_idle_minutes: u32,
+    pub max_cpus: f64,
+    pub max_memory_mb: u64,
+    pub max_idle_minutes: u32,
+    /// The largest file `fs/write` accepts.
+    pub max_file_mb: u64,
+    pub exec_output_cap_kb: u64,
+    pub exec_default_timeout_ms: u64,
+    pub exec_max_timeout_ms: u64,
+}
+
+/// The server's limits and defaults for agents, files and exec.
+#[utoipa::path(get, path = "/api/v1/limits", tag = "agents",
+    responses((status = 200, body = Limits)))]
+pub async fn limits(State(st): State<AppState>) -> Json<Limits> {
+    let sb = &st.config.sandbox;
+    let server = &st.config.server;
+    Json(Limits {
+        default_image: sb.default_image.clone(),
+        default_cpus: sb.default_cpus,
+        default_memory_mb: sb.default_memory_mb,
+        default_idle_minutes: sb.default_idle_minutes,
+        max_cpus: sb.max_cpus,
+        max_memory_mb: sb.max_memory_mb,
+        max_idle_minutes: MAX_IDLE_MINUTES,
+        max_file_mb: server.max_file_mb,
+        exec_output_cap_kb: server.exec_output_cap_kb,
+        exec_default_timeout_ms: server.exec_default_timeout.as_millis() as u64,
+        exec_max_timeout_ms: server.exec_max_timeout.as_millis() as u64,
+    })
+}
+
 pub fn validate_name(name: &str) -> Result<(), ApiError> {
     let bad = |why: &str| Err(ApiError::invalid_field("name", format!("name {why}")));
     if name.is_empty() {

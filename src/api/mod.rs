@@ -34,7 +34,7 @@ pub struct AppState {
 #[openapi(
     info(title = "agenthold", description = "Self-hosted sandboxes for AI agents: HTTP API v1"),
     paths(
-        agents::health, agents::list, agents::create, agents::get, agents::update, agents::destroy,
+        agents::health, agents::limits, agents::list, agents::create, agents::get, agents::update, agents::destroy,
         agents::start, agents::stop, agents::rebuild, events::events,
         files::list, files::read, files::write, files::mkdir, files::remove,
         terminal::terminal, exec::exec,
@@ -42,7 +42,7 @@ pub struct AppState {
     ),
     components(schemas(
         crate::model::Agent, crate::model::AgentState, agents::CreateAgent, agents::UpdateAgent,
-        agents::Health, files::DirEntry, exec::ExecBody, exec::ExecResult, error::ErrorBody,
+        agents::Health, agents::Limits, files::DirEntry, exec::ExecBody, exec::ExecResult, error::ErrorBody,
         error::ErrorDetail, session::SignIn, session::SessionStatus,
     )),
     modifiers(&BearerAuth),
@@ -71,6 +71,7 @@ pub fn router(state: AppState) -> Router {
     let api = Router::new()
         .route("/health", get(agents::health))
         .route("/openapi.json", get(openapi))
+        .route("/limits", get(agents::limits))
         .route(
             "/session",
             post(session::sign_in)

@@ -60,6 +60,7 @@ test('download a file through its link', async () => {
   const content = Buffer.from(`download me ${Date.now()}\n`);
   assert.equal((await server.api('PUT', `/agents/${agent.id}/fs/write?path=dl.txt`, content)).status, 204);
   await page.getByRole('button', { name: 'Refresh' }).click();
+  await page.screenshot({ path: '/tmp/shots/dbg-dl.png' });
   const link = fileRow(page, 'dl.txt').getByRole('link', { name: 'Download dl.txt' });
   const [download] = await Promise.all([page.waitForEvent('download'), link.click()]);
   assert.equal(download.suggestedFilename(), 'dl.txt');

@@ -1,0 +1,143 @@
+//! The `agenthold` CLI binary against a live server: agents, exec exit codes, cp both ways,
+//! and a shell driven through a pipe.
+
+mod common;
+
+use std::process::Stdio;
+
+use common::{TestServer, TOKEN};
+use serde_json::Value;
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+
+fn cli(s: &TestServer) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_agenthold"));
+    c.env("AGENTHOLD_URL", &s.base)
+        .env("AGENTHOLD_TOKEN", TOKEN)
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    c
+}
+
+async fn run(s: &TestServer, args: &[&str]) -> (i32, String, String) {
+    let out = tokio::time::timeout(common::DEADLINE, cli(s).args(args).output())
+        .await
+        .expect("the CLI hung")
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_exec_and_cp_from_the_command_line() {
+    let s = TestServer::start().await;
+    let (code, _, err) = run(&s, &["agents", "create", "clitest", "--wait"]).await;
+    assert_eq!(code, 0, "{err}");
+    let (code, out, _) = run(&s, &["agents", "list", "--json"]).await;
+    assert_eq!(code, 0);
+    let agents: Vec<Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(agents[0]["name"], "clitest");
+    assert_eq!(agents[0]["state"], "running");
+    let (code, out, _) = run(&s, &["agents", "list"]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("clitest") && out.contains("running"), "{out}");
+
+    let (code, out, err) = run(
+        &s,
+        &[
+            "exec",
+            "clitest",
+            "--",
+            "sh",
+            "-c",
+            "echo out; echo err >&2; exit 3",
+        ],
+    )
+    .await;
+    assert_eq!((code, out.as_str(), err.as_str()), (3, "out\n", "err\n"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("up.bin");
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+    std::fs::write(&src, &data).unwrap();
+    let (code, _, err) = run(&s, &["cp", src.to_str().unwrap(), "clitest:up.bin"]).await;
+    assert_eq!(code, 0, "{err}");
+    let back = dir.path().join("back.bin");
+    let (code, _, err) = run(&s, &["cp", "clitest:up.bin", back.to_str().unwrap()]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read(&back).unwrap(), data);
+
+    let (code, _, err) = run(&s, &["cp", "clitest:missing", back.to_str().unwrap()]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("not_found"), "{err}");
+    assert_eq!(
+        std::fs::read(&back).unwrap(),
+        data,
+        "a failed download left the old file alone"
+    );
+
+    let (code, _, err) = run(&s, &["agents", "show", "nosuch"]).await;
+    assert_eq!(code, 1);
+    assert!(!err.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shell_runs_through_a_pipe() {
+    let s = TestServer::start().await;
+    s.running_agent("piped").await;
+    let mut child = cli(&s)
+        .args(["shell", "piped"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(b"echo through-'the'-pipe; exit\n")
+        .await
+        .unwrap();
+    drop(stdin);
+    let out = tokio::time::timeout(common::DEADLINE, child.wait_with_output())
+        .await
+        .expect("shell did not end")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("through-the-pipe"), "{stdout}");
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[tokio::test]
+async fn wrong_token_and_no_server_say_what_to_do() {
+    let s = TestServer::start().await;
+    let out = cli(&s)
+        .env("AGENTHOLD_TOKEN", "wrong")
+        .args(["agents", "list"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("AGENTHOLD_TOKEN") || err.contains("--token"),
+        "{err}"
+    );
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = cli(&s)
+        .env("AGENTHOLD_URL", format!("http://127.0.0.1:{port}"))
+        .args(["agents", "list"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("AGENTHOLD_URL"), "{err}");
+}
