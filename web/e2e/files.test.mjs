@@ -60,7 +60,6 @@ test('download a file through its link', async () => {
   const content = Buffer.from(`download me ${Date.now()}\n`);
   assert.equal((await server.api('PUT', `/agents/${agent.id}/fs/write?path=dl.txt`, content)).status, 204);
   await page.getByRole('button', { name: 'Refresh' }).click();
-  await page.screenshot({ path: '/tmp/shots/dbg-dl.png' });
   const link = fileRow(page, 'dl.txt').getByRole('link', { name: 'Download dl.txt' });
   const [download] = await Promise.all([page.waitForEvent('download'), link.click()]);
   assert.equal(download.suggestedFilename(), 'dl.txt');
@@ -82,8 +81,8 @@ test('make a folder, open it, go back by the breadcrumb, delete it with confirma
   await r.waitFor();
   const list = await server.apiJson('GET', `/agents/${agent.id}/fs/list?path=.`);
   assert.equal(list.find((e) => e.name === 'made-here')?.type, 'dir');
-  await r.getByRole('button', { name: 'made-here' }).click();
-  await page.getByTestId('breadcrumbs').getByRole('button', { name: 'made-here' }).waitFor();
+  await r.getByRole('button', { name: 'made-here', exact: true }).click();
+  await page.getByTestId('breadcrumbs').getByRole('button', { name: 'made-here', exact: true }).waitFor();
   await page.getByTestId('files-message').filter({ hasText: 'empty' }).waitFor();
   await page.getByTestId('breadcrumbs').getByRole('button', { name: '/home/agent' }).click();
   await r.waitFor();
@@ -145,8 +144,8 @@ test('hostile file names render as text', async () => {
   assert.equal(await page.getByTestId('editor').inputValue(), `content of ${hostile}`);
   await page.getByTestId('editor-close').click();
   const dn = dirName.replace('/', '∕');
-  await fileRow(page, dn).getByRole('button', { name: dn }).click();
-  await page.getByTestId('breadcrumbs').getByRole('button', { name: dn }).waitFor();
+  await fileRow(page, dn).getByRole('button', { name: dn, exact: true }).click();
+  await page.getByTestId('breadcrumbs').getByRole('button', { name: dn, exact: true }).waitFor();
   assert.equal(await page.evaluate(() => window.__xss), undefined);
   await page.getByTestId('breadcrumbs').getByRole('button', { name: '/home/agent' }).click();
   await fileRow(page, 'notes.txt').waitFor();

@@ -141,13 +141,13 @@ export function filesView(agentId: string): FilesView {
 
   const fileRow = (e: FsEntry): HTMLElement => {
     const path = join(cwd, e.name);
-    const icon = e.type === 'dir' ? '📁' : e.type === 'symlink' ? '↪' : '📄';
+    const icon = e.type === 'symlink' ? '↪' : '';
     let nameCell: HTMLElement;
     if (e.type === 'dir') {
-      nameCell = h('button', { type: 'button', class: 'file-link' }, h('span', { class: 'file-icon', 'aria-hidden': 'true' }, icon), h('span', { class: 'file-name' }, e.name));
+      nameCell = h('button', { type: 'button', class: 'file-link' }, h('span', { class: 'file-icon icon-dir', 'aria-hidden': 'true' }), h('span', { class: 'file-name' }, e.name));
       nameCell.addEventListener('click', () => go(path));
     } else {
-      nameCell = h('span', { class: 'file-plain' }, h('span', { class: 'file-icon', 'aria-hidden': 'true' }, icon), h('span', { class: 'file-name' }, e.name));
+      nameCell = h('span', { class: 'file-plain' }, h('span', { class: `file-icon icon-${e.type}`, 'aria-hidden': 'true' }, icon), h('span', { class: 'file-name' }, e.name));
     }
     nameCell.title = e.name;
     const acts: HTMLElement[] = [];
@@ -344,6 +344,7 @@ export function filesView(agentId: string): FilesView {
     pump();
   };
   uploadBtn.addEventListener('click', () => fileInput.click());
+  refreshBtn.addEventListener('click', () => void load());
   fileInput.addEventListener('change', () => {
     enqueue([...(fileInput.files ?? [])]);
     fileInput.value = '';
