@@ -146,6 +146,7 @@ impl Server {
         tunnel_task.abort();
         events_task.abort();
         sleeper_task.abort();
+        lc.driver.shutdown().await;
         result.context("serving the API")
     }
 }

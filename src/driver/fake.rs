@@ -194,6 +194,20 @@ impl Driver for FakeDriver {
         Ok(out)
     }
 
+    async fn shutdown(&self) {
+        // In-process sandboxes end with the server; their shells and commands must not outlive it.
+        let ids: Vec<String> = self
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        for id in ids {
+            self.halt(&id).await;
+        }
+    }
+
     fn events(&self) -> BoxStream<'static, DriverEvent> {
         // Fake sandboxes change only through the calls above.
         Box::pin(futures::stream::pending())

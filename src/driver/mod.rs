@@ -80,4 +80,6 @@ pub trait Driver: Send + Sync + 'static {
     async fn list(&self) -> Result<Vec<SandboxInfo>, DriverError>;
     /// Changes seen outside the server's own calls, for as long as the driver lives.
     fn events(&self) -> BoxStream<'static, DriverEvent>;
+    /// The server is stopping. Sandboxes that can outlive it (containers) are left alone.
+    async fn shutdown(&self) {}
 }

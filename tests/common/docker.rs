@@ -266,17 +266,30 @@ pub async fn listen_on(ip: &str) -> SocketAddr {
     addr
 }
 
-/// From inside agent `id`: can it open a TCP connection to `addr`? (bash's /dev/tcp, 3 s limit;
-/// a dropped packet shows as a timeout, a refused one as an error: both are "no").
-pub async fn can_connect(s: &TestServer, id: &str, addr: &str) -> bool {
-    let (ip, port) = addr.rsplit_once(':').expect("ip:port");
-    let script =
-        format!("timeout 3 bash -c 'exec 3<>/dev/tcp/{ip}/{port}' && echo open || echo closed");
+/// From inside agent `id`: which of `addrs` (`ip:port`) accept a TCP connection? All are tried
+/// at once with bash's /dev/tcp and a 2 s limit; a dropped packet shows as a timeout, a refused
+/// one as an error: both are "no". Needs bash in the image.
+pub async fn reachable(s: &TestServer, id: &str, addrs: &[String]) -> Vec<bool> {
+    let mut script = String::new();
+    for (i, addr) in addrs.iter().enumerate() {
+        let (ip, port) = addr.rsplit_once(':').expect("ip:port");
+        script.push_str(&format!(
+            "(timeout 2 bash -c 'exec 3<>/dev/tcp/{ip}/{port}' 2>/dev/null && echo {i}:open || echo {i}:closed) &\n"
+        ));
+    }
+    script.push_str("wait\n");
     let out = exec(s, id, &["bash", "-c", &script]).await;
     let stdout = out["stdout"].as_str().unwrap_or_default();
-    assert!(
-        stdout.contains("open") || stdout.contains("closed"),
-        "{out}"
-    );
-    stdout.contains("open")
+    (0..addrs.len())
+        .map(|i| {
+            let open = stdout.lines().any(|l| l == format!("{i}:open"));
+            let closed = stdout.lines().any(|l| l == format!("{i}:closed"));
+            assert!(open != closed, "no clear answer for {}: {out}", addrs[i]);
+            open
+        })
+        .collect()
+}
+
+pub async fn can_connect(s: &TestServer, id: &str, addr: &str) -> bool {
+    reachable(s, id, &[addr.to_string()]).await[0]
 }

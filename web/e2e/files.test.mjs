@@ -15,7 +15,7 @@ before(async () => {
   agent = await server.runningAgent('files');
   await signIn(b.page, server.token);
   await b.page.goto(`/agents/${agent.id}#files`);
-  await b.page.getByTestId('files-table').waitFor();
+  await b.page.locator('[data-testid="files"][data-state="ready"]').waitFor();
 });
 
 after(async () => {

@@ -13,7 +13,7 @@ before(async () => {
   agent = await server.runningAgent('limits');
   await signIn(b.page, server.token);
   await b.page.goto(`/agents/${agent.id}#files`);
-  await b.page.getByTestId('files-table').waitFor();
+  await b.page.locator('[data-testid="files"][data-state="ready"]').waitFor();
 });
 
 after(async () => {

@@ -75,6 +75,20 @@ function createForm(): HTMLElement {
     mk('memoryMb', 'Memory', { type: 'number', min: '1', step: '1', inputmode: 'numeric', placeholder: 'default' }, 'MiB'),
     mk('idleMinutes', 'Sleep after', { type: 'number', min: '1', step: '1', inputmode: 'numeric', placeholder: 'default' }, 'idle min'),
   ];
+  // Show the server's defaults and maxima when it tells them.
+  void api.limits().then((l) => {
+    if (!l) return;
+    const set = (key: keyof NewAgent, placeholder: string, max?: number, hint?: string) => {
+      const f = fields.find((x) => x.key === key)!;
+      f.input.placeholder = `${placeholder} (default)`;
+      if (max !== undefined) f.input.max = String(max);
+      if (hint) f.input.title = hint;
+    };
+    set('image', l.defaultImage, undefined, `Default: ${l.defaultImage}`);
+    set('cpus', String(l.defaultCpus), l.maxCpus, `Default ${l.defaultCpus}, at most ${l.maxCpus}`);
+    set('memoryMb', String(l.defaultMemoryMb), l.maxMemoryMb, `Default ${l.defaultMemoryMb} MiB, at most ${l.maxMemoryMb} MiB`);
+    set('idleMinutes', String(l.defaultIdleMinutes), l.maxIdleMinutes, `Default ${l.defaultIdleMinutes} minutes`);
+  });
   const formError = h('p', { class: 'form-error', role: 'alert', 'data-testid': 'create-error' });
   const submit = h('button', { type: 'submit', class: 'btn btn-primary' }, 'Create agent');
   const form = h(

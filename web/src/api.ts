@@ -41,6 +41,18 @@ export interface NewAgent {
   idleMinutes?: number;
 }
 
+/** `GET /api/v1/limits`: defaults and maxima, so forms can say them up front. */
+export interface Limits {
+  defaultImage: string;
+  defaultCpus: number;
+  defaultMemoryMb: number;
+  defaultIdleMinutes: number;
+  maxCpus: number;
+  maxMemoryMb: number;
+  maxIdleMinutes: number;
+  maxFileMb: number;
+}
+
 export const BASE = '/api/v1';
 
 /** An error answer from the server, or a failure to reach it. */
@@ -123,6 +135,16 @@ export const api = {
   },
   signIn: (token: string) => sendJson<void>('POST', '/session', { token }),
   signOut: () => sendJson<void>('DELETE', '/session'),
+  limits: (() => {
+    let cached: Promise<Limits | null> | null = null;
+    return (): Promise<Limits | null> => {
+      cached ??= getJson<Limits>('/limits').catch(() => {
+        cached = null;
+        return null;
+      });
+      return cached;
+    };
+  })(),
   health: () => getJson<{ status: string; version: string; driver: string }>('/health'),
 
   agents: () => getJson<Agent[]>('/agents'),

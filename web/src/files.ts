@@ -41,6 +41,10 @@ export function filesView(agentId: string): FilesView {
   const uploadBtn = h('button', { type: 'button', class: 'btn btn-small btn-primary' }, 'Upload files');
   const newFolderBtn = h('button', { type: 'button', class: 'btn btn-small' }, 'New folder');
   const newFileBtn = h('button', { type: 'button', class: 'btn btn-small' }, 'New file');
+  const limitHint = h('span', { class: 'muted upload-limit', 'data-testid': 'upload-limit' });
+  void api.limits().then((l) => {
+    if (l) setText(limitHint, `up to ${l.maxFileMb >= 1024 && l.maxFileMb % 1024 === 0 ? `${l.maxFileMb / 1024} GiB` : `${l.maxFileMb} MiB`} a file`);
+  });
   const refreshBtn = h('button', { type: 'button', class: 'btn btn-small', title: 'Reload this folder' }, 'Refresh');
   const nameInput = h('input', { type: 'text', class: 'inline-input', 'aria-label': 'Name', spellcheck: 'false', autocomplete: 'off' });
   const nameOk = h('button', { type: 'submit', class: 'btn btn-small btn-primary' }, 'Create');
@@ -56,6 +60,7 @@ export function filesView(agentId: string): FilesView {
     newFolderBtn,
     newFileBtn,
     uploadBtn,
+    limitHint,
     refreshBtn,
     fileInput,
   );
@@ -96,7 +101,7 @@ export function filesView(agentId: string): FilesView {
     textarea,
   );
 
-  const el = h('div', { class: 'files', 'data-testid': 'files' }, toolbar, uploads, listing, editor, dropHint);
+  const el = h('div', { class: 'files', 'data-testid': 'files', 'data-state': 'unavailable' }, toolbar, uploads, listing, editor, dropHint);
 
   const renderCrumbs = () => {
     const parts = cwd ? cwd.split('/') : [];
@@ -180,17 +185,20 @@ export function filesView(agentId: string): FilesView {
     if (!available) return;
     const seq = ++loadSeq;
     el.classList.add('loading');
+    el.dataset.state = 'loading';
     try {
       const list = await api.list(agentId, apiPath(cwd));
       if (seq !== loadSeq) return;
       entries = Array.isArray(list) ? list : [];
       loadedOnce = true;
       renderRows();
+      el.dataset.state = 'ready';
     } catch (e) {
       if (seq !== loadSeq) return;
       entries = [];
       renderRows();
       setMessage(`Cannot list ${cwd ? `“${cwd}”` : 'the home folder'}: ${errMsg(e)}`, 'error');
+      el.dataset.state = 'error';
     } finally {
       if (seq === loadSeq) el.classList.remove('loading');
     }
@@ -443,6 +451,7 @@ export function filesView(agentId: string): FilesView {
       available = ok;
       for (const b of [uploadBtn, newFolderBtn, newFileBtn, refreshBtn]) b.disabled = !ok;
       if (!ok) {
+        el.dataset.state = 'unavailable';
         if (!loadedOnce) replace(tbody);
         setMessage(why);
       } else if (!was) {

@@ -3,9 +3,10 @@
 //! Docker's `--internal` networks drop forwarded traffic, but a packet to any of the host's own
 //! addresses (its LAN address, other bridges' gateways, the API if it listens on them) is not
 //! forwarded: it goes to the host's INPUT chain, which Docker leaves alone. So for every agent
-//! bridge the driver puts two rules at the top of INPUT: accept TCP to the gateway's tunnel
-//! port, drop everything else coming in on that bridge. Each rule carries a comment naming the
-//! installation and agent, so destroy and orphan cleanup find them again.
+//! bridge the driver puts rules at the top of INPUT: accept TCP to the gateway's tunnel port and
+//! replies to connections the host opened, drop everything else coming in on that bridge. Each
+//! rule carries a comment naming the installation and agent, so destroy and orphan cleanup find
+//! them again.
 //!
 //! Only used when the server runs on the host; in a container it cannot touch the host's
 //! firewall (see the driver's startup warning).
@@ -35,16 +36,22 @@ impl Firewall {
         format!("agenthold:{}:{id}", self.prefix)
     }
 
-    fn rules(&self, id: &str, bridge: &str, gateway: Ipv4Addr, port: u16) -> [Vec<String>; 2] {
+    /// In chain order: the tunnel, answers to connections the host opened, drop the rest.
+    fn rules(&self, id: &str, bridge: &str, gateway: Ipv4Addr, port: u16) -> [Vec<String>; 3] {
         let tag = self.tag(id);
-        let accept = format!(
+        let tunnel = format!(
             "-i {bridge} -d {gateway}/32 -p tcp -m tcp --dport {port} -m comment --comment {tag} -j ACCEPT"
         );
+        // Lets the host talk to a sandbox (replies come back on the bridge); a sandbox still
+        // cannot open anything itself.
+        let replies = format!(
+            "-i {bridge} -m conntrack --ctstate RELATED,ESTABLISHED -m comment --comment {tag} -j ACCEPT"
+        );
         let drop = format!("-i {bridge} -m comment --comment {tag} -j DROP");
-        [accept, drop].map(|r| r.split_whitespace().map(String::from).collect())
+        [tunnel, replies, drop].map(|r| r.split_whitespace().map(String::from).collect())
     }
 
-    /// Makes sure exactly this agent's two rules are in place, accept before drop.
+    /// Makes sure exactly this agent's rules are in place, in order.
     pub async fn ensure(
         &self,
         id: &str,
@@ -54,7 +61,7 @@ impl Firewall {
     ) -> Result<(), DockerError> {
         let wanted = self.rules(id, bridge, gateway, port);
         let present = self.present(id).await?;
-        let mut ok = present.len() == 2;
+        let mut ok = present.len() == wanted.len();
         for rule in &wanted {
             ok &= iptables(&[&["-C", CHAIN], &str_refs(rule)[..]].concat())
                 .await
@@ -63,12 +70,12 @@ impl Firewall {
         if ok {
             return Ok(());
         }
-        // Something is missing or stale (another tunnel port, another bridge): start over. Both
-        // go in at the top, drop first, so the chain reads accept, drop.
+        // Something is missing or stale (another tunnel port, another bridge): start over. Each
+        // goes in at the top, last first, so the chain reads in `rules` order.
         self.remove(id).await?;
-        let [accept, drop] = &wanted;
-        iptables(&[&["-I", CHAIN, "1"], &str_refs(drop)[..]].concat()).await?;
-        iptables(&[&["-I", CHAIN, "1"], &str_refs(accept)[..]].concat()).await?;
+        for rule in wanted.iter().rev() {
+            iptables(&[&["-I", CHAIN, "1"], &str_refs(rule)[..]].concat()).await?;
+        }
         tracing::debug!(agent = id, bridge, %gateway, port, "host firewall rules in place");
         Ok(())
     }
@@ -131,13 +138,15 @@ mod tests {
     #[test]
     fn rules_are_tagged_and_ordered() {
         let fw = Firewall::new("ah");
-        let [accept, drop] = fw.rules("abc", "br-0123", Ipv4Addr::new(10, 213, 0, 1), 8090);
+        let [accept, replies, drop] =
+            fw.rules("abc", "br-0123", Ipv4Addr::new(10, 213, 0, 1), 8090);
         assert!(accept
             .join(" ")
             .contains("-d 10.213.0.1/32 -p tcp -m tcp --dport 8090"));
         assert_eq!(accept.last().map(String::as_str), Some("ACCEPT"));
+        assert!(replies.join(" ").contains("--ctstate RELATED,ESTABLISHED"));
         assert_eq!(drop.last().map(String::as_str), Some("DROP"));
-        for r in [&accept, &drop] {
+        for r in [&accept, &replies, &drop] {
             assert!(r.iter().any(|w| w == "agenthold:ah:abc"));
             assert!(r.windows(2).any(|w| w[0] == "-i" && w[1] == "br-0123"));
         }
