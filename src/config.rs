@@ -107,6 +107,11 @@ pub struct SandboxConfig {
     /// How often the server pings each sandbox; three missed pings mark the session dead.
     #[serde(deserialize_with = "de_duration")]
     pub ping_interval: Duration,
+    /// How long a terminal session lives on after its last viewer left, in minutes; 0 ends it
+    /// with its last viewer.
+    pub terminal_detach_minutes: u64,
+    /// Output each terminal session keeps for exact replay on reattach, in KiB.
+    pub terminal_buffer_kb: u64,
     pub docker: DockerConfig,
 }
 
@@ -125,6 +130,8 @@ impl Default for SandboxConfig {
             idle_check_interval: Duration::from_secs(30),
             sandboxd_path: None,
             ping_interval: Duration::from_secs(15),
+            terminal_detach_minutes: 30,
+            terminal_buffer_kb: 1024,
             docker: DockerConfig::default(),
         }
     }
@@ -493,6 +500,25 @@ impl Config {
             &fail,
         )?;
         min_duration(sb.ping_interval, 1, "sandbox.ping_interval", &fail)?;
+        // A week is far beyond any use, and keeps the seconds sent to sandboxd small.
+        if sb.terminal_detach_minutes > 7 * 24 * 60 {
+            return Err(fail(
+                "sandbox.terminal_detach_minutes",
+                format!(
+                    "({}) must be at most 10080 (a week)",
+                    sb.terminal_detach_minutes
+                ),
+            ));
+        }
+        if !(1..=256 * 1024).contains(&sb.terminal_buffer_kb) {
+            return Err(fail(
+                "sandbox.terminal_buffer_kb",
+                format!(
+                    "({}) must be between 1 and 262144 (256 MiB)",
+                    sb.terminal_buffer_kb
+                ),
+            ));
+        }
         if let Some(p) = &sb.sandboxd_path {
             if p.as_os_str().is_empty() {
                 // Unreachable through YAML ("" becomes None) but possible in a hand-built config.
@@ -973,6 +999,14 @@ sandbox:
             (
                 "sandbox:\n  max_cpus: .nan\n",
                 "config.yaml: sandbox.max_cpus (NaN) must be a number above 0",
+            ),
+            (
+                "sandbox:\n  terminal_buffer_kb: 0\n",
+                "config.yaml: sandbox.terminal_buffer_kb (0) must be between 1 and 262144 (256 MiB)",
+            ),
+            (
+                "sandbox:\n  terminal_detach_minutes: 99999\n",
+                "config.yaml: sandbox.terminal_detach_minutes (99999) must be at most 10080 (a week)",
             ),
             (
                 "sandbox:\n  default_memory_mb: 8\n",

@@ -2,6 +2,7 @@
 
 pub mod activity;
 pub mod api;
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod driver;

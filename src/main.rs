@@ -30,6 +30,8 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Measure agenthold against plain Docker on this machine (needs Docker)
+    Bench(agenthold::bench::BenchArgs),
     #[command(flatten)]
     Client(ClientCommand),
 }
@@ -81,6 +83,13 @@ async fn main() -> ExitCode {
                 }
             }
         }
+        Command::Bench(args) => match agenthold::bench::run(args).await {
+            Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+            Err(e) => {
+                eprintln!("bench: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Client(cmd) => match agenthold::cli::run(cli.client, cmd).await {
             Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
             Err(e) => {

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 
 use crate::activity::ActivityTracker;
@@ -123,7 +124,12 @@ impl Server {
     ) -> anyhow::Result<()> {
         let lc = self.lifecycle.clone();
         let tunnel_app = tunnel::router(lc.clone());
-        let tunnel_task = tokio::spawn(async move { axum::serve(self.tunnel, tunnel_app).await });
+        // Terminal keystrokes and exec round trips are small writes: Nagle's algorithm would hold
+        // them back for a delayed ACK (tens of milliseconds).
+        let tunnel = self.tunnel.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        let tunnel_task = tokio::spawn(async move { axum::serve(tunnel, tunnel_app).await });
         crate::reconcile::reconcile(&lc)
             .await
             .context("reconciling at startup")?;
@@ -137,12 +143,12 @@ impl Server {
             "agenthold is serving"
         );
         let app = api::router(self.state);
-        let result = axum::serve(
-            self.api,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(shutdown)
-        .await;
+        let api = self.api.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        let result = axum::serve(api, app.into_make_service_with_connect_info::<SocketAddr>())
+            .with_graceful_shutdown(shutdown)
+            .await;
         tunnel_task.abort();
         events_task.abort();
         sleeper_task.abort();

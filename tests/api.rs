@@ -231,6 +231,8 @@ async fn openapi_describes_every_route() {
         "/api/v1/agents/{id}/rebuild",
         "/api/v1/agents/{id}/exec",
         "/api/v1/agents/{id}/terminal",
+        "/api/v1/agents/{id}/terminals",
+        "/api/v1/agents/{id}/terminals/{sid}",
         "/api/v1/agents/{id}/fs/list",
         "/api/v1/agents/{id}/fs/read",
         "/api/v1/agents/{id}/fs/write",
@@ -242,6 +244,15 @@ async fn openapi_describes_every_route() {
         assert!(paths.contains_key(p), "{p} is not described");
     }
     assert!(doc["components"]["schemas"]["Agent"].is_object());
+    assert!(doc["components"]["schemas"]["TerminalSession"].is_object());
+    let terminal = &paths["/api/v1/agents/{id}/terminal"]["get"]["description"];
+    assert!(
+        terminal
+            .as_str()
+            .unwrap_or_default()
+            .contains("\"type\":\"redraw\""),
+        "the terminal route documents its protocol: {terminal}"
+    );
 }
 
 #[tokio::test]
@@ -311,4 +322,69 @@ async fn limits_tell_clients_what_the_server_allows() {
     assert_eq!(l["defaultImage"], "debian:bookworm-slim");
     let r = s.http.get(s.url("/api/v1/limits")).send().await.unwrap();
     assert_eq!(r.status(), 401);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_stream_every_state_change_and_the_deletion() {
+    use futures::StreamExt;
+    let s = TestServer::start().await;
+    let r = s.get("/api/v1/events").send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let mut body = r.bytes_stream();
+    let id = s.running_agent("watched").await;
+    let r = s
+        .delete(&format!("/api/v1/agents/{id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let mut text = String::new();
+    let mut states = Vec::new();
+    let deadline = tokio::time::Instant::now() + common::DEADLINE;
+    while !text.contains("event: deleted") {
+        let chunk = tokio::time::timeout_at(deadline, body.next())
+            .await
+            .expect("no deleted event")
+            .unwrap()
+            .unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    for block in text.split("\n\n") {
+        if block.contains("event: agent") {
+            let data = block
+                .lines()
+                .find_map(|l| l.strip_prefix("data: "))
+                .unwrap();
+            let a: Value = serde_json::from_str(data).unwrap();
+            if a["id"] == id.as_str() {
+                states.push(a["state"].as_str().unwrap().to_string());
+            }
+        }
+    }
+    for want in ["creating", "starting", "running", "destroying"] {
+        assert!(
+            states.iter().any(|s| s == want),
+            "{want} missing from {states:?}"
+        );
+    }
+    assert!(text.contains(&format!("{{\"id\":\"{id}\"}}")), "{text}");
+}
+
+#[tokio::test]
+async fn the_web_ui_is_served_and_api_paths_never_fall_back_to_it() {
+    let s = TestServer::start().await;
+    let r = s.http.get(s.url("/")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/html"));
+    let r = s.http.get(s.url("/agents/some-page")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let r = s.get("/api/v1/not-a-route").send().await.unwrap();
+    expect_error(r, 404, "not_found").await;
 }

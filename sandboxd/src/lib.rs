@@ -15,6 +15,7 @@ pub mod procs;
 pub mod proto;
 pub mod sandbox;
 pub mod serve;
+pub mod terminal;
 pub mod wsio;
 
 pub use account::Account;

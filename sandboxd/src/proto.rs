@@ -32,6 +32,9 @@ pub const CHANNELS: &[&str] = &[
     "fs.remove",
     "exec",
     "activity",
+    "terminal.open",
+    "terminal.list",
+    "terminal.kill",
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +96,15 @@ pub enum Request {
     Exec(ExecRequest),
     #[serde(rename = "activity")]
     Activity,
+    /// Creates a terminal session, or attaches to one, on this stream (see [`TerminalOpen`]).
+    #[serde(rename = "terminal.open")]
+    TerminalOpen(TerminalOpen),
+    /// Lists the terminal sessions; the reply's `ok` is a `[TerminalInfo]`.
+    #[serde(rename = "terminal.list")]
+    TerminalList,
+    /// Ends a terminal session (SIGHUP, then SIGKILL).
+    #[serde(rename = "terminal.kill")]
+    TerminalKill { session: String },
 }
 
 impl Request {
@@ -108,6 +120,9 @@ impl Request {
             Request::FsRemove { .. } => "fs.remove",
             Request::Exec(_) => "exec",
             Request::Activity => "activity",
+            Request::TerminalOpen(_) => "terminal.open",
+            Request::TerminalList => "terminal.list",
+            Request::TerminalKill { .. } => "terminal.kill",
         }
     }
 
@@ -150,6 +165,78 @@ pub struct PtyOpen {
     /// `TERM` for the shell; `xterm-256color` when absent.
     #[serde(default)]
     pub term: Option<String>,
+}
+
+/// Opens a `terminal.open` channel: without `session` a new session (a login shell, or
+/// `command` run by the account's shell), with it an attach to that session.
+///
+/// After the `ok` reply ([`TerminalOpened`]) the stream carries [`Frame`]s. From the server:
+/// `Data` (keystrokes) and `Resize`. From sandboxd: `Data` (the session's output, contiguous from
+/// the reply's `offset`), `Redraw { offset, len }` (the next `len` bytes of `Data` redraw the
+/// screen as of output offset `offset`; output from `offset` follows them), `Resize` (the
+/// session's size changed; sent to every viewer) and last `PtyExit`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminalOpen {
+    /// The terminal size; for an attach, a size that differs resizes the session.
+    #[serde(default)]
+    pub cols: Option<u16>,
+    #[serde(default)]
+    pub rows: Option<u16>,
+    /// `TERM` for a new session; `xterm-256color` when absent.
+    #[serde(default)]
+    pub term: Option<String>,
+    /// The session to attach to.
+    #[serde(default)]
+    pub session: Option<String>,
+    /// For an attach: the output offset the viewer has seen up to. Within the session's buffer
+    /// it gets exactly the bytes after it; older or absent, a redraw of the screen.
+    #[serde(default)]
+    pub offset: Option<u64>,
+    /// For a new session: a command line for the account's shell (`sh -c` style) instead of
+    /// an interactive login shell.
+    #[serde(default)]
+    pub command: Option<String>,
+    /// For a new session: how long it lives on without viewers, in seconds; sandboxd's default
+    /// when absent, and 0 ends it with its last viewer.
+    #[serde(default)]
+    pub detach_secs: Option<u64>,
+    /// For a new session: how much output it keeps for replay, in bytes.
+    #[serde(default)]
+    pub buffer_bytes: Option<u64>,
+}
+
+/// The `ok` reply of `terminal.open`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminalOpened {
+    pub session: String,
+    /// The absolute output offset of the first byte that follows (after a redraw, the offset
+    /// the redraw was taken at).
+    pub offset: u64,
+    pub cols: u16,
+    pub rows: u16,
+    /// True when a new session was started rather than an existing one attached.
+    pub created: bool,
+}
+
+/// One terminal session, as `terminal.list` reports it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminalInfo {
+    pub id: String,
+    /// The shell, or the command line it runs.
+    pub command: String,
+    pub cols: u16,
+    pub rows: u16,
+    /// Milliseconds since the Unix epoch.
+    pub created_at_ms: u64,
+    pub last_input_at_ms: u64,
+    pub viewers: u32,
+    /// Output produced so far, in bytes (the offset of the next byte).
+    pub offset: u64,
+    /// Set once the shell has exited; the session stays until a viewer has seen the end.
+    pub exit_code: Option<i32>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
@@ -218,6 +305,8 @@ pub enum ErrorCode {
     UnknownChannel,
     Unauthorized,
     Io,
+    /// A limit on concurrent use was reached (viewers of a terminal, terminal sessions).
+    Busy,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, thiserror::Error)]
@@ -348,6 +437,12 @@ pub enum Frame {
     Activity {
         cpu_ms: u64,
     },
+    /// `terminal.open`: the next `len` bytes of `Data` frames redraw the screen as it was at
+    /// output offset `offset`; the live output from `offset` follows them.
+    Redraw {
+        offset: u64,
+        len: u32,
+    },
 }
 
 const K_DATA: u8 = 1;
@@ -358,6 +453,7 @@ const K_RESIZE: u8 = 5;
 const K_PTY_EXIT: u8 = 6;
 const K_EXEC_EXIT: u8 = 7;
 const K_ACTIVITY: u8 = 8;
+const K_REDRAW: u8 = 9;
 
 /// Encodes [`Frame`]s as `u32` length + kind byte + payload, with [`MAX_FRAME_LEN`] enforced
 /// on both sides.
@@ -437,6 +533,15 @@ fn decode_payload(mut raw: Bytes) -> Result<Frame, ProtoError> {
                 cpu_ms: raw.get_u64(),
             }
         }
+        K_REDRAW => {
+            if raw.len() < 12 {
+                return Err(short());
+            }
+            Frame::Redraw {
+                offset: raw.get_u64(),
+                len: raw.get_u32(),
+            }
+        }
         other => return Err(ProtoError::UnknownFrame(other)),
     })
 }
@@ -469,6 +574,11 @@ impl Encoder<Frame> for FrameCodec {
             Frame::Activity { cpu_ms } => {
                 payload.put_u8(K_ACTIVITY);
                 payload.put_u64(cpu_ms);
+            }
+            Frame::Redraw { offset, len } => {
+                payload.put_u8(K_REDRAW);
+                payload.put_u64(offset);
+                payload.put_u32(len);
             }
         }
         if payload.len() > MAX_FRAME_LEN + 1 {
@@ -536,6 +646,33 @@ mod tests {
             Request::parse(br#"{"path":"x"}"#),
             Err(ProtoError::Malformed(_))
         ));
+        assert!(matches!(
+            Request::parse(br#"{"channel":"terminal.open","offset":-1}"#),
+            Err(ProtoError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn terminal_headers_round_trip_and_default() {
+        let open =
+            Request::parse(br#"{"channel":"terminal.open","session":"abc","offset":7}"#).unwrap();
+        assert_eq!(
+            open,
+            Request::TerminalOpen(TerminalOpen {
+                session: Some("abc".into()),
+                offset: Some(7),
+                ..Default::default()
+            })
+        );
+        for req in [
+            Request::TerminalList,
+            Request::TerminalKill {
+                session: "x".into(),
+            },
+        ] {
+            let json = serde_json::to_vec(&req).unwrap();
+            assert_eq!(Request::parse(&json).unwrap(), req);
+        }
     }
 
     #[tokio::test]
@@ -569,6 +706,10 @@ mod tests {
                 truncated: false,
             }),
             Frame::Activity { cpu_ms: 1 << 40 },
+            Frame::Redraw {
+                offset: u64::MAX - 1,
+                len: 70_000,
+            },
         ];
         for f in frames.clone() {
             w.send(f).await.unwrap();
@@ -584,6 +725,7 @@ mod tests {
             (100u32 * 1024 * 1024).to_be_bytes().to_vec(),
             vec![0, 0, 0, 1, 99],
             vec![0, 0, 0, 2, K_RESIZE, 1],
+            vec![0, 0, 0, 5, K_REDRAW, 0, 0, 0, 1],
             vec![0, 0, 0, 0],
         ] {
             let mut r = FramedRead::new(&raw[..], FrameCodec::default());

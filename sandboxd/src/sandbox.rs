@@ -12,6 +12,7 @@ use crate::account::Account;
 use crate::channels::activity::CpuMeter;
 use crate::paths::{PathMap, LOGICAL_HOME};
 use crate::procs::ProcessTable;
+use crate::terminal::Terminals;
 
 /// Whose CPU time the `activity` channel reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +82,8 @@ struct Inner {
     paths: PathMap,
     procs: ProcessTable,
     cpu: Mutex<CpuMeter>,
+    /// Terminal sessions: they outlive tunnel reconnects and end with the sandbox.
+    terminals: Terminals,
     tasks: TaskTracker,
     cancel: CancellationToken,
 }
@@ -98,6 +101,7 @@ impl Sandbox {
                 paths,
                 procs: ProcessTable::default(),
                 cpu,
+                terminals: Terminals::default(),
                 tasks: TaskTracker::new(),
                 cancel: CancellationToken::new(),
             }),
@@ -118,6 +122,10 @@ impl Sandbox {
 
     pub fn procs(&self) -> &ProcessTable {
         &self.inner.procs
+    }
+
+    pub fn terminals(&self) -> &Terminals {
+        &self.inner.terminals
     }
 
     /// Cancelled when the sandbox shuts down; channels kill their processes then.

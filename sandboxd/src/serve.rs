@@ -53,6 +53,9 @@ async fn handle(sb: Sandbox, mut s: MuxStream) {
         Request::FsRemove { path, recursive } => fs::remove(sb, s, path, recursive).await,
         Request::Exec(req) => exec::exec(sb, s, req).await,
         Request::Pty(req) => pty::pty(sb, s, req).await,
+        Request::TerminalOpen(req) => pty::open(sb, s, req).await,
+        Request::TerminalList => pty::list(sb, s).await,
+        Request::TerminalKill { session } => pty::kill(sb, s, session).await,
         Request::Hello(_) | Request::Activity => {
             let err = ChannelError::new(
                 ErrorCode::Invalid,

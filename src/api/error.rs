@@ -129,7 +129,7 @@ impl From<ChannelError> for ApiError {
             ErrorCode::Invalid | ErrorCode::IsDir | ErrorCode::NotDir => {
                 (StatusCode::BAD_REQUEST, "invalid")
             }
-            ErrorCode::Exists => (StatusCode::CONFLICT, "conflict"),
+            ErrorCode::Exists | ErrorCode::Busy => (StatusCode::CONFLICT, "conflict"),
             ErrorCode::PermissionDenied | ErrorCode::Unauthorized => {
                 (StatusCode::FORBIDDEN, "forbidden")
             }

@@ -8,6 +8,7 @@ pub mod exec;
 pub mod files;
 pub mod session;
 pub mod terminal;
+pub mod terminals;
 
 use std::sync::Arc;
 
@@ -37,13 +38,13 @@ pub struct AppState {
         agents::health, agents::limits, agents::list, agents::create, agents::get, agents::update, agents::destroy,
         agents::start, agents::stop, agents::rebuild, events::events,
         files::list, files::read, files::write, files::mkdir, files::remove,
-        terminal::terminal, exec::exec,
+        terminal::terminal, terminals::list, terminals::kill, exec::exec,
         session::sign_in, session::status, session::sign_out,
     ),
     components(schemas(
         crate::model::Agent, crate::model::AgentState, agents::CreateAgent, agents::UpdateAgent,
         agents::Health, agents::Limits, files::DirEntry, exec::ExecBody, exec::ExecResult, error::ErrorBody,
-        error::ErrorDetail, session::SignIn, session::SessionStatus,
+        error::ErrorDetail, session::SignIn, session::SessionStatus, terminals::TerminalSession,
     )),
     modifiers(&BearerAuth),
     security(("bearer" = [])),
@@ -78,6 +79,7 @@ pub fn router(state: AppState) -> Router {
                 .get(session::status)
                 .delete(session::sign_out),
         )
+        .route("/events", get(events::events))
         .route("/agents", get(agents::list).post(agents::create))
         .route(
             "/agents/{id}",
@@ -90,6 +92,8 @@ pub fn router(state: AppState) -> Router {
         .route("/agents/{id}/rebuild", post(agents::rebuild))
         .route("/agents/{id}/exec", post(exec::exec))
         .route("/agents/{id}/terminal", get(terminal::terminal))
+        .route("/agents/{id}/terminals", get(terminals::list))
+        .route("/agents/{id}/terminals/{sid}", delete(terminals::kill))
         .route("/agents/{id}/fs/list", get(files::list))
         .route("/agents/{id}/fs/read", get(files::read))
         .route("/agents/{id}/fs/write", put(files::write))
@@ -99,6 +103,7 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY));
     Router::new()
         .nest("/api/v1", api)
+        .merge(crate::web::router())
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::guard,

@@ -1,30 +1,90 @@
-//! `GET /api/v1/agents/{id}/terminal`: a WebSocket onto a login shell (the `pty` channel).
-//! Binary messages carry terminal bytes both ways; text messages from the client are JSON
-//! control messages. Opening it wakes a sleeping agent.
+//! `GET /api/v1/agents/{id}/terminal`: a WebSocket onto a terminal session (the
+//! `terminal.open` channel). Without `session` it starts a new one (waking a sleeping agent);
+//! with `session` (and `offset`) it attaches to one that lives on in sandboxd. The protocol is
+//! in [`PROTOCOL`], which is also the route's OpenAPI description.
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, State};
 use axum::response::Response;
+use bytes::{Bytes, BytesMut};
 use futures::{SinkExt, StreamExt};
-use sandboxd::proto::{self, Frame, FrameCodec, PtyOpen, Request as Channel};
+use sandboxd::mux::{MuxHandle, MuxStream};
+use sandboxd::proto::{
+    self, ErrorCode, Frame, FrameCodec, OpenError, Request as Channel, TerminalOpen, TerminalOpened,
+};
 use serde::Deserialize;
+use serde_json::json;
 use tokio_util::codec::Framed;
 use utoipa::IntoParams;
 
 use super::error::{ApiError, ApiQuery, ErrorBody};
 use super::AppState;
 use crate::activity::Use;
+use crate::model::AgentState;
 
 /// Close code for a shell that ended.
-const CLOSE_NORMAL: u16 = 1000;
-/// Close code for a failure on our side (the sandbox went away, waking failed).
-const CLOSE_ERROR: u16 = 1011;
+pub const CLOSE_NORMAL: u16 = 1000;
+/// Close code for a failure on our side (the sandbox went away, waking failed); a client that
+/// has a session id may reattach.
+pub const CLOSE_ERROR: u16 = 1011;
+/// Close codes for an attach that cannot succeed (mirroring HTTP 400, 404 and 409).
+pub const CLOSE_BAD_REQUEST: u16 = 4400;
+pub const CLOSE_SESSION_GONE: u16 = 4404;
+pub const CLOSE_BUSY: u16 = 4409;
 const MAX_DIM: u16 = 1000;
+/// Longest command line accepted (it travels in a channel header).
+const MAX_COMMAND: usize = 16 * 1024;
+/// How long an attach waits for a running agent's sandboxd to reconnect.
+const ATTACH_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+/// Largest redraw relayed (sandboxd caps its own well below this).
+const MAX_REDRAW: u32 = 64 * 1024 * 1024;
+pub const SESSION_ENDED: &str = "the terminal session ended (the agent slept or was restarted)";
+
+/// The WebSocket protocol, as the OpenAPI description shows it.
+pub const PROTOCOL: &str = "\
+Upgrades to a WebSocket onto a terminal session that lives in the sandbox and survives the \
+socket.\n\n\
+**Opening.** Without `session`, a new session starts (a login shell, or `command` run by the \
+account's shell) at `cols`×`rows` (default 80×24); a sleeping agent is woken and the server \
+writes `Starting the sandbox…` while it waits. With `session=ID` the socket attaches to that \
+session; `offset=N` is the output offset the client has seen up to. `cols`/`rows` on an attach \
+resize the session when they differ. An attach never wakes an agent: a sleeping agent has no \
+sessions (404 / close 4404).\n\n\
+**Server to client.** Binary messages are pure terminal output. Binary messages that arrive \
+before the `session` message are status text from the server, not session output. Text \
+messages are JSON:\n\
+- `{\"type\":\"session\",\"id\":ID,\"offset\":N,\"cols\":C,\"rows\":R}` first: N is the \
+absolute offset of the next output byte the client receives. Count every binary byte after \
+it (except redraw bytes) to know your offset.\n\
+- `{\"type\":\"redraw\",\"offset\":N,\"bytes\":K}`: the next binary message (K bytes) redraws \
+the whole screen as it was at offset N (reset your screen first, e.g. xterm.js `reset()`); \
+it does not count towards offsets; set your offset to N. Sent after `session` when the \
+client's offset has left the session's buffer (`sandbox.terminal_buffer_kb`) or was not \
+given, and later if the client fell too far behind.\n\
+- `{\"type\":\"resize\",\"cols\":C,\"rows\":R}`: the session's size changed (any viewer \
+resized).\n\
+- `{\"type\":\"exit\",\"code\":C}`: the shell exited; a close with code 1000 follows.\n\n\
+**Client to server.** Binary messages are keystrokes; text `{\"type\":\"resize\",\"cols\":C,\
+\"rows\":R}` resizes the session.\n\n\
+**Closing.** 1000: the shell exited. 1011: the connection to the sandbox was lost or the \
+sandbox could not be started; reattach with `session` and your offset. 4400: bad offset \
+(beyond the output). 4404: the session no longer exists (the agent slept or was restarted, \
+or it was ended). 4409: the session has too many viewers (32). Closing the socket detaches: \
+the session lives on for `sandbox.terminal_detach_minutes` without viewers.";
 
 #[derive(Deserialize, IntoParams)]
 pub struct TerminalQuery {
+    /// Columns (1–1000); 80 for a new session.
     pub cols: Option<u16>,
+    /// Rows (1–1000); 24 for a new session.
     pub rows: Option<u16>,
+    /// Attach to this session instead of starting one.
+    pub session: Option<String>,
+    /// With `session`: the output offset seen so far (a whole number of bytes).
+    #[param(value_type = Option<u64>)]
+    pub offset: Option<String>,
+    /// For a new session: a command line for the account's shell instead of a login shell.
+    pub command: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -42,27 +102,124 @@ fn check_dims(cols: u16, rows: u16) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Upgrades to a WebSocket onto a login shell in the agent's sandbox.
+/// Checks the query and turns it into the channel header.
+fn to_open(st: &AppState, q: TerminalQuery) -> Result<TerminalOpen, ApiError> {
+    for v in [q.cols, q.rows].into_iter().flatten() {
+        check_dims(v, v)?;
+    }
+    let offset = match &q.offset {
+        Some(o) => Some(o.trim().parse::<u64>().map_err(|_| {
+            ApiError::invalid_field(
+                "offset",
+                format!(
+                    "offset {:?} is not a whole number of bytes (0 or more)",
+                    o.chars().take(40).collect::<String>()
+                ),
+            )
+        })?),
+        None => None,
+    };
+    if offset.is_some() && q.session.is_none() {
+        return Err(ApiError::invalid_field(
+            "offset",
+            "offset needs a session to attach to",
+        ));
+    }
+    if let Some(session) = &q.session {
+        if q.command.is_some() {
+            return Err(ApiError::invalid_field(
+                "command",
+                "command starts a new session; it cannot go with session",
+            ));
+        }
+        // Not the right shape: it cannot be a session of this agent, nor of any.
+        if !sandboxd::terminal::is_valid_id(session) {
+            return Err(ApiError::not_found("no such terminal session"));
+        }
+    }
+    if let Some(c) = &q.command {
+        if c.trim().is_empty() || c.contains('\0') || c.len() > MAX_COMMAND {
+            return Err(ApiError::invalid_field(
+                "command",
+                format!(
+                    "command must be a non-empty line of at most {MAX_COMMAND} bytes without NUL"
+                ),
+            ));
+        }
+    }
+    let sb = &st.config.sandbox;
+    let new = q.session.is_none();
+    Ok(TerminalOpen {
+        cols: if new {
+            Some(q.cols.unwrap_or(80))
+        } else {
+            q.cols
+        },
+        rows: if new {
+            Some(q.rows.unwrap_or(24))
+        } else {
+            q.rows
+        },
+        term: Some("xterm-256color".into()),
+        session: q.session,
+        offset,
+        command: q.command,
+        detach_secs: Some(sb.terminal_detach_minutes.saturating_mul(60)),
+        buffer_bytes: Some(sb.terminal_buffer_kb.saturating_mul(1024)),
+    })
+}
+
+/// A terminal session over a WebSocket (see the description for the protocol).
 #[utoipa::path(get, path = "/api/v1/agents/{id}/terminal", tag = "terminal",
+    description = PROTOCOL,
     params(("id" = String, Path), TerminalQuery),
-    responses((status = 101, description = "WebSocket: binary = terminal bytes; client text = {\"type\":\"resize\",\"cols\",\"rows\"}; closes with 1000 when the shell exits"),
-        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 101, description = "WebSocket onto the session; see the description"),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody, description = "No such agent, or no such session"),
+        (status = 409, body = ErrorBody, description = "The session has too many viewers")))]
 pub async fn terminal(
     State(st): State<AppState>,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<TerminalQuery>,
     ws: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
-    let cols = q.cols.unwrap_or(80);
-    let rows = q.rows.unwrap_or(24);
-    check_dims(cols, rows)?;
+    let open = to_open(&st, q)?;
     // Fail before the upgrade for an unknown agent, so the client sees a 404.
-    st.lc.get(&id).await?;
-    Ok(ws.on_upgrade(move |socket| run(st, id, cols, rows, socket)))
+    let agent = st.lc.get(&id).await?;
+    if open.session.is_some() {
+        if let Some(handle) = st.lc.tunnels.get(&id) {
+            // Attach before the upgrade, so a missing session or a bad offset is an HTTP status.
+            let (stream, opened) = open_channel(&handle, &open).await?;
+            return Ok(ws.on_upgrade(move |mut socket| async move {
+                let _hold = st.lc.activity.hold(&id, Use::Terminal);
+                relay(&st, &id, &mut socket, stream, opened).await
+            }));
+        }
+        if !matches!(agent.state, AgentState::Running | AgentState::Starting) {
+            return Err(ApiError::not_found(SESSION_ENDED));
+        }
+    }
+    Ok(ws.on_upgrade(move |socket| run(st, id, open, socket)))
+}
+
+async fn open_channel(
+    handle: &MuxHandle,
+    open: &TerminalOpen,
+) -> Result<(MuxStream, TerminalOpened), OpenError> {
+    let mut stream = handle.open().await.map_err(|e| {
+        OpenError::Proto(proto::ProtoError::Io(std::io::Error::other(e.to_string())))
+    })?;
+    let ok = proto::open_channel(&mut stream, &Channel::TerminalOpen(open.clone())).await?;
+    let opened: TerminalOpened = serde_json::from_value(ok)
+        .map_err(|e| OpenError::Proto(proto::ProtoError::Malformed(e.to_string())))?;
+    Ok((stream, opened))
 }
 
 async fn close(socket: &mut WebSocket, code: u16, reason: &str) {
-    let reason: String = reason.chars().take(100).collect();
+    // A close reason is at most 123 bytes; cut on a character boundary.
+    let mut reason: String = reason.chars().take(120).collect();
+    while reason.len() > 123 {
+        reason.pop();
+    }
     let _ = socket
         .send(Message::Close(Some(CloseFrame {
             code,
@@ -71,47 +228,97 @@ async fn close(socket: &mut WebSocket, code: u16, reason: &str) {
         .await;
 }
 
-async fn run(st: AppState, id: String, cols: u16, rows: u16, mut socket: WebSocket) {
+async fn run(st: AppState, id: String, open: TerminalOpen, mut socket: WebSocket) {
     let _hold = st.lc.activity.hold(&id, Use::Terminal);
-    if !st.lc.tunnels.is_connected(&id) {
-        let _ = socket
-            .send(Message::Binary("Starting the sandbox…\r\n".into()))
-            .await;
+    let attaching = open.session.is_some();
+    let handle = if attaching {
+        // The agent runs but its sandboxd is reconnecting: wait for it, but never start an
+        // agent for a session that cannot exist any more.
+        match st.lc.tunnels.wait(&id, ATTACH_WAIT).await {
+            Ok(h) => h,
+            Err(e) => {
+                return close(
+                    &mut socket,
+                    CLOSE_ERROR,
+                    &format!("the sandbox did not reconnect: {e}"),
+                )
+                .await
+            }
+        }
+    } else {
+        if !st.lc.tunnels.is_connected(&id) {
+            let _ = socket
+                .send(Message::Binary("Starting the sandbox…\r\n".into()))
+                .await;
+        }
+        match st.lc.wake(&id, || {}).await {
+            Ok(h) => h,
+            Err(e) => {
+                let msg = format!("\r\nThe sandbox could not be started: {e}\r\n");
+                let _ = socket.send(Message::Binary(msg.into())).await;
+                return close(&mut socket, CLOSE_ERROR, "the sandbox could not be started").await;
+            }
+        }
+    };
+    match open_channel(&handle, &open).await {
+        Ok((stream, opened)) => relay(&st, &id, &mut socket, stream, opened).await,
+        Err(OpenError::Refused(e)) => {
+            let (code, reason) = match e.code {
+                ErrorCode::NotFound if attaching => (CLOSE_SESSION_GONE, SESSION_ENDED.to_string()),
+                ErrorCode::Invalid => (CLOSE_BAD_REQUEST, e.message),
+                ErrorCode::Busy => (CLOSE_BUSY, e.message),
+                _ => (
+                    CLOSE_ERROR,
+                    format!("the terminal could not be opened: {}", e.message),
+                ),
+            };
+            if !attaching {
+                let msg = format!("\r\nThe terminal could not be opened: {reason}\r\n");
+                let _ = socket.send(Message::Binary(msg.into())).await;
+            }
+            close(&mut socket, code, &reason).await
+        }
+        Err(e) => {
+            if !attaching {
+                let msg = format!("\r\nThe terminal could not be opened: {e}\r\n");
+                let _ = socket.send(Message::Binary(msg.into())).await;
+            }
+            close(&mut socket, CLOSE_ERROR, "the terminal could not be opened").await
+        }
     }
-    let handle = match st.lc.wake(&id, || {}).await {
-        Ok(h) => h,
-        Err(e) => {
-            let msg = format!("\r\nThe sandbox could not be started: {e}\r\n");
-            let _ = socket.send(Message::Binary(msg.into())).await;
-            return close(&mut socket, CLOSE_ERROR, "the sandbox could not be started").await;
-        }
-    };
-    let opened = async {
-        let mut stream = handle.open().await.map_err(|e| e.to_string())?;
-        let open = PtyOpen {
-            cols,
-            rows,
-            term: Some("xterm-256color".into()),
-        };
-        proto::open_channel(&mut stream, &Channel::Pty(open))
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok::<_, String>(stream)
-    };
-    let stream = match opened.await {
-        Ok(s) => s,
-        Err(e) => {
-            let msg = format!("\r\nThe terminal could not be opened: {e}\r\n");
-            let _ = socket.send(Message::Binary(msg.into())).await;
-            return close(&mut socket, CLOSE_ERROR, "the terminal could not be opened").await;
-        }
-    };
+}
+
+fn text(v: serde_json::Value) -> Message {
+    Message::Text(v.to_string().into())
+}
+
+/// A redraw being gathered from `Data` frames before it goes out as one message.
+struct Gathering {
+    offset: u64,
+    len: usize,
+    buf: BytesMut,
+}
+
+/// Moves bytes between the socket and the session until one side ends.
+async fn relay(
+    st: &AppState,
+    id: &str,
+    socket: &mut WebSocket,
+    stream: MuxStream,
+    opened: TerminalOpened,
+) {
+    let hello = json!({"type": "session", "id": opened.session, "offset": opened.offset,
+        "cols": opened.cols, "rows": opened.rows});
+    if socket.send(text(hello)).await.is_err() {
+        return;
+    }
     let mut pty = Framed::new(stream, FrameCodec::default());
+    let mut redraw: Option<Gathering> = None;
     loop {
         tokio::select! {
             msg = socket.recv() => match msg {
                 Some(Ok(Message::Binary(b))) => {
-                    st.lc.activity.touch(&id);
+                    st.lc.activity.touch(id);
                     if pty.send(Frame::Data(b)).await.is_err() { break; }
                 }
                 Some(Ok(Message::Text(t))) => match serde_json::from_str::<Control>(&t) {
@@ -121,30 +328,53 @@ async fn run(st: AppState, id: String, cols: u16, rows: u16, mut socket: WebSock
                     // A bad control message is ignored rather than ending someone's shell.
                     _ => tracing::debug!(agent = id, "ignored terminal control message"),
                 },
+                // The client left: dropping the stream detaches; the session lives on.
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
                 Some(Ok(_)) => {}
             },
             frame = pty.next() => match frame {
-                Some(Ok(Frame::Data(b))) => {
-                    if socket.send(Message::Binary(b)).await.is_err() { return; }
+                Some(Ok(Frame::Data(mut b))) => {
+                    if let Some(g) = &mut redraw {
+                        let take = (g.len - g.buf.len()).min(b.len());
+                        g.buf.extend_from_slice(&b.split_to(take));
+                        if g.buf.len() == g.len {
+                            let Some(g) = redraw.take() else { continue };
+                            if send_redraw(socket, g.offset, g.buf.freeze()).await.is_err() { return; }
+                        }
+                    }
+                    if !b.is_empty() && socket.send(Message::Binary(b)).await.is_err() { return; }
+                }
+                Some(Ok(Frame::Redraw { offset, len })) => {
+                    if len > MAX_REDRAW { break; }
+                    if len == 0 {
+                        if send_redraw(socket, offset, Bytes::new()).await.is_err() { return; }
+                    } else {
+                        redraw = Some(Gathering { offset, len: len as usize, buf: BytesMut::with_capacity(len as usize) });
+                    }
+                }
+                Some(Ok(Frame::Resize { cols, rows })) => {
+                    if socket.send(text(json!({"type": "resize", "cols": cols, "rows": rows}))).await.is_err() { return; }
                 }
                 Some(Ok(Frame::PtyExit(code))) => {
-                    return close(&mut socket, CLOSE_NORMAL, &format!("the shell exited with code {code}")).await;
+                    let _ = socket.send(text(json!({"type": "exit", "code": code}))).await;
+                    return close(socket, CLOSE_NORMAL, &format!("the shell exited with code {code}")).await;
                 }
                 Some(Ok(_)) => {}
                 Some(Err(_)) | None => break,
             },
         }
     }
-    let _ = socket
-        .send(Message::Binary(
-            "\r\nThe connection to the sandbox was lost.\r\n".into(),
-        ))
-        .await;
+    // No terminal bytes here: they would be taken for session output and spoil the offset.
     close(
-        &mut socket,
+        socket,
         CLOSE_ERROR,
-        "the connection to the sandbox was lost",
+        "the connection to the sandbox was lost; reattach to the session",
     )
     .await;
+}
+
+async fn send_redraw(socket: &mut WebSocket, offset: u64, bytes: Bytes) -> Result<(), axum::Error> {
+    let head = json!({"type": "redraw", "offset": offset, "bytes": bytes.len()});
+    socket.send(text(head)).await?;
+    socket.send(Message::Binary(bytes)).await
 }

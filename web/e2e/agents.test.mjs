@@ -14,8 +14,10 @@ before(async () => {
 });
 
 after(async () => {
+  const pageErrors = (b?.consoleErrors ?? []).filter((e) => e.startsWith('pageerror'));
   await b?.browser.close();
   await server?.stop();
+  assert.deepEqual(pageErrors, [], 'no uncaught errors in the page');
 });
 
 const row = (page, name) => page.locator(`[data-testid="agent-row"][data-agent-name="${name}"]`);
@@ -59,8 +61,7 @@ test('create an agent and watch it reach running, live', async () => {
     return t.trim().length > 0;
   });
   await page.locator('#new-name').fill('');
-  await page.locator('[data-field-error="name"]').evaluate((el) => (el.textContent = ''));
-  await screenshot(page, 'agents.png');
+  assert.equal(await page.locator('[data-field-error="name"]').textContent(), '', 'typing clears the message');
 });
 
 test('an agent changed through the API updates on the page without a reload', async () => {
@@ -71,6 +72,7 @@ test('an agent changed through the API updates on the page without a reload', as
   await server.apiJson('POST', `/agents/${a.id}/stop`);
   await r.locator('[data-testid="state"][data-state="sleeping"]').waitFor({ timeout: 30_000 });
   assert.equal(await page.evaluate(() => window.__noReload), true, 'no page reload happened');
+  await screenshot(page, 'agents.png');
 });
 
 test('stop and start from the page: the badge follows without a reload', async () => {
@@ -81,6 +83,39 @@ test('stop and start from the page: the badge follows without a reload', async (
   assert.match(await r.getByTestId('state').textContent(), /Sleeping/);
   await r.getByRole('button', { name: 'Start builder' }).click();
   await r.locator('[data-testid="state"][data-state="running"]').waitFor({ timeout: 60_000 });
+  assert.equal(await page.evaluate(() => window.__noReload), true, 'no page reload happened');
+});
+
+test('change settings on the agent page: errors at the field, then “rebuild to apply”; Rebuild clears it', async () => {
+  const { page } = b;
+  const a = (await server.apiJson('GET', '/agents')).find((x) => x.name === 'builder');
+  await row(page, 'builder').getByRole('link', { name: 'Open builder' }).click();
+  await page.locator('.agent-page').waitFor();
+  await page.getByTestId('settings').click();
+  const probe = await server.api('PATCH', `/agents/${a.id}`, { memoryMb: 99999999 });
+  assert.equal(probe.status, 400);
+  const err = (await probe.json()).error;
+  await page.locator('#edit-memoryMb').fill('99999999');
+  await page.getByRole('button', { name: 'Save settings' }).click();
+  const where = err.field ? page.locator(`[data-field-error="${err.field}"]`) : page.locator('.settings .form-error');
+  await where.filter({ hasText: err.message }).waitFor();
+  await page.locator('#edit-memoryMb').fill('768');
+  await page.getByRole('button', { name: 'Save settings' }).click();
+  await page.getByTestId('settings-form').waitFor({ state: 'hidden' });
+  await page.locator('.agent-head').getByTestId('status-line').filter({ hasText: 'Rebuild to apply' }).waitFor();
+  assert.equal((await server.apiJson('GET', `/agents/${a.id}`)).needsRebuild, true);
+  await page.getByRole('link', { name: '← Agents' }).click();
+  const r = row(page, 'builder');
+  await r.getByTestId('status-line').filter({ hasText: 'Rebuild to apply' }).waitFor();
+  assert.match(await r.textContent(), /768 MiB/);
+  await r.getByRole('button', { name: 'Rebuild builder' }).click();
+  await until('rebuilt', async () => {
+    const now = await server.apiJson('GET', `/agents/${a.id}`);
+    return now.state === 'running' && !now.needsRebuild;
+  }, { timeout: 60_000 });
+  await r.locator('[data-testid="state"][data-state="running"]').waitFor();
+  await r.getByText(/Sleeps in/).waitFor();
+  assert.doesNotMatch(await r.getByTestId('status-line').textContent(), /Rebuild to apply/);
   assert.equal(await page.evaluate(() => window.__noReload), true, 'no page reload happened');
 });
 

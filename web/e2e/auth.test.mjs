@@ -12,8 +12,10 @@ before(async () => {
 });
 
 after(async () => {
+  const pageErrors = (b?.consoleErrors ?? []).filter((e) => e.startsWith('pageerror'));
   await b?.browser.close();
   await server?.stop();
+  assert.deepEqual(pageErrors, [], 'no uncaught errors in the page');
 });
 
 test('the UI is served with the right headers, and /api never falls back to it', async () => {

@@ -19,8 +19,10 @@ before(async () => {
 });
 
 after(async () => {
+  const pageErrors = (b?.consoleErrors ?? []).filter((e) => e.startsWith('pageerror'));
   await b?.browser.close();
   await server?.stop();
+  assert.deepEqual(pageErrors, [], 'no uncaught errors in the page');
 });
 
 const fileRow = (page, name) => page.locator('tr.file-row').filter({ has: page.locator(`.file-name`).getByText(name, { exact: true }) });
@@ -101,8 +103,8 @@ test('open a text file in the editor, change it, save it', async () => {
   await page.getByRole('button', { name: 'Refresh' }).click();
   await fileRow(page, 'notes.txt').getByRole('button', { name: 'Edit notes.txt' }).click();
   const editor = page.getByTestId('editor');
-  await editor.waitFor();
-  assert.equal(await editor.inputValue(), 'line one\n');
+  await page.getByTestId('editor-panel').filter({ hasText: 'notes.txt' }).waitFor();
+  await until('editor content', async () => (await editor.inputValue()) === 'line one\n', { timeout: 10_000 });
   await editor.fill('line one\nline two — ünïcødé ✓\n');
   await page.getByTestId('editor-save').click();
   await page.getByTestId('editor-status').filter({ hasText: 'Saved' }).waitFor();
@@ -110,7 +112,6 @@ test('open a text file in the editor, change it, save it', async () => {
   assert.equal(await res.text(), 'line one\nline two — ünïcødé ✓\n');
   await page.getByTestId('editor-close').click();
   await fileRow(page, 'notes.txt').waitFor();
-  await screenshot(page, 'files.png');
 });
 
 test('hostile file names render as text', async () => {
@@ -141,7 +142,8 @@ test('hostile file names render as text', async () => {
   // The editor opens a hostile-named file and the breadcrumb shows a hostile folder name as text.
   const hostile = names[3];
   await fileRow(page, hostile).getByRole('button', { name: `Edit ${hostile}` }).click();
-  assert.equal(await page.getByTestId('editor').inputValue(), `content of ${hostile}`);
+  await page.getByTestId('editor-panel').filter({ hasText: hostile }).waitFor();
+  await until('editor content', async () => (await page.getByTestId('editor').inputValue()) === `content of ${hostile}`, { timeout: 10_000 });
   await page.getByTestId('editor-close').click();
   const dn = dirName.replace('/', '∕');
   await fileRow(page, dn).getByRole('button', { name: dn, exact: true }).click();
@@ -149,4 +151,5 @@ test('hostile file names render as text', async () => {
   assert.equal(await page.evaluate(() => window.__xss), undefined);
   await page.getByTestId('breadcrumbs').getByRole('button', { name: '/home/agent' }).click();
   await fileRow(page, 'notes.txt').waitFor();
+  await screenshot(page, 'files.png');
 });

@@ -17,8 +17,10 @@ before(async () => {
 });
 
 after(async () => {
+  const pageErrors = (b?.consoleErrors ?? []).filter((e) => e.startsWith('pageerror'));
   await b?.browser.close();
   await server?.stop();
+  assert.deepEqual(pageErrors, [], 'no uncaught errors in the page');
 });
 
 test('an upload over the limit shows the limit; one under it succeeds', async () => {

@@ -19,8 +19,10 @@ before(async () => {
 });
 
 after(async () => {
+  const pageErrors = (b?.consoleErrors ?? []).filter((e) => e.startsWith('pageerror'));
   await b?.browser.close();
   await server?.stop();
+  assert.deepEqual(pageErrors, [], 'no uncaught errors in the page');
 });
 
 const termSize = (page) => page.evaluate(() => ({ cols: window.__agentholdTerm.cols, rows: window.__agentholdTerm.rows }));

@@ -5,6 +5,7 @@ import { h, replace, setText } from './dom';
 import { filesView } from './files';
 import { linkHandler, navigate, type Page } from './nav';
 import { store } from './store';
+import { settingsForm } from './settings';
 import { terminalView } from './terminal';
 
 type Tab = 'terminal' | 'files';
@@ -20,11 +21,31 @@ export function agentPage(id: string): Page {
   const acts = actions({ onDestroyed: () => navigate('/') });
   const meta = h('div', { class: 'agent-meta' });
   const status = statusLine();
+  const settingsBtn = h('button', { type: 'button', class: 'btn btn-small', 'aria-expanded': 'false', 'data-testid': 'settings' }, 'Settings');
+  const settings = settingsForm(
+    () => agent,
+    () => {
+      settings.el.hidden = true;
+      settingsBtn.setAttribute('aria-expanded', 'false');
+      settingsBtn.focus();
+    },
+  );
+  settings.el.hidden = true;
+  settingsBtn.addEventListener('click', () => {
+    const open = settings.el.hidden;
+    settings.el.hidden = !open;
+    settingsBtn.setAttribute('aria-expanded', String(open));
+    if (open && agent) {
+      settings.fill(agent);
+      settings.el.querySelector('input')?.focus();
+    }
+  });
   const head = h(
     'div',
     { class: 'agent-head' },
-    h('div', { class: 'agent-head-line' }, back, title, idText, b.el, h('span', { class: 'spacer' }), acts.el),
+    h('div', { class: 'agent-head-line' }, back, title, idText, b.el, h('span', { class: 'spacer' }), settingsBtn, acts.el),
     h('div', { class: 'agent-head-line agent-line2' }, meta, status.el),
+    settings.el,
   );
 
   const term = terminalView(id, () => agent?.name ?? id);

@@ -66,10 +66,15 @@ function createForm(): HTMLElement {
       input,
       error,
     );
+    // Typing clears that field's message.
+    input.addEventListener('input', () => {
+      error.textContent = '';
+      input.removeAttribute('aria-invalid');
+    });
     return { key, label, input, error, wrap };
   };
   const fields: Field[] = [
-    mk('name', 'Name', { type: 'text', required: true, autocomplete: 'off', spellcheck: 'false', placeholder: 'builder' }),
+    mk('name', 'Name', { type: 'text', required: true, autocomplete: 'off', spellcheck: 'false', placeholder: 'e.g. builder' }),
     mk('image', 'Image', { type: 'text', autocomplete: 'off', spellcheck: 'false', placeholder: 'server default' }),
     mk('cpus', 'CPUs', { type: 'number', min: '0', step: 'any', inputmode: 'decimal', placeholder: 'default' }),
     mk('memoryMb', 'Memory', { type: 'number', min: '1', step: '1', inputmode: 'numeric', placeholder: 'default' }, 'MiB'),
@@ -139,7 +144,7 @@ function createForm(): HTMLElement {
     submit.textContent = 'Creating…';
     try {
       const agent = await api.create(body);
-      store.put(agent);
+      store.putAnswer(agent);
       form.reset();
       fields[0].input.focus();
     } catch (err) {

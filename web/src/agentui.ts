@@ -128,7 +128,7 @@ export function actions(opts: { onDestroyed?: () => void } = {}): {
     refresh();
     try {
       const updated = await api[act](a.id);
-      if (updated && typeof updated === 'object' && 'id' in updated) store.put(updated);
+      if (updated && typeof updated === 'object' && 'id' in updated) store.putAnswer(updated);
       if (act === 'destroy') opts.onDestroyed?.();
     } catch (e) {
       toast(`${labels[act]} ${a.name}: ${e instanceof ApiError ? e.message : String(e)}`);

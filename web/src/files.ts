@@ -426,6 +426,7 @@ export function filesView(agentId: string): FilesView {
   function closeEditor(): boolean {
     if (dirty() && !window.confirm('Discard the unsaved changes?')) return false;
     editing = null;
+    textarea.value = '';
     editor.hidden = true;
     listing.hidden = false;
     void load();

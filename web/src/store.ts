@@ -40,6 +40,16 @@ class AgentStore {
     this.emit();
   }
 
+  /**
+   * Apply an Agent from an API answer (create, start, stop…). While the event stream is live it
+   * already carries every state change, possibly ahead of this answer: then an answer for a
+   * known agent is older news and is dropped, so a late answer cannot undo a newer state.
+   */
+  putAnswer(agent: Agent): void {
+    if (this.status === 'live' && this.agents.has(agent.id)) return;
+    this.put(agent);
+  }
+
   private onAgent(agent: Agent): void {
     if (this.pending) this.pending.push((m) => m.set(agent.id, agent));
     this.put(agent);

@@ -5,7 +5,7 @@ pub mod exec;
 pub mod fs;
 pub mod pty;
 
-mod env;
+pub(crate) mod env;
 
 use futures::SinkExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt};

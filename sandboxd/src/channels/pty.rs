@@ -1,274 +1,218 @@
-//! The `pty` channel: a login shell as the account, on a terminal of its own.
+//! The terminal channels: `terminal.open` (create or attach to a session), `terminal.list`,
+//! `terminal.kill`, and the older `pty` (a session that ends with its one viewer).
 //!
-//! Spawned by hand (openpty + `setsid` + `TIOCSCTTY` in `pre_exec`) because portable-pty can
-//! neither switch users nor avoid `getpwuid`, which a static binary must not call.
+//! The sessions themselves live in [`crate::terminal`]; this is the wire side of one viewer.
 
-use std::fs::OpenOptions;
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
-use std::os::unix::fs::OpenOptionsExt;
-use std::process::Stdio;
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures::StreamExt;
-use nix::errno::Errno;
-use nix::fcntl::{fcntl, FcntlArg, OFlag};
-use nix::libc;
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
-use tokio::io::unix::AsyncFd;
-use tokio::process::{Child, Command};
+use tokio::io::AsyncWriteExt;
 use tokio_util::codec::FramedRead;
 
-use super::{env, frame_writer, refuse, reply, FrameTx};
+use super::{frame_writer, refuse, reply, FrameTx};
 use crate::duplex::{self, ReadHalf};
 use crate::mux::MuxStream;
-use crate::proto::{ChannelError, ErrorCode, Frame, FrameCodec, PtyOpen, Reply, DATA_CHUNK};
+use crate::proto::{
+    ChannelError, ErrorCode, Frame, FrameCodec, PtyOpen, Reply, TerminalOpen, DATA_CHUNK,
+};
 use crate::sandbox::Sandbox;
+use crate::terminal::{self, pty::DEFAULT_TERM, Session, SessionConfig, Step, Viewer};
 
-pub const DEFAULT_TERM: &str = "xterm-256color";
-/// How long a hung-up shell gets to exit before its session is killed.
-const HANGUP_GRACE: Duration = Duration::from_secs(2);
-/// How long the screen may keep draining after the shell exited, when a background job still
-/// holds the terminal open.
-const DRAIN_GRACE: Duration = Duration::from_millis(500);
+/// Largest terminal side accepted, in cells.
+const MAX_DIM: u16 = 1000;
 
-type Master = AsyncFd<OwnedFd>;
-
-struct Terminal {
-    master: OwnedFd,
-    slave: OwnedFd,
-}
-
-fn open_terminal(cols: u16, rows: u16) -> nix::Result<Terminal> {
-    use nix::pty::{grantpt, posix_openpt, ptsname_r, unlockpt};
-    // O_CLOEXEC from the start, so commands spawned meanwhile by other channels never inherit
-    // the terminal (which would keep it open after the shell exits).
-    let master = posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)?;
-    grantpt(&master)?;
-    unlockpt(&master)?;
-    let name = ptsname_r(&master)?;
-    let slave = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_NOCTTY)
-        .open(name)
-        .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
-    // SAFETY: into_raw_fd hands over sole ownership of a valid descriptor.
-    let master = unsafe { OwnedFd::from_raw_fd(master.into_raw_fd()) };
-    let flags = OFlag::from_bits_truncate(fcntl(&master, FcntlArg::F_GETFL)?);
-    fcntl(&master, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
-    set_size(&master, cols, rows)?;
-    Ok(Terminal {
-        master,
-        slave: slave.into(),
-    })
-}
-
-fn set_size(fd: &OwnedFd, cols: u16, rows: u16) -> nix::Result<()> {
-    let ws = libc::winsize {
-        ws_row: rows,
-        ws_col: cols,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
+fn dims(cols: Option<u16>, rows: Option<u16>) -> (u16, u16) {
+    let fix = |v: Option<u16>, default: u16| match v {
+        Some(v) if v > 0 => v.min(MAX_DIM),
+        _ => default,
     };
-    // SAFETY: TIOCSWINSZ reads one winsize from the pointer, which outlives the call.
-    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCSWINSZ, &ws) };
-    Errno::result(rc).map(drop)
+    (fix(cols, 80), fix(rows, 24))
 }
 
-fn spawn_shell(sb: &Sandbox, term: &Terminal, req: &PtyOpen) -> std::io::Result<Child> {
-    let account = sb.account();
-    let home = &sb.options().home;
-    let mut cmd = Command::new(&account.shell);
-    cmd.arg0(account.login_argv0())
-        .env_clear()
-        .envs(env::base(account, home))
-        .env("TERM", req.term.as_deref().unwrap_or(DEFAULT_TERM))
-        .current_dir(home)
-        .stdin(Stdio::from(term.slave.try_clone()?))
-        .stdout(Stdio::from(term.slave.try_clone()?))
-        .stderr(Stdio::from(term.slave.try_clone()?));
-    let switch = account.needs_switch();
-    if switch {
-        nix::unistd::fchown(
-            &term.slave,
-            Some(nix::unistd::Uid::from_raw(account.uid)),
-            Some(nix::unistd::Gid::from_raw(account.gid)),
-        )?;
+/// The old `pty` channel: a login shell that ends when this one viewer leaves.
+pub async fn pty(sb: Sandbox, s: MuxStream, req: PtyOpen) {
+    let (cols, rows) = dims(Some(req.cols), Some(req.rows));
+    let cfg = SessionConfig {
+        cols,
+        rows,
+        term: req.term.unwrap_or_else(|| DEFAULT_TERM.to_string()),
+        command: None,
+        detach_after: Duration::ZERO,
+        buffer: 64 * 1024,
+    };
+    match Session::start(&sb, cfg) {
+        Ok(viewer) => serve_viewer(s, viewer, false).await,
+        Err(e) => refuse(s, e).await,
     }
-    let (uid, gid, groups) = (account.uid, account.gid, env::gids(account));
-    // SAFETY: the closure only makes async-signal-safe calls and allocates nothing.
-    unsafe {
-        cmd.pre_exec(move || {
-            nix::unistd::setsid()?;
-            // Stdin is the terminal by now: make it our controlling terminal.
-            if libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if switch {
-                env::drop_privileges(uid, gid, &groups)?;
-            }
-            Ok(())
-        });
-    }
-    cmd.spawn()
 }
 
-pub async fn pty(sb: Sandbox, mut s: MuxStream, req: PtyOpen) {
-    let term = match open_terminal(req.cols, req.rows) {
-        Ok(t) => t,
-        Err(e) => {
-            let err = ChannelError::new(ErrorCode::Io, format!("cannot open a terminal: {e}"));
-            return refuse(s, err).await;
+/// `terminal.open`: a new session, or an attach to one.
+pub async fn open(sb: Sandbox, s: MuxStream, req: TerminalOpen) {
+    let viewer = match &req.session {
+        Some(id) => attach(&sb, id, &req),
+        None => {
+            let (cols, rows) = dims(req.cols, req.rows);
+            let buffer = req
+                .buffer_bytes
+                .map(|b| (b.min(terminal::MAX_BUFFER as u64) as usize).max(terminal::MIN_BUFFER))
+                .unwrap_or(terminal::DEFAULT_BUFFER);
+            let cfg = SessionConfig {
+                cols,
+                rows,
+                term: req.term.clone().unwrap_or_else(|| DEFAULT_TERM.to_string()),
+                command: req.command.clone(),
+                detach_after: req
+                    .detach_secs
+                    .map(Duration::from_secs)
+                    .unwrap_or(terminal::DEFAULT_DETACH),
+                buffer,
+            };
+            if cfg.command.as_deref().is_some_and(|c| c.contains('\0')) {
+                Err(ChannelError::new(
+                    ErrorCode::Invalid,
+                    "the command may not contain NUL bytes",
+                ))
+            } else {
+                Session::start(&sb, cfg)
+            }
         }
     };
-    let child = match spawn_shell(&sb, &term, &req) {
-        Ok(c) => c,
-        Err(e) => {
-            let what = format!("cannot start {}", sb.account().shell.display());
-            return refuse(s, ChannelError::from_io(&e, &what)).await;
+    match viewer {
+        Ok(viewer) => serve_viewer(s, viewer, true).await,
+        Err(e) => refuse(s, e).await,
+    }
+}
+
+fn attach(sb: &Sandbox, id: &str, req: &TerminalOpen) -> Result<Viewer, ChannelError> {
+    let session = terminal::is_valid_id(id)
+        .then(|| sb.terminals().get(id))
+        .flatten()
+        .ok_or_else(|| {
+            ChannelError::new(
+                ErrorCode::NotFound,
+                format!(
+                    "no terminal session {:?} in this sandbox: it ended, or never existed",
+                    id.chars().take(40).collect::<String>()
+                ),
+            )
+        })?;
+    let size = match (req.cols, req.rows) {
+        (Some(c), Some(r)) if c > 0 && r > 0 => Some((c.min(MAX_DIM), r.min(MAX_DIM))),
+        _ => None,
+    };
+    session.attach(req.offset, size, false)
+}
+
+/// `terminal.list`.
+pub async fn list(sb: Sandbox, mut s: MuxStream) {
+    let sessions = sb.terminals().list();
+    if reply(&mut s, &Reply::ok_with(&sessions)).await {
+        let _ = s.shutdown().await;
+    }
+}
+
+/// `terminal.kill`.
+pub async fn kill(sb: Sandbox, mut s: MuxStream, id: String) {
+    if terminal::is_valid_id(&id) && sb.terminals().kill(&id) {
+        if reply(&mut s, &Reply::ok()).await {
+            let _ = s.shutdown().await;
         }
+    } else {
+        let err = ChannelError::new(ErrorCode::NotFound, "no such terminal session");
+        refuse(s, err).await;
+    }
+}
+
+/// Serves one viewer until its stream closes or the session ends. With `session_protocol`,
+/// the reply carries the session, offset and size ([`crate::proto::TerminalOpened`]) and the
+/// stream has `Redraw` and `Resize` frames; without, it is the older `pty` channel's: data and
+/// the exit only.
+async fn serve_viewer(mut s: MuxStream, mut viewer: Viewer, session_protocol: bool) {
+    let announce = session_protocol;
+    let answer = if announce {
+        Reply::ok_with(&viewer.opened)
+    } else {
+        Reply::ok()
     };
-    // Only the shell may hold the terminal's slave side, or its exit would never read as EIO.
-    let Terminal { master, slave } = term;
-    drop(slave);
-    let Some(pid) = child.id().map(|p| p as i32) else {
-        return;
-    };
-    sb.procs().track_session(pid);
-    // SAFETY: the OwnedFd is valid and is owned by the AsyncFd for the AsyncFd's whole life.
-    let master = match unsafe { AsyncFd::register(master) } {
-        Ok(m) => std::sync::Arc::new(m),
-        Err(e) => {
-            let e = std::io::Error::from(e);
-            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
-            return refuse(s, ChannelError::from_io(&e, "terminal")).await;
-        }
-    };
-    if !reply(&mut s, &Reply::ok()).await {
-        hang_up(pid, child).await;
+    if !reply(&mut s, &answer).await {
         return;
     }
     let (r, w, _) = duplex::split(s);
     let (tx, writer) = frame_writer(w);
-    let screen = tokio::spawn(pump_screen(master.clone(), tx.clone()));
-    serve(&sb, pid, child, master, r, tx, screen).await;
+    let mut input = tokio::spawn(forward_input(viewer.session.clone(), r));
+    let mut changed = viewer.subscribe();
+    let out = async {
+        if let Some((offset, bytes)) = viewer.first_redraw.take() {
+            send_redraw(&tx, offset, bytes, session_protocol).await?;
+        }
+        loop {
+            changed.borrow_and_update();
+            match viewer.next_step() {
+                Step::Data(d) => send(&tx, Frame::Data(d.into())).await?,
+                Step::Redraw(offset, bytes) => {
+                    send_redraw(&tx, offset, bytes, session_protocol).await?
+                }
+                Step::Resize(cols, rows) if session_protocol => {
+                    send(&tx, Frame::Resize { cols, rows }).await?
+                }
+                Step::Resize(..) => {}
+                Step::Exit(code) => {
+                    let _ = tx.send(Frame::PtyExit(code)).await;
+                    return Ok(());
+                }
+                Step::Wait => tokio::select! {
+                    // The sender lives in the session, so this never fails while we hold it.
+                    _ = changed.changed() => {}
+                    _ = &mut input => return Err(()),
+                    _ = tx.closed() => return Err(()),
+                },
+            }
+        }
+    };
+    let _: Result<(), ()> = out.await;
+    input.abort();
+    // Detach before waiting for the writer: another viewer's flow control may wait on us.
+    drop(viewer);
+    drop(tx);
     let _ = writer.await;
 }
 
-async fn serve(
-    sb: &Sandbox,
-    pid: i32,
-    mut child: Child,
-    master: std::sync::Arc<Master>,
-    r: ReadHalf,
-    tx: FrameTx,
-    mut screen: tokio::task::JoinHandle<()>,
-) {
-    let mut frames = FramedRead::new(r, FrameCodec::default());
-    let status = loop {
-        tokio::select! {
-            frame = frames.next() => match frame {
-                Some(Ok(Frame::Data(b))) => {
-                    if let Err(e) = write_all(&master, &b).await {
-                        tracing::debug!(error = %e, "cannot write to the terminal");
-                    }
-                }
-                Some(Ok(Frame::Resize { cols, rows })) => {
-                    if let Err(e) = set_size(master.get_ref(), cols, rows) {
-                        tracing::debug!(error = %e, "cannot resize the terminal");
-                    }
-                }
-                Some(Ok(other)) => tracing::debug!(?other, "unexpected frame on pty; ignored"),
-                Some(Err(_)) | None => {
-                    tracing::debug!(pid, "terminal closed by the server; hanging up");
-                    screen.abort();
-                    hang_up(pid, child).await;
-                    return;
-                }
-            },
-            status = child.wait() => break status,
-            _ = tx.closed() => {
-                screen.abort();
-                hang_up(pid, child).await;
-                return;
-            }
-            _ = sb.cancel_token().cancelled() => {
-                screen.abort();
-                hang_up(pid, child).await;
-                return;
-            }
-        }
-    };
-    if tokio::time::timeout(DRAIN_GRACE, &mut screen)
-        .await
-        .is_err()
-    {
-        screen.abort();
-    }
-    let code = match status {
-        Ok(st) => {
-            use std::os::unix::process::ExitStatusExt;
-            st.code()
-                .or_else(|| st.signal().map(|s| 128 + s))
-                .unwrap_or(-1)
-        }
-        Err(_) => -1,
-    };
-    let _ = tx.send(Frame::PtyExit(code)).await;
+async fn send(tx: &FrameTx, frame: Frame) -> Result<(), ()> {
+    tx.send(frame).await.map_err(drop)
 }
 
-/// What a closed terminal window does: SIGHUP to the shell, then SIGKILL if it lingers.
-async fn hang_up(pid: i32, mut child: Child) {
-    let group = Pid::from_raw(pid);
-    let _ = killpg(group, Signal::SIGHUP);
-    let _ = killpg(group, Signal::SIGCONT);
-    if tokio::time::timeout(HANGUP_GRACE, child.wait())
-        .await
-        .is_err()
-    {
-        let _ = killpg(group, Signal::SIGKILL);
-        let _ = child.wait().await;
+/// A redraw: announced with its offset and length, or (on the older `pty` channel) just the
+/// bytes, which repaint the screen all the same.
+async fn send_redraw(tx: &FrameTx, offset: u64, bytes: Vec<u8>, announce: bool) -> Result<(), ()> {
+    let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+    if announce {
+        send(tx, Frame::Redraw { offset, len }).await?;
     }
-}
-
-/// Forwards the screen until the terminal reports EIO: every holder of its other side is gone.
-async fn pump_screen(master: std::sync::Arc<Master>, tx: FrameTx) {
-    let mut buf = vec![0u8; DATA_CHUNK];
-    loop {
-        let mut guard = match master.readable().await {
-            Ok(g) => g,
-            Err(_) => return,
-        };
-        match guard.try_io(|fd| nix::unistd::read(fd.get_ref(), &mut buf).map_err(Into::into)) {
-            Ok(Ok(0)) => return,
-            Ok(Ok(n)) => {
-                if tx
-                    .send(Frame::Data(Bytes::copy_from_slice(&buf[..n])))
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
-            }
-            Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            // EIO: the shell side is closed.
-            Ok(Err(_)) => return,
-            Err(_would_block) => {}
-        }
-    }
-}
-
-async fn write_all(master: &Master, mut data: &[u8]) -> std::io::Result<()> {
-    while !data.is_empty() {
-        let mut guard = master.writable().await?;
-        match guard.try_io(|fd| nix::unistd::write(fd.get_ref(), data).map_err(Into::into)) {
-            Ok(Ok(n)) => data = &data[n..],
-            Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Ok(Err(e)) => return Err(e),
-            Err(_would_block) => {}
-        }
+    for chunk in bytes[..len as usize].chunks(DATA_CHUNK) {
+        send(tx, Frame::Data(bytes::Bytes::copy_from_slice(chunk))).await?;
     }
     Ok(())
+}
+
+/// Keystrokes and resizes from the viewer, until its stream ends.
+async fn forward_input(session: std::sync::Arc<Session>, r: ReadHalf) {
+    let mut frames = FramedRead::new(r, FrameCodec::default());
+    while let Some(frame) = frames.next().await {
+        match frame {
+            Ok(Frame::Data(b)) => {
+                if let Err(e) = session.input(&b).await {
+                    tracing::debug!(error = %e, "cannot write to the terminal");
+                }
+            }
+            Ok(Frame::Resize { cols, rows }) => {
+                let (cols, rows) = dims(Some(cols), Some(rows));
+                session.resize(cols, rows);
+            }
+            Ok(other) => tracing::debug!(?other, "unexpected frame on a terminal; ignored"),
+            Err(e) => {
+                tracing::debug!(error = %e, "bad frame on a terminal; detaching");
+                return;
+            }
+        }
+    }
 }

@@ -235,12 +235,19 @@ pub async fn fill_sandboxd_volume(
     Ok(())
 }
 
-/// `docker rm -f NAME`, where a missing container is fine.
+/// `docker rm -f -v NAME`, where a missing container is fine. `-v` removes only the anonymous
+/// volumes of the image's `VOLUME` lines, which would otherwise pile up; named volumes (the
+/// home) stay.
 pub async fn remove_force(docker: &Docker, name: &str) -> Result<(), DockerError> {
     match docker
         .remove_container(
             name,
-            Some(RemoveContainerOptionsBuilder::default().force(true).build()),
+            Some(
+                RemoveContainerOptionsBuilder::default()
+                    .force(true)
+                    .v(true)
+                    .build(),
+            ),
         )
         .await
     {

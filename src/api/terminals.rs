@@ -1,0 +1,124 @@
+//! `GET /api/v1/agents/{id}/terminals` and `DELETE /api/v1/agents/{id}/terminals/{sid}`: the
+//! agent's terminal sessions (the `terminal.list` / `terminal.kill` channels).
+//!
+//! Neither wakes an agent nor counts as use of it: a sleeping agent simply has no sessions, and
+//! a page that polls the list must not keep its agent awake.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use chrono::{DateTime, SecondsFormat, Utc};
+use sandboxd::mux::MuxHandle;
+use sandboxd::proto::{self, Request as Channel, TerminalInfo};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::error::{ApiError, ErrorBody};
+use super::terminal::SESSION_ENDED;
+use super::AppState;
+use crate::model::AgentState;
+
+/// How long a request waits for a running agent's sandboxd to reconnect.
+const RECONNECT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminalSession {
+    /// Attach with `GET …/terminal?session=ID`.
+    pub id: String,
+    /// The shell, or the command line it runs.
+    pub command: String,
+    pub cols: u16,
+    pub rows: u16,
+    pub created_at: String,
+    /// When a viewer last typed (the creation time if nobody has).
+    pub last_input_at: String,
+    /// WebSockets attached right now.
+    pub viewers: u32,
+    /// Output produced so far, in bytes: the offset of the next byte.
+    pub offset: u64,
+    /// Set once the shell has exited; the session stays until a viewer has seen its end.
+    pub exit_code: Option<i32>,
+}
+
+fn time(ms: u64) -> String {
+    let t = DateTime::<Utc>::from_timestamp_millis(ms as i64).unwrap_or_default();
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+impl From<TerminalInfo> for TerminalSession {
+    fn from(t: TerminalInfo) -> Self {
+        TerminalSession {
+            id: t.id,
+            command: t.command,
+            cols: t.cols,
+            rows: t.rows,
+            created_at: time(t.created_at_ms),
+            last_input_at: time(t.last_input_at_ms),
+            viewers: t.viewers,
+            offset: t.offset,
+            exit_code: t.exit_code,
+        }
+    }
+}
+
+/// The agent's sandboxd, if the agent is running; `None` when it cannot have sessions.
+async fn sandbox(st: &AppState, id: &str) -> Result<Option<MuxHandle>, ApiError> {
+    let agent = st.lc.get(id).await?;
+    if let Some(h) = st.lc.tunnels.get(id) {
+        return Ok(Some(h));
+    }
+    if matches!(agent.state, AgentState::Running | AgentState::Starting) {
+        return Ok(Some(st.lc.tunnels.wait(id, RECONNECT_WAIT).await?));
+    }
+    Ok(None)
+}
+
+/// Lists the agent's terminal sessions (none while it sleeps).
+#[utoipa::path(get, path = "/api/v1/agents/{id}/terminals", tag = "terminal",
+    params(("id" = String, Path)),
+    responses((status = 200, body = [TerminalSession]), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
+pub async fn list(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<TerminalSession>>, ApiError> {
+    let Some(handle) = sandbox(&st, &id).await? else {
+        return Ok(Json(Vec::new()));
+    };
+    let mut stream = handle
+        .open()
+        .await
+        .map_err(|e| ApiError::unavailable(format!("the sandbox connection failed: {e}")))?;
+    let ok = proto::open_channel(&mut stream, &Channel::TerminalList).await?;
+    let sessions: Vec<TerminalInfo> = serde_json::from_value(ok)
+        .map_err(|e| ApiError::unavailable(format!("the sandbox sent a bad list: {e}")))?;
+    Ok(Json(sessions.into_iter().map(Into::into).collect()))
+}
+
+/// Ends a terminal session: its shell gets SIGHUP (then SIGKILL); viewers get the exit.
+#[utoipa::path(delete, path = "/api/v1/agents/{id}/terminals/{sid}", tag = "terminal",
+    params(("id" = String, Path), ("sid" = String, Path)),
+    responses((status = 204, description = "Ended"), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
+pub async fn kill(
+    State(st): State<AppState>,
+    Path((id, sid)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    if !sandboxd::terminal::is_valid_id(&sid) {
+        return Err(ApiError::not_found("no such terminal session"));
+    }
+    let Some(handle) = sandbox(&st, &id).await? else {
+        return Err(ApiError::not_found(SESSION_ENDED));
+    };
+    let mut stream = handle
+        .open()
+        .await
+        .map_err(|e| ApiError::unavailable(format!("the sandbox connection failed: {e}")))?;
+    proto::open_channel(
+        &mut stream,
+        &Channel::TerminalKill {
+            session: sid.clone(),
+        },
+    )
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
+}

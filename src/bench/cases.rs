@@ -1,0 +1,601 @@
+//! The benchmark's cases. Each returns rows for the table; timings use `Instant` around the
+//! whole user-visible operation, ours and Docker's alike.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use futures::{SinkExt, StreamExt};
+use tokio::io::AsyncWriteExt;
+use tokio_tungstenite::tungstenite::Message;
+
+use super::docker_cli::{docker, timed};
+use super::server_proc::{children, rss_kib, ServerProc};
+use super::stats::{ms, Row};
+use crate::cli::{AgentAction, ApiClient, CreateAgent, ExecRequest, Terminal};
+use crate::model::AgentState;
+
+const WAKE_MESSAGE: &str = "Starting the sandbox";
+const STEP_DEADLINE: Duration = Duration::from_secs(120);
+
+pub struct Ctx<'a> {
+    pub server: &'a mut ServerProc,
+    pub prefix: &'a str,
+    pub image: &'a str,
+    pub runs: usize,
+    pub tmp: &'a Path,
+    pub quick: bool,
+}
+
+impl Ctx<'_> {
+    fn client(&self) -> ApiClient {
+        self.server.client.clone()
+    }
+}
+
+pub async fn wait_state(client: &ApiClient, id: &str, want: AgentState) -> anyhow::Result<()> {
+    let deadline = Instant::now() + STEP_DEADLINE;
+    loop {
+        let a = client.get_agent(id).await?;
+        if a.state == want {
+            return Ok(());
+        }
+        if a.state == AgentState::Error {
+            bail!("agent {id} failed: {}", a.error.unwrap_or_default());
+        }
+        if Instant::now() > deadline {
+            bail!("agent {id} did not become {want} (it is {})", a.state);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+pub async fn create_running(client: &ApiClient, name: &str) -> anyhow::Result<String> {
+    let a = client
+        .create_agent(&CreateAgent {
+            name: name.into(),
+            ..Default::default()
+        })
+        .await?;
+    wait_state(client, &a.id, AgentState::Running).await?;
+    Ok(a.id)
+}
+
+/// Reads the terminal until a byte from the shell (not the server's wake notice) arrives.
+async fn first_shell_bytes(term: &mut Terminal) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + STEP_DEADLINE;
+    loop {
+        let msg = tokio::time::timeout_at(deadline, term.next())
+            .await
+            .context("no terminal output")?;
+        match msg {
+            Some(Ok(Message::Binary(b))) => {
+                if !String::from_utf8_lossy(&b).contains(WAKE_MESSAGE) && !b.is_empty() {
+                    return Ok(());
+                }
+            }
+            Some(Ok(Message::Close(c))) => bail!("the terminal closed: {c:?}"),
+            Some(Ok(_)) => {}
+            Some(Err(e)) => bail!("terminal: {e}"),
+            None => bail!("the terminal ended"),
+        }
+    }
+}
+
+/// Reads the terminal until `needle` shows.
+async fn read_until(term: &mut Terminal, needle: &[u8]) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + STEP_DEADLINE;
+    let mut seen: Vec<u8> = Vec::new();
+    loop {
+        match tokio::time::timeout_at(deadline, term.next())
+            .await
+            .context("terminal timeout")?
+        {
+            Some(Ok(Message::Binary(b))) => {
+                seen.extend_from_slice(&b);
+                if seen.windows(needle.len()).any(|w| w == needle) {
+                    return Ok(());
+                }
+                if seen.len() > 1 << 20 {
+                    seen.drain(..seen.len() - 4096);
+                }
+            }
+            Some(Ok(Message::Close(c))) => bail!("the terminal closed: {c:?}"),
+            Some(Ok(_)) => {}
+            Some(Err(e)) => bail!("terminal: {e}"),
+            None => bail!("the terminal ended"),
+        }
+    }
+}
+
+async fn keys(term: &mut Terminal, k: &[u8]) -> anyhow::Result<()> {
+    term.send(Message::Binary(k.to_vec().into())).await?;
+    Ok(())
+}
+
+/// A running container of `image` for the baselines.
+pub async fn baseline_container(prefix: &str, image: &str, name: &str) -> anyhow::Result<String> {
+    let name = format!("{prefix}-base-{name}");
+    docker(&[
+        "run", "-d", "--init", "--name", &name, image, "sleep", "infinity",
+    ])
+    .await?;
+    Ok(name)
+}
+
+pub async fn create_to_shell(cx: &mut Ctx<'_>) -> anyhow::Result<Row> {
+    let client = cx.client();
+    let mut ours = Vec::new();
+    let mut base = Vec::new();
+    for i in 0..cx.runs {
+        let t = Instant::now();
+        let id = client
+            .create_agent(&CreateAgent {
+                name: format!("create-{i}"),
+                ..Default::default()
+            })
+            .await?
+            .id;
+        wait_state(&client, &id, AgentState::Running).await?;
+        let mut term = client.connect_terminal(&id, 80, 24).await?;
+        first_shell_bytes(&mut term).await?;
+        ours.push(ms(t.elapsed()));
+        drop(term);
+        client.delete_agent(&id).await?;
+
+        let name = format!("{}-base-create-{i}", cx.prefix);
+        let t = Instant::now();
+        docker(&[
+            "run", "-d", "--init", "--name", &name, cx.image, "sleep", "infinity",
+        ])
+        .await?;
+        docker(&["exec", &name, "sh", "-c", "echo ready"]).await?;
+        base.push(ms(t.elapsed()));
+        docker(&["rm", "-f", &name]).await?;
+    }
+    let row = Row::times("create → shell usable", &ours, Some(&base));
+    let met = row.ratio.is_some_and(|r| r <= 1.2);
+    Ok(row.target("ratio ≤ 1.2", met))
+}
+
+pub async fn wake_to_first_byte(cx: &mut Ctx<'_>, id: &str) -> anyhow::Result<Row> {
+    let client = cx.client();
+    let base_name = baseline_container(cx.prefix, cx.image, "wake").await?;
+    let mut ours = Vec::new();
+    let mut base = Vec::new();
+    for _ in 0..cx.runs {
+        client.action(id, AgentAction::Stop).await?;
+        wait_state(&client, id, AgentState::Sleeping).await?;
+        let t = Instant::now();
+        let mut term = client.connect_terminal(id, 80, 24).await?;
+        first_shell_bytes(&mut term).await?;
+        ours.push(ms(t.elapsed()));
+        drop(term);
+
+        docker(&["stop", "-t", "0", &base_name]).await?;
+        let t = Instant::now();
+        docker(&["start", &base_name]).await?;
+        docker(&["exec", &base_name, "echo", "x"]).await?;
+        base.push(ms(t.elapsed()));
+    }
+    wait_state(&client, id, AgentState::Running).await?;
+    let row = Row::times("wake → first terminal byte", &ours, Some(&base));
+    let met = row.ours_p50 <= 400.0 && row.ratio.is_some_and(|r| r <= 1.0);
+    Ok(row.target("p50 ≤ 400 ms, ratio ≤ 1.0", met))
+}
+
+/// Round trips of one byte through a pty running `cat` in raw mode, on the host: the floor.
+fn host_pty_floor(samples: usize) -> anyhow::Result<Vec<f64>> {
+    use std::io::{Read, Write};
+    let pty = nix::pty::openpty(None, None)?;
+    let mut t = nix::sys::termios::tcgetattr(&pty.slave)?;
+    nix::sys::termios::cfmakeraw(&mut t);
+    nix::sys::termios::tcsetattr(&pty.slave, nix::sys::termios::SetArg::TCSANOW, &t)?;
+    let slave = std::fs::File::from(pty.slave);
+    let mut child = std::process::Command::new("cat")
+        .stdin(slave.try_clone()?)
+        .stdout(slave.try_clone()?)
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    drop(slave);
+    let mut master = std::fs::File::from(pty.master);
+    let mut out = Vec::with_capacity(samples);
+    let mut buf = [0u8; 64];
+    for _ in 0..samples {
+        let t = Instant::now();
+        master.write_all(b"x")?;
+        let n = master.read(&mut buf)?;
+        if n == 0 {
+            bail!("cat ended");
+        }
+        out.push(ms(t.elapsed()));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    Ok(out)
+}
+
+async fn echo_samples(term: &mut Terminal, samples: usize) -> anyhow::Result<Vec<f64>> {
+    let mut out = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let t = Instant::now();
+        keys(term, b"x").await?;
+        read_until(term, b"x").await?;
+        out.push(ms(t.elapsed()));
+    }
+    Ok(out)
+}
+
+pub async fn keystroke_echo(cx: &mut Ctx<'_>, id: &str, other: &str) -> anyhow::Result<Vec<Row>> {
+    let client = cx.client();
+    let samples = if cx.quick { 200 } else { 2000 };
+    let mut term = client.connect_terminal(id, 80, 24).await?;
+    first_shell_bytes(&mut term).await?;
+    keys(&mut term, b"stty raw -echo; echo cat-''ready; exec cat\r").await?;
+    read_until(&mut term, b"cat-ready").await?;
+    // cat is up once a probe byte comes back.
+    keys(&mut term, b"p").await?;
+    read_until(&mut term, b"p").await?;
+    let ours = echo_samples(&mut term, samples).await?;
+    let floor = tokio::task::spawn_blocking(move || host_pty_floor(samples)).await??;
+
+    // Again while another agent streams a file out as fast as it can.
+    let size_mb: usize = if cx.quick { 64 } else { 256 };
+    client
+        .exec(
+            other,
+            &ExecRequest {
+                command: vec![
+                    "sh".into(),
+                    "-c".into(),
+                    format!("head -c {}M /dev/urandom > /tmp/stream.bin", size_mb),
+                ],
+                ..Default::default()
+            },
+        )
+        .await?;
+    let streamer = {
+        let client = client.clone();
+        let other = other.to_string();
+        tokio::spawn(async move {
+            loop {
+                let Ok(mut s) = client.fs_read(&other, "/tmp/stream.bin").await else {
+                    return;
+                };
+                while let Some(Ok(_)) = s.next().await {}
+            }
+        })
+    };
+    let loaded = echo_samples(&mut term, samples).await;
+    streamer.abort();
+    let loaded = loaded?;
+
+    let floor_p50 = super::stats::percentile(&floor, 0.5);
+    let floor_p99 = super::stats::percentile(&floor, 0.99);
+    let judge = |r: Row| {
+        let add50 = r.ours_p50 - floor_p50;
+        let add99 = r.ours_p99.unwrap_or(f64::NAN) - floor_p99;
+        r.target(
+            "+p50 ≤ 1 ms, +p99 ≤ 5 ms over the floor",
+            add50 <= 1.0 && add99 <= 5.0,
+        )
+    };
+    let mut quiet = Row::times("keystroke echo", &ours, Some(&floor));
+    quiet.baseline = Some(floor_p50);
+    let mut busy = Row::times(
+        "keystroke echo, other agent streaming",
+        &loaded,
+        Some(&floor),
+    );
+    busy.baseline = Some(floor_p50);
+    Ok(vec![judge(quiet), judge(busy)])
+}
+
+pub async fn exec_true(cx: &mut Ctx<'_>, id: &str, base_name: &str) -> anyhow::Result<Row> {
+    let client = cx.client();
+    let n = cx.runs * 10;
+    let req = ExecRequest {
+        command: vec!["true".into()],
+        ..Default::default()
+    };
+    client.exec(id, &req).await?;
+    let mut ours = Vec::new();
+    for _ in 0..n {
+        let t = Instant::now();
+        let r = client.exec(id, &req).await?;
+        ours.push(ms(t.elapsed()));
+        if r.exit_code != Some(0) {
+            bail!("`true` exited with {:?}", r.exit_code);
+        }
+    }
+    let mut base = Vec::new();
+    for _ in 0..n {
+        base.push(ms(timed(&["exec", base_name, "true"]).await?));
+    }
+    let row = Row::times("exec `true`", &ours, Some(&base));
+    let met = row.ours_p50 <= 10.0 && row.ratio.is_some_and(|r| r <= 0.2);
+    Ok(row.target("p50 ≤ 10 ms, ratio ≤ 0.2", met))
+}
+
+fn make_file(path: &Path, mib: usize) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    let mut block = vec![0u8; 1 << 20];
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for b in block.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    for i in 0..mib {
+        block[0] = i as u8;
+        f.write_all(&block)?;
+    }
+    f.flush()?;
+    Ok(())
+}
+
+/// Samples the server's RSS every 20 ms until dropped, keeping the peak.
+struct RssWatch {
+    peak: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RssWatch {
+    fn start(pid: u32) -> RssWatch {
+        let peak = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let p = peak.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                if let Some(r) = rss_kib(pid) {
+                    p.fetch_max(r, std::sync::atomic::Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        RssWatch { peak, task }
+    }
+
+    fn peak_kib(self) -> u64 {
+        self.task.abort();
+        self.peak.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+pub async fn files(cx: &mut Ctx<'_>, id: &str, base_name: &str) -> anyhow::Result<Vec<Row>> {
+    let client = cx.client();
+    let mib = if cx.quick { 128 } else { 1024 };
+    let src = cx.tmp.join("bench-file.bin");
+    let dst = cx.tmp.join("bench-file.out");
+    make_file(&src, mib)?;
+    let pid = cx.server.pid().context("the server has no pid")?;
+    let before = rss_kib(pid).unwrap_or(0);
+    let watch = RssWatch::start(pid);
+
+    let t = Instant::now();
+    let f = tokio::fs::File::open(&src).await?;
+    let body =
+        reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::with_capacity(f, 256 * 1024));
+    client.fs_write(id, "bench-file.bin", body).await?;
+    let write_s = t.elapsed().as_secs_f64();
+
+    let t = Instant::now();
+    let mut out = tokio::io::BufWriter::new(tokio::fs::File::create(&dst).await?);
+    let mut s = client.fs_read(id, "bench-file.bin").await?;
+    let mut n = 0usize;
+    while let Some(chunk) = s.next().await {
+        let chunk = chunk?;
+        n += chunk.len();
+        out.write_all(&chunk).await?;
+    }
+    out.flush().await?;
+    let read_s = t.elapsed().as_secs_f64();
+    if n != mib << 20 {
+        bail!("read {n} bytes back, wrote {}", mib << 20);
+    }
+    let growth_mib = watch.peak_kib().saturating_sub(before) as f64 / 1024.0;
+
+    let src_s = src.to_string_lossy().into_owned();
+    let dst_s = dst.to_string_lossy().into_owned();
+    let _ = std::fs::remove_file(&dst);
+    let base_write = timed(&["cp", &src_s, &format!("{base_name}:/tmp/bench-file.bin")])
+        .await?
+        .as_secs_f64();
+    let base_read = timed(&["cp", &format!("{base_name}:/tmp/bench-file.bin"), &dst_s])
+        .await?
+        .as_secs_f64();
+    let _ = std::fs::remove_file(&src);
+    let _ = std::fs::remove_file(&dst);
+
+    let mb = mib as f64;
+    let w = Row::value(
+        &format!("file write {mib} MiB"),
+        "MiB/s",
+        mb / write_s,
+        Some(mb / base_write),
+        true,
+    );
+    let w_met = w.ratio.is_some_and(|r| r >= 1.0);
+    let r = Row::value(
+        &format!("file read {mib} MiB"),
+        "MiB/s",
+        mb / read_s,
+        Some(mb / base_read),
+        true,
+    );
+    let r_met = r.ratio.is_some_and(|r| r >= 1.0);
+    let g = Row::value(
+        "server RSS growth during file transfer",
+        "MiB",
+        growth_mib,
+        None,
+        false,
+    );
+    Ok(vec![
+        w.target("ratio ≥ 1.0", w_met),
+        r.target("ratio ≥ 1.0", r_met),
+        g.target("≤ 16 MiB", growth_mib <= 16.0),
+    ])
+}
+
+/// Where the running server found sandboxd (the same lookup the Docker driver makes).
+fn sandboxd_binary() -> Option<std::path::PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let mut candidates = vec![exe.with_file_name("sandboxd")];
+    if let Some(target) = exe.parent().and_then(Path::parent) {
+        candidates.push(target.join("sandboxd").join("sandboxd"));
+    }
+    candidates.push(std::path::PathBuf::from("target/sandboxd/sandboxd"));
+    candidates.into_iter().find(|p| p.is_file())
+}
+
+pub async fn footprint(
+    cx: &mut Ctx<'_>,
+    id: &str,
+    idle_server_kib: u64,
+) -> anyhow::Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    if let Some(bin) = sandboxd_binary() {
+        let stripped = cx.tmp.join("sandboxd.stripped");
+        let ok = tokio::process::Command::new("strip")
+            .arg("-o")
+            .arg(&stripped)
+            .arg(&bin)
+            .status()
+            .await
+            .is_ok_and(|s| s.success());
+        let size =
+            std::fs::metadata(if ok { &stripped } else { &bin })?.len() as f64 / (1 << 20) as f64;
+        rows.push(
+            Row::value("sandboxd size, stripped", "MiB", size, None, false)
+                .target("≤ 4 MiB", size <= 4.0),
+        );
+    }
+    let container = format!("{}-{id}", cx.prefix);
+    let init: u32 = docker(&["inspect", "-f", "{{.State.Pid}}", &container])
+        .await?
+        .parse()?;
+    // Under --init, sandboxd is the init's child.
+    let sandboxd_kib = children(init)
+        .into_iter()
+        .filter_map(rss_kib)
+        .max()
+        .or_else(|| rss_kib(init))
+        .unwrap_or(0);
+    let mib = sandboxd_kib as f64 / 1024.0;
+    rows.push(
+        Row::value("sandboxd RSS, idle", "MiB", mib, None, false).target("≤ 6 MiB", mib <= 6.0),
+    );
+    let idle = idle_server_kib as f64 / 1024.0;
+    rows.push(
+        Row::value("server RSS, idle", "MiB", idle, None, false).target("≤ 64 MiB", idle <= 64.0),
+    );
+    Ok(rows)
+}
+
+pub async fn burst(cx: &mut Ctx<'_>, n: usize) -> anyhow::Result<(Row, Vec<String>)> {
+    let client = cx.client();
+    let t = Instant::now();
+    let ids = futures::future::try_join_all((0..n).map(|i| {
+        let client = client.clone();
+        async move { create_running(&client, &format!("burst-{i}")).await }
+    }))
+    .await?;
+    let ours = ms(t.elapsed());
+    let prefix = cx.prefix.to_string();
+    let image = cx.image.to_string();
+    let t = Instant::now();
+    futures::future::try_join_all((0..n).map(|i| {
+        let name = format!("{prefix}-base-burst-{i}");
+        let image = image.clone();
+        async move {
+            docker(&[
+                "run", "-d", "--init", "--name", &name, &image, "sleep", "infinity",
+            ])
+            .await
+        }
+    }))
+    .await?;
+    let base = ms(t.elapsed());
+    for i in 0..n {
+        let _ = docker(&["rm", "-f", &format!("{prefix}-base-burst-{i}")]).await;
+    }
+    let row = Row::value(
+        &format!("burst: {n} agents created at once"),
+        "ms",
+        ours,
+        Some(base),
+        false,
+    );
+    let met = row.ratio.is_some_and(|r| r <= 1.3);
+    Ok((row.target("all succeed, ratio ≤ 1.3", met), ids))
+}
+
+pub fn server_rss_with_agents(cx: &Ctx<'_>, connected: usize) -> Row {
+    let kib = cx.server.rss_kib().unwrap_or(0);
+    let mib = kib as f64 / 1024.0;
+    let limit = 64.0 + 0.25 * connected as f64;
+    Row::value(
+        &format!("server RSS, {connected} agents running"),
+        "MiB",
+        mib,
+        None,
+        false,
+    )
+    .target(&format!("≤ {limit:.1} MiB"), mib <= limit)
+}
+
+pub async fn restart(cx: &mut Ctx<'_>, running: &[String], total: usize) -> anyhow::Result<Row> {
+    let client = cx.client();
+    // Make up the rest of the fleet as sleeping agents.
+    let have = client.list_agents().await?.len();
+    let extra = total.saturating_sub(have);
+    for chunk in (0..extra).collect::<Vec<_>>().chunks(10) {
+        let ids = futures::future::try_join_all(chunk.iter().map(|i| {
+            let client = client.clone();
+            async move { create_running(&client, &format!("fleet-{i}")).await }
+        }))
+        .await?;
+        for id in &ids {
+            client.action(id, AgentAction::Stop).await?;
+        }
+        for id in &ids {
+            wait_state(&client, id, AgentState::Sleeping).await?;
+        }
+    }
+    let t = Instant::now();
+    cx.server.restart().await?;
+    let client = cx.client();
+    let deadline = Instant::now() + STEP_DEADLINE;
+    loop {
+        let agents = client.list_agents().await?;
+        if agents.iter().all(|a| !a.state.is_transient()) {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("agents still unsettled after the restart");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Reconnected: every running agent runs a command.
+    let req = ExecRequest {
+        command: vec!["true".into()],
+        ..Default::default()
+    };
+    futures::future::try_join_all(running.iter().map(|id| {
+        let client = client.clone();
+        let req = req.clone();
+        async move { client.exec(id, &req).await }
+    }))
+    .await?;
+    let secs = t.elapsed().as_secs_f64();
+    let row = Row::value(
+        &format!("restart: {total} agents, {} running", running.len()),
+        "s",
+        secs,
+        None,
+        false,
+    );
+    Ok(row.target("≤ 3 s", secs <= 3.0))
+}

@@ -1,0 +1,59 @@
+//! Plain Docker, driven the way a person would drive it without agenthold: the baselines.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use tokio::process::Command;
+
+/// Runs `docker ARGS`, failing with its stderr when it fails.
+pub async fn docker(args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new("docker")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .context("running the docker CLI (is Docker installed?)")?;
+    if !out.status.success() {
+        bail!(
+            "docker {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// How long `docker ARGS` takes.
+pub async fn timed(args: &[&str]) -> anyhow::Result<Duration> {
+    let t = Instant::now();
+    docker(args).await?;
+    Ok(t.elapsed())
+}
+
+/// Removes every container, volume and network labelled with `prefix`, and the baseline
+/// containers named with it. Used at the end and on interruption; never fails.
+pub async fn remove_everything(prefix: &str) {
+    let label = format!("label=agenthold.prefix={prefix}");
+    let name = format!("name={prefix}");
+    for filter in [&label, &name] {
+        if let Ok(ids) = docker(&["ps", "-aq", "--filter", filter]).await {
+            let ids: Vec<&str> = ids.split_whitespace().collect();
+            if !ids.is_empty() {
+                let mut args = vec!["rm", "-f", "-v"];
+                args.extend(ids);
+                let _ = docker(&args).await;
+            }
+        }
+    }
+    if let Ok(ids) = docker(&["volume", "ls", "-q", "--filter", &label]).await {
+        for id in ids.split_whitespace() {
+            let _ = docker(&["volume", "rm", "-f", id]).await;
+        }
+    }
+    if let Ok(ids) = docker(&["network", "ls", "-q", "--filter", &label]).await {
+        for id in ids.split_whitespace() {
+            let _ = docker(&["network", "rm", id]).await;
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! `agenthold bench`: how fast a sandbox is there and how little it costs, measured against
+//! plain Docker in the same run on the same machine. It starts its own server (Docker driver,
+//! temporary data directory, its own name prefix and address range) and removes everything it
+//! made at the end, also when interrupted.
+
+mod cases;
+mod docker_cli;
+mod server_proc;
+mod stats;
+
+use std::time::Duration;
+
+use anyhow::Context;
+
+use cases::Ctx;
+use server_proc::ServerProc;
+pub use stats::Row;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Fewer runs and smaller sizes: finishes in a few minutes (a smoke test)
+    #[arg(long)]
+    pub quick: bool,
+    /// Print the results as JSON instead of a table
+    #[arg(long)]
+    pub json: bool,
+    /// Image of the agents and of the plain-Docker baselines
+    #[arg(long, default_value = "debian:bookworm-slim")]
+    pub image: String,
+    /// Measured runs per case (after one warm-up); default 10, or 3 with --quick
+    #[arg(long)]
+    pub runs: Option<usize>,
+}
+
+pub async fn run(args: BenchArgs) -> anyhow::Result<i32> {
+    let tmp = tempfile::Builder::new()
+        .prefix("agenthold-bench-")
+        .tempdir()
+        .context("making a temporary directory")?;
+    let prefix = format!("ahbench{}", &crate::model::new_agent_id()[..6]);
+    let cleanup_prefix = prefix.clone();
+    let result = tokio::select! {
+        r = measure(&args, tmp.path(), &prefix) => r,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("bench: interrupted; cleaning up");
+            Err(anyhow::anyhow!("interrupted"))
+        }
+    };
+    // `measure` is dropped by now, so its server child is killed (kill_on_drop).
+    docker_cli::remove_everything(&cleanup_prefix).await;
+    let rows = result?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        println!("{}", stats::render(&rows));
+        let missed: Vec<&str> = rows
+            .iter()
+            .filter(|r| r.met == Some(false))
+            .map(|r| r.case.as_str())
+            .collect();
+        if !missed.is_empty() {
+            println!("\ntargets not met: {}", missed.join("; "));
+        }
+    }
+    Ok(0)
+}
+
+fn progress(what: &str) {
+    eprintln!("bench: {what}");
+}
+
+async fn measure(
+    args: &BenchArgs,
+    tmp: &std::path::Path,
+    prefix: &str,
+) -> anyhow::Result<Vec<Row>> {
+    docker_cli::docker(&["image", "inspect", &args.image])
+        .await
+        .with_context(|| {
+            format!(
+                "image {} must exist locally (scripts/docker-setup.sh builds it)",
+                args.image
+            )
+        })?;
+    let runs = args.runs.unwrap_or(if args.quick { 3 } else { 10 });
+    let (config, base) = server_proc::write_config(tmp, prefix, &args.image)?;
+    let token = crate::store::new_token();
+    let mut server = ServerProc::start(&config, &base, &token, &tmp.join("server.log")).await?;
+    // Let the allocator settle before reading the idle figure.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle_kib = server.rss_kib().unwrap_or(0);
+
+    let mut cx = Ctx {
+        server: &mut server,
+        prefix,
+        image: &args.image,
+        runs,
+        tmp,
+        quick: args.quick,
+    };
+    let mut rows = Vec::new();
+    progress("warming up");
+    let client = cx.server.client.clone();
+    let main = cases::create_running(&client, "main").await?;
+    let other = cases::create_running(&client, "other").await?;
+    let base_name = cases::baseline_container(prefix, &args.image, "main").await?;
+
+    progress("exec true");
+    rows.push(cases::exec_true(&mut cx, &main, &base_name).await?);
+    progress("keystroke echo");
+    rows.extend(cases::keystroke_echo(&mut cx, &main, &other).await?);
+    progress("file write and read");
+    rows.extend(cases::files(&mut cx, &main, &base_name).await?);
+    progress("footprint");
+    rows.extend(cases::footprint(&mut cx, &main, idle_kib).await?);
+    progress("create → shell");
+    rows.push(cases::create_to_shell(&mut cx).await?);
+    progress("wake → first byte");
+    rows.push(cases::wake_to_first_byte(&mut cx, &main).await?);
+
+    let burst_n = if args.quick { 10 } else { 50 };
+    progress(&format!("burst of {burst_n}"));
+    let (row, mut running) = cases::burst(&mut cx, burst_n).await?;
+    rows.push(row);
+    running.push(main.clone());
+    running.push(other.clone());
+    rows.push(cases::server_rss_with_agents(&cx, running.len()));
+
+    let total = if args.quick { 20 } else { 200 };
+    progress(&format!("restart with {total} agents"));
+    rows.push(cases::restart(&mut cx, &running, total).await?);
+    server.stop().await;
+    Ok(rows)
+}

@@ -1,0 +1,157 @@
+//! The agenthold server the benchmark starts for itself: a child process on a temporary data
+//! directory, with its own name prefix and address range, so its memory can be measured alone.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use tokio::process::{Child, Command};
+
+use crate::cli::ApiClient;
+
+pub struct ServerProc {
+    child: Child,
+    pub client: ApiClient,
+    pub base: String,
+    pub token: String,
+    config: PathBuf,
+    log: PathBuf,
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Writes the benchmark server's config into `dir`.
+pub fn write_config(dir: &Path, prefix: &str, image: &str) -> anyhow::Result<(PathBuf, String)> {
+    let api = free_port()?;
+    let tunnel = free_port()?;
+    let yaml = format!(
+        "server:\n  listen: 127.0.0.1:{api}\n  data_dir: {data}\n\
+         sandbox:\n  driver: docker\n  default_image: {image}\n  default_cpus: 1\n  default_memory_mb: 512\n  \
+         tunnel_listen: 0.0.0.0:{tunnel}\n  docker:\n    name_prefix: {prefix}\n    network_pool: 10.214.0.0/16\n",
+        data = dir.join("data").display(),
+    );
+    let path = dir.join("config.yaml");
+    std::fs::write(&path, yaml)?;
+    Ok((path, format!("http://127.0.0.1:{api}")))
+}
+
+impl ServerProc {
+    pub async fn start(
+        config: &Path,
+        base: &str,
+        token: &str,
+        log: &Path,
+    ) -> anyhow::Result<ServerProc> {
+        let exe = std::env::current_exe().context("finding the agenthold binary")?;
+        let logfile = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .with_context(|| format!("opening {}", log.display()))?;
+        let child = Command::new(exe)
+            .args(["serve", "--config"])
+            .arg(config)
+            .env("AGENTHOLD_ADMIN_TOKEN", token)
+            .env("AGENTHOLD_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(logfile)
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting the benchmark's server")?;
+        let client = ApiClient::new(base, Some(token))?;
+        let mut p = ServerProc {
+            child,
+            client,
+            base: base.to_string(),
+            token: token.to_string(),
+            config: config.to_path_buf(),
+            log: log.to_path_buf(),
+        };
+        p.wait_healthy(Duration::from_secs(60)).await?;
+        Ok(p)
+    }
+
+    async fn wait_healthy(&mut self, within: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + within;
+        loop {
+            if self.client.health().await.is_ok() {
+                return Ok(());
+            }
+            if let Some(status) = self.child.try_wait()? {
+                bail!(
+                    "the benchmark's server exited ({status}); its log is {}",
+                    self.log.display()
+                );
+            }
+            if Instant::now() > deadline {
+                bail!("the benchmark's server did not answer within {within:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Resident memory of the server process, in KiB.
+    pub fn rss_kib(&self) -> Option<u64> {
+        rss_kib(self.pid()?)
+    }
+
+    /// Stops the server (SIGTERM, then SIGKILL after 10 s) and starts it again on the same data.
+    /// Returns how long the start took until the API answered.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        self.stop().await;
+        let fresh = ServerProc::start(&self.config, &self.base, &self.token, &self.log).await?;
+        *self = fresh;
+        Ok(())
+    }
+
+    pub async fn stop(&mut self) {
+        if let Some(pid) = self.pid() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            if tokio::time::timeout(Duration::from_secs(10), self.child.wait())
+                .await
+                .is_ok()
+            {
+                return;
+            }
+        }
+        let _ = self.child.kill().await;
+    }
+}
+
+/// `VmRSS` of a process, in KiB.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// The pids of `pid`'s children.
+pub fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        if let Ok(c) = std::fs::read_to_string(t.path().join("children")) {
+            out.extend(c.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+        }
+    }
+    out
+}
