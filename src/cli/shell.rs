@@ -326,7 +326,10 @@ async fn pump(
                     });
                 }
                 Some(Ok(_)) => {} // ping/pong are answered by tungstenite itself
-                Some(Err(e)) => return Ok(End::Lost(format!("the connection dropped ({e})"))),
+                Some(Err(e)) => {
+                    tracing::debug!(error = %e, "terminal connection dropped");
+                    return Ok(End::Lost("the connection dropped".into()));
+                }
                 None => return Ok(End::Lost("the connection dropped".into())),
             },
         }
