@@ -11,7 +11,7 @@ use chrono::Utc;
 
 use crate::activity::ActivityTracker;
 use crate::config::Config;
-use crate::driver::{Driver, DriverError, DriverEvent, SandboxSpec};
+use crate::driver::{Driver, DriverError, DriverEvent, SandboxSpec, SandboxStatus};
 use crate::events::{AgentEvent, EventHub};
 use crate::model::{Agent, AgentPatch, AgentState, NewAgent};
 use crate::store::{hash_token, new_token, Store, StoreError};
@@ -404,9 +404,24 @@ impl Lifecycle {
     }
 
     /// A change the driver saw that the server did not make (for example `docker stop`).
+    /// Events arrive late and may echo one of our own operations, so each is checked against
+    /// what the driver sees now before it changes anything.
     pub async fn on_driver_event(self: &Arc<Self>, event: DriverEvent) {
-        match event {
-            DriverEvent::Stopped(id) | DriverEvent::Removed(id) => {
+        let id = match &event {
+            DriverEvent::Started(id) | DriverEvent::Stopped(id) | DriverEvent::Removed(id) => {
+                id.clone()
+            }
+        };
+        let now = match self.driver.inspect(&id).await {
+            Ok(status) => status,
+            Err(e) => {
+                tracing::debug!(agent = id, "driver event not checked: {e}");
+                return;
+            }
+        };
+        match (event, now) {
+            (DriverEvent::Stopped(_), SandboxStatus::Stopped | SandboxStatus::Missing)
+            | (DriverEvent::Removed(_), SandboxStatus::Missing) => {
                 if let Ok(agent) = self
                     .store
                     .transition(&id, &[Running, Starting], Sleeping)
@@ -417,12 +432,20 @@ impl Lifecycle {
                     self.publish(&agent);
                 }
             }
-            DriverEvent::Started(id) => {
+            (DriverEvent::Started(_), SandboxStatus::Running) => {
                 if let Ok(agent) = self.store.transition(&id, &[Sleeping], Starting).await {
                     tracing::info!(agent = id, "the sandbox was started outside agenthold");
                     self.publish(&agent);
                     tokio::spawn(self.clone().await_hello(id));
                 }
+            }
+            (event, now) => {
+                tracing::debug!(
+                    agent = id,
+                    ?event,
+                    ?now,
+                    "driver event no longer true; ignored"
+                )
             }
         }
     }

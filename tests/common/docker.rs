@@ -58,6 +58,13 @@ pub struct DockerEnv {
 impl DockerEnv {
     /// Fails the test (never skips it) when Docker or the test images are missing.
     pub fn new() -> DockerEnv {
+        // AGENTHOLD_TEST_LOG=debug shows the server's log while a Docker test runs.
+        if let Ok(filter) = std::env::var("AGENTHOLD_TEST_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_test_writer()
+                .try_init();
+        }
         if let Err(e) = docker_try(&["info", "--format", "{{.ServerVersion}}"]) {
             panic!(
                 "these tests need a running Docker engine ({e}); run scripts/docker-setup.sh first"

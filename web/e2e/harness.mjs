@@ -3,7 +3,7 @@
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdtemp, mkdir, rm, writeFile, readFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
+import { connect as tcpConnect, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -165,7 +165,54 @@ export async function startServer({ maxFileMb } = {}) {
   };
 }
 
-/** Headless Chromium with a 1280×720 page on the server. */
+/**
+ * A loopback TCP proxy in front of `url`, so a test can cut every connection through it (as a
+ * network drop would: the browser sees its WebSockets close with 1006) while new connections
+ * still get through. Returns { url, sever(), close() }; `sever()` answers how many it cut.
+ */
+export async function startProxy(url) {
+  const target = new URL(url);
+  const conns = new Set();
+  const srv = createServer((client) => {
+    const upstream = tcpConnect(Number(target.port), target.hostname);
+    const pair = { client, upstream };
+    conns.add(pair);
+    const drop = () => {
+      conns.delete(pair);
+      client.destroy();
+      upstream.destroy();
+    };
+    client.on('error', drop).on('close', drop);
+    upstream.on('error', drop).on('close', drop);
+    client.pipe(upstream);
+    upstream.pipe(client);
+  });
+  await new Promise((resolve, reject) => {
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', resolve);
+  });
+  return {
+    url: `http://127.0.0.1:${srv.address().port}`,
+    sever() {
+      const n = conns.size;
+      for (const { client, upstream } of [...conns]) {
+        client.resetAndDestroy?.() ?? client.destroy();
+        upstream.destroy();
+      }
+      conns.clear();
+      return n;
+    },
+    close: () => new Promise((resolve) => {
+      for (const { client, upstream } of conns) {
+        client.destroy();
+        upstream.destroy();
+      }
+      srv.close(() => resolve());
+    }),
+  };
+}
+
+/** Headless Chromium with a 1280×720 page on the server (or on `server.uiUrl`, e.g. a proxy). */
 export async function openBrowser(server) {
   const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS, timeout: 60_000 });
   const context = await browser.newContext({

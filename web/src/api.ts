@@ -41,6 +41,20 @@ export interface NewAgent {
   idleMinutes?: number;
 }
 
+/** A terminal session living in the sandbox (`GET /api/v1/agents/{id}/terminals`). */
+export interface TerminalSession {
+  id: string;
+  command: string;
+  cols: number;
+  rows: number;
+  createdAt: string;
+  lastInputAt: string;
+  viewers: number;
+  /** Output so far in bytes: the offset of the next byte. */
+  offset: number;
+  exitCode: number | null;
+}
+
 /** `GET /api/v1/limits`: defaults and maxima, so forms can say them up front. */
 export interface Limits {
   defaultImage: string;
@@ -165,10 +179,17 @@ export const api = {
 
   readUrl: (id: string, path: string) => `${BASE}${a(id)}/fs/read?path=${q(path)}`,
   writeUrl: (id: string, path: string) => `${BASE}${a(id)}/fs/write?path=${q(path)}`,
-  terminalUrl: (id: string, cols: number, rows: number) => {
+  /** The terminal WebSocket: a new session, or (with `session`) an attach from `offset`. */
+  terminalUrl: (id: string, cols: number, rows: number, session?: string | null, offset?: number | null) => {
     const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
-    return `${proto}//${location.host}${BASE}${a(id)}/terminal?cols=${cols}&rows=${rows}`;
+    let url = `${proto}//${location.host}${BASE}${a(id)}/terminal?cols=${cols}&rows=${rows}`;
+    if (session) url += `&session=${q(session)}`;
+    if (session && offset != null) url += `&offset=${offset}`;
+    return url;
   },
+  /** The agent's terminal sessions (does not wake a sleeping agent: it simply has none). */
+  terminals: (id: string) => getJson<TerminalSession[]>(`${a(id)}/terminals`),
+  killTerminal: (id: string, sid: string) => sendJson<void>('DELETE', `${a(id)}/terminals/${q(sid)}`),
 };
 
 /** Upload one file with progress; the File object is the body, so the browser streams it. */

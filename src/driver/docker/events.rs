@@ -2,8 +2,10 @@
 //!
 //! The stream is filtered by our labels, reconnects with backoff when dockerd goes away, and
 //! after a reconnect resyncs from a container list (events during the gap are lost). Events that
-//! the driver's own operations cause (a stop inside a start, a rebuild's removal) are dropped:
-//! they arrive asynchronously and would otherwise be mistaken for outside changes.
+//! arrive while one of the driver's own operations on that sandbox is under way (a stop inside a
+//! start, a rebuild's removal) are dropped. Anything later is passed on, and the lifecycle checks
+//! it against the container's real state, so a late echo of our own operation changes nothing
+//! while an outside change right after one is never missed.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -18,17 +20,10 @@ use tokio::sync::mpsc;
 use super::names::{Names, LABEL_MANAGED, LABEL_PREFIX, LABEL_ROLE};
 use crate::driver::DriverEvent;
 
-/// How long after one of our operations ends its events may still arrive stamped inside it.
-const SLACK: Duration = Duration::from_millis(100);
-/// Finished operations older than this are forgotten.
-const KEEP: Duration = Duration::from_secs(60);
-
 #[derive(Default)]
 struct Track {
     /// Start times of the operations in flight.
     active: Vec<SystemTime>,
-    /// Finished operations, as (start, end).
-    done: Vec<(SystemTime, SystemTime)>,
 }
 
 /// The driver's own operations per sandbox, so their events can be told from outside ones.
@@ -45,16 +40,16 @@ pub struct OpGuard {
 
 impl Drop for OpGuard {
     fn drop(&mut self) {
-        let now = SystemTime::now();
         let mut map = self.ops.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let track = map.entry(self.id.clone()).or_default();
+        let Some(track) = map.get_mut(&self.id) else {
+            return;
+        };
         if let Some(i) = track.active.iter().position(|t| *t == self.start) {
             track.active.swap_remove(i);
         }
-        track.done.push((self.start, now));
-        track
-            .done
-            .retain(|(_, end)| now.duration_since(*end).unwrap_or_default() < KEEP);
+        if track.active.is_empty() {
+            map.remove(&self.id);
+        }
     }
 }
 
@@ -76,14 +71,11 @@ impl OwnOps {
         }
     }
 
-    /// Whether an event on `id` at `at` falls inside one of our operations.
+    /// Whether an event on `id` at `at` falls inside one of our operations still under way.
     pub fn caused_by_us(&self, id: &str, at: SystemTime) -> bool {
         let map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(t) = map.get(id) else {
-            return false;
-        };
-        t.active.iter().any(|s| at >= *s)
-            || t.done.iter().any(|(s, e)| at >= *s && at <= *e + SLACK)
+        map.get(id)
+            .is_some_and(|t| t.active.iter().any(|s| at >= *s))
     }
 }
 
