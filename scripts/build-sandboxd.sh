@@ -7,16 +7,17 @@
 # image's libc. The toolchain here has no musl target, so glibc is linked statically. It has its
 # own cargo call with an explicit --target: crt-static without --target breaks proc-macros.
 #
-# Usage: scripts/build-sandboxd.sh [--debug]   (default: --release)
+# Usage: scripts/build-sandboxd.sh [--debug]   (default: the `sandboxd` profile of Cargo.toml:
+# release with LTO, stripped)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-profile=release
+profile=sandboxd
 [ "${1:-}" = "--debug" ] && profile=debug
 target=x86_64-unknown-linux-gnu
 
 args=(build -p sandboxd --bin sandboxd --target "$target")
-[ "$profile" = release ] && args+=(--release)
+[ "$profile" = sandboxd ] && args+=(--profile sandboxd)
 RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" cargo "${args[@]}"
 
 target_dir="${CARGO_TARGET_DIR:-target}"

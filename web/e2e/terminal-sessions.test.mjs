@@ -161,6 +161,7 @@ test('a network drop while output streams: it reconnects by itself and every lin
   // Failed attempts (with backoff) while offline, and the shell keeps printing meanwhile.
   await until('two reconnect attempts while offline', () => sockets.length >= socketsBefore + 2, { timeout: 10_000 });
   await outputGrows(sid, 1500);
+  await screenshot(page, 'terminal-reconnecting.png');
   await context.setOffline(false);
   await connected(page);
   await until(`${tag}-done`, async () => (await termLines(page)).some((l) => l.trim() === `${tag}-done`), { timeout: 30_000 });
@@ -200,13 +201,18 @@ test('a stored session that is gone is replaced by a new one on load', async () 
   // A well-formed id no sandbox has: the attach fails with 404 (the page sees only 1006), the
   // session list says it does not exist, and the page starts a new shell by itself.
   const fake = sid.replace(/^./, (c) => (c === 'a' ? 'b' : 'a'));
+  // (Set it on another page: leaving the agent page stores its own session.)
+  await page.goto('/');
+  await page.getByRole('heading', { name: 'Agents' }).waitFor();
   await page.evaluate(({ key, fake }) => sessionStorage.setItem(key, JSON.stringify({ id: fake, offset: 0 })), {
     key: `agenthold.terminal.${agent.id}`,
     fake,
   });
-  await page.reload();
+  const socketsBefore = sockets.length;
+  await page.goto(`/agents/${agent.id}`);
   await connected(page);
   const now = (await stored(page)).id;
+  assert.match(sockets[socketsBefore].url, new RegExp(`[?&]session=${fake}(&|$)`), 'it tried the stored session first');
   assert.notEqual(now, fake);
   assert.notEqual(now, sid);
   const nonce = randomBytes(4).toString('hex');

@@ -65,6 +65,8 @@ const RETRY_FIRST_MS = 250;
 const RETRY_MAX_MS = 5000;
 /** Keystrokes kept while (re)connecting, sent once the session is back. */
 const MAX_QUEUED_BYTES = 64 * 1024;
+/** How long a `resize` naming a size we sent is taken for the echo of our own. */
+const ECHO_WINDOW_MS = 3000;
 /** CAN (abandon any half-received escape sequence) then RIS: xterm's in-band `reset()`. A plain
  * `term.reset()` would run before output still queued in xterm's write buffer. */
 const IN_BAND_RESET = '\x18\x1bc';
@@ -207,6 +209,20 @@ export function terminalView(agentId: string, agentName: () => string): Terminal
   const sendControl = (msg: object) => {
     if (ws && live && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(msg));
   };
+  // Sizes we sent lately: every viewer (we too) hears of each resize, and while a window is
+  // dragged those echoes trail behind; applying them would make xterm flicker through old sizes.
+  const sentSizes = new Map<string, number>();
+  const sendSize = (cols: number, rows: number) => {
+    if (!(ws && live)) return;
+    const now = performance.now();
+    for (const [k, t] of sentSizes) if (now - t > ECHO_WINDOW_MS) sentSizes.delete(k);
+    sentSizes.set(`${cols}x${rows}`, now);
+    sendControl({ type: 'resize', cols, rows });
+  };
+  const isOwnEcho = (cols: number, rows: number) => {
+    const t = sentSizes.get(`${cols}x${rows}`);
+    return t !== undefined && performance.now() - t < ECHO_WINDOW_MS;
+  };
   const sendKeys = (bytes: Uint8Array) => {
     if (ws && live && ws.readyState === WebSocket.OPEN) ws.send(bytes);
     else if ((state === 'connecting' || state === 'reconnecting') && queuedBytes + bytes.length <= MAX_QUEUED_BYTES) {
@@ -234,7 +250,7 @@ export function terminalView(agentId: string, agentName: () => string): Terminal
     // A size another viewer set is the session's already: echoing it would start a tug of war.
     if (!applyingRemoteSize) {
       remoteSized = false;
-      sendControl({ type: 'resize', cols, rows });
+      sendSize(cols, rows);
     }
   });
   term.onSelectionChange(() => (copyBtn.disabled = !term.hasSelection()));
@@ -321,7 +337,7 @@ export function terminalView(agentId: string, agentName: () => string): Terminal
         save();
         setStatus('connected', 'Connected');
         // The attach asked for our size; the box may have changed while the socket opened.
-        if (msg.cols !== term.cols || msg.rows !== term.rows) sendControl({ type: 'resize', cols: term.cols, rows: term.rows });
+        if (msg.cols !== term.cols || msg.rows !== term.rows) sendSize(term.cols, term.rows);
         const keys = queued;
         queued = [];
         queuedBytes = 0;
@@ -332,7 +348,7 @@ export function terminalView(agentId: string, agentName: () => string): Terminal
         sock.redrawAt = Number(msg.offset) || 0;
         break;
       case 'resize':
-        applyRemoteSize(Number(msg.cols), Number(msg.rows));
+        if (!isOwnEcho(Number(msg.cols), Number(msg.rows))) applyRemoteSize(Number(msg.cols), Number(msg.rows));
         break;
       case 'exit':
         exitCode = typeof msg.code === 'number' ? msg.code : null;

@@ -179,6 +179,9 @@ struct WritePlan {
     mode: u32,
 }
 
+/// Bytes gathered before one write to the file.
+const WRITE_BATCH: usize = 1 << 20;
+
 pub async fn write(sb: Sandbox, mut s: MuxStream, path: String) {
     let account = sb.account().clone();
     let prepared = match resolve(&sb, &path) {
@@ -232,6 +235,9 @@ async fn receive(
 ) -> Result<Option<u64>, ChannelError> {
     let mut buf = vec![0u8; COPY_BUF];
     let mut total = 0u64;
+    // tokio's File hands every write to a blocking thread; batching the stream's small reads
+    // into large writes keeps that cost per megabyte, not per yamux frame.
+    let mut file = tokio::io::BufWriter::with_capacity(WRITE_BATCH, file);
     loop {
         let n = match s.read(&mut buf).await {
             Ok(0) if crate::duplex::was_reset(s) => return Ok(None),
