@@ -11,7 +11,9 @@
 //! Only used when the server runs on the host; in a container it cannot touch the host's
 //! firewall (see the driver's startup warning).
 
+use std::collections::HashSet;
 use std::net::Ipv4Addr;
+use std::sync::{Arc, Mutex};
 
 use tokio::process::Command;
 
@@ -22,13 +24,22 @@ const CHAIN: &str = "INPUT";
 #[derive(Debug, Clone)]
 pub struct Firewall {
     prefix: String,
+    /// Rules this process has put in place or checked, as (agent, bridge, gateway, port): a start
+    /// then costs no iptables call. Empty at every server start, so each agent's rules are
+    /// checked again once per server lifetime.
+    ensured: Arc<Mutex<HashSet<(String, String, Ipv4Addr, u16)>>>,
 }
 
 impl Firewall {
     pub fn new(prefix: &str) -> Firewall {
         Firewall {
             prefix: prefix.to_string(),
+            ensured: Arc::default(),
         }
+    }
+
+    fn ensured(&self) -> std::sync::MutexGuard<'_, HashSet<(String, String, Ipv4Addr, u16)>> {
+        self.ensured.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The comment on this agent's rules (no spaces, so `iptables -S` lines split into words).
@@ -59,29 +70,41 @@ impl Firewall {
         gateway: Ipv4Addr,
         port: u16,
     ) -> Result<(), DockerError> {
+        let key = (id.to_string(), bridge.to_string(), gateway, port);
+        if self.ensured().contains(&key) {
+            return Ok(());
+        }
         let wanted = self.rules(id, bridge, gateway, port);
         let present = self.present(id).await?;
         let mut ok = present.len() == wanted.len();
         for rule in &wanted {
-            ok &= iptables(&[&["-C", CHAIN], &str_refs(rule)[..]].concat())
+            if !ok {
+                break;
+            }
+            ok = iptables(&[&["-C", CHAIN], &str_refs(rule)[..]].concat())
                 .await
                 .is_ok();
         }
         if ok {
+            self.ensured().insert(key);
             return Ok(());
         }
         // Something is missing or stale (another tunnel port, another bridge): start over. Each
         // goes in at the top, last first, so the chain reads in `rules` order.
-        self.remove(id).await?;
+        if !present.is_empty() {
+            self.remove(id).await?;
+        }
         for rule in wanted.iter().rev() {
             iptables(&[&["-I", CHAIN, "1"], &str_refs(rule)[..]].concat()).await?;
         }
         tracing::debug!(agent = id, bridge, %gateway, port, "host firewall rules in place");
+        self.ensured().insert(key);
         Ok(())
     }
 
     /// Removes every rule of this agent; none is fine.
     pub async fn remove(&self, id: &str) -> Result<(), DockerError> {
+        self.ensured().retain(|(agent, ..)| agent != id);
         for spec in self.present(id).await? {
             let Some(rest) = spec.strip_prefix(&format!("-A {CHAIN} ")) else {
                 continue;
