@@ -101,6 +101,10 @@ pub struct SandboxConfig {
     pub tunnel_listen: SocketAddr,
     #[serde(deserialize_with = "de_duration")]
     pub idle_check_interval: Duration,
+    /// How long one `idleMinutes` unit lasts; a minute, except in tests that need idle times in
+    /// seconds.
+    #[serde(deserialize_with = "de_duration")]
+    pub idle_minute: Duration,
     /// `None` (written `""`) means the `sandboxd` next to the agenthold binary.
     #[serde(deserialize_with = "de_opt_path")]
     pub sandboxd_path: Option<PathBuf>,
@@ -128,6 +132,7 @@ impl Default for SandboxConfig {
             pids_limit: 4096,
             tunnel_listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 8090),
             idle_check_interval: Duration::from_secs(30),
+            idle_minute: Duration::from_secs(60),
             sandboxd_path: None,
             ping_interval: Duration::from_secs(15),
             terminal_detach_minutes: 30,
@@ -499,6 +504,7 @@ impl Config {
             "sandbox.idle_check_interval",
             &fail,
         )?;
+        min_duration(sb.idle_minute, 1, "sandbox.idle_minute", &fail)?;
         min_duration(sb.ping_interval, 1, "sandbox.ping_interval", &fail)?;
         // A week is far beyond any use, and keeps the seconds sent to sandboxd small.
         if sb.terminal_detach_minutes > 7 * 24 * 60 {
@@ -757,6 +763,7 @@ mod tests {
         assert_eq!(c.sandbox.pids_limit, 4096);
         assert_eq!(c.sandbox.tunnel_listen, "0.0.0.0:8090".parse().unwrap());
         assert_eq!(c.sandbox.idle_check_interval, Duration::from_secs(30));
+        assert_eq!(c.sandbox.idle_minute, Duration::from_secs(60));
         assert_eq!(c.sandbox.sandboxd_path, None);
         assert_eq!(c.sandbox.ping_interval, Duration::from_secs(15));
         let d = &c.sandbox.docker;
@@ -834,6 +841,7 @@ sandbox:
   pids_limit: -1
   tunnel_listen: 127.0.0.1:8091
   idle_check_interval: 1s
+  idle_minute: 2s
   sandboxd_path: /opt/sandboxd
   docker:
     name_prefix: ah-test
@@ -857,6 +865,8 @@ sandbox:
         assert_eq!(c.sandbox.driver, DriverKind::Fake);
         assert_eq!(c.sandbox.default_cpus, 0.5);
         assert_eq!(c.sandbox.pids_limit, -1);
+        assert_eq!(c.sandbox.idle_check_interval, Duration::from_secs(1));
+        assert_eq!(c.sandbox.idle_minute, Duration::from_secs(2));
         assert_eq!(c.sandbox.tunnel_listen, "127.0.0.1:8091".parse().unwrap());
         assert_eq!(
             c.sandbox.sandboxd_path,
@@ -1035,6 +1045,10 @@ sandbox:
             (
                 "sandbox:\n  idle_check_interval: 500ms\n",
                 "config.yaml: sandbox.idle_check_interval (500ms) must be at least 1s",
+            ),
+            (
+                "sandbox:\n  idle_minute: 999ms\n",
+                "config.yaml: sandbox.idle_minute (999ms) must be at least 1s",
             ),
             (
                 "sandbox:\n  ping_interval: 0s\n",

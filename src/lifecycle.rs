@@ -75,13 +75,13 @@ impl Lifecycle {
         let view = self.activity.view(&agent.id);
         agent.last_activity_at = Some(view.last_activity_at);
         agent.sleeps_at = if agent.state == Running {
-            let idle = chrono::Duration::minutes(i64::from(agent.idle_minutes));
+            let idle = crate::sleeper::idle_time(&self.config.sandbox, agent.idle_minutes);
             let from = if view.busy {
                 Utc::now()
             } else {
                 view.last_activity_at
             };
-            Some(from + idle)
+            from.checked_add_signed(idle)
         } else {
             None
         };

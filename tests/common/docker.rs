@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use agenthold::config::DriverKind;
+use agenthold::config::{Config, DriverKind};
 use serde_json::{json, Value};
 
 use crate::common::{TestServer, DEADLINE};
@@ -91,6 +91,15 @@ impl DockerEnv {
     /// A server with the Docker driver, the tunnel on every address (sandboxes dial the bridge
     /// gateway), and this test's prefix and pool.
     pub async fn server(&self, api_on_all_addresses: bool) -> TestServer {
+        self.server_with(api_on_all_addresses, |_| {}).await
+    }
+
+    /// [`DockerEnv::server`], with `tweak` applied to the config last.
+    pub async fn server_with(
+        &self,
+        api_on_all_addresses: bool,
+        tweak: impl FnOnce(&mut Config),
+    ) -> TestServer {
         let prefix = self.prefix.clone();
         let pool = self.pool.parse().expect("test pool");
         TestServer::start_with(move |c| {
@@ -104,6 +113,7 @@ impl DockerEnv {
             c.sandbox.default_memory_mb = 256;
             c.sandbox.docker.name_prefix = prefix;
             c.sandbox.docker.network_pool = pool;
+            tweak(c);
         })
         .await
     }
