@@ -403,6 +403,32 @@ impl Lifecycle {
         }
     }
 
+    /// The sandbox stopped, or went, without the server asking: a running agent now sleeps.
+    async fn stopped_outside(&self, id: &str) {
+        if let Ok(agent) = self
+            .store
+            .transition(id, &[Running, Starting], Sleeping)
+            .await
+        {
+            tracing::info!(agent = id, "the sandbox stopped outside agenthold");
+            self.tunnels.disconnect(id);
+            self.publish(&agent);
+        }
+    }
+
+    /// The sandbox stopped by itself for a reason that makes it a failure (it ran out of
+    /// memory): a running agent goes to `error` with `why`.
+    pub(crate) async fn failed_outside(&self, id: &str, why: String) {
+        match self.store.fail(id, &[Running, Starting], &why).await {
+            Ok(agent) => {
+                tracing::warn!(agent = id, "{why}");
+                self.tunnels.disconnect(id);
+                self.publish(&agent);
+            }
+            Err(e) => tracing::debug!(agent = id, "not marked as failed: {e}"),
+        }
+    }
+
     /// A change the driver saw that the server did not make (for example `docker stop`).
     /// Events arrive late and may echo one of our own operations, so each is checked against
     /// what the driver sees now before it changes anything.
@@ -420,18 +446,14 @@ impl Lifecycle {
             }
         };
         match (event, now) {
-            (DriverEvent::Stopped(_), SandboxStatus::Stopped | SandboxStatus::Missing)
-            | (DriverEvent::Removed(_), SandboxStatus::Missing) => {
-                if let Ok(agent) = self
-                    .store
-                    .transition(&id, &[Running, Starting], Sleeping)
-                    .await
-                {
-                    tracing::info!(agent = id, "the sandbox stopped outside agenthold");
-                    self.tunnels.disconnect(&id);
-                    self.publish(&agent);
+            (DriverEvent::Stopped(_), SandboxStatus::Stopped) => {
+                match self.driver.failure_reason(&id).await {
+                    Some(why) => self.failed_outside(&id, why).await,
+                    None => self.stopped_outside(&id).await,
                 }
             }
+            (DriverEvent::Stopped(_), SandboxStatus::Missing)
+            | (DriverEvent::Removed(_), SandboxStatus::Missing) => self.stopped_outside(&id).await,
             (DriverEvent::Started(_), SandboxStatus::Running) => {
                 if let Ok(agent) = self.store.transition(&id, &[Sleeping], Starting).await {
                     tracing::info!(agent = id, "the sandbox was started outside agenthold");

@@ -21,8 +21,7 @@ pub fn is_idle(lc: &Lifecycle, agent: &Agent, now: chrono::DateTime<Utc>) -> boo
         return false;
     }
     let view = lc.activity.view(&agent.id);
-    !view.busy
-        && now - view.last_activity_at >= idle_time(&lc.config.sandbox, agent.idle_minutes)
+    !view.busy && now - view.last_activity_at >= idle_time(&lc.config.sandbox, agent.idle_minutes)
 }
 
 pub async fn run(lc: Arc<Lifecycle>) {

@@ -108,7 +108,12 @@ async fn an_unused_agent_falls_asleep_and_wakes_on_exec() {
     // Nobody uses it: the sleeper stops it by itself (reading the agent is no use of it).
     falls_asleep(&s, &id, Duration::from_secs(2)).await;
     assert_eq!(
-        docker(&["inspect", "--format", "{{.State.Running}}", &env.container(&id)]),
+        docker(&[
+            "inspect",
+            "--format",
+            "{{.State.Running}}",
+            &env.container(&id)
+        ]),
         "false"
     );
     assert!(s.agent(&id).await["sleepsAt"].is_null());
@@ -146,9 +151,13 @@ async fn a_cpu_busy_agent_stays_awake_until_its_work_ends() {
     .await;
     assert_eq!(out.trim(), "started");
     assert_eq!(
-        exec_ok(&s, &id, &["sh", "-c", "kill -0 $(cat /tmp/busy.pid) && echo alive"])
-            .await
-            .trim(),
+        exec_ok(
+            &s,
+            &id,
+            &["sh", "-c", "kill -0 $(cat /tmp/busy.pid) && echo alive"]
+        )
+        .await
+        .trim(),
         "alive"
     );
 

@@ -76,6 +76,11 @@ pub trait Driver: Send + Sync + 'static {
     /// Removes the sandbox, its home and its network.
     async fn destroy(&self, id: &str) -> Result<(), DriverError>;
     async fn inspect(&self, id: &str) -> Result<SandboxStatus, DriverError>;
+    /// Why a sandbox that stopped by itself stopped, when the reason makes it a failure (it ran
+    /// out of memory); `None` for an ordinary stop, or when the driver cannot tell.
+    async fn failure_reason(&self, _id: &str) -> Option<String> {
+        None
+    }
     /// Every sandbox this installation owns, whether or not an agent knows it.
     async fn list(&self) -> Result<Vec<SandboxInfo>, DriverError>;
     /// Changes seen outside the server's own calls, for as long as the driver lives.

@@ -168,12 +168,18 @@ export async function startServer({ maxFileMb } = {}) {
 /**
  * A loopback TCP proxy in front of `url`, so a test can cut every connection through it (as a
  * network drop would: the browser sees its WebSockets close with 1006) while new connections
- * still get through. Returns { url, sever(), close() }; `sever()` answers how many it cut.
+ * still get through. Returns { url, sever(), setDown(bool), close() }; `sever()` answers how
+ * many it cut.
  */
 export async function startProxy(url) {
   const target = new URL(url);
   const conns = new Set();
+  let down = false;
   const srv = createServer((client) => {
+    if (down) {
+      client.resetAndDestroy();
+      return;
+    }
     const upstream = tcpConnect(Number(target.port), target.hostname);
     const pair = { client, upstream };
     conns.add(pair);
@@ -196,11 +202,16 @@ export async function startProxy(url) {
     sever() {
       const n = conns.size;
       for (const { client, upstream } of [...conns]) {
-        client.resetAndDestroy?.() ?? client.destroy();
+        client.resetAndDestroy();
         upstream.destroy();
       }
       conns.clear();
       return n;
+    },
+    /** While down, every connection is cut and new ones are reset at once (a network outage). */
+    setDown(value) {
+      down = value;
+      return value ? this.sever() : 0;
     },
     close: () => new Promise((resolve) => {
       for (const { client, upstream } of conns) {

@@ -151,18 +151,23 @@ test('a network drop while output streams: it reconnects by itself and every lin
   const { id: sid } = await stored(page);
   await startLines(page, tag);
   const socketsBefore = sockets.length;
-  await context.setOffline(true);
-  // Chromium's offline emulation keeps an open WebSocket open (it only holds its traffic), so
-  // also cut the TCP connection through the proxy, as a real network drop would: the page sees
-  // close 1006 and must reattach on its own. New connections fail while offline.
-  assert.ok(proxy.sever() > 0, 'the proxy had connections to cut');
-  await page.locator('.term[data-status="reconnecting"]').waitFor({ timeout: 10_000 });
-  assert.match(await page.getByTestId('terminal-status').innerText(), /Reconnecting|Offline/);
-  // Failed attempts (with backoff) while offline, and the shell keeps printing meanwhile.
-  await until('two reconnect attempts while offline', () => sockets.length >= socketsBefore + 2, { timeout: 10_000 });
-  await outputGrows(sid, 1500);
-  await screenshot(page, 'terminal-reconnecting.png');
-  await context.setOffline(false);
+  // Chromium's offline emulation alone does not close an open WebSocket (it holds its traffic,
+  // and with it the news of a reset connection), so the outage is made at the TCP level: the
+  // proxy cuts the page's connections and refuses new ones. The page sees close 1006, reconnects
+  // with backoff (failing), and goes offline as well, so the `offline`/`online` events play too.
+  try {
+    assert.ok(proxy.setDown(true) > 0, 'the proxy had connections to cut');
+    await page.locator('.term[data-status="reconnecting"]').waitFor({ timeout: 10_000 });
+    await context.setOffline(true);
+    await until('the status line says offline', async () => /Offline/.test(await page.getByTestId('terminal-status').innerText()), { timeout: 10_000 });
+    // Failed attempts (with backoff) meanwhile, and the shell keeps printing.
+    await until('two failed reconnect attempts', () => sockets.length >= socketsBefore + 2, { timeout: 10_000 });
+    await outputGrows(sid, 1500);
+    await screenshot(page, 'terminal-reconnecting.png');
+  } finally {
+    proxy.setDown(false);
+    await context.setOffline(false);
+  }
   await connected(page);
   await until(`${tag}-done`, async () => (await termLines(page)).some((l) => l.trim() === `${tag}-done`), { timeout: 30_000 });
   assert.deepEqual(await numbered(page, tag), oneTo(400), 'lines 1..400, each once, in order');
@@ -182,11 +187,14 @@ test('offline then online without a close: the page reattaches and continues exa
   const { id: sid } = await stored(page);
   await startLines(page, tag);
   const socketsBefore = sockets.length;
-  // Only the offline/online events here: the old socket stays open (held by the emulation),
-  // and the `online` event makes the page reattach from its offset on a fresh socket.
-  await context.setOffline(true);
-  await outputGrows(sid, 1500);
-  await context.setOffline(false);
+  // Only the offline/online events here: the old socket stays open (the emulation holds its
+  // traffic), and the `online` event makes the page reattach from its offset on a fresh socket.
+  try {
+    await context.setOffline(true);
+    await outputGrows(sid, 1500);
+  } finally {
+    await context.setOffline(false);
+  }
   await until('a fresh socket after coming back online', () => sockets.length > socketsBefore, { timeout: 10_000 });
   await connected(page);
   await until(`${tag}-done`, async () => (await termLines(page)).some((l) => l.trim() === `${tag}-done`), { timeout: 30_000 });
@@ -222,6 +230,7 @@ test('a stored session that is gone is replaced by a new one on load', async () 
   const row = page.locator(`[data-testid="sessions-list"] li[data-session="${sid}"]`);
   await row.waitFor();
   assert.equal(await page.locator(`li[data-session="${now}"] button`, { hasText: 'Shown' }).isVisible(), true);
+  await screenshot(page, 'terminal-sessions.png');
   await row.getByRole('button', { name: 'End' }).click();
   await until('the old session ended', async () => !(await sessions()).some((s) => s.id === sid));
   await row.waitFor({ state: 'detached' });

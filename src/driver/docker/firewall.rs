@@ -21,13 +21,16 @@ use super::error::DockerError;
 
 const CHAIN: &str = "INPUT";
 
+/// One agent's rules: (agent, bridge, gateway, tunnel port).
+type RuleKey = (String, String, Ipv4Addr, u16);
+
 #[derive(Debug, Clone)]
 pub struct Firewall {
     prefix: String,
     /// Rules this process has put in place or checked, as (agent, bridge, gateway, port): a start
     /// then costs no iptables call. Empty at every server start, so each agent's rules are
     /// checked again once per server lifetime.
-    ensured: Arc<Mutex<HashSet<(String, String, Ipv4Addr, u16)>>>,
+    ensured: Arc<Mutex<HashSet<RuleKey>>>,
 }
 
 impl Firewall {

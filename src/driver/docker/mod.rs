@@ -586,6 +586,43 @@ impl DockerDriver {
         }
     }
 
+    /// `Some` when the container's main process was killed by the kernel for lack of memory.
+    async fn oom_reason(&self, id: &str) -> Result<Option<String>, DockerError> {
+        let name = self.names.container(id);
+        let info = match self.docker.inspect_container(&name, None).await {
+            Ok(info) => info,
+            Err(e) if is_not_found(&e) => return Ok(None),
+            Err(e) => return Err(DockerError::api(format!("inspecting container {name}"))(e)),
+        };
+        let Some(state) = info.state else {
+            return Ok(None);
+        };
+        let stopped = !matches!(
+            state.status,
+            Some(
+                ContainerStateStatusEnum::RUNNING
+                    | ContainerStateStatusEnum::PAUSED
+                    | ContainerStateStatusEnum::RESTARTING
+            )
+        );
+        // Docker sets OOMKilled for any kill in the container's memory cgroup since it started,
+        // even one that only ended a command; SIGKILL's exit status says the sandbox itself
+        // (init or sandboxd) died of it.
+        if !(stopped && state.oom_killed == Some(true) && state.exit_code == Some(137)) {
+            return Ok(None);
+        }
+        let limit = info
+            .host_config
+            .and_then(|h| h.memory)
+            .filter(|m| *m > 0)
+            .map(|m| format!(" of {} MiB", m / (1024 * 1024)))
+            .unwrap_or_default();
+        Ok(Some(format!(
+            "the sandbox ran out of memory (its limit{limit}) and was stopped; start it \
+             again, or give it more memory (memoryMb) and rebuild it"
+        )))
+    }
+
     async fn stop_container(&self, id: &str) -> Result<(), DockerError> {
         let name = self.names.container(id);
         match self
@@ -852,6 +889,16 @@ impl Driver for DockerDriver {
 
     async fn inspect(&self, id: &str) -> Result<SandboxStatus, DriverError> {
         Ok(self.container_status(id).await?)
+    }
+
+    async fn failure_reason(&self, id: &str) -> Option<String> {
+        match self.oom_reason(id).await {
+            Ok(reason) => reason,
+            Err(e) => {
+                tracing::debug!(agent = id, "why the sandbox stopped is unknown: {e}");
+                None
+            }
+        }
     }
 
     async fn list(&self) -> Result<Vec<SandboxInfo>, DriverError> {
