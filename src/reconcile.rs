@@ -49,7 +49,10 @@ pub async fn reconcile(lc: &Arc<Lifecycle>) -> anyhow::Result<Report> {
                     tokio::spawn(lc.clone().await_hello(id));
                 }
                 SandboxStatus::Stopped | SandboxStatus::Missing => {
-                    if lc.store.transition(&id, &[Running], Sleeping).await.is_ok() {
+                    // Died of something while the server was down (out of memory): say so.
+                    if let Some(why) = lc.driver.failure_reason(&id).await {
+                        lc.failed_outside(&id, why).await;
+                    } else if lc.store.transition(&id, &[Running], Sleeping).await.is_ok() {
                         tracing::info!(agent = id, "was running before the restart; now sleeping");
                         report.now_sleeping += 1;
                     }
