@@ -50,6 +50,27 @@ async fn know_token(s: &TestServer, id: &str) {
         .unwrap();
 }
 
+/// Connects as agent `a` with the known token and says hello, like a sandboxd would.
+async fn say_hello(s: &TestServer, a: &str) -> mux::Session {
+    let ws = dial(s, Some(a), Some(KNOWN)).await.unwrap();
+    let session = mux::spawn(
+        sandboxd::wsio::WsIo::new(sandboxd::wsio::tungstenite_bytes(ws)),
+        Mode::Client,
+    );
+    let mut hello = session.handle.open().await.unwrap();
+    let h = Hello {
+        agent_id: a.to_string(),
+        version: "test".into(),
+        user: "root".into(),
+        uid: 0,
+        home: "/home/agent".into(),
+    };
+    proto::open_channel(&mut hello, &Request::Hello(h))
+        .await
+        .unwrap();
+    session
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_wrong_and_foreign_tokens_are_refused() {
     let s = TestServer::start().await;
@@ -121,22 +142,7 @@ async fn bad_headers_fail_their_stream_not_the_session() {
     let s = TestServer::start().await;
     let a = s.running_agent("epsilon").await;
     know_token(&s, &a).await;
-    let ws = dial(&s, Some(&a), Some(KNOWN)).await.unwrap();
-    let session = mux::spawn(
-        sandboxd::wsio::WsIo::new(sandboxd::wsio::tungstenite_bytes(ws)),
-        Mode::Client,
-    );
-    let mut hello = session.handle.open().await.unwrap();
-    let h = Hello {
-        agent_id: a.clone(),
-        version: "test".into(),
-        user: "root".into(),
-        uid: 0,
-        home: "/home/agent".into(),
-    };
-    proto::open_channel(&mut hello, &Request::Hello(h))
-        .await
-        .unwrap();
+    let session = say_hello(&s, &a).await;
 
     // A header that claims 100 MiB.
     let mut st = session.handle.open().await.unwrap();
@@ -176,23 +182,8 @@ async fn a_peer_that_misses_pings_is_dropped() {
     let s = TestServer::start_with(|c| c.sandbox.ping_interval = Duration::from_millis(300)).await;
     let a = s.running_agent("zeta").await;
     know_token(&s, &a).await;
-    let ws = dial(&s, Some(&a), Some(KNOWN)).await.unwrap();
     // This peer says hello and then never answers anything.
-    let session = mux::spawn(
-        sandboxd::wsio::WsIo::new(sandboxd::wsio::tungstenite_bytes(ws)),
-        Mode::Client,
-    );
-    let mut hello = session.handle.open().await.unwrap();
-    let h = Hello {
-        agent_id: a.clone(),
-        version: "test".into(),
-        user: "root".into(),
-        uid: 0,
-        home: "/home/agent".into(),
-    };
-    proto::open_channel(&mut hello, &Request::Hello(h))
-        .await
-        .unwrap();
+    let session = say_hello(&s, &a).await;
     assert!(s.lc.tunnels.is_connected(&a));
     let driver = session.driver;
     tokio::time::timeout(common::DEADLINE, driver)

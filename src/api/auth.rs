@@ -13,7 +13,7 @@ use ipnet::Ipv4Net;
 
 use super::error::ApiError;
 use super::AppState;
-use crate::store::{hash_token, new_token};
+use crate::store::{hash_token, new_token, verify_token};
 
 pub const SESSION_COOKIE: &str = "agenthold_session";
 
@@ -34,7 +34,7 @@ impl Auth {
     }
 
     pub fn is_admin_token(&self, token: &str) -> bool {
-        constant_time_eq(hash_token(token).as_bytes(), self.admin_hash.as_bytes())
+        verify_token(token, &self.admin_hash)
     }
 
     fn sessions(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
@@ -85,10 +85,6 @@ pub fn session_cookie(headers: &axum::http::HeaderMap) -> Option<String> {
         .filter_map(|kv| kv.trim().split_once('='))
         .find(|(k, _)| *k == SESSION_COOKIE)
         .map(|(_, v)| v.to_string())
-}
-
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Routes anyone may call: the health check, signing in, and the web UI's files.

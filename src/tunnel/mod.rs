@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::lifecycle::Lifecycle;
 use crate::model::AgentState;
-use crate::store::hash_token;
+use crate::store::verify_token;
 
 /// The path sandboxd dials.
 pub const TUNNEL_PATH: &str = "/tunnel";
@@ -63,8 +63,7 @@ async fn accept(
     };
     // One answer for an unknown agent and a wrong token, so ids cannot be probed.
     let stored = lc.store.boot_token_hash(&agent_id).await.ok().flatten();
-    let valid =
-        stored.is_some_and(|h| constant_time_eq(h.as_bytes(), hash_token(&token).as_bytes()));
+    let valid = stored.is_some_and(|h| verify_token(&token, &h));
     if !valid {
         tracing::warn!(
             agent = agent_id,
@@ -87,10 +86,6 @@ async fn accept(
     }
     ws.max_message_size(MAX_WS_MESSAGE)
         .on_upgrade(move |socket| run_session(lc, agent_id, socket))
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// axum's socket as the byte stream the mux runs on.
