@@ -439,24 +439,14 @@ pub async fn files(cx: &mut Ctx<'_>, id: &str, base_name: &str) -> anyhow::Resul
     ])
 }
 
-/// Where the running server found sandboxd (the same lookup the Docker driver makes).
-fn sandboxd_binary() -> Option<std::path::PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let mut candidates = vec![exe.with_file_name("sandboxd")];
-    if let Some(target) = exe.parent().and_then(Path::parent) {
-        candidates.push(target.join("sandboxd").join("sandboxd"));
-    }
-    candidates.push(std::path::PathBuf::from("target/sandboxd/sandboxd"));
-    candidates.into_iter().find(|p| p.is_file())
-}
-
 pub async fn footprint(
     cx: &mut Ctx<'_>,
     id: &str,
     idle_server_kib: u64,
 ) -> anyhow::Result<Vec<Row>> {
     let mut rows = Vec::new();
-    if let Some(bin) = sandboxd_binary() {
+    // The same lookup the Docker driver makes, so this is the binary the sandboxes run.
+    if let Ok(bin) = crate::driver::docker::locate_sandboxd(None) {
         let stripped = cx.tmp.join("sandboxd.stripped");
         let ok = tokio::process::Command::new("strip")
             .arg("-o")

@@ -50,7 +50,7 @@ use events::OwnOps;
 use firewall::Firewall;
 use names::Names;
 use placement::remove_force;
-pub use placement::Placement;
+pub use placement::{locate_sandboxd, Placement};
 use subnet::AgentNet;
 
 /// Seconds a stop waits after SIGTERM before Docker kills the sandbox. sandboxd kills its
