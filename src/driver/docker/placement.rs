@@ -14,7 +14,7 @@ use bollard::query_parameters::{
 };
 use bollard::Docker;
 
-use super::error::{is_not_found, DockerError};
+use super::error::{is_not_found, status_of, DockerError};
 use super::files;
 use super::names::Names;
 
@@ -253,7 +253,29 @@ pub async fn remove_force(docker: &Docker, name: &str) -> Result<(), DockerError
     {
         Ok(()) => Ok(()),
         Err(e) if is_not_found(&e) => Ok(()),
+        // An earlier removal is still under way (a server killed mid-destroy left it to
+        // dockerd): wait for it to finish.
+        Err(e) if status_of(&e) == Some(409) => wait_removed(docker, name).await,
         Err(e) => Err(DockerError::api(format!("removing container {name}"))(e)),
+    }
+}
+
+/// How long a removal that dockerd already runs may take before we give up on it.
+const REMOVAL_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+async fn wait_removed(docker: &Docker, name: &str) -> Result<(), DockerError> {
+    let deadline = tokio::time::Instant::now() + REMOVAL_WAIT;
+    loop {
+        match docker.inspect_container(name, None).await {
+            Err(e) if is_not_found(&e) => return Ok(()),
+            Err(e) => return Err(DockerError::api(format!("inspecting container {name}"))(e)),
+            Ok(_) if tokio::time::Instant::now() >= deadline => {
+                return Err(DockerError::Other(format!(
+                    "container {name} was still being removed after {REMOVAL_WAIT:?}"
+                )))
+            }
+            Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+        }
     }
 }
 
