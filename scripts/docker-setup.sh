@@ -55,6 +55,17 @@ fi
 command -v docker >/dev/null || apt_install docker.io
 
 if ! docker info >/dev/null 2>&1; then
+    # A dockerd (or its containerd) killed earlier can leave a pid file naming a process that is
+    # gone or a zombie not yet reaped; dockerd then refuses to start ("pid file found").
+    for f in /var/run/docker.pid /var/run/docker/containerd/containerd.pid; do
+        p="$($SUDO cat "$f" 2>/dev/null || true)"
+        [ -n "$p" ] || continue
+        s="$(awk '{ print $3 }' "/proc/$p/stat" 2>/dev/null || true)"
+        if [ -z "$s" ] || [ "$s" = Z ]; then
+            log "removing stale pid file $f (process $p is gone)"
+            $SUDO rm -f "$f"
+        fi
+    done
     log "starting dockerd (log: $DOCKERD_LOG)"
     # setsid + nohup: dockerd must outlive this script and whatever shell ran it.
     $SUDO setsid nohup dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null &

@@ -1,45 +1,142 @@
 //! The fan-out of agent changes to SSE clients and waiters.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use tokio::sync::broadcast;
 
+use crate::driver::{PullProgress, PullSink, PullStatus};
 use crate::model::Agent;
 
 #[derive(Debug, Clone)]
 pub enum AgentEvent {
     Changed(Box<Agent>),
     Deleted(String),
+    /// How far the image pull for agent `id`'s sandbox has got (a few a second at most).
+    Pull {
+        id: String,
+        progress: Box<PullProgress>,
+    },
 }
 
 impl AgentEvent {
     pub fn agent_id(&self) -> &str {
         match self {
             AgentEvent::Changed(a) => &a.id,
-            AgentEvent::Deleted(id) => id,
+            AgentEvent::Deleted(id) | AgentEvent::Pull { id, .. } => id,
         }
     }
 }
 
-/// A broadcast of [`AgentEvent`]s; a slow subscriber loses old events and is told so.
+/// A broadcast of [`AgentEvent`]s; a slow subscriber loses old events and is told so. It also
+/// keeps each agent's pull in progress, so that a snapshot of the agent can show it.
 #[derive(Clone)]
 pub struct EventHub {
     tx: broadcast::Sender<AgentEvent>,
+    pulls: Arc<Mutex<HashMap<String, PullProgress>>>,
 }
 
 impl Default for EventHub {
     fn default() -> Self {
         EventHub {
             tx: broadcast::channel(1024).0,
+            pulls: Arc::default(),
         }
     }
 }
 
 impl EventHub {
     pub fn publish(&self, event: AgentEvent) {
-        // No subscriber is not an error.
+        // No subscriber is not an error. A broadcast send never waits for a subscriber.
         let _ = self.tx.send(event);
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<AgentEvent> {
         self.tx.subscribe()
+    }
+
+    /// Records agent `id`'s pull progress and announces it. A pull that ended (done or failed)
+    /// is announced once and no longer shown on the agent.
+    pub fn pull(&self, id: &str, progress: PullProgress) {
+        {
+            let mut pulls = self.pulls.lock().unwrap_or_else(|e| e.into_inner());
+            if progress.status == PullStatus::Pulling {
+                pulls.insert(id.to_string(), progress.clone());
+            } else {
+                pulls.remove(id);
+            }
+        }
+        self.publish(AgentEvent::Pull {
+            id: id.to_string(),
+            progress: Box::new(progress),
+        });
+    }
+
+    /// Agent `id`'s pull in progress, if one is.
+    pub fn pull_of(&self, id: &str) -> Option<PullProgress> {
+        self.pulls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .cloned()
+    }
+
+    /// Forgets agent `id`'s pull without announcing anything: its operation is over, whether
+    /// or not the driver said how the pull ended.
+    pub fn forget_pull(&self, id: &str) {
+        self.pulls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
+    }
+
+    /// A sink for the driver that reports agent `id`'s pull here.
+    pub fn pull_sink(&self, id: &str) -> PullSink {
+        let hub = self.clone();
+        let id = id.to_string();
+        PullSink::new(move |progress| hub.pull(&id, progress))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn progress(status: PullStatus, percent: u8) -> PullProgress {
+        PullProgress {
+            image: "x:1".into(),
+            status,
+            layers_done: 0,
+            layers_total: 1,
+            bytes_done: 0,
+            bytes_total: 0,
+            percent,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn a_pull_is_shown_while_it_runs_and_every_report_is_announced() {
+        let hub = EventHub::default();
+        let mut rx = hub.subscribe();
+        let sink = hub.pull_sink("a1");
+        assert_eq!(hub.pull_of("a1"), None);
+        let mut meter = crate::driver::PullMeter::start(sink, "x:1");
+        assert_eq!(
+            hub.pull_of("a1").map(|p| p.status),
+            Some(PullStatus::Pulling)
+        );
+        meter.layer("l");
+        meter.finish(Ok(()));
+        assert_eq!(hub.pull_of("a1"), None);
+        let mut seen = Vec::new();
+        while let Ok(AgentEvent::Pull { id, progress }) = rx.try_recv() {
+            assert_eq!(id, "a1");
+            seen.push(progress.status);
+        }
+        assert_eq!(seen, [PullStatus::Pulling, PullStatus::Done]);
+        hub.pull("a2", progress(PullStatus::Pulling, 3));
+        hub.forget_pull("a2");
+        assert_eq!(hub.pull_of("a2"), None);
     }
 }

@@ -67,11 +67,13 @@ pub struct Lifecycle {
 }
 
 impl Lifecycle {
-    /// Adds what only the running server knows: activity and the time the agent will sleep.
+    /// Adds what only the running server knows: activity, the time the agent will sleep, and
+    /// the image pull under way.
     pub fn decorate(&self, mut agent: Agent) -> Agent {
         if matches!(agent.state, Destroying) {
             return agent;
         }
+        agent.pull = self.hub.pull_of(&agent.id);
         let view = self.activity.view(&agent.id);
         agent.last_activity_at = Some(view.last_activity_at);
         agent.sleeps_at = if agent.state == Running {
@@ -258,7 +260,12 @@ impl Lifecycle {
         let Ok(agent) = self.store.get_agent(&id).await else {
             return;
         };
-        if let Err(e) = self.driver.create(&SandboxSpec::of(&agent)).await {
+        let created = self
+            .driver
+            .create(&SandboxSpec::of(&agent), &self.hub.pull_sink(&id))
+            .await;
+        self.hub.forget_pull(&id);
+        if let Err(e) = created {
             return self
                 .fail(
                     &id,
@@ -281,11 +288,8 @@ impl Lifecycle {
             return;
         };
         let token = new_token();
-        if let Err(e) = self
-            .store
-            .set_boot_token_hash(&id, Some(&hash_token(&token)))
-            .await
-        {
+        let boot_hash = hash_token(&token);
+        if let Err(e) = self.store.set_boot_token_hash(&id, Some(&boot_hash)).await {
             return self
                 .fail(
                     &id,
@@ -297,7 +301,12 @@ impl Lifecycle {
         self.activity.reset_cpu(&id);
         // The old session, if any, belongs to the previous boot.
         self.tunnels.disconnect(&id);
-        if let Err(e) = self.driver.start(&SandboxSpec::of(&agent), &token).await {
+        let started = self
+            .driver
+            .start(&SandboxSpec::of(&agent), &token, &self.hub.pull_sink(&id))
+            .await;
+        self.hub.forget_pull(&id);
+        if let Err(e) = started {
             return self
                 .fail(
                     &id,
@@ -307,9 +316,9 @@ impl Lifecycle {
                 .await;
         }
         if let Err(e) = self.tunnels.wait(&id, self.start_timeout).await {
-            self.fail(
+            self.fail_boot(
                 &id,
-                &[Starting],
+                &boot_hash,
                 format!("sandboxd did not connect: {e}; see the sandbox's log"),
             )
             .await;
@@ -318,9 +327,25 @@ impl Lifecycle {
 
     /// For a start the server did not make: `error` if sandboxd never says hello.
     pub(crate) async fn await_hello(self: Arc<Self>, id: String) {
+        let boot_hash = self.store.boot_token_hash(&id).await.ok().flatten();
         if let Err(e) = self.tunnels.wait(&id, self.start_timeout).await {
-            self.fail(&id, &[Starting], format!("sandboxd did not connect: {e}"))
-                .await;
+            let message = format!("sandboxd did not connect: {e}");
+            match boot_hash {
+                Some(hash) => self.fail_boot(&id, &hash, message).await,
+                None => self.fail(&id, &[Starting], message).await,
+            }
+        }
+    }
+
+    /// `error` for a boot whose sandboxd never said hello, unless the agent has left that boot
+    /// (it failed, stopped, or was started again) in the meantime.
+    async fn fail_boot(&self, id: &str, boot_hash: &str, message: String) {
+        match self.store.fail_boot(id, boot_hash, &message).await {
+            Ok(agent) => {
+                tracing::warn!(agent = id, "{message}");
+                self.publish(&agent);
+            }
+            Err(e) => tracing::debug!(agent = id, "earlier boot's timeout ignored: {e}"),
         }
     }
 
@@ -345,7 +370,12 @@ impl Lifecycle {
             return;
         };
         self.tunnels.disconnect(&id);
-        if let Err(e) = self.driver.rebuild(&SandboxSpec::of(&agent)).await {
+        let rebuilt = self
+            .driver
+            .rebuild(&SandboxSpec::of(&agent), &self.hub.pull_sink(&id))
+            .await;
+        self.hub.forget_pull(&id);
+        if let Err(e) = rebuilt {
             return self
                 .fail(
                     &id,
@@ -403,16 +433,46 @@ impl Lifecycle {
         }
     }
 
-    /// The sandbox stopped, or went, without the server asking: a running agent now sleeps.
-    async fn stopped_outside(&self, id: &str) {
-        if let Ok(agent) = self
-            .store
-            .transition(id, &[Running, Starting], Sleeping)
-            .await
-        {
-            tracing::info!(agent = id, "the sandbox stopped outside agenthold");
-            self.tunnels.disconnect(id);
-            self.publish(&agent);
+    /// The sandbox stopped, or went (`gone`), without the server asking. A running agent now
+    /// sleeps. A starting one never came up: that is a failed start, and its `error` says how
+    /// the sandbox ended (a sandboxd that exits at boot leaves nothing else to go on).
+    async fn stopped_outside(&self, id: &str, gone: bool) {
+        match self.store.transition(id, &[Running], Sleeping).await {
+            Ok(agent) => {
+                tracing::info!(agent = id, "the sandbox stopped outside agenthold");
+                self.tunnels.disconnect(id);
+                self.publish(&agent);
+                return;
+            }
+            Err(StoreError::Conflict {
+                state: Starting, ..
+            }) => {}
+            Err(_) => return,
+        }
+        let why = if gone {
+            "the sandbox's container was removed before sandboxd said hello; start the agent \
+             again to make it anew"
+                .to_string()
+        } else {
+            let how = self
+                .driver
+                .exit_report(id)
+                .await
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default();
+            format!(
+                "the sandbox stopped before sandboxd said hello{how}; start the agent again, \
+                 or rebuild it if its image is at fault"
+            )
+        };
+        // Only from `starting`: a hello that won the race stays running.
+        match self.store.fail(id, &[Starting], &why).await {
+            Ok(agent) => {
+                tracing::warn!(agent = id, "{why}");
+                self.tunnels.disconnect(id);
+                self.publish(&agent);
+            }
+            Err(e) => tracing::debug!(agent = id, "not marked as failed: {e}"),
         }
     }
 
@@ -449,11 +509,13 @@ impl Lifecycle {
             (DriverEvent::Stopped(_), SandboxStatus::Stopped) => {
                 match self.driver.failure_reason(&id).await {
                     Some(why) => self.failed_outside(&id, why).await,
-                    None => self.stopped_outside(&id).await,
+                    None => self.stopped_outside(&id, false).await,
                 }
             }
             (DriverEvent::Stopped(_), SandboxStatus::Missing)
-            | (DriverEvent::Removed(_), SandboxStatus::Missing) => self.stopped_outside(&id).await,
+            | (DriverEvent::Removed(_), SandboxStatus::Missing) => {
+                self.stopped_outside(&id, true).await
+            }
             (DriverEvent::Started(_), SandboxStatus::Running) => {
                 if let Ok(agent) = self.store.transition(&id, &[Sleeping], Starting).await {
                     tracing::info!(agent = id, "the sandbox was started outside agenthold");

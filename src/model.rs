@@ -87,6 +87,10 @@ pub struct Agent {
     pub last_activity_at: Option<DateTime<Utc>>,
     /// When the sleeper will stop this agent if nothing happens; null unless running.
     pub sleeps_at: Option<DateTime<Utc>>,
+    /// The image pull under way for this agent's sandbox (while creating, starting or
+    /// rebuilding); null when none is. Filled in by the server; not stored.
+    #[serde(default)]
+    pub pull: Option<crate::driver::PullProgress>,
 }
 
 /// What a new agent is made of, after defaults and validation.

@@ -1,6 +1,8 @@
 //! The agent API over real HTTP: auth, validation of hostile input, errors, OpenAPI, SSE.
 
 mod common;
+#[path = "common/sse.rs"]
+mod sse;
 
 use common::{expect_error, TestServer, TOKEN};
 use serde_json::{json, Value};
@@ -387,4 +389,115 @@ async fn the_web_ui_is_served_and_api_paths_never_fall_back_to_it() {
     assert_eq!(r.status(), 200);
     let r = s.get("/api/v1/not-a-route").send().await.unwrap();
     expect_error(r, 404, "not_found").await;
+}
+
+/// The fake driver pretends to pull images under `pull.invalid/` (see `driver::fake`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_pulls_are_announced_as_pull_events_and_shown_on_the_agent() {
+    let s = TestServer::start().await;
+    let mut events = sse::Events::open(&s).await;
+    let image = "pull.invalid/tools:1";
+    let r = s
+        .post("/api/v1/agents")
+        .json(&json!({"name": "pulling", "image": image}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let created: Value = r.json().await.unwrap();
+    let id = created["id"].as_str().unwrap().to_string();
+    assert!(
+        created.get("pull").is_some(),
+        "pull is always present: {created}"
+    );
+
+    let first = events
+        .about_until(&id, |kind, d| {
+            kind == "pull" && d["percent"].as_u64() > Some(0)
+        })
+        .await;
+    let agent = s.agent(&id).await;
+    assert_eq!(agent["state"], "creating");
+    assert_eq!(agent["pull"]["status"], "pulling", "{agent}");
+    assert_eq!(agent["pull"]["image"], image);
+    let rest = events
+        .about_until(&id, |kind, d| kind == "agent" && d["state"] == "running")
+        .await;
+    let all: Vec<_> = first.into_iter().chain(rest).collect();
+    let pulls = sse::pulls(&all);
+    let keys: Vec<&str> = pulls[0]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let mut want = vec![
+        "bytesDone",
+        "bytesTotal",
+        "error",
+        "id",
+        "image",
+        "layersDone",
+        "layersTotal",
+        "percent",
+        "status",
+    ];
+    want.sort_unstable();
+    let mut keys = keys;
+    keys.sort_unstable();
+    assert_eq!(keys, want);
+    assert_eq!(pulls[0]["status"], "pulling");
+    assert_eq!(pulls[0]["percent"], 0);
+    let done = pulls.last().unwrap();
+    assert_eq!(done["status"], "done");
+    assert_eq!(done["percent"], 100);
+    assert_eq!(done["layersDone"], 3);
+    assert_eq!(done["bytesDone"], done["bytesTotal"]);
+    assert!(pulls.len() >= 3, "{pulls:?}");
+    for pair in pulls.windows(2) {
+        assert!(
+            pair[1]["percent"].as_u64() >= pair[0]["percent"].as_u64(),
+            "{pulls:?}"
+        );
+    }
+    assert_eq!(s.agent(&id).await["pull"], Value::Null);
+
+    // The image is here now: another agent made from it pulls nothing.
+    let r = s
+        .post("/api/v1/agents")
+        .json(&json!({"name": "second", "image": image}))
+        .send()
+        .await
+        .unwrap();
+    let second: Value = r.json().await.unwrap();
+    let second = second["id"].as_str().unwrap().to_string();
+    let seen = events
+        .about_until(&second, |kind, d| {
+            kind == "agent" && d["state"] == "running"
+        })
+        .await;
+    assert!(sse::pulls(&seen).is_empty(), "{seen:?}");
+
+    // A missing image: `error` with the reason, and a `failed` pull event carrying it.
+    let missing = "pull.invalid/missing:1";
+    let r = s
+        .post("/api/v1/agents")
+        .json(&json!({"name": "missing", "image": missing}))
+        .send()
+        .await
+        .unwrap();
+    let broken: Value = r.json().await.unwrap();
+    let broken = broken["id"].as_str().unwrap().to_string();
+    let seen = events
+        .about_until(&broken, |kind, d| kind == "agent" && d["state"] == "error")
+        .await;
+    let pulls = sse::pulls(&seen);
+    let failed = pulls.last().unwrap();
+    assert_eq!(failed["status"], "failed");
+    assert_eq!(failed["image"], missing);
+    let agent = s.agent(&broken).await;
+    let error = agent["error"].as_str().unwrap();
+    assert!(error.contains(missing), "{error}");
+    assert!(error.contains(failed["error"].as_str().unwrap()), "{error}");
+    assert!(error.contains("no such image or tag"), "{error}");
 }

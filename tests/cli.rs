@@ -141,3 +141,105 @@ async fn wrong_token_and_no_server_say_what_to_do() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("AGENTHOLD_URL"), "{err}");
 }
+
+/// The fake driver pretends to pull images under `pull.invalid/` (see `driver::fake`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_wait_reports_the_image_pull_in_plain_lines_off_a_terminal() {
+    let s = TestServer::start().await;
+    let image = "pull.invalid/cli-lines:1";
+    let (code, _, err) = run(
+        &s,
+        &["agents", "create", "lines", "--image", image, "--wait"],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    let first = lines
+        .iter()
+        .position(|l| l.starts_with(&format!("lines: pulling {image}: 0%")))
+        .unwrap_or_else(|| panic!("no first pull line: {err}"));
+    let pulled = lines
+        .iter()
+        .position(|l| l.starts_with(&format!("lines: pulled {image} (")))
+        .unwrap_or_else(|| panic!("no pulled line: {err}"));
+    assert!(first < pulled, "{err}");
+    assert!(
+        pulled - first >= 2,
+        "no progress between start and end: {err}"
+    );
+    let running = lines
+        .iter()
+        .position(|l| l.starts_with("lines: running"))
+        .unwrap_or_else(|| panic!("no running line: {err}"));
+    assert!(pulled < running, "{err}");
+    assert!(!err.contains('\r') && !err.contains('\x1b'), "{err:?}");
+
+    let missing = "pull.invalid/missing:1";
+    let (code, _, err) = run(
+        &s,
+        &["agents", "create", "gone", "--image", missing, "--wait"],
+    )
+    .await;
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "gone: pulling {missing} failed: the registry has no such image or tag"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("agent gone failed"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_wait_draws_a_progress_bar_on_a_terminal() {
+    use std::io::Read;
+
+    let s = TestServer::start().await;
+    let size = nix::pty::Winsize {
+        ws_row: 24,
+        ws_col: 120,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    let pty = nix::pty::openpty(Some(&size), None).unwrap();
+    let image = "pull.invalid/cli-bar:1";
+    let mut child = cli(&s)
+        .args(["agents", "create", "barred", "--image", image, "--wait"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(pty.slave))
+        .spawn()
+        .unwrap();
+    // Our copy of the terminal's far end went into the child; when the child exits, reading
+    // the near end ends (EIO).
+    let mut master = std::fs::File::from(pty.master);
+    let reader = tokio::task::spawn_blocking(move || {
+        let mut screen = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = master.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            screen.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&screen).into_owned()
+    });
+    let status = tokio::time::timeout(common::DEADLINE, child.wait())
+        .await
+        .expect("the CLI hung")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let screen = tokio::time::timeout(common::DEADLINE, reader)
+        .await
+        .expect("the terminal did not close")
+        .unwrap();
+    assert!(
+        screen.contains(&format!("barred: pulling {image} [")),
+        "no progress bar: {screen:?}"
+    );
+    assert!(screen.contains("%"), "{screen:?}");
+    assert!(
+        screen.contains(&format!("barred: pulled {image} (")),
+        "{screen:?}"
+    );
+    assert!(screen.contains("barred: running"), "{screen:?}");
+}

@@ -1,141 +1,30 @@
 //! SIGKILL the real server binary right after it accepts each operation on the Docker driver;
 //! after a restart on the same config, reconcile settles every agent, and Docker ends up holding
 //! exactly what the agents need: nothing missing while they exist, nothing left once they are
-//! destroyed. Needs Docker (scripts/docker-setup.sh) and a static sandboxd
+//! destroyed. Changes made to sandboxes from outside while the server is down (`docker stop`,
+//! `docker start`, `docker rm -f`) are settled at its next start. Needs Docker (scripts/docker-setup.sh) and a static sandboxd
 //! (scripts/build-sandboxd.sh); fails, never skips, without them.
 
 mod common;
 #[path = "common/docker.rs"]
 mod dk;
+#[path = "common/process.rs"]
+mod process;
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use common::TOKEN;
 use dk::*;
-use serde_json::{json, Value};
+use process::{docker_sandbox_yaml, ServerConfig};
 
 /// Docker operations on a loaded machine are slower than the fake driver's: a restart may
 /// redo a create and a start.
 const SETTLE: Duration = Duration::from_secs(90);
 
-struct Proc {
-    child: Child,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
-
-fn write_config(dir: &Path, env: &DockerEnv) -> (PathBuf, String) {
-    let api = free_port();
-    let tunnel = free_port();
-    let sandboxd = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/sandboxd/sandboxd");
-    let yaml = format!(
-        "server:\n  listen: 127.0.0.1:{api}\n  data_dir: {data}\n  admin_token: {TOKEN}\n\
-         sandbox:\n  driver: docker\n  tunnel_listen: 0.0.0.0:{tunnel}\n  default_image: {BUSYBOX_IMAGE}\n\
-         \x20 default_cpus: 1\n  default_memory_mb: 128\n  sandboxd_path: {sandboxd}\n\
-         \x20 docker:\n    name_prefix: {prefix}\n    network_pool: {pool}\n",
-        data = dir.join("data").display(),
-        sandboxd = sandboxd.display(),
-        prefix = env.prefix,
-        pool = env.pool,
-    );
-    let path = dir.join("config.yaml");
-    std::fs::write(&path, yaml).expect("write config");
-    (path, format!("http://127.0.0.1:{api}"))
-}
-
-async fn start(config: &Path, base: &str) -> Proc {
-    let child = Command::new(env!("CARGO_BIN_EXE_agenthold"))
-        .args(["serve", "--config"])
-        .arg(config)
-        // AGENTHOLD_TEST_LOG=info shows what each restart's reconcile found.
-        .env(
-            "AGENTHOLD_LOG",
-            std::env::var("AGENTHOLD_TEST_LOG").unwrap_or_else(|_| "warn".into()),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn the server");
-    let p = Proc { child };
-    let http = reqwest::Client::new();
-    // Reconcile runs before the API answers; it may redo Docker work.
-    let deadline = Instant::now() + SETTLE;
-    loop {
-        if http
-            .get(format!("{base}/api/v1/health"))
-            .send()
-            .await
-            .is_ok()
-        {
-            return p;
-        }
-        assert!(Instant::now() < deadline, "the server did not come up");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn kill(mut p: Proc) {
-    // SIGKILL: no shutdown code runs.
-    p.child.kill().expect("kill");
-    p.child.wait().expect("wait");
-}
-
-async fn call(base: &str, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-    let http = reqwest::Client::new();
-    let mut req = http
-        .request(method.parse().expect("method"), format!("{base}{path}"))
-        .bearer_auth(TOKEN);
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let r = req.send().await.expect("request");
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
-}
-
-/// Waits until the agent is in a settled state (`None` once it is gone) and returns it; an
-/// agent in `error` is returned as `error: <message>`.
-async fn settled(base: &str, id: &str) -> Option<String> {
-    let deadline = Instant::now() + SETTLE;
-    loop {
-        let (status, a) = call(base, "GET", &format!("/api/v1/agents/{id}"), None).await;
-        if status == 404 {
-            return None;
-        }
-        let state = a["state"].as_str().unwrap_or_default().to_string();
-        match state.as_str() {
-            "running" | "sleeping" => return Some(state),
-            "error" => return Some(format!("error: {}", a["error"])),
-            _ => {}
-        }
-        assert!(
-            Instant::now() < deadline,
-            "agent {id} stuck in {state} after restart: {a}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn create(base: &str, name: &str) -> String {
-    let (st, a) = call(base, "POST", "/api/v1/agents", Some(json!({"name": name}))).await;
-    assert_eq!(st, 201, "{a}");
-    a["id"].as_str().expect("id").to_string()
+/// A server on the main engine with this test's prefix and pool, agents made from busybox.
+fn config(dir: &std::path::Path, env: &DockerEnv) -> ServerConfig {
+    let sandbox = docker_sandbox_yaml(&env.prefix, &env.pool, BUSYBOX_IMAGE, None);
+    ServerConfig::write(dir, "0.0.0.0", &sandbox, SETTLE)
 }
 
 /// The container, volume and network of `id` all exist (and the container runs or not).
@@ -158,19 +47,23 @@ fn holds(env: &DockerEnv, id: &str, running: bool) {
 async fn docker_operations_survive_a_sigkill_right_after_they_are_accepted() {
     let env = DockerEnv::new();
     let dir = tempfile::tempdir().expect("tempdir");
-    let (config, base) = write_config(dir.path(), &env);
+    let server = config(dir.path(), &env);
 
     // Create: killed while the driver makes the first objects.
-    let p = start(&config, &base).await;
-    let id = create(&base, "phoenix").await;
-    let doomed = create(&base, "doomed").await;
-    kill(p);
-    let p = start(&config, &base).await;
-    assert_eq!(settled(&base, &id).await.as_deref(), Some("running"));
-    assert_eq!(settled(&base, &doomed).await.as_deref(), Some("running"));
+    let p = server.start().await;
+    let id = server.create("phoenix", None).await;
+    let doomed = server.create("doomed", None).await;
+    p.kill();
+    let p = server.start().await;
+    server
+        .settles_to(&id, "running", "phoenix after create")
+        .await;
+    server
+        .settles_to(&doomed, "running", "doomed after create")
+        .await;
     holds(&env, &id, true);
     holds(&env, &doomed, true);
-    kill(p);
+    p.kill();
 
     for (op, method, path, want) in [
         (
@@ -198,33 +91,34 @@ async fn docker_operations_survive_a_sigkill_right_after_they_are_accepted() {
             None,
         ),
     ] {
-        let p = start(&config, &base).await;
+        let p = server.start().await;
         let target = if op == "destroy" { &doomed } else { &id };
         // Containers outlive the server, so the agent is as the last round left it.
         assert!(
-            settled(&base, target)
+            server
+                .settled(target)
                 .await
                 .is_some_and(|s| !s.starts_with("error")),
             "before {op}"
         );
-        let (st, body) = call(&base, method, &path, None).await;
+        let (st, body) = server.call(method, &path, None).await;
         assert_eq!(st, 202, "{op}: {body}");
-        kill(p);
-        let p = start(&config, &base).await;
-        assert_eq!(settled(&base, target).await.as_deref(), want, "after {op}");
+        p.kill();
+        let p = server.start().await;
+        assert_eq!(server.settled(target).await.as_deref(), want, "after {op}");
         // The other agent was not disturbed.
         let other = if op == "destroy" { &id } else { &doomed };
-        assert_eq!(
-            settled(&base, other).await.as_deref(),
-            Some("running"),
-            "the other agent after {op}"
-        );
-        kill(p);
+        server
+            .settles_to(other, "running", &format!("the other agent after {op}"))
+            .await;
+        p.kill();
     }
 
     // Nothing missing: the running agent has all it needs; nothing of the destroyed one is left.
-    let p = start(&config, &base).await;
-    assert_eq!(settled(&base, &id).await.as_deref(), Some("running"));
+    let p = server.start().await;
+    server
+        .settles_to(&id, "running", "phoenix at the end")
+        .await;
     holds(&env, &id, true);
     for kind in [&["ps", "-a"][..], &["volume", "ls"], &["network", "ls"]] {
         let left: Vec<String> = env
@@ -235,19 +129,14 @@ async fn docker_operations_survive_a_sigkill_right_after_they_are_accepted() {
         assert!(left.is_empty(), "{kind:?} of the destroyed agent: {left:?}");
     }
     // It answers, through a sandboxd that reconnected to the restarted server.
-    let (st, out) = call(
-        &base,
-        "POST",
-        &format!("/api/v1/agents/{id}/exec"),
-        Some(json!({"command": ["echo", "ok"], "timeoutMs": 20000})),
-    )
-    .await;
-    assert_eq!((st, out["stdout"].as_str()), (200, Some("ok\n")), "{out}");
+    assert_eq!(server.exec_ok(&id, &["echo", "ok"]).await, "ok\n");
 
     // Destroying it through the API leaves nothing behind.
-    let (st, _) = call(&base, "DELETE", &format!("/api/v1/agents/{id}"), None).await;
+    let (st, _) = server
+        .call("DELETE", &format!("/api/v1/agents/{id}"), None)
+        .await;
     assert_eq!(st, 202);
-    assert_eq!(settled(&base, &id).await, None);
+    assert_eq!(server.settled(&id).await, None);
     for kind in [&["ps", "-a"][..], &["volume", "ls"], &["network", "ls"]] {
         assert_eq!(env.objects(kind), Vec::<String>::new(), "{kind:?} left");
     }
@@ -260,5 +149,72 @@ async fn docker_operations_survive_a_sigkill_right_after_they_are_accepted() {
         !String::from_utf8_lossy(&rules.stdout).contains(&tag),
         "host firewall rules outlived the agents"
     );
-    kill(p);
+    p.kill();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outside_stop_start_and_remove_while_the_server_is_down_are_settled_at_boot() {
+    let env = DockerEnv::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = config(dir.path(), &env);
+    let p = server.start().await;
+    let stopped = server.create("stopped", None).await;
+    let woken = server.create("woken", None).await;
+    let removed = server.create("removed", None).await;
+    for id in [&stopped, &woken, &removed] {
+        server.settles_to(id, "running", "after create").await;
+        server
+            .exec_ok(
+                id,
+                &["sh", "-c", &format!("echo home-of-{id} > /home/agent/mark")],
+            )
+            .await;
+    }
+    server.op(&woken, "stop").await;
+    server
+        .settles_to(&woken, "sleeping", "woken, stopped through the API")
+        .await;
+    p.kill();
+
+    // While nobody watches: one running sandbox stopped, one sleeping one started, one running
+    // one removed (its home volume stays, as `docker rm -f` keeps named volumes).
+    docker(&["stop", "-t", "5", &env.container(&stopped)]);
+    docker(&["start", &env.container(&woken)]);
+    let first = docker(&["inspect", "--format", "{{.Id}}", &env.container(&removed)]);
+    docker(&["rm", "-f", &env.container(&removed)]);
+
+    let p = server.start().await;
+    // Stopped outside: asleep, nothing else changed.
+    server
+        .settles_to(&stopped, "sleeping", "stopped outside")
+        .await;
+    holds(&env, &stopped, false);
+    // Started outside: its sandboxd still has the boot token of its last start, which the
+    // server keeps for exactly this; it says hello and the agent runs.
+    server
+        .settles_to(&woken, "running", "started outside")
+        .await;
+    let mark = server.exec_ok(&woken, &["cat", "/home/agent/mark"]).await;
+    assert_eq!(mark.trim(), format!("home-of-{woken}"));
+    // Removed outside: asleep, and the next start makes the container anew on the kept home.
+    server
+        .settles_to(&removed, "sleeping", "removed outside")
+        .await;
+    assert!(
+        docker_try(&["inspect", &env.container(&removed)]).is_err(),
+        "reconcile must not make the removed container again by itself"
+    );
+    docker(&["volume", "inspect", &env.volume(&removed)]);
+    for id in [&stopped, &removed] {
+        server.op(id, "start").await;
+        server.settles_to(id, "running", "started again").await;
+        let mark = server.exec_ok(id, &["cat", "/home/agent/mark"]).await;
+        assert_eq!(mark.trim(), format!("home-of-{id}"), "the home survived");
+    }
+    assert_ne!(
+        docker(&["inspect", "--format", "{{.Id}}", &env.container(&removed)]),
+        first,
+        "the removed container was made anew"
+    );
+    p.kill();
 }

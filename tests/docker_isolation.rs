@@ -8,23 +8,6 @@ mod dk;
 
 use dk::*;
 
-/// The host's own IPv4 addresses outside loopback and Docker's bridges.
-fn host_addresses() -> Vec<String> {
-    let out = std::process::Command::new("ip")
-        .args(["-4", "-o", "addr", "show"])
-        .output()
-        .expect("ip addr");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let (dev, addr) = (f.get(1)?, f.get(3)?);
-            let skip = *dev == "lo" || dev.starts_with("br-") || dev.starts_with("veth");
-            (!skip).then(|| addr.split('/').next().unwrap_or_default().to_string())
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandbox_reaches_only_its_tunnel() {
     let env = DockerEnv::new();

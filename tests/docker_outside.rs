@@ -1,6 +1,7 @@
 //! Changes made to sandboxes outside agenthold (`docker stop`, `kill`, `start`, `rm -f`) while the
-//! server runs are picked up from Docker's event stream within seconds. Needs Docker; fails,
-//! never skips, without it.
+//! server runs are picked up from Docker's event stream within seconds, and a sandbox that dies
+//! while its agent is `starting` fails the start with its exit code and last log lines. Needs
+//! Docker; fails, never skips, without it.
 
 mod common;
 #[path = "common/docker.rs"]
@@ -102,4 +103,170 @@ async fn starting_an_agent_whose_container_runs_gives_it_a_fresh_token() {
     exec_ok(&s, &id, &["sh", "-c", "true"]).await;
     assert_eq!(s.state(&id).await, "running");
     s.stop().await;
+}
+
+/// Creates an agent from `image` without waiting for it.
+async fn create(s: &common::TestServer, name: &str, image: &str) -> String {
+    let r = s
+        .post("/api/v1/agents")
+        .json(&serde_json::json!({"name": name, "image": image}))
+        .send()
+        .await
+        .expect("create");
+    assert_eq!(r.status(), 201);
+    let agent: serde_json::Value = r.json().await.expect("agent json");
+    agent["id"].as_str().expect("id").to_string()
+}
+
+/// An image this test builds, removed again when dropped (on a panic too).
+struct TestImage(String);
+
+impl Drop for TestImage {
+    fn drop(&mut self) {
+        let _ = docker_try(&["rmi", "-f", &self.0]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandboxd_that_exits_at_boot_fails_the_start_and_says_why() {
+    // An image with an `agent` account but no home folder: the fresh home volume belongs to
+    // root, and without CHOWN sandboxd cannot hand it over, so it exits at once, inside the
+    // driver's own start. That death must still reach the agent, long before the start's 60 s
+    // wait for hello would end.
+    let env = DockerEnv::new();
+    let ctx = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        ctx.path().join("passwd"),
+        "root:x:0:0:root:/root:/bin/sh\nagent:x:1000:1000:agent:/home/agent:/bin/sh\n",
+    )
+    .expect("passwd");
+    std::fs::write(
+        ctx.path().join("Dockerfile"),
+        format!("FROM {BUSYBOX_IMAGE}\nCOPY passwd /etc/passwd\n"),
+    )
+    .expect("Dockerfile");
+    let image = TestImage(format!("{}-nohome:latest", env.prefix));
+    docker(&[
+        "build",
+        "-q",
+        "-t",
+        &image.0,
+        &ctx.path().display().to_string(),
+    ]);
+    let s = env
+        .server_with(false, |c| c.sandbox.docker.cap_drop.push("CHOWN".into()))
+        .await;
+    let id = create(&s, "no-chown", &image.0).await;
+    let agent = wait_states(&s, &id, &["error"]).await;
+    let error = agent["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("stopped before sandboxd said hello") && error.contains("exit code 1"),
+        "{agent}"
+    );
+    assert!(
+        error.contains("cannot hand /home/agent"),
+        "sandboxd's last words: {agent}"
+    );
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_sandboxd_while_the_agent_starts_fails_the_start_and_says_why() {
+    // The tunnel listens on loopback only, so sandboxd keeps dialling in vain and the agent
+    // stays `starting` until sandboxd is killed from outside.
+    let env = DockerEnv::new();
+    let s = env
+        .server_with(false, |c| {
+            c.sandbox.tunnel_listen = "127.0.0.1:0".parse().expect("addr")
+        })
+        .await;
+    let id = create(&s, "unreachable", BUSYBOX_IMAGE).await;
+    let container = env.container(&id);
+    wait_until("the sandbox runs", || {
+        docker_try(&["inspect", "--format", "{{.State.Running}}", &container]).as_deref()
+            == Ok("true")
+    })
+    .await;
+    assert_eq!(s.state(&id).await, "starting");
+    // sandboxd is the only child of the container's init (`--init`).
+    let init = docker(&["inspect", "--format", "{{.State.Pid}}", &container]);
+    let children = std::fs::read_to_string(format!("/proc/{init}/task/{init}/children"))
+        .expect("the init's children");
+    let sandboxd: i32 = children
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("sandboxd's pid");
+    let comm = std::fs::read_to_string(format!("/proc/{sandboxd}/comm")).expect("comm");
+    assert_eq!(comm.trim(), "sandboxd");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(sandboxd),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill sandboxd");
+    let agent = wait_states(&s, &id, &["error"]).await;
+    let error = agent["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("stopped before sandboxd said hello") && error.contains("exit code 137"),
+        "{agent}"
+    );
+    // Its log says what it was doing: dialling the tunnel.
+    assert!(error.contains("last log lines:"), "{agent}");
+    s.stop().await;
+}
+
+/// The `iptables -S INPUT` lines that carry `tag`.
+fn input_rules_tagged(tag: &str) -> Vec<String> {
+    let out = std::process::Command::new("iptables")
+        .args(["-w", "-S", "INPUT"])
+        .output()
+        .expect("iptables -S INPUT");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(tag))
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_firewall_rules_of_a_gone_agent_are_removed_at_start() {
+    // What a server killed between removing a sandbox's objects and its rules leaves behind.
+    let env = DockerEnv::new();
+    let tag = format!("agenthold:{}:gonegonegone", env.prefix);
+    iptables(&[
+        "-I",
+        "INPUT",
+        "1",
+        "-i",
+        "br-ahgone",
+        "-m",
+        "comment",
+        "--comment",
+        &tag,
+        "-j",
+        "DROP",
+    ]);
+    assert_eq!(input_rules_tagged(&tag).len(), 1);
+
+    let s = env.server(false).await;
+    wait_until("the orphan rule is removed", || {
+        input_rules_tagged(&tag).is_empty()
+    })
+    .await;
+    // The server still works after its cleanup.
+    let id = running_agent_with(&s, "after-cleanup", BUSYBOX_IMAGE).await;
+    assert_eq!(exec_ok(&s, &id, &["echo", "ok"]).await, "ok\n");
+}
+
+fn iptables(args: &[&str]) {
+    let out = std::process::Command::new("iptables")
+        .arg("-w")
+        .args(args)
+        .output()
+        .expect("iptables");
+    assert!(
+        out.status.success(),
+        "iptables {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

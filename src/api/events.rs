@@ -1,5 +1,6 @@
 //! `GET /api/v1/events`: Server-Sent Events, one `agent` event per change (and a snapshot of
-//! every agent when the stream opens or after it fell behind), `deleted` when one is gone.
+//! every agent when the stream opens or after it fell behind), `deleted` when one is gone, and
+//! `pull` events while an agent's image is being pulled.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -10,6 +11,7 @@ use futures::Stream;
 use tokio::sync::broadcast::error::RecvError;
 
 use super::AppState;
+use crate::driver::PullProgress;
 use crate::events::AgentEvent;
 use crate::model::Agent;
 
@@ -20,9 +22,24 @@ fn agent_event(agent: &Agent) -> Event {
         .unwrap_or_else(|_| Event::default().comment("unencodable agent"))
 }
 
+/// The `pull` event's data: the agent's id and its pull's progress.
+#[derive(serde::Serialize)]
+struct PullEvent<'a> {
+    id: &'a str,
+    #[serde(flatten)]
+    progress: &'a PullProgress,
+}
+
+fn pull_event(id: &str, progress: &PullProgress) -> Event {
+    Event::default()
+        .event("pull")
+        .json_data(PullEvent { id, progress })
+        .unwrap_or_else(|_| Event::default().comment("unencodable pull progress"))
+}
+
 /// A stream of agent changes.
 #[utoipa::path(get, path = "/api/v1/events", tag = "agents",
-    responses((status = 200, content_type = "text/event-stream", description = "`agent` events carry an Agent; `deleted` events carry {\"id\"}")))]
+    responses((status = 200, content_type = "text/event-stream", description = "`agent` events carry an Agent; `deleted` events carry {\"id\"}; `pull` events carry {\"id\"} and a PullProgress")))]
 pub async fn events(
     State(st): State<AppState>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
@@ -44,6 +61,7 @@ pub async fn events(
                 Ok(AgentEvent::Deleted(id)) => {
                     yield Ok(Event::default().event("deleted").data(serde_json::json!({"id": id}).to_string()));
                 }
+                Ok(AgentEvent::Pull { id, progress }) => yield Ok(pull_event(&id, &progress)),
                 Err(RecvError::Lagged(_)) => snapshot = true,
                 Err(RecvError::Closed) => break,
             }

@@ -474,6 +474,7 @@ mod tests {
             created_at: chrono::DateTime::UNIX_EPOCH,
             last_activity_at: None,
             sleeps_at: None,
+            pull: None,
         }
     }
 

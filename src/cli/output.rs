@@ -179,6 +179,7 @@ mod tests {
             created_at: at(7, 0, 0),
             last_activity_at: None,
             sleeps_at: None,
+            pull: None,
         }
     }
 

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::ClientError;
 use super::sse::SseEvent;
+use crate::driver::PullProgress;
 use crate::model::Agent;
 
 /// `POST /api/v1/agents`; fields left `None` take the server's defaults.
@@ -164,18 +165,33 @@ fn status_for_code(code: &str) -> u16 {
 pub enum ServerEvent {
     /// An agent changed state; the object as it is now.
     Agent(Agent),
+    /// How far the image pull for agent `id` has got.
+    Pull { id: String, progress: PullProgress },
     /// An event kind this client does not know, passed on as it came.
     Other(SseEvent),
 }
 
+/// A `pull` event's data: the agent's id beside the progress fields.
+#[derive(Deserialize)]
+struct PullEvent {
+    id: String,
+    #[serde(flatten)]
+    progress: PullProgress,
+}
+
 impl ServerEvent {
     pub fn decode(ev: SseEvent) -> Result<Self, ClientError> {
-        if ev.event == "agent" {
-            serde_json::from_str(&ev.data)
+        match ev.event.as_str() {
+            "agent" => serde_json::from_str(&ev.data)
                 .map(ServerEvent::Agent)
-                .map_err(|e| ClientError::Protocol(format!("bad agent event: {e}")))
-        } else {
-            Ok(ServerEvent::Other(ev))
+                .map_err(|e| ClientError::Protocol(format!("bad agent event: {e}"))),
+            "pull" => serde_json::from_str(&ev.data)
+                .map(|p: PullEvent| ServerEvent::Pull {
+                    id: p.id,
+                    progress: p.progress,
+                })
+                .map_err(|e| ClientError::Protocol(format!("bad pull event: {e}"))),
+            _ => Ok(ServerEvent::Other(ev)),
         }
     }
 }
@@ -252,6 +268,43 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn pull_events_decode_and_unknown_kinds_pass_through() {
+        let ev = SseEvent {
+            event: "pull".into(),
+            data: r#"{"id":"a1","image":"x:1","status":"pulling","layersDone":1,"layersTotal":2,"bytesDone":5,"bytesTotal":10,"percent":45,"error":null}"#.into(),
+            id: None,
+        };
+        match ServerEvent::decode(ev) {
+            Ok(ServerEvent::Pull { id, progress }) => {
+                assert_eq!(id, "a1");
+                assert_eq!(progress.image, "x:1");
+                assert_eq!(progress.status, crate::driver::PullStatus::Pulling);
+                assert_eq!((progress.bytes_done, progress.bytes_total), (5, 10));
+                assert_eq!(progress.percent, 45);
+            }
+            other => panic!("{other:?}"),
+        }
+        let bad = SseEvent {
+            event: "pull".into(),
+            data: "{}".into(),
+            id: None,
+        };
+        assert!(matches!(
+            ServerEvent::decode(bad),
+            Err(ClientError::Protocol(_))
+        ));
+        let other = SseEvent {
+            event: "later".into(),
+            data: "{}".into(),
+            id: None,
+        };
+        assert!(matches!(
+            ServerEvent::decode(other),
+            Ok(ServerEvent::Other(_))
+        ));
     }
 
     #[test]

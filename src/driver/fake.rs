@@ -4,8 +4,13 @@
 //!
 //! It still dials the server's real tunnel endpoint over a loopback WebSocket, so everything
 //! above the driver is exercised exactly as with Docker.
+//!
+//! Images need nothing, except those under [`FAKE_REGISTRY`]: the first use of each in a server
+//! pretends to pull it, reporting a short synthetic progress sequence, so that pull progress in
+//! the API and the web UI can be seen and tested without Docker. A name under it that starts
+//! with `missing` (`pull.invalid/missing:1`) fails like an image the registry does not have.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -17,11 +22,23 @@ use sandboxd::boot::BootConfig;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::{Driver, DriverError, DriverEvent, SandboxInfo, SandboxSpec, SandboxStatus};
+use super::{
+    Driver, DriverError, DriverEvent, PullMeter, PullSink, SandboxInfo, SandboxSpec, SandboxStatus,
+};
 
 /// Environment variable that slows every driver operation down, so tests can crash the server
 /// in the middle of one.
 pub const OP_DELAY_ENV: &str = "AGENTHOLD_FAKE_OP_DELAY_MS";
+
+/// Images whose name starts with this are pulled (in pretence) on first use; `.invalid` is a
+/// name that no real registry can have.
+pub const FAKE_REGISTRY: &str = "pull.invalid/";
+/// The pretended pull: this many layers of this size, each downloaded in this many steps, one
+/// step per interval (about a second in all: several throttled progress reports).
+const FAKE_LAYERS: u64 = 3;
+const FAKE_LAYER_BYTES: u64 = 4 << 20;
+const FAKE_STEPS: u64 = 4;
+const FAKE_STEP: Duration = Duration::from_millis(80);
 
 struct Running {
     cancel: CancellationToken,
@@ -34,6 +51,8 @@ pub struct FakeDriver {
     ping_interval: Duration,
     op_delay: Duration,
     running: Mutex<HashMap<String, Running>>,
+    /// Images under [`FAKE_REGISTRY`] pulled so far.
+    pulled: Mutex<HashSet<String>>,
 }
 
 impl FakeDriver {
@@ -59,6 +78,7 @@ impl FakeDriver {
             ping_interval,
             op_delay,
             running: Mutex::new(HashMap::new()),
+            pulled: Mutex::new(HashSet::new()),
         }
     }
 
@@ -74,6 +94,51 @@ impl FakeDriver {
         if !self.op_delay.is_zero() {
             tokio::time::sleep(self.op_delay).await;
         }
+    }
+
+    /// Pretends to pull `image` the first time it is used, when it is under [`FAKE_REGISTRY`].
+    async fn ensure_image(&self, image: &str, sink: &PullSink) -> Result<(), DriverError> {
+        let Some(name) = image.strip_prefix(FAKE_REGISTRY) else {
+            return Ok(());
+        };
+        if self
+            .pulled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(image)
+        {
+            return Ok(());
+        }
+        let mut meter = PullMeter::start(sink.clone(), image);
+        if name.starts_with("missing") {
+            let why =
+                format!("the registry has no such image or tag (the fake registry has no {name})");
+            meter.finish(Err(why.clone()));
+            return Err(DriverError::ImageMissing {
+                image: image.to_string(),
+                why,
+            });
+        }
+        let layers: Vec<String> = (1..=FAKE_LAYERS).map(|n| format!("layer{n}")).collect();
+        for layer in &layers {
+            meter.layer(layer);
+        }
+        for layer in &layers {
+            for step in 1..=FAKE_STEPS {
+                tokio::time::sleep(FAKE_STEP).await;
+                let done = FAKE_LAYER_BYTES * step / FAKE_STEPS;
+                meter.downloading(layer, done, Some(FAKE_LAYER_BYTES));
+                meter.flush();
+            }
+            meter.complete(layer);
+            meter.flush();
+        }
+        meter.finish(Ok(()));
+        self.pulled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(image.to_string());
+        Ok(())
     }
 
     fn take(&self, id: &str) -> Option<Running> {
@@ -102,17 +167,23 @@ impl Driver for FakeDriver {
         "fake"
     }
 
-    async fn create(&self, spec: &SandboxSpec) -> Result<(), DriverError> {
+    async fn create(&self, spec: &SandboxSpec, pull: &PullSink) -> Result<(), DriverError> {
         self.delay().await;
+        self.ensure_image(&spec.image, pull).await?;
         let home = self.home(&spec.id);
         tokio::fs::create_dir_all(&home)
             .await
             .map_err(|e| io_err(&format!("creating {}", home.display()), e))
     }
 
-    async fn start(&self, spec: &SandboxSpec, token: &str) -> Result<(), DriverError> {
+    async fn start(
+        &self,
+        spec: &SandboxSpec,
+        token: &str,
+        pull: &PullSink,
+    ) -> Result<(), DriverError> {
         self.halt(&spec.id).await;
-        self.create(spec).await?;
+        self.create(spec, pull).await?;
         let boot = BootConfig {
             agent_id: spec.id.clone(),
             token: token.to_string(),
@@ -145,9 +216,9 @@ impl Driver for FakeDriver {
         Ok(())
     }
 
-    async fn rebuild(&self, spec: &SandboxSpec) -> Result<(), DriverError> {
+    async fn rebuild(&self, spec: &SandboxSpec, pull: &PullSink) -> Result<(), DriverError> {
         self.stop(&spec.id).await?;
-        self.create(spec).await
+        self.create(spec, pull).await
     }
 
     async fn destroy(&self, id: &str) -> Result<(), DriverError> {

@@ -5,9 +5,12 @@
 
 pub mod docker;
 pub mod fake;
+pub mod pull;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
+
+pub use pull::{PullMeter, PullProgress, PullSink, PullStatus};
 
 /// What a sandbox is made from.
 #[derive(Debug, Clone, PartialEq)]
@@ -56,8 +59,10 @@ pub enum DriverEvent {
 pub enum DriverError {
     #[error("the sandbox driver is unavailable: {0}")]
     Unavailable(String),
-    #[error("image {0:?} is not available")]
-    ImageMissing(String),
+    /// The image is neither on the machine nor could it be pulled; `why` says what the
+    /// registry or the engine answered.
+    #[error("image {image:?} is not available: {why}")]
+    ImageMissing { image: String, why: String },
     #[error("{0}")]
     Failed(String),
 }
@@ -66,19 +71,31 @@ pub enum DriverError {
 pub trait Driver: Send + Sync + 'static {
     /// `docker` or `fake`, as reported by the health route.
     fn kind(&self) -> &'static str;
-    /// Makes the sandbox (and whatever it needs: home, network) without starting it.
-    async fn create(&self, spec: &SandboxSpec) -> Result<(), DriverError>;
-    /// Hands the sandbox a fresh boot token and starts it; creates it first if it is missing.
-    async fn start(&self, spec: &SandboxSpec, token: &str) -> Result<(), DriverError>;
+    /// Makes the sandbox (and whatever it needs: image, home, network) without starting it.
+    /// A pull of a missing image reports its progress to `pull`.
+    async fn create(&self, spec: &SandboxSpec, pull: &PullSink) -> Result<(), DriverError>;
+    /// Hands the sandbox a fresh boot token and starts it; creates it first if it is missing
+    /// (reporting a pull to `pull`, as `create` does).
+    async fn start(
+        &self,
+        spec: &SandboxSpec,
+        token: &str,
+        pull: &PullSink,
+    ) -> Result<(), DriverError>;
     async fn stop(&self, id: &str) -> Result<(), DriverError>;
-    /// Remakes the sandbox from `spec`, keeping its home.
-    async fn rebuild(&self, spec: &SandboxSpec) -> Result<(), DriverError>;
+    /// Remakes the sandbox from `spec`, keeping its home (reporting a pull to `pull`).
+    async fn rebuild(&self, spec: &SandboxSpec, pull: &PullSink) -> Result<(), DriverError>;
     /// Removes the sandbox, its home and its network.
     async fn destroy(&self, id: &str) -> Result<(), DriverError>;
     async fn inspect(&self, id: &str) -> Result<SandboxStatus, DriverError>;
     /// Why a sandbox that stopped by itself stopped, when the reason makes it a failure (it ran
     /// out of memory); `None` for an ordinary stop, or when the driver cannot tell.
     async fn failure_reason(&self, _id: &str) -> Option<String> {
+        None
+    }
+    /// How a stopped sandbox ended (its exit code, the last lines it logged), for the message
+    /// of a start it cut short; `None` when the driver cannot tell.
+    async fn exit_report(&self, _id: &str) -> Option<String> {
         None
     }
     /// Every sandbox this installation owns, whether or not an agent knows it.

@@ -66,6 +66,7 @@ impl Raw {
             created_at,
             last_activity_at: None,
             sleeps_at: None,
+            pull: None,
         })
     }
 }
@@ -223,6 +224,34 @@ impl Store {
         let (id, from, message) = (id.to_string(), from.to_vec(), message.to_string());
         self.call(move |c| {
             guarded_move(c, &id, &from, AgentState::Error, ErrorColumn::Set(message))
+        })
+        .await
+    }
+
+    /// Moves the agent from `starting` to `error` with `message`, but only while it is still in
+    /// the boot whose token hash is `boot_hash`: a wait for an earlier boot's hello that times
+    /// out must not fail a start made since. Otherwise as [`Store::transition`].
+    pub async fn fail_boot(&self, id: &str, boot_hash: &str, message: &str) -> Result<Agent> {
+        let (id, boot_hash, message) = (id.to_string(), boot_hash.to_string(), message.to_string());
+        self.call(move |c| {
+            let row = c
+                .query_row(
+                    &format!(
+                        "UPDATE agents SET state = 'error', error = ?1, updated_at = ?2
+                         WHERE id = ?3 AND state = 'starting' AND boot_token_hash = ?4
+                         RETURNING {COLUMNS}"
+                    ),
+                    params![message, now_text(), id, boot_hash],
+                    Raw::from_row,
+                )
+                .optional()?;
+            match row {
+                Some(raw) => raw.into_agent(),
+                None => Err(StoreError::Conflict {
+                    state: must_read_agent(c, &id)?.state,
+                    id,
+                }),
+            }
         })
         .await
     }

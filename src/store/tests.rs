@@ -582,3 +582,37 @@ async fn a_bad_stored_value_is_corrupt_not_a_panic() {
     );
     assert!(store.list_agents().await.is_err());
 }
+
+#[tokio::test]
+async fn a_timeout_of_an_earlier_boot_does_not_fail_a_later_one() {
+    let (_dir, store) = temp_store().await;
+    let a = store.insert_agent(new_agent("boots")).await.unwrap();
+    store
+        .transition(&a.id, &[AgentState::Creating], AgentState::Starting)
+        .await
+        .unwrap();
+    store
+        .set_boot_token_hash(&a.id, Some("second"))
+        .await
+        .unwrap();
+
+    let refused = store.fail_boot(&a.id, "first", "late timeout").await;
+    assert!(
+        matches!(
+            refused,
+            Err(StoreError::Conflict {
+                state: AgentState::Starting,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(
+        store.get_agent(&a.id).await.unwrap().state,
+        AgentState::Starting
+    );
+
+    let failed = store.fail_boot(&a.id, "second", "no hello").await.unwrap();
+    assert_eq!(failed.state, AgentState::Error);
+    assert_eq!(failed.error.as_deref(), Some("no hello"));
+}

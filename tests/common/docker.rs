@@ -310,3 +310,21 @@ pub async fn reachable(s: &TestServer, id: &str, addrs: &[String]) -> Vec<bool> 
 pub async fn can_connect(s: &TestServer, id: &str, addr: &str) -> bool {
     reachable(s, id, &[addr.to_string()]).await[0]
 }
+
+/// The host's own IPv4 addresses outside loopback, veths and agent bridges (those of tests
+/// running at the same time come and go).
+pub fn host_addresses() -> Vec<String> {
+    let out = Command::new("ip")
+        .args(["-4", "-o", "addr", "show"])
+        .output()
+        .expect("ip addr");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (dev, addr) = (f.get(1)?, f.get(3)?);
+            let skip = *dev == "lo" || dev.starts_with("br-") || dev.starts_with("veth");
+            (!skip).then(|| addr.split('/').next().unwrap_or_default().to_string())
+        })
+        .collect()
+}

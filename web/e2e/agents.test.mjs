@@ -64,6 +64,19 @@ test('create an agent and watch it reach running, live', async () => {
   assert.equal(await page.locator('[data-field-error="name"]').textContent(), '', 'typing clears the message');
 });
 
+test('while the image is pulled the row says how far, then the agent runs', async () => {
+  const { page } = b;
+  // The fake driver pretends to pull images under pull.invalid/ (about a second, in steps).
+  const a = await server.apiJson('POST', '/agents', { name: 'pulled', image: 'pull.invalid/web-e2e:1' });
+  assert.equal(a.state, 'creating');
+  const r = row(page, 'pulled');
+  const status = r.getByTestId('status-line');
+  await status.filter({ hasText: /Pulling image… [1-9]\d?%/ }).waitFor({ timeout: 30_000 });
+  assert.match(await status.locator('.status-text').getAttribute('title'), /of 3 layers, pull\.invalid\/web-e2e:1\)$/);
+  await r.locator('[data-testid="state"][data-state="running"]').waitFor({ timeout: 30_000 });
+  assert.doesNotMatch(await status.textContent(), /Pulling/);
+});
+
 test('an agent changed through the API updates on the page without a reload', async () => {
   const { page } = b;
   const a = await server.runningAgent('from-api');

@@ -1,6 +1,6 @@
 // Pieces shared by the agents list and the agent page: state badge, status line, actions.
-import { api, ApiError, type Agent, type AgentState } from './api';
-import { confirmDialog, formatFuture, formatMb, h, setText, toast } from './dom';
+import { api, ApiError, type Agent, type AgentState, type PullProgress } from './api';
+import { confirmDialog, formatBytes, formatFuture, formatMb, h, setText, toast } from './dom';
 import { store } from './store';
 
 const LABELS: Record<AgentState, string> = {
@@ -56,7 +56,10 @@ export function statusLine(): { el: HTMLElement; update: (a: Agent) => void } {
     update(a) {
       let msg = '';
       let kind = '';
-      if (isBusy(a.state)) {
+      if (isBusy(a.state) && a.pull) {
+        msg = `Pulling image… ${a.pull.percent}%`;
+        kind = 'busy';
+      } else if (isBusy(a.state)) {
         msg = PROGRESS[a.state]!;
         kind = 'busy';
       } else if (a.state === 'error') {
@@ -74,9 +77,18 @@ export function statusLine(): { el: HTMLElement; update: (a: Agent) => void } {
       el.className = `status-line${kind ? ` status-${kind}` : ''}`;
       el.setAttribute('role', kind === 'error' ? 'alert' : 'status');
       setText(text, msg);
-      text.title = msg;
+      text.title = a.pull && isBusy(a.state) ? `${msg} ${pullDetail(a.pull)}` : msg;
     },
   };
+}
+
+/** `4.0 MiB of 12.0 MiB, 1 of 2 layers — IMAGE`, as far as the registry has told. */
+function pullDetail(p: PullProgress): string {
+  const parts: string[] = [];
+  if (p.bytesTotal > 0) parts.push(`${formatBytes(p.bytesDone)} of ${formatBytes(p.bytesTotal)}`);
+  if (p.layersTotal > 0) parts.push(`${p.layersDone} of ${p.layersTotal} layers`);
+  parts.push(p.image);
+  return `(${parts.join(', ')})`;
 }
 
 type Action = 'start' | 'stop' | 'rebuild' | 'destroy';

@@ -23,6 +23,21 @@ export interface Agent {
   createdAt: string;
   lastActivityAt: string | null;
   sleepsAt: string | null;
+  /** The image pull under way (creating, starting, rebuilding); null when none is. */
+  pull?: PullProgress | null;
+}
+
+/** How far an image pull has got: the `pull` field of an Agent and the `pull` SSE event. */
+export interface PullProgress {
+  image: string;
+  status: 'pulling' | 'done' | 'failed';
+  layersDone: number;
+  layersTotal: number;
+  bytesDone: number;
+  bytesTotal: number;
+  /** An estimate for display, 0–100, that never goes down during a pull. */
+  percent: number;
+  error: string | null;
 }
 
 export interface FsEntry {

@@ -1,5 +1,5 @@
 // Live agent state: one list fetch, then the SSE stream `GET /api/v1/events`. No polling.
-import { api, ApiError, BASE, type Agent } from './api';
+import { api, ApiError, BASE, type Agent, type PullProgress } from './api';
 
 type Listener = () => void;
 
@@ -55,6 +55,19 @@ class AgentStore {
     this.put(agent);
   }
 
+  /** A pull event: the agent shows the pull while it runs, and none once it has ended. */
+  private onPull(id: string, progress: PullProgress): void {
+    const pull = progress.status === 'pulling' ? progress : null;
+    const apply = (m: Map<string, Agent>) => {
+      const a = m.get(id);
+      if (a) m.set(id, { ...a, pull });
+    };
+    if (this.pending) this.pending.push(apply);
+    if (this.deleted.has(id) || !this.agents.has(id)) return;
+    apply(this.agents);
+    this.emit();
+  }
+
   private onDeleted(id: string): void {
     if (this.pending) this.pending.push((m) => m.delete(id));
     this.deleted.add(id);
@@ -107,6 +120,14 @@ class AgentStore {
     es.addEventListener('agent', (ev) => {
       try {
         this.onAgent(JSON.parse((ev as MessageEvent<string>).data) as Agent);
+      } catch {
+        /* ignore a malformed event */
+      }
+    });
+    es.addEventListener('pull', (ev) => {
+      try {
+        const { id, ...progress } = JSON.parse((ev as MessageEvent<string>).data) as PullProgress & { id: string };
+        if (id) this.onPull(id, progress);
       } catch {
         /* ignore a malformed event */
       }

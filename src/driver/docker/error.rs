@@ -71,11 +71,7 @@ impl From<DockerError> for DriverError {
             DockerError::Api { ref source, .. } if is_transport(source) => {
                 DriverError::Unavailable(e.to_string())
             }
-            DockerError::ImageMissing { image, why } => {
-                // The trait's variant holds only the name; the reason goes to the log.
-                tracing::warn!(image, "image is not available: {why}");
-                DriverError::ImageMissing(image)
-            }
+            DockerError::ImageMissing { image, why } => DriverError::ImageMissing { image, why },
             other => DriverError::Failed(other.to_string()),
         }
     }

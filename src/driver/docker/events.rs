@@ -3,9 +3,11 @@
 //! The stream is filtered by our labels, reconnects with backoff when dockerd goes away, and
 //! after a reconnect resyncs from a container list (events during the gap are lost). Events that
 //! arrive while one of the driver's own operations on that sandbox is under way (a stop inside a
-//! start, a rebuild's removal) are dropped. Anything later is passed on, and the lifecycle checks
-//! it against the container's real state, so a late echo of our own operation changes nothing
-//! while an outside change right after one is never missed.
+//! start, a rebuild's removal) are dropped, except the death of a container the operation has
+//! already launched: that is the sandbox itself failing (sandboxd exiting at boot), not us.
+//! Anything later is passed on, and the lifecycle checks it against the container's real state,
+//! so a late echo of our own operation changes nothing while an outside change right after one
+//! is never missed.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -20,10 +22,18 @@ use tokio::sync::mpsc;
 use super::names::{Names, LABEL_MANAGED, LABEL_PREFIX, LABEL_ROLE};
 use crate::driver::DriverEvent;
 
+/// The first wait before reconnecting to a lost event stream; it doubles with each failure.
+const MIN_BACKOFF: Duration = Duration::from_millis(250);
+/// The longest wait: a restarted dockerd is followed again within this much of answering.
+const MAX_BACKOFF: Duration = Duration::from_secs(4);
+
 #[derive(Default)]
 struct Track {
     /// Start times of the operations in flight.
     active: Vec<SystemTime>,
+    /// When one of them last asked Docker to start the container: a `die` or `destroy` from
+    /// then on is the new sandbox failing, which no operation of ours causes.
+    launched: Option<SystemTime>,
 }
 
 /// The driver's own operations per sandbox, so their events can be told from outside ones.
@@ -71,11 +81,38 @@ impl OwnOps {
         }
     }
 
-    /// Whether an event on `id` at `at` falls inside one of our operations still under way.
-    pub fn caused_by_us(&self, id: &str, at: SystemTime) -> bool {
+    /// Marks that an operation under way on `id` is about to start its container. Call it
+    /// right before the start request, after any stop or removal the operation makes itself.
+    pub fn launching(&self, id: &str) {
+        let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(track) = map.get_mut(id) {
+            track.launched = Some(SystemTime::now());
+        }
+    }
+
+    /// Whether an operation of ours on `id` is under way.
+    pub fn busy(&self, id: &str) -> bool {
         let map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(id)
-            .is_some_and(|t| t.active.iter().any(|s| at >= *s))
+        map.contains_key(id)
+    }
+
+    /// Whether `event` on `id` at `at` belongs to one of our operations still under way.
+    ///
+    /// A stop or removal arriving while one runs is ours, or older than it and made moot by it
+    /// (an operation begins only from a settled state, and ends in the state it chooses), unless
+    /// it comes from the container the operation has since launched. A start is ours if it
+    /// happened inside the operation.
+    pub fn caused_by_us(&self, id: &str, at: SystemTime, event: &DriverEvent) -> bool {
+        let map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(track) = map.get(id) else {
+            return false;
+        };
+        match event {
+            DriverEvent::Stopped(_) | DriverEvent::Removed(_) => {
+                track.launched.is_none_or(|l| at < l)
+            }
+            DriverEvent::Started(_) => track.active.iter().any(|s| at >= *s),
+        }
     }
 }
 
@@ -113,7 +150,7 @@ pub async fn follow(
     tx: mpsc::UnboundedSender<DriverEvent>,
 ) {
     let mut since = since;
-    let mut backoff = Duration::from_millis(250);
+    let mut backoff = MIN_BACKOFF;
     let mut reconnect = false;
     loop {
         let filters = HashMap::from([
@@ -141,9 +178,15 @@ pub async fn follow(
             .build();
         let mut stream = docker.events(Some(opts));
         if reconnect {
-            // Whatever happened while we were away shows only in the containers' states now.
+            // Whatever happened while we were away shows only in the containers' states now
+            // (a restarted dockerd has lost its events; the replay from `since` is best effort).
             match resync(&docker, &names, &ops, &tx).await {
-                Ok(()) => tracing::info!("docker events: reconnected"),
+                Ok(()) => {
+                    tracing::info!("docker events: reconnected");
+                    // dockerd answers again: the next break starts over with short waits, even
+                    // if no event arrives in between.
+                    backoff = MIN_BACKOFF;
+                }
                 Err(e) => tracing::debug!("docker events: resync failed: {e}"),
             }
         }
@@ -154,7 +197,7 @@ pub async fn follow(
             };
             match item {
                 Some(Ok(ev)) => {
-                    backoff = Duration::from_millis(250);
+                    backoff = MIN_BACKOFF;
                     let at = event_time(&ev);
                     since = at;
                     let Some(de) = to_driver_event(&names, &ev) else {
@@ -165,7 +208,7 @@ pub async fn follow(
                         | DriverEvent::Stopped(id)
                         | DriverEvent::Removed(id) => id.clone(),
                     };
-                    if ops.caused_by_us(&id, at) {
+                    if ops.caused_by_us(&id, at, &de) {
                         tracing::trace!(?de, "docker event from our own operation");
                         continue;
                     }
@@ -189,7 +232,7 @@ pub async fn follow(
             _ = tx.closed() => return,
             _ = tokio::time::sleep(backoff) => {}
         }
-        backoff = (backoff * 2).min(Duration::from_secs(10));
+        backoff = (backoff * 2).min(MAX_BACKOFF);
         // Events replayed from before the break are fine to see twice: the lifecycle's guarded
         // transitions make repeats harmless.
     }
@@ -201,7 +244,6 @@ async fn resync(
     ops: &OwnOps,
     tx: &mpsc::UnboundedSender<DriverEvent>,
 ) -> Result<(), bollard::errors::Error> {
-    let now = SystemTime::now();
     let list = docker
         .list_containers(Some(
             ListContainersOptionsBuilder::default()
@@ -214,7 +256,9 @@ async fn resync(
         let Some(id) = names.agent_of(c.labels.as_ref()) else {
             continue;
         };
-        if ops.caused_by_us(&id, now) {
+        // A container between our own steps (stopped inside a start, not yet started again)
+        // says nothing; the operation settles the agent.
+        if ops.busy(&id) {
             continue;
         }
         let ev = match c.state {
@@ -260,17 +304,42 @@ mod tests {
     #[test]
     fn events_inside_our_operations_are_ours() {
         let ops = OwnOps::default();
+        let stopped = DriverEvent::Stopped("abc".into());
+        let started = DriverEvent::Started("abc".into());
         let before = SystemTime::now() - Duration::from_secs(5);
         let guard = ops.begin("abc");
         let during = SystemTime::now();
-        assert!(ops.caused_by_us("abc", during));
-        assert!(!ops.caused_by_us("other", during));
-        assert!(!ops.caused_by_us("abc", before));
+        assert!(ops.busy("abc"));
+        assert!(ops.caused_by_us("abc", during, &stopped));
+        assert!(ops.caused_by_us("abc", during, &started));
+        assert!(!ops.caused_by_us("other", during, &stopped));
+        // A start from before the operation is not ours; a stop from before it, arriving
+        // now, is moot (a late `die` of an earlier boot must not fail the start under way).
+        assert!(!ops.caused_by_us("abc", before, &started));
+        assert!(ops.caused_by_us("abc", before, &stopped));
         // Once the operation is over, a late event is passed on (the lifecycle checks it
         // against the container's real state), so an outside change right after it is seen.
         drop(guard);
-        assert!(!ops.caused_by_us("abc", during));
+        assert!(!ops.busy("abc"));
+        assert!(!ops.caused_by_us("abc", during, &stopped));
         let later = SystemTime::now() + Duration::from_secs(5);
-        assert!(!ops.caused_by_us("abc", later));
+        assert!(!ops.caused_by_us("abc", later, &stopped));
+    }
+
+    #[test]
+    fn a_container_dying_after_our_start_launched_it_is_not_ours() {
+        let ops = OwnOps::default();
+        let id = "abc";
+        let _start = ops.begin(id);
+        // The stop inside the start (the container ran with an old token) is ours...
+        let inner_stop = SystemTime::now();
+        ops.launching(id);
+        let launched = SystemTime::now() + Duration::from_millis(1);
+        assert!(ops.caused_by_us(id, inner_stop, &DriverEvent::Stopped(id.into())));
+        // ...and so is the start itself, but the new sandbox dying (sandboxd exiting at
+        // boot) or being removed is not, even while the start is still under way.
+        assert!(ops.caused_by_us(id, launched, &DriverEvent::Started(id.into())));
+        assert!(!ops.caused_by_us(id, launched, &DriverEvent::Stopped(id.into())));
+        assert!(!ops.caused_by_us(id, launched, &DriverEvent::Removed(id.into())));
     }
 }

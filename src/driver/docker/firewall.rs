@@ -8,8 +8,9 @@
 //! rule carries a comment naming the installation and agent, so destroy and orphan cleanup find
 //! them again.
 //!
-//! Only used when the server runs on the host; in a container it cannot touch the host's
-//! firewall (see the driver's startup warning).
+//! Only used when the server runs on the host. A server in a container cannot touch the host's
+//! firewall and needs no rules: its agent bridges have no host address at all (see
+//! `placement::INHIBIT_IPV4`), so a sandbox's packets for the host find nobody to take them.
 
 use std::collections::HashSet;
 use std::net::Ipv4Addr;
@@ -122,6 +123,13 @@ impl Firewall {
         Ok(())
     }
 
+    /// The agents of this installation that have rules: a server killed between removing a
+    /// sandbox's objects and its rules leaves rules that only this finds again.
+    pub async fn agents(&self) -> Result<HashSet<String>, DockerError> {
+        let out = iptables(&["-S", CHAIN]).await?;
+        Ok(agents_tagged(&out, &self.prefix))
+    }
+
     /// The `iptables -S` lines of this agent's rules.
     async fn present(&self, id: &str) -> Result<Vec<String>, DockerError> {
         let out = iptables(&["-S", CHAIN]).await?;
@@ -132,6 +140,17 @@ impl Firewall {
             .map(str::to_string)
             .collect())
     }
+}
+
+/// The agent ids in the comments `agenthold:<prefix>:<id>` of `iptables -S` output.
+fn agents_tagged(rules: &str, prefix: &str) -> HashSet<String> {
+    let head = format!("agenthold:{prefix}:");
+    rules
+        .split_whitespace()
+        .filter_map(|w| w.trim_matches('"').strip_prefix(&head))
+        .filter(|id| !id.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 fn str_refs(v: &[String]) -> Vec<&str> {
@@ -176,5 +195,15 @@ mod tests {
             assert!(r.iter().any(|w| w == "agenthold:ah:abc"));
             assert!(r.windows(2).any(|w| w[0] == "-i" && w[1] == "br-0123"));
         }
+    }
+
+    #[test]
+    fn agents_are_found_by_their_installation_tag_only() {
+        let rules = "-P INPUT ACCEPT\n\
+            -A INPUT -i br-1 -m comment --comment \"agenthold:ah:abc\" -j DROP\n\
+            -A INPUT -i br-2 -m comment --comment agenthold:ah:def -j DROP\n\
+            -A INPUT -i br-3 -m comment --comment \"agenthold:ahbench:xyz\" -j DROP\n";
+        let found = agents_tagged(rules, "ah");
+        assert_eq!(found, HashSet::from(["abc".to_string(), "def".to_string()]));
     }
 }

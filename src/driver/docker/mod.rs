@@ -12,10 +12,12 @@
 
 mod error;
 mod events;
+mod exit;
 mod files;
 mod firewall;
 mod names;
 mod placement;
+mod pull;
 mod subnet;
 
 use std::collections::{BTreeMap, HashMap};
@@ -30,17 +32,16 @@ use bollard::models::{
     RestartPolicyNameEnum, VolumeCreateRequest,
 };
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, CreateImageOptionsBuilder, ListContainersOptionsBuilder,
-    ListNetworksOptionsBuilder, ListVolumesOptionsBuilder, RemoveVolumeOptionsBuilder,
-    StopContainerOptionsBuilder, UploadToContainerOptionsBuilder,
+    CreateContainerOptionsBuilder, ListContainersOptionsBuilder, ListNetworksOptionsBuilder,
+    ListVolumesOptionsBuilder, RemoveVolumeOptionsBuilder, StopContainerOptionsBuilder,
+    UploadToContainerOptionsBuilder,
 };
 use bollard::Docker;
 use futures::stream::BoxStream;
-use futures::StreamExt;
 use ipnet::Ipv4Net;
 use sandboxd::boot::BootConfig;
 
-use super::{Driver, DriverError, DriverEvent, SandboxInfo, SandboxSpec, SandboxStatus};
+use super::{Driver, DriverError, DriverEvent, PullSink, SandboxInfo, SandboxSpec, SandboxStatus};
 use crate::config::{Config, DockerConfig, HostMount};
 use crate::store::{Store, StoreError};
 
@@ -56,10 +57,6 @@ use subnet::AgentNet;
 /// Seconds a stop waits after SIGTERM before Docker kills the sandbox. sandboxd kills its
 /// process groups on SIGTERM, so this is only for a sandbox that hangs.
 const STOP_GRACE_SECS: i32 = 10;
-/// A pull that takes longer than this fails instead of leaving the agent in `creating`.
-const PULL_TIMEOUT: Duration = Duration::from_secs(15 * 60);
-/// A pull whose progress stalls this long fails too.
-const PULL_STALL: Duration = Duration::from_secs(120);
 /// How long each Docker API call may take to answer.
 const API_TIMEOUT_SECS: u64 = 120;
 
@@ -109,11 +106,8 @@ impl DockerDriver {
             Some(server) => {
                 let volume = cfg.sandboxd_volume_name();
                 placement::fill_sandboxd_volume(&docker, &names, &server, &volume, &binary).await?;
-                tracing::warn!(
-                    "the server runs in a container, so it cannot add host firewall rules: \
-                     sandboxes can reach the host's own addresses unless the host's firewall \
-                     drops traffic from the agent bridges"
-                );
+                // No host firewall rules from in here: the agent bridges get no host address
+                // instead (see `create_network`), so the host is out of a sandbox's reach anyway.
                 (Placement::Container { server, volume }, None)
             }
             None => {
@@ -155,65 +149,8 @@ impl DockerDriver {
 
     // ---- images -------------------------------------------------------------------------
 
-    async fn ensure_image(&self, image: &str) -> Result<(), DockerError> {
-        match self.docker.inspect_image(image).await {
-            Ok(_) => return Ok(()),
-            Err(e) if is_not_found(&e) => {}
-            Err(e) => return Err(DockerError::api(format!("inspecting image {image}"))(e)),
-        }
-        let reference = with_tag(image);
-        tracing::info!(image = reference, "image not here; pulling it");
-        let missing = |why: String| DockerError::ImageMissing {
-            image: image.to_string(),
-            why,
-        };
-        let mut stream = self.docker.create_image(
-            Some(
-                CreateImageOptionsBuilder::default()
-                    .from_image(&reference)
-                    .build(),
-            ),
-            None,
-            None,
-        );
-        let pull = async {
-            let mut last_status = String::new();
-            loop {
-                let next = tokio::time::timeout(PULL_STALL, stream.next())
-                    .await
-                    .map_err(|_| {
-                        missing(format!("the pull made no progress for {PULL_STALL:?}"))
-                    })?;
-                match next {
-                    None => return Ok(()),
-                    Some(Ok(info)) => {
-                        let status = info.status.unwrap_or_default();
-                        let progress = info
-                            .progress_detail
-                            .map(|p| format!("{}/{}", p.current.unwrap_or(0), p.total.unwrap_or(0)))
-                            .unwrap_or_default();
-                        if status != last_status {
-                            tracing::info!(
-                                image = reference,
-                                layer = info.id.unwrap_or_default(),
-                                "{status}"
-                            );
-                            last_status = status;
-                        } else {
-                            tracing::debug!(image = reference, "{status} {progress}");
-                        }
-                    }
-                    Some(Err(e)) => return Err(missing(format!("pulling failed: {e}"))),
-                }
-            }
-        };
-        tokio::time::timeout(PULL_TIMEOUT, pull)
-            .await
-            .map_err(|_| missing(format!("the pull took longer than {PULL_TIMEOUT:?}")))??;
-        match self.docker.inspect_image(image).await {
-            Ok(_) => Ok(()),
-            Err(e) => Err(missing(format!("still missing after the pull: {e}"))),
-        }
+    async fn ensure_image(&self, image: &str, progress: &PullSink) -> Result<(), DockerError> {
+        pull::ensure_image(&self.docker, image, progress).await
     }
 
     // ---- volumes ------------------------------------------------------------------------
@@ -335,6 +272,10 @@ impl DockerDriver {
                 driver: Some("bridge".to_string()),
                 // No route out: Docker's rules drop everything forwarded off this bridge.
                 internal: Some(true),
+                // A server in a container leaves the host off the bridge (no address at `.1`):
+                // a sandbox can then reach nothing of the host, not even its own addresses, which
+                // only host firewall rules could otherwise keep it from.
+                options: Some(self.placement.network_options()),
                 ipam: Some(Ipam {
                     driver: Some("default".to_string()),
                     config: Some(vec![IpamConfig {
@@ -365,6 +306,35 @@ impl DockerDriver {
             Err(e) if is_not_found(&e) => return Ok(None),
             Err(e) => return Err(DockerError::api(format!("inspecting network {name}"))(e)),
         };
+        // Made while the server ran elsewhere (on the host rather than in a container, or the
+        // reverse). The option cannot change in place, and a container whose network was made
+        // anew no longer starts (Docker looks it up by the old id), so the network is made anew
+        // only while the agent has no container, as in a rebuild.
+        let host_address = placement::bridge_has_host_address(info.options.as_ref());
+        if host_address != self.placement.host_on_bridge() {
+            if self.container_status(id).await? == SandboxStatus::Missing {
+                tracing::info!(
+                    agent = id,
+                    network = name,
+                    "the network was made for a server placed elsewhere; making it anew"
+                );
+                self.remove_network(name, info.containers.as_ref()).await?;
+                return Ok(None);
+            }
+            if host_address {
+                tracing::warn!(
+                    agent = id,
+                    network = name,
+                    "the network was made while the server ran on the host, so its sandbox can \
+                     reach the host's own addresses; rebuild the agent to make it anew"
+                );
+            } else {
+                return Err(DockerError::Other(format!(
+                    "network {name} was made while the server ran in a container, so it has no \
+                     host address for sandboxd to dial; rebuild the agent to make it anew"
+                )));
+            }
+        }
         let subnet = info
             .ipam
             .as_ref()
@@ -405,6 +375,36 @@ impl DockerDriver {
             }
         }
         Ok(Some((net, bridge)))
+    }
+
+    /// Removes a network of ours that has no sandbox on it, after taking the server's own
+    /// container (the only other member) off it.
+    async fn remove_network(
+        &self,
+        name: &str,
+        members: Option<&HashMap<String, bollard::models::EndpointResource>>,
+    ) -> Result<(), DockerError> {
+        if let Placement::Container { server, .. } = &self.placement {
+            if members.is_some_and(|m| m.contains_key(server.as_str())) {
+                self.docker
+                    .disconnect_network(
+                        name,
+                        NetworkDisconnectRequest {
+                            container: server.clone(),
+                            force: Some(true),
+                        },
+                    )
+                    .await
+                    .map_err(DockerError::api(format!(
+                        "taking the server off network {name}"
+                    )))?;
+            }
+        }
+        match self.docker.remove_network(name).await {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(DockerError::api(format!("removing network {name}"))(e)),
+        }
     }
 
     async fn join_server(
@@ -521,7 +521,11 @@ impl DockerDriver {
 
     /// Makes everything the sandbox needs; an existing container is kept as it is (rebuild is
     /// what applies a new spec).
-    async fn create_all(&self, spec: &SandboxSpec) -> Result<(AgentNet, String), DockerError> {
+    async fn create_all(
+        &self,
+        spec: &SandboxSpec,
+        pull: &PullSink,
+    ) -> Result<(AgentNet, String), DockerError> {
         let id = &spec.id;
         let name = self.names.container(id);
         let exists = match self.docker.inspect_container(&name, None).await {
@@ -534,7 +538,7 @@ impl DockerDriver {
             if exists {
                 Ok(())
             } else {
-                self.ensure_image(&spec.image).await
+                self.ensure_image(&spec.image, pull).await
             }
         };
         let (image, volume, net) =
@@ -656,10 +660,15 @@ impl DockerDriver {
         )
     }
 
-    async fn start_inner(&self, spec: &SandboxSpec, token: &str) -> Result<(), DockerError> {
+    async fn start_inner(
+        &self,
+        spec: &SandboxSpec,
+        token: &str,
+        pull: &PullSink,
+    ) -> Result<(), DockerError> {
         let id = &spec.id;
         let name = self.names.container(id);
-        let (net, bridge) = self.create_all(spec).await?;
+        let (net, bridge) = self.create_all(spec, pull).await?;
         if let Some(fw) = &self.firewall {
             fw.ensure(id, &bridge, net.gateway(), self.tunnel_port)
                 .await?;
@@ -684,6 +693,9 @@ impl DockerDriver {
             )
             .await
             .map_err(DockerError::api(format!("writing boot.json into {name}")))?;
+        // From here on a `die` is the new sandbox failing (sandboxd exiting at boot), which the
+        // lifecycle must hear about even while this start is still under way.
+        self.ops.launching(id);
         self.docker
             .start_container(&name, None)
             .await
@@ -804,6 +816,11 @@ impl DockerDriver {
                 found.entry(id).or_insert(SandboxStatus::Missing);
             }
         }
+        if let Some(fw) = &self.firewall {
+            for id in fw.agents().await? {
+                found.entry(id).or_insert(SandboxStatus::Missing);
+            }
+        }
         Ok(found
             .into_iter()
             .map(|(id, status)| SandboxInfo { id, status })
@@ -835,17 +852,6 @@ async fn connect_engine(cfg: &DockerConfig) -> Result<Docker, DockerError> {
     Ok(docker)
 }
 
-/// `name` with `:latest` added when it names no tag or digest: a pull without a tag would fetch
-/// every tag of the repository.
-fn with_tag(image: &str) -> String {
-    let last = image.rsplit('/').next().unwrap_or(image);
-    if image.contains('@') || last.contains(':') {
-        image.to_string()
-    } else {
-        format!("{image}:latest")
-    }
-}
-
 /// Docker's answer when a subnet overlaps another network's.
 fn overlaps_error(e: &bollard::errors::Error) -> bool {
     let msg = e.to_string();
@@ -858,15 +864,20 @@ impl Driver for DockerDriver {
         "docker"
     }
 
-    async fn create(&self, spec: &SandboxSpec) -> Result<(), DriverError> {
+    async fn create(&self, spec: &SandboxSpec, pull: &PullSink) -> Result<(), DriverError> {
         let _op = self.ops.begin(&spec.id);
-        self.create_all(spec).await?;
+        self.create_all(spec, pull).await?;
         Ok(())
     }
 
-    async fn start(&self, spec: &SandboxSpec, token: &str) -> Result<(), DriverError> {
+    async fn start(
+        &self,
+        spec: &SandboxSpec,
+        token: &str,
+        pull: &PullSink,
+    ) -> Result<(), DriverError> {
         let _op = self.ops.begin(&spec.id);
-        Ok(self.start_inner(spec, token).await?)
+        Ok(self.start_inner(spec, token, pull).await?)
     }
 
     async fn stop(&self, id: &str) -> Result<(), DriverError> {
@@ -874,11 +885,11 @@ impl Driver for DockerDriver {
         Ok(self.stop_container(id).await?)
     }
 
-    async fn rebuild(&self, spec: &SandboxSpec) -> Result<(), DriverError> {
+    async fn rebuild(&self, spec: &SandboxSpec, pull: &PullSink) -> Result<(), DriverError> {
         let _op = self.ops.begin(&spec.id);
         // The home volume and the network stay; only the container is made anew.
         remove_force(&self.docker, &self.names.container(&spec.id)).await?;
-        self.create_all(spec).await?;
+        self.create_all(spec, pull).await?;
         Ok(())
     }
 
@@ -899,6 +910,10 @@ impl Driver for DockerDriver {
                 None
             }
         }
+    }
+
+    async fn exit_report(&self, id: &str) -> Option<String> {
+        exit::report(&self.docker, &self.names.container(id)).await
     }
 
     async fn list(&self) -> Result<Vec<SandboxInfo>, DriverError> {
@@ -926,19 +941,5 @@ impl std::fmt::Debug for DockerDriver {
             .field("prefix", &self.names.prefix())
             .field("placement", &self.placement)
             .finish_non_exhaustive()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pulls_name_a_tag() {
-        assert_eq!(with_tag("debian"), "debian:latest");
-        assert_eq!(with_tag("debian:bookworm-slim"), "debian:bookworm-slim");
-        assert_eq!(with_tag("127.0.0.1:5000/x/y"), "127.0.0.1:5000/x/y:latest");
-        assert_eq!(with_tag("127.0.0.1:5000/x/y:1"), "127.0.0.1:5000/x/y:1");
-        assert_eq!(with_tag("x@sha256:abcd"), "x@sha256:abcd");
     }
 }

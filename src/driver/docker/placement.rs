@@ -4,8 +4,12 @@
 //! - On the host: the folder holding a static sandboxd is bind-mounted read-only at
 //!   `/opt/agenthold`, and sandboxd dials the bridge gateway `.1`.
 //! - In a container: the server copies its own sandboxd into a volume that every sandbox mounts
-//!   read-only, joins every agent network at `.2`, and sandboxd dials that.
+//!   read-only, joins every agent network at `.2`, and sandboxd dials that. The agent bridges get
+//!   no address on the host at all ([`INHIBIT_IPV4`]): a sandbox then has no way to the host's own
+//!   addresses, which on the host the firewall rules ensure, and which a server in a container
+//!   could not ensure since it cannot change the host's firewall.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType, VolumeCreateRequest};
@@ -20,6 +24,10 @@ use super::names::Names;
 
 /// Where sandboxd lives inside every sandbox.
 pub const SANDBOXD_DIR: &str = "/opt/agenthold";
+
+/// The bridge driver option that leaves the host without an address on the bridge (Docker still
+/// records the gateway `.1` in the network's IPAM, but nothing answers there).
+pub const INHIBIT_IPV4: &str = "com.docker.network.bridge.inhibit_ipv4";
 
 #[derive(Debug, Clone)]
 pub enum Placement {
@@ -38,6 +46,21 @@ impl Placement {
         }
     }
 
+    /// Whether the host needs an address (the gateway `.1`) on every agent bridge: only when the
+    /// server runs on the host, because that is where sandboxd dials it.
+    pub fn host_on_bridge(&self) -> bool {
+        matches!(self, Placement::Host { .. })
+    }
+
+    /// The bridge driver options of a new agent network.
+    pub fn network_options(&self) -> HashMap<String, String> {
+        if self.host_on_bridge() {
+            HashMap::new()
+        } else {
+            HashMap::from([(INHIBIT_IPV4.to_string(), "true".to_string())])
+        }
+    }
+
     /// The read-only mount that puts sandboxd at [`SANDBOXD_DIR`].
     pub fn mount(&self) -> Mount {
         let (typ, source) = match self {
@@ -52,6 +75,15 @@ impl Placement {
             ..Default::default()
         }
     }
+}
+
+/// Whether a network with these driver options has an address of the host on its bridge. Docker
+/// reads the option with Go's `strconv.ParseBool`, so every spelling it accepts counts.
+pub fn bridge_has_host_address(options: Option<&HashMap<String, String>>) -> bool {
+    let inhibited = options
+        .and_then(|o| o.get(INHIBIT_IPV4))
+        .is_some_and(|v| matches!(v.as_str(), "1" | "t" | "T" | "true" | "TRUE" | "True"));
+    !inhibited
 }
 
 /// The sandboxd binary to use: `sandbox.sandboxd_path` if set, else `sandboxd` next to the running
@@ -294,5 +326,26 @@ mod tests {
         );
         assert_eq!(container_ids_in_mountinfo(&info), vec![id]);
         assert!(container_ids_in_mountinfo("1 0 0:1 / / rw - overlay overlay rw\n").is_empty());
+    }
+
+    #[test]
+    fn only_a_server_in_a_container_takes_the_host_off_the_bridges() {
+        let host = Placement::Host {
+            dir: PathBuf::from("/x"),
+            file: "sandboxd".into(),
+        };
+        let container = Placement::Container {
+            server: "c".repeat(64),
+            volume: "v".into(),
+        };
+        assert!(host.host_on_bridge());
+        assert!(bridge_has_host_address(Some(&host.network_options())));
+        assert!(!container.host_on_bridge());
+        assert!(!bridge_has_host_address(Some(&container.network_options())));
+        // What Docker reports for a network made before, or by hand.
+        assert!(bridge_has_host_address(None));
+        let opt = |v: &str| HashMap::from([(INHIBIT_IPV4.to_string(), v.to_string())]);
+        assert!(!bridge_has_host_address(Some(&opt("1"))));
+        assert!(bridge_has_host_address(Some(&opt("false"))));
     }
 }
