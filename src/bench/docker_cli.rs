@@ -31,8 +31,9 @@ pub async fn timed(args: &[&str]) -> anyhow::Result<Duration> {
     Ok(t.elapsed())
 }
 
-/// Removes every container, volume and network labelled with `prefix`, and the baseline
-/// containers named with it. Used at the end and on interruption; never fails.
+/// Removes every container, volume and network labelled with `prefix`, the baseline containers
+/// named with it and the agents' firewall rules. Used at the end and on interruption; never
+/// fails.
 pub async fn remove_everything(prefix: &str) {
     let label = format!("label=agenthold.prefix={prefix}");
     let name = format!("name={prefix}");
@@ -55,5 +56,40 @@ pub async fn remove_everything(prefix: &str) {
         for id in ids.split_whitespace() {
             let _ = docker(&["network", "rm", id]).await;
         }
+    }
+    remove_firewall_rules(prefix).await;
+}
+
+/// Removes the host firewall rules the driver put in place for the benchmark's agents (tagged
+/// `agenthold:<prefix>:<agent>`). The server removes an agent's rules when it destroys the
+/// agent, but the benchmark removes its agents with the Docker CLI after stopping the server:
+/// without this every run left three INPUT rules per agent behind (1075 after a few runs
+/// here), and every packet the host receives, loopback included, walks them all.
+async fn remove_firewall_rules(prefix: &str) {
+    let tag = format!("agenthold:{prefix}:");
+    let Ok(out) = Command::new("iptables")
+        .args(["-w", "-S", "INPUT"])
+        .output()
+        .await
+    else {
+        return;
+    };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Some(rule) = line.strip_prefix("-A INPUT ") else {
+            continue;
+        };
+        // iptables-nft prints the comment in quotes; the argument must go back without them.
+        let args: Vec<&str> = rule
+            .split_whitespace()
+            .map(|w| w.trim_matches('"'))
+            .collect();
+        if !args.iter().any(|w| w.starts_with(&tag)) {
+            continue;
+        }
+        let _ = Command::new("iptables")
+            .args(["-w", "-D", "INPUT"])
+            .args(&args)
+            .output()
+            .await;
     }
 }

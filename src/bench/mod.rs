@@ -30,6 +30,39 @@ pub struct BenchArgs {
     /// Measured runs per case (after one warm-up); default 10, or 3 with --quick
     #[arg(long)]
     pub runs: Option<usize>,
+    /// Run only these cases (repeat the flag or separate with commas); all when absent
+    #[arg(long = "case", value_enum, value_delimiter = ',')]
+    pub cases: Vec<Case>,
+}
+
+/// The cases `--case` can select. `restart` needs the agents `burst` leaves running, so it
+/// runs the burst too.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Case {
+    /// exec `true`
+    Exec,
+    /// keystroke echo, quiet and with another agent streaming a file
+    Echo,
+    /// file write and read, and the server's RSS growth during them
+    Files,
+    /// sandboxd size and RSS, server RSS idle
+    Footprint,
+    /// create → shell usable
+    Create,
+    /// wake → first terminal byte
+    Wake,
+    /// many agents created at once, and the server's RSS with them running
+    Burst,
+    /// server restart with a fleet of agents
+    Restart,
+}
+
+impl BenchArgs {
+    fn wants(&self, case: Case) -> bool {
+        self.cases.is_empty()
+            || self.cases.contains(&case)
+            || (case == Case::Burst && self.cases.contains(&Case::Restart))
+    }
 }
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<i32> {
@@ -105,30 +138,46 @@ async fn measure(
     let other = cases::create_running(&client, "other").await?;
     let base_name = cases::baseline_container(prefix, &args.image, "main").await?;
 
-    progress("exec true");
-    rows.push(cases::exec_true(&mut cx, &main, &base_name).await?);
-    progress("keystroke echo");
-    rows.extend(cases::keystroke_echo(&mut cx, &main, &other).await?);
-    progress("file write and read");
-    rows.extend(cases::files(&mut cx, &main, &base_name).await?);
-    progress("footprint");
-    rows.extend(cases::footprint(&mut cx, &main, idle_kib).await?);
-    progress("create → shell");
-    rows.push(cases::create_to_shell(&mut cx).await?);
-    progress("wake → first byte");
-    rows.push(cases::wake_to_first_byte(&mut cx, &main).await?);
+    if args.wants(Case::Exec) {
+        progress("exec true");
+        rows.push(cases::exec_true(&mut cx, &main, &base_name).await?);
+    }
+    if args.wants(Case::Echo) {
+        progress("keystroke echo");
+        rows.extend(cases::keystroke_echo(&mut cx, &main, &other).await?);
+    }
+    if args.wants(Case::Files) {
+        progress("file write and read");
+        rows.extend(cases::files(&mut cx, &main, &base_name).await?);
+    }
+    if args.wants(Case::Footprint) {
+        progress("footprint");
+        rows.extend(cases::footprint(&mut cx, &main, idle_kib).await?);
+    }
+    if args.wants(Case::Create) {
+        progress("create → shell");
+        rows.push(cases::create_to_shell(&mut cx).await?);
+    }
+    if args.wants(Case::Wake) {
+        progress("wake → first byte");
+        rows.push(cases::wake_to_first_byte(&mut cx, &main).await?);
+    }
 
-    let burst_n = if args.quick { 10 } else { 50 };
-    progress(&format!("burst of {burst_n}"));
-    let (row, mut running) = cases::burst(&mut cx, burst_n).await?;
-    rows.push(row);
-    running.push(main.clone());
-    running.push(other.clone());
-    rows.push(cases::server_rss_with_agents(&cx, running.len()));
+    if args.wants(Case::Burst) {
+        let burst_n = if args.quick { 10 } else { 50 };
+        progress(&format!("burst of {burst_n}"));
+        let (row, mut running) = cases::burst(&mut cx, burst_n).await?;
+        rows.push(row);
+        running.push(main.clone());
+        running.push(other.clone());
+        rows.push(cases::server_rss_with_agents(&cx, running.len()));
 
-    let total = if args.quick { 20 } else { 200 };
-    progress(&format!("restart with {total} agents"));
-    rows.push(cases::restart(&mut cx, &running, total).await?);
+        if args.wants(Case::Restart) {
+            let total = if args.quick { 20 } else { 200 };
+            progress(&format!("restart with {total} agents"));
+            rows.push(cases::restart(&mut cx, &running, total).await?);
+        }
+    }
     server.stop().await;
     Ok(rows)
 }
