@@ -1,5 +1,6 @@
 //! The tunnel endpoint against hostile peers: missing, wrong, foreign and stale tokens, garbage
-//! bytes, oversized and unknown channel headers, and a peer that stops answering pings.
+//! bytes, oversized messages, oversized and unknown channel headers, and a peer that stops
+//! answering pings.
 
 mod common;
 
@@ -135,6 +136,23 @@ async fn garbage_bytes_end_only_that_connection() {
     // The agent's real session is untouched.
     assert_eq!(exec(&s, &a, &["echo", "fine"]).await["stdout"], "fine\n");
     assert_eq!(s.get("/api/v1/health").send().await.unwrap().status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_over_the_limit_ends_only_that_connection() {
+    let s = TestServer::start().await;
+    let a = s.running_agent("zeta").await;
+    know_token(&s, &a).await;
+    let mut ws = dial(&s, Some(&a), Some(KNOWN)).await.unwrap();
+    let huge = vec![0u8; agenthold::tunnel::MAX_WS_MESSAGE + 1];
+    // The server may close the connection while the message is still on its way.
+    let _ = ws.send(Message::Binary(huge.into())).await;
+    let ended = tokio::time::timeout(common::DEADLINE, async {
+        while let Some(Ok(_)) = ws.next().await {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the server kept the connection open");
+    assert_eq!(exec(&s, &a, &["echo", "fine"]).await["stdout"], "fine\n");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

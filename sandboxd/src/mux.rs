@@ -56,10 +56,41 @@ pub struct Session {
     pub driver: tokio::task::JoinHandle<Result<(), MuxError>>,
 }
 
-pub fn config() -> yamux::Config {
+/// Largest yamux data frame we send. yamux's default (16 KiB) made a file transfer pay the
+/// per-frame costs (an allocation, a queue hop to the session task, a frame header to parse, a
+/// buffer to zero on the receiving side) every 16 KiB; 64 KiB quarters them. yamux accepts
+/// frame bodies up to 1 MiB, and a frame never exceeds the credit its receiver granted, so an
+/// older sandboxd or server is unaffected. Still small next to a WebSocket message (up to
+/// [`crate::wsio::MAX_MESSAGE`]), so a keystroke waits behind little.
+pub const SPLIT_SEND_SIZE: usize = 64 * 1024;
+
+/// What the receive windows of one session's streams may grow by, together, beyond yamux's
+/// 256 KiB each. yamux doubles a stream's window while its reader keeps up and the sender uses
+/// the window up within two round trips. With no room every stream stays at 256 KiB, and an
+/// upload waits for a window update every 128 KiB, each a round trip through two processes and
+/// several task wake-ups: with 4 MiB of room, 1 GiB uploads ran ~15% faster on the bench
+/// machine.
+///
+/// The room is memory a peer can make us hold: bytes received and not yet read. sandboxd
+/// ([`Mode::Client`], it dials) receives uploads and holds one session; 4 MiB did as well as
+/// 16 MiB. The server ([`Mode::Server`]) receives downloads, holds a session per agent, and
+/// what a download's stream holds is what a slow HTTP client leaves unread: it gets none
+/// (downloads already run at twice `docker cp`; 4 MiB of room made them ~10% faster and grew
+/// the server's RSS by 6 MiB during one).
+pub fn window_room(mode: Mode) -> usize {
+    match mode {
+        Mode::Client => 4 << 20,
+        Mode::Server => 0,
+    }
+}
+
+pub fn config(mode: Mode) -> yamux::Config {
     let mut cfg = yamux::Config::default();
     cfg.set_max_num_streams(MAX_STREAMS);
-    cfg.set_max_connection_receive_window(Some(MAX_STREAMS * 256 * 1024));
+    cfg.set_max_connection_receive_window(Some(
+        MAX_STREAMS * yamux::DEFAULT_CREDIT as usize + window_room(mode),
+    ));
+    cfg.set_split_send_size(SPLIT_SEND_SIZE);
     cfg
 }
 
@@ -70,7 +101,7 @@ where
 {
     let (open_tx, open_rx) = mpsc::unbounded_channel();
     let (in_tx, in_rx) = mpsc::unbounded_channel();
-    let conn = yamux::Connection::new(io, config(), mode);
+    let conn = yamux::Connection::new(io, config(mode), mode);
     let driver = tokio::spawn(drive(conn, open_rx, in_tx));
     Session {
         handle: MuxHandle { open_tx },
@@ -162,6 +193,101 @@ mod tests {
         writer.await.unwrap();
         assert_eq!(got, payload);
         echo.abort();
+    }
+
+    /// What one side of a session wrote, kept for inspection.
+    struct Tap<T> {
+        inner: T,
+        written: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    }
+
+    impl<T: AsyncRead + Unpin> AsyncRead for Tap<T> {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            buf: &mut [u8],
+        ) -> Poll<std::io::Result<usize>> {
+            std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+        }
+    }
+
+    impl<T: AsyncWrite + Unpin> AsyncWrite for Tap<T> {
+        fn poll_write(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
+            if let Poll::Ready(Ok(n)) = r {
+                self.written.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+            r
+        }
+        fn poll_flush(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+        }
+        fn poll_close(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            std::pin::Pin::new(&mut self.inner).poll_close(cx)
+        }
+    }
+
+    /// The body lengths of the yamux data frames in `wire` (12-byte headers: version, type,
+    /// flags, stream id, length; only data frames, type 0, carry a body).
+    fn data_frames(mut wire: &[u8]) -> Vec<usize> {
+        let mut out = Vec::new();
+        while wire.len() >= 12 {
+            let len = u32::from_be_bytes([wire[8], wire[9], wire[10], wire[11]]) as usize;
+            let body = if wire[1] == 0 { len } else { 0 };
+            if wire[1] == 0 && len > 0 {
+                out.push(len);
+            }
+            wire = &wire[(12 + body).min(wire.len())..];
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn data_travels_in_frames_of_up_to_the_split_size() {
+        let (a, b) = tokio::io::duplex(1 << 20);
+        let written = std::sync::Arc::default();
+        let tap = Tap {
+            inner: a.compat(),
+            written: std::sync::Arc::clone(&written),
+        };
+        let client = spawn(tap, Mode::Client);
+        let mut server = spawn(b.compat(), Mode::Server);
+        let reader = tokio::spawn(async move {
+            let mut s = server.inbound.recv().await.unwrap();
+            let mut got = Vec::new();
+            s.read_to_end(&mut got).await.unwrap();
+            got.len()
+        });
+        let len = 4 << 20;
+        let mut s = client.handle.open().await.unwrap();
+        s.write_all(&vec![7u8; len]).await.unwrap();
+        s.shutdown().await.unwrap();
+        assert_eq!(reader.await.unwrap(), len);
+
+        let frames = data_frames(&written.lock().unwrap());
+        assert_eq!(frames.iter().sum::<usize>(), len);
+        assert!(frames.iter().all(|&n| n <= SPLIT_SEND_SIZE), "{frames:?}");
+        let full = frames.iter().filter(|&&n| n == SPLIT_SEND_SIZE).count();
+        assert!(full * 2 >= frames.len(), "mostly small frames: {frames:?}");
+    }
+
+    #[test]
+    fn both_ends_have_a_valid_config() {
+        // yamux asserts the connection window covers every stream's initial window.
+        for mode in [Mode::Client, Mode::Server] {
+            let _ = config(mode);
+        }
+        assert!(window_room(Mode::Server) <= window_room(Mode::Client));
     }
 
     #[tokio::test]

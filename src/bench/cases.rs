@@ -396,6 +396,9 @@ pub async fn files(cx: &mut Ctx<'_>, id: &str, base_name: &str) -> anyhow::Resul
     let src = cx.tmp.join("bench-file.bin");
     let dst = cx.tmp.join("bench-file.out");
     make_file(&src, mib)?;
+    // The source file is fresh in the page cache: written back while the first transfer runs
+    // (ours), it would compete for the disk with that transfer only.
+    tokio::task::spawn_blocking(nix::unistd::sync).await?;
     let pid = cx.server.pid().context("the server has no pid")?;
     let before = rss_kib(pid).unwrap_or(0);
     let watch = RssWatch::start(pid);
@@ -434,6 +437,11 @@ pub async fn files(cx: &mut Ctx<'_>, id: &str, base_name: &str) -> anyhow::Resul
         .as_secs_f64();
     let _ = std::fs::remove_file(&src);
     let _ = std::fs::remove_file(&dst);
+    // Leave no writes behind for the next case. `docker cp` does not sync: the file it wrote
+    // into the baseline container was still being written back during the first create of the
+    // next case, which then waited on the disk for a second or two (its p95).
+    let _ = docker(&["exec", base_name, "rm", "-f", "/tmp/bench-file.bin"]).await;
+    let _ = tokio::task::spawn_blocking(nix::unistd::sync).await;
 
     let mb = mib as f64;
     let w = Row::value(

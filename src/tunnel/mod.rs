@@ -30,9 +30,14 @@ pub const TUNNEL_PATH: &str = "/tunnel";
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pings in a row that may go unanswered before the session counts as dead.
 const MAX_MISSED_PINGS: u32 = 3;
-/// Largest WebSocket message accepted on the tunnel (the byte-stream adapter sends ≤ 256 KiB
-/// plus one yamux frame).
-const MAX_WS_MESSAGE: usize = 4 * 1024 * 1024;
+/// Largest WebSocket message accepted on the tunnel. sandboxd's byte-stream adapter sends at
+/// most `wsio::MAX_MESSAGE` plus one write (a yamux frame: a 12-byte header, or a body of at
+/// most `mux::SPLIT_SEND_SIZE`); anything larger ends the session.
+pub const MAX_WS_MESSAGE: usize = 4 * 1024 * 1024;
+const _: () = assert!(
+    sandboxd::wsio::MAX_MESSAGE + sandboxd::mux::SPLIT_SEND_SIZE <= MAX_WS_MESSAGE,
+    "sandboxd's messages must fit the server's limit"
+);
 
 static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 

@@ -57,6 +57,10 @@ test('paste puts the clipboard into the shell', async () => {
   const nonce = randomBytes(4).toString('hex');
   await page.evaluate((t) => navigator.clipboard.writeText(t), `echo pasted-${nonce}`);
   await page.getByRole('button', { name: 'Paste' }).click();
+  // The button reads the clipboard asynchronously and then focuses the terminal: press Enter
+  // only once the shell has echoed the pasted text, or it lands on the button (pasting again).
+  await until('pasted text on the prompt line', async () => (await termLines(page)).some((l) => l.includes(`echo pasted-${nonce}`)), { timeout: 15_000 });
+  await until('terminal focused', () => page.evaluate(() => document.activeElement?.closest('.xterm') != null));
   await page.keyboard.press('Enter');
   await until('pasted output', async () => (await termLines(page)).some((l) => l.trim() === `pasted-${nonce}`), { timeout: 15_000 });
 });

@@ -131,6 +131,14 @@ pub async fn read(sb: Sandbox, mut s: MuxStream, path: String) {
         }
         Err(e) => tracing::debug!(error = %e, "fs.read ended early"),
     }
+    drop(file);
+    if size >= WRITEBACK_RANGE {
+        let _ = blocking(|| {
+            give_back_memory();
+            Ok(())
+        })
+        .await;
+    }
 }
 
 fn open_for_read(r: &Resolved) -> Result<(std::fs::File, u64), ChannelError> {
@@ -179,8 +187,17 @@ struct WritePlan {
     mode: u32,
 }
 
-/// Bytes gathered before one write to the file.
+/// Bytes handed to the disk in one `write`.
 const WRITE_BATCH: usize = 1 << 20;
+/// Full batches that may wait for the disk while the stream goes on arriving. With the batch
+/// being filled and the one being written, one upload holds at most 4 MiB.
+const BATCHES_QUEUED: usize = 2;
+/// Written bytes are handed to the kernel's writeback in ranges this large (see [`Writeback`]).
+const WRITEBACK_RANGE: u64 = 8 << 20;
+/// Bytes that may be on their way to the disk before the upload waits for the disk.
+const WRITEBACK_AHEAD: u64 = 64 << 20;
+/// A background `fdatasync` starts once this much was written since the last one started.
+const SYNC_EVERY: u64 = 64 << 20;
 
 pub async fn write(sb: Sandbox, mut s: MuxStream, path: String) {
     let account = sb.account().clone();
@@ -198,25 +215,37 @@ pub async fn write(sb: Sandbox, mut s: MuxStream, path: String) {
     if !reply(&mut s, &Reply::ok()).await {
         return;
     }
-    let mut file = tokio::fs::File::from_std(file);
-    let received = receive(&mut s, &mut file).await;
-    let size = match received {
-        Ok(Some(n)) => n,
+    let shown = plan.target.logical.display().to_string();
+    let started = std::time::Instant::now();
+    let (file, size) = match receive(&mut s, file, shown.clone()).await {
+        Ok(Some(v)) => v,
         Ok(None) => {
-            tracing::info!(path = %plan.target.logical.display(), "fs.write abandoned by the peer; nothing written");
+            tracing::info!(path = %shown, "fs.write abandoned by the peer; nothing written");
             return;
         }
         Err(e) => {
             return refuse(s, e).await;
         }
     };
-    let file = file.into_std().await;
+    let received = started.elapsed();
     let committed = blocking(move || {
-        commit(&plan, file, &account)?;
-        guard.keep();
-        Ok(())
+        let committed = commit(&plan, file, &account);
+        if committed.is_ok() {
+            guard.keep();
+        }
+        if size >= WRITEBACK_RANGE {
+            give_back_memory();
+        }
+        committed
     })
     .await;
+    tracing::debug!(
+        path = %shown,
+        size,
+        received_ms = received.as_millis() as u64,
+        commit_ms = started.elapsed().saturating_sub(received).as_millis() as u64,
+        "fs.write"
+    );
     match committed {
         Ok(()) => {
             if reply(&mut s, &Reply::ok_with(&Size { size })).await {
@@ -227,36 +256,243 @@ pub async fn write(sb: Sandbox, mut s: MuxStream, path: String) {
     }
 }
 
-/// Copies the stream into `file` until a clean end. `None` means the peer reset the stream:
-/// the caller must not commit.
+/// A full (or last) buffer on its way to the disk.
+struct Batch {
+    buf: Vec<u8>,
+    len: usize,
+}
+
+/// How the stream ended.
+enum End {
+    Clean,
+    /// Reset, or failed: the peer does not want the file.
+    Abandoned,
+    /// The disk writer stopped (it failed); its error says why.
+    WriterGone,
+}
+
+/// Copies the stream into `file` until a clean end, returning the file and its size. `None`
+/// means the peer reset the stream: the caller must not commit.
+///
+/// The stream is read here and the file written on a blocking thread, with a few batches in
+/// between: the network goes on arriving while the disk writes, and the stream is read as soon
+/// as data comes, so its flow-control window is handed back at once instead of after each disk
+/// write (with tokio's `File` behind a `BufWriter`, as before, both took turns). Buffers go back
+/// and forth, so one upload allocates at most `BATCHES_QUEUED + 2` of them.
 async fn receive(
     s: &mut MuxStream,
-    file: &mut tokio::fs::File,
-) -> Result<Option<u64>, ChannelError> {
-    let mut buf = vec![0u8; COPY_BUF];
-    let mut total = 0u64;
-    // tokio's File hands every write to a blocking thread; batching the stream's small reads
-    // into large writes keeps that cost per megabyte, not per yamux frame.
-    let mut file = tokio::io::BufWriter::with_capacity(WRITE_BATCH, file);
-    loop {
-        let n = match s.read(&mut buf).await {
-            Ok(0) if crate::duplex::was_reset(s) => return Ok(None),
-            Ok(0) => break,
-            Ok(n) => n,
+    file: std::fs::File,
+    shown: String,
+) -> Result<Option<(std::fs::File, u64)>, ChannelError> {
+    let (full_tx, full_rx) = tokio::sync::mpsc::channel::<Batch>(BATCHES_QUEUED);
+    let (empty_tx, mut empty_rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    let abandoned = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = abandoned.clone();
+    let writer =
+        tokio::task::spawn_blocking(move || write_batches(file, full_rx, empty_tx, &stop, &shown));
+
+    let mut buf = vec![0u8; WRITE_BATCH];
+    let mut len = 0;
+    let end = loop {
+        match s.read(&mut buf[len..]).await {
+            Ok(0) if crate::duplex::was_reset(s) => break End::Abandoned,
+            Ok(0) => break End::Clean,
+            Ok(n) => len += n,
             Err(e) => {
                 tracing::debug!(error = %e, "fs.write stream failed");
-                return Ok(None);
+                break End::Abandoned;
             }
-        };
-        file.write_all(&buf[..n])
-            .await
-            .map_err(|e| ChannelError::from_io(&e, "writing the file"))?;
-        total += n as u64;
+        }
+        if len == buf.len() {
+            let next = empty_rx
+                .try_recv()
+                .unwrap_or_else(|_| vec![0u8; WRITE_BATCH]);
+            let batch = Batch {
+                buf: std::mem::replace(&mut buf, next),
+                len,
+            };
+            len = 0;
+            if full_tx.send(batch).await.is_err() {
+                break End::WriterGone;
+            }
+        }
+    };
+    let end = match end {
+        End::Clean if len > 0 => match full_tx.send(Batch { buf, len }).await {
+            Ok(()) => End::Clean,
+            Err(_) => End::WriterGone,
+        },
+        other => other,
+    };
+    if matches!(end, End::Abandoned) {
+        // Nothing more is worth writing; the writer drops what is still queued.
+        abandoned.store(true, Ordering::Relaxed);
     }
-    file.flush()
-        .await
-        .map_err(|e| ChannelError::from_io(&e, "writing the file"))?;
-    Ok(Some(total))
+    drop(full_tx);
+    let written = writer.await.unwrap_or_else(|e| {
+        Err(ChannelError::new(
+            ErrorCode::Io,
+            format!("internal error: {e}"),
+        ))
+    });
+    match end {
+        End::Abandoned => Ok(None),
+        End::Clean => written.map(Some),
+        // The writer only stops early on an error; never commit a file it did not finish.
+        End::WriterGone => Err(written.err().unwrap_or_else(|| {
+            ChannelError::new(ErrorCode::Io, "the file writer stopped before the end")
+        })),
+    }
+}
+
+/// The blocking half of [`receive`]: writes batches in order and hands the buffers back.
+fn write_batches(
+    file: std::fs::File,
+    mut full: tokio::sync::mpsc::Receiver<Batch>,
+    empty: tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
+    abandoned: &std::sync::atomic::AtomicBool,
+    shown: &str,
+) -> Result<(std::fs::File, u64), ChannelError> {
+    use std::io::Write;
+    let failed = |e: io::Error| ChannelError::from_io(&e, &format!("writing {shown}"));
+    let mut writeback = Writeback::default();
+    let mut written = 0u64;
+    while let Some(batch) = full.blocking_recv() {
+        if abandoned.load(Ordering::Relaxed) {
+            // Nothing of this file is kept; a background sync still running ends on its own.
+            return Ok((file, written));
+        }
+        (&file).write_all(&batch.buf[..batch.len]).map_err(failed)?;
+        written += batch.len as u64;
+        // The reader may be gone already; then the buffer is simply freed.
+        let _ = empty.send(batch.buf);
+        writeback.advance(&file, written).map_err(failed)?;
+    }
+    writeback.finish().map_err(failed)?;
+    Ok((file, written))
+}
+
+/// Gets an upload onto the disk while the rest still arrives, so the sync before the rename
+/// (what makes a write whole or absent across a crash) finds little left to do.
+///
+/// Left alone, the kernel keeps a fresh upload in the page cache (background writeback starts at
+/// a share of RAM, gigabytes here), and the final sync wrote the whole file after the last byte
+/// had come in: 3.2 s of 7.7 s for 1 GiB. Two things make the disk work alongside the network:
+/// - Every [`WRITEBACK_RANGE`] is handed to writeback (`sync_file_range`), and the upload waits
+///   for the ranges more than [`WRITEBACK_AHEAD`] behind, so it cannot pile up dirty pages faster
+///   than the disk takes them (in a sandbox with a memory limit, dirty pages are what reclaim
+///   cannot drop).
+/// - Every [`SYNC_EVERY`] an `fdatasync` runs on a thread of its own, the upload going on
+///   meanwhile. Writeback only reaches the device; a disk with a write cache (a VM's disk, whose
+///   cache is the host's page cache) writes the data out at the flush a sync sends, and with
+///   writeback alone the final sync still took 1.3 s for 1 GiB.
+///
+/// A failed background sync fails the write: the kernel reports a writeback error once per open
+/// file, so the final sync would otherwise succeed on data that never reached the disk.
+/// `sync_file_range` is best effort: where it is not supported (gVisor, other kernels) it is
+/// switched off and the syncs do all the work.
+#[derive(Default)]
+struct Writeback {
+    /// Bytes handed to writeback so far.
+    started: u64,
+    /// Bytes known to be written back.
+    waited: u64,
+    ranges_off: bool,
+    /// Bytes written when the last background sync started.
+    synced: u64,
+    sync: Option<std::thread::JoinHandle<io::Result<()>>>,
+}
+
+impl Writeback {
+    /// Called after every write; `written` is the file's size so far.
+    fn advance(&mut self, file: &std::fs::File, written: u64) -> io::Result<()> {
+        self.reap(false)?;
+        if !self.ranges_off && written - self.started >= WRITEBACK_RANGE {
+            self.ranges_off = !self.push_ranges(file, written);
+        }
+        if self.sync.is_none() && written - self.synced >= SYNC_EVERY {
+            // The sync thread needs a descriptor of its own, of the same open file. Without one
+            // (out of descriptors or threads) the final sync simply does more.
+            if let Ok(fd) = file.try_clone() {
+                self.sync = std::thread::Builder::new()
+                    .name("fs.write sync".into())
+                    .spawn(move || fd.sync_data())
+                    .ok();
+                if self.sync.is_some() {
+                    self.synced = written;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands the bytes up to `written` to writeback and waits for those more than
+    /// [`WRITEBACK_AHEAD`] behind. False when `sync_file_range` does not work here.
+    fn push_ranges(&mut self, file: &std::fs::File, written: u64) -> bool {
+        use nix::libc;
+        let started = sync_file_range(
+            file,
+            self.started,
+            written - self.started,
+            libc::SYNC_FILE_RANGE_WRITE,
+        );
+        self.started = written;
+        let behind = written.saturating_sub(WRITEBACK_AHEAD);
+        let waited = behind <= self.waited
+            || sync_file_range(
+                file,
+                self.waited,
+                behind - self.waited,
+                libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                    | libc::SYNC_FILE_RANGE_WRITE
+                    | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+            );
+        self.waited = self.waited.max(behind);
+        started && waited
+    }
+
+    /// Collects the background sync's result once it is done (or, with `wait`, waits for it).
+    fn reap(&mut self, wait: bool) -> io::Result<()> {
+        if !self.sync.as_ref().is_some_and(|s| wait || s.is_finished()) {
+            return Ok(());
+        }
+        match self.sync.take().map(|s| s.join()) {
+            Some(Ok(result)) => result,
+            Some(Err(_)) => Err(io::Error::other("the background sync failed")),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits for the background sync; its error is the upload's.
+    fn finish(mut self) -> io::Result<()> {
+        self.reap(true)
+    }
+}
+
+/// Returns the heap a large transfer used to the system. An upload passes through buffers,
+/// yamux frames and the stream's grown window, a download through frames and messages; glibc
+/// keeps what was freed for the next allocation, and sandboxd's idle RSS (4.4 MiB) stayed at
+/// 15 MiB after a 1 GiB upload.
+fn give_back_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases free heap memory; it takes no pointers.
+    unsafe {
+        nix::libc::malloc_trim(0);
+    }
+}
+
+fn sync_file_range(file: &std::fs::File, offset: u64, len: u64, flags: u32) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a plain system call on a descriptor `file` keeps open; no memory is passed.
+    let rc =
+        unsafe { nix::libc::sync_file_range(file.as_raw_fd(), offset as _, len as _, flags as _) };
+    if rc != 0 {
+        tracing::debug!(
+            error = %io::Error::last_os_error(),
+            "sync_file_range failed; the final fsync does all the writing"
+        );
+    }
+    rc == 0
 }
 
 fn prepare_write(target: Resolved) -> Result<(WritePlan, std::fs::File), ChannelError> {

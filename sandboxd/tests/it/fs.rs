@@ -56,6 +56,44 @@ async fn an_interrupted_write_leaves_nothing_behind() {
     h.ping().await;
 }
 
+/// Reset after several batches went to the disk (and to writeback): still nothing is left.
+#[tokio::test]
+async fn a_write_interrupted_deep_into_the_file_leaves_nothing_behind() {
+    let h = Harness::start().await;
+    let target = h.home.path().join("deep.bin");
+    let (mut s, r) = h
+        .open(&Request::FsWrite {
+            path: "deep.bin".into(),
+        })
+        .await;
+    r.unwrap();
+    let chunk = pattern(1 << 20);
+    for _ in 0..24 {
+        s.write_all(&chunk).await.unwrap();
+    }
+    s.flush().await.unwrap();
+    // Wait until most of it is in the temporary file, so the reset lands mid-write.
+    eventually(
+        Duration::from_secs(20),
+        "the temporary file to fill",
+        || {
+            std::fs::read_dir(h.home.path())
+                .unwrap()
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().contains("agenthold-tmp"))
+                .any(|e| e.metadata().is_ok_and(|m| m.len() >= 16 << 20))
+        },
+    )
+    .await;
+    drop(s);
+    eventually(Duration::from_secs(10), "the temporary file to go", || {
+        leftovers(h.home.path()).is_empty()
+    })
+    .await;
+    assert!(!target.exists());
+    h.ping().await;
+}
+
 #[tokio::test]
 async fn an_interrupted_overwrite_keeps_the_old_file() {
     let h = Harness::start().await;

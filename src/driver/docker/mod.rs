@@ -528,25 +528,44 @@ impl DockerDriver {
     ) -> Result<(AgentNet, String), DockerError> {
         let id = &spec.id;
         let name = self.names.container(id);
+        let t = std::time::Instant::now();
         let exists = match self.docker.inspect_container(&name, None).await {
             Ok(_) => true,
             Err(e) if is_not_found(&e) => false,
             Err(e) => return Err(DockerError::api(format!("inspecting container {name}"))(e)),
         };
+        log_step(id, "inspect container", t);
         // Independent of each other: made side by side, which is most of a create's time.
         let image = async {
-            if exists {
-                Ok(())
-            } else {
-                self.ensure_image(&spec.image, pull).await
+            let t = std::time::Instant::now();
+            if !exists {
+                self.ensure_image(&spec.image, pull).await?;
+                log_step(id, "image", t);
             }
+            Ok::<_, DockerError>(())
         };
-        let (image, volume, net) =
-            tokio::join!(image, self.ensure_volume(id), self.ensure_network(id));
+        // A container's volume exists as long as the container does (Docker refuses to remove
+        // a volume in use): only a new container needs it made.
+        let volume = async {
+            let t = std::time::Instant::now();
+            if !exists {
+                self.ensure_volume(id).await?;
+                log_step(id, "volume", t);
+            }
+            Ok::<_, DockerError>(())
+        };
+        let network = async {
+            let t = std::time::Instant::now();
+            let net = self.ensure_network(id).await;
+            log_step(id, "network", t);
+            net
+        };
+        let (image, volume, net) = tokio::join!(image, volume, network);
         image?;
         volume?;
         let net = net?;
         if !exists {
+            let t = std::time::Instant::now();
             let r = self
                 .docker
                 .create_container(
@@ -570,6 +589,7 @@ impl DockerDriver {
                 }
                 Err(e) => return Err(DockerError::api(format!("creating container {name}"))(e)),
             }
+            log_step(id, "create container", t);
         }
         Ok(net)
     }
@@ -668,38 +688,59 @@ impl DockerDriver {
     ) -> Result<(), DockerError> {
         let id = &spec.id;
         let name = self.names.container(id);
+        let begun = std::time::Instant::now();
         let (net, bridge) = self.create_all(spec, pull).await?;
-        if let Some(fw) = &self.firewall {
-            fw.ensure(id, &bridge, net.gateway(), self.tunnel_port)
-                .await?;
-        }
-        // boot.json goes into a stopped container only: a running sandboxd would keep the old
-        // token, which the server no longer accepts.
-        if self.container_status(id).await? == SandboxStatus::Running {
-            self.stop_container(id).await?;
-        }
         let boot = BootConfig {
             agent_id: id.clone(),
             token: token.to_string(),
             tunnel_url: self.tunnel_url(&net),
         };
-        let tar = files::boot_tar(&boot)
-            .map_err(|e| DockerError::Other(format!("packing boot.json: {e}")))?;
-        self.docker
-            .upload_to_container(
-                &name,
-                Some(UploadToContainerOptionsBuilder::default().path("/").build()),
-                bollard::body_full(tar.into()),
-            )
-            .await
-            .map_err(DockerError::api(format!("writing boot.json into {name}")))?;
+        // The firewall rules and the boot.json upload do not depend on each other, and both
+        // must be done before the container starts: side by side.
+        let firewall = async {
+            let t = std::time::Instant::now();
+            if let Some(fw) = &self.firewall {
+                fw.ensure(id, &bridge, net.gateway(), self.tunnel_port)
+                    .await?;
+                log_step(id, "firewall", t);
+            }
+            Ok::<_, DockerError>(())
+        };
+        let upload = async {
+            // boot.json goes into a stopped container only: a running sandboxd would keep the
+            // old token, which the server no longer accepts.
+            let t = std::time::Instant::now();
+            if self.container_status(id).await? == SandboxStatus::Running {
+                self.stop_container(id).await?;
+            }
+            log_step(id, "inspect state", t);
+            let t = std::time::Instant::now();
+            let tar = files::boot_tar(&boot)
+                .map_err(|e| DockerError::Other(format!("packing boot.json: {e}")))?;
+            self.docker
+                .upload_to_container(
+                    &name,
+                    Some(UploadToContainerOptionsBuilder::default().path("/").build()),
+                    bollard::body_full(tar.into()),
+                )
+                .await
+                .map_err(DockerError::api(format!("writing boot.json into {name}")))?;
+            log_step(id, "boot.json", t);
+            Ok::<_, DockerError>(())
+        };
+        let (firewall, upload) = tokio::join!(firewall, upload);
+        firewall?;
+        upload?;
         // From here on a `die` is the new sandbox failing (sandboxd exiting at boot), which the
         // lifecycle must hear about even while this start is still under way.
         self.ops.launching(id);
+        let t = std::time::Instant::now();
         self.docker
             .start_container(&name, None)
             .await
             .map_err(DockerError::api(format!("starting container {name}")))?;
+        log_step(id, "start container", t);
+        log_step(id, "start, in all", begun);
         tracing::info!(
             agent = id,
             container = name,
@@ -826,6 +867,17 @@ impl DockerDriver {
             .map(|(id, status)| SandboxInfo { id, status })
             .collect())
     }
+}
+
+/// How long one step of a create or a start took, for `AGENTHOLD_LOG=agenthold::driver=debug`:
+/// where the time of "create → shell" goes.
+fn log_step(agent: &str, step: &str, since: std::time::Instant) {
+    tracing::debug!(
+        agent,
+        step,
+        ms = since.elapsed().as_secs_f64() * 1000.0,
+        "sandbox step"
+    );
 }
 
 /// Connects to `socket` (a path or URL) or, if unset, to `DOCKER_HOST` or the default socket,
