@@ -118,7 +118,16 @@ async fn measure(
     let runs = args.runs.unwrap_or(if args.quick { 3 } else { 10 });
     let (config, base) = server_proc::write_config(tmp, prefix, &args.image)?;
     let token = crate::store::new_token();
-    let mut server = ServerProc::start(&config, &base, &token, &tmp.join("server.log")).await?;
+    // With AGENTHOLD_LOG set the server's log is worth reading afterwards: keep it outside the
+    // temporary directory, which goes at the end.
+    let log = if std::env::var_os("AGENTHOLD_LOG").is_some() {
+        let kept = std::env::temp_dir().join(format!("{prefix}-server.log"));
+        progress(&format!("the server logs to {}", kept.display()));
+        kept
+    } else {
+        tmp.join("server.log")
+    };
+    let mut server = ServerProc::start(&config, &base, &token, &log).await?;
     // Let the allocator settle before reading the idle figure.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle_kib = server.rss_kib().unwrap_or(0);

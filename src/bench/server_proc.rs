@@ -56,7 +56,12 @@ impl ServerProc {
             .args(["serve", "--config"])
             .arg(config)
             .env("AGENTHOLD_ADMIN_TOKEN", token)
-            .env("AGENTHOLD_LOG", "warn")
+            // Warnings only, unless the caller asks for more (e.g. `agenthold::driver=debug` for
+            // the create steps) by setting AGENTHOLD_LOG, which the child inherits.
+            .env(
+                "AGENTHOLD_LOG",
+                std::env::var("AGENTHOLD_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(logfile)
