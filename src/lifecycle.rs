@@ -4,6 +4,7 @@
 //! Operations are only accepted from settled states (`running`, `sleeping`, `error`), so at most
 //! one piece of background work runs per agent; everything else answers 409.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -64,6 +65,9 @@ pub struct Lifecycle {
     pub config: Arc<Config>,
     /// How long a start waits for sandboxd's hello before the agent goes to `error`.
     pub start_timeout: Duration,
+    /// Boot tokens the driver put into sleeping sandboxes (see `stage_next_boot`), by agent.
+    /// In memory only: after a server restart a start hands over a new token itself.
+    pub staged_boots: std::sync::Mutex<HashMap<String, String>>,
 }
 
 impl Lifecycle {
@@ -287,7 +291,7 @@ impl Lifecycle {
         let Ok(agent) = self.store.get_agent(&id).await else {
             return;
         };
-        let token = new_token();
+        let token = self.take_staged_boot(&id).unwrap_or_else(new_token);
         let boot_hash = hash_token(&token);
         if let Err(e) = self.store.set_boot_token_hash(&id, Some(&boot_hash)).await {
             return self
@@ -327,6 +331,8 @@ impl Lifecycle {
 
     /// For a start the server did not make: `error` if sandboxd never says hello.
     pub(crate) async fn await_hello(self: Arc<Self>, id: String) {
+        // This boot (started outside) used the staged token, if there was one.
+        self.take_staged_boot(&id);
         let boot_hash = self.store.boot_token_hash(&id).await.ok().flatten();
         if let Err(e) = self.tunnels.wait(&id, self.start_timeout).await {
             let message = format!("sandboxd did not connect: {e}");
@@ -360,9 +366,54 @@ impl Lifecycle {
                 .await;
         }
         self.tunnels.disconnect(&id);
+        self.stage_next_boot(&id).await;
         // The boot token stays: a sandbox started again from outside (`docker start`) still
         // holds it, and the tunnel accepts it only while the agent is starting or running.
         let _ = self.transition(&id, &[Stopping], Sleeping, "sleep").await;
+    }
+
+    /// Has the driver put the next boot's token into the sandbox that just stopped, so that
+    /// waking it (what a person waits for) skips that step. Each start still gets a token of its
+    /// own: this one serves the next start only, ours or one from outside. Done while the agent
+    /// is `stopping`, so no start of ours can overlap it. Best effort: when it fails, the start
+    /// hands over a token itself.
+    async fn stage_next_boot(&self, id: &str) {
+        let Ok(agent) = self.store.get_agent(id).await else {
+            return;
+        };
+        let token = new_token();
+        match self
+            .driver
+            .stage_boot(&SandboxSpec::of(&agent), &token)
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => {
+                tracing::debug!(agent = id, "staging the next boot failed: {e}");
+                return;
+            }
+        }
+        // The sandbox holds this token now; a start from outside presents it.
+        if let Err(e) = self
+            .store
+            .set_boot_token_hash(id, Some(&hash_token(&token)))
+            .await
+        {
+            tracing::warn!(agent = id, "storing the staged boot token failed: {e}");
+            return;
+        }
+        self.staged_boots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id.to_string(), token);
+    }
+
+    fn take_staged_boot(&self, id: &str) -> Option<String> {
+        self.staged_boots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id)
     }
 
     pub(crate) async fn run_rebuild(self: Arc<Self>, id: String) {
@@ -409,6 +460,7 @@ impl Lifecycle {
         }
         match self.store.delete_agent(&id).await {
             Ok(()) => {
+                self.take_staged_boot(&id);
                 self.activity.forget(&id);
                 self.hub.publish(AgentEvent::Deleted(id));
             }

@@ -100,6 +100,7 @@ impl Server {
             activity: ActivityTracker::default(),
             config: config.clone(),
             start_timeout: START_TIMEOUT,
+            staged_boots: Default::default(),
         });
         let state = AppState {
             lc: lifecycle.clone(),

@@ -69,30 +69,37 @@ async fn agent_image_runs_as_agent_and_home_survives_stop_start_and_rebuild() {
         "the agent account can read the boot token: {boot}"
     );
 
-    // Stop and start.
-    let r = s
-        .post(&format!("/api/v1/agents/{id}/stop"))
-        .send()
-        .await
-        .expect("stop");
-    assert_eq!(r.status(), 202);
-    s.wait_state(&id, "sleeping").await;
+    // Stop and start. The next boot's token goes into the container as it goes to sleep (so a
+    // wake need not write it), and that token is the one the start uses.
+    let first_token = boot_token(&container);
+    api_stop(&s, &id).await;
     assert_eq!(
         docker(&["inspect", "--format", "{{.State.Running}}", &container]),
         "false"
     );
-    let r = s
-        .post(&format!("/api/v1/agents/{id}/start"))
-        .send()
-        .await
-        .expect("start");
-    assert_eq!(r.status(), 202);
-    s.wait_state(&id, "running").await;
+    let staged = boot_token(&container);
+    assert_ne!(staged, first_token, "the next boot got no token of its own");
+    api_start(&s, &id).await;
+    assert_eq!(boot_token(&container), staged);
     assert_eq!(
         exec_ok(&s, &id, &["cat", "/home/agent/keep.txt"])
             .await
             .trim(),
         "kept"
+    );
+    // A staged token serves one boot: here one started from outside, after which the API's
+    // start hands over a new token.
+    api_stop(&s, &id).await;
+    let staged = boot_token(&container);
+    docker(&["start", &container]);
+    s.wait_state(&id, "running").await;
+    docker(&["stop", "-t", "5", &container]);
+    s.wait_state(&id, "sleeping").await;
+    api_start(&s, &id).await;
+    assert_ne!(
+        boot_token(&container),
+        staged,
+        "a staged token served two boots"
     );
 
     // Rebuild with another image: a new container, the same home.
@@ -272,4 +279,38 @@ async fn a_missing_image_ends_in_error_not_a_hang() {
     assert!(msg.contains("image") && msg.contains("missing"), "{msg}");
     assert!(docker_try(&["inspect", &env.container(&id)]).is_err());
     s.stop().await;
+}
+
+/// The token in the container's boot.json (running or not).
+fn boot_token(container: &str) -> String {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("boot.json");
+    docker(&[
+        "cp",
+        &format!("{container}:/etc/agenthold/boot.json"),
+        path.to_str().expect("utf-8 path"),
+    ]);
+    let boot: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("boot.json")).expect("boot json");
+    boot["token"].as_str().expect("a token").to_string()
+}
+
+async fn api_stop(s: &common::TestServer, id: &str) {
+    let r = s
+        .post(&format!("/api/v1/agents/{id}/stop"))
+        .send()
+        .await
+        .expect("stop");
+    assert_eq!(r.status(), 202);
+    s.wait_state(id, "sleeping").await;
+}
+
+async fn api_start(s: &common::TestServer, id: &str) {
+    let r = s
+        .post(&format!("/api/v1/agents/{id}/start"))
+        .send()
+        .await
+        .expect("start");
+    assert_eq!(r.status(), 202);
+    s.wait_state(id, "running").await;
 }

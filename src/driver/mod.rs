@@ -83,6 +83,13 @@ pub trait Driver: Send + Sync + 'static {
         pull: &PullSink,
     ) -> Result<(), DriverError>;
     async fn stop(&self, id: &str) -> Result<(), DriverError>;
+    /// Puts `token` into the stopped sandbox ahead of its next start, so that a `start` with
+    /// the same token has less to do (waking a sandbox is what a person waits for). `false`
+    /// when the driver does nothing ahead of time, or the sandbox is not stopped; `start`
+    /// still hands over any token it is given.
+    async fn stage_boot(&self, _spec: &SandboxSpec, _token: &str) -> Result<bool, DriverError> {
+        Ok(false)
+    }
     /// Remakes the sandbox from `spec`, keeping its home (reporting a pull to `pull`).
     async fn rebuild(&self, spec: &SandboxSpec, pull: &PullSink) -> Result<(), DriverError>;
     /// Removes the sandbox, its home and its network.

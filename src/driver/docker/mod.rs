@@ -76,6 +76,17 @@ pub struct DockerDriver {
     alloc: tokio::sync::Mutex<()>,
     ops: OwnOps,
     started_at: SystemTime,
+    /// Boot tokens already in stopped containers (see `stage_boot`), by agent: the container
+    /// they went into (Docker's id, which a re-created container does not share) and the token.
+    staged: std::sync::Mutex<HashMap<String, (String, String)>>,
+}
+
+/// What [`DockerDriver::create_all`] found or made.
+struct Made {
+    net: AgentNet,
+    bridge: String,
+    /// Docker's id of the container, when it existed already.
+    existing: Option<String>,
 }
 
 impl DockerDriver {
@@ -140,6 +151,7 @@ impl DockerDriver {
             alloc: tokio::sync::Mutex::new(()),
             ops: OwnOps::default(),
             started_at: SystemTime::now(),
+            staged: Default::default(),
         })
     }
 
@@ -521,19 +533,16 @@ impl DockerDriver {
 
     /// Makes everything the sandbox needs; an existing container is kept as it is (rebuild is
     /// what applies a new spec).
-    async fn create_all(
-        &self,
-        spec: &SandboxSpec,
-        pull: &PullSink,
-    ) -> Result<(AgentNet, String), DockerError> {
+    async fn create_all(&self, spec: &SandboxSpec, pull: &PullSink) -> Result<Made, DockerError> {
         let id = &spec.id;
         let name = self.names.container(id);
         let t = std::time::Instant::now();
-        let exists = match self.docker.inspect_container(&name, None).await {
-            Ok(_) => true,
-            Err(e) if is_not_found(&e) => false,
+        let existing = match self.docker.inspect_container(&name, None).await {
+            Ok(info) => Some(info.id.unwrap_or_default()),
+            Err(e) if is_not_found(&e) => None,
             Err(e) => return Err(DockerError::api(format!("inspecting container {name}"))(e)),
         };
+        let exists = existing.is_some();
         log_step(id, "inspect container", t);
         // Independent of each other: made side by side, which is most of a create's time.
         let image = async {
@@ -563,7 +572,7 @@ impl DockerDriver {
         let (image, volume, net) = tokio::join!(image, volume, network);
         image?;
         volume?;
-        let net = net?;
+        let (net, bridge) = net?;
         if !exists {
             let t = std::time::Instant::now();
             let r = self
@@ -591,7 +600,11 @@ impl DockerDriver {
             }
             log_step(id, "create container", t);
         }
-        Ok(net)
+        Ok(Made {
+            net,
+            bridge,
+            existing,
+        })
     }
 
     async fn container_status(&self, id: &str) -> Result<SandboxStatus, DockerError> {
@@ -689,12 +702,12 @@ impl DockerDriver {
         let id = &spec.id;
         let name = self.names.container(id);
         let begun = std::time::Instant::now();
-        let (net, bridge) = self.create_all(spec, pull).await?;
-        let boot = BootConfig {
-            agent_id: id.clone(),
-            token: token.to_string(),
-            tunnel_url: self.tunnel_url(&net),
-        };
+        let Made {
+            net,
+            bridge,
+            existing,
+        } = self.create_all(spec, pull).await?;
+        let tunnel_url = self.tunnel_url(&net);
         // The firewall rules and the boot.json upload do not depend on each other, and both
         // must be done before the container starts: side by side.
         let firewall = async {
@@ -710,22 +723,20 @@ impl DockerDriver {
             // boot.json goes into a stopped container only: a running sandboxd would keep the
             // old token, which the server no longer accepts.
             let t = std::time::Instant::now();
-            if self.container_status(id).await? == SandboxStatus::Running {
+            let running = self.container_status(id).await? == SandboxStatus::Running;
+            if running {
                 self.stop_container(id).await?;
             }
             log_step(id, "inspect state", t);
-            let t = std::time::Instant::now();
-            let tar = files::boot_tar(&boot)
-                .map_err(|e| DockerError::Other(format!("packing boot.json: {e}")))?;
-            self.docker
-                .upload_to_container(
-                    &name,
-                    Some(UploadToContainerOptionsBuilder::default().path("/").build()),
-                    bollard::body_full(tar.into()),
-                )
-                .await
-                .map_err(DockerError::api(format!("writing boot.json into {name}")))?;
-            log_step(id, "boot.json", t);
+            // Staged while the sandbox went to sleep: this very token is in this very
+            // container already.
+            let staged = !running
+                && existing
+                    .as_deref()
+                    .is_some_and(|container| self.take_staged(id, container, token));
+            if !staged {
+                self.upload_boot(id, &tunnel_url, token).await?;
+            }
             Ok::<_, DockerError>(())
         };
         let (firewall, upload) = tokio::join!(firewall, upload);
@@ -744,10 +755,81 @@ impl DockerDriver {
         tracing::info!(
             agent = id,
             container = name,
-            tunnel = boot.tunnel_url,
+            tunnel = tunnel_url,
             "sandbox started"
         );
         Ok(())
+    }
+
+    /// Writes boot.json (the agent, the server's tunnel address, `token`) into the container.
+    async fn upload_boot(
+        &self,
+        id: &str,
+        tunnel_url: &str,
+        token: &str,
+    ) -> Result<(), DockerError> {
+        let name = self.names.container(id);
+        let t = std::time::Instant::now();
+        let boot = BootConfig {
+            agent_id: id.to_string(),
+            token: token.to_string(),
+            tunnel_url: tunnel_url.to_string(),
+        };
+        let tar = files::boot_tar(&boot)
+            .map_err(|e| DockerError::Other(format!("packing boot.json: {e}")))?;
+        self.docker
+            .upload_to_container(
+                &name,
+                Some(UploadToContainerOptionsBuilder::default().path("/").build()),
+                bollard::body_full(tar.into()),
+            )
+            .await
+            .map_err(DockerError::api(format!("writing boot.json into {name}")))?;
+        log_step(id, "boot.json", t);
+        Ok(())
+    }
+
+    /// Whether `token` was staged in `container` (and is no longer: a staged token serves one
+    /// start).
+    fn take_staged(&self, id: &str, container: &str, token: &str) -> bool {
+        let staged = self
+            .staged
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
+        staged.is_some_and(|(c, t)| c == container && t == token)
+    }
+
+    fn forget_staged(&self, id: &str) {
+        self.staged
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
+    }
+
+    /// Uploads boot.json into a stopped container ahead of its next start.
+    async fn stage_boot_inner(&self, spec: &SandboxSpec, token: &str) -> Result<bool, DockerError> {
+        let id = &spec.id;
+        let name = self.names.container(id);
+        let info = match self.docker.inspect_container(&name, None).await {
+            Ok(info) => info,
+            Err(e) if is_not_found(&e) => return Ok(false),
+            Err(e) => return Err(DockerError::api(format!("inspecting container {name}"))(e)),
+        };
+        let stopped = matches!(
+            info.state.and_then(|s| s.status),
+            Some(ContainerStateStatusEnum::EXITED | ContainerStateStatusEnum::CREATED)
+        );
+        let (Some(container), true) = (info.id, stopped) else {
+            return Ok(false);
+        };
+        let (net, _) = self.ensure_network(id).await?;
+        self.upload_boot(id, &self.tunnel_url(&net), token).await?;
+        self.staged
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id.clone(), (container, token.to_string()));
+        Ok(true)
     }
 
     async fn destroy_inner(&self, id: &str) -> Result<(), DockerError> {
@@ -937,9 +1019,15 @@ impl Driver for DockerDriver {
         Ok(self.stop_container(id).await?)
     }
 
+    async fn stage_boot(&self, spec: &SandboxSpec, token: &str) -> Result<bool, DriverError> {
+        let _op = self.ops.begin(&spec.id);
+        Ok(self.stage_boot_inner(spec, token).await?)
+    }
+
     async fn rebuild(&self, spec: &SandboxSpec, pull: &PullSink) -> Result<(), DriverError> {
         let _op = self.ops.begin(&spec.id);
         // The home volume and the network stay; only the container is made anew.
+        self.forget_staged(&spec.id);
         remove_force(&self.docker, &self.names.container(&spec.id)).await?;
         self.create_all(spec, pull).await?;
         Ok(())
@@ -947,6 +1035,7 @@ impl Driver for DockerDriver {
 
     async fn destroy(&self, id: &str) -> Result<(), DriverError> {
         let _op = self.ops.begin(id);
+        self.forget_staged(id);
         Ok(self.destroy_inner(id).await?)
     }
 
