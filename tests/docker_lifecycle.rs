@@ -314,3 +314,39 @@ async fn api_start(s: &common::TestServer, id: &str) {
     assert_eq!(r.status(), 202);
     s.wait_state(id, "running").await;
 }
+
+/// A subnet of the pool that a network agenthold does not know already has (another
+/// installation, a leftover) is skipped, not fought over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subnet_taken_outside_agenthold_is_skipped() {
+    struct Foreign(String);
+    impl Drop for Foreign {
+        fn drop(&mut self) {
+            let _ = docker_try(&["network", "rm", &self.0]);
+        }
+    }
+    let env = DockerEnv::new();
+    let pool: ipnet::Ipv4Net = env.pool.parse().expect("pool");
+    // Allocation starts at the bottom of the pool.
+    let taken = format!("{}/28", pool.network());
+    let foreign = Foreign(format!("{}-foreign", env.prefix));
+    docker(&[
+        "network",
+        "create",
+        "--internal",
+        "--subnet",
+        &taken,
+        &foreign.0,
+    ]);
+    let s = env.server(false).await;
+    let a = running_agent_with(&s, "a", BUSYBOX_IMAGE).await;
+    let got =
+        s.lc.store
+            .subnet(&a)
+            .await
+            .expect("subnet")
+            .expect("a has one");
+    assert_ne!(got, taken);
+    assert!(pool.contains(&got.parse::<ipnet::Ipv4Net>().expect("subnet")));
+    s.stop().await;
+}

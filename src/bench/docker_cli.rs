@@ -34,6 +34,10 @@ pub async fn timed(args: &[&str]) -> anyhow::Result<Duration> {
 /// Removes every container, volume and network labelled with `prefix`, the baseline containers
 /// named with it and the agents' firewall rules. Used at the end and on interruption; never
 /// fails.
+/// Marks the volumes and networks a plain-Docker baseline makes (not `agenthold.prefix`: the
+/// benchmark's server would take those for its own and remove them as orphans).
+pub const BASELINE_LABEL: &str = "agenthold.bench";
+
 pub async fn remove_everything(prefix: &str) {
     let label = format!("label=agenthold.prefix={prefix}");
     let name = format!("name={prefix}");
@@ -47,14 +51,18 @@ pub async fn remove_everything(prefix: &str) {
             }
         }
     }
-    if let Ok(ids) = docker(&["volume", "ls", "-q", "--filter", &label]).await {
-        for id in ids.split_whitespace() {
-            let _ = docker(&["volume", "rm", "-f", id]).await;
+    // The server's objects, and those of the plain-Docker baselines.
+    let baseline = format!("label={BASELINE_LABEL}={prefix}");
+    for filter in [&label, &baseline] {
+        if let Ok(ids) = docker(&["volume", "ls", "-q", "--filter", filter]).await {
+            for id in ids.split_whitespace() {
+                let _ = docker(&["volume", "rm", "-f", id]).await;
+            }
         }
-    }
-    if let Ok(ids) = docker(&["network", "ls", "-q", "--filter", &label]).await {
-        for id in ids.split_whitespace() {
-            let _ = docker(&["network", "rm", id]).await;
+        if let Ok(ids) = docker(&["network", "ls", "-q", "--filter", filter]).await {
+            for id in ids.split_whitespace() {
+                let _ = docker(&["network", "rm", id]).await;
+            }
         }
     }
     remove_firewall_rules(prefix).await;

@@ -175,8 +175,8 @@ async fn measure(
     if args.wants(Case::Burst) {
         let burst_n = if args.quick { 10 } else { 50 };
         progress(&format!("burst of {burst_n}"));
-        let (row, mut running) = cases::burst(&mut cx, burst_n).await?;
-        rows.push(row);
+        let (burst_rows, mut running) = cases::burst(&mut cx, burst_n).await?;
+        rows.extend(burst_rows);
         running.push(main.clone());
         running.push(other.clone());
         rows.push(cases::server_rss_with_agents(&cx, running.len()));

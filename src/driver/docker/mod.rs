@@ -190,52 +190,11 @@ impl DockerDriver {
         if let Some(found) = self.existing_network(id, &name).await? {
             return Ok(found);
         }
-        let _alloc = self.alloc.lock().await;
-        // Another call may have made it while we waited for the lock.
-        if let Some(found) = self.existing_network(id, &name).await? {
-            return Ok(found);
-        }
-        let stored = self
-            .store
-            .subnet(id)
-            .await?
-            .and_then(|s| s.parse::<Ipv4Net>().ok());
-        let mut taken: Vec<Ipv4Net> = self
-            .store
-            .subnets_in_use()
-            .await?
-            .iter()
-            .filter_map(|s| s.parse().ok())
-            .filter(|s| Some(*s) != stored)
-            .collect();
-        taken.extend(self.engine_subnets().await?);
-        let mut first = stored.filter(|s| {
-            !taken
-                .iter()
-                .any(|t| t.contains(&s.network()) || s.contains(&t.network()))
-        });
+        // Subnets the engine refused: another network it has (another installation, a
+        // leftover) overlaps them.
+        let mut refused: Vec<Ipv4Net> = Vec::new();
         for _ in 0..256 {
-            let candidate = match first.take() {
-                Some(s) => s,
-                None => subnet::pick(self.cfg.network_pool, self.cfg.subnet_bits, &taken).ok_or(
-                    DockerError::PoolExhausted {
-                        pool: self.cfg.network_pool.to_string(),
-                        bits: self.cfg.subnet_bits,
-                    },
-                )?,
-            };
-            match self
-                .store
-                .set_subnet(id, Some(&candidate.to_string()))
-                .await
-            {
-                Ok(()) => {}
-                Err(StoreError::SubnetTaken(_)) => {
-                    taken.push(candidate);
-                    continue;
-                }
-                Err(e) => return Err(e.into()),
-            }
+            let candidate = self.reserve_subnet(id, &refused).await?;
             let net = AgentNet::new(candidate);
             match self.create_network(id, &name, &net).await {
                 Ok(()) => {
@@ -246,10 +205,9 @@ impl DockerDriver {
                         ))
                     });
                 }
-                // Another network on the engine (another installation, a leftover) has it.
                 Err(e) if overlaps_error(&e) => {
                     tracing::debug!(subnet = %candidate, "subnet in use on the engine: {e}");
-                    taken.push(candidate);
+                    refused.push(candidate);
                 }
                 // Made meanwhile by someone else: use it.
                 Err(e) if status_of(&e) == Some(409) => {
@@ -270,6 +228,58 @@ impl DockerDriver {
             pool: self.cfg.network_pool.to_string(),
             bits: self.cfg.subnet_bits,
         })
+    }
+
+    /// Picks a subnet for the agent (the one it had, if still free) and records it. Only the
+    /// pick and the record must not interleave between agents, so only they hold the lock:
+    /// making the network, the slow part, runs side by side for agents created at once (held
+    /// across it, the lock made a burst of 50 creates wait on each other's networks). A subnet
+    /// recorded here is taken for every later pick, whether or not its network exists yet.
+    async fn reserve_subnet(&self, id: &str, refused: &[Ipv4Net]) -> Result<Ipv4Net, DockerError> {
+        let engine = self.engine_subnets().await?;
+        let _alloc = self.alloc.lock().await;
+        let stored = self
+            .store
+            .subnet(id)
+            .await?
+            .and_then(|s| s.parse::<Ipv4Net>().ok());
+        let mut taken: Vec<Ipv4Net> = self
+            .store
+            .subnets_in_use()
+            .await?
+            .iter()
+            .filter_map(|s| s.parse().ok())
+            .filter(|s| Some(*s) != stored)
+            .collect();
+        taken.extend(engine);
+        taken.extend_from_slice(refused);
+        let mut first = stored.filter(|s| {
+            !taken
+                .iter()
+                .any(|t| t.contains(&s.network()) || s.contains(&t.network()))
+        });
+        let exhausted = || DockerError::PoolExhausted {
+            pool: self.cfg.network_pool.to_string(),
+            bits: self.cfg.subnet_bits,
+        };
+        for _ in 0..256 {
+            let candidate = match first.take() {
+                Some(s) => s,
+                None => subnet::pick(self.cfg.network_pool, self.cfg.subnet_bits, &taken)
+                    .ok_or_else(exhausted)?,
+            };
+            match self
+                .store
+                .set_subnet(id, Some(&candidate.to_string()))
+                .await
+            {
+                Ok(()) => return Ok(candidate),
+                // The store's unique index has the last word.
+                Err(StoreError::SubnetTaken(_)) => taken.push(candidate),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(exhausted())
     }
 
     async fn create_network(
