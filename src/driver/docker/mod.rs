@@ -10,36 +10,34 @@
 //! Every object carries our labels (see [`names`]), which is how `list`, reconcile and the event
 //! stream find exactly this installation's objects. Every method is idempotent.
 
+mod boot;
 mod error;
 mod events;
 mod exit;
 mod files;
 mod firewall;
 mod names;
+mod network;
 mod placement;
 mod pull;
 mod subnet;
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use bollard::models::{
-    ContainerCreateBody, ContainerStateStatusEnum, ContainerSummaryStateEnum, EndpointIpamConfig,
-    EndpointSettings, HostConfig, Ipam, IpamConfig, Mount, MountType, NetworkConnectRequest,
-    NetworkCreateRequest, NetworkDisconnectRequest, NetworkingConfig, RestartPolicy,
+    ContainerCreateBody, ContainerStateStatusEnum, ContainerSummaryStateEnum, EndpointSettings,
+    HostConfig, Mount, MountType, NetworkDisconnectRequest, NetworkingConfig, RestartPolicy,
     RestartPolicyNameEnum, VolumeCreateRequest,
 };
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, ListContainersOptionsBuilder, ListNetworksOptionsBuilder,
     ListVolumesOptionsBuilder, RemoveVolumeOptionsBuilder, StopContainerOptionsBuilder,
-    UploadToContainerOptionsBuilder,
 };
 use bollard::Docker;
 use futures::stream::BoxStream;
-use ipnet::Ipv4Net;
-use sandboxd::boot::BootConfig;
 
 use super::{Driver, DriverError, DriverEvent, PullSink, SandboxInfo, SandboxSpec, SandboxStatus};
 use crate::config::{Config, DockerConfig, HostMount};
@@ -179,301 +177,6 @@ impl DockerDriver {
             .await
             .map_err(DockerError::api(format!("creating volume {name}")))?;
         Ok(())
-    }
-
-    // ---- networks -----------------------------------------------------------------------
-
-    /// The agent's network, created with a fresh subnet if it does not exist. Returns its
-    /// addresses and its bridge interface's name.
-    async fn ensure_network(&self, id: &str) -> Result<(AgentNet, String), DockerError> {
-        let name = self.names.network(id);
-        if let Some(found) = self.existing_network(id, &name).await? {
-            return Ok(found);
-        }
-        // Subnets the engine refused: another network it has (another installation, a
-        // leftover) overlaps them.
-        let mut refused: Vec<Ipv4Net> = Vec::new();
-        for _ in 0..256 {
-            let candidate = self.reserve_subnet(id, &refused).await?;
-            let net = AgentNet::new(candidate);
-            match self.create_network(id, &name, &net).await {
-                Ok(()) => {
-                    tracing::info!(agent = id, network = name, subnet = %candidate, "network created");
-                    return self.existing_network(id, &name).await?.ok_or_else(|| {
-                        DockerError::Other(format!(
-                            "network {name} vanished right after it was made"
-                        ))
-                    });
-                }
-                Err(e) if overlaps_error(&e) => {
-                    tracing::debug!(subnet = %candidate, "subnet in use on the engine: {e}");
-                    refused.push(candidate);
-                }
-                // Made meanwhile by someone else: use it.
-                Err(e) if status_of(&e) == Some(409) => {
-                    if let Some(found) = self.existing_network(id, &name).await? {
-                        return Ok(found);
-                    }
-                    return Err(DockerError::api(format!("creating network {name}"))(e));
-                }
-                Err(e) => {
-                    if let Err(e2) = self.store.set_subnet(id, None).await {
-                        tracing::debug!(agent = id, "releasing the subnet: {e2}");
-                    }
-                    return Err(DockerError::api(format!("creating network {name}"))(e));
-                }
-            }
-        }
-        Err(DockerError::PoolExhausted {
-            pool: self.cfg.network_pool.to_string(),
-            bits: self.cfg.subnet_bits,
-        })
-    }
-
-    /// Picks a subnet for the agent (the one it had, if still free) and records it. Only the
-    /// pick and the record must not interleave between agents, so only they hold the lock:
-    /// making the network, the slow part, runs side by side for agents created at once (held
-    /// across it, the lock made a burst of 50 creates wait on each other's networks). A subnet
-    /// recorded here is taken for every later pick, whether or not its network exists yet.
-    async fn reserve_subnet(&self, id: &str, refused: &[Ipv4Net]) -> Result<Ipv4Net, DockerError> {
-        let engine = self.engine_subnets().await?;
-        let _alloc = self.alloc.lock().await;
-        let stored = self
-            .store
-            .subnet(id)
-            .await?
-            .and_then(|s| s.parse::<Ipv4Net>().ok());
-        let mut taken: Vec<Ipv4Net> = self
-            .store
-            .subnets_in_use()
-            .await?
-            .iter()
-            .filter_map(|s| s.parse().ok())
-            .filter(|s| Some(*s) != stored)
-            .collect();
-        taken.extend(engine);
-        taken.extend_from_slice(refused);
-        let mut first = stored.filter(|s| {
-            !taken
-                .iter()
-                .any(|t| t.contains(&s.network()) || s.contains(&t.network()))
-        });
-        let exhausted = || DockerError::PoolExhausted {
-            pool: self.cfg.network_pool.to_string(),
-            bits: self.cfg.subnet_bits,
-        };
-        for _ in 0..256 {
-            let candidate = match first.take() {
-                Some(s) => s,
-                None => subnet::pick(self.cfg.network_pool, self.cfg.subnet_bits, &taken)
-                    .ok_or_else(exhausted)?,
-            };
-            match self
-                .store
-                .set_subnet(id, Some(&candidate.to_string()))
-                .await
-            {
-                Ok(()) => return Ok(candidate),
-                // The store's unique index has the last word.
-                Err(StoreError::SubnetTaken(_)) => taken.push(candidate),
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Err(exhausted())
-    }
-
-    async fn create_network(
-        &self,
-        id: &str,
-        name: &str,
-        net: &AgentNet,
-    ) -> Result<(), bollard::errors::Error> {
-        self.docker
-            .create_network(NetworkCreateRequest {
-                name: name.to_string(),
-                driver: Some("bridge".to_string()),
-                // No route out: Docker's rules drop everything forwarded off this bridge.
-                internal: Some(true),
-                // A server in a container leaves the host off the bridge (no address at `.1`):
-                // a sandbox can then reach nothing of the host, not even its own addresses, which
-                // only host firewall rules could otherwise keep it from.
-                options: Some(self.placement.network_options()),
-                ipam: Some(Ipam {
-                    driver: Some("default".to_string()),
-                    config: Some(vec![IpamConfig {
-                        subnet: Some(net.subnet.to_string()),
-                        ip_range: Some(net.ip_range().to_string()),
-                        // Docker 20.10 would put it at the start of ip_range otherwise.
-                        gateway: Some(net.gateway().to_string()),
-                        ..Default::default()
-                    }]),
-                    ..Default::default()
-                }),
-                labels: Some(self.names.labels("network", Some(id))),
-                ..Default::default()
-            })
-            .await
-            .map(|_| ())
-    }
-
-    /// The agent's network if it exists: its subnet (recorded in the store if the store had
-    /// lost it) and bridge name; the server's container is joined to it in container mode.
-    async fn existing_network(
-        &self,
-        id: &str,
-        name: &str,
-    ) -> Result<Option<(AgentNet, String)>, DockerError> {
-        let info = match self.docker.inspect_network(name, None).await {
-            Ok(i) => i,
-            Err(e) if is_not_found(&e) => return Ok(None),
-            Err(e) => return Err(DockerError::api(format!("inspecting network {name}"))(e)),
-        };
-        // Made while the server ran elsewhere (on the host rather than in a container, or the
-        // reverse). The option cannot change in place, and a container whose network was made
-        // anew no longer starts (Docker looks it up by the old id), so the network is made anew
-        // only while the agent has no container, as in a rebuild.
-        let host_address = placement::bridge_has_host_address(info.options.as_ref());
-        if host_address != self.placement.host_on_bridge() {
-            if self.container_status(id).await? == SandboxStatus::Missing {
-                tracing::info!(
-                    agent = id,
-                    network = name,
-                    "the network was made for a server placed elsewhere; making it anew"
-                );
-                self.remove_network(name, info.containers.as_ref()).await?;
-                return Ok(None);
-            }
-            if host_address {
-                tracing::warn!(
-                    agent = id,
-                    network = name,
-                    "the network was made while the server ran on the host, so its sandbox can \
-                     reach the host's own addresses; rebuild the agent to make it anew"
-                );
-            } else {
-                return Err(DockerError::Other(format!(
-                    "network {name} was made while the server ran in a container, so it has no \
-                     host address for sandboxd to dial; rebuild the agent to make it anew"
-                )));
-            }
-        }
-        let subnet = info
-            .ipam
-            .as_ref()
-            .and_then(|i| i.config.as_ref())
-            .into_iter()
-            .flatten()
-            .find_map(|c| c.subnet.as_deref().and_then(|s| s.parse::<Ipv4Net>().ok()))
-            .ok_or_else(|| DockerError::Other(format!("network {name} has no IPv4 subnet")))?;
-        let net = AgentNet::new(subnet);
-        if self.store.subnet(id).await?.as_deref() != Some(net.subnet.to_string().as_str()) {
-            match self
-                .store
-                .set_subnet(id, Some(&net.subnet.to_string()))
-                .await
-            {
-                Ok(()) | Err(StoreError::NotFound(_)) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        let bridge = info
-            .options
-            .as_ref()
-            .and_then(|o| o.get("com.docker.network.bridge.name").cloned())
-            .or_else(|| {
-                info.id
-                    .as_deref()
-                    .and_then(|i| i.get(..12))
-                    .map(|i| format!("br-{i}"))
-            })
-            .ok_or_else(|| DockerError::Other(format!("network {name} has no id")))?;
-        if let Placement::Container { server, .. } = &self.placement {
-            let joined = info
-                .containers
-                .as_ref()
-                .is_some_and(|c| c.contains_key(server.as_str()));
-            if !joined {
-                self.join_server(name, server, net.server_addr()).await?;
-            }
-        }
-        Ok(Some((net, bridge)))
-    }
-
-    /// Removes a network of ours that has no sandbox on it, after taking the server's own
-    /// container (the only other member) off it.
-    async fn remove_network(
-        &self,
-        name: &str,
-        members: Option<&HashMap<String, bollard::models::EndpointResource>>,
-    ) -> Result<(), DockerError> {
-        if let Placement::Container { server, .. } = &self.placement {
-            if members.is_some_and(|m| m.contains_key(server.as_str())) {
-                self.docker
-                    .disconnect_network(
-                        name,
-                        NetworkDisconnectRequest {
-                            container: server.clone(),
-                            force: Some(true),
-                        },
-                    )
-                    .await
-                    .map_err(DockerError::api(format!(
-                        "taking the server off network {name}"
-                    )))?;
-            }
-        }
-        match self.docker.remove_network(name).await {
-            Ok(()) => Ok(()),
-            Err(e) if is_not_found(&e) => Ok(()),
-            Err(e) => Err(DockerError::api(format!("removing network {name}"))(e)),
-        }
-    }
-
-    async fn join_server(
-        &self,
-        network: &str,
-        server: &str,
-        addr: Ipv4Addr,
-    ) -> Result<(), DockerError> {
-        let r = self
-            .docker
-            .connect_network(
-                network,
-                NetworkConnectRequest {
-                    container: server.to_string(),
-                    endpoint_config: Some(EndpointSettings {
-                        ipam_config: Some(EndpointIpamConfig {
-                            ipv4_address: Some(addr.to_string()),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    }),
-                },
-            )
-            .await;
-        match r {
-            Ok(()) => Ok(()),
-            // Already joined (Docker answers 403 "already exists in network").
-            Err(e) if e.to_string().contains("already exists") => Ok(()),
-            Err(e) => Err(DockerError::api(format!(
-                "joining the server to network {network}"
-            ))(e)),
-        }
-    }
-
-    /// Every IPv4 subnet of every network on the engine, ours or not.
-    async fn engine_subnets(&self) -> Result<Vec<Ipv4Net>, DockerError> {
-        let nets = self
-            .docker
-            .list_networks(None)
-            .await
-            .map_err(DockerError::api("listing networks"))?;
-        Ok(nets
-            .iter()
-            .filter_map(|n| n.ipam.as_ref()?.config.as_ref())
-            .flatten()
-            .filter_map(|c| c.subnet.as_deref()?.parse().ok())
-            .collect())
     }
 
     // ---- containers ---------------------------------------------------------------------
@@ -771,77 +474,6 @@ impl DockerDriver {
         Ok(())
     }
 
-    /// Writes boot.json (the agent, the server's tunnel address, `token`) into the container.
-    async fn upload_boot(
-        &self,
-        id: &str,
-        tunnel_url: &str,
-        token: &str,
-    ) -> Result<(), DockerError> {
-        let name = self.names.container(id);
-        let t = std::time::Instant::now();
-        let boot = BootConfig {
-            agent_id: id.to_string(),
-            token: token.to_string(),
-            tunnel_url: tunnel_url.to_string(),
-        };
-        let tar = files::boot_tar(&boot)
-            .map_err(|e| DockerError::Other(format!("packing boot.json: {e}")))?;
-        self.docker
-            .upload_to_container(
-                &name,
-                Some(UploadToContainerOptionsBuilder::default().path("/").build()),
-                bollard::body_full(tar.into()),
-            )
-            .await
-            .map_err(DockerError::api(format!("writing boot.json into {name}")))?;
-        log_step(id, "boot.json", t);
-        Ok(())
-    }
-
-    /// Whether `token` was staged in `container` (and is no longer: a staged token serves one
-    /// start).
-    fn take_staged(&self, id: &str, container: &str, token: &str) -> bool {
-        let staged = self
-            .staged
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(id);
-        staged.is_some_and(|(c, t)| c == container && t == token)
-    }
-
-    fn forget_staged(&self, id: &str) {
-        self.staged
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(id);
-    }
-
-    /// Uploads boot.json into a stopped container ahead of its next start.
-    async fn stage_boot_inner(&self, spec: &SandboxSpec, token: &str) -> Result<bool, DockerError> {
-        let id = &spec.id;
-        let name = self.names.container(id);
-        let info = match self.docker.inspect_container(&name, None).await {
-            Ok(info) => info,
-            Err(e) if is_not_found(&e) => return Ok(false),
-            Err(e) => return Err(DockerError::api(format!("inspecting container {name}"))(e)),
-        };
-        let stopped = matches!(
-            info.state.and_then(|s| s.status),
-            Some(ContainerStateStatusEnum::EXITED | ContainerStateStatusEnum::CREATED)
-        );
-        let (Some(container), true) = (info.id, stopped) else {
-            return Ok(false);
-        };
-        let (net, _) = self.ensure_network(id).await?;
-        self.upload_boot(id, &self.tunnel_url(&net), token).await?;
-        self.staged
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id.clone(), (container, token.to_string()));
-        Ok(true)
-    }
-
     async fn destroy_inner(&self, id: &str) -> Result<(), DockerError> {
         let container = self.names.container(id);
         let volume = self.names.volume(id);
@@ -994,12 +626,6 @@ async fn connect_engine(cfg: &DockerConfig) -> Result<Docker, DockerError> {
     let docker = docker.negotiate_version().await.map_err(connect_err)?;
     let docker = docker.with_timeout(Duration::from_secs(API_TIMEOUT_SECS));
     Ok(docker)
-}
-
-/// Docker's answer when a subnet overlaps another network's.
-fn overlaps_error(e: &bollard::errors::Error) -> bool {
-    let msg = e.to_string();
-    msg.contains("overlaps") || msg.contains("Pool overlaps")
 }
 
 #[async_trait]

@@ -1,0 +1,87 @@
+//! boot.json, what a sandbox is told before it starts (its agent, the server's tunnel address,
+//! a fresh token), and boot tokens staged in a stopped container ahead of its next start.
+
+use bollard::models::ContainerStateStatusEnum;
+use bollard::query_parameters::UploadToContainerOptionsBuilder;
+use sandboxd::boot::BootConfig;
+
+use super::error::is_not_found;
+use super::{files, log_step, DockerDriver, DockerError};
+use crate::driver::SandboxSpec;
+
+impl DockerDriver {
+    /// Writes boot.json (the agent, the server's tunnel address, `token`) into the container.
+    pub(super) async fn upload_boot(
+        &self,
+        id: &str,
+        tunnel_url: &str,
+        token: &str,
+    ) -> Result<(), DockerError> {
+        let name = self.names.container(id);
+        let t = std::time::Instant::now();
+        let boot = BootConfig {
+            agent_id: id.to_string(),
+            token: token.to_string(),
+            tunnel_url: tunnel_url.to_string(),
+        };
+        let tar = files::boot_tar(&boot)
+            .map_err(|e| DockerError::Other(format!("packing boot.json: {e}")))?;
+        self.docker
+            .upload_to_container(
+                &name,
+                Some(UploadToContainerOptionsBuilder::default().path("/").build()),
+                bollard::body_full(tar.into()),
+            )
+            .await
+            .map_err(DockerError::api(format!("writing boot.json into {name}")))?;
+        log_step(id, "boot.json", t);
+        Ok(())
+    }
+
+    /// Whether `token` was staged in `container` (and is no longer: a staged token serves one
+    /// start).
+    pub(super) fn take_staged(&self, id: &str, container: &str, token: &str) -> bool {
+        let staged = self
+            .staged
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
+        staged.is_some_and(|(c, t)| c == container && t == token)
+    }
+
+    pub(super) fn forget_staged(&self, id: &str) {
+        self.staged
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
+    }
+
+    /// Uploads boot.json into a stopped container ahead of its next start.
+    pub(super) async fn stage_boot_inner(
+        &self,
+        spec: &SandboxSpec,
+        token: &str,
+    ) -> Result<bool, DockerError> {
+        let id = &spec.id;
+        let name = self.names.container(id);
+        let info = match self.docker.inspect_container(&name, None).await {
+            Ok(info) => info,
+            Err(e) if is_not_found(&e) => return Ok(false),
+            Err(e) => return Err(DockerError::api(format!("inspecting container {name}"))(e)),
+        };
+        let stopped = matches!(
+            info.state.and_then(|s| s.status),
+            Some(ContainerStateStatusEnum::EXITED | ContainerStateStatusEnum::CREATED)
+        );
+        let (Some(container), true) = (info.id, stopped) else {
+            return Ok(false);
+        };
+        let (net, _) = self.ensure_network(id).await?;
+        self.upload_boot(id, &self.tunnel_url(&net), token).await?;
+        self.staged
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id.clone(), (container, token.to_string()));
+        Ok(true)
+    }
+}
