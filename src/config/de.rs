@@ -1,0 +1,89 @@
+//! How config values are read: addresses, networks and durations parsed inside serde's
+//! visitors (so a bad value's message carries its own dotted key and line), and empty strings
+//! taken as unset.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ipnet::Ipv4Net;
+use serde::{Deserialize, Deserializer};
+
+use super::parse_listen_addr;
+
+pub(super) fn de_socket_addr<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+    d.deserialize_str(ParseStr {
+        expecting: "an address like 127.0.0.1:8080 or :8080",
+        parse: parse_listen_addr,
+    })
+}
+
+pub(super) fn de_ipv4_net<'de, D: Deserializer<'de>>(d: D) -> Result<Ipv4Net, D::Error> {
+    d.deserialize_str(ParseStr {
+        expecting: "an IPv4 network like 10.213.0.0/16",
+        parse: |s: &str| {
+            s.trim()
+                .parse::<Ipv4Net>()
+                .map_err(|_| format!("\"{s}\" is not an IPv4 network like 10.213.0.0/16"))
+        },
+    })
+}
+
+/// Parses inside the visitor rather than after it, so serde_yaml_ng attaches the failing
+/// value's own dotted path and line to the message (not its parent's).
+struct ParseStr<F> {
+    expecting: &'static str,
+    parse: F,
+}
+
+impl<T, F: FnOnce(&str) -> Result<T, String>> serde::de::Visitor<'_> for ParseStr<F> {
+    type Value = T;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(self.expecting)
+    }
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<T, E> {
+        (self.parse)(s).map_err(E::custom)
+    }
+}
+
+pub(super) fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    struct V;
+    impl serde::de::Visitor<'_> for V {
+        type Value = Duration;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a duration like 30s, 15m or 1h")
+        }
+        fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Duration, E> {
+            humantime::parse_duration(s.trim()).map_err(|e| {
+                E::custom(format!(
+                    "\"{s}\" is not a duration like 30s, 15m or 1h ({e})"
+                ))
+            })
+        }
+        // A bare number is the likeliest mistake (`30` for `30s`): say what is missing.
+        fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Duration, E> {
+            Err(E::custom(format!(
+                "{n} has no unit; write a duration like {n}s, {n}m or {n}h"
+            )))
+        }
+        fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Duration, E> {
+            Err(E::custom(format!(
+                "{n} is not a duration like 30s, 15m or 1h"
+            )))
+        }
+        fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<Duration, E> {
+            Err(E::custom(format!(
+                "{n} is not a duration like 30s, 15m or 1h"
+            )))
+        }
+    }
+    d.deserialize_any(V)
+}
+
+pub(super) fn de_opt_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.filter(|s| !s.is_empty()))
+}
+
+pub(super) fn de_opt_path<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {
+    Ok(de_opt_string(d)?.map(PathBuf::from))
+}

@@ -1,0 +1,520 @@
+//! Loading and checking the config file: defaults, every key's bad values, the messages.
+
+use super::*;
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+fn load(yaml: &str) -> Result<Config, ConfigError> {
+    Config::from_yaml_str(yaml, "config.yaml", no_env)
+}
+
+fn err(yaml: &str) -> String {
+    match load(yaml) {
+        Ok(c) => panic!("expected an error for {yaml:?}, got {c:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn empty_and_comment_only_files_are_all_defaults() {
+    assert_eq!(load("").unwrap(), Config::default());
+    assert_eq!(load("# nothing here\n").unwrap(), Config::default());
+    assert_eq!(load("server:\nsandbox:\n").unwrap(), Config::default());
+}
+
+#[test]
+fn defaults_are_the_documented_ones() {
+    let c = Config::default();
+    assert_eq!(c.server.listen, "127.0.0.1:8080".parse().unwrap());
+    assert_eq!(c.server.data_dir, PathBuf::from("./data"));
+    assert_eq!(c.server.admin_token, None);
+    assert_eq!(c.server.max_file_mb, 4096);
+    assert_eq!(c.server.exec_output_cap_kb, 1024);
+    assert_eq!(c.server.exec_default_timeout, Duration::from_secs(600));
+    assert_eq!(c.server.exec_max_timeout, Duration::from_secs(86400));
+    assert_eq!(c.sandbox.driver, DriverKind::Docker);
+    assert_eq!(c.sandbox.default_image, "debian:bookworm-slim");
+    assert_eq!(c.sandbox.default_cpus, 2.0);
+    assert_eq!(c.sandbox.default_memory_mb, 4096);
+    assert_eq!(c.sandbox.default_idle_minutes, 15);
+    assert_eq!(c.sandbox.max_cpus, 8.0);
+    assert_eq!(c.sandbox.max_memory_mb, 16384);
+    assert_eq!(c.sandbox.pids_limit, 4096);
+    assert_eq!(c.sandbox.tunnel_listen, "0.0.0.0:8090".parse().unwrap());
+    assert_eq!(c.sandbox.idle_check_interval, Duration::from_secs(30));
+    assert_eq!(c.sandbox.idle_minute, Duration::from_secs(60));
+    assert_eq!(c.sandbox.sandboxd_path, None);
+    assert_eq!(c.sandbox.ping_interval, Duration::from_secs(15));
+    let d = &c.sandbox.docker;
+    assert_eq!(d.name_prefix, "agenthold");
+    assert_eq!(d.network_pool, "10.213.0.0/16".parse().unwrap());
+    assert_eq!(d.subnet_bits, 28);
+    assert_eq!(d.runtime(), None);
+    assert_eq!(d.server_container(), None);
+    assert_eq!(d.socket(), None);
+    assert_eq!(d.sandboxd_volume_name(), "agenthold-sandboxd");
+    assert!(d.no_new_privileges);
+    assert_eq!(
+        d.cap_drop,
+        [
+            "NET_RAW",
+            "MKNOD",
+            "AUDIT_WRITE",
+            "SYS_CHROOT",
+            "SETFCAP",
+            "NET_BIND_SERVICE"
+        ]
+    );
+    assert!(d.host_mounts.is_empty());
+    assert_eq!(c.database_path(), PathBuf::from("./data/agenthold.db"));
+    assert!(c.warnings().is_empty());
+    // The defaults pass their own validation.
+    c.validate("defaults").unwrap();
+}
+
+#[test]
+fn example_file_loads_and_equals_the_defaults() {
+    let c = Config::from_yaml_str(
+        include_str!("../../config.example.yaml"),
+        "config.example.yaml",
+        no_env,
+    )
+    .unwrap();
+    assert_eq!(c, Config::default());
+}
+
+#[test]
+fn the_seed_block_loads() {
+    let c = load(
+        "sandbox:
+  driver: docker            # or \"fake\" for development without Docker
+  default_image: debian:bookworm-slim
+  default_cpus: 2
+  default_memory_mb: 4096
+  max_cpus: 8
+  max_memory_mb: 16384
+  pids_limit: 4096
+  docker:
+    name_prefix: agenthold  # change to run several installations on one host
+    network_pool: 10.213.0.0/16
+    subnet_bits: 28         # 14 usable addresses per agent
+    runtime: \"\"             # e.g. sysbox-runc or runsc
+    server_container: \"\"    # autodetected
+",
+    )
+    .unwrap();
+    assert_eq!(c, Config::default());
+}
+
+#[test]
+fn values_are_read() {
+    let c = load(
+        "server:
+  listen: 0.0.0.0:9000
+  data_dir: /var/lib/agenthold
+  admin_token: s3cret-s3cret-s3cret
+  exec_default_timeout: 1m
+sandbox:
+  driver: fake
+  default_cpus: 0.5
+  pids_limit: -1
+  tunnel_listen: 127.0.0.1:8091
+  idle_check_interval: 1s
+  idle_minute: 2s
+  sandboxd_path: /opt/sandboxd
+  docker:
+    name_prefix: ah-test
+    runtime: runsc
+    sandboxd_volume: sbd
+    cap_drop: []
+    host_mounts: ['/srv/cache:/cache:ro', '/srv/x:/x']
+",
+    )
+    .unwrap();
+    assert_eq!(c.server.listen, "0.0.0.0:9000".parse().unwrap());
+    assert_eq!(
+        c.database_path(),
+        PathBuf::from("/var/lib/agenthold/agenthold.db")
+    );
+    assert_eq!(
+        c.server.admin_token.as_deref(),
+        Some("s3cret-s3cret-s3cret")
+    );
+    assert_eq!(c.server.exec_default_timeout, Duration::from_secs(60));
+    assert_eq!(c.sandbox.driver, DriverKind::Fake);
+    assert_eq!(c.sandbox.default_cpus, 0.5);
+    assert_eq!(c.sandbox.pids_limit, -1);
+    assert_eq!(c.sandbox.idle_check_interval, Duration::from_secs(1));
+    assert_eq!(c.sandbox.idle_minute, Duration::from_secs(2));
+    assert_eq!(c.sandbox.tunnel_listen, "127.0.0.1:8091".parse().unwrap());
+    assert_eq!(
+        c.sandbox.sandboxd_path,
+        Some(PathBuf::from("/opt/sandboxd"))
+    );
+    assert_eq!(c.sandbox.docker.runtime(), Some("runsc"));
+    assert_eq!(c.sandbox.docker.sandboxd_volume_name(), "sbd");
+    assert!(c.sandbox.docker.cap_drop.is_empty());
+    assert_eq!(
+        c.sandbox.docker.parsed_host_mounts().unwrap(),
+        vec![
+            HostMount {
+                host: "/srv/cache".into(),
+                container: "/cache".into(),
+                read_only: true
+            },
+            HostMount {
+                host: "/srv/x".into(),
+                container: "/x".into(),
+                read_only: false
+            },
+        ]
+    );
+    // Untouched keys keep their defaults.
+    assert_eq!(c.sandbox.max_cpus, 8.0);
+    assert_eq!(c.sandbox.docker.subnet_bits, 28);
+}
+
+#[test]
+fn port_only_listen_means_every_address() {
+    for yaml in [
+        "sandbox:\n  tunnel_listen: \":8090\"\n",
+        "sandbox:\n  tunnel_listen: :8090\n",
+    ] {
+        assert_eq!(
+            load(yaml).unwrap().sandbox.tunnel_listen,
+            "0.0.0.0:8090".parse().unwrap(),
+            "{yaml}"
+        );
+    }
+    assert_eq!(
+        load("server:\n  listen: \"[::1]:8080\"\n")
+            .unwrap()
+            .server
+            .listen,
+        "[::1]:8080".parse().unwrap()
+    );
+    let e = err("sandbox:\n  tunnel_listen: localhost:8090\n");
+    assert!(e.contains("config.yaml: sandbox.tunnel_listen: "), "{e}");
+    assert!(e.contains("not an address"), "{e}");
+    let e = err("sandbox:\n  tunnel_listen: \":99999\"\n");
+    assert!(e.contains("sandbox.tunnel_listen"), "{e}");
+}
+
+#[test]
+fn unknown_keys_are_refused_at_every_level() {
+    let e = err("serverr:\n  listen: 127.0.0.1:1\n");
+    assert!(e.starts_with("config.yaml: "), "{e}");
+    assert!(e.contains("unknown field `serverr`"), "{e}");
+
+    let e = err("server:\n  port: 80\n");
+    assert!(
+        e.contains("config.yaml: server: unknown field `port`"),
+        "{e}"
+    );
+
+    let e = err("sandbox:\n  docker:\n    name_prefx: x\n");
+    assert!(
+        e.contains("config.yaml: sandbox.docker: unknown field `name_prefx`"),
+        "{e}"
+    );
+    assert!(e.contains("line 3"), "{e}");
+}
+
+#[test]
+fn wrong_types_name_the_key() {
+    let e = err("sandbox:\n  default_cpus: two\n");
+    assert!(
+        e.contains("config.yaml: sandbox.default_cpus: invalid type"),
+        "{e}"
+    );
+    let e = err("sandbox:\n  max_memory_mb: -5\n");
+    assert!(e.contains("sandbox.max_memory_mb"), "{e}");
+    let e = err("sandbox:\n  driver: podman\n");
+    assert!(
+        e.contains("sandbox.driver: unknown variant `podman`"),
+        "{e}"
+    );
+    let e = err("sandbox:\n  docker:\n    network_pool: 10.213.0.0\n");
+    assert!(
+        e.contains("sandbox.docker.network_pool: \"10.213.0.0\" is not an IPv4 network"),
+        "{e}"
+    );
+    let e = err("sandbox:\n  docker:\n    network_pool: fd00::/8\n");
+    assert!(e.contains("is not an IPv4 network"), "{e}");
+    let e = err("sandbox:\n  docker:\n    cap_drop: NET_RAW\n");
+    assert!(e.contains("sandbox.docker.cap_drop"), "{e}");
+    let e = err("sandbox: [1, 2]\n");
+    assert!(e.contains("config.yaml: sandbox: invalid type"), "{e}");
+    let e = err("server:\n  listen: [\n");
+    assert!(e.starts_with("config.yaml: "), "{e}");
+}
+
+#[test]
+fn durations_need_a_unit() {
+    let e = err("sandbox:\n  idle_check_interval: 30\n");
+    assert!(
+        e.contains("sandbox.idle_check_interval: 30 has no unit"),
+        "{e}"
+    );
+    let e = err("sandbox:\n  ping_interval: soon\n");
+    assert!(
+        e.contains("sandbox.ping_interval: \"soon\" is not a duration"),
+        "{e}"
+    );
+    assert_eq!(
+        load("sandbox:\n  idle_check_interval: 2m 30s\n")
+            .unwrap()
+            .sandbox
+            .idle_check_interval,
+        Duration::from_secs(150)
+    );
+}
+
+#[test]
+fn impossible_values_are_refused_with_one_message() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "sandbox:\n  default_cpus: 16\n",
+            "config.yaml: sandbox.default_cpus (16) is above sandbox.max_cpus (8)",
+        ),
+        (
+            "sandbox:\n  default_cpus: 0\n",
+            "config.yaml: sandbox.default_cpus (0) must be a number above 0",
+        ),
+        (
+            "sandbox:\n  max_cpus: -1\n",
+            "config.yaml: sandbox.max_cpus (-1) must be a number above 0",
+        ),
+        (
+            "sandbox:\n  max_cpus: .nan\n",
+            "config.yaml: sandbox.max_cpus (NaN) must be a number above 0",
+        ),
+        (
+            "sandbox:\n  terminal_buffer_kb: 0\n",
+            "config.yaml: sandbox.terminal_buffer_kb (0) must be between 1 and 262144 (256 MiB)",
+        ),
+        (
+            "sandbox:\n  terminal_detach_minutes: 99999\n",
+            "config.yaml: sandbox.terminal_detach_minutes (99999) must be at most 10080 (a week)",
+        ),
+        (
+            "sandbox:\n  default_memory_mb: 8\n",
+            "config.yaml: sandbox.default_memory_mb (8) must be at least 16",
+        ),
+        (
+            "sandbox:\n  max_memory_mb: 15\n",
+            "config.yaml: sandbox.max_memory_mb (15) must be at least 16",
+        ),
+        (
+            "sandbox:\n  default_memory_mb: 20000\n",
+            "config.yaml: sandbox.default_memory_mb (20000) is above sandbox.max_memory_mb (16384)",
+        ),
+        (
+            "sandbox:\n  default_idle_minutes: 0\n",
+            "config.yaml: sandbox.default_idle_minutes must be at least 1",
+        ),
+        (
+            "sandbox:\n  pids_limit: 10\n",
+            "config.yaml: sandbox.pids_limit (10) must be at least 16, or -1 for no limit",
+        ),
+        (
+            "sandbox:\n  pids_limit: 0\n",
+            "config.yaml: sandbox.pids_limit (0) must be at least 16, or -1 for no limit",
+        ),
+        (
+            "sandbox:\n  idle_check_interval: 500ms\n",
+            "config.yaml: sandbox.idle_check_interval (500ms) must be at least 1s",
+        ),
+        (
+            "sandbox:\n  idle_minute: 999ms\n",
+            "config.yaml: sandbox.idle_minute (999ms) must be at least 1s",
+        ),
+        (
+            "sandbox:\n  ping_interval: 0s\n",
+            "config.yaml: sandbox.ping_interval (0s) must be at least 1s",
+        ),
+        (
+            "server:\n  data_dir: \"\"\n",
+            "config.yaml: server.data_dir is empty; name a directory",
+        ),
+        (
+            "server:\n  max_file_mb: 0\n",
+            "config.yaml: server.max_file_mb must be at least 1",
+        ),
+        (
+            "server:\n  exec_output_cap_kb: 0\n",
+            "config.yaml: server.exec_output_cap_kb must be at least 1",
+        ),
+        (
+            "server:\n  exec_default_timeout: 2d\n",
+            "config.yaml: server.exec_default_timeout (2days) is above server.exec_max_timeout (1day)",
+        ),
+        (
+            "server:\n  admin_token: \"two words\"\n",
+            "config.yaml: server.admin_token contains spaces",
+        ),
+        (
+            "sandbox:\n  default_image: \" \"\n",
+            "config.yaml: sandbox.default_image is empty",
+        ),
+        (
+            "sandbox:\n  docker:\n    name_prefix: Agent_Hold\n",
+            "config.yaml: sandbox.docker.name_prefix (\"Agent_Hold\") must be 1 to 32 lowercase",
+        ),
+        (
+            "sandbox:\n  docker:\n    name_prefix: \"\"\n",
+            "config.yaml: sandbox.docker.name_prefix (\"\") must be",
+        ),
+        (
+            "sandbox:\n  docker:\n    name_prefix: -ah\n",
+            "config.yaml: sandbox.docker.name_prefix (\"-ah\") must be",
+        ),
+        (
+            "sandbox:\n  docker:\n    name_prefix: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
+            "config.yaml: sandbox.docker.name_prefix (\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\") must be",
+        ),
+        (
+            "sandbox:\n  docker:\n    network_pool: 10.213.5.0/16\n",
+            "config.yaml: sandbox.docker.network_pool (10.213.5.0/16) has host bits set; did you mean 10.213.0.0/16?",
+        ),
+        (
+            "sandbox:\n  docker:\n    subnet_bits: 30\n",
+            "config.yaml: sandbox.docker.subnet_bits (30) must be above the pool's prefix length (16) and at most 29",
+        ),
+        (
+            "sandbox:\n  docker:\n    subnet_bits: 16\n",
+            "config.yaml: sandbox.docker.subnet_bits (16) must be above the pool's prefix length (16)",
+        ),
+        (
+            "sandbox:\n  docker:\n    network_pool: 10.0.0.0/28\n",
+            "config.yaml: sandbox.docker.subnet_bits (28) must be above the pool's prefix length (28)",
+        ),
+        (
+            "sandbox:\n  docker:\n    runtime: \" runsc\"\n",
+            "config.yaml: sandbox.docker.runtime (\" runsc\") has spaces",
+        ),
+        (
+            "sandbox:\n  docker:\n    cap_drop: [NET_RAW, \"NET ADMIN\"]\n",
+            "config.yaml: sandbox.docker.cap_drop[1] (\"NET ADMIN\") is not a capability name",
+        ),
+        (
+            "sandbox:\n  docker:\n    host_mounts: [\"/a\"]\n",
+            "config.yaml: sandbox.docker.host_mounts[0] (\"/a\") is not HOST:CONTAINER",
+        ),
+        (
+            "sandbox:\n  docker:\n    host_mounts: [\"/a:/b:rx\"]\n",
+            "config.yaml: sandbox.docker.host_mounts[0] (\"/a:/b:rx\") has mode \"rx\"",
+        ),
+        (
+            "sandbox:\n  docker:\n    host_mounts: [\"/a:b\"]\n",
+            "config.yaml: sandbox.docker.host_mounts[0] (\"/a:b\") needs an absolute container path",
+        ),
+        (
+            "sandbox:\n  docker:\n    host_mounts: [\"data:/b\"]\n",
+            "config.yaml: sandbox.docker.host_mounts[0] (\"data:/b\") needs an absolute host path",
+        ),
+        (
+            "sandbox:\n  docker:\n    host_mounts: [\"/a:/home/agent/\"]\n",
+            "config.yaml: sandbox.docker.host_mounts[0] (\"/a:/home/agent/\") would cover",
+        ),
+    ];
+    for (yaml, want) in cases {
+        let e = err(yaml);
+        assert!(e.starts_with(want), "for {yaml:?}\n got: {e}\nwant: {want}");
+        assert!(!e.contains('\n'), "one line: {e}");
+    }
+}
+
+#[test]
+fn small_values_at_the_limits_are_fine() {
+    let c = load(
+        "sandbox:
+  default_memory_mb: 16
+  max_memory_mb: 16
+  default_cpus: 8
+  pids_limit: 16
+  ping_interval: 1s
+  docker:
+    network_pool: 10.0.0.0/8
+    subnet_bits: 29
+",
+    )
+    .unwrap();
+    assert_eq!(c.sandbox.docker.subnet_bits, 29);
+}
+
+#[test]
+fn env_token_wins_over_the_file() {
+    let env = |k: &str| (k == ADMIN_TOKEN_ENV).then(|| "from-env-from-env".to_string());
+    let c = Config::from_yaml_str("server:\n  admin_token: from-file\n", "c.yaml", env).unwrap();
+    assert_eq!(c.server.admin_token.as_deref(), Some("from-env-from-env"));
+
+    let c = Config::load(None, env).unwrap();
+    assert_eq!(c.server.admin_token.as_deref(), Some("from-env-from-env"));
+
+    // An empty variable is unset, not an empty token.
+    let empty = |_: &str| Some(String::new());
+    let c = Config::from_yaml_str("server:\n  admin_token: from-file\n", "c.yaml", empty).unwrap();
+    assert_eq!(c.server.admin_token.as_deref(), Some("from-file"));
+    assert_eq!(
+        load("server:\n  admin_token: \"\"\n")
+            .unwrap()
+            .server
+            .admin_token,
+        None
+    );
+
+    let bad = |_: &str| Some("a b".to_string());
+    let e = Config::load(None, bad).unwrap_err().to_string();
+    assert!(
+        e.starts_with("defaults: AGENTHOLD_ADMIN_TOKEN contains spaces"),
+        "{e}"
+    );
+}
+
+#[test]
+fn load_reads_the_file_and_names_a_missing_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agenthold.yaml");
+    std::fs::write(&path, "sandbox:\n  default_cpus: 99\n").unwrap();
+    let e = Config::load(Some(&path), no_env).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        format!(
+            "{}: sandbox.default_cpus (99) is above sandbox.max_cpus (8)",
+            path.display()
+        )
+    );
+
+    std::fs::write(&path, "sandbox:\n  driver: fake\n").unwrap();
+    let c = Config::load(Some(&path), no_env).unwrap();
+    assert_eq!(c.sandbox.driver, DriverKind::Fake);
+
+    let missing = dir.path().join("nope.yaml");
+    let e = Config::load(Some(&missing), no_env).unwrap_err();
+    assert!(matches!(e, ConfigError::Read { .. }));
+    let e = e.to_string();
+    assert!(
+        e.starts_with(&format!("{}: cannot read", missing.display())),
+        "{e}"
+    );
+
+    assert_eq!(Config::load(None, no_env).unwrap(), Config::default());
+}
+
+#[test]
+fn risky_settings_are_reported_as_warnings() {
+    let c = load(
+        "server:\n  admin_token: short\nsandbox:\n  docker:\n    no_new_privileges: false\n    host_mounts: ['/etc:/host-etc:ro']\n",
+    )
+    .unwrap();
+    let w = c.warnings();
+    assert_eq!(w.len(), 3, "{w:?}");
+    assert!(w.iter().any(|l| l.contains("/etc:/host-etc:ro")), "{w:?}");
+    assert!(w.iter().any(|l| l.contains("no_new_privileges")), "{w:?}");
+    assert!(w.iter().any(|l| l.contains("admin_token")), "{w:?}");
+    let c = load("sandbox:\n  driver: fake\n").unwrap();
+    assert!(c.warnings()[0].contains("fake"));
+}
