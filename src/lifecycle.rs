@@ -367,8 +367,9 @@ impl Lifecycle {
         }
         self.tunnels.disconnect(&id);
         self.stage_next_boot(&id).await;
-        // The boot token stays: a sandbox started again from outside (`docker start`) still
-        // holds it, and the tunnel accepts it only while the agent is starting or running.
+        // The token the sandbox now holds (the staged one, or else its last boot's) stays valid:
+        // a sandbox started again from outside (`docker start`) presents it, and the tunnel
+        // accepts it only while the agent is starting or running.
         let _ = self.transition(&id, &[Stopping], Sleeping, "sleep").await;
     }
 
