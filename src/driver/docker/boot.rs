@@ -41,19 +41,16 @@ impl DockerDriver {
     /// Whether `token` was staged in `container` (and is no longer: a staged token serves one
     /// start).
     pub(super) fn take_staged(&self, id: &str, container: &str, token: &str) -> bool {
-        let staged = self
-            .staged
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(id);
-        staged.is_some_and(|(c, t)| c == container && t == token)
+        self.forget_staged(id)
+            .is_some_and(|(c, t)| c == container && t == token)
     }
 
-    pub(super) fn forget_staged(&self, id: &str) {
+    /// Drops what was staged for the agent, returning it (the container and the token).
+    pub(super) fn forget_staged(&self, id: &str) -> Option<(String, String)> {
         self.staged
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(id);
+            .remove(id)
     }
 
     /// Uploads boot.json into a stopped container ahead of its next start.

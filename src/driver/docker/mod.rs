@@ -83,8 +83,26 @@ pub struct DockerDriver {
 struct Made {
     net: AgentNet,
     bridge: String,
-    /// Docker's id of the container, when it existed already.
-    existing: Option<String>,
+    /// The container, when it existed already.
+    existing: Option<Existing>,
+}
+
+struct Existing {
+    /// Docker's id, which a re-created container does not share.
+    id: String,
+    running: bool,
+}
+
+/// Whether a container in `status` counts as up (a paused or restarting one too).
+fn is_running(status: Option<ContainerStateStatusEnum>) -> bool {
+    matches!(
+        status,
+        Some(
+            ContainerStateStatusEnum::RUNNING
+                | ContainerStateStatusEnum::PAUSED
+                | ContainerStateStatusEnum::RESTARTING
+        )
+    )
 }
 
 impl DockerDriver {
@@ -251,7 +269,10 @@ impl DockerDriver {
         let name = self.names.container(id);
         let t = std::time::Instant::now();
         let existing = match self.docker.inspect_container(&name, None).await {
-            Ok(info) => Some(info.id.unwrap_or_default()),
+            Ok(info) => Some(Existing {
+                running: is_running(info.state.and_then(|s| s.status)),
+                id: info.id.unwrap_or_default(),
+            }),
             Err(e) if is_not_found(&e) => None,
             Err(e) => return Err(DockerError::api(format!("inspecting container {name}"))(e)),
         };
@@ -323,13 +344,10 @@ impl DockerDriver {
     async fn container_status(&self, id: &str) -> Result<SandboxStatus, DockerError> {
         let name = self.names.container(id);
         match self.docker.inspect_container(&name, None).await {
-            Ok(info) => Ok(match info.state.and_then(|s| s.status) {
-                Some(
-                    ContainerStateStatusEnum::RUNNING
-                    | ContainerStateStatusEnum::PAUSED
-                    | ContainerStateStatusEnum::RESTARTING,
-                ) => SandboxStatus::Running,
-                _ => SandboxStatus::Stopped,
+            Ok(info) => Ok(if is_running(info.state.and_then(|s| s.status)) {
+                SandboxStatus::Running
+            } else {
+                SandboxStatus::Stopped
             }),
             Err(e) if is_not_found(&e) => Ok(SandboxStatus::Missing),
             Err(e) => Err(DockerError::api(format!("inspecting container {name}"))(e)),
@@ -347,14 +365,7 @@ impl DockerDriver {
         let Some(state) = info.state else {
             return Ok(None);
         };
-        let stopped = !matches!(
-            state.status,
-            Some(
-                ContainerStateStatusEnum::RUNNING
-                    | ContainerStateStatusEnum::PAUSED
-                    | ContainerStateStatusEnum::RESTARTING
-            )
-        );
+        let stopped = !is_running(state.status);
         // Docker sets OOMKilled for any kill in the container's memory cgroup since it started,
         // even one that only ended a command; SIGKILL's exit status says the sandbox itself
         // (init or sandboxd) died of it.
@@ -435,18 +446,16 @@ impl DockerDriver {
         let upload = async {
             // boot.json goes into a stopped container only: a running sandboxd would keep the
             // old token, which the server no longer accepts.
-            let t = std::time::Instant::now();
-            let running = self.container_status(id).await? == SandboxStatus::Running;
+            let running = existing.as_ref().is_some_and(|c| c.running);
             if running {
                 self.stop_container(id).await?;
             }
-            log_step(id, "inspect state", t);
             // Staged while the sandbox went to sleep: this very token is in this very
             // container already.
             let staged = !running
                 && existing
-                    .as_deref()
-                    .is_some_and(|container| self.take_staged(id, container, token));
+                    .as_ref()
+                    .is_some_and(|c| self.take_staged(id, &c.id, token));
             if !staged {
                 self.upload_boot(id, &tunnel_url, token).await?;
             }
