@@ -72,14 +72,14 @@ async fn agent_image_runs_as_agent_and_home_survives_stop_start_and_rebuild() {
     // Stop and start. The next boot's token goes into the container as it goes to sleep (so a
     // wake need not write it), and that token is the one the start uses.
     let first_token = boot_token(&container);
-    api_stop(&s, &id).await;
+    stop_sleeping(&s, &id).await;
     assert_eq!(
         docker(&["inspect", "--format", "{{.State.Running}}", &container]),
         "false"
     );
     let staged = boot_token(&container);
     assert_ne!(staged, first_token, "the next boot got no token of its own");
-    api_start(&s, &id).await;
+    start_running(&s, &id).await;
     assert_eq!(boot_token(&container), staged);
     assert_eq!(
         exec_ok(&s, &id, &["cat", "/home/agent/keep.txt"])
@@ -89,13 +89,13 @@ async fn agent_image_runs_as_agent_and_home_survives_stop_start_and_rebuild() {
     );
     // A staged token serves one boot: here one started from outside, after which the API's
     // start hands over a new token.
-    api_stop(&s, &id).await;
+    stop_sleeping(&s, &id).await;
     let staged = boot_token(&container);
     docker(&["start", &container]);
     s.wait_state(&id, "running").await;
     docker(&["stop", "-t", "5", &container]);
     s.wait_state(&id, "sleeping").await;
-    api_start(&s, &id).await;
+    start_running(&s, &id).await;
     assert_ne!(
         boot_token(&container),
         staged,
@@ -293,26 +293,6 @@ fn boot_token(container: &str) -> String {
     let boot: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&path).expect("boot.json")).expect("boot json");
     boot["token"].as_str().expect("a token").to_string()
-}
-
-async fn api_stop(s: &common::TestServer, id: &str) {
-    let r = s
-        .post(&format!("/api/v1/agents/{id}/stop"))
-        .send()
-        .await
-        .expect("stop");
-    assert_eq!(r.status(), 202);
-    s.wait_state(id, "sleeping").await;
-}
-
-async fn api_start(s: &common::TestServer, id: &str) {
-    let r = s
-        .post(&format!("/api/v1/agents/{id}/start"))
-        .send()
-        .await
-        .expect("start");
-    assert_eq!(r.status(), 202);
-    s.wait_state(id, "running").await;
 }
 
 /// A subnet of the pool that a network agenthold does not know already has (another

@@ -231,13 +231,7 @@ async fn a_sandbox_that_runs_out_of_memory_ends_in_error_saying_so() {
     );
 
     // Starting it again works.
-    let r = s
-        .post(&format!("/api/v1/agents/{id}/start"))
-        .send()
-        .await
-        .expect("start");
-    assert_eq!(r.status(), 202);
-    s.wait_state(&id, "running").await;
+    start_running(&s, &id).await;
     assert_eq!(exec_ok(&s, &id, &["echo", "ok"]).await, "ok\n");
     s.stop().await;
 }

@@ -35,23 +35,11 @@ async fn outside_stop_start_kill_and_remove_are_followed() {
 
     // Started again through the API, then removed from outside: sleeping, and the next start
     // makes the container anew with the same home.
-    let r = s
-        .post(&format!("/api/v1/agents/{id}/start"))
-        .send()
-        .await
-        .expect("start");
-    assert_eq!(r.status(), 202);
-    s.wait_state(&id, "running").await;
+    start_running(&s, &id).await;
     let first = docker(&["inspect", "--format", "{{.Id}}", &container]);
     docker(&["rm", "-f", &container]);
     s.wait_state(&id, "sleeping").await;
-    let r = s
-        .post(&format!("/api/v1/agents/{id}/start"))
-        .send()
-        .await
-        .expect("start");
-    assert_eq!(r.status(), 202);
-    s.wait_state(&id, "running").await;
+    start_running(&s, &id).await;
     assert_ne!(
         docker(&["inspect", "--format", "{{.Id}}", &container]),
         first
@@ -85,13 +73,7 @@ async fn starting_an_agent_whose_container_runs_gives_it_a_fresh_token() {
         "{{.State.StartedAt}}",
         &env.container(&id),
     ]);
-    let r = s
-        .post(&format!("/api/v1/agents/{id}/start"))
-        .send()
-        .await
-        .expect("start");
-    assert_eq!(r.status(), 202);
-    s.wait_state(&id, "running").await;
+    start_running(&s, &id).await;
     let after = docker(&[
         "inspect",
         "--format",

@@ -201,6 +201,28 @@ pub async fn running_agent_with(s: &TestServer, name: &str, image: &str) -> Stri
     id
 }
 
+/// Stops the agent through the API and waits until it sleeps.
+pub async fn stop_sleeping(s: &TestServer, id: &str) {
+    let r = s
+        .post(&format!("/api/v1/agents/{id}/stop"))
+        .send()
+        .await
+        .expect("stop");
+    assert_eq!(r.status(), 202);
+    s.wait_state(id, "sleeping").await;
+}
+
+/// Starts the agent through the API and waits until it runs.
+pub async fn start_running(s: &TestServer, id: &str) {
+    let r = s
+        .post(&format!("/api/v1/agents/{id}/start"))
+        .send()
+        .await
+        .expect("start");
+    assert_eq!(r.status(), 202);
+    s.wait_state(id, "running").await;
+}
+
 /// Runs `command` in the agent through the exec API.
 pub async fn exec(s: &TestServer, id: &str, command: &[&str]) -> Value {
     let r = s
