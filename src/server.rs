@@ -64,6 +64,14 @@ impl Server {
             .await
             .with_context(|| format!("opening {}", config.database_path().display()))?;
         let admin_hash = admin_token_hash(&config, &store).await?;
+        let auth = Auth::load(
+            admin_hash,
+            config.sandbox.docker.network_pool,
+            store.clone(),
+            config.server.session_ttl,
+        )
+        .await
+        .context("reading the web sessions")?;
 
         let tunnel = TcpListener::bind(config.sandbox.tunnel_listen)
             .await
@@ -104,7 +112,7 @@ impl Server {
         });
         let state = AppState {
             lc: lifecycle.clone(),
-            auth: Arc::new(Auth::new(admin_hash, config.sandbox.docker.network_pool)),
+            auth: Arc::new(auth),
             config,
         };
         Ok(Server {

@@ -6,6 +6,7 @@ mod sse;
 
 use common::{expect_error, TestServer, TOKEN};
 use serde_json::{json, Value};
+use std::time::Duration;
 
 #[tokio::test]
 async fn health_needs_no_token_and_names_the_driver() {
@@ -255,6 +256,95 @@ async fn openapi_describes_every_route() {
             .contains("\"type\":\"redraw\""),
         "the terminal route documents its protocol: {terminal}"
     );
+}
+
+/// Signs in with `token` and returns the `name=value` of the session cookie.
+async fn sign_in(s: &TestServer, token: &str) -> String {
+    let r = s
+        .http
+        .post(s.url("/api/v1/session"))
+        .json(&json!({ "token": token }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    let cookie = r.headers()["set-cookie"].to_str().unwrap().to_string();
+    cookie.split(';').next().unwrap().to_string()
+}
+
+async fn status_with_cookie(s: &TestServer, pair: &str) -> u16 {
+    s.http
+        .get(s.url("/api/v1/agents"))
+        .header("cookie", pair)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[tokio::test]
+async fn web_sessions_survive_a_restart_but_not_a_new_admin_token_or_sign_out() {
+    let s = TestServer::start().await;
+    let kept = sign_in(&s, TOKEN).await;
+    let signed_out = sign_in(&s, TOKEN).await;
+    let r = s
+        .http
+        .delete(s.url("/api/v1/session"))
+        .header("cookie", &signed_out)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+
+    let s = s.restart_with(|_| {}).await;
+    assert_eq!(
+        status_with_cookie(&s, &kept).await,
+        200,
+        "kept across a restart"
+    );
+    assert_eq!(
+        status_with_cookie(&s, &signed_out).await,
+        401,
+        "a signed-out session stays out after a restart"
+    );
+
+    // The operator replaces the admin token: every session of the old one ends, and going
+    // back to the old token does not revive them.
+    let s = s
+        .restart_with(|c| c.server.admin_token = Some("another-admin-token-0123456789".into()))
+        .await;
+    assert_eq!(status_with_cookie(&s, &kept).await, 401);
+    let s = s.restart_with(|_| {}).await;
+    assert_eq!(status_with_cookie(&s, &kept).await, 401);
+    assert_eq!(status_with_cookie(&s, &sign_in(&s, TOKEN).await).await, 200);
+}
+
+#[tokio::test]
+async fn a_web_session_ends_after_its_time() {
+    let ttl = |c: &mut agenthold::config::Config| c.server.session_ttl = Duration::from_secs(3);
+    let s = TestServer::start_with(ttl).await;
+    let r = s
+        .http
+        .post(s.url("/api/v1/session"))
+        .json(&json!({ "token": TOKEN }))
+        .send()
+        .await
+        .unwrap();
+    let cookie = r.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(
+        cookie.contains("Max-Age=3;"),
+        "the browser is told too: {cookie}"
+    );
+    let pair = cookie.split(';').next().unwrap().to_string();
+    assert_eq!(status_with_cookie(&s, &pair).await, 200);
+    common::wait_for("the session to end", || async {
+        status_with_cookie(&s, &pair).await == 401
+    })
+    .await;
+    // Nor does a restart bring it back.
+    let s = s.restart_with(ttl).await;
+    assert_eq!(status_with_cookie(&s, &pair).await, 401);
 }
 
 #[tokio::test]

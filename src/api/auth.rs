@@ -1,9 +1,10 @@
 //! Who may call the API: the admin token (header or the web UI's session cookie), and never a
 //! sandbox, whatever token it carries.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, Method};
@@ -13,47 +14,86 @@ use ipnet::Ipv4Net;
 
 use super::error::ApiError;
 use super::AppState;
-use crate::store::{hash_token, new_token, verify_token};
+use crate::store::{hash_token, new_token, verify_token, Store, StoreError};
 
 pub const SESSION_COOKIE: &str = "agenthold_session";
 
 pub struct Auth {
     admin_hash: String,
-    /// Hashes of live web sessions. Kept in memory: a server restart signs everyone out.
-    sessions: Mutex<HashSet<String>>,
+    /// Live web sessions: the hash of each cookie and when it ends, in Unix seconds. The store
+    /// holds the same, so a restart signs nobody out; this copy answers every request.
+    sessions: Mutex<HashMap<String, i64>>,
+    store: Store,
+    session_ttl: Duration,
     sandbox_pool: Ipv4Net,
 }
 
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
 impl Auth {
-    pub fn new(admin_hash: String, sandbox_pool: Ipv4Net) -> Auth {
-        Auth {
+    /// Takes up the web sessions kept in the store that are still good: opened with this admin
+    /// token and not yet ended. The others are deleted, so a new admin token signs everyone out.
+    pub async fn load(
+        admin_hash: String,
+        sandbox_pool: Ipv4Net,
+        store: Store,
+        session_ttl: Duration,
+    ) -> Result<Auth, StoreError> {
+        let live = store.live_web_sessions(&admin_hash, unix_now()).await?;
+        Ok(Auth {
             admin_hash,
-            sessions: Mutex::default(),
+            sessions: Mutex::new(live.into_iter().collect()),
+            store,
+            session_ttl,
             sandbox_pool,
-        }
+        })
     }
 
     pub fn is_admin_token(&self, token: &str) -> bool {
         verify_token(token, &self.admin_hash)
     }
 
-    fn sessions(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Starts a web session; the returned value goes into the cookie.
-    pub fn open_session(&self) -> String {
-        let token = new_token();
-        self.sessions().insert(hash_token(&token));
-        token
+    /// How long a web session lasts from sign-in.
+    pub fn session_ttl(&self) -> Duration {
+        self.session_ttl
     }
 
-    pub fn close_session(&self, token: &str) {
-        self.sessions().remove(&hash_token(token));
+    /// Starts a web session, kept in the store before it is handed out; the returned value
+    /// goes into the cookie.
+    pub async fn open_session(&self) -> Result<String, StoreError> {
+        let token = new_token();
+        let hash = hash_token(&token);
+        let now = unix_now();
+        let ttl = i64::try_from(self.session_ttl.as_secs()).unwrap_or(i64::MAX);
+        let ends = now.saturating_add(ttl);
+        self.store
+            .add_web_session(&hash, &self.admin_hash, ends, now)
+            .await?;
+        let mut sessions = self.sessions();
+        sessions.retain(|_, end| *end > now);
+        sessions.insert(hash, ends);
+        Ok(token)
+    }
+
+    /// Ends a web session at once, then in the store.
+    pub async fn close_session(&self, token: &str) -> Result<(), StoreError> {
+        let hash = hash_token(token);
+        self.sessions().remove(&hash);
+        self.store.remove_web_session(&hash).await
     }
 
     pub fn is_session(&self, token: &str) -> bool {
-        self.sessions().contains(&hash_token(token))
+        self.sessions()
+            .get(&hash_token(token))
+            .is_some_and(|end| *end > unix_now())
     }
 
     pub fn from_sandbox(&self, ip: IpAddr) -> bool {

@@ -34,8 +34,17 @@ pub async fn sign_in(State(st): State<AppState>, ApiJson(body): ApiJson<SignIn>)
         )
         .into_response();
     }
-    let session = st.auth.open_session();
-    let cookie = format!("{SESSION_COOKIE}={session}; Path=/; HttpOnly; SameSite=Strict");
+    let session = match st.auth.open_session().await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!("keeping a web session: {e}");
+            return ApiError::internal(format!("the session could not be kept: {e}"))
+                .into_response();
+        }
+    };
+    let max_age = st.auth.session_ttl().as_secs();
+    let cookie =
+        format!("{SESSION_COOKIE}={session}; Path=/; Max-Age={max_age}; HttpOnly; SameSite=Strict");
     (StatusCode::NO_CONTENT, [(header::SET_COOKIE, cookie)]).into_response()
 }
 
@@ -58,7 +67,12 @@ pub async fn status(State(st): State<AppState>, headers: HeaderMap) -> Response 
     responses((status = 204, description = "Signed out")))]
 pub async fn sign_out(State(st): State<AppState>, headers: HeaderMap) -> Response {
     if let Some(c) = session_cookie(&headers) {
-        st.auth.close_session(&c);
+        if let Err(e) = st.auth.close_session(&c).await {
+            // Already refused in this process; only a restart could bring it back.
+            tracing::error!("forgetting a web session: {e}");
+            return ApiError::internal(format!("the session could not be forgotten: {e}"))
+                .into_response();
+        }
     }
     let cookie = format!("{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
     (StatusCode::NO_CONTENT, [(header::SET_COOKIE, cookie)]).into_response()

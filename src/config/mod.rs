@@ -46,6 +46,9 @@ pub struct ServerConfig {
     /// The longest timeout an exec request may ask for.
     #[serde(deserialize_with = "de_duration")]
     pub exec_max_timeout: Duration,
+    /// How long a web UI sign-in lasts; it survives restarts, not a change of admin token.
+    #[serde(deserialize_with = "de_duration")]
+    pub session_ttl: Duration,
 }
 
 impl Default for ServerConfig {
@@ -58,6 +61,7 @@ impl Default for ServerConfig {
             exec_output_cap_kb: 1024,
             exec_default_timeout: Duration::from_secs(10 * 60),
             exec_max_timeout: Duration::from_secs(24 * 60 * 60),
+            session_ttl: Duration::from_secs(30 * 24 * 60 * 60),
         }
     }
 }
@@ -441,6 +445,14 @@ impl Config {
                     humantime::format_duration(s.exec_default_timeout),
                     humantime::format_duration(s.exec_max_timeout)
                 ),
+            ));
+        }
+        min_duration(s.session_ttl, 1, "server.session_ttl", &fail)?;
+        // Browsers keep a cookie for at most 400 days, whatever it asks for.
+        if s.session_ttl > Duration::from_secs(400 * 24 * 60 * 60) {
+            return Err(fail(
+                "server.session_ttl",
+                "is longer than 400 days, the longest a browser keeps a cookie".into(),
             ));
         }
 

@@ -34,6 +34,7 @@ fn defaults_are_the_documented_ones() {
     assert_eq!(c.server.exec_output_cap_kb, 1024);
     assert_eq!(c.server.exec_default_timeout, Duration::from_secs(600));
     assert_eq!(c.server.exec_max_timeout, Duration::from_secs(86400));
+    assert_eq!(c.server.session_ttl, Duration::from_secs(30 * 86400));
     assert_eq!(c.sandbox.driver, DriverKind::Docker);
     assert_eq!(c.sandbox.default_image, "debian:bookworm-slim");
     assert_eq!(c.sandbox.default_cpus, 2.0);
@@ -350,6 +351,14 @@ fn impossible_values_are_refused_with_one_message() {
         (
             "server:\n  exec_default_timeout: 2d\n",
             "config.yaml: server.exec_default_timeout (2days) is above server.exec_max_timeout (1day)",
+        ),
+        (
+            "server:\n  session_ttl: 0s\n",
+            "config.yaml: server.session_ttl (0s) must be at least 1s",
+        ),
+        (
+            "server:\n  session_ttl: 401d\n",
+            "config.yaml: server.session_ttl is longer than 400 days, the longest a browser keeps a cookie",
         ),
         (
             "server:\n  admin_token: \"two words\"\n",

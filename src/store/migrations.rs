@@ -32,6 +32,15 @@ pub(super) const MIGRATIONS: &[&str] = &[
         value TEXT NOT NULL
     );
     "#,
+    // 2: web UI sign-ins, so a restart does not sign everyone out. `admin_hash` is the admin
+    // token the session was opened with: a new admin token ends every older session.
+    r#"
+    CREATE TABLE web_sessions (
+        token_hash TEXT PRIMARY KEY,
+        admin_hash TEXT NOT NULL,
+        expires_at INTEGER NOT NULL
+    );
+    "#,
 ];
 
 /// The schema version this binary writes.

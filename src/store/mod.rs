@@ -8,6 +8,7 @@ mod agents;
 mod migrations;
 mod settings;
 pub mod tokens;
+mod web_sessions;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};

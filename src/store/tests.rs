@@ -523,6 +523,78 @@ async fn settings_round_trip() {
 }
 
 #[tokio::test]
+async fn web_sessions_end_with_their_time_or_their_admin_token() {
+    let store = Store::open_in_memory().await.unwrap();
+    store
+        .add_web_session("s1", "admin-a", 100, 10)
+        .await
+        .unwrap();
+    store
+        .add_web_session("s2", "admin-a", 50, 10)
+        .await
+        .unwrap();
+    store
+        .add_web_session("s3", "admin-b", 100, 10)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.add_web_session("s1", "admin-a", 100, 10).await,
+        Err(StoreError::Sqlite(_))
+    ));
+    // At 50, s2 has ended; s3 was opened with another admin token.
+    let mut live = store.live_web_sessions("admin-a", 50).await.unwrap();
+    live.sort();
+    assert_eq!(live, vec![("s1".to_string(), 100)]);
+    assert_eq!(
+        store.live_web_sessions("admin-b", 50).await.unwrap(),
+        vec![],
+        "sessions of an admin token that was replaced are gone for good"
+    );
+    // A new session sweeps out the ones that have ended.
+    store
+        .add_web_session("s4", "admin-a", 300, 100)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.live_web_sessions("admin-a", 0).await.unwrap(),
+        vec![("s4".to_string(), 300)]
+    );
+    store.remove_web_session("s4").await.unwrap();
+    store.remove_web_session("s4").await.unwrap();
+    assert_eq!(store.live_web_sessions("admin-a", 0).await.unwrap(), vec![]);
+}
+
+#[tokio::test]
+async fn a_database_of_an_older_schema_is_upgraded_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agenthold.db");
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch(migrations::MIGRATIONS[0]).unwrap();
+        c.pragma_update(None, "user_version", 1).unwrap();
+        c.execute(
+            "INSERT INTO settings (key, value) VALUES ('kept', 'yes')",
+            [],
+        )
+        .unwrap();
+    }
+    let store = Store::open(&path).await.unwrap();
+    assert_eq!(
+        pragma(&store, "user_version").await,
+        migrations::latest().to_string()
+    );
+    assert_eq!(
+        store.get_setting("kept").await.unwrap().as_deref(),
+        Some("yes")
+    );
+    store.add_web_session("s", "a", 2, 1).await.unwrap();
+    assert_eq!(
+        store.live_web_sessions("a", 1).await.unwrap(),
+        vec![("s".to_string(), 2)]
+    );
+}
+
+#[tokio::test]
 async fn two_stores_on_one_file_see_each_others_writes() {
     let (dir, first) = temp_store().await;
     let path = dir.path().join("data/agenthold.db");

@@ -44,7 +44,22 @@ impl TestServer {
     }
 
     pub async fn start_with(tweak: impl FnOnce(&mut Config)) -> TestServer {
-        let dir = tempfile::tempdir().unwrap();
+        Self::start_in(tempfile::tempdir().unwrap(), tweak).await
+    }
+
+    /// Stops this server and starts another on the same data directory, as a restart does.
+    pub async fn restart_with(mut self, tweak: impl FnOnce(&mut Config)) -> TestServer {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.task.take() {
+            t.abort();
+            let _ = t.await;
+        }
+        Self::start_in(self.dir, tweak).await
+    }
+
+    async fn start_in(dir: tempfile::TempDir, tweak: impl FnOnce(&mut Config)) -> TestServer {
         let mut config = test_config(dir.path());
         tweak(&mut config);
         let server = Server::bind(config).await.unwrap();
