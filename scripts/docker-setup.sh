@@ -111,7 +111,21 @@ EOF
     log "built agenthold-test/agent:latest"
 fi
 
-# 4. busybox, from Debian's static build.
+# 4. An image whose own USER is not root and that has no agent account: commands run as that user.
+if ! have_image agenthold-test/worker:latest; then
+    ctx="$(mktemp -d)"
+    cat >"$ctx/Dockerfile" <<'EOF'
+FROM debian:bookworm-slim
+RUN useradd -m -u 1234 -s /bin/bash worker
+USER worker
+EOF
+    docker build -q -t agenthold-test/worker:latest "$ctx" >/dev/null
+    rm -rf "$ctx"
+    log "built agenthold-test/worker:latest"
+fi
+
+# 5. busybox, from Debian's static build, and two with a USER of their own: a uid the image does
+#    not list (allowed, as in Docker) and a name it does not have (a clear error).
 if ! have_image agenthold-test/busybox:latest; then
     dpkg -s busybox-static >/dev/null 2>&1 || apt_install busybox-static
     ctx="$(mktemp -d)"
@@ -127,5 +141,12 @@ if ! have_image agenthold-test/busybox:latest; then
     rm -rf "$ctx"
     log "imported agenthold-test/busybox:latest"
 fi
+for user in 4321:4321 ghost; do
+    tag="agenthold-test/busybox-user-${user%%:*}:latest"
+    if ! have_image "$tag"; then
+        printf 'FROM agenthold-test/busybox:latest\nUSER %s\n' "$user" | docker build -q -t "$tag" - >/dev/null
+        log "built $tag"
+    fi
+done
 
 log "ready: $(docker version --format '{{.Server.Version}} (API {{.Server.APIVersion}})')"

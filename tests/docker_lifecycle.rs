@@ -231,6 +231,53 @@ async fn plain_debian_runs_as_root() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_an_agent_account_commands_run_as_the_images_user() {
+    let env = DockerEnv::new();
+    let s = env.server(false).await;
+    let worker = running_agent_with(&s, "worker", WORKER_IMAGE).await;
+    assert_eq!(
+        exec_ok(&s, &worker, &["id", "-un"]).await.trim(),
+        "worker",
+        "the image says USER worker"
+    );
+    // The home volume was handed to that user.
+    assert_eq!(
+        exec_ok(
+            &s,
+            &worker,
+            &["sh", "-c", "echo mine > ~/f && stat -c %U ~/f ~"]
+        )
+        .await
+        .split_whitespace()
+        .collect::<Vec<_>>(),
+        ["worker", "worker"]
+    );
+    // A terminal's shell runs as the same user.
+    let mut ws = s.terminal(&worker, 80, 24).await;
+    common::send_keys(&mut ws, "echo I-am-$(id -un)\r").await;
+    common::read_until(&mut ws, "I-am-worker").await;
+
+    // A uid the image does not list works, as in Docker, with group 0.
+    let uid = running_agent_with(&s, "uid", UID_USER_IMAGE).await;
+    assert_eq!(exec_ok(&s, &uid, &["id", "-u"]).await.trim(), "4321");
+
+    // A user the image does not have: the agent ends in error saying which.
+    let r = s
+        .post("/api/v1/agents")
+        .json(&json!({"name": "ghost", "image": GHOST_USER_IMAGE}))
+        .send()
+        .await
+        .expect("create");
+    assert_eq!(r.status(), 201);
+    let ghost: serde_json::Value = r.json().await.expect("json");
+    let ghost = ghost["id"].as_str().expect("id").to_string();
+    let last = wait_states(&s, &ghost, &["error"]).await;
+    let msg = last["error"].as_str().unwrap_or_default();
+    assert!(msg.contains("no user \"ghost\""), "{msg}");
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_agents_get_different_subnets() {
     let env = DockerEnv::new();
     let s = env.server(false).await;

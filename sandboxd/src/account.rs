@@ -8,6 +8,10 @@ use std::path::{Path, PathBuf};
 
 /// The account sandboxd prefers when the image has one.
 pub const AGENT_ACCOUNT: &str = "agent";
+/// How the driver hands sandboxd the image's own `USER` (the container itself runs sandboxd as
+/// root, so that it can adopt the home volume); commands run as that user when the image has no
+/// `agent` account.
+pub const IMAGE_USER_ENV: &str = "AGENTHOLD_IMAGE_USER";
 pub const PASSWD_PATH: &str = "/etc/passwd";
 pub const GROUP_PATH: &str = "/etc/group";
 
@@ -31,21 +35,86 @@ struct PasswdEntry {
     shell: String,
 }
 
+/// The image names a `USER` that does not exist in it; Docker itself refuses to run such an image.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the image's USER {spec:?} cannot be used: {why}")]
+pub struct UnknownUser {
+    pub spec: String,
+    pub why: String,
+}
+
 impl Account {
-    /// The `agent` account if `/etc/passwd` has one, else our own.
-    pub fn detect() -> Account {
-        Account::detect_from(Path::new(PASSWD_PATH), Path::new(GROUP_PATH))
+    /// The `agent` account if `/etc/passwd` has one, else the image's `USER` (from
+    /// [`IMAGE_USER_ENV`]), else our own.
+    pub fn detect() -> Result<Account, UnknownUser> {
+        let image_user = std::env::var(IMAGE_USER_ENV).ok();
+        Account::detect_from(
+            Path::new(PASSWD_PATH),
+            Path::new(GROUP_PATH),
+            image_user.as_deref(),
+        )
     }
 
-    /// Like [`Account::detect`], reading the given files.
-    pub fn detect_from(passwd: &Path, group: &Path) -> Account {
+    /// Like [`Account::detect`], reading the given files and `USER`.
+    pub fn detect_from(
+        passwd: &Path,
+        group: &Path,
+        image_user: Option<&str>,
+    ) -> Result<Account, UnknownUser> {
         let entries = read_passwd(passwd);
+        if let Some(agent) = entries.iter().find(|e| e.name == AGENT_ACCOUNT) {
+            return Ok(Account::build(Some(agent), group));
+        }
+        if let Some(spec) = image_user.map(str::trim).filter(|s| !s.is_empty()) {
+            return Account::of_user_spec(spec, &entries, group);
+        }
         let uid = nix::unistd::getuid().as_raw();
-        let entry = entries
-            .iter()
-            .find(|e| e.name == AGENT_ACCOUNT)
-            .or_else(|| entries.iter().find(|e| e.uid == uid));
-        Account::build(entry, group)
+        Ok(Account::build(entries.iter().find(|e| e.uid == uid), group))
+    }
+
+    /// The account a Docker `USER` names: `name`, `uid`, `name:group` or `uid:gid`. As in
+    /// Docker, a uid needs no passwd entry (its group is then 0), a name does.
+    fn of_user_spec(
+        spec: &str,
+        entries: &[PasswdEntry],
+        group: &Path,
+    ) -> Result<Account, UnknownUser> {
+        let fail = |why: String| UnknownUser {
+            spec: spec.to_string(),
+            why,
+        };
+        let (user, grp) = match spec.split_once(':') {
+            Some((u, g)) => (u, Some(g)),
+            None => (spec, None),
+        };
+        let entry = match user.parse::<u32>() {
+            Ok(uid) => entries
+                .iter()
+                .find(|e| e.uid == uid)
+                .cloned()
+                .or(Some(PasswdEntry {
+                    name: format!("uid{uid}"),
+                    uid,
+                    gid: 0,
+                    shell: String::new(),
+                })),
+            Err(_) => entries.iter().find(|e| e.name == user).cloned(),
+        }
+        .ok_or_else(|| fail(format!("there is no user {user:?} in {PASSWD_PATH}")))?;
+        let gid = match grp {
+            None => entry.gid,
+            Some(g) => match g.parse::<u32>() {
+                Ok(gid) => gid,
+                Err(_) => group_id(group, g)
+                    .ok_or_else(|| fail(format!("there is no group {g:?} in {GROUP_PATH}")))?,
+            },
+        };
+        let mut account = Account::build(Some(&entry), group);
+        if account.gid != gid {
+            account.gid = gid;
+            account.groups = supplementary_groups(group, &account.name, gid);
+        }
+        Ok(account)
     }
 
     /// The account of our own uid, for the fake driver, where commands run as the server's user.
@@ -137,6 +206,16 @@ fn parse_passwd_line(line: &str) -> Option<PasswdEntry> {
     })
 }
 
+/// The gid of the group called `name`.
+fn group_id(path: &Path, name: &str) -> Option<u32> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split(':').collect::<Vec<_>>())
+        .find(|f| f.len() >= 3 && f[0] == name)
+        .and_then(|f| f[2].parse().ok())
+}
+
 /// The primary gid first, then every group that lists `name` as a member.
 fn supplementary_groups(path: &Path, name: &str, primary: u32) -> Vec<u32> {
     let mut groups = vec![primary];
@@ -195,7 +274,7 @@ mod tests {
             "root:x:0:0:root:/root:/bin/bash\nagent:x:1000:1000::/home/agent:/nonexistent/zsh\n",
             "root:x:0:\nagent:x:1000:\ndocker:x:999:bob,agent\nwheel:x:10:agentx\n",
         );
-        let a = Account::detect_from(&p, &g);
+        let a = Account::detect_from(&p, &g, None).unwrap();
         assert_eq!(a.name, "agent");
         assert_eq!((a.uid, a.gid), (1000, 1000));
         assert_eq!(a.groups, vec![1000, 999]);
@@ -210,15 +289,60 @@ mod tests {
             &format!("me:x:{uid}:4242::/x:/bin/sh\n# comment\nbroken\n"),
             "",
         );
-        let a = Account::detect_from(&p, &g);
+        let a = Account::detect_from(&p, &g, None).unwrap();
         assert_eq!((a.name.as_str(), a.uid, a.gid), ("me", uid, 4242));
         assert_eq!(a.shell, Path::new("/bin/sh"));
         assert_eq!(a.login_argv0(), "-sh");
     }
 
     #[test]
+    fn without_an_agent_account_the_images_user_is_taken() {
+        let passwd = "root:x:0:0:root:/root:/bin/sh\nnode:x:1000:1001::/home/node:/bin/sh\n";
+        let group = "root:x:0:\nnode:x:1001:\nstaff:x:50:node\n";
+        let (_d, p, g) = files(passwd, group);
+        let of = |spec: &str| Account::detect_from(&p, &g, Some(spec));
+        let a = of("node").unwrap();
+        assert_eq!((a.name.as_str(), a.uid, a.gid), ("node", 1000, 1001));
+        assert_eq!(a.groups, vec![1001, 50]);
+        let a = of("1000").unwrap();
+        assert_eq!((a.name.as_str(), a.gid), ("node", 1001));
+        let a = of("node:staff").unwrap();
+        assert_eq!((a.uid, a.gid), (1000, 50));
+        let a = of(" 1000:7 ").unwrap();
+        assert_eq!((a.uid, a.gid), (1000, 7));
+        // A uid the image does not list still works, as in Docker, with group 0.
+        let a = of("4321").unwrap();
+        assert_eq!((a.name.as_str(), a.uid, a.gid), ("uid4321", 4321, 0));
+        let a = of("0").unwrap();
+        assert_eq!((a.name.as_str(), a.uid), ("root", 0));
+        // Names must exist.
+        let e = of("ghost").unwrap_err();
+        assert!(e.to_string().contains("no user \"ghost\""), "{e}");
+        let e = of("node:ghosts").unwrap_err();
+        assert!(e.to_string().contains("no group \"ghosts\""), "{e}");
+        // An empty USER is none.
+        let own = nix::unistd::getuid().as_raw();
+        assert_eq!(of("").unwrap().uid, own);
+    }
+
+    #[test]
+    fn the_agent_account_wins_over_the_images_user() {
+        let (_d, p, g) = files(
+            "root:x:0:0:root:/root:/bin/sh\nagent:x:1000:1000::/home/agent:/bin/sh\nnode:x:1001:1001::/x:/bin/sh\n",
+            "",
+        );
+        let a = Account::detect_from(&p, &g, Some("node")).unwrap();
+        assert_eq!(a.name, "agent");
+    }
+
+    #[test]
     fn works_without_any_passwd_file() {
-        let a = Account::detect_from(Path::new("/nonexistent/passwd"), Path::new("/nonexistent"));
+        let a = Account::detect_from(
+            Path::new("/nonexistent/passwd"),
+            Path::new("/nonexistent"),
+            None,
+        )
+        .unwrap();
         assert_eq!(a.uid, nix::unistd::getuid().as_raw());
         assert!(a.name == "root" || a.name.starts_with("uid"));
     }

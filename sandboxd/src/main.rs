@@ -18,7 +18,7 @@ fn main() -> anyhow::Result<()> {
         .init();
     let boot_path = boot_path_from_args(std::env::args().skip(1))?;
     let boot = BootConfig::load(&boot_path)?;
-    let opts = SandboxOptions::container();
+    let opts = SandboxOptions::container()?;
     adopt_fresh_home(&opts)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::account::Account;
+use crate::account::{Account, UnknownUser};
 use crate::channels::activity::CpuMeter;
 use crate::paths::{PathMap, LOGICAL_HOME};
 use crate::procs::ProcessTable;
@@ -41,16 +41,16 @@ pub const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(15);
 
 impl SandboxOptions {
     /// Inside a sandbox container: the real `/home/agent`, the whole container's CPU, the
-    /// `agent` account when the image has one.
-    pub fn container() -> SandboxOptions {
-        SandboxOptions {
+    /// `agent` account when the image has one, else the image's `USER`.
+    pub fn container() -> Result<SandboxOptions, UnknownUser> {
+        Ok(SandboxOptions {
             home: PathBuf::from(LOGICAL_HOME),
             confine_to_home: false,
             cpu_scope: CpuScope::Container,
-            account: Account::detect(),
+            account: Account::detect()?,
             activity_interval: DEFAULT_ACTIVITY_INTERVAL,
             ping_interval: DEFAULT_PING_INTERVAL,
-        }
+        })
     }
 
     /// Inside the server (the fake driver): `home` stands in for `/home/agent`, nothing outside

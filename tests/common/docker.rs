@@ -21,6 +21,12 @@ use crate::common::{TestServer, DEADLINE};
 pub const AGENT_IMAGE: &str = "agenthold-test/agent:latest";
 pub const DEBIAN_IMAGE: &str = "debian:bookworm-slim";
 pub const BUSYBOX_IMAGE: &str = "agenthold-test/busybox:latest";
+/// Debian with `USER worker` (uid 1234) and no agent account.
+pub const WORKER_IMAGE: &str = "agenthold-test/worker:latest";
+/// busybox with `USER 4321:4321`, a uid its passwd does not list.
+pub const UID_USER_IMAGE: &str = "agenthold-test/busybox-user-4321:latest";
+/// busybox with `USER ghost`, a name it does not have.
+pub const GHOST_USER_IMAGE: &str = "agenthold-test/busybox-user-ghost:latest";
 
 /// Runs `docker ARGS`, returning stdout; panics with stderr when it fails.
 pub fn docker(args: &[&str]) -> String {
@@ -70,7 +76,14 @@ impl DockerEnv {
                 "these tests need a running Docker engine ({e}); run scripts/docker-setup.sh first"
             );
         }
-        for image in [AGENT_IMAGE, DEBIAN_IMAGE, BUSYBOX_IMAGE] {
+        for image in [
+            AGENT_IMAGE,
+            DEBIAN_IMAGE,
+            BUSYBOX_IMAGE,
+            WORKER_IMAGE,
+            UID_USER_IMAGE,
+            GHOST_USER_IMAGE,
+        ] {
             if docker_try(&["image", "inspect", image]).is_err() {
                 panic!("image {image} is missing; run scripts/docker-setup.sh first");
             }

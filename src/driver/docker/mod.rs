@@ -177,7 +177,11 @@ impl DockerDriver {
 
     // ---- images -------------------------------------------------------------------------
 
-    async fn ensure_image(&self, image: &str, progress: &PullSink) -> Result<(), DockerError> {
+    async fn ensure_image(
+        &self,
+        image: &str,
+        progress: &PullSink,
+    ) -> Result<pull::ImageFacts, DockerError> {
         pull::ensure_image(&self.docker, image, progress).await
     }
 
@@ -199,7 +203,7 @@ impl DockerDriver {
 
     // ---- containers ---------------------------------------------------------------------
 
-    fn container_body(&self, spec: &SandboxSpec) -> ContainerCreateBody {
+    fn container_body(&self, spec: &SandboxSpec, image: &pull::ImageFacts) -> ContainerCreateBody {
         let id = &spec.id;
         let network = self.names.network(id);
         let mut mounts = vec![
@@ -229,8 +233,13 @@ impl DockerDriver {
             entrypoint: Some(vec![self.placement.entrypoint()]),
             // An explicit empty command, so the image's CMD never becomes sandboxd's arguments.
             cmd: Some(Vec::new()),
-            // sandboxd needs root to adopt the home volume and drop to the agent account.
+            // sandboxd needs root to adopt the home volume and drop to the agent account, or
+            // to the image's own user, which it is told of here.
             user: Some("0:0".to_string()),
+            env: image
+                .user
+                .as_ref()
+                .map(|u| vec![format!("{}={u}", sandboxd::account::IMAGE_USER_ENV)]),
             labels: Some(self.names.labels("sandbox", Some(id))),
             host_config: Some(HostConfig {
                 init: Some(true),
@@ -281,11 +290,12 @@ impl DockerDriver {
         // Independent of each other: made side by side, which is most of a create's time.
         let image = async {
             let t = std::time::Instant::now();
-            if !exists {
-                self.ensure_image(&spec.image, pull).await?;
-                log_step(id, "image", t);
+            if exists {
+                return Ok(None);
             }
-            Ok::<_, DockerError>(())
+            let facts = self.ensure_image(&spec.image, pull).await?;
+            log_step(id, "image", t);
+            Ok::<_, DockerError>(Some(facts))
         };
         // A container's volume exists as long as the container does (Docker refuses to remove
         // a volume in use): only a new container needs it made.
@@ -304,16 +314,16 @@ impl DockerDriver {
             net
         };
         let (image, volume, net) = tokio::join!(image, volume, network);
-        image?;
+        let image = image?;
         volume?;
         let (net, bridge) = net?;
-        if !exists {
+        if let Some(image) = image {
             let t = std::time::Instant::now();
             let r = self
                 .docker
                 .create_container(
                     Some(CreateContainerOptionsBuilder::default().name(&name).build()),
-                    self.container_body(spec),
+                    self.container_body(spec, &image),
                 )
                 .await;
             match r {

@@ -28,9 +28,9 @@ pub(super) async fn ensure_image(
     docker: &Docker,
     image: &str,
     sink: &PullSink,
-) -> Result<(), DockerError> {
+) -> Result<ImageFacts, DockerError> {
     match docker.inspect_image(image).await {
-        Ok(_) => return Ok(()),
+        Ok(info) => return Ok(ImageFacts::of(info)),
         Err(e) if is_not_found(&e) => {}
         Err(e) => return Err(DockerError::api(format!("inspecting image {image}"))(e)),
     }
@@ -42,20 +42,39 @@ pub(super) async fn ensure_image(
         .unwrap_or_else(|_| Err(format!("the pull took longer than {PULL_TIMEOUT:?}")));
     let result = match pulled {
         Ok(()) => match docker.inspect_image(image).await {
-            Ok(_) => Ok(()),
+            Ok(info) => Ok(ImageFacts::of(info)),
             Err(e) => Err(format!("still missing after the pull: {e}")),
         },
         Err(why) => Err(why),
     };
     match &result {
-        Ok(()) => tracing::info!(image = reference, "image pulled"),
+        Ok(_) => tracing::info!(image = reference, "image pulled"),
         Err(why) => tracing::warn!(image = reference, "pulling the image failed: {why}"),
     }
-    meter.finish(result.clone());
+    meter.finish(result.as_ref().map(|_| ()).map_err(Clone::clone));
     result.map_err(|why| DockerError::ImageMissing {
         image: image.to_string(),
         why,
     })
+}
+
+/// What a sandbox made from the image needs to know of it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct ImageFacts {
+    /// The image's `USER`, when it names one: commands run as it when the image has no
+    /// `agent` account (sandboxd itself must start as root).
+    pub user: Option<String>,
+}
+
+impl ImageFacts {
+    fn of(info: bollard::models::ImageInspect) -> ImageFacts {
+        ImageFacts {
+            user: info
+                .config
+                .and_then(|c| c.user)
+                .filter(|u| !u.trim().is_empty()),
+        }
+    }
 }
 
 /// Reads the engine's pull stream to its end, feeding `meter`; `Err` says why the pull failed.
