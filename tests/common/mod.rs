@@ -48,15 +48,25 @@ impl TestServer {
     }
 
     /// Stops this server and starts another on the same data directory, as a restart does.
+    /// The old server shuts down as on SIGTERM (its background work ends) before the new one
+    /// starts.
     pub async fn restart_with(mut self, tweak: impl FnOnce(&mut Config)) -> TestServer {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
         if let Some(t) = self.task.take() {
-            t.abort();
-            let _ = t.await;
+            match tokio::time::timeout(DEADLINE, t).await {
+                Ok(ended) => {
+                    ended
+                        .expect("server task")
+                        .expect("server shut down cleanly");
+                }
+                Err(_) => panic!("the server did not shut down within {DEADLINE:?}"),
+            }
         }
-        Self::start_in(self.dir, tweak).await
+        let TestServer { dir, lc, .. } = self;
+        drop(lc);
+        Self::start_in(dir, tweak).await
     }
 
     async fn start_in(dir: tempfile::TempDir, tweak: impl FnOnce(&mut Config)) -> TestServer {
