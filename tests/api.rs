@@ -258,8 +258,8 @@ async fn openapi_describes_every_route() {
     );
 }
 
-/// Signs in with `token` and returns the `name=value` of the session cookie.
-async fn sign_in(s: &TestServer, token: &str) -> String {
+/// Signs in with `token` and returns the whole `Set-Cookie` header.
+async fn sign_in_cookie(s: &TestServer, token: &str) -> String {
     let r = s
         .http
         .post(s.url("/api/v1/session"))
@@ -268,7 +268,12 @@ async fn sign_in(s: &TestServer, token: &str) -> String {
         .await
         .unwrap();
     assert_eq!(r.status(), 204);
-    let cookie = r.headers()["set-cookie"].to_str().unwrap().to_string();
+    r.headers()["set-cookie"].to_str().unwrap().to_string()
+}
+
+/// Signs in with `token` and returns the `name=value` of the session cookie.
+async fn sign_in(s: &TestServer, token: &str) -> String {
+    let cookie = sign_in_cookie(s, token).await;
     cookie.split(';').next().unwrap().to_string()
 }
 
@@ -324,14 +329,7 @@ async fn web_sessions_survive_a_restart_but_not_a_new_admin_token_or_sign_out() 
 async fn a_web_session_ends_after_its_time() {
     let ttl = |c: &mut agenthold::config::Config| c.server.session_ttl = Duration::from_secs(3);
     let s = TestServer::start_with(ttl).await;
-    let r = s
-        .http
-        .post(s.url("/api/v1/session"))
-        .json(&json!({ "token": TOKEN }))
-        .send()
-        .await
-        .unwrap();
-    let cookie = r.headers()["set-cookie"].to_str().unwrap().to_string();
+    let cookie = sign_in_cookie(&s, TOKEN).await;
     assert!(
         cookie.contains("Max-Age=3;"),
         "the browser is told too: {cookie}"
@@ -358,15 +356,7 @@ async fn web_session_cookie_signs_in_and_out() {
         .await
         .unwrap();
     expect_error(r, 401, "unauthorized").await;
-    let r = s
-        .http
-        .post(s.url("/api/v1/session"))
-        .json(&json!({"token": TOKEN}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 204);
-    let cookie = r.headers()["set-cookie"].to_str().unwrap().to_string();
+    let cookie = sign_in_cookie(&s, TOKEN).await;
     assert!(
         cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
         "{cookie}"

@@ -262,15 +262,7 @@ async fn without_an_agent_account_commands_run_as_the_images_user() {
     assert_eq!(exec_ok(&s, &uid, &["id", "-u"]).await.trim(), "4321");
 
     // A user the image does not have: the agent ends in error saying which.
-    let r = s
-        .post("/api/v1/agents")
-        .json(&json!({"name": "ghost", "image": GHOST_USER_IMAGE}))
-        .send()
-        .await
-        .expect("create");
-    assert_eq!(r.status(), 201);
-    let ghost: serde_json::Value = r.json().await.expect("json");
-    let ghost = ghost["id"].as_str().expect("id").to_string();
+    let ghost = create_agent(&s, "ghost", GHOST_USER_IMAGE).await;
     let last = wait_states(&s, &ghost, &["error"]).await;
     let msg = last["error"].as_str().unwrap_or_default();
     assert!(msg.contains("no user \"ghost\""), "{msg}");
@@ -312,15 +304,7 @@ async fn a_missing_image_ends_in_error_not_a_hang() {
     // A registry on loopback where nothing listens: the pull fails at once, and no traffic
     // leaves this machine.
     let image = "127.0.0.1:9/agenthold-test/missing:latest";
-    let r = s
-        .post("/api/v1/agents")
-        .json(&json!({"name": "ghost", "image": image}))
-        .send()
-        .await
-        .expect("create");
-    assert_eq!(r.status(), 201);
-    let agent: serde_json::Value = r.json().await.expect("json");
-    let id = agent["id"].as_str().expect("id").to_string();
+    let id = create_agent(&s, "ghost", image).await;
     let last = wait_states(&s, &id, &["error"]).await;
     let msg = last["error"].as_str().unwrap_or_default();
     assert!(msg.contains("image") && msg.contains("missing"), "{msg}");

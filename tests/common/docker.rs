@@ -199,8 +199,8 @@ impl Drop for DockerEnv {
     }
 }
 
-/// Creates an agent with `image` and waits until it runs.
-pub async fn running_agent_with(s: &TestServer, name: &str, image: &str) -> String {
+/// Asks for an agent with `image` and returns its id, without waiting for it.
+pub async fn create_agent(s: &TestServer, name: &str, image: &str) -> String {
     let r = s
         .post("/api/v1/agents")
         .json(&json!({"name": name, "image": image}))
@@ -209,7 +209,12 @@ pub async fn running_agent_with(s: &TestServer, name: &str, image: &str) -> Stri
         .expect("create request");
     assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
     let agent: Value = r.json().await.expect("agent json");
-    let id = agent["id"].as_str().expect("id").to_string();
+    agent["id"].as_str().expect("id").to_string()
+}
+
+/// Creates an agent with `image` and waits until it runs.
+pub async fn running_agent_with(s: &TestServer, name: &str, image: &str) -> String {
+    let id = create_agent(s, name, image).await;
     s.wait_state(&id, "running").await;
     id
 }
