@@ -441,8 +441,11 @@ async fn hostile_attaches_get_clear_errors_and_harm_nobody() {
     let b = s.running_agent("beta").await;
     let mut va = Viewer::open(&s, &a, "").await;
     let mut vb = Viewer::open(&s, &b, "").await;
-    va.type_keys("echo alpha-'ready'\r").await;
-    va.read_until("alpha-ready").await;
+    // The end of the output must be known exactly, so the shell's next prompt (which follows
+    // the echo, maybe in a later message) is made one to wait for; after it the shell is quiet.
+    va.type_keys("PS1='end-of-''output> '; echo alpha-'ready'\r")
+        .await;
+    va.read_until("end-of-output> ").await;
     let end = va.offset;
 
     for (query, status) in [
