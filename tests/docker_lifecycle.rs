@@ -111,12 +111,7 @@ async fn agent_image_runs_as_agent_and_home_survives_stop_start_and_rebuild() {
         .await
         .expect("patch");
     assert_eq!(r.status(), 200);
-    let r = s
-        .post(&format!("/api/v1/agents/{id}/rebuild"))
-        .send()
-        .await
-        .expect("rebuild");
-    assert_eq!(r.status(), 202);
+    act(&s, &id, "rebuild").await;
     wait_states(&s, &id, &["rebuilding", "starting", "running"]).await;
     s.wait_state(&id, "running").await;
     assert_ne!(

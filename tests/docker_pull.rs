@@ -179,12 +179,7 @@ async fn a_pull_reports_growing_progress_then_the_agent_runs_and_a_rebuild_pulls
         .await
         .expect("patch");
     assert_eq!(r.status(), 200);
-    let r = s
-        .post(&format!("/api/v1/agents/{id}/rebuild"))
-        .send()
-        .await
-        .expect("rebuild");
-    assert_eq!(r.status(), 202);
+    act(&s, &id, "rebuild").await;
     // (The change itself was announced as an agent event, still running.)
     let mut rebuilding = false;
     let rebuilt = events

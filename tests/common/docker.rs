@@ -219,25 +219,25 @@ pub async fn running_agent_with(s: &TestServer, name: &str, image: &str) -> Stri
     id
 }
 
-/// Stops the agent through the API and waits until it sleeps.
-pub async fn stop_sleeping(s: &TestServer, id: &str) {
+/// Asks for a lifecycle `action` (`start`, `stop`, `rebuild`) and checks it was accepted.
+pub async fn act(s: &TestServer, id: &str, action: &str) {
     let r = s
-        .post(&format!("/api/v1/agents/{id}/stop"))
+        .post(&format!("/api/v1/agents/{id}/{action}"))
         .send()
         .await
-        .expect("stop");
-    assert_eq!(r.status(), 202);
+        .expect(action);
+    assert_eq!(r.status(), 202, "{action}");
+}
+
+/// Stops the agent through the API and waits until it sleeps.
+pub async fn stop_sleeping(s: &TestServer, id: &str) {
+    act(s, id, "stop").await;
     s.wait_state(id, "sleeping").await;
 }
 
 /// Starts the agent through the API and waits until it runs.
 pub async fn start_running(s: &TestServer, id: &str) {
-    let r = s
-        .post(&format!("/api/v1/agents/{id}/start"))
-        .send()
-        .await
-        .expect("start");
-    assert_eq!(r.status(), 202);
+    act(s, id, "start").await;
     s.wait_state(id, "running").await;
 }
 
