@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use chrono::Utc;
 
@@ -14,6 +14,7 @@ use crate::activity::ActivityTracker;
 use crate::config::Config;
 use crate::driver::{Driver, DriverError, DriverEvent, SandboxSpec, SandboxStatus};
 use crate::events::{AgentEvent, EventHub};
+use crate::metrics::{Metrics, OpKind, Outcome};
 use crate::model::{Agent, AgentPatch, AgentState, NewAgent};
 use crate::store::{hash_token, new_token, Store, StoreError};
 use crate::tunnel::registry::{Registry, TunnelError};
@@ -68,6 +69,11 @@ pub struct Lifecycle {
     /// Boot tokens the driver put into sleeping sandboxes (see `stage_next_boot`), by agent.
     /// In memory only: after a server restart a start hands over a new token itself.
     pub staged_boots: std::sync::Mutex<HashMap<String, String>>,
+    /// When the lifecycle last moved each agent's state itself (taken just before the move), so
+    /// that a driver event from before it, arriving late, is not taken for news about the
+    /// operation that move began (an outside `docker rm` seen after an API start began).
+    pub moved_at: std::sync::Mutex<HashMap<String, SystemTime>>,
+    pub metrics: Arc<Metrics>,
 }
 
 impl Lifecycle {
@@ -124,13 +130,49 @@ impl Lifecycle {
         to: AgentState,
         op: &'static str,
     ) -> Result<Agent, LifecycleError> {
+        let before = SystemTime::now();
         let agent = self
             .store
             .transition(id, from, to)
             .await
             .map_err(|e| LifecycleError::from_store(e, op))?;
+        self.moved_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id.to_string(), before);
         self.publish(&agent);
         Ok(agent)
+    }
+
+    /// Runs the background work of operation `kind` on `id`, timed for `/metrics`: it ends when
+    /// the agent settles (a create or rebuild goes on into its start), and its outcome is
+    /// whether the agent ended in `error`.
+    pub(crate) fn spawn_op(self: &Arc<Self>, kind: OpKind, id: String) {
+        let lc = self.clone();
+        tokio::spawn(async move {
+            let began = std::time::Instant::now();
+            match kind {
+                OpKind::create => lc.clone().run_create(id.clone()).await,
+                OpKind::start => lc.clone().run_start(id.clone()).await,
+                OpKind::stop => lc.clone().run_stop(id.clone()).await,
+                OpKind::rebuild => lc.clone().run_rebuild(id.clone()).await,
+                OpKind::destroy => lc.clone().run_destroy(id.clone()).await,
+            }
+            let outcome = match lc.store.get_agent(&id).await {
+                Ok(a) if a.state == Error => Outcome::error,
+                _ => Outcome::ok,
+            };
+            lc.metrics.observe_op(kind, outcome, began.elapsed());
+        });
+    }
+
+    /// Whether an event that happened `at` is older than the lifecycle's last move of `id`.
+    fn older_than_last_move(&self, id: &str, at: SystemTime) -> bool {
+        self.moved_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .is_some_and(|moved| at < *moved)
     }
 
     /// Records a failed operation; the agent shows `error` with `message`.
@@ -150,7 +192,7 @@ impl Lifecycle {
             .map_err(|e| LifecycleError::from_store(e, "be created"))?;
         self.activity.touch(&agent.id);
         self.publish(&agent);
-        tokio::spawn(self.clone().run_create(agent.id.clone()));
+        self.spawn_op(OpKind::create, agent.id.clone());
         Ok(self.decorate(agent))
     }
 
@@ -169,19 +211,19 @@ impl Lifecycle {
             .transition(id, &[Sleeping, Error], Starting, "start")
             .await?;
         self.activity.touch(id);
-        tokio::spawn(self.clone().run_start(id.to_string()));
+        self.spawn_op(OpKind::start, id.to_string());
         Ok(self.decorate(agent))
     }
 
     pub async fn stop(self: &Arc<Self>, id: &str) -> Result<Agent, LifecycleError> {
         let agent = self.transition(id, &[Running], Stopping, "stop").await?;
-        tokio::spawn(self.clone().run_stop(id.to_string()));
+        self.spawn_op(OpKind::stop, id.to_string());
         Ok(self.decorate(agent))
     }
 
     pub async fn rebuild(self: &Arc<Self>, id: &str) -> Result<Agent, LifecycleError> {
         let agent = self.transition(id, SETTLED, Rebuilding, "rebuild").await?;
-        tokio::spawn(self.clone().run_rebuild(id.to_string()));
+        self.spawn_op(OpKind::rebuild, id.to_string());
         Ok(self.decorate(agent))
     }
 
@@ -189,7 +231,7 @@ impl Lifecycle {
         let agent = self
             .transition(id, SETTLED, Destroying, "be destroyed")
             .await?;
-        tokio::spawn(self.clone().run_destroy(id.to_string()));
+        self.spawn_op(OpKind::destroy, id.to_string());
         Ok(agent)
     }
 
@@ -462,6 +504,10 @@ impl Lifecycle {
         match self.store.delete_agent(&id).await {
             Ok(()) => {
                 self.take_staged_boot(&id);
+                self.moved_at
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&id);
                 self.activity.forget(&id);
                 self.hub.publish(AgentEvent::Deleted(id));
             }
@@ -481,7 +527,10 @@ impl Lifecycle {
         self.activity.touch(id);
         match self.store.transition(id, &[Starting], Running).await {
             Ok(agent) => self.publish(&agent),
-            Err(StoreError::Conflict { state: Running, .. }) => {}
+            // Already running: its tunnel dropped and came back.
+            Err(StoreError::Conflict { state: Running, .. }) => {
+                self.metrics.sandboxd_reconnected();
+            }
             Err(e) => tracing::debug!(agent = id, "hello did not change the state: {e}"),
         }
     }
@@ -545,12 +594,21 @@ impl Lifecycle {
     /// A change the driver saw that the server did not make (for example `docker stop`).
     /// Events arrive late and may echo one of our own operations, so each is checked against
     /// what the driver sees now before it changes anything.
-    pub async fn on_driver_event(self: &Arc<Self>, event: DriverEvent) {
+    pub async fn on_driver_event(self: &Arc<Self>, event: DriverEvent, at: SystemTime) {
         let id = match &event {
             DriverEvent::Started(id) | DriverEvent::Stopped(id) | DriverEvent::Removed(id) => {
                 id.clone()
             }
         };
+        // The operation that move began settles the agent itself, whatever happened before it.
+        if self.older_than_last_move(&id, at) {
+            tracing::debug!(
+                agent = id,
+                ?event,
+                "driver event older than our last move; ignored"
+            );
+            return;
+        }
         let now = match self.driver.inspect(&id).await {
             Ok(status) => status,
             Err(e) => {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::driver::SandboxStatus;
 use crate::lifecycle::Lifecycle;
+use crate::metrics::{OpKind, Repair};
 use crate::model::AgentState::*;
 
 #[derive(Debug, Default, PartialEq)]
@@ -19,29 +20,35 @@ pub struct Report {
 /// Runs once before the API opens. Resumed operations go on in the background.
 pub async fn reconcile(lc: &Arc<Lifecycle>) -> anyhow::Result<Report> {
     let mut report = Report::default();
+    let repairs = lc.metrics.repairs();
     let agents = lc.store.list_agents().await?;
     for agent in &agents {
         let id = agent.id.clone();
         match agent.state {
             Creating => {
-                tokio::spawn(lc.clone().run_create(id));
+                lc.spawn_op(OpKind::create, id);
                 report.resumed += 1;
+                repairs.record(Repair::resumed_operation);
             }
             Starting => {
-                tokio::spawn(lc.clone().run_start(id));
+                lc.spawn_op(OpKind::start, id);
                 report.resumed += 1;
+                repairs.record(Repair::resumed_operation);
             }
             Stopping => {
-                tokio::spawn(lc.clone().run_stop(id));
+                lc.spawn_op(OpKind::stop, id);
                 report.resumed += 1;
+                repairs.record(Repair::resumed_operation);
             }
             Rebuilding => {
-                tokio::spawn(lc.clone().run_rebuild(id));
+                lc.spawn_op(OpKind::rebuild, id);
                 report.resumed += 1;
+                repairs.record(Repair::resumed_operation);
             }
             Destroying => {
-                tokio::spawn(lc.clone().run_destroy(id));
+                lc.spawn_op(OpKind::destroy, id);
                 report.resumed += 1;
+                repairs.record(Repair::resumed_operation);
             }
             Running => match lc.driver.inspect(&id).await? {
                 SandboxStatus::Running => {
@@ -52,9 +59,11 @@ pub async fn reconcile(lc: &Arc<Lifecycle>) -> anyhow::Result<Report> {
                     // Died of something while the server was down (out of memory): say so.
                     if let Some(why) = lc.driver.failure_reason(&id).await {
                         lc.failed_outside(&id, why).await;
+                        repairs.record(Repair::found_stopped);
                     } else if lc.store.transition(&id, &[Running], Sleeping).await.is_ok() {
                         tracing::info!(agent = id, "was running before the restart; now sleeping");
                         report.now_sleeping += 1;
+                        repairs.record(Repair::found_stopped);
                     }
                 }
             },
@@ -69,6 +78,7 @@ pub async fn reconcile(lc: &Arc<Lifecycle>) -> anyhow::Result<Report> {
                     tracing::info!(agent = id, "was started outside agenthold");
                     tokio::spawn(lc.clone().await_hello(id));
                     report.now_starting += 1;
+                    repairs.record(Repair::found_started);
                 }
             }
             Error => {}
@@ -83,6 +93,7 @@ pub async fn reconcile(lc: &Arc<Lifecycle>) -> anyhow::Result<Report> {
             );
             lc.driver.destroy(&sandbox.id).await?;
             report.orphans_removed += 1;
+            repairs.record(Repair::orphan_removed);
         }
     }
     tracing::info!(?report, "reconciled");
@@ -93,7 +104,7 @@ pub async fn reconcile(lc: &Arc<Lifecycle>) -> anyhow::Result<Report> {
 pub async fn follow_driver_events(lc: Arc<Lifecycle>) {
     use futures::StreamExt;
     let mut events = lc.driver.events();
-    while let Some(event) = events.next().await {
-        lc.on_driver_event(event).await;
+    while let Some((event, at)) = events.next().await {
+        lc.on_driver_event(event, at).await;
     }
 }

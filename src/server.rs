@@ -14,6 +14,7 @@ use crate::config::{Config, DriverKind};
 use crate::driver::{fake::FakeDriver, Driver};
 use crate::events::EventHub;
 use crate::lifecycle::Lifecycle;
+use crate::metrics::Metrics;
 use crate::store::{hash_token, new_token, Store};
 use crate::tunnel::{self, registry::Registry};
 
@@ -87,6 +88,7 @@ impl Server {
             .with_context(|| format!("binding server.listen {}", config.server.listen))?;
         let api_addr = api.local_addr()?;
 
+        let metrics = Arc::new(Metrics::default());
         let driver: Arc<dyn Driver> = match config.sandbox.driver {
             DriverKind::Fake => Arc::new(FakeDriver::new(
                 config.server.data_dir.join("fake"),
@@ -95,9 +97,14 @@ impl Server {
             )),
             // Connecting also fills the sandboxd volume when the server runs in a container.
             DriverKind::Docker => Arc::new(
-                crate::driver::docker::DockerDriver::connect(&config, store.clone(), tunnel_addr)
-                    .await
-                    .context("starting the docker driver")?,
+                crate::driver::docker::DockerDriver::connect(
+                    &config,
+                    store.clone(),
+                    tunnel_addr,
+                    metrics.repairs(),
+                )
+                .await
+                .context("starting the docker driver")?,
             ),
         };
         let lifecycle = Arc::new(Lifecycle {
@@ -109,6 +116,8 @@ impl Server {
             config: config.clone(),
             start_timeout: START_TIMEOUT,
             staged_boots: Default::default(),
+            moved_at: Default::default(),
+            metrics,
         });
         let state = AppState {
             lc: lifecycle.clone(),

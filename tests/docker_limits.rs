@@ -96,6 +96,12 @@ async fn a_fork_bomb_hits_the_pids_limit_and_harms_nobody() {
         ]),
         PIDS_LIMIT.to_string()
     );
+    // With the pids limit, the open-files limit bounds what one sandbox can take of the
+    // host's file handles (sandbox.nofile, 4096 soft / 8192 hard by default).
+    assert_eq!(
+        exec_ok(&s, &bystander, &["sh", "-c", "ulimit -n; ulimit -Hn"]).await,
+        "4096\n8192\n"
+    );
 
     // The bomb keeps its exec busy until the timeout kills its whole process group.
     let bomb = {

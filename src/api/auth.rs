@@ -131,7 +131,7 @@ pub fn session_cookie(headers: &axum::http::HeaderMap) -> Option<String> {
 fn is_public(method: &Method, path: &str) -> bool {
     path == "/api/v1/health"
         || (path == "/api/v1/session" && method != Method::DELETE)
-        || !path.starts_with("/api/")
+        || (!path.starts_with("/api/") && path != crate::metrics::PATH)
 }
 
 pub async fn guard(
@@ -146,7 +146,10 @@ pub async fn guard(
         )
         .into_response();
     }
-    if !is_public(req.method(), req.uri().path()) && !state.auth.allows(req.headers()) {
+    if !is_public(req.method(), req.uri().path())
+        && !state.auth.allows(req.headers())
+        && !super::metrics::is_scraper(&state, req.uri().path(), req.headers())
+    {
         return ApiError::unauthorized().into_response();
     }
     next.run(req).await

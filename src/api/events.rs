@@ -45,7 +45,10 @@ pub async fn events(
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let mut rx = st.lc.hub.subscribe();
     let lc = st.lc.clone();
+    let counted = st.lc.metrics.sse_subscriber();
     let stream = async_stream::stream! {
+        // Counted for as long as the client follows (the stream is dropped when it goes).
+        let _counted = counted;
         let mut snapshot = true;
         loop {
             if snapshot {

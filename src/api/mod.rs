@@ -6,6 +6,7 @@ pub mod error;
 pub mod events;
 pub mod exec;
 pub mod files;
+pub mod metrics;
 pub mod session;
 pub mod terminal;
 pub mod terminals;
@@ -103,6 +104,7 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY));
     Router::new()
         .nest("/api/v1", api)
+        .route(crate::metrics::PATH, get(metrics::metrics))
         .merge(crate::web::router())
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -49,6 +49,10 @@ pub struct ServerConfig {
     /// How long a web UI sign-in lasts; it survives restarts, not a change of admin token.
     #[serde(deserialize_with = "de_duration")]
     pub session_ttl: Duration,
+    /// A token that opens `GET /metrics` alone, for a Prometheus scraper; empty means the
+    /// admin token (or a web session) is needed there too.
+    #[serde(deserialize_with = "de_opt_string")]
+    pub metrics_token: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -62,6 +66,7 @@ impl Default for ServerConfig {
             exec_default_timeout: Duration::from_secs(10 * 60),
             exec_max_timeout: Duration::from_secs(24 * 60 * 60),
             session_ttl: Duration::from_secs(30 * 24 * 60 * 60),
+            metrics_token: None,
         }
     }
 }
@@ -103,6 +108,9 @@ pub struct SandboxConfig {
     pub max_memory_mb: u64,
     /// `-1` means no limit.
     pub pids_limit: i64,
+    /// Open files per process in a sandbox (`RLIMIT_NOFILE`): with `pids_limit`, what one
+    /// sandbox can take of the host's file handles.
+    pub nofile: NofileLimit,
     /// Where sandboxd dials in; `:8090` means every address.
     #[serde(deserialize_with = "de_socket_addr")]
     pub tunnel_listen: SocketAddr,
@@ -137,6 +145,7 @@ impl Default for SandboxConfig {
             max_cpus: 8.0,
             max_memory_mb: 16384,
             pids_limit: 4096,
+            nofile: NofileLimit::default(),
             tunnel_listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 8090),
             idle_check_interval: Duration::from_secs(30),
             idle_minute: Duration::from_secs(60),
@@ -145,6 +154,24 @@ impl Default for SandboxConfig {
             terminal_detach_minutes: 30,
             terminal_buffer_kb: 1024,
             docker: DockerConfig::default(),
+        }
+    }
+}
+
+/// `sandbox.nofile`: the soft limit is what a process starts with, the hard one how far it may
+/// raise it itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NofileLimit {
+    pub soft: u32,
+    pub hard: u32,
+}
+
+impl Default for NofileLimit {
+    fn default() -> Self {
+        NofileLimit {
+            soft: 4096,
+            hard: 8192,
         }
     }
 }
@@ -510,6 +537,17 @@ impl Config {
                 format!(
                     "({}) must be at least 16, or -1 for no limit",
                     sb.pids_limit
+                ),
+            ));
+        }
+        let nofile = sb.nofile;
+        // Below 64 even a shell and its pipes fail; above 2^20 is past Linux's default nr_open.
+        if nofile.soft < 64 || nofile.soft > nofile.hard || nofile.hard > 1 << 20 {
+            return Err(fail(
+                "sandbox.nofile",
+                format!(
+                    "(soft {}, hard {}) needs 64 <= soft <= hard <= 1048576",
+                    nofile.soft, nofile.hard
                 ),
             ));
         }

@@ -325,6 +325,14 @@ fn impossible_values_are_refused_with_one_message() {
             "config.yaml: sandbox.pids_limit (0) must be at least 16, or -1 for no limit",
         ),
         (
+            "sandbox:\n  nofile:\n    soft: 9000\n",
+            "config.yaml: sandbox.nofile (soft 9000, hard 8192) needs 64 <= soft <= hard <= 1048576",
+        ),
+        (
+            "sandbox:\n  nofile:\n    soft: 10\n",
+            "config.yaml: sandbox.nofile (soft 10, hard 8192) needs 64 <= soft <= hard <= 1048576",
+        ),
+        (
             "sandbox:\n  idle_check_interval: 500ms\n",
             "config.yaml: sandbox.idle_check_interval (500ms) must be at least 1s",
         ),

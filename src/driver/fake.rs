@@ -279,7 +279,7 @@ impl Driver for FakeDriver {
         }
     }
 
-    fn events(&self) -> BoxStream<'static, DriverEvent> {
+    fn events(&self) -> BoxStream<'static, (DriverEvent, std::time::SystemTime)> {
         // Fake sandboxes change only through the calls above.
         Box::pin(futures::stream::pending())
     }

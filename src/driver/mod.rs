@@ -107,8 +107,10 @@ pub trait Driver: Send + Sync + 'static {
     }
     /// Every sandbox this installation owns, whether or not an agent knows it.
     async fn list(&self) -> Result<Vec<SandboxInfo>, DriverError>;
-    /// Changes seen outside the server's own calls, for as long as the driver lives.
-    fn events(&self) -> BoxStream<'static, DriverEvent>;
+    /// Changes seen outside the server's own calls, for as long as the driver lives, each with
+    /// the time it happened (events arrive late; the lifecycle drops those older than its own
+    /// last move of the agent).
+    fn events(&self) -> BoxStream<'static, (DriverEvent, std::time::SystemTime)>;
     /// The server is stopping. Sandboxes that can outlive it (containers) are left alone.
     async fn shutdown(&self) {}
 }

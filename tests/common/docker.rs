@@ -168,8 +168,11 @@ impl DockerEnv {
         for c in self.objects(&["ps", "-a"]) {
             let _ = docker_try(&["rm", "-f", &c]);
         }
-        for n in self.objects(&["network", "ls"]) {
-            let _ = docker_try(&["network", "rm", &n]);
+        // By id: a crash can leave two networks with one name.
+        let label = self.label();
+        let nets = docker_try(&["network", "ls", "-q", "--filter", &label]).unwrap_or_default();
+        for n in nets.lines().filter(|l| !l.is_empty()) {
+            let _ = docker_try(&["network", "rm", n]);
         }
         for v in self.objects(&["volume", "ls"]) {
             let _ = docker_try(&["volume", "rm", "-f", &v]);

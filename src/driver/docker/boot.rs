@@ -5,7 +5,6 @@ use bollard::models::ContainerStateStatusEnum;
 use bollard::query_parameters::UploadToContainerOptionsBuilder;
 use sandboxd::boot::BootConfig;
 
-use super::error::is_not_found;
 use super::{files, log_step, DockerDriver, DockerError};
 use crate::driver::SandboxSpec;
 
@@ -60,11 +59,8 @@ impl DockerDriver {
         token: &str,
     ) -> Result<bool, DockerError> {
         let id = &spec.id;
-        let name = self.names.container(id);
-        let info = match self.docker.inspect_container(&name, None).await {
-            Ok(info) => info,
-            Err(e) if is_not_found(&e) => return Ok(false),
-            Err(e) => return Err(DockerError::api(format!("inspecting container {name}"))(e)),
+        let Some(info) = self.own_container(id).await? else {
+            return Ok(false);
         };
         let stopped = matches!(
             info.state.and_then(|s| s.status),
@@ -73,7 +69,7 @@ impl DockerDriver {
         let (Some(container), true) = (info.id, stopped) else {
             return Ok(false);
         };
-        let (net, _) = self.ensure_network(id).await?;
+        let net = self.ensure_network(id).await?.net;
         self.upload_boot(id, &self.tunnel_url(&net), token).await?;
         self.staged
             .lock()

@@ -27,11 +27,29 @@ pub enum DockerError {
     Sandboxd(String),
     #[error("isolating the sandbox from the host: {0}")]
     Firewall(String),
+    /// An object has the name of one of ours but not our labels: somebody else made it, and it
+    /// is neither adopted nor removed.
+    #[error(
+        "a Docker {kind} named {name} exists that agenthold did not make (it lacks agenthold's \
+         labels); agenthold leaves it alone: remove or rename it, then start the agent again"
+    )]
+    Foreign { kind: &'static str, name: String },
+    /// The agent's home volume was removed outside agenthold while its container was gone too.
+    #[error(
+        "the agent's home (Docker volume {volume}) is gone, removed outside agenthold, and its \
+         files with it; rebuild the agent to give it a new, empty home"
+    )]
+    HomeMissing { volume: String },
     #[error("{0}")]
     Other(String),
 }
 
 impl DockerError {
+    /// Docker answered 404: what the call named no longer exists.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, DockerError::Api { source, .. } if is_not_found(source))
+    }
+
     pub fn api(what: impl Into<String>) -> impl FnOnce(bollard::errors::Error) -> DockerError {
         let what = what.into();
         move |source| DockerError::Api { what, source }

@@ -147,7 +147,7 @@ pub async fn follow(
     names: Names,
     ops: OwnOps,
     since: SystemTime,
-    tx: mpsc::UnboundedSender<DriverEvent>,
+    tx: mpsc::UnboundedSender<(DriverEvent, SystemTime)>,
 ) {
     let mut since = since;
     let mut backoff = MIN_BACKOFF;
@@ -213,7 +213,7 @@ pub async fn follow(
                         continue;
                     }
                     tracing::debug!(?de, "docker event");
-                    if tx.send(de).is_err() {
+                    if tx.send((de, at)).is_err() {
                         return;
                     }
                 }
@@ -242,7 +242,7 @@ async fn resync(
     docker: &Docker,
     names: &Names,
     ops: &OwnOps,
-    tx: &mpsc::UnboundedSender<DriverEvent>,
+    tx: &mpsc::UnboundedSender<(DriverEvent, SystemTime)>,
 ) -> Result<(), bollard::errors::Error> {
     let list = docker
         .list_containers(Some(
@@ -265,7 +265,8 @@ async fn resync(
             Some(ContainerSummaryStateEnum::RUNNING) => DriverEvent::Started(id),
             _ => DriverEvent::Stopped(id),
         };
-        if tx.send(ev).is_err() {
+        // What the list shows is true now.
+        if tx.send((ev, SystemTime::now())).is_err() {
             break;
         }
     }

@@ -29,7 +29,7 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use bollard::models::{
     ContainerCreateBody, ContainerStateStatusEnum, ContainerSummaryStateEnum, EndpointSettings,
-    HostConfig, Mount, MountType, NetworkDisconnectRequest, NetworkingConfig, RestartPolicy,
+    HostConfig, Mount, MountType, NetworkingConfig, ResourcesUlimits, RestartPolicy,
     RestartPolicyNameEnum, VolumeCreateRequest,
 };
 use bollard::query_parameters::{
@@ -40,7 +40,8 @@ use bollard::Docker;
 use futures::stream::BoxStream;
 
 use super::{Driver, DriverError, DriverEvent, PullSink, SandboxInfo, SandboxSpec, SandboxStatus};
-use crate::config::{Config, DockerConfig, HostMount};
+use crate::config::{Config, DockerConfig, HostMount, NofileLimit};
+use crate::metrics::{Repair, Repairs};
 use crate::store::{Store, StoreError};
 
 pub use error::DockerError;
@@ -48,6 +49,7 @@ use error::{is_not_found, status_of};
 use events::OwnOps;
 use firewall::Firewall;
 use names::Names;
+use network::NetRef;
 use placement::remove_force;
 pub use placement::{locate_sandboxd, Placement};
 use subnet::AgentNet;
@@ -64,6 +66,9 @@ pub struct DockerDriver {
     names: Names,
     cfg: DockerConfig,
     pids_limit: i64,
+    nofile: NofileLimit,
+    /// Counts what the driver finds out of place and puts right (`/metrics`).
+    repairs: Repairs,
     host_mounts: Vec<HostMount>,
     placement: Placement,
     /// Host mode only: keeps sandboxes away from the host's own addresses.
@@ -81,16 +86,29 @@ pub struct DockerDriver {
 
 /// What [`DockerDriver::create_all`] found or made.
 struct Made {
-    net: AgentNet,
-    bridge: String,
+    net: NetRef,
     /// The container, when it existed already.
     existing: Option<Existing>,
+}
+
+/// Whether a create may make the agent's home volume, or must find it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Home {
+    /// A create or a rebuild: a missing home is made (empty).
+    Make,
+    /// A start: the home was made at create, so a missing one was removed from outside, which
+    /// must be said rather than papered over with an empty one.
+    Keep,
 }
 
 struct Existing {
     /// Docker's id, which a re-created container does not share.
     id: String,
     running: bool,
+    /// The Docker ids of the networks it is on.
+    networks: Vec<String>,
+    /// Whether it mounts sandboxd the way this server serves it.
+    sandboxd_current: bool,
 }
 
 /// Whether a container in `status` counts as up (a paused or restarting one too).
@@ -112,6 +130,7 @@ impl DockerDriver {
         config: &Config,
         store: Store,
         tunnel: SocketAddr,
+        repairs: Repairs,
     ) -> Result<DockerDriver, DockerError> {
         let cfg = config.sandbox.docker.clone();
         let docker = connect_engine(&cfg).await?;
@@ -138,17 +157,10 @@ impl DockerDriver {
                 (Placement::Container { server, volume }, None)
             }
             None => {
-                let dir = binary.parent().map(|d| d.to_path_buf()).ok_or_else(|| {
-                    DockerError::Sandboxd(format!("{} has no folder", binary.display()))
-                })?;
-                let file = binary
-                    .file_name()
-                    .map(|f| f.to_string_lossy().into_owned())
-                    .ok_or_else(|| {
-                        DockerError::Sandboxd(format!("{} has no file name", binary.display()))
-                    })?;
+                let dir =
+                    placement::stage_sandboxd(&binary, &config.server.data_dir.join("sandboxd"))?;
                 (
-                    Placement::Host { dir, file },
+                    Placement::Host { dir },
                     Some(Firewall::new(&cfg.name_prefix)),
                 )
             }
@@ -159,6 +171,8 @@ impl DockerDriver {
             store,
             names,
             pids_limit: config.sandbox.pids_limit,
+            nofile: config.sandbox.nofile,
+            repairs,
             host_mounts,
             placement,
             firewall,
@@ -169,10 +183,6 @@ impl DockerDriver {
             started_at: SystemTime::now(),
             staged: Default::default(),
         })
-    }
-
-    pub fn placement(&self) -> &Placement {
-        &self.placement
     }
 
     // ---- images -------------------------------------------------------------------------
@@ -187,10 +197,20 @@ impl DockerDriver {
 
     // ---- volumes ------------------------------------------------------------------------
 
-    async fn ensure_volume(&self, id: &str) -> Result<(), DockerError> {
+    async fn ensure_volume(&self, id: &str, home: Home) -> Result<(), DockerError> {
         let name = self.names.volume(id);
+        if home == Home::Keep {
+            match self.docker.inspect_volume(&name).await {
+                Ok(v) => return self.own_volume(id, &name, &v),
+                Err(e) if is_not_found(&e) => {
+                    return Err(DockerError::HomeMissing { volume: name });
+                }
+                Err(e) => return Err(DockerError::api(format!("inspecting volume {name}"))(e)),
+            }
+        }
         // Creating an existing volume returns it unchanged: idempotent by itself.
-        self.docker
+        let v = self
+            .docker
             .create_volume(VolumeCreateRequest {
                 name: Some(name.clone()),
                 labels: Some(self.names.labels("home", Some(id))),
@@ -198,14 +218,37 @@ impl DockerDriver {
             })
             .await
             .map_err(DockerError::api(format!("creating volume {name}")))?;
-        Ok(())
+        self.own_volume(id, &name, &v)
+    }
+
+    /// A volume with the home's name that we did not make is never mounted as the home.
+    fn own_volume(
+        &self,
+        id: &str,
+        name: &str,
+        v: &bollard::models::Volume,
+    ) -> Result<(), DockerError> {
+        if self.names.is_agents(Some(&v.labels), id) {
+            Ok(())
+        } else {
+            Err(DockerError::Foreign {
+                kind: "volume",
+                name: name.to_string(),
+            })
+        }
     }
 
     // ---- containers ---------------------------------------------------------------------
 
-    fn container_body(&self, spec: &SandboxSpec, image: &pull::ImageFacts) -> ContainerCreateBody {
+    /// The container's settings; it joins its network by Docker id (names can be shared).
+    fn container_body(
+        &self,
+        spec: &SandboxSpec,
+        image: &pull::ImageFacts,
+        network: &str,
+    ) -> ContainerCreateBody {
         let id = &spec.id;
-        let network = self.names.network(id);
+        let network = network.to_string();
         let mut mounts = vec![
             Mount {
                 target: Some(sandboxd::paths::LOGICAL_HOME.to_string()),
@@ -252,6 +295,11 @@ impl DockerDriver {
                 } else {
                     -1
                 }),
+                ulimits: Some(vec![ResourcesUlimits {
+                    name: Some("nofile".to_string()),
+                    soft: Some(i64::from(self.nofile.soft)),
+                    hard: Some(i64::from(self.nofile.hard)),
+                }]),
                 runtime: self.cfg.runtime().map(str::to_string),
                 mounts: Some(mounts),
                 security_opt: Some(security_opt),
@@ -271,20 +319,113 @@ impl DockerDriver {
         }
     }
 
+    /// The agent's container as Docker has it, if it exists. One that has the agent's name but
+    /// not our labels is somebody else's: an error, never adopted.
+    async fn own_container(
+        &self,
+        id: &str,
+    ) -> Result<Option<bollard::models::ContainerInspectResponse>, DockerError> {
+        let name = self.names.container(id);
+        match self.docker.inspect_container(&name, None).await {
+            Ok(info) => {
+                let labels = info.config.as_ref().and_then(|c| c.labels.as_ref());
+                if self.names.is_agents(labels, id) {
+                    let status = info.state.as_ref().and_then(|s| s.status);
+                    match status {
+                        // A removal a killed server left to dockerd: it goes on, so the
+                        // container is as good as gone (waiting beats using it and failing).
+                        Some(ContainerStateStatusEnum::REMOVING) => {
+                            placement::wait_removed(&self.docker, &name).await?;
+                            Ok(None)
+                        }
+                        // A removal that failed half-way; no use can be made of it.
+                        Some(ContainerStateStatusEnum::DEAD) => {
+                            remove_force(&self.docker, &name).await?;
+                            Ok(None)
+                        }
+                        _ => Ok(Some(info)),
+                    }
+                } else {
+                    Err(DockerError::Foreign {
+                        kind: "container",
+                        name,
+                    })
+                }
+            }
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(e) => Err(DockerError::api(format!("inspecting container {name}"))(e)),
+        }
+    }
+
     /// Makes everything the sandbox needs; an existing container is kept as it is (rebuild is
-    /// what applies a new spec).
-    async fn create_all(&self, spec: &SandboxSpec, pull: &PullSink) -> Result<Made, DockerError> {
+    /// what applies a new spec), unless the network it was made on is gone: then it is made
+    /// anew on the agent's network, keeping the home.
+    async fn create_all(
+        &self,
+        spec: &SandboxSpec,
+        pull: &PullSink,
+        home: Home,
+    ) -> Result<Made, DockerError> {
+        let made = self.create_once(spec, pull, home).await?;
+        let Some(existing) = &made.existing else {
+            return Ok(made);
+        };
+        let on_network = existing.networks.contains(&made.net.id);
+        if on_network && existing.sandboxd_current {
+            return Ok(made);
+        }
+        if existing.running {
+            // Never pulled from under a running sandbox; its next start remakes it.
+            return Ok(made);
+        }
+        if on_network {
+            tracing::info!(
+                agent = spec.id,
+                "the sandbox's container mounts sandboxd from where an older server served it; \
+                 making the container anew, keeping its home"
+            );
+        } else {
+            tracing::warn!(
+                agent = spec.id,
+                network = made.net.id,
+                "the sandbox's container is not on the agent's network (it was removed or made \
+                 anew outside agenthold); making the container anew, keeping its home"
+            );
+        }
+        self.forget_staged(&spec.id);
+        remove_force(&self.docker, &existing.id).await?;
+        self.repairs.record(Repair::container_remade);
+        self.create_once(spec, pull, Home::Keep).await
+    }
+
+    async fn create_once(
+        &self,
+        spec: &SandboxSpec,
+        pull: &PullSink,
+        home: Home,
+    ) -> Result<Made, DockerError> {
         let id = &spec.id;
         let name = self.names.container(id);
         let t = std::time::Instant::now();
-        let existing = match self.docker.inspect_container(&name, None).await {
-            Ok(info) => Some(Existing {
-                running: is_running(info.state.and_then(|s| s.status)),
-                id: info.id.unwrap_or_default(),
-            }),
-            Err(e) if is_not_found(&e) => None,
-            Err(e) => return Err(DockerError::api(format!("inspecting container {name}"))(e)),
-        };
+        let existing = self.own_container(id).await?.map(|info| Existing {
+            running: is_running(info.state.and_then(|s| s.status)),
+            // A container that never ran has no endpoint ids yet, only the network it names.
+            networks: info
+                .network_settings
+                .and_then(|n| n.networks)
+                .into_iter()
+                .flat_map(|n| n.into_values().filter_map(|e| e.network_id))
+                .chain(
+                    info.host_config
+                        .as_ref()
+                        .and_then(|h| h.network_mode.clone()),
+                )
+                .collect(),
+            sandboxd_current: self
+                .placement
+                .serves(info.mounts.as_deref().unwrap_or_default()),
+            id: info.id.unwrap_or_default(),
+        });
         let exists = existing.is_some();
         log_step(id, "inspect container", t);
         // Independent of each other: made side by side, which is most of a create's time.
@@ -302,7 +443,7 @@ impl DockerDriver {
         let volume = async {
             let t = std::time::Instant::now();
             if !exists {
-                self.ensure_volume(id).await?;
+                self.ensure_volume(id, home).await?;
                 log_step(id, "volume", t);
             }
             Ok::<_, DockerError>(())
@@ -316,14 +457,14 @@ impl DockerDriver {
         let (image, volume, net) = tokio::join!(image, volume, network);
         let image = image?;
         volume?;
-        let (net, bridge) = net?;
+        let net = net?;
         if let Some(image) = image {
             let t = std::time::Instant::now();
             let r = self
                 .docker
                 .create_container(
                     Some(CreateContainerOptionsBuilder::default().name(&name).build()),
-                    self.container_body(spec, &image),
+                    self.container_body(spec, &image, &net.id),
                 )
                 .await;
             match r {
@@ -333,7 +474,10 @@ impl DockerDriver {
                     image = spec.image,
                     "container created"
                 ),
-                Err(e) if status_of(&e) == Some(409) => {}
+                // Made meanwhile: ours if it has our labels, refused if not.
+                Err(e) if status_of(&e) == Some(409) => {
+                    self.own_container(id).await?;
+                }
                 Err(e) if is_not_found(&e) => {
                     return Err(DockerError::ImageMissing {
                         image: spec.image.clone(),
@@ -344,23 +488,20 @@ impl DockerDriver {
             }
             log_step(id, "create container", t);
         }
-        Ok(Made {
-            net,
-            bridge,
-            existing,
-        })
+        Ok(Made { net, existing })
     }
 
+    /// A container with the agent's name that is not ours counts as missing: it is not the
+    /// agent's sandbox (and a start says so).
     async fn container_status(&self, id: &str) -> Result<SandboxStatus, DockerError> {
-        let name = self.names.container(id);
-        match self.docker.inspect_container(&name, None).await {
-            Ok(info) => Ok(if is_running(info.state.and_then(|s| s.status)) {
+        match self.own_container(id).await {
+            Ok(Some(info)) => Ok(if is_running(info.state.and_then(|s| s.status)) {
                 SandboxStatus::Running
             } else {
                 SandboxStatus::Stopped
             }),
-            Err(e) if is_not_found(&e) => Ok(SandboxStatus::Missing),
-            Err(e) => Err(DockerError::api(format!("inspecting container {name}"))(e)),
+            Ok(None) | Err(DockerError::Foreign { .. }) => Ok(SandboxStatus::Missing),
+            Err(e) => Err(e),
         }
     }
 
@@ -436,11 +577,8 @@ impl DockerDriver {
         let id = &spec.id;
         let name = self.names.container(id);
         let begun = std::time::Instant::now();
-        let Made {
-            net,
-            bridge,
-            existing,
-        } = self.create_all(spec, pull).await?;
+        let Made { net, existing } = self.create_all(spec, pull, Home::Keep).await?;
+        let NetRef { net, bridge, .. } = net;
         let tunnel_url = self.tunnel_url(&net);
         // The firewall rules and the boot.json upload do not depend on each other, and both
         // must be done before the container starts: side by side.
@@ -493,45 +631,54 @@ impl DockerDriver {
         Ok(())
     }
 
+    /// Removes whatever exists of the agent, found by its labels (a container, any number of
+    /// networks, the home, the firewall rules), and frees its subnet. Objects with its names
+    /// but not our labels are somebody else's and stay.
     async fn destroy_inner(&self, id: &str) -> Result<(), DockerError> {
-        let container = self.names.container(id);
-        let volume = self.names.volume(id);
-        let network = self.names.network(id);
-        remove_force(&self.docker, &container).await?;
+        let containers = self
+            .docker
+            .list_containers(Some(
+                ListContainersOptionsBuilder::default()
+                    .all(true)
+                    .filters(&self.names.filter_agent("sandbox", id))
+                    .build(),
+            ))
+            .await
+            .map_err(DockerError::api(format!(
+                "listing the containers of agent {id}"
+            )))?;
+        for c in containers {
+            if let Some(cid) = c.id {
+                remove_force(&self.docker, &cid).await?;
+            }
+        }
         if let Some(fw) = &self.firewall {
             fw.remove(id).await?;
         }
-        if let Placement::Container { server, .. } = &self.placement {
-            let r = self
-                .docker
-                .disconnect_network(
-                    &network,
-                    NetworkDisconnectRequest {
-                        container: server.clone(),
-                        force: Some(true),
-                    },
-                )
-                .await;
-            if let Err(e) = r {
-                tracing::debug!(network, "disconnecting the server: {e}");
+        self.remove_agent_networks(id).await?;
+        let volume = self.names.volume(id);
+        match self.docker.inspect_volume(&volume).await {
+            Ok(v) if self.names.is_agents(Some(&v.labels), id) => {
+                match self
+                    .docker
+                    .remove_volume(
+                        &volume,
+                        Some(RemoveVolumeOptionsBuilder::default().force(true).build()),
+                    )
+                    .await
+                {
+                    Ok(()) => {}
+                    Err(e) if is_not_found(&e) => {}
+                    Err(e) => return Err(DockerError::api(format!("removing volume {volume}"))(e)),
+                }
             }
-        }
-        match self.docker.remove_network(&network).await {
-            Ok(()) => {}
+            Ok(_) => tracing::warn!(
+                agent = id,
+                volume,
+                "a volume with the agent's home's name was not made by agenthold; left alone"
+            ),
             Err(e) if is_not_found(&e) => {}
-            Err(e) => return Err(DockerError::api(format!("removing network {network}"))(e)),
-        }
-        match self
-            .docker
-            .remove_volume(
-                &volume,
-                Some(RemoveVolumeOptionsBuilder::default().force(true).build()),
-            )
-            .await
-        {
-            Ok(()) => {}
-            Err(e) if is_not_found(&e) => {}
-            Err(e) => return Err(DockerError::api(format!("removing volume {volume}"))(e)),
+            Err(e) => return Err(DockerError::api(format!("inspecting volume {volume}"))(e)),
         }
         match self.store.set_subnet(id, None).await {
             // An orphan has no row: nothing to free.
@@ -655,7 +802,7 @@ impl Driver for DockerDriver {
 
     async fn create(&self, spec: &SandboxSpec, pull: &PullSink) -> Result<(), DriverError> {
         let _op = self.ops.begin(&spec.id);
-        self.create_all(spec, pull).await?;
+        self.create_all(spec, pull, Home::Make).await?;
         Ok(())
     }
 
@@ -666,7 +813,15 @@ impl Driver for DockerDriver {
         pull: &PullSink,
     ) -> Result<(), DriverError> {
         let _op = self.ops.begin(&spec.id);
-        Ok(self.start_inner(spec, token, pull).await?)
+        match self.start_inner(spec, token, pull).await {
+            // Something vanished under the start: a removal a killed server left to dockerd
+            // finished after the container was found. Everything is looked up afresh.
+            Err(e) if e.is_not_found() => {
+                tracing::info!(agent = spec.id, "{e}; starting again from the lookup");
+                Ok(self.start_inner(spec, token, pull).await?)
+            }
+            r => Ok(r?),
+        }
     }
 
     async fn stop(&self, id: &str) -> Result<(), DriverError> {
@@ -681,10 +836,25 @@ impl Driver for DockerDriver {
 
     async fn rebuild(&self, spec: &SandboxSpec, pull: &PullSink) -> Result<(), DriverError> {
         let _op = self.ops.begin(&spec.id);
-        // The home volume and the network stay; only the container is made anew.
+        // The home volume and the network stay; only the container is made anew (and whatever
+        // else is missing: a rebuild is also how an agent whose home was lost gets a new one).
         self.forget_staged(&spec.id);
-        remove_force(&self.docker, &self.names.container(&spec.id)).await?;
-        self.create_all(spec, pull).await?;
+        if let Some(info) = self.own_container(&spec.id).await? {
+            let container = info.id.unwrap_or_else(|| self.names.container(&spec.id));
+            remove_force(&self.docker, &container).await?;
+        }
+        if self
+            .docker
+            .inspect_volume(&self.names.volume(&spec.id))
+            .await
+            .is_err_and(|e| is_not_found(&e))
+        {
+            tracing::warn!(
+                agent = spec.id,
+                "the agent's home volume was gone; the rebuild makes a new, empty one"
+            );
+        }
+        self.create_all(spec, pull, Home::Make).await?;
         Ok(())
     }
 
@@ -716,7 +886,7 @@ impl Driver for DockerDriver {
         Ok(self.list_inner().await?)
     }
 
-    fn events(&self) -> BoxStream<'static, DriverEvent> {
+    fn events(&self) -> BoxStream<'static, (DriverEvent, SystemTime)> {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(events::follow(
             self.docker.clone(),

@@ -65,6 +65,21 @@ impl Names {
         )])
     }
 
+    /// A Docker `label` filter matching this installation's objects of `role` that belong to
+    /// agent `id`.
+    pub fn filter_agent(&self, role: &str, id: &str) -> HashMap<String, Vec<String>> {
+        let mut f = self.filter(role);
+        if let Some(labels) = f.get_mut("label") {
+            labels.push(format!("{LABEL_AGENT}={id}"));
+        }
+        f
+    }
+
+    /// Whether an object with these labels is agent `id`'s, made by this installation.
+    pub fn is_agents(&self, labels: Option<&HashMap<String, String>>, id: &str) -> bool {
+        self.agent_of(labels).as_deref() == Some(id)
+    }
+
     /// The agent id of an object, if its labels say it is ours.
     pub fn agent_of(&self, labels: Option<&HashMap<String, String>>) -> Option<String> {
         let labels = labels?;

@@ -1,27 +1,43 @@
 //! The agent's internal network: its subnet, picked from the pool and recorded in the store, and
 //! the Docker network itself (the server joins it at `.2` when it runs in a container).
+//!
+//! Docker does not refuse a second network with a name it already has, and a server killed while
+//! dockerd makes one can make another after its restart. So a network is found by its labels,
+//! never by name alone; more than one for an agent is a state to repair (the one its sandbox is
+//! on, or else the one whose subnet the store holds, or else the oldest, is kept and the rest are
+//! removed), and everything after the lookup addresses the network by its Docker id.
 
-use std::collections::HashMap;
 use std::net::Ipv4Addr;
 
 use bollard::models::{
     EndpointIpamConfig, EndpointSettings, Ipam, IpamConfig, NetworkConnectRequest,
-    NetworkCreateRequest, NetworkDisconnectRequest,
+    NetworkCreateRequest, NetworkDisconnectRequest, NetworkInspect,
 };
+use bollard::query_parameters::ListNetworksOptionsBuilder;
 use ipnet::Ipv4Net;
 
 use super::error::{is_not_found, status_of};
 use super::subnet::{self, AgentNet};
 use super::{placement, DockerDriver, DockerError, Placement};
 use crate::driver::SandboxStatus;
+use crate::metrics::Repair;
 use crate::store::StoreError;
 
+/// The agent's network as the driver uses it once found or made.
+#[derive(Debug, Clone)]
+pub(super) struct NetRef {
+    pub net: AgentNet,
+    /// The bridge interface on the host.
+    pub bridge: String,
+    /// Docker's id: names can be shared, ids cannot.
+    pub id: String,
+}
+
 impl DockerDriver {
-    /// The agent's network, created with a fresh subnet if it does not exist. Returns its
-    /// addresses and its bridge interface's name.
-    pub(super) async fn ensure_network(&self, id: &str) -> Result<(AgentNet, String), DockerError> {
+    /// The agent's network, created with a fresh subnet if it does not exist.
+    pub(super) async fn ensure_network(&self, id: &str) -> Result<NetRef, DockerError> {
         let name = self.names.network(id);
-        if let Some(found) = self.existing_network(id, &name).await? {
+        if let Some(found) = self.existing_network(id).await? {
             return Ok(found);
         }
         // Subnets the engine refused: another network it has (another installation, a
@@ -33,7 +49,7 @@ impl DockerDriver {
             match self.create_network(id, &name, &net).await {
                 Ok(()) => {
                     tracing::info!(agent = id, network = name, subnet = %candidate, "network created");
-                    return self.existing_network(id, &name).await?.ok_or_else(|| {
+                    return self.existing_network(id).await?.ok_or_else(|| {
                         DockerError::Other(format!(
                             "network {name} vanished right after it was made"
                         ))
@@ -45,7 +61,7 @@ impl DockerDriver {
                 }
                 // Made meanwhile by someone else: use it.
                 Err(e) if status_of(&e) == Some(409) => {
-                    if let Some(found) = self.existing_network(id, &name).await? {
+                    if let Some(found) = self.existing_network(id).await? {
                         return Ok(found);
                     }
                     return Err(DockerError::api(format!("creating network {name}"))(e));
@@ -156,16 +172,16 @@ impl DockerDriver {
 
     /// The agent's network if it exists: its subnet (recorded in the store if the store had
     /// lost it) and bridge name; the server's container is joined to it in container mode.
-    pub(super) async fn existing_network(
-        &self,
-        id: &str,
-        name: &str,
-    ) -> Result<Option<(AgentNet, String)>, DockerError> {
-        let info = match self.docker.inspect_network(name, None).await {
-            Ok(i) => i,
-            Err(e) if is_not_found(&e) => return Ok(None),
-            Err(e) => return Err(DockerError::api(format!("inspecting network {name}"))(e)),
+    pub(super) async fn existing_network(&self, id: &str) -> Result<Option<NetRef>, DockerError> {
+        let name = self.names.network(id);
+        let name = name.as_str();
+        let Some(info) = self.agent_network(id).await? else {
+            return Ok(None);
         };
+        let net_id = info
+            .id
+            .clone()
+            .ok_or_else(|| DockerError::Other(format!("network {name} has no id")))?;
         // Made while the server ran elsewhere (on the host rather than in a container, or the
         // reverse). The option cannot change in place, and a container whose network was made
         // anew no longer starts (Docker looks it up by the old id), so the network is made anew
@@ -178,7 +194,7 @@ impl DockerDriver {
                     network = name,
                     "the network was made for a server placed elsewhere; making it anew"
                 );
-                self.remove_network(name, info.containers.as_ref()).await?;
+                self.remove_network(&info).await?;
                 return Ok(None);
             }
             if host_address {
@@ -218,37 +234,135 @@ impl DockerDriver {
             .options
             .as_ref()
             .and_then(|o| o.get("com.docker.network.bridge.name").cloned())
-            .or_else(|| {
-                info.id
-                    .as_deref()
-                    .and_then(|i| i.get(..12))
-                    .map(|i| format!("br-{i}"))
-            })
-            .ok_or_else(|| DockerError::Other(format!("network {name} has no id")))?;
+            .unwrap_or_else(|| format!("br-{}", net_id.get(..12).unwrap_or(&net_id)));
         if let Placement::Container { server, .. } = &self.placement {
             let joined = info
                 .containers
                 .as_ref()
                 .is_some_and(|c| c.contains_key(server.as_str()));
             if !joined {
-                self.join_server(name, server, net.server_addr()).await?;
+                self.join_server(&net_id, server, net.server_addr()).await?;
             }
         }
-        Ok(Some((net, bridge)))
+        Ok(Some(NetRef {
+            net,
+            bridge,
+            id: net_id,
+        }))
     }
 
-    /// Removes a network of ours that has no sandbox on it, after taking the server's own
-    /// container (the only other member) off it.
-    pub(super) async fn remove_network(
-        &self,
-        name: &str,
-        members: Option<&HashMap<String, bollard::models::EndpointResource>>,
-    ) -> Result<(), DockerError> {
+    /// Every network labelled as the agent's, inspected (so with their members).
+    async fn agent_networks(&self, id: &str) -> Result<Vec<NetworkInspect>, DockerError> {
+        let listed = self
+            .docker
+            .list_networks(Some(
+                ListNetworksOptionsBuilder::default()
+                    .filters(&self.names.filter_agent("network", id))
+                    .build(),
+            ))
+            .await
+            .map_err(DockerError::api(format!(
+                "listing the networks of agent {id}"
+            )))?;
+        let mut found = Vec::new();
+        for n in listed {
+            let Some(net_id) = n.id else { continue };
+            match self.docker.inspect_network(&net_id, None).await {
+                Ok(info) => found.push(info),
+                // Removed between the list and the inspect.
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return Err(DockerError::api(format!("inspecting network {net_id}"))(e)),
+            }
+        }
+        Ok(found)
+    }
+
+    /// The agent's one network: duplicates are removed (see the module's comment), and a
+    /// network that has the agent's name without our labels is refused, never adopted.
+    async fn agent_network(&self, id: &str) -> Result<Option<NetworkInspect>, DockerError> {
+        let name = self.names.network(id);
+        let mut nets = self.agent_networks(id).await?;
+        if nets.is_empty() {
+            let foreign = || DockerError::Foreign {
+                kind: "network",
+                name: name.clone(),
+            };
+            match self.docker.inspect_network(&name, None).await {
+                Err(e) if is_not_found(&e) => return Ok(None),
+                // Ours after all: made (by a create a killed server left to dockerd) between
+                // the list and this look. Listed again, in case it came with a twin.
+                Ok(info) if self.names.is_agents(info.labels.as_ref(), id) => {
+                    nets = self.agent_networks(id).await?;
+                    if nets.is_empty() {
+                        nets.push(info);
+                    }
+                }
+                // Found by name but without our labels: somebody else's.
+                Ok(_) => return Err(foreign()),
+                // Ambiguous: several with the name, ours among them if they appeared meanwhile.
+                Err(e) if status_of(&e) == Some(400) => {
+                    nets = self.agent_networks(id).await?;
+                    if nets.is_empty() {
+                        return Err(foreign());
+                    }
+                }
+                Err(e) => return Err(DockerError::api(format!("inspecting network {name}"))(e)),
+            }
+        }
+        if nets.len() > 1 {
+            let stored = self
+                .store
+                .subnet(id)
+                .await?
+                .and_then(|s| s.parse::<Ipv4Net>().ok());
+            let server = match &self.placement {
+                Placement::Container { server, .. } => Some(server.as_str()),
+                Placement::Host { .. } => None,
+            };
+            let keep = keeper(&nets, stored, server);
+            let kept = nets.swap_remove(keep);
+            for extra in &nets {
+                tracing::warn!(
+                    agent = id,
+                    network = name,
+                    removed = extra.id.as_deref().unwrap_or(""),
+                    kept = kept.id.as_deref().unwrap_or(""),
+                    "the agent had {} networks (a crash while one was being made); removing the \
+                     extra one",
+                    nets.len() + 1
+                );
+                self.remove_network(extra).await?;
+                self.repairs.record(Repair::duplicate_network);
+            }
+            nets = vec![kept];
+        }
+        Ok(nets.pop())
+    }
+
+    /// Removes every network of the agent, duplicates included.
+    pub(super) async fn remove_agent_networks(&self, id: &str) -> Result<(), DockerError> {
+        for info in self.agent_networks(id).await? {
+            self.remove_network(&info).await?;
+        }
+        Ok(())
+    }
+
+    /// Removes a network of ours, after taking the server's own container off it (a running
+    /// sandbox on it keeps it from going, and the error says so).
+    pub(super) async fn remove_network(&self, info: &NetworkInspect) -> Result<(), DockerError> {
+        let Some(net_id) = info.id.as_deref() else {
+            return Ok(());
+        };
+        let name = info.name.as_deref().unwrap_or(net_id);
         if let Placement::Container { server, .. } = &self.placement {
-            if members.is_some_and(|m| m.contains_key(server.as_str())) {
+            if info
+                .containers
+                .as_ref()
+                .is_some_and(|m| m.contains_key(server.as_str()))
+            {
                 self.docker
                     .disconnect_network(
-                        name,
+                        net_id,
                         NetworkDisconnectRequest {
                             container: server.clone(),
                             force: Some(true),
@@ -260,10 +374,12 @@ impl DockerDriver {
                     )))?;
             }
         }
-        match self.docker.remove_network(name).await {
+        match self.docker.remove_network(net_id).await {
             Ok(()) => Ok(()),
             Err(e) if is_not_found(&e) => Ok(()),
-            Err(e) => Err(DockerError::api(format!("removing network {name}"))(e)),
+            Err(e) => Err(DockerError::api(format!(
+                "removing network {name} ({net_id})"
+            ))(e)),
         }
     }
 
@@ -313,6 +429,31 @@ impl DockerDriver {
             .filter_map(|c| c.subnet.as_deref()?.parse().ok())
             .collect())
     }
+}
+
+/// Which of an agent's duplicate networks to keep: the one a sandbox is on (it cannot move), else
+/// the one whose subnet the store holds, else the oldest.
+fn keeper(nets: &[NetworkInspect], stored: Option<Ipv4Net>, server: Option<&str>) -> usize {
+    let rank = |n: &NetworkInspect| {
+        let has_sandbox = n
+            .containers
+            .as_ref()
+            .is_some_and(|m| m.keys().any(|k| Some(k.as_str()) != server));
+        let subnet_of_record = stored.is_some_and(|s| {
+            n.ipam
+                .as_ref()
+                .and_then(|i| i.config.as_ref())
+                .into_iter()
+                .flatten()
+                .any(|c| c.subnet.as_deref() == Some(s.to_string().as_str()))
+        });
+        let created = n
+            .created
+            .as_deref()
+            .and_then(|c| chrono::DateTime::parse_from_rfc3339(c).ok());
+        (!has_sandbox, !subnet_of_record, created)
+    };
+    (0..nets.len()).min_by_key(|&i| rank(&nets[i])).unwrap_or(0)
 }
 
 /// Docker's answer when a subnet overlaps another network's.

@@ -1,8 +1,10 @@
 //! Where the server runs (on the host or in a container) and so how sandboxes get sandboxd and
 //! reach the tunnel.
 //!
-//! - On the host: the folder holding a static sandboxd is bind-mounted read-only at
-//!   `/opt/agenthold`, and sandboxd dials the bridge gateway `.1`.
+//! - On the host: sandboxd is copied into a folder of its own under the data directory, which
+//!   holds nothing else and is bind-mounted read-only at `/opt/agenthold` (the folder the binary
+//!   came from may hold anything: a config with the admin token, the database, a build tree), and
+//!   sandboxd dials the bridge gateway `.1`.
 //! - In a container: the server copies its own sandboxd into a volume that every sandbox mounts
 //!   read-only, joins every agent network at `.2`, and sandboxd dials that. The agent bridges get
 //!   no address on the host at all ([`INHIBIT_IPV4`]): a sandbox then has no way to the host's own
@@ -24,6 +26,8 @@ use super::names::Names;
 
 /// Where sandboxd lives inside every sandbox.
 pub const SANDBOXD_DIR: &str = "/opt/agenthold";
+/// Its file name there, and in the folders it is served from.
+pub const SANDBOXD_FILE: &str = "sandboxd";
 
 /// The bridge driver option that leaves the host without an address on the bridge (Docker still
 /// records the gateway `.1` in the network's IPAM, but nothing answers there).
@@ -31,8 +35,9 @@ pub const INHIBIT_IPV4: &str = "com.docker.network.bridge.inhibit_ipv4";
 
 #[derive(Debug, Clone)]
 pub enum Placement {
-    /// The server runs on the host; `dir` holds the static sandboxd named `file`.
-    Host { dir: PathBuf, file: String },
+    /// The server runs on the host; `dir` holds the static sandboxd and nothing else (see
+    /// [`stage_sandboxd`]).
+    Host { dir: PathBuf },
     /// The server runs in container `server` (its full id); sandboxd is in volume `volume`.
     Container { server: String, volume: String },
 }
@@ -41,8 +46,9 @@ impl Placement {
     /// The sandbox's entrypoint.
     pub fn entrypoint(&self) -> String {
         match self {
-            Placement::Host { file, .. } => format!("{SANDBOXD_DIR}/{file}"),
-            Placement::Container { .. } => format!("{SANDBOXD_DIR}/sandboxd"),
+            Placement::Host { .. } | Placement::Container { .. } => {
+                format!("{SANDBOXD_DIR}/{SANDBOXD_FILE}")
+            }
         }
     }
 
@@ -61,10 +67,22 @@ impl Placement {
         }
     }
 
+    /// Whether a container's mount at [`SANDBOXD_DIR`] is the one [`Placement::mount`] makes now
+    /// (a container made by an older server may mount a folder that holds more than sandboxd).
+    pub fn serves(&self, mounts: &[bollard::models::MountPoint]) -> bool {
+        mounts
+            .iter()
+            .find(|m| m.destination.as_deref() == Some(SANDBOXD_DIR))
+            .is_some_and(|m| match self {
+                Placement::Host { dir } => m.source.as_deref().map(Path::new) == Some(dir),
+                Placement::Container { volume, .. } => m.name.as_deref() == Some(volume),
+            })
+    }
+
     /// The read-only mount that puts sandboxd at [`SANDBOXD_DIR`].
     pub fn mount(&self) -> Mount {
         let (typ, source) = match self {
-            Placement::Host { dir, .. } => (MountType::BIND, dir.to_string_lossy().into_owned()),
+            Placement::Host { dir } => (MountType::BIND, dir.to_string_lossy().into_owned()),
             Placement::Container { volume, .. } => (MountType::VOLUME, volume.clone()),
         };
         Mount {
@@ -131,6 +149,39 @@ pub fn locate_sandboxd(explicit: Option<&Path>) -> Result<PathBuf, DockerError> 
          sandbox.sandboxd_path",
         notes.join(", ")
     )))
+}
+
+/// Copies `binary` into `dir` as its only file, for the sandboxes to mount: whatever else lies
+/// next to the original stays out of their reach. A changed binary (an upgrade) goes in under a
+/// new inode by rename, never rewritten in place: running sandboxes still execute the old one
+/// (Linux refuses writes to a running executable), and each takes the new one at its next start.
+/// Returns the folder's absolute path (Docker's bind mounts need one).
+pub fn stage_sandboxd(binary: &Path, dir: &Path) -> Result<PathBuf, DockerError> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let err = |what: &str, e: std::io::Error| DockerError::Sandboxd(format!("{what}: {e}"));
+    let bytes = std::fs::read(binary).map_err(|e| err(&binary.display().to_string(), e))?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)
+        .map_err(|e| err(&format!("creating {}", dir.display()), e))?;
+    // Searchable by every account inside, whatever the umask made of it.
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| err(&format!("opening up {}", dir.display()), e))?;
+    let dir =
+        std::fs::canonicalize(dir).map_err(|e| err(&format!("resolving {}", dir.display()), e))?;
+    let target = dir.join(SANDBOXD_FILE);
+    if std::fs::read(&target).is_ok_and(|have| have == bytes) {
+        return Ok(dir);
+    }
+    let tmp = dir.join(format!(".{SANDBOXD_FILE}.new"));
+    std::fs::write(&tmp, &bytes).map_err(|e| err(&format!("writing {}", tmp.display()), e))?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| err(&format!("making {} executable", tmp.display()), e))?;
+    std::fs::rename(&tmp, &target)
+        .map_err(|e| err(&format!("moving sandboxd into {}", dir.display()), e))?;
+    tracing::info!(source = %binary.display(), dir = %dir.display(), "sandboxd staged for the sandboxes");
+    Ok(dir)
 }
 
 /// Our own container's id, when we run in one on this engine: `server_container` if set, else
@@ -295,7 +346,7 @@ pub async fn remove_force(docker: &Docker, name: &str) -> Result<(), DockerError
 /// How long a removal that dockerd already runs may take before we give up on it.
 const REMOVAL_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
-async fn wait_removed(docker: &Docker, name: &str) -> Result<(), DockerError> {
+pub(super) async fn wait_removed(docker: &Docker, name: &str) -> Result<(), DockerError> {
     let deadline = tokio::time::Instant::now() + REMOVAL_WAIT;
     loop {
         match docker.inspect_container(name, None).await {
@@ -332,7 +383,6 @@ mod tests {
     fn only_a_server_in_a_container_takes_the_host_off_the_bridges() {
         let host = Placement::Host {
             dir: PathBuf::from("/x"),
-            file: "sandboxd".into(),
         };
         let container = Placement::Container {
             server: "c".repeat(64),

@@ -1,0 +1,554 @@
+//! Faults at any moment leave nothing stuck, doubled or leaked, and `error` is never a dead end
+//! (real Docker, the real server binary).
+//!
+//! - `error_is_never_a_dead_end`: duplicate networks, a network or container removed outside, a
+//!   container of somebody else's under the agent's name, a lost home: each is repaired by a
+//!   `start` or a `rebuild`, or said plainly, and `DELETE` from `error` removes what is ours.
+//! - `fault_soak`: seeded rounds of concurrent creates, starts, stops, rebuilds and destroys,
+//!   outside `docker rm -f` / `stop` / `kill` / `network rm`, and a SIGKILL of the server at a
+//!   random moment; after each round every agent settles (an `error` is repaired by one start or
+//!   rebuild) and Docker, the host firewall and SQLite hold exactly what the agents need.
+//!   `SOAK_ROUNDS` (default 3) and `SOAK_SEED` (default: random, printed) replay or lengthen it.
+//!
+//! Needs Docker (scripts/docker-setup.sh) and a static sandboxd (scripts/build-sandboxd.sh);
+//! fails, never skips, without them.
+
+mod common;
+#[path = "common/docker.rs"]
+mod dk;
+#[path = "common/process.rs"]
+mod process;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use dk::*;
+use process::{docker_sandbox_yaml, ServerConfig};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::Value;
+
+/// The issue's bound on how long an agent may take to settle after a crash.
+const SETTLE: Duration = Duration::from_secs(60);
+
+fn config(dir: &std::path::Path, env: &DockerEnv) -> ServerConfig {
+    let sandbox = docker_sandbox_yaml(&env.prefix, &env.pool, BUSYBOX_IMAGE, None);
+    ServerConfig::write(dir, "0.0.0.0", &sandbox, SETTLE)
+}
+
+/// The Docker ids of the agent's objects of one kind (`ps -a`, `volume ls`, `network ls`), found
+/// by its labels.
+fn labelled(kind: &[&str], id: &str) -> Vec<String> {
+    let filter = format!("label=agenthold.agent={id}");
+    let mut args: Vec<&str> = kind.to_vec();
+    let format = if kind[0] == "volume" {
+        "{{.Name}}"
+    } else {
+        "{{.ID}}"
+    };
+    args.extend(["--filter", &filter, "--format", format]);
+    docker(&args)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+fn networks_of(id: &str) -> Vec<String> {
+    labelled(&["network", "ls"], id)
+}
+
+/// A second network with the agent's name and labels, as a crash while dockerd makes one leaves.
+/// Through the API as the server calls it: the CLI checks for a duplicate name, the API does not.
+async fn make_duplicate_network(env: &DockerEnv, id: &str, subnet: &str) {
+    use bollard::models::{Ipam, IpamConfig, NetworkCreateRequest};
+    let docker = bollard::Docker::connect_with_defaults().expect("docker");
+    let labels = [
+        ("agenthold.managed", "true"),
+        ("agenthold.prefix", env.prefix.as_str()),
+        ("agenthold.role", "network"),
+        ("agenthold.agent", id),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    docker
+        .create_network(NetworkCreateRequest {
+            name: env.network(id),
+            driver: Some("bridge".into()),
+            internal: Some(true),
+            ipam: Some(Ipam {
+                config: Some(vec![IpamConfig {
+                    subnet: Some(subnet.to_string()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            labels: Some(labels),
+            ..Default::default()
+        })
+        .await
+        .expect("a second network with the agent's name");
+}
+
+/// The last /28 of the test's /24: the driver hands subnets out from the first.
+fn spare_subnet(env: &DockerEnv) -> String {
+    let base = env.pool.trim_end_matches(".0/24");
+    format!("{base}.240/28")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn error_is_never_a_dead_end() {
+    let env = DockerEnv::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = config(dir.path(), &env);
+    let p = server.start().await;
+    let id = server.create("mender", None).await;
+    server.settles_to(&id, "running", "after create").await;
+    // A stop cut short by a crash is taken up again at the next start, and /metrics counts it.
+    server.op(&id, "stop").await;
+    p.kill();
+    let _p = server.start().await;
+    server.settles_to(&id, "sleeping", "a stop resumed").await;
+    assert_eq!(
+        metric(
+            &server,
+            "agenthold_reconcile_repairs_total{kind=\"resumed_operation\"}"
+        )
+        .await,
+        Some(1.0)
+    );
+    server.op(&id, "start").await;
+    server.settles_to(&id, "running", "started again").await;
+    server
+        .exec_ok(&id, &["sh", "-c", "echo kept > /home/agent/mark"])
+        .await;
+    // Only sandboxd reaches the sandbox, not whatever lies next to it on the host (a config
+    // with the admin token, the database, a build tree).
+    let canary = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/sandboxd/canary");
+    std::fs::write(&canary, "secret").expect("write the canary");
+    assert_eq!(
+        server.exec_ok(&id, &["ls", "-A", "/opt/agenthold"]).await,
+        "sandboxd\n"
+    );
+
+    // Two networks with the agent's name (Docker allows it): a stop and start keeps the one
+    // its sandbox is on and removes the other, and the name is unambiguous again.
+    make_duplicate_network(&env, &id, &spare_subnet(&env)).await;
+    assert_eq!(networks_of(&id).len(), 2);
+    server.op(&id, "stop").await;
+    server
+        .settles_to(&id, "sleeping", "stop with a duplicate network")
+        .await;
+    server.op(&id, "start").await;
+    server
+        .settles_to(&id, "running", "start with a duplicate network")
+        .await;
+    assert_eq!(
+        networks_of(&id).len(),
+        1,
+        "the duplicate network was removed"
+    );
+    assert_eq!(
+        metric(
+            &server,
+            "agenthold_reconcile_repairs_total{kind=\"duplicate_network\"}"
+        )
+        .await,
+        Some(1.0)
+    );
+    docker(&["network", "inspect", &env.network(&id)]);
+
+    // The network removed while the sandbox sleeps: the container still names the old one, so
+    // the start makes the container anew, on a new network, with the home kept.
+    server.op(&id, "stop").await;
+    server.settles_to(&id, "sleeping", "stop").await;
+    docker(&["network", "rm", &env.network(&id)]);
+    server.op(&id, "start").await;
+    server
+        .settles_to(&id, "running", "start with its network gone")
+        .await;
+    assert_eq!(
+        server
+            .exec_ok(&id, &["cat", "/home/agent/mark"])
+            .await
+            .trim(),
+        "kept"
+    );
+
+    // Container and network both removed outside: the agent sleeps, and a start makes both.
+    docker(&["rm", "-f", &env.container(&id)]);
+    // The removal's events reach the server a moment later.
+    server.wait_state(&id, "sleeping").await;
+    docker(&["network", "rm", &env.network(&id)]);
+    server.op(&id, "start").await;
+    server
+        .settles_to(&id, "running", "start with nothing but the home")
+        .await;
+
+    // Somebody else's container under the agent's name is neither adopted nor removed: the
+    // start fails saying so, and once it is gone the same agent starts from `error`.
+    server.op(&id, "stop").await;
+    server.settles_to(&id, "sleeping", "stop").await;
+    docker(&["rm", "-f", &env.container(&id)]);
+    let foreign = docker(&[
+        "run",
+        "-d",
+        "--name",
+        &env.container(&id),
+        "--label",
+        &format!("agenthold.prefix={}", env.prefix),
+        BUSYBOX_IMAGE,
+        "sleep",
+        "600",
+    ]);
+    server.op(&id, "start").await;
+    let state = server.settled(&id).await.unwrap_or_default();
+    assert!(
+        state.starts_with("error") && state.contains("agenthold did not make"),
+        "a foreign container: {state}"
+    );
+    assert_eq!(
+        docker(&["inspect", "--format", "{{.State.Running}}", &foreign]),
+        "true",
+        "the foreign container was left alone"
+    );
+    docker(&["rm", "-f", &foreign]);
+    server.op(&id, "start").await;
+    server.settles_to(&id, "running", "start from error").await;
+    assert_eq!(
+        server
+            .exec_ok(&id, &["cat", "/home/agent/mark"])
+            .await
+            .trim(),
+        "kept"
+    );
+
+    // The home removed outside: a start says so plainly instead of making an empty one; a
+    // rebuild then gives the agent a new, empty home.
+    server.op(&id, "stop").await;
+    server.settles_to(&id, "sleeping", "stop").await;
+    docker(&["rm", "-f", &env.container(&id)]);
+    docker(&["volume", "rm", &env.volume(&id)]);
+    server.op(&id, "start").await;
+    let state = server.settled(&id).await.unwrap_or_default();
+    assert!(
+        state.starts_with("error") && state.contains("home") && state.contains("rebuild"),
+        "a lost home: {state}"
+    );
+    server.op(&id, "rebuild").await;
+    server
+        .settles_to(&id, "running", "rebuild after a lost home")
+        .await;
+    server
+        .exec_ok(&id, &["sh", "-c", "test ! -e /home/agent/mark"])
+        .await;
+
+    // DELETE from `error` removes everything of ours (duplicates too) and the agent, and leaves
+    // somebody else's volume under the home's name alone.
+    make_duplicate_network(&env, &id, &spare_subnet(&env)).await;
+    server.op(&id, "stop").await;
+    server.settles_to(&id, "sleeping", "stop").await;
+    docker(&["rm", "-f", &env.container(&id)]);
+    let foreign = docker(&[
+        "run",
+        "-d",
+        "--name",
+        &env.container(&id),
+        BUSYBOX_IMAGE,
+        "sleep",
+        "600",
+    ]);
+    server.op(&id, "start").await;
+    assert!(server
+        .settled(&id)
+        .await
+        .is_some_and(|s| s.starts_with("error")));
+    let (st, body) = server
+        .call("DELETE", &format!("/api/v1/agents/{id}"), None)
+        .await;
+    assert_eq!(st, 202, "DELETE from error: {body}");
+    assert_eq!(server.settled(&id).await, None, "the agent is gone");
+    assert!(networks_of(&id).is_empty(), "networks left");
+    assert!(labelled(&["volume", "ls"], &id).is_empty(), "home left");
+    assert!(labelled(&["ps", "-a"], &id).is_empty(), "containers left");
+    assert_eq!(
+        docker(&["inspect", "--format", "{{.State.Running}}", &foreign]),
+        "true",
+        "the foreign container was left alone"
+    );
+    docker(&["rm", "-f", &foreign]);
+    assert!(firewall_agents(&env).is_empty(), "firewall rules left");
+}
+
+/// One value of the server's `/metrics`, by the start of its line.
+async fn metric(server: &ServerConfig, line_start: &str) -> Option<f64> {
+    let text = reqwest::Client::new()
+        .get(format!("{}/metrics", server.base))
+        .bearer_auth(common::TOKEN)
+        .send()
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    text.lines()
+        .find_map(|l| l.strip_prefix(line_start)?.trim().parse().ok())
+}
+
+/// Agents with host firewall rules of this test's installation.
+fn firewall_agents(env: &DockerEnv) -> BTreeSet<String> {
+    let out = Command::new("iptables")
+        .args(["-w", "-S", "INPUT"])
+        .output()
+        .expect("iptables");
+    let head = format!("agenthold:{}:", env.prefix);
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|w| w.trim_matches('"').strip_prefix(&head).map(str::to_string))
+        .collect()
+}
+
+/// Everything with this test's prefix label, by kind, as `kind: name-or-id` lines.
+fn prefixed(env: &DockerEnv) -> BTreeMap<String, usize> {
+    let filter = format!("label=agenthold.prefix={}", env.prefix);
+    let mut counts = BTreeMap::new();
+    for (kind, args, format) in [
+        (
+            "container",
+            &["ps", "-a"][..],
+            "{{.Label \"agenthold.agent\"}}",
+        ),
+        (
+            "volume",
+            &["volume", "ls"],
+            "{{.Label \"agenthold.agent\"}}",
+        ),
+        (
+            "network",
+            &["network", "ls"],
+            "{{.Label \"agenthold.agent\"}}",
+        ),
+    ] {
+        let mut a: Vec<&str> = args.to_vec();
+        a.extend(["--filter", &filter, "--format", format]);
+        for agent in docker(&a).lines().filter(|l| !l.is_empty()) {
+            *counts.entry(format!("{kind}:{agent}")).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
+/// The subnet of each agent in SQLite.
+fn stored_subnets(dir: &std::path::Path) -> BTreeMap<String, Option<String>> {
+    let db = rusqlite::Connection::open_with_flags(
+        dir.join("data/agenthold.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .expect("open the database");
+    let mut q = db
+        .prepare("SELECT id, subnet FROM agents")
+        .expect("prepare");
+    let rows = q
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get(1)?)))
+        .expect("query");
+    rows.map(|r| r.expect("row")).collect()
+}
+
+/// Settles `id` after a round; an `error` must be repaired by one start (or, for a lost home,
+/// one rebuild). Returns whether the agent still exists.
+async fn settle_and_repair(server: &ServerConfig, id: &str, log: &mut Vec<String>) -> bool {
+    let Some(state) = server.settled(id).await else {
+        return false;
+    };
+    if let Some(why) = state.strip_prefix("error: ") {
+        let op = if why.contains("rebuild the agent to give it a new") {
+            "rebuild"
+        } else {
+            "start"
+        };
+        log.push(format!("{id}: {why} -> {op}"));
+        server.op(id, op).await;
+        let after = server.settled(id).await;
+        assert_eq!(
+            after.as_deref(),
+            Some("running"),
+            "one {op} did not repair {id} ({why})"
+        );
+    }
+    true
+}
+
+/// One outside change to a random agent, as an operator or a crash elsewhere would make it.
+fn outside_change(env: &DockerEnv, rng: &mut StdRng, ids: &[String]) -> Option<String> {
+    let id = ids.get(rng.random_range(0..ids.len().max(1)))?;
+    let container = env.container(id);
+    let (what, args): (&str, Vec<String>) = match rng.random_range(0..4) {
+        0 => ("rm -f", vec!["rm".into(), "-f".into(), container]),
+        1 => (
+            "stop",
+            vec!["stop".into(), "-t".into(), "1".into(), container],
+        ),
+        2 => ("kill", vec!["kill".into(), container]),
+        _ => {
+            // By id: with duplicates (the very bug) the name would be ambiguous.
+            let nets = networks_of(id);
+            let net = nets.first()?.clone();
+            ("network rm", vec!["network".into(), "rm".into(), net])
+        }
+    };
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    // Refusals are part of the game (a running sandbox keeps its network).
+    let r = docker_try(&args);
+    Some(format!(
+        "{what} {id}: {}",
+        if r.is_ok() { "done" } else { "refused" }
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_soak() {
+    let rounds: usize = std::env::var("SOAK_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3);
+    let seed: u64 = std::env::var("SOAK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    println!("fault_soak: SOAK_SEED={seed} SOAK_ROUNDS={rounds}");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let env = DockerEnv::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = config(dir.path(), &env);
+    let mut ids: Vec<String> = Vec::new();
+    let mut next_name = 0;
+    let (mut kills, mut repairs, mut slowest) = (0, 0, Duration::ZERO);
+    for round in 0..rounds {
+        let p = server.start().await;
+        // A burst: creates up to 8 agents in all, and a random operation on each older one.
+        let mut ops = Vec::new();
+        while ids.len() + ops.len() < 8 {
+            next_name += 1;
+            ops.push(("create".to_string(), format!("soak{next_name}")));
+        }
+        for id in &ids {
+            let op = ["start", "stop", "rebuild", "destroy", "none"][rng.random_range(0..5)];
+            ops.push((op.to_string(), id.clone()));
+        }
+        let kill_after = Duration::from_millis(rng.random_range(50..1500));
+        let outside_after = Duration::from_millis(rng.random_range(0..1500));
+        let sent = Instant::now();
+        let calls = ops.iter().map(|(op, target)| {
+            let server = &server;
+            async move {
+                let (method, path, body) = match op.as_str() {
+                    "create" => (
+                        "POST",
+                        "/api/v1/agents".to_string(),
+                        Some(serde_json::json!({ "name": target })),
+                    ),
+                    "destroy" => ("DELETE", format!("/api/v1/agents/{target}"), None),
+                    "none" => return None,
+                    op => ("POST", format!("/api/v1/agents/{target}/{op}"), None),
+                };
+                let (st, body): (u16, Value) = server.call(method, &path, body).await;
+                // 409: the agent was busy with the round before's repair; fine.
+                assert!(matches!(st, 201 | 202 | 409), "{op} {target}: {st} {body}");
+                (op == "create" && st == 201)
+                    .then(|| body["id"].as_str().unwrap_or_default().to_string())
+            }
+        });
+        let created = futures::future::join_all(calls);
+        let chaos = async {
+            let mut outside = None;
+            let mut rng2 = StdRng::seed_from_u64(rng.random());
+            let start = tokio::time::Instant::now();
+            tokio::time::sleep_until(start + outside_after.min(kill_after)).await;
+            if rng2.random_bool(0.7) {
+                outside = outside_change(&env, &mut rng2, &ids);
+            }
+            tokio::time::sleep_until(start + kill_after).await;
+            outside
+        };
+        let (created, outside) = tokio::join!(created, chaos);
+        ids.extend(created.into_iter().flatten());
+        p.kill();
+        kills += 1;
+        let killed_at = sent.elapsed();
+
+        // Restart and settle: every agent reaches running or sleeping, or an error that one
+        // start or rebuild repairs.
+        let p = server.start().await;
+        let began = Instant::now();
+        let mut log = Vec::new();
+        let mut alive = Vec::new();
+        for id in &ids {
+            if settle_and_repair(&server, id, &mut log).await {
+                alive.push(id.clone());
+            }
+        }
+        repairs += log.len();
+        // Then everything runs (a start makes what an outside removal took), and answers.
+        for id in &alive {
+            if server.settled(id).await.as_deref() == Some("sleeping") {
+                server.op(id, "start").await;
+            }
+        }
+        for id in &alive {
+            server
+                .settles_to(id, "running", &format!("round {round}: {id}"))
+                .await;
+            server.exec_ok(id, &["sh", "-c", "true"]).await;
+        }
+        slowest = slowest.max(began.elapsed());
+        ids = alive;
+        println!(
+            "round {round}: killed after {killed_at:?}, outside: {outside:?}, {} agents, \
+             repairs: {log:?}",
+            ids.len()
+        );
+
+        // Docker holds exactly one container, volume and network per agent, nothing else.
+        let want: BTreeMap<String, usize> = ids
+            .iter()
+            .flat_map(|id| ["container", "volume", "network"].map(|k| (format!("{k}:{id}"), 1)))
+            .collect();
+        assert_eq!(
+            prefixed(&env),
+            want,
+            "round {round}: Docker's objects (seed {seed})"
+        );
+        // The firewall holds exactly the rules of the existing agents.
+        let agents: BTreeSet<String> = ids.iter().cloned().collect();
+        assert_eq!(
+            firewall_agents(&env),
+            agents,
+            "round {round}: firewall (seed {seed})"
+        );
+        // SQLite's subnets are Docker's.
+        let stored = stored_subnets(dir.path());
+        for id in &ids {
+            let net = networks_of(id);
+            let docker_subnet = docker(&[
+                "network",
+                "inspect",
+                "--format",
+                "{{(index .IPAM.Config 0).Subnet}}",
+                &net[0],
+            ]);
+            assert_eq!(
+                stored.get(id).cloned().flatten().as_deref(),
+                Some(docker_subnet.as_str()),
+                "round {round}: subnet of {id} (seed {seed})"
+            );
+        }
+        assert_eq!(stored.len(), ids.len(), "round {round}: rows (seed {seed})");
+        p.kill();
+    }
+    println!(
+        "fault_soak: seed {seed}, {rounds} rounds, {kills} kills, {repairs} repairs, slowest \
+         settle {slowest:?}"
+    );
+}
