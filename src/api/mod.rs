@@ -6,6 +6,7 @@ pub mod error;
 pub mod events;
 pub mod exec;
 pub mod files;
+pub mod origin;
 pub mod session;
 pub mod terminal;
 pub mod terminals;
