@@ -7,13 +7,13 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{header, Method};
+use axum::http::{header, HeaderMap, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use ipnet::Ipv4Net;
 
 use super::error::ApiError;
-use super::AppState;
+use super::{origin, AppState};
 use crate::store::{hash_token, new_token, verify_token, Store, StoreError};
 
 pub const SESSION_COOKIE: &str = "agenthold_session";
@@ -103,20 +103,46 @@ impl Auth {
         }
     }
 
-    /// True if the request carries the admin token or a live session cookie.
-    pub fn allows(&self, headers: &axum::http::HeaderMap) -> bool {
-        let bearer = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if bearer.is_some_and(|t| self.is_admin_token(t.trim())) {
-            return true;
+    /// Which credential the request carries that is good, if any. The admin token is looked
+    /// at first: a request that has it is a program's, whatever cookie comes with it.
+    pub fn credential(&self, headers: &HeaderMap) -> Option<Credential> {
+        if bearer_token(headers).is_some_and(|t| self.is_admin_token(t)) {
+            return Some(Credential::AdminToken);
         }
-        session_cookie(headers).is_some_and(|c| self.is_session(&c))
+        session_cookie(headers)
+            .is_some_and(|c| self.is_session(&c))
+            .then_some(Credential::SessionCookie)
+    }
+
+    /// True if the request carries the admin token or a live session cookie.
+    pub fn allows(&self, headers: &HeaderMap) -> bool {
+        self.credential(headers).is_some()
     }
 }
 
-pub fn session_cookie(headers: &axum::http::HeaderMap) -> Option<String> {
+/// How a request proved who it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Credential {
+    /// `Authorization: Bearer`: set by a program; a page on another origin cannot add it
+    /// without a CORS preflight, which this server never grants.
+    AdminToken,
+    /// The web UI's cookie, which the browser adds by itself, so where the request came from
+    /// must be checked too (see [`super::origin`]).
+    SessionCookie,
+}
+
+/// The token of an `Authorization: Bearer <token>` header. The scheme is matched without
+/// regard to case, as RFC 9110 (11.1) says; clients send `bearer` too.
+pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+pub fn session_cookie(headers: &HeaderMap) -> Option<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -146,11 +172,51 @@ pub async fn guard(
         )
         .into_response();
     }
-    if !is_public(req.method(), req.uri().path())
-        && !state.auth.allows(req.headers())
-        && !super::metrics::is_scraper(&state, req.uri().path(), req.headers())
-    {
-        return ApiError::unauthorized().into_response();
+    if is_public(req.method(), req.uri().path()) {
+        return next.run(req).await;
+    }
+    // A scraper's token opens /metrics and nothing else.
+    if super::metrics::is_scraper(&state, req.uri().path(), req.headers()) {
+        return next.run(req).await;
+    }
+    match state.auth.credential(req.headers()) {
+        None => return ApiError::unauthorized().into_response(),
+        Some(Credential::AdminToken) => {}
+        Some(Credential::SessionCookie) => {
+            if origin::needs_same_origin(req.method(), req.headers()) {
+                if let Err(e) = origin::check(&state.config.server, peer, req.uri(), req.headers())
+                {
+                    // Either a page elsewhere trying its luck or a proxy that needs
+                    // server.public_url: worth the operator's eye either way.
+                    tracing::warn!(
+                        method = %req.method(),
+                        path = req.uri().path(),
+                        "refused a cookie request: {e}"
+                    );
+                    return ApiError::forbidden(e.to_string()).into_response();
+                }
+            }
+        }
     }
     next.run(req).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bearer_scheme_is_read_in_any_case() {
+        let token = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::AUTHORIZATION, v.parse().expect("a header value"));
+            bearer_token(&h).map(str::to_string)
+        };
+        for v in ["Bearer t0k", "bearer t0k", "BEARER t0k", "bEaReR   t0k "] {
+            assert_eq!(token(v).as_deref(), Some("t0k"), "{v:?}");
+        }
+        for v in ["Basic dDBr", "Bearer", "Bearer ", "Bearert0k", "t0k"] {
+            assert_eq!(token(v), None, "{v:?}");
+        }
+    }
 }

@@ -18,12 +18,7 @@ pub fn is_scraper(st: &AppState, path: &str, headers: &HeaderMap) -> bool {
     let Some(token) = st.config.server.metrics_token.as_deref() else {
         return false;
     };
-    headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .is_some_and(|(_, t)| verify_token(t.trim(), &hash_token(token)))
+    super::auth::bearer_token(headers).is_some_and(|t| verify_token(t, &hash_token(token)))
 }
 
 pub async fn metrics(State(st): State<AppState>) -> Result<Response, ApiError> {

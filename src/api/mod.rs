@@ -7,6 +7,7 @@ pub mod events;
 pub mod exec;
 pub mod files;
 pub mod metrics;
+pub mod origin;
 pub mod session;
 pub mod terminal;
 pub mod terminals;

@@ -1,6 +1,9 @@
-//! Signing in to the web UI: a token in, an `HttpOnly`, `SameSite=Strict` cookie out.
+//! Signing in to the web UI: a token in, an `HttpOnly`, `SameSite=Strict` cookie out (and
+//! `Secure` when the browser talks to us over HTTPS).
 
-use axum::extract::State;
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
@@ -8,7 +11,17 @@ use utoipa::ToSchema;
 
 use super::auth::{session_cookie, SESSION_COOKIE};
 use super::error::{ApiError, ApiJson};
-use super::AppState;
+use super::{origin, AppState};
+
+/// The cookie's attributes. `Secure` only over HTTPS: a browser would not send a `Secure`
+/// cookie back over plain http, and the UI on http://127.0.0.1 must keep working.
+fn attributes(st: &AppState, peer: SocketAddr, headers: &HeaderMap) -> &'static str {
+    if origin::is_https(&st.config.server, peer, headers) {
+        "Path=/; HttpOnly; SameSite=Strict; Secure"
+    } else {
+        "Path=/; HttpOnly; SameSite=Strict"
+    }
+}
 
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -25,7 +38,12 @@ pub struct SessionStatus {
 /// Signs in with a token; the answer sets the session cookie.
 #[utoipa::path(post, path = "/api/v1/session", tag = "session", request_body = SignIn,
     responses((status = 204, description = "Signed in; cookie set"), (status = 401, body = super::error::ErrorBody)))]
-pub async fn sign_in(State(st): State<AppState>, ApiJson(body): ApiJson<SignIn>) -> Response {
+pub async fn sign_in(
+    State(st): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<SignIn>,
+) -> Response {
     if !st.auth.is_admin_token(body.token.trim()) {
         return ApiError::new(
             StatusCode::UNAUTHORIZED,
@@ -43,8 +61,8 @@ pub async fn sign_in(State(st): State<AppState>, ApiJson(body): ApiJson<SignIn>)
         }
     };
     let max_age = st.auth.session_ttl().as_secs();
-    let cookie =
-        format!("{SESSION_COOKIE}={session}; Path=/; Max-Age={max_age}; HttpOnly; SameSite=Strict");
+    let attributes = attributes(&st, peer, &headers);
+    let cookie = format!("{SESSION_COOKIE}={session}; Max-Age={max_age}; {attributes}");
     (StatusCode::NO_CONTENT, [(header::SET_COOKIE, cookie)]).into_response()
 }
 
@@ -65,7 +83,11 @@ pub async fn status(State(st): State<AppState>, headers: HeaderMap) -> Response 
 /// Signs out: the session ends and the cookie is cleared.
 #[utoipa::path(delete, path = "/api/v1/session", tag = "session",
     responses((status = 204, description = "Signed out")))]
-pub async fn sign_out(State(st): State<AppState>, headers: HeaderMap) -> Response {
+pub async fn sign_out(
+    State(st): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
     if let Some(c) = session_cookie(&headers) {
         if let Err(e) = st.auth.close_session(&c).await {
             // Already refused in this process; only a restart could bring it back.
@@ -74,6 +96,7 @@ pub async fn sign_out(State(st): State<AppState>, headers: HeaderMap) -> Respons
                 .into_response();
         }
     }
-    let cookie = format!("{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
+    let attributes = attributes(&st, peer, &headers);
+    let cookie = format!("{SESSION_COOKIE}=; Max-Age=0; {attributes}");
     (StatusCode::NO_CONTENT, [(header::SET_COOKIE, cookie)]).into_response()
 }

@@ -6,9 +6,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use ipnet::Ipv4Net;
+use ipnet::{IpNet, Ipv4Net};
 use serde::{Deserialize, Deserializer};
 
+use super::origin::{parse_ip_net, WebOrigin};
 use super::parse_listen_addr;
 
 pub(super) fn de_socket_addr<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
@@ -86,4 +87,56 @@ pub(super) fn de_opt_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<St
 
 pub(super) fn de_opt_path<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {
     Ok(de_opt_string(d)?.map(PathBuf::from))
+}
+
+/// `server.public_url`: an http(s) origin; empty or left out means none.
+pub(super) fn de_opt_origin<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<WebOrigin>, D::Error> {
+    struct V;
+    impl<'de> serde::de::Visitor<'de> for V {
+        type Value = Option<WebOrigin>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an origin like https://agents.example.com")
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
+            d.deserialize_str(ParseStr {
+                expecting: "an origin like https://agents.example.com",
+                parse: |s: &str| {
+                    if s.trim().is_empty() {
+                        Ok(None)
+                    } else {
+                        WebOrigin::parse_public_url(s).map(Some)
+                    }
+                },
+            })
+        }
+    }
+    d.deserialize_option(V)
+}
+
+/// One `server.trusted_proxies` entry, parsed in its own visitor so a bad one is named by
+/// its index.
+struct ProxyNet(IpNet);
+
+impl<'de> Deserialize<'de> for ProxyNet {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ProxyNet, D::Error> {
+        d.deserialize_str(ParseStr {
+            expecting: "an IP address or network like 10.0.0.0/24",
+            parse: |s: &str| parse_ip_net(s).map(ProxyNet),
+        })
+    }
+}
+
+pub(super) fn de_ip_nets<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<IpNet>, D::Error> {
+    Ok(Vec::<ProxyNet>::deserialize(d)?
+        .into_iter()
+        .map(|p| p.0)
+        .collect())
 }

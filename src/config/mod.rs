@@ -7,11 +7,15 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ipnet::Ipv4Net;
+use ipnet::{IpNet, Ipv4Net};
 use serde::Deserialize;
 
 mod de;
-use de::{de_duration, de_ipv4_net, de_opt_path, de_opt_string, de_socket_addr};
+mod origin;
+use de::{
+    de_duration, de_ip_nets, de_ipv4_net, de_opt_origin, de_opt_path, de_opt_string, de_socket_addr,
+};
+pub use origin::{is_trusted, WebOrigin};
 
 /// The environment variable that overrides `server.admin_token`, so the secret need not sit in a
 /// file.
@@ -53,6 +57,15 @@ pub struct ServerConfig {
     /// admin token (or a web session) is needed there too.
     #[serde(deserialize_with = "de_opt_string")]
     pub metrics_token: Option<String>,
+    /// The origin people open the web UI at (`https://agents.example.com`). Cookie requests
+    /// that change things must come from it; `None` means the origin the request's `Host`
+    /// names. An `https` one also marks the session cookie `Secure`.
+    #[serde(deserialize_with = "de_opt_origin")]
+    pub public_url: Option<WebOrigin>,
+    /// Peers whose `X-Forwarded-Proto` is believed (a TLS-terminating proxy in front of us).
+    /// Anyone else could claim HTTPS with that header, so nobody is believed by default.
+    #[serde(deserialize_with = "de_ip_nets")]
+    pub trusted_proxies: Vec<IpNet>,
 }
 
 impl Default for ServerConfig {
@@ -67,6 +80,8 @@ impl Default for ServerConfig {
             exec_max_timeout: Duration::from_secs(24 * 60 * 60),
             session_ttl: Duration::from_secs(30 * 24 * 60 * 60),
             metrics_token: None,
+            public_url: None,
+            trusted_proxies: Vec::new(),
         }
     }
 }

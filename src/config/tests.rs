@@ -35,6 +35,8 @@ fn defaults_are_the_documented_ones() {
     assert_eq!(c.server.exec_default_timeout, Duration::from_secs(600));
     assert_eq!(c.server.exec_max_timeout, Duration::from_secs(86400));
     assert_eq!(c.server.session_ttl, Duration::from_secs(30 * 86400));
+    assert_eq!(c.server.public_url, None);
+    assert!(c.server.trusted_proxies.is_empty());
     assert_eq!(c.sandbox.driver, DriverKind::Docker);
     assert_eq!(c.sandbox.default_image, "debian:bookworm-slim");
     assert_eq!(c.sandbox.default_cpus, 2.0);
@@ -117,6 +119,8 @@ fn values_are_read() {
   data_dir: /var/lib/agenthold
   admin_token: s3cret-s3cret-s3cret
   exec_default_timeout: 1m
+  public_url: https://Agents.example.com/
+  trusted_proxies: [10.0.0.2, 172.18.0.0/16, \"::1\"]
 sandbox:
   driver: fake
   default_cpus: 0.5
@@ -144,6 +148,17 @@ sandbox:
         Some("s3cret-s3cret-s3cret")
     );
     assert_eq!(c.server.exec_default_timeout, Duration::from_secs(60));
+    let public = c.server.public_url.as_ref().unwrap();
+    assert_eq!(public.to_string(), "https://agents.example.com");
+    assert!(public.is_https());
+    assert_eq!(
+        c.server.trusted_proxies,
+        vec![
+            "10.0.0.2/32".parse::<IpNet>().unwrap(),
+            "172.18.0.0/16".parse().unwrap(),
+            "::1/128".parse().unwrap(),
+        ]
+    );
     assert_eq!(c.sandbox.driver, DriverKind::Fake);
     assert_eq!(c.sandbox.default_cpus, 0.5);
     assert_eq!(c.sandbox.pids_limit, -1);
@@ -246,6 +261,30 @@ fn wrong_types_name_the_key() {
     assert!(e.contains("is not an IPv4 network"), "{e}");
     let e = err("sandbox:\n  docker:\n    cap_drop: NET_RAW\n");
     assert!(e.contains("sandbox.docker.cap_drop"), "{e}");
+    let e = err("server:\n  public_url: https://agents.example.com/ui\n");
+    assert!(
+        e.contains("server.public_url: \"https://agents.example.com/ui\" is not an http(s) origin"),
+        "{e}"
+    );
+    assert!(e.contains("line 2"), "{e}");
+    let e = err("server:\n  public_url: agents.example.com\n");
+    assert!(e.contains("server.public_url: "), "{e}");
+    assert_eq!(
+        load("server:\n  public_url: \"\"\n")
+            .unwrap()
+            .server
+            .public_url,
+        None
+    );
+    let e = err("server:\n  trusted_proxies: [10.0.0.2, proxy.local]\n");
+    assert!(
+        e.contains("server.trusted_proxies[1]: \"proxy.local\" is not an IP address"),
+        "{e}"
+    );
+    let e = err("server:\n  trusted_proxies: [10.0.0.2/8]\n");
+    assert!(e.contains("did you mean 10.0.0.0/8?"), "{e}");
+    let e = err("server:\n  trusted_proxies: 10.0.0.2\n");
+    assert!(e.contains("server.trusted_proxies"), "{e}");
     let e = err("sandbox: [1, 2]\n");
     assert!(e.contains("config.yaml: sandbox: invalid type"), "{e}");
     let e = err("server:\n  listen: [\n");
