@@ -77,7 +77,7 @@ impl Harness {
         req: &Request,
     ) -> (MuxStream, Result<serde_json::Value, ChannelError>) {
         let mut s = self.server.open().await.unwrap();
-        proto::write_message(&mut s, req).await.unwrap();
+        proto::write_request(&mut s, req).await.unwrap();
         let reply: Reply = proto::read_message(&mut s).await.unwrap();
         (s, reply.into_result())
     }
