@@ -36,6 +36,7 @@ pub fn options(home: &std::path::Path) -> SandboxOptions {
         account: Account::current(),
         activity_interval: Duration::from_millis(100),
         ping_interval: Duration::from_secs(1),
+        upload_records: None,
     }
 }
 
