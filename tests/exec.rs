@@ -182,3 +182,104 @@ async fn bad_exec_requests_are_400() {
         expect_error(r, 400, "invalid").await;
     }
 }
+
+/// `start` and then arguments of at most 130,000 bytes, so that the command counts `total`
+/// bytes the way the limit does (each argument with a NUL).
+fn command_of(start: &[&str], total: usize) -> Vec<String> {
+    let mut command: Vec<String> = start.iter().map(|a| a.to_string()).collect();
+    let mut left = total - command.iter().map(|a| a.len() + 1).sum::<usize>();
+    while left > 0 {
+        let len = (left - 1).min(130_000);
+        command.push("a".repeat(len));
+        left -= len + 1;
+    }
+    command
+}
+
+async fn exec_body(s: &TestServer, id: &str, body: Value) -> reqwest::Response {
+    s.post(&format!("/api/v1/agents/{id}/exec"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_commands_and_environments_run() {
+    let s = TestServer::start().await;
+    let id = s.running_agent("large").await;
+
+    // Exactly 1 MiB, the limit, in arguments below Linux's 131,071 bytes per argument.
+    let command = command_of(
+        &["sh", "-c", "for a; do printf '%s ' ${#a}; done", "sh"],
+        1 << 20,
+    );
+    let want: String = command[4..]
+        .iter()
+        .map(|a| format!("{} ", a.len()))
+        .collect();
+    let r: Value = exec_body(&s, &id, json!({ "command": command }))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(r["stdout"], want, "{r}");
+
+    // A 200 KB script: one argument too long for Linux, so it goes on stdin.
+    let script = format!("x={}; echo ${{#x}}\n", "a".repeat(200_000));
+    let r: Value = exec_body(&s, &id, json!({"command": ["sh"], "stdin": script}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(r["stdout"], "200000\n", "{r}");
+
+    let env: serde_json::Map<String, Value> = (0..10_000)
+        .map(|i| (format!("V{i}"), json!("x".repeat(50))))
+        .collect();
+    let r: Value = exec_body(
+        &s,
+        &id,
+        json!({"command": ["sh", "-c", "env | grep -c '^V[0-9]*=x'"], "env": env}),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(r["stdout"], "10000\n", "{r}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_over_the_limits_are_413_before_the_sandbox_is_woken() {
+    let s = TestServer::start().await;
+    let id = s.running_agent("toolarge").await;
+    s.post(&format!("/api/v1/agents/{id}/stop"))
+        .send()
+        .await
+        .unwrap();
+    s.wait_state(&id, "sleeping").await;
+
+    let command = command_of(&["true"], (1 << 20) + 1024);
+    let r = exec_body(&s, &id, json!({ "command": command })).await;
+    let msg = expect_error(r, 413, "too_large").await;
+    assert!(
+        msg.contains("1049600 bytes") && msg.contains("1048576"),
+        "{msg}"
+    );
+
+    let script = format!("x={}; echo ${{#x}}", "a".repeat(200_000));
+    let r = exec_body(&s, &id, json!({"command": ["sh", "-c", script]})).await;
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "too_large", "{body}");
+    assert_eq!(body["error"]["field"], "command");
+    let msg = body["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("131071") && msg.contains("stdin"), "{msg}");
+
+    let env = json!({"BIG": "v".repeat(200_000)});
+    let r = exec_body(&s, &id, json!({"command": ["env"], "env": env})).await;
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["field"], "env", "{body}");
+
+    // Refused up front: none of these woke the agent.
+    assert_eq!(s.state(&id).await, "sleeping");
+}

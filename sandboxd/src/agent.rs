@@ -55,6 +55,9 @@ pub async fn run(
 ) -> Result<(), AgentError> {
     let target = Target::parse(&boot.tunnel_url)?;
     let sb = Sandbox::new(opts);
+    // Before the first session, so no upload of this run can be in progress.
+    let stale = sb.clone();
+    let _ = tokio::task::spawn_blocking(move || stale.uploads().remove_stale()).await;
     let mut backoff = Backoff::default();
     tracing::info!(agent = %boot.agent_id, addr = %target.addr, user = %sb.account().name, "sandboxd starting");
     loop {

@@ -16,6 +16,7 @@ pub mod proto;
 pub mod sandbox;
 pub mod serve;
 pub mod terminal;
+pub mod uploads;
 pub mod wsio;
 
 pub use account::Account;

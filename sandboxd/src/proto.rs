@@ -7,15 +7,31 @@
 //! [`Frame`]s for `pty`, `exec` and `activity`.
 //!
 //! Lengths are checked before anything is allocated, so a hostile peer cannot make either side
-//! buffer more than [`MAX_HEADER_LEN`] or [`MAX_FRAME_LEN`] bytes.
+//! buffer more than [`MAX_HEADER_LEN`] or [`MAX_FRAME_LEN`] bytes. The one exception is the
+//! `exec` header as sandboxd reads it ([`read_server_request`], [`MAX_EXEC_HEADER_LEN`]): it
+//! carries a whole command line, and only the server sends it.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec};
 
-/// Largest header or reply accepted, in bytes.
+use crate::paths::MAX_PATH_LEN;
+
+/// Largest header or reply accepted, in bytes (for `exec` headers see [`MAX_EXEC_HEADER_LEN`]).
 pub const MAX_HEADER_LEN: usize = 64 * 1024;
+/// Most bytes an exec's command and environment may take together, counted the way `execve`
+/// counts them: every argument and every `KEY=VALUE`, each with its terminating NUL.
+pub const MAX_EXEC_ARGS_LEN: usize = 1024 * 1024;
+/// Longest single argument or `KEY=VALUE`, with its NUL: Linux's `MAX_ARG_STRLEN` (32 pages of
+/// 4 KiB). `execve` refuses a longer one with `E2BIG` whatever the total, so it is refused up
+/// front with a reason instead of failing as exit code 126.
+pub const MAX_EXEC_ARG_LEN: usize = 128 * 1024;
+/// Largest `exec` header, in bytes. JSON may spend 6 bytes on one (`\u0001`) and 3 to 8 on the
+/// quotes and commas around each string, which the NUL each one is counted with covers 6 times
+/// over; so any request [`ExecRequest::check_size`] accepts fits, with [`MAX_HEADER_LEN`] to
+/// spare for `cwd` (at most [`MAX_PATH_LEN`] bytes) and the other fields.
+pub const MAX_EXEC_HEADER_LEN: usize = 6 * MAX_EXEC_ARGS_LEN + MAX_HEADER_LEN;
 /// Largest frame payload accepted, in bytes.
 pub const MAX_FRAME_LEN: usize = 1024 * 1024;
 /// The sandboxd version, reported at hello.
@@ -39,8 +55,8 @@ pub const CHANNELS: &[&str] = &[
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProtoError {
-    #[error("header of {0} bytes exceeds the limit of {MAX_HEADER_LEN} bytes")]
-    HeaderTooLarge(usize),
+    #[error("header of {len} bytes exceeds the limit of {limit} bytes")]
+    HeaderTooLarge { len: usize, limit: usize },
     #[error("malformed header: {0}")]
     Malformed(String),
     #[error("unknown channel {0:?}")]
@@ -59,7 +75,7 @@ impl ProtoError {
     /// The error to send back to the peer on the failing stream.
     pub fn to_channel_error(&self) -> ChannelError {
         let code = match self {
-            ProtoError::HeaderTooLarge(_) | ProtoError::FrameTooLarge(_) => ErrorCode::TooLarge,
+            ProtoError::HeaderTooLarge { .. } | ProtoError::FrameTooLarge(_) => ErrorCode::TooLarge,
             ProtoError::UnknownChannel(_) => ErrorCode::UnknownChannel,
             ProtoError::Malformed(_) | ProtoError::UnknownFrame(_) => ErrorCode::Invalid,
             ProtoError::Eof | ProtoError::Io(_) => ErrorCode::Io,
@@ -123,6 +139,14 @@ impl Request {
             Request::TerminalOpen(_) => "terminal.open",
             Request::TerminalList => "terminal.list",
             Request::TerminalKill { .. } => "terminal.kill",
+        }
+    }
+
+    /// The largest header this request may be sent in.
+    pub fn header_limit(&self) -> usize {
+        match self {
+            Request::Exec(_) => MAX_EXEC_HEADER_LEN,
+            _ => MAX_HEADER_LEN,
         }
     }
 
@@ -255,6 +279,79 @@ pub struct ExecRequest {
     pub output_cap: Option<u64>,
 }
 
+/// Why an exec's command line cannot be sent or run (see [`ExecRequest::check_size`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExecTooLarge {
+    #[error(
+        "the command and env take {0} bytes (each argument and each KEY=VALUE counted with a \
+         terminating NUL); at most {MAX_EXEC_ARGS_LEN} bytes (1 MiB) are accepted"
+    )]
+    Total(usize),
+    #[error(
+        "argument {index} of the command is {len} bytes; Linux runs no command with an argument \
+         over {max} bytes: pass a long script on stdin instead (for example command [\"sh\"] \
+         with the script as stdin)",
+        max = MAX_EXEC_ARG_LEN - 1
+    )]
+    Argument { index: usize, len: usize },
+    #[error(
+        "env variable {name:?} is {len} bytes as KEY=VALUE; Linux runs no command with a \
+         variable over {max} bytes",
+        max = MAX_EXEC_ARG_LEN - 1
+    )]
+    EnvVar { name: String, len: usize },
+    #[error("cwd of {0} bytes is longer than {MAX_PATH_LEN} bytes")]
+    Cwd(usize),
+}
+
+impl ExecTooLarge {
+    /// The request field it is about.
+    pub fn field(&self) -> &'static str {
+        match self {
+            ExecTooLarge::Total(_) | ExecTooLarge::Argument { .. } => "command",
+            ExecTooLarge::EnvVar { .. } => "env",
+            ExecTooLarge::Cwd(_) => "cwd",
+        }
+    }
+}
+
+impl ExecRequest {
+    /// Checks the command line against the limits above, returning the bytes it counts.
+    ///
+    /// Both sides check: the server to answer with a reason before anything reaches the
+    /// sandbox, sandboxd because its header limit is only large enough for requests that pass.
+    pub fn check_size(&self) -> Result<usize, ExecTooLarge> {
+        let mut total = 0usize;
+        for (index, arg) in self.command.iter().enumerate() {
+            let len = arg.len() + 1;
+            if len > MAX_EXEC_ARG_LEN {
+                return Err(ExecTooLarge::Argument {
+                    index,
+                    len: arg.len(),
+                });
+            }
+            total += len;
+        }
+        for (k, v) in &self.env {
+            let len = k.len() + 1 + v.len() + 1;
+            if len > MAX_EXEC_ARG_LEN {
+                return Err(ExecTooLarge::EnvVar {
+                    name: truncate(k, 64),
+                    len: len - 1,
+                });
+            }
+            total += len;
+        }
+        if total > MAX_EXEC_ARGS_LEN {
+            return Err(ExecTooLarge::Total(total));
+        }
+        match &self.cwd {
+            Some(cwd) if cwd.len() > MAX_PATH_LEN => Err(ExecTooLarge::Cwd(cwd.len())),
+            _ => Ok(total),
+        }
+    }
+}
+
 /// How an `exec` ended, sent as the last frame.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
@@ -348,9 +445,28 @@ where
     W: AsyncWrite + Unpin,
     T: Serialize,
 {
+    write_limited(w, msg, MAX_HEADER_LEN).await
+}
+
+/// Writes a channel header, within the limit of its channel.
+pub async fn write_request<W>(w: &mut W, req: &Request) -> Result<(), ProtoError>
+where
+    W: AsyncWrite + Unpin,
+{
+    write_limited(w, req, req.header_limit()).await
+}
+
+async fn write_limited<W, T>(w: &mut W, msg: &T, limit: usize) -> Result<(), ProtoError>
+where
+    W: AsyncWrite + Unpin,
+    T: Serialize,
+{
     let body = serde_json::to_vec(msg).map_err(|e| ProtoError::Malformed(e.to_string()))?;
-    if body.len() > MAX_HEADER_LEN {
-        return Err(ProtoError::HeaderTooLarge(body.len()));
+    if body.len() > limit {
+        return Err(ProtoError::HeaderTooLarge {
+            len: body.len(),
+            limit,
+        });
     }
     let mut buf = Vec::with_capacity(4 + body.len());
     buf.extend_from_slice(&(body.len() as u32).to_be_bytes());
@@ -363,6 +479,10 @@ where
 /// Reads one length-prefixed message body, refusing one longer than [`MAX_HEADER_LEN`]
 /// before reading it.
 pub async fn read_message_body<R: AsyncRead + Unpin>(r: &mut R) -> Result<Vec<u8>, ProtoError> {
+    read_body(r, MAX_HEADER_LEN).await
+}
+
+async fn read_body<R: AsyncRead + Unpin>(r: &mut R, limit: usize) -> Result<Vec<u8>, ProtoError> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len).await {
         Ok(_) => {}
@@ -370,8 +490,8 @@ pub async fn read_message_body<R: AsyncRead + Unpin>(r: &mut R) -> Result<Vec<u8
         Err(e) => return Err(e.into()),
     }
     let len = u32::from_be_bytes(len) as usize;
-    if len > MAX_HEADER_LEN {
-        return Err(ProtoError::HeaderTooLarge(len));
+    if len > limit {
+        return Err(ProtoError::HeaderTooLarge { len, limit });
     }
     let mut body = vec![0u8; len];
     match r.read_exact(&mut body).await {
@@ -391,10 +511,34 @@ where
     serde_json::from_slice(&body).map_err(|e| ProtoError::Malformed(e.to_string()))
 }
 
-/// Reads a channel header.
+/// Reads a channel header of at most [`MAX_HEADER_LEN`] bytes, whatever the channel: how the
+/// server reads the headers of the channels sandboxd opens.
 pub async fn read_request<R: AsyncRead + Unpin>(r: &mut R) -> Result<Request, ProtoError> {
     let body = read_message_body(r).await?;
     Request::parse(&body)
+}
+
+/// Reads a channel header the server sent, as sandboxd does: an `exec` header may take up to
+/// [`MAX_EXEC_HEADER_LEN`] bytes, every other one [`MAX_HEADER_LEN`].
+///
+/// Only this direction gets the larger limit. The limits matter most to the server: a sandbox
+/// may be in hostile hands (root in its container can stand in for sandboxd), so what the server
+/// reads from it (replies, and the headers of `hello` and `activity`) stays within
+/// [`MAX_HEADER_LEN`]. sandboxd runs whatever the server asks of it anyway; the limit here only
+/// stops a broken server, and a few megabytes for one header is not worth refusing real
+/// commands for. The size of a non-`exec` header is checked once it is parsed, so the
+/// terminal and file channels keep their limit.
+pub async fn read_server_request<R: AsyncRead + Unpin>(r: &mut R) -> Result<Request, ProtoError> {
+    let body = read_body(r, MAX_EXEC_HEADER_LEN).await?;
+    let req = Request::parse(&body)?;
+    let limit = req.header_limit();
+    if body.len() > limit {
+        return Err(ProtoError::HeaderTooLarge {
+            len: body.len(),
+            limit,
+        });
+    }
+    Ok(req)
 }
 
 /// Sends `req` on a fresh stream and waits for the reply; the stream is then ready for the
@@ -403,7 +547,7 @@ pub async fn open_channel<S>(stream: &mut S, req: &Request) -> Result<serde_json
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    write_message(stream, req).await?;
+    write_request(stream, req).await?;
     let reply: Reply = read_message(stream).await?;
     reply.into_result().map_err(OpenError::Refused)
 }
@@ -624,8 +768,152 @@ mod tests {
             .unwrap();
         assert!(matches!(
             read_request(&mut b).await,
-            Err(ProtoError::HeaderTooLarge(n)) if n == 100 * 1024 * 1024
+            Err(ProtoError::HeaderTooLarge { len, .. }) if len == 100 * 1024 * 1024
         ));
+    }
+
+    /// The worst case for JSON: every byte a control character, escaped as `\u00XX`.
+    fn worst_exec(total: usize) -> ExecRequest {
+        let arg_len = 100 * 1024 - 1;
+        let mut command = vec!["sh".to_string()];
+        let mut left = total - 3;
+        while left > 0 {
+            let n = left.min(arg_len + 1);
+            command.push("\u{1}".repeat(n - 1));
+            left -= n;
+        }
+        ExecRequest {
+            command,
+            cwd: Some("d".repeat(MAX_PATH_LEN)),
+            timeout_ms: Some(u64::MAX),
+            output_cap: Some(u64::MAX),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn an_exec_header_within_the_limits_reaches_sandboxd_only() {
+        let req = Request::Exec(worst_exec(MAX_EXEC_ARGS_LEN));
+        let Request::Exec(exec) = &req else {
+            unreachable!()
+        };
+        assert_eq!(exec.check_size(), Ok(MAX_EXEC_ARGS_LEN));
+        let sent = serde_json::to_vec(&req).unwrap().len();
+        assert!(sent > 6 * 1000 * 1000, "not the worst case: {sent} bytes");
+
+        // sandboxd reads what the server sends with the exec limit...
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        let (w, r) = tokio::join!(write_request(&mut a, &req), read_server_request(&mut b));
+        w.unwrap();
+        assert_eq!(r.unwrap(), req);
+
+        // ...the server reads what sandboxd sends with the small one, whatever the channel.
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        a.write_all(&(sent as u32).to_be_bytes()).await.unwrap();
+        assert!(matches!(
+            read_request(&mut b).await,
+            Err(ProtoError::HeaderTooLarge { len, limit: MAX_HEADER_LEN }) if len == sent
+        ));
+        assert!(matches!(
+            write_message(&mut a, &req).await,
+            Err(ProtoError::HeaderTooLarge { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn other_channels_keep_the_small_header_limit() {
+        let big = Request::TerminalOpen(TerminalOpen {
+            command: Some("x".repeat(MAX_HEADER_LEN)),
+            ..Default::default()
+        });
+        let (mut a, _b) = tokio::io::duplex(1024);
+        assert!(matches!(
+            write_request(&mut a, &big).await,
+            Err(ProtoError::HeaderTooLarge {
+                limit: MAX_HEADER_LEN,
+                ..
+            })
+        ));
+        // Sent anyway (a broken server): refused once its channel is known.
+        for req in [
+            big,
+            Request::FsWrite {
+                path: "p".repeat(MAX_HEADER_LEN),
+            },
+        ] {
+            let body = serde_json::to_vec(&req).unwrap();
+            let (mut a, mut b) = tokio::io::duplex(1 << 16);
+            let write = async {
+                a.write_all(&(body.len() as u32).to_be_bytes()).await?;
+                a.write_all(&body).await
+            };
+            let (w, r) = tokio::join!(write, read_server_request(&mut b));
+            w.unwrap();
+            assert!(matches!(
+                r,
+                Err(ProtoError::HeaderTooLarge {
+                    limit: MAX_HEADER_LEN,
+                    ..
+                })
+            ));
+        }
+        // Longer than any exec header: refused before reading.
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        a.write_all(&((MAX_EXEC_HEADER_LEN + 1) as u32).to_be_bytes())
+            .await
+            .unwrap();
+        assert!(matches!(
+            read_server_request(&mut b).await,
+            Err(ProtoError::HeaderTooLarge {
+                limit: MAX_EXEC_HEADER_LEN,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn exec_size_limits() {
+        assert!(matches!(
+            worst_exec(MAX_EXEC_ARGS_LEN + 1).check_size(),
+            Err(ExecTooLarge::Total(n)) if n == MAX_EXEC_ARGS_LEN + 1
+        ));
+        let one = |arg: String| ExecRequest {
+            command: vec!["sh".into(), "-c".into(), arg],
+            ..Default::default()
+        };
+        assert_eq!(
+            one("a".repeat(MAX_EXEC_ARG_LEN - 1)).check_size(),
+            Ok(3 + 3 + MAX_EXEC_ARG_LEN)
+        );
+        let err = one("a".repeat(200_000)).check_size().unwrap_err();
+        assert_eq!(
+            err,
+            ExecTooLarge::Argument {
+                index: 2,
+                len: 200_000
+            }
+        );
+        assert!(err.to_string().contains("131071"), "{err}");
+        let env = |len: usize| ExecRequest {
+            command: vec!["env".into()],
+            env: vec![("K".into(), "v".repeat(len))],
+            ..Default::default()
+        };
+        // "K=" and the value make 131071 bytes, the most Linux takes.
+        assert!(env(MAX_EXEC_ARG_LEN - 3).check_size().is_ok());
+        assert!(matches!(
+            env(MAX_EXEC_ARG_LEN - 2).check_size(),
+            Err(ExecTooLarge::EnvVar { len, .. }) if len == MAX_EXEC_ARG_LEN
+        ));
+        // 10,000 variables are fine while their bytes are.
+        let many = ExecRequest {
+            command: vec!["env".into()],
+            env: (0..10_000)
+                .map(|i| (format!("V{i}"), "x".repeat(50)))
+                .collect(),
+            ..Default::default()
+        };
+        assert!(many.check_size().is_ok());
     }
 
     #[tokio::test]

@@ -13,6 +13,7 @@ use crate::channels::activity::CpuMeter;
 use crate::paths::{PathMap, LOGICAL_HOME};
 use crate::procs::ProcessTable;
 use crate::terminal::Terminals;
+use crate::uploads::Uploads;
 
 /// Whose CPU time the `activity` channel reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,10 +35,16 @@ pub struct SandboxOptions {
     pub account: Account,
     pub activity_interval: Duration,
     pub ping_interval: Duration,
+    /// Where `fs.write` records its uploads in progress, outside the home and out of the
+    /// agent's reach (see [`crate::uploads`]); `None` keeps no records.
+    pub upload_records: Option<PathBuf>,
 }
 
 pub const DEFAULT_ACTIVITY_INTERVAL: Duration = Duration::from_secs(5);
 pub const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(15);
+/// The container's record directory: in the container's own filesystem, which a wake keeps
+/// (a rebuild does not, and what its records named stays).
+pub const CONTAINER_UPLOAD_RECORDS: &str = "/var/lib/agenthold/uploads";
 
 impl SandboxOptions {
     /// Inside a sandbox container: the real `/home/agent`, the whole container's CPU, the
@@ -50,6 +57,7 @@ impl SandboxOptions {
             account: Account::detect()?,
             activity_interval: DEFAULT_ACTIVITY_INTERVAL,
             ping_interval: DEFAULT_PING_INTERVAL,
+            upload_records: Some(PathBuf::from(CONTAINER_UPLOAD_RECORDS)),
         })
     }
 
@@ -63,6 +71,7 @@ impl SandboxOptions {
             account: Account::current(),
             activity_interval: DEFAULT_ACTIVITY_INTERVAL,
             ping_interval: DEFAULT_PING_INTERVAL,
+            upload_records: None,
         }
     }
 }
@@ -81,6 +90,7 @@ struct Inner {
     opts: SandboxOptions,
     paths: PathMap,
     procs: ProcessTable,
+    uploads: Uploads,
     cpu: Mutex<CpuMeter>,
     /// Terminal sessions: they outlive tunnel reconnects and end with the sandbox.
     terminals: Terminals,
@@ -95,11 +105,17 @@ impl Sandbox {
             confine_to_home: opts.confine_to_home,
         };
         let cpu = Mutex::new(CpuMeter::new(opts.cpu_scope));
+        let uploads = Uploads::new(
+            opts.upload_records.clone(),
+            opts.home.clone(),
+            opts.account.uid,
+        );
         Sandbox {
             inner: Arc::new(Inner {
                 opts,
                 paths,
                 procs: ProcessTable::default(),
+                uploads,
                 cpu,
                 terminals: Terminals::default(),
                 tasks: TaskTracker::new(),
@@ -122,6 +138,10 @@ impl Sandbox {
 
     pub fn procs(&self) -> &ProcessTable {
         &self.inner.procs
+    }
+
+    pub fn uploads(&self) -> &Uploads {
+        &self.inner.uploads
     }
 
     pub fn terminals(&self) -> &Terminals {

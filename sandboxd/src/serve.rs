@@ -24,7 +24,7 @@ pub async fn serve_inbound(sb: Sandbox, mut inbound: mpsc::UnboundedReceiver<Mux
 }
 
 async fn handle(sb: Sandbox, mut s: MuxStream) {
-    let req = match tokio::time::timeout(HEADER_TIMEOUT, proto::read_request(&mut s)).await {
+    let req = match tokio::time::timeout(HEADER_TIMEOUT, proto::read_server_request(&mut s)).await {
         Ok(Ok(req)) => req,
         Ok(Err(ProtoError::Eof)) => return,
         Ok(Err(e)) => {

@@ -9,7 +9,9 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::{SinkExt, Stream, StreamExt};
-use sandboxd::proto::{self, ExecExit, ExecRequest, Frame, FrameCodec, Request as Channel};
+use sandboxd::proto::{
+    self, ExecExit, ExecRequest, ExecTooLarge, Frame, FrameCodec, Request as Channel,
+};
 use serde::{Deserialize, Serialize};
 use tokio_util::codec::{FramedRead, FramedWrite};
 use utoipa::ToSchema;
@@ -24,10 +26,13 @@ pub const NDJSON: &str = "application/x-ndjson";
 #[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ExecBody {
-    /// The program and its arguments; no shell unless you name one.
+    /// The program and its arguments; no shell unless you name one. With `env`, at most 1 MiB
+    /// (each argument and each `KEY=VALUE` counted with a NUL), each argument at most 131071
+    /// bytes (Linux's limit): send a longer script as `stdin` (`["sh"]`). Beyond: `413`.
     pub command: Vec<String>,
     /// Working directory; /home/agent by default.
     pub cwd: Option<String>,
+    /// Counted with `command` towards its 1 MiB; each `KEY=VALUE` at most 131071 bytes.
     pub env: Option<BTreeMap<String, String>>,
     pub stdin: Option<String>,
     /// Kills the whole process group after this long; the server's default applies when absent.
@@ -87,20 +92,31 @@ fn validate(st: &AppState, body: &ExecBody) -> Result<ExecRequest, ApiError> {
             ));
         }
     }
-    Ok(ExecRequest {
+    let req = ExecRequest {
         command: body.command.clone(),
         cwd: body.cwd.clone(),
         env: env.into_iter().collect(),
         timeout_ms: Some(timeout_ms),
         output_cap: None,
-    })
+    };
+    // Here, before waking the agent: past this limit the exec header would not be accepted.
+    req.check_size().map_err(|e| match e {
+        ExecTooLarge::Cwd(_) => ApiError::invalid_field(e.field(), e.to_string()),
+        _ => ApiError {
+            field: Some(e.field()),
+            ..ApiError::too_large(e.to_string())
+        },
+    })?;
+    Ok(req)
 }
 
 /// Runs one command; wakes a sleeping agent first.
 #[utoipa::path(post, path = "/api/v1/agents/{id}/exec", tag = "exec", request_body = ExecBody,
     params(("id" = String, Path)),
     responses((status = 200, body = ExecResult, description = "The result; with `Accept: application/x-ndjson`, a stream of `{stream,data}` lines and a last `{exitCode,timedOut,durationMs}` line"),
-        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 503, body = ErrorBody)))]
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 413, body = ErrorBody, description = "`command` and `env` together take over 1 MiB (each argument and each `KEY=VALUE` counted with a terminating NUL), or one of them over 131071 bytes (Linux's limit per string); the message says which and the limit"),
+        (status = 503, body = ErrorBody)))]
 pub async fn exec(
     State(st): State<AppState>,
     Path(id): Path<String>,

@@ -191,6 +191,8 @@ impl Driver for FakeDriver {
         };
         let opts = sandboxd::SandboxOptions {
             ping_interval: self.ping_interval,
+            // Beside the home, out of the commands' reach as a container's would be.
+            upload_records: Some(self.dir(&spec.id).join("uploads")),
             ..sandboxd::SandboxOptions::fake(self.home(&spec.id))
         };
         let cancel = CancellationToken::new();

@@ -41,6 +41,10 @@ fn prepare(sb: &Sandbox, req: &ExecRequest) -> Result<Prepared, ChannelError> {
         Some(c) if c.is_empty() => return Err(invalid("the command name is empty".into())),
         _ => {}
     }
+    // The server checks this too; a request that skipped it gets the reason here, not a late
+    // E2BIG as exit code 126 (the header limit alone counts JSON, not what execve takes).
+    req.check_size()
+        .map_err(|e| ChannelError::new(ErrorCode::TooLarge, e.to_string()))?;
     if req.command.iter().any(|a| a.contains('\0')) {
         return Err(invalid("command arguments cannot contain NUL".into()));
     }

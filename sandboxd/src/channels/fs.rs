@@ -1,7 +1,6 @@
 //! The file browser's channels: `fs.list`, `fs.read`, `fs.write`, `fs.mkdir`, `fs.remove`.
 
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,6 +13,7 @@ use crate::mux::MuxStream;
 use crate::paths::Resolved;
 use crate::proto::{ChannelError, ErrorCode, Reply};
 use crate::sandbox::Sandbox;
+use crate::uploads::{self, Record, Uploads};
 
 const COPY_BUF: usize = 256 * 1024;
 const NEW_FILE_MODE: u32 = 0o644;
@@ -164,6 +164,9 @@ fn open_for_read(r: &Resolved) -> Result<(std::fs::File, u64), ChannelError> {
 /// Removes the temporary file unless the write was committed, whatever way the task ends.
 struct TempFile {
     path: Option<PathBuf>,
+    /// Dropped after the file is removed or renamed: a crash in between leaves the record, and
+    /// the next start removes what it names.
+    _record: Option<Record>,
 }
 
 impl TempFile {
@@ -185,6 +188,7 @@ struct WritePlan {
     target: Resolved,
     temp: PathBuf,
     mode: u32,
+    record: Option<Record>,
 }
 
 /// Bytes handed to the disk in one `write`.
@@ -202,15 +206,19 @@ const SYNC_EVERY: u64 = 64 << 20;
 pub async fn write(sb: Sandbox, mut s: MuxStream, path: String) {
     let account = sb.account().clone();
     let prepared = match resolve(&sb, &path) {
-        Ok(r) => blocking(move || prepare_write(r)).await,
+        Ok(r) => {
+            let sb = sb.clone();
+            blocking(move || prepare_write(r, sb.uploads())).await
+        }
         Err(e) => Err(e),
     };
-    let (plan, file) = match prepared {
+    let (mut plan, file) = match prepared {
         Ok(v) => v,
         Err(e) => return refuse(s, e).await,
     };
     let guard = TempFile {
         path: Some(plan.temp.clone()),
+        _record: plan.record.take(),
     };
     if !reply(&mut s, &Reply::ok()).await {
         return;
@@ -495,7 +503,10 @@ fn sync_file_range(file: &std::fs::File, offset: u64, len: u64, flags: u32) -> b
     rc == 0
 }
 
-fn prepare_write(target: Resolved) -> Result<(WritePlan, std::fs::File), ChannelError> {
+fn prepare_write(
+    target: Resolved,
+    uploads: &Uploads,
+) -> Result<(WritePlan, std::fs::File), ChannelError> {
     let shown = target.logical.display().to_string();
     let existing = match std::fs::metadata(&target.physical) {
         Ok(m) if m.is_dir() => {
@@ -533,18 +544,33 @@ fn prepare_write(target: Resolved) -> Result<(WritePlan, std::fs::File), Channel
     let mode = existing
         .map(|m| m.permissions().mode() & 0o7777)
         .unwrap_or(NEW_FILE_MODE);
-    // Keep the temporary name within NAME_MAX however long the target's name is.
-    let short = &name.as_bytes()[..name.len().min(200)];
-    let prefix = String::from_utf8_lossy(short);
     loop {
-        let temp = parent.join(format!(".{prefix}.agenthold-tmp-{}", unique_suffix()));
+        let temp = parent.join(uploads::temp_name(name, &unique_suffix()));
+        // Recorded before it exists, so no moment leaves a temporary file without a record.
+        let record = match uploads.begin(&temp) {
+            Ok(r) => r,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => {
+                // Only the cleanup after a crash is lost; the upload itself can go on.
+                tracing::warn!(error = %e, "cannot record an upload");
+                None
+            }
+        };
         match std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
             .open(&temp)
         {
-            Ok(file) => return Ok((WritePlan { target, temp, mode }, file)),
+            Ok(file) => {
+                let plan = WritePlan {
+                    target,
+                    temp,
+                    mode,
+                    record,
+                };
+                return Ok((plan, file));
+            }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(ChannelError::from_io(&e, &shown)),
         }

@@ -186,3 +186,56 @@ async fn commands_run_as_the_account() {
         .await;
     assert_eq!(out.stdout_str(), "65534\n65534\n65534\nnobody\n");
 }
+
+/// Arguments of 130,000 bytes (near Linux's 131,071 per string), about 1 MiB in all.
+fn megabyte_of_arguments() -> ExecRequest {
+    let mut argv = vec!["sh", "-c", "for a; do printf '%s ' ${#a}; done", "sh"];
+    let arg = "a".repeat(130_000);
+    argv.extend(std::iter::repeat_n(arg.as_str(), 8));
+    exec_req(&argv)
+}
+
+#[tokio::test]
+async fn a_megabyte_command_line_runs() {
+    let h = Harness::start().await;
+    let req = megabyte_of_arguments();
+    assert!(req.check_size().unwrap() > 1_040_000);
+    let out = h.exec(req, b"").await;
+    assert_eq!(
+        out.stdout_str(),
+        "130000 ".repeat(8),
+        "{}",
+        out.stderr_str()
+    );
+    assert_eq!(out.exit.exit_code, 0);
+
+    let mut req = exec_req(&["sh", "-c", "env | grep -c '^V[0-9]*=x'"]);
+    req.env = (0..10_000)
+        .map(|i| (format!("V{i}"), "x".repeat(50)))
+        .collect();
+    let out = h.exec(req, b"").await;
+    assert_eq!(out.stdout_str(), "10000\n", "{}", out.stderr_str());
+}
+
+#[tokio::test]
+async fn a_command_line_over_the_limits_is_refused_with_a_reason() {
+    let h = Harness::start().await;
+    // A server that did not check gets the reason from sandboxd, not exit code 126 or a
+    // refused header.
+    let mut req = megabyte_of_arguments();
+    req.command.push("b".repeat(10_000));
+    let err = h.refused(&Request::Exec(req)).await;
+    assert_eq!(err.code, ErrorCode::TooLarge);
+    assert!(err.message.contains("1048576"), "{}", err.message);
+
+    let err = h
+        .refused(&Request::Exec(exec_req(&[
+            "sh",
+            "-c",
+            &"a".repeat(200_000),
+        ])))
+        .await;
+    assert_eq!(err.code, ErrorCode::TooLarge);
+    assert!(err.message.contains("131071"), "{}", err.message);
+    h.ping().await;
+}

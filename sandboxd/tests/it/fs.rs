@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use sandboxd::proto::{ErrorCode, Request};
+use sandboxd::proto::{self, ErrorCode, Request};
 use tokio::io::AsyncWriteExt;
 
 use crate::harness::{eventually, Harness};
@@ -310,4 +310,145 @@ async fn hostile_paths_are_invalid() {
         "{}",
         e.message
     );
+}
+
+/// What an upload's record directory holds.
+fn records(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn an_upload_in_progress_is_recorded_outside_the_home_until_it_ends() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = state.path().join("uploads");
+    let h = Harness::start_with(|o| o.upload_records = Some(dir.clone())).await;
+    std::fs::create_dir(h.home.path().join("sub")).unwrap();
+    let (mut s, r) = h
+        .open(&Request::FsWrite {
+            path: "sub/half.bin".into(),
+        })
+        .await;
+    r.unwrap();
+    s.write_all(&pattern(1 << 20)).await.unwrap();
+    s.flush().await.unwrap();
+    let sub = h.home.path().join("sub");
+    eventually(Duration::from_secs(10), "the temporary file", || {
+        !leftovers(&sub).is_empty()
+    })
+    .await;
+    assert_eq!(records(&dir), [format!("sub/{}", leftovers(&sub)[0])]);
+    s.shutdown().await.unwrap();
+    let done: proto::Reply = proto::read_message(&mut s).await.unwrap();
+    done.into_result().unwrap();
+    assert!(records(&dir).is_empty() && leftovers(&sub).is_empty());
+    h.write_file("whole.bin", b"x").await.unwrap();
+    assert!(records(&dir).is_empty());
+}
+
+#[tokio::test]
+async fn temporary_files_left_by_a_crash_go_at_the_next_start_and_nothing_else() {
+    use sandboxd::uploads::{temp_name, Uploads};
+    use std::os::unix::fs::symlink;
+
+    let home = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let dir = state.path().join("uploads");
+    let uid = sandboxd::Account::current().uid;
+    let h = home.path();
+
+    // A previous run, killed mid-upload: its uploads were recorded the way fs.write records
+    // them, and the records were never removed.
+    let previous = Uploads::new(Some(dir.clone()), h.to_path_buf(), uid);
+    let crashed = |rel: &str| {
+        let temp = h.join(rel);
+        std::mem::forget(previous.begin(&temp).unwrap().expect("recorded"));
+        temp
+    };
+    std::fs::create_dir_all(h.join("src/deep")).unwrap();
+    let stale = crashed(&format!(
+        "src/deep/{}",
+        temp_name("big.bin".as_ref(), "abc1")
+    ));
+    std::fs::write(&stale, vec![7u8; 1 << 20]).unwrap();
+    let top = crashed(&temp_name("notes".as_ref(), "abc2"));
+    std::fs::write(&top, b"half").unwrap();
+
+    // Since then the agent replaced one recorded file with a symlink out of the home...
+    let victim = outside.path().join("victim");
+    std::fs::write(&victim, b"keep").unwrap();
+    let swapped = crashed(&temp_name("a".as_ref(), "abc3"));
+    symlink(&victim, &swapped).unwrap();
+    // ...and a recorded file's directory with a symlink to a directory outside that holds a
+    // file of the same name (as if sandboxd had made it).
+    std::fs::create_dir(h.join("moved")).unwrap();
+    let name = temp_name("b".as_ref(), "abc4");
+    crashed(&format!("moved/{name}"));
+    std::fs::remove_dir(h.join("moved")).unwrap();
+    symlink(outside.path(), h.join("moved")).unwrap();
+    std::fs::write(outside.path().join(&name), b"keep").unwrap();
+    // A symlink named like a temporary file but never recorded is not sandboxd's either.
+    let planted = h.join(temp_name("c".as_ref(), "abc5"));
+    symlink(&victim, &planted).unwrap();
+    // A record whose file was committed (renamed) just before the crash.
+    crashed(&temp_name("gone".as_ref(), "abc6"));
+    assert_eq!(records(&dir).len(), 5);
+
+    // The next start, with the same record directory.
+    let boot = sandboxd::boot::BootConfig {
+        agent_id: "a1".into(),
+        token: "t".into(),
+        // Nothing listens there: the cleanup must not wait for the server.
+        tunnel_url: "ws://127.0.0.1:1/tunnel".into(),
+    };
+    let mut opts = crate::harness::options(h);
+    opts.upload_records = Some(dir.clone());
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let run = tokio::spawn(sandboxd::run(boot, opts, shutdown.clone()));
+    eventually(Duration::from_secs(10), "the records to be used up", || {
+        records(&dir).is_empty()
+    })
+    .await;
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
+
+    assert!(
+        !stale.exists() && !top.exists(),
+        "stale temporary files stayed"
+    );
+    assert!(h.join("src/deep").is_dir());
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+    assert_eq!(std::fs::read(outside.path().join(&name)).unwrap(), b"keep");
+    assert!(std::fs::symlink_metadata(&swapped).unwrap().is_symlink());
+    assert!(std::fs::symlink_metadata(&planted).unwrap().is_symlink());
+}
+
+#[tokio::test]
+async fn a_record_directory_others_may_write_to_is_not_used() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let dir = state.path().join("uploads");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    // A record someone else could have written: it must not remove the file it names.
+    let name = sandboxd::uploads::temp_name("x".as_ref(), "abc7");
+    std::fs::write(home.path().join(&name), b"keep").unwrap();
+    std::fs::write(dir.join("abc7"), &name).unwrap();
+    let uploads = sandboxd::uploads::Uploads::new(
+        Some(dir.clone()),
+        home.path().to_path_buf(),
+        sandboxd::Account::current().uid,
+    );
+    assert_eq!(uploads.remove_stale(), 0);
+    assert!(home.path().join(&name).exists());
+    assert!(uploads
+        .begin(&home.path().join(".y.agenthold-tmp-1"))
+        .unwrap()
+        .is_none());
 }

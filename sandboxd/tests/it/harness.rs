@@ -36,6 +36,7 @@ pub fn options(home: &std::path::Path) -> SandboxOptions {
         account: Account::current(),
         activity_interval: Duration::from_millis(100),
         ping_interval: Duration::from_secs(1),
+        upload_records: None,
     }
 }
 
@@ -77,7 +78,7 @@ impl Harness {
         req: &Request,
     ) -> (MuxStream, Result<serde_json::Value, ChannelError>) {
         let mut s = self.server.open().await.unwrap();
-        proto::write_message(&mut s, req).await.unwrap();
+        proto::write_request(&mut s, req).await.unwrap();
         let reply: Reply = proto::read_message(&mut s).await.unwrap();
         (s, reply.into_result())
     }

@@ -82,3 +82,26 @@ async fn hello_comes_first_and_activity_flows() {
     assert!(out.exit.timed_out);
     assert!(cpu > 100);
 }
+
+#[tokio::test]
+async fn only_exec_headers_may_pass_64_kib() {
+    let h = Harness::start().await;
+    // The terminal and file channels keep the small limit; the session goes on.
+    for body in [
+        serde_json::json!({"channel": "terminal.open", "command": "x".repeat(100_000)}),
+        serde_json::json!({"channel": "fs.write", "path": "p".repeat(100_000)}),
+    ] {
+        let bytes = framed(body.to_string().as_bytes());
+        match raw_header(&h, &bytes).await {
+            Reply::Error(e) => {
+                assert_eq!(e.code, ErrorCode::TooLarge, "{}", e.message);
+                assert!(e.message.contains("65536"), "{}", e.message);
+            }
+            Reply::Ok(v) => panic!("a 100 KB header was accepted: {v}"),
+        }
+    }
+    let exec = serde_json::json!({"channel": "exec", "command": ["true", "y".repeat(100_000)]});
+    let bytes = framed(exec.to_string().as_bytes());
+    assert!(matches!(raw_header(&h, &bytes).await, Reply::Ok(_)));
+    h.ping().await;
+}
