@@ -36,7 +36,13 @@ async fn agent_image_runs_as_agent_and_home_survives_stop_start_and_rebuild() {
     // Joined by the network's id: Docker lets two networks share a name.
     assert_eq!(
         hc["NetworkMode"],
-        docker(&["network", "inspect", "--format", "{{.Id}}", &env.network(&id)])
+        docker(&[
+            "network",
+            "inspect",
+            "--format",
+            "{{.Id}}",
+            &env.network(&id)
+        ])
     );
     assert_eq!(c["Config"]["Labels"]["agenthold.agent"], id.as_str());
     assert_eq!(
