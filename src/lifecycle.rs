@@ -17,7 +17,7 @@ use crate::events::{AgentEvent, EventHub};
 use crate::metrics::{Metrics, OpKind, Outcome};
 use crate::model::{Agent, AgentPatch, AgentState, NewAgent};
 use crate::store::{hash_token, new_token, Store, StoreError};
-use crate::tunnel::registry::{Registry, TunnelError};
+use crate::tunnel::registry::{Link, Registry, TunnelError};
 
 use AgentState::*;
 
@@ -241,7 +241,7 @@ impl Lifecycle {
         self: &Arc<Self>,
         id: &str,
         on_wait: impl FnOnce(),
-    ) -> Result<sandboxd::mux::MuxHandle, LifecycleError> {
+    ) -> Result<Link, LifecycleError> {
         self.activity.touch(id);
         if let Some(handle) = self.tunnels.get(id) {
             return Ok(handle);

@@ -111,7 +111,7 @@ impl Server {
             store,
             driver,
             hub: EventHub::default(),
-            tunnels: Registry::default(),
+            tunnels: Registry::new(config.sandbox.max_streams_per_agent),
             activity: ActivityTracker::default(),
             config: config.clone(),
             start_timeout: START_TIMEOUT,

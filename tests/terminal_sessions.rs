@@ -691,3 +691,221 @@ async fn the_cli_reattaches_by_itself() {
     })
     .await;
 }
+
+/// Like [`connect`], but a refused upgrade gives its status and JSON error code.
+async fn connect_or_error(s: &TestServer, id: &str, query: &str) -> Result<Ws, (u16, String)> {
+    let url = s.ws_url(&format!("/api/v1/agents/{id}/terminal?{query}"));
+    let mut req = url.into_client_request().unwrap();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+    match tokio_tungstenite::connect_async(req).await {
+        Ok((ws, _)) => Ok(ws),
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
+            let body: Value = serde_json::from_slice(resp.body().as_deref().unwrap_or_default())
+                .unwrap_or(Value::Null);
+            let code = body["error"]["code"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            Err((resp.status().as_u16(), code))
+        }
+        Err(e) => panic!("terminal connection failed: {e}"),
+    }
+}
+
+/// Reads an upgraded socket to its close, returning the close code and reason.
+async fn close_of(ws: &mut Ws) -> (u16, String) {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let msg = tokio::time::timeout_at(deadline, ws.next())
+            .await
+            .expect("the socket did not close in time");
+        match msg {
+            Some(Ok(Message::Close(Some(f)))) => return (u16::from(f.code), f.reason.to_string()),
+            Some(Ok(Message::Close(None))) => return (1005, String::new()),
+            Some(Ok(_)) => {}
+            other => panic!("the socket ended without a close: {other:?}"),
+        }
+    }
+}
+
+async fn expect_429(resp: reqwest::Response) {
+    let msg = common::expect_error(resp, 429, "too_many_requests").await;
+    assert!(msg.contains("max_streams_per_agent"), "{msg}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attach_flood_is_refused_beyond_the_cap_and_the_tunnel_stays_up() {
+    const CAP: usize = 16;
+    let s = TestServer::start_with(|c| c.sandbox.max_streams_per_agent = CAP).await;
+    let id = s.running_agent("flooded").await;
+    let conn = s.lc.tunnels.conn_id(&id).expect("the agent's tunnel");
+    let mut va = Viewer::open(&s, &id, "").await;
+    let vb = Viewer::open(&s, &id, "").await;
+
+    // 40 attaches at once, 20 to each session (within the 32 viewers a session allows): with
+    // the two viewers above, 14 fit under the cap; the rest are refused before the upgrade.
+    let attempts = futures::future::join_all((0..40).map(|i| {
+        let q = format!("session={}", if i % 2 == 0 { &va.id } else { &vb.id });
+        let (s, id) = (&s, &id);
+        async move { connect_or_error(s, id, &q).await }
+    }))
+    .await;
+    let mut opened = Vec::new();
+    let mut refused = 0;
+    for r in attempts {
+        match r {
+            Ok(ws) => opened.push(ws),
+            Err((429, code)) => {
+                assert_eq!(code, "too_many_requests");
+                refused += 1;
+            }
+            Err(other) => panic!("an attach failed otherwise: {other:?}"),
+        }
+    }
+    assert_eq!(opened.len(), CAP - 2, "attaches that got in");
+    assert_eq!(refused, 40 - (CAP - 2), "attaches refused with 429");
+
+    // While the cap is taken: a new session is refused after the upgrade with 4429, and the
+    // HTTP routes that open channels answer 429.
+    let mut fresh = connect(&s, &id, "").await.expect("a new session upgrades");
+    let (code, reason) = close_of(&mut fresh).await;
+    assert_eq!(code, 4429, "{reason}");
+    expect_429(
+        s.post(&format!("/api/v1/agents/{id}/exec"))
+            .json(&serde_json::json!({"command": ["true"]}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    expect_429(
+        s.get(&format!("/api/v1/agents/{id}/terminals"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    expect_429(
+        s.get(&format!("/api/v1/agents/{id}/fs/list"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+
+    // The tunnel never dropped: the viewers that got in work, on the same connection.
+    va.type_keys("echo during-'flood'\r").await;
+    va.read_until("during-flood").await;
+    assert_eq!(
+        s.lc.tunnels.conn_id(&id),
+        Some(conn),
+        "the tunnel was replaced"
+    );
+
+    // The flood ends: its streams are given back, and channels open again.
+    drop(opened);
+    common::wait_for("exec works again after the flood", || async {
+        s.post(&format!("/api/v1/agents/{id}/exec"))
+            .json(&serde_json::json!({"command": ["true"]}))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    let mut again = Viewer::open(&s, &id, &format!("session={}", va.id)).await;
+    again.type_keys("echo after-'flood'\r").await;
+    again.read_until("after-flood").await;
+    assert_eq!(
+        s.lc.tunnels.conn_id(&id),
+        Some(conn),
+        "the tunnel was replaced"
+    );
+}
+
+/// More channels at once than the tunnel itself can carry (256): the cap refuses the excess
+/// and the tunnel, with every channel on it, stays up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_past_the_tunnels_own_limit_leaves_the_tunnel_up() {
+    const FLOOD: usize = 300;
+    let s = TestServer::start().await;
+    let cap = s.lc.config.sandbox.max_streams_per_agent;
+    assert!(cap < sandboxd::mux::MAX_STREAMS && FLOOD > sandboxd::mux::MAX_STREAMS);
+    let id = s.running_agent("deluge").await;
+    let conn = s.lc.tunnels.conn_id(&id).expect("the agent's tunnel");
+    let mut v = Viewer::open(&s, &id, "").await;
+
+    // Streaming execs answer once their channel is open, and hold it while the body is read.
+    let answers = futures::future::join_all((0..FLOOD).map(|_| {
+        s.post(&format!("/api/v1/agents/{id}/exec"))
+            .header("accept", "application/x-ndjson")
+            .json(&serde_json::json!({"command": ["sleep", "120"]}))
+            .send()
+    }))
+    .await;
+    let mut running = Vec::new();
+    let mut refused = 0;
+    for a in answers {
+        let a = a.expect("an exec request failed");
+        match a.status().as_u16() {
+            200 => running.push(a),
+            429 => {
+                expect_429(a).await;
+                refused += 1;
+            }
+            other => panic!(
+                "exec answered {other}: {}",
+                a.text().await.unwrap_or_default()
+            ),
+        }
+    }
+    // The terminal holds one of the cap's streams.
+    assert_eq!(running.len(), cap - 1);
+    assert_eq!(refused, FLOOD - (cap - 1));
+
+    v.type_keys("echo through-'it'\r").await;
+    v.read_until("through-it").await;
+    assert_eq!(
+        s.lc.tunnels.conn_id(&id),
+        Some(conn),
+        "the tunnel was replaced"
+    );
+
+    // Closing the requests ends the commands and gives their streams back.
+    drop(running);
+    common::wait_for("exec works again after the flood", || async {
+        s.post(&format!("/api/v1/agents/{id}/exec"))
+            .json(&serde_json::json!({"command": ["true"]}))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    assert_eq!(
+        s.lc.tunnels.conn_id(&id),
+        Some(conn),
+        "the tunnel was replaced"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn destroying_an_agent_closes_its_terminals_as_ended() {
+    let s = TestServer::start().await;
+    let id = s.running_agent("doomed").await;
+    let mut v = Viewer::open(&s, &id, "").await;
+    v.type_keys("echo alive\r").await;
+    v.read_until("alive").await;
+    let r = s
+        .delete(&format!("/api/v1/agents/{id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    loop {
+        if let Event::Closed(code, why) = v.next().await {
+            assert_eq!(code, 4404, "{why}");
+            assert!(why.contains("destroy"), "{why}");
+            break;
+        }
+    }
+}

@@ -16,7 +16,10 @@ pub use yamux::Mode;
 /// A channel's stream, as a tokio `AsyncRead + AsyncWrite`.
 pub type MuxStream = Compat<yamux::Stream>;
 
-/// Streams one session may have open at once.
+/// Streams one session may have open at once, counting both directions. Reaching it is fatal
+/// in yamux 0.14, not a refused stream: an open past it fails the whole connection, and a peer's
+/// SYN past it makes yamux end the connection. So the server keeps the streams it opens well
+/// below (`sandbox.max_streams_per_agent`), and sandboxd opens only a few of its own.
 pub const MAX_STREAMS: usize = 256;
 
 #[derive(Debug, thiserror::Error)]

@@ -25,7 +25,8 @@ pub struct ErrorBody {
 
 #[derive(Serialize, ToSchema)]
 pub struct ErrorDetail {
-    /// A machine word: invalid, unauthorized, forbidden, not_found, conflict, too_large, unavailable, internal.
+    /// A machine word: invalid, unauthorized, forbidden, not_found, conflict, too_large,
+    /// too_many_requests, unavailable, internal.
     pub code: String,
     /// A sentence for a person.
     pub message: String,
@@ -76,6 +77,10 @@ impl ApiError {
 
     pub fn too_large(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", message)
+    }
+
+    pub fn too_many_requests(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_requests", message)
     }
 
     pub fn unavailable(message: impl Into<String>) -> ApiError {
@@ -154,7 +159,13 @@ impl From<sandboxd::proto::OpenError> for ApiError {
 
 impl From<crate::tunnel::registry::TunnelError> for ApiError {
     fn from(e: crate::tunnel::registry::TunnelError) -> ApiError {
-        ApiError::unavailable(e.to_string())
+        use crate::tunnel::registry::TunnelError;
+        match e {
+            TunnelError::TooManyStreams(_) => ApiError::too_many_requests(e.to_string()),
+            TunnelError::Timeout(_) | TunnelError::NotConnected | TunnelError::Mux(_) => {
+                ApiError::unavailable(e.to_string())
+            }
+        }
     }
 }
 

@@ -116,7 +116,7 @@ fn validate(st: &AppState, body: &ExecBody) -> Result<ExecRequest, ApiError> {
     responses((status = 200, body = ExecResult, description = "The result; with `Accept: application/x-ndjson`, a stream of `{stream,data}` lines and a last `{exitCode,timedOut,durationMs}` line"),
         (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
         (status = 413, body = ErrorBody, description = "`command` and `env` together take over 1 MiB (each argument and each `KEY=VALUE` counted with a terminating NUL), or one of them over 131071 bytes (Linux's limit per string); the message says which and the limit"),
-        (status = 503, body = ErrorBody)))]
+        (status = 503, body = ErrorBody), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later")))]
 pub async fn exec(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -133,10 +133,7 @@ pub async fn exec(
     }
     let handle = st.lc.wake(&id, || {}).await?;
     let guard = st.lc.activity.hold(&id, Use::Exec);
-    let mut stream = handle
-        .open()
-        .await
-        .map_err(|e| ApiError::unavailable(format!("the sandbox connection failed: {e}")))?;
+    let mut stream = handle.open().await?;
     proto::open_channel(&mut stream, &Channel::Exec(req)).await?;
     let (rd, wr) = tokio::io::split(stream);
     let frames = FramedRead::new(rd, FrameCodec::default());

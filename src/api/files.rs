@@ -7,7 +7,6 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::StreamExt;
-use sandboxd::mux::MuxStream;
 use sandboxd::proto::{self, Reply, Request as Channel};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -15,6 +14,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::error::{ApiError, ApiQuery, ErrorBody};
 use super::AppState;
+use crate::tunnel::registry::LinkStream;
 
 /// Largest `fs.list` answer read from a sandbox.
 const MAX_LISTING: u64 = 64 * 1024 * 1024;
@@ -49,7 +49,7 @@ pub(super) async fn open(
     st: &AppState,
     id: &str,
     channel: &Channel,
-) -> Result<(MuxStream, serde_json::Value), ApiError> {
+) -> Result<(LinkStream, serde_json::Value), ApiError> {
     let Some(handle) = st.lc.tunnels.get(id) else {
         let agent = st.lc.get(id).await?;
         return Err(ApiError::conflict(format!(
@@ -58,10 +58,7 @@ pub(super) async fn open(
         )));
     };
     st.lc.activity.touch(id);
-    let mut stream = handle
-        .open()
-        .await
-        .map_err(|e| ApiError::unavailable(format!("the sandbox connection failed: {e}")))?;
+    let mut stream = handle.open().await?;
     let ok = proto::open_channel(&mut stream, channel).await?;
     Ok((stream, ok))
 }
@@ -76,7 +73,7 @@ fn check_path(path: &str) -> Result<(), ApiError> {
 /// Lists a directory.
 #[utoipa::path(get, path = "/api/v1/agents/{id}/fs/list", tag = "files",
     params(("id" = String, Path), PathQuery),
-    responses((status = 200, body = [DirEntry]), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = [DirEntry]), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later")))]
 pub async fn list(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -97,7 +94,7 @@ pub async fn list(
 /// Reads a file, streamed.
 #[utoipa::path(get, path = "/api/v1/agents/{id}/fs/read", tag = "files",
     params(("id" = String, Path), PathQuery),
-    responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later")))]
 pub async fn read(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -127,7 +124,7 @@ pub async fn read(
 #[utoipa::path(put, path = "/api/v1/agents/{id}/fs/write", tag = "files",
     params(("id" = String, Path), PathQuery),
     request_body(content = Vec<u8>, content_type = "application/octet-stream"),
-    responses((status = 204), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
+    responses((status = 204), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later")))]
 pub async fn write(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -180,7 +177,7 @@ pub async fn write(
 /// Makes a directory and its parents.
 #[utoipa::path(post, path = "/api/v1/agents/{id}/fs/mkdir", tag = "files",
     params(("id" = String, Path), PathQuery),
-    responses((status = 204), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 204), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later")))]
 pub async fn mkdir(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -194,7 +191,7 @@ pub async fn mkdir(
 /// Removes a file, or a directory (`recursive=true` for one that is not empty).
 #[utoipa::path(delete, path = "/api/v1/agents/{id}/fs/remove", tag = "files",
     params(("id" = String, Path), RemoveQuery),
-    responses((status = 204), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 204), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later")))]
 pub async fn remove(
     State(st): State<AppState>,
     Path(id): Path<String>,

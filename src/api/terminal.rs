@@ -8,7 +8,6 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use futures::{SinkExt, StreamExt};
-use sandboxd::mux::{MuxHandle, MuxStream};
 use sandboxd::proto::{
     self, ErrorCode, Frame, FrameCodec, OpenError, Request as Channel, TerminalOpen, TerminalOpened,
 };
@@ -21,6 +20,7 @@ use super::error::{ApiError, ApiQuery, ErrorBody};
 use super::AppState;
 use crate::activity::Use;
 use crate::model::AgentState;
+use crate::tunnel::registry::{Link, LinkStream, TunnelError};
 
 /// Close code for a shell that ended.
 pub const CLOSE_NORMAL: u16 = 1000;
@@ -31,6 +31,9 @@ pub const CLOSE_ERROR: u16 = 1011;
 pub const CLOSE_BAD_REQUEST: u16 = 4400;
 pub const CLOSE_SESSION_GONE: u16 = 4404;
 pub const CLOSE_BUSY: u16 = 4409;
+/// Close code for a terminal refused because the agent has `sandbox.max_streams_per_agent`
+/// channels open (mirroring HTTP 429): nothing is wrong with the session, try again later.
+pub const CLOSE_TOO_MANY_STREAMS: u16 = 4429;
 const MAX_DIM: u16 = 1000;
 /// Longest command line accepted (it travels in a channel header).
 const MAX_COMMAND: usize = 16 * 1024;
@@ -69,8 +72,11 @@ resized).\n\
 **Closing.** 1000: the shell exited. 1011: the connection to the sandbox was lost or the \
 sandbox could not be started; reattach with `session` and your offset. 4400: bad offset \
 (beyond the output). 4404: the session no longer exists (the agent slept or was restarted, \
-or it was ended). 4409: the session has too many viewers (32). Closing the socket detaches: \
-the session lives on for `sandbox.terminal_detach_minutes` without viewers.";
+or it was ended, or the agent was destroyed). 4409: the session has too many viewers (32). \
+4429: the agent has too many channels open (`sandbox.max_streams_per_agent`); try again \
+later. An attach refused before the upgrade gets the matching HTTP status (400, 404, 409, \
+429). Closing the socket detaches: the session lives on for \
+`sandbox.terminal_detach_minutes` without viewers.";
 
 #[derive(Deserialize, IntoParams)]
 pub struct TerminalQuery {
@@ -175,7 +181,8 @@ fn to_open(st: &AppState, q: TerminalQuery) -> Result<TerminalOpen, ApiError> {
     params(("id" = String, Path), TerminalQuery),
     responses((status = 101, description = "WebSocket onto the session; see the description"),
         (status = 400, body = ErrorBody), (status = 404, body = ErrorBody, description = "No such agent, or no such session"),
-        (status = 409, body = ErrorBody, description = "The session has too many viewers")))]
+        (status = 409, body = ErrorBody, description = "The session has too many viewers"),
+        (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later")))]
 pub async fn terminal(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -186,9 +193,10 @@ pub async fn terminal(
     // Fail before the upgrade for an unknown agent, so the client sees a 404.
     let agent = st.lc.get(&id).await?;
     if open.session.is_some() {
-        if let Some(handle) = st.lc.tunnels.get(&id) {
-            // Attach before the upgrade, so a missing session or a bad offset is an HTTP status.
-            let (stream, opened) = open_channel(&handle, &open).await?;
+        if let Some(link) = st.lc.tunnels.get(&id) {
+            // Attach before the upgrade, so a missing session, a bad offset or a full tunnel is
+            // an HTTP status.
+            let (stream, opened) = open_channel(&link, &open).await?;
             return Ok(ws.on_upgrade(move |mut socket| async move {
                 let _hold = st.lc.activity.hold(&id, Use::Terminal);
                 relay(&st, &id, &mut socket, stream, opened).await
@@ -201,13 +209,29 @@ pub async fn terminal(
     Ok(ws.on_upgrade(move |socket| run(st, id, open, socket)))
 }
 
+/// Why a terminal channel did not open: on our side of the tunnel, or sandboxd's answer.
+#[derive(Debug, thiserror::Error)]
+enum AttachError {
+    #[error(transparent)]
+    Tunnel(#[from] TunnelError),
+    #[error(transparent)]
+    Open(#[from] OpenError),
+}
+
+impl From<AttachError> for ApiError {
+    fn from(e: AttachError) -> ApiError {
+        match e {
+            AttachError::Tunnel(e) => e.into(),
+            AttachError::Open(e) => e.into(),
+        }
+    }
+}
+
 async fn open_channel(
-    handle: &MuxHandle,
+    link: &Link,
     open: &TerminalOpen,
-) -> Result<(MuxStream, TerminalOpened), OpenError> {
-    let mut stream = handle.open().await.map_err(|e| {
-        OpenError::Proto(proto::ProtoError::Io(std::io::Error::other(e.to_string())))
-    })?;
+) -> Result<(LinkStream, TerminalOpened), AttachError> {
+    let mut stream = link.open().await?;
     let ok = proto::open_channel(&mut stream, &Channel::TerminalOpen(open.clone())).await?;
     let opened: TerminalOpened = serde_json::from_value(ok)
         .map_err(|e| OpenError::Proto(proto::ProtoError::Malformed(e.to_string())))?;
@@ -262,7 +286,15 @@ async fn run(st: AppState, id: String, open: TerminalOpen, mut socket: WebSocket
     };
     match open_channel(&handle, &open).await {
         Ok((stream, opened)) => relay(&st, &id, &mut socket, stream, opened).await,
-        Err(OpenError::Refused(e)) => {
+        Err(AttachError::Tunnel(e @ TunnelError::TooManyStreams(_))) => {
+            let reason = e.to_string();
+            if !attaching {
+                let msg = format!("\r\nThe terminal could not be opened: {reason}\r\n");
+                let _ = socket.send(Message::Binary(msg.into())).await;
+            }
+            close(&mut socket, CLOSE_TOO_MANY_STREAMS, &reason).await
+        }
+        Err(AttachError::Open(OpenError::Refused(e))) => {
             let (code, reason) = match e.code {
                 ErrorCode::NotFound if attaching => (CLOSE_SESSION_GONE, SESSION_ENDED.to_string()),
                 ErrorCode::Invalid => (CLOSE_BAD_REQUEST, e.message),
@@ -304,7 +336,7 @@ async fn relay(
     st: &AppState,
     id: &str,
     socket: &mut WebSocket,
-    stream: MuxStream,
+    stream: LinkStream,
     opened: TerminalOpened,
 ) {
     let hello = json!({"type": "session", "id": opened.session, "offset": opened.offset,
@@ -365,12 +397,34 @@ async fn relay(
         }
     }
     // No terminal bytes here: they would be taken for session output and spoil the offset.
+    if let Some(why) = sessions_ended(st, id).await {
+        return close(socket, CLOSE_SESSION_GONE, &why).await;
+    }
     close(
         socket,
         CLOSE_ERROR,
         "the connection to the sandbox was lost; reattach to the session",
     )
     .await;
+}
+
+/// Why the sandbox's link broke, when it is because the agent is being stopped, rebuilt or
+/// destroyed (each ends every terminal session; the state changes before the sandbox goes)
+/// rather than because sandboxd is reconnecting, after which the session is still there. A
+/// client told to reattach to an ended session would only learn so from a second request, or,
+/// for a destroyed agent, not at all (the attach gets "no such agent").
+async fn sessions_ended(st: &AppState, id: &str) -> Option<String> {
+    match st.lc.get(id).await {
+        Ok(agent) if matches!(agent.state, AgentState::Running | AgentState::Starting) => None,
+        Ok(agent) => Some(format!(
+            "the terminal session ended (the agent is {})",
+            agent.state
+        )),
+        Err(crate::lifecycle::LifecycleError::NotFound(_)) => {
+            Some("the terminal session ended (the agent was destroyed)".to_string())
+        }
+        Err(_) => None,
+    }
 }
 
 async fn send_redraw(socket: &mut WebSocket, offset: u64, bytes: Bytes) -> Result<(), axum::Error> {

@@ -8,7 +8,6 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use chrono::{DateTime, SecondsFormat, Utc};
-use sandboxd::mux::MuxHandle;
 use sandboxd::proto::{self, Request as Channel, TerminalInfo};
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -17,6 +16,7 @@ use super::error::{ApiError, ErrorBody};
 use super::terminal::SESSION_ENDED;
 use super::AppState;
 use crate::model::AgentState;
+use crate::tunnel::registry::Link;
 
 /// How long a request waits for a running agent's sandboxd to reconnect.
 const RECONNECT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -63,7 +63,7 @@ impl From<TerminalInfo> for TerminalSession {
 }
 
 /// The agent's sandboxd, if the agent is running; `None` when it cannot have sessions.
-async fn sandbox(st: &AppState, id: &str) -> Result<Option<MuxHandle>, ApiError> {
+async fn sandbox(st: &AppState, id: &str) -> Result<Option<Link>, ApiError> {
     let agent = st.lc.get(id).await?;
     if let Some(h) = st.lc.tunnels.get(id) {
         return Ok(Some(h));
@@ -77,7 +77,7 @@ async fn sandbox(st: &AppState, id: &str) -> Result<Option<MuxHandle>, ApiError>
 /// Lists the agent's terminal sessions (none while it sleeps).
 #[utoipa::path(get, path = "/api/v1/agents/{id}/terminals", tag = "terminal",
     params(("id" = String, Path)),
-    responses((status = 200, body = [TerminalSession]), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
+    responses((status = 200, body = [TerminalSession]), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later")))]
 pub async fn list(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -85,10 +85,7 @@ pub async fn list(
     let Some(handle) = sandbox(&st, &id).await? else {
         return Ok(Json(Vec::new()));
     };
-    let mut stream = handle
-        .open()
-        .await
-        .map_err(|e| ApiError::unavailable(format!("the sandbox connection failed: {e}")))?;
+    let mut stream = handle.open().await?;
     let ok = proto::open_channel(&mut stream, &Channel::TerminalList).await?;
     let sessions: Vec<TerminalInfo> = serde_json::from_value(ok)
         .map_err(|e| ApiError::unavailable(format!("the sandbox sent a bad list: {e}")))?;
@@ -98,7 +95,7 @@ pub async fn list(
 /// Ends a terminal session: its shell gets SIGHUP (then SIGKILL); viewers get the exit.
 #[utoipa::path(delete, path = "/api/v1/agents/{id}/terminals/{sid}", tag = "terminal",
     params(("id" = String, Path), ("sid" = String, Path)),
-    responses((status = 204, description = "Ended"), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
+    responses((status = 204, description = "Ended"), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later")))]
 pub async fn kill(
     State(st): State<AppState>,
     Path((id, sid)): Path<(String, String)>,
@@ -109,10 +106,7 @@ pub async fn kill(
     let Some(handle) = sandbox(&st, &id).await? else {
         return Err(ApiError::not_found(SESSION_ENDED));
     };
-    let mut stream = handle
-        .open()
-        .await
-        .map_err(|e| ApiError::unavailable(format!("the sandbox connection failed: {e}")))?;
+    let mut stream = handle.open().await?;
     proto::open_channel(
         &mut stream,
         &Channel::TerminalKill {

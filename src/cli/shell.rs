@@ -34,6 +34,8 @@ const RETRY_MAX: Duration = Duration::from_secs(3);
 /// Close codes (see the terminal route's description).
 const CLOSE_NORMAL: u16 = 1000;
 const CLOSE_SESSION_GONE: u16 = 4404;
+/// The agent had too many channels open: the session is fine, a later attach will do.
+const CLOSE_TOO_MANY_STREAMS: u16 = 4429;
 
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct ShellArgs {
@@ -321,7 +323,7 @@ async fn pump(
                         CLOSE_SESSION_GONE => End::Fatal(format!("terminal closed: {why}")),
                         // 1001 (the server is going away), 1006, 1011 (the sandbox link broke),
                         // 1012/1013 (restart, try later): the session may well live on.
-                        1001 | 1005 | 1006 | 1011..=1014 => End::Lost(why),
+                        1001 | 1005 | 1006 | 1011..=1014 | CLOSE_TOO_MANY_STREAMS => End::Lost(why),
                         _ => End::Fatal(format!("terminal closed: {why} ({code})")),
                     });
                 }

@@ -146,6 +146,10 @@ pub struct SandboxConfig {
     pub terminal_detach_minutes: u64,
     /// Output each terminal session keeps for exact replay on reattach, in KiB.
     pub terminal_buffer_kb: u64,
+    /// Streams (terminal viewers, exec calls, file transfers, terminal list and kill) the
+    /// server may have open to one agent's sandbox at once; more get `429`. Kept below the
+    /// tunnel's own limit, which ends the whole tunnel when reached.
+    pub max_streams_per_agent: usize,
     pub docker: DockerConfig,
 }
 
@@ -168,6 +172,7 @@ impl Default for SandboxConfig {
             ping_interval: Duration::from_secs(15),
             terminal_detach_minutes: 30,
             terminal_buffer_kb: 1024,
+            max_streams_per_agent: 128,
             docker: DockerConfig::default(),
         }
     }
@@ -590,6 +595,19 @@ impl Config {
                 format!(
                     "({}) must be between 1 and 262144 (256 MiB)",
                     sb.terminal_buffer_kb
+                ),
+            ));
+        }
+        let max_streams = crate::tunnel::registry::MAX_STREAMS_PER_AGENT;
+        if !(1..=max_streams).contains(&sb.max_streams_per_agent) {
+            return Err(fail(
+                "sandbox.max_streams_per_agent",
+                format!(
+                    "({}) must be between 1 and {max_streams} (the tunnel's limit of {} \
+                     streams, less {} kept for pings and streams being closed)",
+                    sb.max_streams_per_agent,
+                    sandboxd::mux::MAX_STREAMS,
+                    crate::tunnel::registry::STREAM_HEADROOM,
                 ),
             ));
         }

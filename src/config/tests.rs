@@ -50,6 +50,7 @@ fn defaults_are_the_documented_ones() {
     assert_eq!(c.sandbox.idle_minute, Duration::from_secs(60));
     assert_eq!(c.sandbox.sandboxd_path, None);
     assert_eq!(c.sandbox.ping_interval, Duration::from_secs(15));
+    assert_eq!(c.sandbox.max_streams_per_agent, 128);
     let d = &c.sandbox.docker;
     assert_eq!(d.name_prefix, "agenthold");
     assert_eq!(d.network_pool, "10.213.0.0/16".parse().unwrap());
@@ -336,6 +337,16 @@ fn impossible_values_are_refused_with_one_message() {
             "config.yaml: sandbox.terminal_buffer_kb (0) must be between 1 and 262144 (256 MiB)",
         ),
         (
+            "sandbox:\n  max_streams_per_agent: 0\n",
+            "config.yaml: sandbox.max_streams_per_agent (0) must be between 1 and 224 (the \
+             tunnel's limit of 256 streams, less 32 kept for pings and streams being closed)",
+        ),
+        (
+            "sandbox:\n  max_streams_per_agent: 225\n",
+            "config.yaml: sandbox.max_streams_per_agent (225) must be between 1 and 224 (the \
+             tunnel's limit of 256 streams, less 32 kept for pings and streams being closed)",
+        ),
+        (
             "sandbox:\n  terminal_detach_minutes: 99999\n",
             "config.yaml: sandbox.terminal_detach_minutes (99999) must be at most 10080 (a week)",
         ),
@@ -492,6 +503,7 @@ fn small_values_at_the_limits_are_fine() {
   default_cpus: 8
   pids_limit: 16
   ping_interval: 1s
+  max_streams_per_agent: 224
   docker:
     network_pool: 10.0.0.0/8
     subnet_bits: 29
@@ -499,6 +511,7 @@ fn small_values_at_the_limits_are_fine() {
     )
     .unwrap();
     assert_eq!(c.sandbox.docker.subnet_bits, 29);
+    assert_eq!(c.sandbox.max_streams_per_agent, 224);
 }
 
 #[test]

@@ -57,8 +57,9 @@ const CLOSE_SHELL_EXITED = 1000;
 const CLOSE_BAD_OFFSET = 4400;
 const CLOSE_SESSION_GONE = 4404;
 const CLOSE_TOO_MANY_VIEWERS = 4409;
-/** Closes after which the session is still there: going away, no status, dropped, server error, restart, try again. */
-const REATTACHABLE = new Set([1001, 1005, 1006, 1011, 1012, 1013, 1014]);
+const CLOSE_TOO_MANY_STREAMS = 4429;
+/** Closes after which the session is still there: going away, no status, dropped, server error, restart, try again, too many channels. */
+const REATTACHABLE = new Set([1001, 1005, 1006, 1011, 1012, 1013, 1014, CLOSE_TOO_MANY_STREAMS]);
 /** sandboxd's viewer cap per session (close 4409 / HTTP 409). */
 const MAX_VIEWERS = 32;
 const RETRY_FIRST_MS = 250;
@@ -435,6 +436,9 @@ export function terminalView(agentId: string, agentName: () => string): Terminal
       return open();
     }
     if (ev.code === CLOSE_TOO_MANY_VIEWERS) return tooManyViewers();
+    // The agent had too many channels open (a flood): no session was harmed, so try again
+    // later with backoff, a new session as well as an attach.
+    if (ev.code === CLOSE_TOO_MANY_STREAMS) return reconnectLater(why);
     if (ev.code === CLOSE_BAD_OFFSET && session && inSync) {
       // Our offset is past the session's output (it cannot be replayed): take a redraw instead.
       inSync = false;
