@@ -461,3 +461,46 @@ fn overlaps_error(e: &bollard::errors::Error) -> bool {
     let msg = e.to_string();
     msg.contains("overlaps") || msg.contains("Pool overlaps")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bollard::models::EndpointResource;
+    use std::collections::HashMap;
+
+    fn net(id: &str, subnet: &str, created: &str, members: &[&str]) -> NetworkInspect {
+        NetworkInspect {
+            id: Some(id.into()),
+            created: Some(created.into()),
+            ipam: Some(Ipam {
+                config: Some(vec![IpamConfig {
+                    subnet: Some(subnet.into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            containers: Some(
+                members
+                    .iter()
+                    .map(|m| (m.to_string(), EndpointResource::default()))
+                    .collect::<HashMap<_, _>>(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_duplicate_kept_is_the_sandboxs_then_the_recorded_then_the_oldest() {
+        let old = net("a", "10.0.0.0/28", "2026-12-01T10:00:00.5Z", &[]);
+        let recorded = net("b", "10.0.0.16/28", "2026-12-01T10:00:01Z", &[]);
+        let with_sandbox = net("c", "10.0.0.32/28", "2026-12-01T10:00:02Z", &["sandbox"]);
+        let with_server = net("d", "10.0.0.48/28", "2026-12-01T09:00:00Z", &["server"]);
+        let stored = Some("10.0.0.16/28".parse().expect("subnet"));
+        let all = [old.clone(), recorded.clone(), with_sandbox, with_server.clone()];
+        assert_eq!(keeper(&all, stored, Some("server")), 2);
+        let no_sandbox = [old.clone(), recorded.clone(), with_server.clone()];
+        assert_eq!(keeper(&no_sandbox, stored, Some("server")), 1);
+        // The server's own membership is not a sandbox's: with nothing else to go by, the oldest.
+        assert_eq!(keeper(&[old, with_server], None, Some("server")), 1);
+    }
+}
