@@ -141,8 +141,8 @@ impl Ids {
         if rc != 0 {
             return Err(SwitchError::Groups(Errno::last()));
         }
-        // The group first: the fsgid can be set while the fsuid is still root's either way, but
-        // this is the order in which nothing runs with a mix that grants more.
+        // Groups before the uid: they need CAP_SETGID, which a changed fsuid happens not to take
+        // away, but this order does not depend on that. No file work runs until all are checked.
         // SAFETY: plain system calls on integers; they change only the calling thread.
         unsafe {
             libc::syscall(libc::SYS_setfsgid, self.gid as libc::c_long);
