@@ -241,4 +241,27 @@ mod tests {
         assert_eq!(name, "f");
         assert!(resolve(h, "").open_parent().is_err());
     }
+
+    /// The fallback for kernels without `openat2`, called directly since this one has it.
+    #[test]
+    fn the_walk_follows_no_symlink() {
+        let home = tempfile::tempdir().unwrap();
+        let h = home.path();
+        std::fs::create_dir(h.join("real")).unwrap();
+        std::fs::write(h.join("real/f"), b"in").unwrap();
+        symlink("real", h.join("rel")).unwrap();
+        symlink("f", h.join("real/link")).unwrap();
+        let base = nix::fcntl::open(h, OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty()).unwrap();
+        let parts = |p: &str| -> Vec<OsString> { p.split('/').map(OsString::from).collect() };
+        let open = |p: &str| walk(base.as_fd(), &parts(p), OFlag::O_RDONLY, Mode::empty());
+        assert!(open("real/f").is_ok());
+        for p in ["rel/f", "real/link"] {
+            let e = open(p).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{p}: {e}");
+        }
+        assert_eq!(
+            open("real/none").unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+    }
 }
