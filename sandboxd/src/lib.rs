@@ -9,6 +9,8 @@ pub mod boot;
 pub mod channels;
 pub mod dial;
 pub mod duplex;
+pub mod fsid;
+pub mod fspath;
 pub mod mux;
 pub mod paths;
 pub mod procs;

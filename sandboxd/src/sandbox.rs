@@ -10,6 +10,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::account::{Account, UnknownUser};
 use crate::channels::activity::CpuMeter;
+use crate::fsid::FsIdentity;
 use crate::paths::{PathMap, LOGICAL_HOME};
 use crate::procs::ProcessTable;
 use crate::terminal::Terminals;
@@ -91,6 +92,7 @@ struct Inner {
     paths: PathMap,
     procs: ProcessTable,
     uploads: Uploads,
+    fs_identity: FsIdentity,
     cpu: Mutex<CpuMeter>,
     /// Terminal sessions: they outlive tunnel reconnects and end with the sandbox.
     terminals: Terminals,
@@ -110,8 +112,10 @@ impl Sandbox {
             opts.home.clone(),
             opts.account.uid,
         );
+        let fs_identity = FsIdentity::of(&opts.account);
         Sandbox {
             inner: Arc::new(Inner {
+                fs_identity,
                 opts,
                 paths,
                 procs: ProcessTable::default(),
@@ -130,6 +134,11 @@ impl Sandbox {
 
     pub fn account(&self) -> &Account {
         &self.inner.opts.account
+    }
+
+    /// Who the file channels act as (see [`crate::fsid`]).
+    pub fn fs_identity(&self) -> &FsIdentity {
+        &self.inner.fs_identity
     }
 
     pub fn paths(&self) -> &PathMap {

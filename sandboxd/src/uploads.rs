@@ -66,8 +66,9 @@ pub struct Uploads {
     /// Where records go; `None` keeps none (the fake driver's default, tests).
     dir: Option<PathBuf>,
     home: PathBuf,
-    /// Who may own a temporary file of ours: sandboxd, which creates it, and the account, to
-    /// which it is handed just before the rename.
+    /// Who may own a temporary file of ours: the account, as which it is created, and sandboxd,
+    /// whose own uid it is when no switch happens (and whose it was, before the rename, for
+    /// uploads cut off under an older sandboxd).
     owners: [u32; 2],
     /// The record directory once checked; `None` inside when it is not fit for use.
     checked: OnceLock<Option<PathBuf>>,

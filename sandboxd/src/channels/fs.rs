@@ -1,19 +1,34 @@
 //! The file browser's channels: `fs.list`, `fs.read`, `fs.write`, `fs.mkdir`, `fs.remove`.
 
-use std::io;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+//!
+//! Every operation runs as the account ([`crate::fsid`]) on paths opened without following a
+//! symlink out of the home ([`crate::fspath`]), so the API reaches exactly what the agent's own
+//! shell may, and whatever it creates is the account's without any `chown`.
 
+use std::ffi::{OsStr, OsString};
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use nix::dir::{Dir, Type};
+use nix::errno::Errno;
+use nix::fcntl::{openat, renameat, AtFlags, OFlag};
+use nix::sys::stat::{fchmod, fstat, fstatat, mkdirat, FileStat, Mode, SFlag};
+use nix::unistd::{unlinkat, UnlinkatFlags};
 use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 
 use super::{refuse, reply};
+use crate::fsid::FsIdentity;
+use crate::fspath::Location;
 use crate::mux::MuxStream;
 use crate::paths::Resolved;
 use crate::proto::{ChannelError, ErrorCode, Reply};
 use crate::sandbox::Sandbox;
-use crate::uploads::{self, Record, Uploads};
+use crate::uploads::{self, Record};
 
 const COPY_BUF: usize = 256 * 1024;
 const NEW_FILE_MODE: u32 = 0o644;
@@ -55,11 +70,37 @@ fn io_err(what: &Path) -> impl Fn(io::Error) -> ChannelError + '_ {
     move |e| ChannelError::from_io(&e, &what.display().to_string())
 }
 
+fn errno_err(what: &Path) -> impl Fn(Errno) -> ChannelError + '_ {
+    move |e| ChannelError::from_io(&e.into(), &what.display().to_string())
+}
+
+/// Runs `f` as the account, with the path's location opened.
+async fn as_account<T, F>(sb: &Sandbox, path: &str, f: F) -> Result<T, ChannelError>
+where
+    F: FnOnce(Resolved, Location) -> Result<T, ChannelError> + Send + 'static,
+    T: Send + 'static,
+{
+    let r = resolve(sb, path)?;
+    let home = sb.options().home.clone();
+    sb.fs_identity()
+        .run(move || {
+            let loc = Location::open(&r, &home).map_err(io_err(&r.logical))?;
+            f(r, loc)
+        })
+        .await
+}
+
+fn kind_of(st: &FileStat) -> SFlag {
+    SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT
+}
+
+fn name_of(raw: &std::ffi::CStr) -> Option<&OsStr> {
+    let name = OsStr::from_bytes(raw.to_bytes());
+    (name != "." && name != "..").then_some(name)
+}
+
 pub async fn list(sb: Sandbox, mut s: MuxStream, path: String) {
-    let result = match resolve(&sb, &path) {
-        Ok(r) => blocking(move || list_dir(&r)).await,
-        Err(e) => Err(e),
-    };
+    let result = as_account(&sb, &path, |r, loc| list_dir(&r, &loc)).await;
     let body = match result.and_then(|entries| {
         serde_json::to_vec(&entries).map_err(|e| {
             ChannelError::new(ErrorCode::Io, format!("cannot encode the listing: {e}"))
@@ -74,31 +115,35 @@ pub async fn list(sb: Sandbox, mut s: MuxStream, path: String) {
     }
 }
 
-fn list_dir(r: &Resolved) -> Result<Vec<Entry>, ChannelError> {
+fn list_dir(r: &Resolved, loc: &Location) -> Result<Vec<Entry>, ChannelError> {
     let err = io_err(&r.logical);
+    let fd = loc
+        .open_path(OFlag::O_RDONLY | OFlag::O_DIRECTORY)
+        .map_err(&err)?;
+    let at = fd.try_clone().map_err(&err)?;
+    let mut dir = Dir::from_fd(fd).map_err(errno_err(&r.logical))?;
     let mut entries = Vec::new();
-    for dirent in std::fs::read_dir(&r.physical).map_err(&err)? {
-        let dirent = dirent.map_err(&err)?;
-        // Entries that vanish between readdir and lstat are simply not listed.
-        let Ok(meta) = std::fs::symlink_metadata(dirent.path()) else {
+    for dirent in dir.iter() {
+        let dirent = dirent.map_err(errno_err(&r.logical))?;
+        let Some(name) = name_of(dirent.file_name()) else {
             continue;
         };
-        let ft = meta.file_type();
-        let kind = if ft.is_symlink() {
-            "symlink"
-        } else if ft.is_dir() {
-            "dir"
-        } else if ft.is_file() {
-            "file"
-        } else {
-            "other"
+        // Entries that vanish between readdir and lstat are simply not listed.
+        let Ok(st) = fstatat(&at, name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
+            continue;
+        };
+        let kind = match kind_of(&st) {
+            SFlag::S_IFLNK => "symlink",
+            SFlag::S_IFDIR => "dir",
+            SFlag::S_IFREG => "file",
+            _ => "other",
         };
         entries.push(Entry {
-            name: dirent.file_name().to_string_lossy().into_owned(),
+            name: name.to_string_lossy().into_owned(),
             kind,
-            size: meta.len(),
-            mode: meta.mode() & 0o7777,
-            mtime: rfc3339(meta.mtime(), meta.mtime_nsec()),
+            size: st.st_size.max(0) as u64,
+            mode: st.st_mode & 0o7777,
+            mtime: rfc3339(st.st_mtime, st.st_mtime_nsec),
         });
     }
     entries.sort_by(|a, b| a.name.cmp(&b.name));
@@ -112,10 +157,7 @@ fn rfc3339(secs: i64, nsec: i64) -> String {
 }
 
 pub async fn read(sb: Sandbox, mut s: MuxStream, path: String) {
-    let opened = match resolve(&sb, &path) {
-        Ok(r) => blocking(move || open_for_read(&r)).await,
-        Err(e) => Err(e),
-    };
+    let opened = as_account(&sb, &path, |r, loc| open_for_read(&r, &loc)).await;
     let (file, size) = match opened {
         Ok(v) => v,
         Err(e) => return refuse(s, e).await,
@@ -141,54 +183,86 @@ pub async fn read(sb: Sandbox, mut s: MuxStream, path: String) {
     }
 }
 
-fn open_for_read(r: &Resolved) -> Result<(std::fs::File, u64), ChannelError> {
+fn open_for_read(r: &Resolved, loc: &Location) -> Result<(std::fs::File, u64), ChannelError> {
     let err = io_err(&r.logical);
-    // Checked before opening: opening a FIFO would block.
-    let meta = std::fs::metadata(&r.physical).map_err(&err)?;
-    if meta.is_dir() {
-        return Err(ChannelError::new(
+    let must_be_file = |st: &FileStat| match kind_of(st) {
+        SFlag::S_IFREG => Ok(()),
+        SFlag::S_IFDIR => Err(ChannelError::new(
             ErrorCode::IsDir,
             format!("{} is a directory", r.logical.display()),
-        ));
-    }
-    if !meta.is_file() {
-        return Err(ChannelError::new(
+        )),
+        _ => Err(ChannelError::new(
             ErrorCode::Invalid,
             format!("{} is not a regular file", r.logical.display()),
-        ));
-    }
-    let file = std::fs::File::open(&r.physical).map_err(&err)?;
-    Ok((file, meta.len()))
+        )),
+    };
+    // Looked at before opening: opening a FIFO would block, a device may act on being opened.
+    let probe = loc.open_path(OFlag::O_PATH).map_err(&err)?;
+    must_be_file(&fstat(&probe).map_err(errno_err(&r.logical))?)?;
+    // Non-blocking, in case it was swapped for a FIFO in between; then it is refused here.
+    let fd = loc
+        .open_path(OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY)
+        .map_err(&err)?;
+    let st = fstat(&fd).map_err(errno_err(&r.logical))?;
+    must_be_file(&st)?;
+    Ok((std::fs::File::from(fd), st.st_size.max(0) as u64))
 }
 
 /// Removes the temporary file unless the write was committed, whatever way the task ends.
 struct TempFile {
-    path: Option<PathBuf>,
+    /// The directory and the temporary name in it.
+    temp: Option<(Arc<OwnedFd>, OsString)>,
     /// Dropped after the file is removed or renamed: a crash in between leaves the record, and
     /// the next start removes what it names.
-    _record: Option<Record>,
+    record: Option<Record>,
+    identity: FsIdentity,
 }
 
 impl TempFile {
     /// The file became the target: nothing to clean up.
     fn keep(mut self) {
-        self.path = None;
+        self.temp = None;
     }
 }
 
 impl Drop for TempFile {
     fn drop(&mut self) {
-        if let Some(p) = self.path.take() {
-            let _ = std::fs::remove_file(p);
+        let record = self.record.take();
+        let Some((dir, name)) = self.temp.take() else {
+            return;
+        };
+        let identity = self.identity.clone();
+        // Removed as the account (the directory is the account's, and the agent may have put
+        // anything under that name since), then the record as sandboxd (its directory is root's),
+        // in that order. On a thread of its own: a drop must not block the runtime.
+        let cleanup = move || {
+            let removed = identity.run_sync(move || {
+                match unlinkat(dir.as_fd(), name.as_os_str(), UnlinkatFlags::NoRemoveDir) {
+                    Ok(()) | Err(Errno::ENOENT) => Ok(()),
+                    Err(e) => Err(ChannelError::from_io(&e.into(), "a temporary file")),
+                }
+            });
+            if let Err(e) = removed {
+                tracing::warn!(error = %e, "cannot remove the temporary file of an abandoned upload");
+            }
+            drop(record);
+        };
+        if let Err(e) = std::thread::Builder::new()
+            .name("fs.write cleanup".into())
+            .spawn(cleanup)
+        {
+            tracing::warn!(error = %e, "cannot start the cleanup of an abandoned upload");
         }
     }
 }
 
 struct WritePlan {
     target: Resolved,
-    temp: PathBuf,
+    /// The target's directory, opened once: the upload lands where it was checked.
+    dir: Arc<OwnedFd>,
+    name: OsString,
+    temp: OsString,
     mode: u32,
-    record: Option<Record>,
 }
 
 /// Bytes handed to the disk in one `write`.
@@ -204,21 +278,9 @@ const WRITEBACK_AHEAD: u64 = 64 << 20;
 const SYNC_EVERY: u64 = 64 << 20;
 
 pub async fn write(sb: Sandbox, mut s: MuxStream, path: String) {
-    let account = sb.account().clone();
-    let prepared = match resolve(&sb, &path) {
-        Ok(r) => {
-            let sb = sb.clone();
-            blocking(move || prepare_write(r, sb.uploads())).await
-        }
-        Err(e) => Err(e),
-    };
-    let (mut plan, file) = match prepared {
+    let (plan, file, guard) = match prepare_write(&sb, &path).await {
         Ok(v) => v,
         Err(e) => return refuse(s, e).await,
-    };
-    let guard = TempFile {
-        path: Some(plan.temp.clone()),
-        _record: plan.record.take(),
     };
     if !reply(&mut s, &Reply::ok()).await {
         return;
@@ -236,17 +298,19 @@ pub async fn write(sb: Sandbox, mut s: MuxStream, path: String) {
         }
     };
     let received = started.elapsed();
-    let committed = blocking(move || {
-        let committed = commit(&plan, file, &account);
-        if committed.is_ok() {
-            guard.keep();
-        }
-        if size >= WRITEBACK_RANGE {
-            give_back_memory();
-        }
-        committed
-    })
-    .await;
+    let committed = sb
+        .fs_identity()
+        .run(move || {
+            let committed = commit(&plan, file);
+            if size >= WRITEBACK_RANGE {
+                give_back_memory();
+            }
+            committed
+        })
+        .await;
+    if committed.is_ok() {
+        guard.keep();
+    }
     tracing::debug!(
         path = %shown,
         size,
@@ -503,51 +567,71 @@ fn sync_file_range(file: &std::fs::File, offset: u64, len: u64, flags: u32) -> b
     rc == 0
 }
 
-fn prepare_write(
-    target: Resolved,
-    uploads: &Uploads,
-) -> Result<(WritePlan, std::fs::File), ChannelError> {
-    let shown = target.logical.display().to_string();
-    let existing = match std::fs::metadata(&target.physical) {
-        Ok(m) if m.is_dir() => {
-            return Err(ChannelError::new(
-                ErrorCode::IsDir,
-                format!("{shown} is a directory"),
-            ))
-        }
-        Ok(m) => Some(m),
+/// Where an upload goes, looked at as the account: the target's directory, its name, and the
+/// mode the new file gets (the old file's, if there is one).
+fn locate_target(r: &Resolved, loc: &Location) -> Result<(OwnedFd, OsString, u32), ChannelError> {
+    let shown = r.logical.display().to_string();
+    let existing = match loc.open_path(OFlag::O_PATH) {
+        Ok(fd) => Some(fstat(&fd).map_err(errno_err(&r.logical))?),
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
         Err(e) => return Err(ChannelError::from_io(&e, &shown)),
     };
-    let (Some(parent), Some(name)) = (target.physical.parent(), target.physical.file_name()) else {
+    if existing
+        .as_ref()
+        .is_some_and(|st| kind_of(st) == SFlag::S_IFDIR)
+    {
         return Err(ChannelError::new(
-            ErrorCode::Invalid,
-            format!("{shown} does not name a file"),
+            ErrorCode::IsDir,
+            format!("{shown} is a directory"),
         ));
-    };
-    match std::fs::metadata(parent) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => {
-            return Err(ChannelError::new(
-                ErrorCode::NotDir,
-                format!("the parent of {shown} is not a directory"),
-            ))
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Err(ChannelError::new(
-                ErrorCode::NotFound,
-                format!("the parent directory of {shown} does not exist"),
-            ))
-        }
-        Err(e) => return Err(ChannelError::from_io(&e, &shown)),
     }
+    let (dir, name) = loc.open_parent().map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => ChannelError::new(
+            ErrorCode::NotFound,
+            format!("the parent directory of {shown} does not exist"),
+        ),
+        io::ErrorKind::NotADirectory => ChannelError::new(
+            ErrorCode::NotDir,
+            format!("the parent of {shown} is not a directory"),
+        ),
+        io::ErrorKind::InvalidInput => {
+            ChannelError::new(ErrorCode::Invalid, format!("{shown} does not name a file"))
+        }
+        _ => ChannelError::from_io(&e, &shown),
+    })?;
     let mode = existing
-        .map(|m| m.permissions().mode() & 0o7777)
+        .map(|st| st.st_mode & 0o7777)
         .unwrap_or(NEW_FILE_MODE);
+    Ok((dir, name.to_os_string(), mode))
+}
+
+/// Makes the temporary file an upload is written to, as the account, next to the target.
+async fn prepare_write(
+    sb: &Sandbox,
+    path: &str,
+) -> Result<(WritePlan, std::fs::File, TempFile), ChannelError> {
+    let (target, dir, name, mode) = as_account(sb, path, |r, loc| {
+        let (dir, name, mode) = locate_target(&r, &loc)?;
+        Ok((r, dir, name, mode))
+    })
+    .await?;
+    let dir = Arc::new(dir);
+    let shown = target.logical.display().to_string();
+    let near = target
+        .physical
+        .parent()
+        .unwrap_or(Path::new("/"))
+        .to_path_buf();
     loop {
-        let temp = parent.join(uploads::temp_name(name, &unique_suffix()));
-        // Recorded before it exists, so no moment leaves a temporary file without a record.
-        let record = match uploads.begin(&temp) {
+        let temp = OsString::from(uploads::temp_name(&name, &unique_suffix()));
+        // Recorded before it exists, so no moment leaves a temporary file without a record. As
+        // sandboxd: the record directory is root's.
+        let recorded = {
+            let sb = sb.clone();
+            let at = near.join(&temp);
+            blocking(move || Ok(sb.uploads().begin(&at))).await?
+        };
+        let record = match recorded {
             Ok(r) => r,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) => {
@@ -556,43 +640,57 @@ fn prepare_write(
                 None
             }
         };
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&temp)
-        {
-            Ok(file) => {
+        let (at, t) = (dir.clone(), temp.clone());
+        let created = sb
+            .fs_identity()
+            .run(move || {
+                Ok(openat(
+                    at.as_fd(),
+                    t.as_os_str(),
+                    OFlag::O_WRONLY
+                        | OFlag::O_CREAT
+                        | OFlag::O_EXCL
+                        | OFlag::O_NOFOLLOW
+                        | OFlag::O_CLOEXEC,
+                    Mode::from_bits_truncate(0o600),
+                ))
+            })
+            .await?;
+        match created {
+            Ok(fd) => {
+                let guard = TempFile {
+                    temp: Some((dir.clone(), temp.clone())),
+                    record,
+                    identity: sb.fs_identity().clone(),
+                };
                 let plan = WritePlan {
                     target,
+                    dir,
+                    name,
                     temp,
                     mode,
-                    record,
                 };
-                return Ok((plan, file));
+                return Ok((plan, std::fs::File::from(fd), guard));
             }
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(ChannelError::from_io(&e, &shown)),
+            Err(Errno::EEXIST) => continue,
+            Err(e) => return Err(ChannelError::from_io(&e.into(), &shown)),
         }
     }
 }
 
-fn commit(
-    plan: &WritePlan,
-    file: std::fs::File,
-    account: &crate::account::Account,
-) -> Result<(), ChannelError> {
+fn commit(plan: &WritePlan, file: std::fs::File) -> Result<(), ChannelError> {
     let shown = plan.target.logical.display().to_string();
     let err = |e: io::Error| ChannelError::from_io(&e, &shown);
     file.sync_all().map_err(err)?;
+    fchmod(&file, Mode::from_bits_truncate(plan.mode)).map_err(|e| err(e.into()))?;
     drop(file);
-    std::fs::set_permissions(&plan.temp, std::fs::Permissions::from_mode(plan.mode))
-        .map_err(err)?;
-    if let Some((uid, gid)) = account.chown_target() {
-        nix::unistd::chown(&plan.temp, Some(uid), Some(gid))
-            .map_err(|e| err(io::Error::from(e)))?;
-    }
-    std::fs::rename(&plan.temp, &plan.target.physical).map_err(err)
+    renameat(
+        plan.dir.as_fd(),
+        plan.temp.as_os_str(),
+        plan.dir.as_fd(),
+        plan.name.as_os_str(),
+    )
+    .map_err(|e| err(e.into()))
 }
 
 fn unique_suffix() -> String {
@@ -606,69 +704,67 @@ fn unique_suffix() -> String {
 }
 
 pub async fn mkdir(sb: Sandbox, s: MuxStream, path: String) {
-    let account = sb.account().clone();
-    let result = match resolve(&sb, &path) {
-        Ok(r) => blocking(move || make_dirs(&r, &account)).await,
-        Err(e) => Err(e),
-    };
+    let result = as_account(&sb, &path, |r, loc| make_dirs(&r, &loc)).await;
     finish(s, result).await;
 }
 
-fn make_dirs(r: &Resolved, account: &crate::account::Account) -> Result<(), ChannelError> {
+/// `mkdir -p`, one component at a time, each checked to be a directory beneath the base.
+fn make_dirs(r: &Resolved, loc: &Location) -> Result<(), ChannelError> {
     let err = io_err(&r.logical);
-    if let Ok(m) = std::fs::metadata(&r.physical) {
-        if m.is_dir() {
-            return Ok(());
+    let dir_flags = OFlag::O_PATH | OFlag::O_DIRECTORY;
+    let n = loc.parts().len();
+    for i in 1..=n {
+        match loc.open_prefix(i, dir_flags, Mode::empty()) {
+            Ok(_) => continue,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) if e.kind() == io::ErrorKind::NotADirectory && i == n => {
+                return Err(ChannelError::new(
+                    ErrorCode::Exists,
+                    format!("{} exists and is not a directory", r.logical.display()),
+                ))
+            }
+            Err(e) => return Err(err(e)),
         }
-        return Err(ChannelError::new(
-            ErrorCode::Exists,
-            format!("{} exists and is not a directory", r.logical.display()),
-        ));
-    }
-    // The directories about to be made, so only they are handed to the account.
-    let mut missing = Vec::new();
-    let mut cur = Some(r.physical.as_path());
-    while let Some(p) = cur {
-        if std::fs::symlink_metadata(p).is_ok() {
-            break;
+        let parent = loc
+            .open_prefix(i - 1, dir_flags, Mode::empty())
+            .map_err(&err)?;
+        // Made by the account, so it is the account's; the mode is narrowed by the umask.
+        match mkdirat(
+            &parent,
+            loc.parts()[i - 1].as_os_str(),
+            Mode::from_bits_truncate(0o777),
+        ) {
+            Ok(()) | Err(Errno::EEXIST) => {}
+            Err(e) => return Err(err(e.into())),
         }
-        missing.push(p.to_path_buf());
-        cur = p.parent();
-    }
-    std::fs::create_dir_all(&r.physical).map_err(&err)?;
-    if let Some((uid, gid)) = account.chown_target() {
-        for dir in missing {
-            nix::unistd::chown(&dir, Some(uid), Some(gid)).map_err(|e| err(e.into()))?;
-        }
+        loc.open_prefix(i, dir_flags, Mode::empty()).map_err(&err)?;
     }
     Ok(())
 }
 
 pub async fn remove(sb: Sandbox, s: MuxStream, path: String, recursive: bool) {
-    let result = match resolve(&sb, &path) {
-        Ok(r) => blocking(move || remove_path(&r, recursive)).await,
-        Err(e) => Err(e),
-    };
+    let result = as_account(&sb, &path, move |r, loc| remove_path(&r, &loc, recursive)).await;
     finish(s, result).await;
 }
 
-fn remove_path(r: &Resolved, recursive: bool) -> Result<(), ChannelError> {
-    if r.is_home() || r.physical == Path::new("/") {
+fn remove_path(r: &Resolved, loc: &Location, recursive: bool) -> Result<(), ChannelError> {
+    if r.is_home() || loc.parts().is_empty() {
         return Err(ChannelError::new(
             ErrorCode::Invalid,
             format!("refusing to remove {}", r.logical.display()),
         ));
     }
     let err = io_err(&r.logical);
-    let meta = std::fs::symlink_metadata(&r.physical).map_err(&err)?;
-    if !meta.is_dir() {
-        return std::fs::remove_file(&r.physical).map_err(&err);
+    let (dir, name) = loc.open_parent().map_err(&err)?;
+    let st = fstatat(&dir, name, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(errno_err(&r.logical))?;
+    if kind_of(&st) != SFlag::S_IFDIR {
+        return unlinkat(&dir, name, UnlinkatFlags::NoRemoveDir).map_err(errno_err(&r.logical));
     }
     if recursive {
-        return std::fs::remove_dir_all(&r.physical).map_err(&err);
+        return remove_tree(dir.as_fd(), name).map_err(&err);
     }
-    std::fs::remove_dir(&r.physical).map_err(|e| {
-        if e.kind() == io::ErrorKind::DirectoryNotEmpty {
+    unlinkat(&dir, name, UnlinkatFlags::RemoveDir).map_err(|e| {
+        if e == Errno::ENOTEMPTY {
             ChannelError::new(
                 ErrorCode::Invalid,
                 format!(
@@ -677,9 +773,46 @@ fn remove_path(r: &Resolved, recursive: bool) -> Result<(), ChannelError> {
                 ),
             )
         } else {
-            err(e)
+            err(e.into())
         }
     })
+}
+
+/// `rm -r` through descriptors: no symlink is followed, whatever the tree holds.
+fn remove_tree(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
+    let fd = openat(
+        parent,
+        name,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let at = fd.try_clone()?;
+    let mut children = Vec::new();
+    let mut dir = Dir::from_fd(fd)?;
+    for dirent in dir.iter() {
+        let dirent = dirent?;
+        if let Some(child) = name_of(dirent.file_name()) {
+            children.push((child.to_os_string(), dirent.file_type()));
+        }
+    }
+    drop(dir);
+    for (child, kind) in children {
+        let is_dir = match kind {
+            Some(t) => t == Type::Directory,
+            None => fstatat(&at, child.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| kind_of(&st) == SFlag::S_IFDIR),
+        };
+        let removed = if is_dir {
+            remove_tree(at.as_fd(), &child)
+        } else {
+            unlinkat(&at, child.as_os_str(), UnlinkatFlags::NoRemoveDir).map_err(io::Error::from)
+        };
+        match removed {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            other => other?,
+        }
+    }
+    Ok(unlinkat(parent, name, UnlinkatFlags::RemoveDir)?)
 }
 
 async fn finish(mut s: MuxStream, result: Result<(), ChannelError>) {

@@ -452,3 +452,169 @@ async fn a_record_directory_others_may_write_to_is_not_used() {
         .unwrap()
         .is_none());
 }
+
+/// An unprivileged account the file channels must act as (sandboxd being root).
+fn nobody() -> sandboxd::Account {
+    sandboxd::Account {
+        name: "nobody".into(),
+        uid: 65534,
+        gid: 65534,
+        groups: vec![65534],
+        shell: "/bin/sh".into(),
+    }
+}
+
+/// A directory of root's the account may look into but not write to, holding a file anyone may
+/// read and one only root may: a stand-in for `/etc`, with `passwd` and `shadow`.
+fn roots_dir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(dir.path().join("passwd"), b"root:x:0:0\n").unwrap();
+    std::fs::set_permissions(
+        dir.path().join("passwd"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("shadow"), b"secret").unwrap();
+    std::fs::set_permissions(
+        dir.path().join("shadow"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    dir
+}
+
+/// A sandbox as in a container: sandboxd is root, absolute paths are served, the account is
+/// `nobody`, which owns the home.
+async fn as_nobody() -> Option<Harness> {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: needs root to act as another account");
+        return None;
+    }
+    let h = Harness::start_with(|o| {
+        o.account = nobody();
+        o.confine_to_home = false;
+        std::os::unix::fs::chown(&o.home, Some(65534), Some(65534)).unwrap();
+    })
+    .await;
+    Some(h)
+}
+
+/// Issue 11, item 2: a symlink in the home to `/etc` let an upload replace `/etc/passwd`.
+#[tokio::test]
+async fn a_write_through_a_symlink_out_of_the_home_is_refused() {
+    use std::os::unix::fs::MetadataExt;
+    let Some(h) = as_nobody().await else { return };
+    let etc = roots_dir();
+    std::os::unix::fs::symlink(etc.path(), h.home.path().join("project")).unwrap();
+    let e = h
+        .write_file("project/passwd", b"agent:x:0:0\n")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::PermissionDenied, "{}", e.message);
+    // Named by its absolute path, the kernel refuses it: the account may not write there.
+    let abs = format!("{}/passwd", etc.path().display());
+    let e = h.write_file(&abs, b"agent:x:0:0\n").await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::PermissionDenied, "{}", e.message);
+    let passwd = etc.path().join("passwd");
+    assert_eq!(std::fs::read(&passwd).unwrap(), b"root:x:0:0\n");
+    assert_eq!(std::fs::metadata(&passwd).unwrap().uid(), 0);
+    assert!(leftovers(etc.path()).is_empty());
+    for p in ["project/new", "project/sub"] {
+        let e = h.refused(&Request::FsMkdir { path: p.into() }).await;
+        assert_eq!(e.code, ErrorCode::PermissionDenied, "{p}: {}", e.message);
+    }
+    let e = h
+        .refused(&Request::FsRemove {
+            path: "project/passwd".into(),
+            recursive: false,
+        })
+        .await;
+    assert_eq!(e.code, ErrorCode::PermissionDenied, "{}", e.message);
+    assert!(passwd.exists());
+    let e = h
+        .refused(&Request::FsRemove {
+            path: abs.clone(),
+            recursive: false,
+        })
+        .await;
+    assert_eq!(e.code, ErrorCode::PermissionDenied, "{}", e.message);
+    assert!(passwd.exists());
+}
+
+#[tokio::test]
+async fn a_read_of_a_root_only_file_is_refused_however_it_is_named() {
+    let Some(h) = as_nobody().await else { return };
+    let etc = roots_dir();
+    let shadow = etc.path().join("shadow");
+    std::os::unix::fs::symlink(&shadow, h.home.path().join("link")).unwrap();
+    std::os::unix::fs::symlink(etc.path(), h.home.path().join("etc")).unwrap();
+    let abs = shadow.display().to_string();
+    for p in [
+        "link",
+        "etc/shadow",
+        abs.as_str(),
+        "/proc/self/root/etc/shadow",
+    ] {
+        let e = h.read_file(p).await.unwrap_err();
+        assert!(
+            matches!(e.code, ErrorCode::PermissionDenied | ErrorCode::NotFound),
+            "{p}: {:?} {}",
+            e.code,
+            e.message
+        );
+    }
+    // What the account may read, it reads, by its absolute path.
+    let passwd = etc.path().join("passwd").display().to_string();
+    assert_eq!(h.read_file(&passwd).await.unwrap(), b"root:x:0:0\n");
+}
+
+#[tokio::test]
+async fn what_the_api_makes_in_the_home_is_the_accounts() {
+    use std::os::unix::fs::MetadataExt;
+    let Some(h) = as_nobody().await else { return };
+    h.open(&Request::FsMkdir { path: "a/b".into() })
+        .await
+        .1
+        .unwrap();
+    h.write_file("a/b/f.txt", b"mine").await.unwrap();
+    for p in ["a", "a/b", "a/b/f.txt"] {
+        let meta = std::fs::metadata(h.home.path().join(p)).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (65534, 65534), "{p}");
+    }
+    // Symlinks that stay in the home are followed.
+    std::os::unix::fs::symlink("a/b", h.home.path().join("here")).unwrap();
+    assert_eq!(h.read_file("here/f.txt").await.unwrap(), b"mine");
+    h.write_file("here/g.txt", b"too").await.unwrap();
+    assert_eq!(
+        std::fs::read(h.home.path().join("a/b/g.txt")).unwrap(),
+        b"too"
+    );
+    // A directory the account may not write to stays as it is, even inside the home.
+    let locked = h.home.path().join("locked");
+    std::fs::create_dir(&locked).unwrap();
+    std::fs::write(locked.join("x"), b"root's").unwrap();
+    let e = h.write_file("locked/x", b"no").await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::PermissionDenied, "{}", e.message);
+    let e = h
+        .refused(&Request::FsRemove {
+            path: "locked".into(),
+            recursive: true,
+        })
+        .await;
+    assert_eq!(e.code, ErrorCode::PermissionDenied, "{}", e.message);
+    assert_eq!(std::fs::read(locked.join("x")).unwrap(), b"root's");
+    // A recursive removal of the account's own tree goes through, symlinks removed, not followed.
+    let etc = roots_dir();
+    std::os::unix::fs::symlink(etc.path(), h.home.path().join("a/b/out")).unwrap();
+    h.open(&Request::FsRemove {
+        path: "a".into(),
+        recursive: true,
+    })
+    .await
+    .1
+    .unwrap();
+    assert!(!h.home.path().join("a").exists());
+    assert!(etc.path().join("passwd").exists());
+}
