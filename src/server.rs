@@ -148,6 +148,10 @@ impl Server {
     ) -> anyhow::Result<()> {
         let lc = self.lifecycle.clone();
         let header_timeout = lc.config.server.header_timeout;
+        let trim_task = tokio::spawn(listener::return_memory_after_floods(vec![
+            self.api_connections.clone(),
+            self.tunnel_connections.clone(),
+        ]));
         let tunnel_task = tokio::spawn(listener::serve(
             self.tunnel,
             self.tunnel_connections,
@@ -177,6 +181,7 @@ impl Server {
         )
         .await;
         tunnel_task.abort();
+        trim_task.abort();
         events_task.abort();
         sleeper_task.abort();
         lc.driver.shutdown().await;
