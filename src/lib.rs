@@ -8,6 +8,7 @@ pub mod config;
 pub mod driver;
 pub mod events;
 pub mod lifecycle;
+pub mod listener;
 pub mod metrics;
 pub mod model;
 pub mod reconcile;

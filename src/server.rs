@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 
 use crate::activity::ActivityTracker;
@@ -14,6 +13,7 @@ use crate::config::{Config, DriverKind};
 use crate::driver::{fake::FakeDriver, Driver};
 use crate::events::EventHub;
 use crate::lifecycle::Lifecycle;
+use crate::listener::{self, ConnectionLimiter};
 use crate::metrics::Metrics;
 use crate::store::{hash_token, new_token, Store};
 use crate::tunnel::{self, registry::Registry};
@@ -29,6 +29,9 @@ pub struct Server {
     pub lifecycle: Arc<Lifecycle>,
     api: TcpListener,
     tunnel: TcpListener,
+    /// Each listener's own caps, so a flood on one leaves the other its file handles.
+    pub api_connections: Arc<ConnectionLimiter>,
+    pub tunnel_connections: Arc<ConnectionLimiter>,
     state: AppState,
 }
 
@@ -58,6 +61,7 @@ impl Server {
         for warning in config.warnings() {
             tracing::warn!("{warning}");
         }
+        let (api_connections, tunnel_connections) = connection_limiters(&config);
         tokio::fs::create_dir_all(&config.server.data_dir)
             .await
             .with_context(|| format!("creating {}", config.server.data_dir.display()))?;
@@ -130,6 +134,8 @@ impl Server {
             lifecycle,
             api,
             tunnel,
+            api_connections,
+            tunnel_connections,
             state,
         })
     }
@@ -141,13 +147,19 @@ impl Server {
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let lc = self.lifecycle.clone();
-        let tunnel_app = tunnel::router(lc.clone());
-        // Terminal keystrokes and exec round trips are small writes: Nagle's algorithm would hold
-        // them back for a delayed ACK (tens of milliseconds).
-        let tunnel = self.tunnel.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        let tunnel_task = tokio::spawn(async move { axum::serve(tunnel, tunnel_app).await });
+        let header_timeout = lc.config.server.header_timeout;
+        let trim_task = tokio::spawn(listener::return_memory_after_floods(vec![
+            self.api_connections.clone(),
+            self.tunnel_connections.clone(),
+        ]));
+        let tunnel_task = tokio::spawn(listener::serve(
+            self.tunnel,
+            self.tunnel_connections,
+            header_timeout,
+            tunnel::router(lc.clone()),
+            // Ends when the task is aborted below; sandboxes reconnect to the next server.
+            std::future::pending(),
+        ));
         crate::reconcile::reconcile(&lc)
             .await
             .context("reconciling at startup")?;
@@ -160,17 +172,73 @@ impl Server {
             driver = lc.driver.kind(),
             "agenthold is serving"
         );
-        let app = api::router(self.state);
-        let api = self.api.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        let result = axum::serve(api, app.into_make_service_with_connect_info::<SocketAddr>())
-            .with_graceful_shutdown(shutdown)
-            .await;
+        listener::serve(
+            self.api,
+            self.api_connections,
+            header_timeout,
+            api::router(self.state),
+            shutdown,
+        )
+        .await;
         tunnel_task.abort();
+        trim_task.abort();
         events_task.abort();
         sleeper_task.abort();
         lc.driver.shutdown().await;
-        result.context("serving the API")
+        Ok(())
     }
+}
+
+/// The fake driver's sandboxes all dial the tunnel from the server's own loopback address, so the
+/// cap per address (one sandbox's share) would hold all of them together: that address counts only
+/// against the total. Docker sandboxes each come from an address of their own bridge.
+fn fake_sandboxes_source(config: &Config) -> Vec<ipnet::IpNet> {
+    match config.sandbox.driver {
+        DriverKind::Fake => vec![ipnet::IpNet::from(std::net::IpAddr::from(
+            std::net::Ipv4Addr::LOCALHOST,
+        ))],
+        DriverKind::Docker => Vec::new(),
+    }
+}
+
+/// Raises the open-file limit and sizes both listeners' caps to fit under it.
+fn connection_limiters(config: &Config) -> (Arc<ConnectionLimiter>, Arc<ConnectionLimiter>) {
+    let api = config.server.max_connections as usize;
+    let tunnel = config.sandbox.tunnel_max_connections as usize;
+    let (api, tunnel) = match listener::raise_nofile_limit() {
+        Ok(nofile) => {
+            let fitted = listener::fit_to_budget(nofile, api, tunnel);
+            if fitted != (api, tunnel) {
+                tracing::warn!(
+                    nofile,
+                    "the open-file limit (RLIMIT_NOFILE) cannot hold server.max_connections \
+                     ({api}) and sandbox.tunnel_max_connections ({tunnel}) with {} to spare; \
+                     holding at most {} and {}; raise the hard limit (ulimit -Hn, LimitNOFILE=)",
+                    listener::FD_RESERVE,
+                    fitted.0,
+                    fitted.1
+                );
+            }
+            fitted
+        }
+        Err(e) => {
+            tracing::warn!("could not raise the open-file limit (RLIMIT_NOFILE): {e}");
+            (api, tunnel)
+        }
+    };
+    let c = &config.server;
+    (
+        ConnectionLimiter::new(
+            "api",
+            api,
+            c.max_connections_per_ip as usize,
+            c.trusted_proxies.clone(),
+        ),
+        ConnectionLimiter::new(
+            "tunnel",
+            tunnel,
+            config.sandbox.tunnel_max_connections_per_ip as usize,
+            fake_sandboxes_source(config),
+        ),
+    )
 }

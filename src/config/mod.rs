@@ -66,6 +66,17 @@ pub struct ServerConfig {
     /// Anyone else could claim HTTPS with that header, so nobody is believed by default.
     #[serde(deserialize_with = "de_ip_nets")]
     pub trusted_proxies: Vec<IpNet>,
+    /// Connections the API listener holds at once; more are closed as they come. Kept apart
+    /// from the tunnel's, so neither side can use up the other's share of file handles.
+    pub max_connections: u32,
+    /// Connections one client address may hold on the API listener (an IPv6 client: its /64);
+    /// `trusted_proxies` count only against `max_connections`, as every client comes through
+    /// them.
+    pub max_connections_per_ip: u32,
+    /// How long a client may take to send a request's headers, on both listeners; also how long
+    /// a kept-alive connection may sit idle between requests.
+    #[serde(deserialize_with = "de_duration")]
+    pub header_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -82,6 +93,9 @@ impl Default for ServerConfig {
             metrics_token: None,
             public_url: None,
             trusted_proxies: Vec::new(),
+            max_connections: 4096,
+            max_connections_per_ip: 256,
+            header_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -129,6 +143,13 @@ pub struct SandboxConfig {
     /// Where sandboxd dials in; `:8090` means every address.
     #[serde(deserialize_with = "de_socket_addr")]
     pub tunnel_listen: SocketAddr,
+    /// Connections the tunnel listener holds at once: one per running sandbox, plus a few while
+    /// one reconnects.
+    pub tunnel_max_connections: u32,
+    /// Connections one address may hold on the tunnel listener. A sandbox needs one (two while
+    /// it reconnects); every fake-driver sandbox comes from loopback, so that driver may need
+    /// more.
+    pub tunnel_max_connections_per_ip: u32,
     #[serde(deserialize_with = "de_duration")]
     pub idle_check_interval: Duration,
     /// How long one `idleMinutes` unit lasts; a minute, except in tests that need idle times in
@@ -166,6 +187,8 @@ impl Default for SandboxConfig {
             pids_limit: 4096,
             nofile: NofileLimit::default(),
             tunnel_listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 8090),
+            tunnel_max_connections: 2048,
+            tunnel_max_connections_per_ip: 8,
             idle_check_interval: Duration::from_secs(30),
             idle_minute: Duration::from_secs(60),
             sandboxd_path: None,
@@ -495,6 +518,22 @@ impl Config {
             ));
         }
         min_duration(s.session_ttl, 1, "server.session_ttl", &fail)?;
+        check_connection_caps(
+            ("server.max_connections", s.max_connections),
+            ("server.max_connections_per_ip", s.max_connections_per_ip),
+            &fail,
+        )?;
+        min_duration(s.header_timeout, 1, "server.header_timeout", &fail)?;
+        // Longer only keeps a slow or idle client's file handle for nothing.
+        if s.header_timeout > Duration::from_secs(10 * 60) {
+            return Err(fail(
+                "server.header_timeout",
+                format!(
+                    "({}) must be at most 10m",
+                    humantime::format_duration(s.header_timeout)
+                ),
+            ));
+        }
         // Browsers keep a cookie for at most 400 days, whatever it asks for.
         if s.session_ttl > Duration::from_secs(400 * 24 * 60 * 60) {
             return Err(fail(
@@ -579,6 +618,14 @@ impl Config {
         )?;
         min_duration(sb.idle_minute, 1, "sandbox.idle_minute", &fail)?;
         min_duration(sb.ping_interval, 1, "sandbox.ping_interval", &fail)?;
+        check_connection_caps(
+            ("sandbox.tunnel_max_connections", sb.tunnel_max_connections),
+            (
+                "sandbox.tunnel_max_connections_per_ip",
+                sb.tunnel_max_connections_per_ip,
+            ),
+            &fail,
+        )?;
         // A week is far beyond any use, and keeps the seconds sent to sandboxd small.
         if sb.terminal_detach_minutes > 7 * 24 * 60 {
             return Err(fail(
@@ -668,6 +715,28 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// A listener's total and per-address caps: at least 1, per address at most the total, and the
+/// total at most Linux's default `nr_open`, past which no process can hold that many sockets.
+fn check_connection_caps(
+    (total_key, total): (&str, u32),
+    (per_ip_key, per_ip): (&str, u32),
+    fail: &impl Fn(&str, String) -> ConfigError,
+) -> Result<(), ConfigError> {
+    if total == 0 || total > 1 << 20 {
+        return Err(fail(
+            total_key,
+            format!("({total}) must be between 1 and 1048576"),
+        ));
+    }
+    if per_ip == 0 || per_ip > total {
+        return Err(fail(
+            per_ip_key,
+            format!("({per_ip}) must be between 1 and {total_key} ({total})"),
+        ));
+    }
+    Ok(())
 }
 
 fn min_duration(

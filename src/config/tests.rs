@@ -395,6 +395,32 @@ fn impossible_values_are_refused_with_one_message() {
             "config.yaml: sandbox.ping_interval (0s) must be at least 1s",
         ),
         (
+            "sandbox:\n  tunnel_max_connections: 0\n",
+            "config.yaml: sandbox.tunnel_max_connections (0) must be between 1 and 1048576",
+        ),
+        (
+            "sandbox:\n  tunnel_max_connections_per_ip: 0\n",
+            "config.yaml: sandbox.tunnel_max_connections_per_ip (0) must be between 1 and \
+             sandbox.tunnel_max_connections (2048)",
+        ),
+        (
+            "server:\n  max_connections: 100\n",
+            "config.yaml: server.max_connections_per_ip (256) must be between 1 and \
+             server.max_connections (100)",
+        ),
+        (
+            "server:\n  max_connections: 2000000\n",
+            "config.yaml: server.max_connections (2000000) must be between 1 and 1048576",
+        ),
+        (
+            "server:\n  header_timeout: 100ms\n",
+            "config.yaml: server.header_timeout (100ms) must be at least 1s",
+        ),
+        (
+            "server:\n  header_timeout: 1h\n",
+            "config.yaml: server.header_timeout (1h) must be at most 10m",
+        ),
+        (
             "server:\n  data_dir: \"\"\n",
             "config.yaml: server.data_dir is empty; name a directory",
         ),

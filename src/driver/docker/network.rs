@@ -496,7 +496,12 @@ mod tests {
         let with_sandbox = net("c", "10.0.0.32/28", "2026-12-01T10:00:02Z", &["sandbox"]);
         let with_server = net("d", "10.0.0.48/28", "2026-12-01T09:00:00Z", &["server"]);
         let stored = Some("10.0.0.16/28".parse().expect("subnet"));
-        let all = [old.clone(), recorded.clone(), with_sandbox, with_server.clone()];
+        let all = [
+            old.clone(),
+            recorded.clone(),
+            with_sandbox,
+            with_server.clone(),
+        ];
         assert_eq!(keeper(&all, stored, Some("server")), 2);
         let no_sandbox = [old.clone(), recorded.clone(), with_server.clone()];
         assert_eq!(keeper(&no_sandbox, stored, Some("server")), 1);
