@@ -104,21 +104,23 @@ async fn a_slowloris_on_the_tunnel_is_cut_while_the_api_and_exec_answer() {
         }));
     }
 
-    // While the flood lasts, the API and an exec through the tunnel answer at their usual pace.
+    // While the flood lasts, the API and an exec through the tunnel keep answering. The bounds
+    // are far above their usual times (milliseconds) so that a loaded CI machine never trips
+    // them; what they catch is a server that stops answering, as it did before the caps.
     let mut rounds = 0;
     while !slow.iter().all(|t| t.is_finished()) {
         let began = Instant::now();
-        let health = tokio::time::timeout(Duration::from_secs(2), s.get("/api/v1/health").send())
+        let health = tokio::time::timeout(Duration::from_secs(15), s.get("/api/v1/health").send())
             .await
-            .expect("health within 2 s during the flood")
+            .expect("health within 15 s during the flood")
             .unwrap();
         assert_eq!(health.status(), 200);
-        let out = tokio::time::timeout(Duration::from_secs(5), exec(&s, &id, &["echo", "hi"]))
+        let out = tokio::time::timeout(Duration::from_secs(15), exec(&s, &id, &["echo", "hi"]))
             .await
-            .expect("exec within 5 s during the flood");
+            .expect("exec within 15 s during the flood");
         assert_eq!(out["stdout"], "hi\n", "{out}");
         rounds += 1;
-        assert!(began.elapsed() < Duration::from_secs(5));
+        assert!(began.elapsed() < Duration::from_secs(20));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(rounds > 0);
