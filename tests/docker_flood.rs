@@ -16,7 +16,9 @@ async fn a_flood_from_a_sandbox_gets_its_cap_and_the_header_timeout() {
     let env = DockerEnv::new();
     let s = env
         .server_with(false, |c| {
-            c.server.header_timeout = Duration::from_secs(3);
+            // Long enough that the first look (after 200 connects and a second) always comes
+            // before the cut on a loaded machine; the second look comes well after it.
+            c.server.header_timeout = Duration::from_secs(10);
         })
         .await;
     let a = running_agent_with(&s, "flooder", DEBIAN_IMAGE).await;
@@ -25,7 +27,7 @@ async fn a_flood_from_a_sandbox_gets_its_cap_and_the_header_timeout() {
     let port = s.tunnel_addr.port();
 
     // Per connection, after the flood is open: "held" (no answer yet), "503" (refused), or
-    // "gone" (closed); then again 5 s later, past the header timeout.
+    // "gone" (closed); then again 12 s later, past the header timeout.
     let script = format!(
         r#"trap "" PIPE
 fds=()
@@ -43,7 +45,7 @@ look() {{
   done
 }}
 look first
-sleep 5
+sleep 12
 look later
 "#
     );

@@ -70,13 +70,19 @@ async fn status_from(source: &str, to: SocketAddr) -> Option<u16> {
 async fn a_slowloris_on_the_tunnel_is_cut_while_the_api_and_exec_answer() {
     const SLOW: usize = 300;
     let header_timeout = Duration::from_secs(3);
-    let s = TestServer::start_with(|c| {
+    let mut s = TestServer::start_with(|c| {
         c.server.header_timeout = header_timeout;
         // Room for the whole flood, so that it is the header timeout that ends it.
         c.sandbox.tunnel_max_connections = 2 * SLOW as u32;
         c.sandbox.tunnel_max_connections_per_ip = 2 * SLOW as u32;
     })
     .await;
+    // The header timeout is also the API's idle timeout: a pooled connection could be closed by
+    // the server just as the client takes it again. A fresh connection per request cannot be.
+    s.http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("client");
     let id = s.running_agent("busy").await;
 
     let tunnel = s.tunnel_addr;

@@ -828,7 +828,9 @@ async fn an_attach_flood_is_refused_beyond_the_cap_and_the_tunnel_stays_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_past_the_tunnels_own_limit_leaves_the_tunnel_up() {
     const FLOOD: usize = 300;
-    let s = TestServer::start().await;
+    // The flood's HTTP requests come from one address, one connection each: the API's own cap
+    // per address (256) must not be what refuses them.
+    let s = TestServer::start_with(|c| c.server.max_connections_per_ip = 1024).await;
     let cap = s.lc.config.sandbox.max_streams_per_agent;
     assert!(cap < sandboxd::mux::MAX_STREAMS && FLOOD > sandboxd::mux::MAX_STREAMS);
     let id = s.running_agent("deluge").await;

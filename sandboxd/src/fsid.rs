@@ -13,8 +13,8 @@
 //!   terminals, exec spawning and the tunnel, which run on other threads, keep root.
 //! - The thread is made for one operation and ends with it: nothing else ever runs on it (tokio's
 //!   pools reuse threads, so the work must never go to one of those with these credentials), and
-//!   no way back to root is needed. Threads it starts (the background sync of an upload) inherit
-//!   the identity, which is what they should have.
+//!   no way back to root is needed. Threads it starts (the background sync of an upload, whose
+//!   writer runs as the account too) inherit the identity, which is what they should have.
 //! - Only the filesystem ids change. The real, effective and saved uids stay 0: with them set to
 //!   the account, the agent's processes could signal (even SIGKILL or SIGSTOP, which act on the
 //!   whole process) or trace this thread. With a non-zero fsuid the kernel drops the capabilities

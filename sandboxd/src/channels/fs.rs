@@ -287,7 +287,8 @@ pub async fn write(sb: Sandbox, mut s: MuxStream, path: String) {
     }
     let shown = plan.target.logical.display().to_string();
     let started = std::time::Instant::now();
-    let (file, size) = match receive(&mut s, file, shown.clone()).await {
+    let identity = sb.fs_identity().clone();
+    let (file, size) = match receive(&mut s, file, shown.clone(), identity).await {
         Ok(Some(v)) => v,
         Ok(None) => {
             tracing::info!(path = %shown, "fs.write abandoned by the peer; nothing written");
@@ -355,13 +356,17 @@ async fn receive(
     s: &mut MuxStream,
     file: std::fs::File,
     shown: String,
+    identity: FsIdentity,
 ) -> Result<Option<(std::fs::File, u64)>, ChannelError> {
     let (full_tx, full_rx) = tokio::sync::mpsc::channel::<Batch>(BATCHES_QUEUED);
     let (empty_tx, mut empty_rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
     let abandoned = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let stop = abandoned.clone();
-    let writer =
-        tokio::task::spawn_blocking(move || write_batches(file, full_rx, empty_tx, &stop, &shown));
+    // The bytes too are written as the account: the kernel checks disk space (ext4's blocks kept
+    // for root, quotas) at write time, against the writer's own capabilities.
+    let writer = tokio::task::spawn_blocking(move || {
+        identity.run_sync(move || write_batches(file, full_rx, empty_tx, &stop, &shown))
+    });
 
     let mut buf = vec![0u8; WRITE_BATCH];
     let mut len = 0;
