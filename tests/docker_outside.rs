@@ -170,17 +170,22 @@ async fn killing_sandboxd_while_the_agent_starts_fails_the_start_and_says_why() 
     })
     .await;
     assert_eq!(s.state(&id).await, "starting");
-    // sandboxd is the only child of the container's init (`--init`).
+    // sandboxd is the only child of the container's init (`--init`). The container counts as
+    // running as soon as the init runs; its child is still the init's own fork until it has
+    // exec'd sandboxd, so that is waited for.
     let init = docker(&["inspect", "--format", "{{.State.Pid}}", &container]);
-    let children = std::fs::read_to_string(format!("/proc/{init}/task/{init}/children"))
-        .expect("the init's children");
-    let sandboxd: i32 = children
-        .split_whitespace()
-        .next()
-        .and_then(|p| p.parse().ok())
-        .expect("sandboxd's pid");
-    let comm = std::fs::read_to_string(format!("/proc/{sandboxd}/comm")).expect("comm");
-    assert_eq!(comm.trim(), "sandboxd");
+    let sandboxd_pid = || -> Option<i32> {
+        let children =
+            std::fs::read_to_string(format!("/proc/{init}/task/{init}/children")).ok()?;
+        let pid: i32 = children.split_whitespace().next()?.parse().ok()?;
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+        (comm.trim() == "sandboxd").then_some(pid)
+    };
+    wait_until("sandboxd runs under the container's init", || {
+        sandboxd_pid().is_some()
+    })
+    .await;
+    let sandboxd = sandboxd_pid().expect("sandboxd's pid");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(sandboxd),
         nix::sys::signal::Signal::SIGKILL,
