@@ -92,6 +92,16 @@ async fn make_duplicate_network(env: &DockerEnv, id: &str, subnet: &str) {
         .expect("a second network with the agent's name");
 }
 
+/// Somebody else's running container under the agent's container name, made with `docker run`
+/// and `extra` options; returns its id.
+fn run_foreign_container(env: &DockerEnv, id: &str, extra: &[&str]) -> String {
+    let name = env.container(id);
+    let mut args = vec!["run", "-d", "--name", name.as_str()];
+    args.extend_from_slice(extra);
+    args.extend([BUSYBOX_IMAGE, "sleep", "600"]);
+    docker(&args)
+}
+
 /// The last /28 of the test's /24: the driver hands subnets out from the first.
 fn spare_subnet(env: &DockerEnv) -> String {
     let base = env.pool.trim_end_matches(".0/24");
@@ -192,17 +202,9 @@ async fn error_is_never_a_dead_end() {
     server.op(&id, "stop").await;
     server.settles_to(&id, "sleeping", "stop").await;
     docker(&["rm", "-f", &env.container(&id)]);
-    let foreign = docker(&[
-        "run",
-        "-d",
-        "--name",
-        &env.container(&id),
-        "--label",
-        &format!("agenthold.prefix={}", env.prefix),
-        BUSYBOX_IMAGE,
-        "sleep",
-        "600",
-    ]);
+    // With our prefix label but no agent label: still not ours.
+    let prefix_label = format!("agenthold.prefix={}", env.prefix);
+    let foreign = run_foreign_container(&env, &id, &["--label", &prefix_label]);
     server.op(&id, "start").await;
     let state = server.settled(&id).await.unwrap_or_default();
     assert!(
@@ -246,20 +248,12 @@ async fn error_is_never_a_dead_end() {
         .await;
 
     // DELETE from `error` removes everything of ours (duplicates too) and the agent, and leaves
-    // somebody else's volume under the home's name alone.
+    // somebody else's container under the agent's name alone.
     make_duplicate_network(&env, &id, &spare_subnet(&env)).await;
     server.op(&id, "stop").await;
     server.settles_to(&id, "sleeping", "stop").await;
     docker(&["rm", "-f", &env.container(&id)]);
-    let foreign = docker(&[
-        "run",
-        "-d",
-        "--name",
-        &env.container(&id),
-        BUSYBOX_IMAGE,
-        "sleep",
-        "600",
-    ]);
+    let foreign = run_foreign_container(&env, &id, &[]);
     server.op(&id, "start").await;
     assert!(server
         .settled(&id)
