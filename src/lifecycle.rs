@@ -36,6 +36,9 @@ pub enum LifecycleError {
     },
     #[error("an agent named {0:?} already exists")]
     NameTaken(String),
+    /// The change is not allowed for this agent as it is; `field` is the request's field.
+    #[error("{why}")]
+    BadChange { field: &'static str, why: String },
     #[error(transparent)]
     Driver(#[from] DriverError),
     #[error("agent {id}: {source}")]
@@ -52,6 +55,7 @@ impl LifecycleError {
             StoreError::NotFound(id) => LifecycleError::NotFound(id),
             StoreError::Conflict { id, state } => LifecycleError::Conflict { id, state, op },
             StoreError::NameTaken(n) => LifecycleError::NameTaken(n),
+            StoreError::BadChange { field, why } => LifecycleError::BadChange { field, why },
             other => LifecycleError::Store(other),
         }
     }

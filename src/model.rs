@@ -66,6 +66,10 @@ impl std::fmt::Display for AgentState {
     }
 }
 
+/// The smallest home an agent may have (`diskMb`): ext4's own structures take a few MiB, and a
+/// shell's dotfiles need room besides.
+pub const MIN_DISK_MB: u64 = 64;
+
 /// An agent and its sandbox, as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -76,6 +80,10 @@ pub struct Agent {
     pub image: String,
     pub cpus: f64,
     pub memory_mb: u64,
+    /// The home's size limit in MiB (`df` in the sandbox shows it); null for a home without
+    /// one, which shares the host's disk (agents made before disk limits, or on a server
+    /// without them).
+    pub disk_mb: Option<u64>,
     pub idle_minutes: u32,
     pub state: AgentState,
     /// The last failure's message while `state` is `error`.
@@ -101,6 +109,7 @@ pub struct NewAgent {
     pub image: String,
     pub cpus: f64,
     pub memory_mb: u64,
+    pub disk_mb: Option<u64>,
     pub idle_minutes: u32,
 }
 
@@ -111,6 +120,8 @@ pub struct AgentPatch {
     pub image: Option<String>,
     pub cpus: Option<f64>,
     pub memory_mb: Option<u64>,
+    /// A larger home (it never shrinks); applied at the agent's next start.
+    pub disk_mb: Option<u64>,
     pub idle_minutes: Option<u32>,
 }
 

@@ -98,6 +98,15 @@ async fn bad_bodies_are_400_with_a_message() {
             r#"{"name": "a", "memoryMb": 99999999}"#.into(),
         ),
         (
+            "disk below the minimum",
+            r#"{"name": "a", "diskMb": 63}"#.into(),
+        ),
+        (
+            "disk above the maximum",
+            r#"{"name": "a", "diskMb": 102401}"#.into(),
+        ),
+        ("negative disk", r#"{"name": "a", "diskMb": -1}"#.into()),
+        (
             "idle too long",
             r#"{"name": "a", "idleMinutes": 99999999}"#.into(),
         ),
@@ -177,6 +186,7 @@ async fn names_are_unique_and_defaults_apply() {
     assert_eq!(a["image"], "debian:bookworm-slim");
     assert_eq!(a["cpus"], 2.0);
     assert_eq!(a["memoryMb"], 4096);
+    assert_eq!(a["diskMb"], 10240);
     assert_eq!(a["idleMinutes"], 15);
     assert_eq!(a["needsRebuild"], false);
     let id = a["id"].as_str().unwrap();
@@ -234,6 +244,73 @@ async fn changing_image_or_resources_needs_a_rebuild() {
         .await
         .unwrap();
     expect_error(r, 400, "invalid").await;
+
+    // A larger home needs no rebuild (a start grows it); a smaller one is refused.
+    let a: Value = s
+        .patch(&format!("/api/v1/agents/{id}"))
+        .json(&json!({"diskMb": 20480}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(a["diskMb"], 20480);
+    let r = s
+        .patch(&format!("/api/v1/agents/{id}"))
+        .json(&json!({"diskMb": 10240}))
+        .send()
+        .await
+        .unwrap();
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "invalid", "{body}");
+    assert_eq!(body["error"]["field"], "diskMb", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("only grow"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn without_a_default_disk_new_agents_have_no_limit_unless_they_ask() {
+    let s = TestServer::start_with(|c| c.sandbox.default_disk_mb = 0).await;
+    let l: Value = s
+        .get("/api/v1/limits")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(l["defaultDiskMb"], Value::Null);
+    assert_eq!(l["maxDiskMb"], 102400);
+    let create = |body: Value| s.post("/api/v1/agents").json(&body).send();
+    let a: Value = create(json!({"name": "free"}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(a["diskMb"], Value::Null);
+    let b: Value = create(json!({"name": "sized", "diskMb": 512}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(b["diskMb"], 512);
+    // A home made without a limit keeps it that way.
+    let r = s
+        .patch(&format!("/api/v1/agents/{}", a["id"].as_str().unwrap()))
+        .json(&json!({"diskMb": 1024}))
+        .send()
+        .await
+        .unwrap();
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["field"], "diskMb", "{body}");
 }
 
 #[tokio::test]
@@ -429,6 +506,9 @@ async fn limits_tell_clients_what_the_server_allows() {
     assert_eq!(l["maxFileMb"], 7);
     assert_eq!(l["maxCpus"], 8.0);
     assert_eq!(l["defaultImage"], "debian:bookworm-slim");
+    assert_eq!(l["defaultDiskMb"], 10240);
+    assert_eq!(l["maxDiskMb"], 102400);
+    assert_eq!(l["tmpMb"], 1024);
     let r = s.http.get(s.url("/api/v1/limits")).send().await.unwrap();
     assert_eq!(r.status(), 401);
 }

@@ -69,7 +69,7 @@ impl ServerContainer {
             format!(
                 "server:\n  listen: 0.0.0.0:{API_PORT}\n  data_dir: /data\n\
                  sandbox:\n  driver: docker\n  default_image: {BUSYBOX_IMAGE}\n  \
-                 default_cpus: 1.0\n  default_memory_mb: 256\n  \
+                 default_cpus: 1.0\n  default_memory_mb: 256\n  default_disk_mb: 0\n  \
                  docker:\n    name_prefix: {}\n    network_pool: {}\n",
                 env.prefix, env.pool
             ),

@@ -227,12 +227,20 @@ async fn error_is_never_a_dead_end() {
         "kept"
     );
 
-    // The home removed outside: a start says so plainly instead of making an empty one; a
-    // rebuild then gives the agent a new, empty home.
+    // The home removed outside (its volume, and the disk image that holds its files): a start
+    // says so plainly instead of making an empty one; a rebuild then gives the agent a new,
+    // empty home.
     server.op(&id, "stop").await;
     server.settles_to(&id, "sleeping", "stop").await;
     docker(&["rm", "-f", &env.container(&id)]);
     docker(&["volume", "rm", &env.volume(&id)]);
+    let disk = dir.path().join("data/disks").join(env.volume(&id));
+    let out = std::process::Command::new("umount")
+        .arg(&disk)
+        .output()
+        .expect("umount");
+    assert!(out.status.success(), "umount {}: {out:?}", disk.display());
+    std::fs::remove_file(disk.with_extension("ext4")).expect("removing the disk image");
     server.op(&id, "start").await;
     let state = server.settled(&id).await.unwrap_or_default();
     assert!(

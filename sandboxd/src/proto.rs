@@ -404,6 +404,8 @@ pub enum ErrorCode {
     Io,
     /// A limit on concurrent use was reached (viewers of a terminal, terminal sessions).
     Busy,
+    /// The sandbox's disk is full (its home's limit, or `/tmp`'s).
+    NoSpace,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, thiserror::Error)]
@@ -432,7 +434,8 @@ impl ChannelError {
             K::NotADirectory => ErrorCode::NotDir,
             K::DirectoryNotEmpty => ErrorCode::Invalid,
             K::InvalidInput | K::InvalidFilename => ErrorCode::Invalid,
-            K::FileTooLarge | K::StorageFull | K::QuotaExceeded => ErrorCode::TooLarge,
+            K::FileTooLarge => ErrorCode::TooLarge,
+            K::StorageFull | K::QuotaExceeded => ErrorCode::NoSpace,
             _ => ErrorCode::Io,
         };
         ChannelError::new(code, format!("{what}: {err}"))

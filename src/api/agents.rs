@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 
 use super::error::{ApiError, ApiJson, ErrorBody};
 use super::AppState;
-use crate::model::{new_agent_id, Agent, AgentPatch, NewAgent};
+use crate::model::{new_agent_id, Agent, AgentPatch, NewAgent, MIN_DISK_MB};
 
 /// Longest agent name: one DNS label.
 const MAX_NAME: usize = 63;
@@ -25,6 +25,8 @@ pub struct CreateAgent {
     pub image: Option<String>,
     pub cpus: Option<f64>,
     pub memory_mb: Option<u64>,
+    /// The home's size in MiB (`sandbox.default_disk_mb` when absent).
+    pub disk_mb: Option<u64>,
     /// Minutes without use before the agent sleeps; 0 = never.
     pub idle_minutes: Option<u32>,
 }
@@ -36,6 +38,8 @@ pub struct UpdateAgent {
     pub image: Option<String>,
     pub cpus: Option<f64>,
     pub memory_mb: Option<u64>,
+    /// A larger home in MiB (it never shrinks), applied at the agent's next start.
+    pub disk_mb: Option<u64>,
     pub idle_minutes: Option<u32>,
 }
 
@@ -56,6 +60,13 @@ pub struct Limits {
     pub default_idle_minutes: u32,
     pub max_cpus: f64,
     pub max_memory_mb: u64,
+    /// The home size of an agent that asks for none; null when such agents get no limit.
+    pub default_disk_mb: Option<u64>,
+    /// The largest home one may ask for; null when this server cannot limit homes.
+    pub max_disk_mb: Option<u64>,
+    /// The size of each sandbox's in-memory `/tmp` and `/var/tmp`; null when they are on the
+    /// container's own layer.
+    pub tmp_mb: Option<u64>,
     pub max_idle_minutes: u32,
     /// The largest file `fs/write` accepts.
     pub max_file_mb: u64,
@@ -77,6 +88,14 @@ pub async fn limits(State(st): State<AppState>) -> Json<Limits> {
         default_idle_minutes: sb.default_idle_minutes,
         max_cpus: sb.max_cpus,
         max_memory_mb: sb.max_memory_mb,
+        default_disk_mb: (sb.default_disk_mb > 0).then_some(sb.default_disk_mb),
+        max_disk_mb: st
+            .lc
+            .driver
+            .disk_limits_unavailable()
+            .is_none()
+            .then_some(sb.max_disk_mb),
+        tmp_mb: (sb.tmp_mb > 0).then_some(sb.tmp_mb),
         max_idle_minutes: MAX_IDLE_MINUTES,
         max_file_mb: server.max_file_mb,
         exec_output_cap_kb: server.exec_output_cap_kb,
@@ -121,12 +140,21 @@ fn validate_image(image: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn validate_resources(
-    st: &AppState,
+/// What an agent asks for; `None` leaves a setting to its default (or as it is).
+struct Resources {
     cpus: Option<f64>,
     memory_mb: Option<u64>,
+    disk_mb: Option<u64>,
     idle: Option<u32>,
-) -> Result<(), ApiError> {
+}
+
+fn validate_resources(st: &AppState, r: Resources) -> Result<(), ApiError> {
+    let Resources {
+        cpus,
+        memory_mb,
+        disk_mb,
+        idle,
+    } = r;
     let sb = &st.config.sandbox;
     if let Some(c) = cpus {
         if !(c.is_finite() && c > 0.0 && c <= sb.max_cpus) {
@@ -141,6 +169,23 @@ fn validate_resources(
             return Err(ApiError::invalid_field(
                 "memoryMb",
                 format!("memoryMb must be between 16 and {}", sb.max_memory_mb),
+            ));
+        }
+    }
+    if let Some(d) = disk_mb {
+        if let Some(why) = st.lc.driver.disk_limits_unavailable() {
+            return Err(ApiError::invalid_field(
+                "diskMb",
+                format!("this server cannot limit an agent's disk: {why}"),
+            ));
+        }
+        if !(MIN_DISK_MB..=sb.max_disk_mb).contains(&d) {
+            return Err(ApiError::invalid_field(
+                "diskMb",
+                format!(
+                    "diskMb must be between {MIN_DISK_MB} and {}",
+                    sb.max_disk_mb
+                ),
             ));
         }
     }
@@ -184,7 +229,15 @@ pub async fn create(
     if let Some(image) = &body.image {
         validate_image(image)?;
     }
-    validate_resources(&st, body.cpus, body.memory_mb, body.idle_minutes)?;
+    validate_resources(
+        &st,
+        Resources {
+            cpus: body.cpus,
+            memory_mb: body.memory_mb,
+            disk_mb: body.disk_mb,
+            idle: body.idle_minutes,
+        },
+    )?;
     let sb = &st.config.sandbox;
     let new = NewAgent {
         id: new_agent_id(),
@@ -192,6 +245,9 @@ pub async fn create(
         image: body.image.unwrap_or_else(|| sb.default_image.clone()),
         cpus: body.cpus.unwrap_or(sb.default_cpus),
         memory_mb: body.memory_mb.unwrap_or(sb.default_memory_mb),
+        disk_mb: body
+            .disk_mb
+            .or((sb.default_disk_mb > 0).then_some(sb.default_disk_mb)),
         idle_minutes: body.idle_minutes.unwrap_or(sb.default_idle_minutes),
     };
     let agent = st.lc.create(new).await?;
@@ -222,12 +278,21 @@ pub async fn update(
     if let Some(image) = &body.image {
         validate_image(image)?;
     }
-    validate_resources(&st, body.cpus, body.memory_mb, body.idle_minutes)?;
+    validate_resources(
+        &st,
+        Resources {
+            cpus: body.cpus,
+            memory_mb: body.memory_mb,
+            disk_mb: body.disk_mb,
+            idle: body.idle_minutes,
+        },
+    )?;
     let patch = AgentPatch {
         name: body.name,
         image: body.image,
         cpus: body.cpus,
         memory_mb: body.memory_mb,
+        disk_mb: body.disk_mb,
         idle_minutes: body.idle_minutes,
     };
     Ok(Json(st.lc.patch(&id, patch).await?))

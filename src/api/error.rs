@@ -122,6 +122,7 @@ impl From<LifecycleError> for ApiError {
                 ApiError::unavailable(message)
             }
             LifecycleError::WakeFailed(_) => ApiError::conflict(message),
+            LifecycleError::BadChange { field, .. } => ApiError::invalid_field(field, message),
             LifecycleError::Store(_) => ApiError::internal(message),
         }
     }
@@ -139,6 +140,7 @@ impl From<ChannelError> for ApiError {
                 (StatusCode::FORBIDDEN, "forbidden")
             }
             ErrorCode::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+            ErrorCode::NoSpace => (StatusCode::INSUFFICIENT_STORAGE, "no_space"),
             ErrorCode::UnknownChannel => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ErrorCode::Io => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };

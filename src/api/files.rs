@@ -147,27 +147,46 @@ pub async fn write(
     if declared.is_some_and(|n| n > limit) {
         return Err(too_large());
     }
-    let (mut stream, _) = open(&st, &id, &Channel::FsWrite { path: q.path }).await?;
+    let (stream, _) = open(&st, &id, &Channel::FsWrite { path: q.path }).await?;
+    let (mut from_sandbox, mut to_sandbox) = tokio::io::split(stream);
     let mut body = req.into_body().into_data_stream();
-    let mut written: u64 = 0;
-    while let Some(chunk) = body.next().await {
-        // Returning early drops the stream without a shutdown: a reset, so sandboxd discards
-        // the partial file.
-        let chunk = chunk.map_err(|e| ApiError::invalid(format!("the upload broke off: {e}")))?;
-        written += chunk.len() as u64;
-        if written > limit {
-            return Err(too_large());
+    let upload = async {
+        let mut written: u64 = 0;
+        while let Some(chunk) = body.next().await {
+            // Returning early drops the stream without a shutdown: a reset, so sandboxd
+            // discards the partial file.
+            let chunk =
+                chunk.map_err(|e| ApiError::invalid(format!("the upload broke off: {e}")))?;
+            written += chunk.len() as u64;
+            if written > limit {
+                return Err(too_large());
+            }
+            to_sandbox.write_all(&chunk).await.map_err(|e| {
+                ApiError::unavailable(format!("the sandbox connection failed: {e}"))
+            })?;
         }
-        stream
-            .write_all(&chunk)
+        to_sandbox
+            .shutdown()
             .await
-            .map_err(|e| ApiError::unavailable(format!("the sandbox connection failed: {e}")))?;
+            .map_err(|e| ApiError::unavailable(format!("the sandbox connection failed: {e}")))
+    };
+    // sandboxd answers once, at the end; an answer before that is a failure (a full disk) after
+    // which it reads no more, so the rest of the body would wait forever on the stream's window.
+    let answer = proto::read_message::<_, Reply>(&mut from_sandbox);
+    tokio::pin!(answer);
+    tokio::select! {
+        early = &mut answer => {
+            let reply = early.map_err(|e| {
+                ApiError::unavailable(format!("the sandbox did not confirm the write: {e}"))
+            })?;
+            reply.into_result()?;
+            return Err(ApiError::unavailable(
+                "the sandbox confirmed the write before the upload ended",
+            ));
+        }
+        sent = upload => sent?,
     }
-    stream
-        .shutdown()
-        .await
-        .map_err(|e| ApiError::unavailable(format!("the sandbox connection failed: {e}")))?;
-    let reply: Reply = proto::read_message(&mut stream).await.map_err(|e| {
+    let reply = answer.await.map_err(|e| {
         ApiError::unavailable(format!("the sandbox did not confirm the write: {e}"))
     })?;
     reply.into_result()?;

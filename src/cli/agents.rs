@@ -44,6 +44,9 @@ pub struct CreateArgs {
     /// Memory limit in MiB (default: the server's)
     #[arg(long, value_name = "MB")]
     pub memory_mb: Option<u64>,
+    /// Size of the agent's home in MiB (default: the server's)
+    #[arg(long, value_name = "MB")]
+    pub disk_mb: Option<u64>,
     /// Minutes without use before the agent sleeps
     #[arg(long, value_name = "MINUTES")]
     pub idle_minutes: Option<u32>,
@@ -86,6 +89,7 @@ pub(super) async fn run(client: &ApiClient, json: bool, cmd: AgentsCommand) -> a
                 image: args.image,
                 cpus: args.cpus,
                 memory_mb: args.memory_mb,
+                disk_mb: args.disk_mb,
                 idle_minutes: args.idle_minutes,
             };
             let watch = watch_if(client, args.wait).await;

@@ -467,6 +467,7 @@ mod tests {
             image: "img".into(),
             cpus: 1.0,
             memory_mb: 512,
+            disk_mb: None,
             idle_minutes: 15,
             state,
             error: None,

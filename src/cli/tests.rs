@@ -50,6 +50,8 @@ fn agents_subcommands() {
         "0.5",
         "--memory-mb",
         "512",
+        "--disk-mb",
+        "2048",
         "--idle-minutes",
         "5",
         "--wait",
@@ -63,6 +65,7 @@ fn agents_subcommands() {
                 image: Some("busybox".into()),
                 cpus: Some(0.5),
                 memory_mb: Some(512),
+                disk_mb: Some(2048),
                 idle_minutes: Some(5),
                 wait: true,
             }

@@ -21,6 +21,8 @@ pub struct CreateAgent {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_mb: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk_mb: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub idle_minutes: Option<u32>,
 }
 

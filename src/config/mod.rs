@@ -135,6 +135,13 @@ pub struct SandboxConfig {
     pub default_idle_minutes: u32,
     pub max_cpus: f64,
     pub max_memory_mb: u64,
+    /// The size of a new agent's home when it asks for none; 0 gives new agents no disk limit.
+    pub default_disk_mb: u64,
+    /// The largest home an agent may ask for (`diskMb`).
+    pub max_disk_mb: u64,
+    /// The size of the in-memory `/tmp` and `/var/tmp` of each sandbox (each counts toward the
+    /// sandbox's memory limit); 0 leaves them on the container's own layer.
+    pub tmp_mb: u64,
     /// `-1` means no limit.
     pub pids_limit: i64,
     /// Open files per process in a sandbox (`RLIMIT_NOFILE`): with `pids_limit`, what one
@@ -184,6 +191,9 @@ impl Default for SandboxConfig {
             default_idle_minutes: 15,
             max_cpus: 8.0,
             max_memory_mb: 16384,
+            default_disk_mb: 10240,
+            max_disk_mb: 102400,
+            tmp_mb: 1024,
             pids_limit: 4096,
             nofile: NofileLimit::default(),
             tunnel_listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 8090),
@@ -581,6 +591,22 @@ impl Config {
                 format!(
                     "({}) is above sandbox.max_memory_mb ({})",
                     sb.default_memory_mb, sb.max_memory_mb
+                ),
+            ));
+        }
+        const MIN_DISK: u64 = crate::model::MIN_DISK_MB;
+        if sb.max_disk_mb < MIN_DISK {
+            return Err(fail(
+                "sandbox.max_disk_mb",
+                format!("({}) must be at least {MIN_DISK}", sb.max_disk_mb),
+            ));
+        }
+        if sb.default_disk_mb != 0 && !(MIN_DISK..=sb.max_disk_mb).contains(&sb.default_disk_mb) {
+            return Err(fail(
+                "sandbox.default_disk_mb",
+                format!(
+                    "({}) must be 0 (no limit) or between {MIN_DISK} and sandbox.max_disk_mb ({})",
+                    sb.default_disk_mb, sb.max_disk_mb
                 ),
             ));
         }

@@ -363,6 +363,20 @@ fn impossible_values_are_refused_with_one_message() {
             "config.yaml: sandbox.default_memory_mb (20000) is above sandbox.max_memory_mb (16384)",
         ),
         (
+            "sandbox:\n  max_disk_mb: 63\n",
+            "config.yaml: sandbox.max_disk_mb (63) must be at least 64",
+        ),
+        (
+            "sandbox:\n  default_disk_mb: 32\n",
+            "config.yaml: sandbox.default_disk_mb (32) must be 0 (no limit) or between 64 and \
+             sandbox.max_disk_mb (102400)",
+        ),
+        (
+            "sandbox:\n  default_disk_mb: 200000\n",
+            "config.yaml: sandbox.default_disk_mb (200000) must be 0 (no limit) or between 64 \
+             and sandbox.max_disk_mb (102400)",
+        ),
+        (
             "sandbox:\n  default_idle_minutes: 0\n",
             "config.yaml: sandbox.default_idle_minutes must be at least 1",
         ),
@@ -530,6 +544,8 @@ fn small_values_at_the_limits_are_fine() {
   pids_limit: 16
   ping_interval: 1s
   max_streams_per_agent: 224
+  default_disk_mb: 64
+  max_disk_mb: 64
   docker:
     network_pool: 10.0.0.0/8
     subnet_bits: 29

@@ -19,6 +19,8 @@ pub struct SandboxSpec {
     pub image: String,
     pub cpus: f64,
     pub memory_mb: u64,
+    /// The home's size limit; `None` for a home without one (the host's disk).
+    pub disk_mb: Option<u64>,
 }
 
 impl SandboxSpec {
@@ -28,6 +30,7 @@ impl SandboxSpec {
             image: agent.image.clone(),
             cpus: agent.cpus,
             memory_mb: agent.memory_mb,
+            disk_mb: agent.disk_mb,
         }
     }
 }
@@ -71,6 +74,10 @@ pub enum DriverError {
 pub trait Driver: Send + Sync + 'static {
     /// `docker` or `fake`, as reported by the health route.
     fn kind(&self) -> &'static str;
+    /// Why this driver cannot give a home a size limit (`diskMb`), or `None` when it can.
+    fn disk_limits_unavailable(&self) -> Option<String> {
+        None
+    }
     /// Makes the sandbox (and whatever it needs: image, home, network) without starting it.
     /// A pull of a missing image reports its progress to `pull`.
     async fn create(&self, spec: &SandboxSpec, pull: &PullSink) -> Result<(), DriverError>;

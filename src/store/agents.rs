@@ -8,7 +8,8 @@ use super::{now_text, unique_violation, Result, Store, StoreError};
 use crate::model::{Agent, AgentPatch, AgentState, NewAgent};
 
 const COLUMNS: &str =
-    "id, name, image, cpus, memory_mb, idle_minutes, state, error, needs_rebuild, created_at";
+    "id, name, image, cpus, memory_mb, idle_minutes, state, error, needs_rebuild, created_at, \
+     disk_mb";
 
 /// A row as SQLite hands it over, before the checks that turn it into an [`Agent`]; kept apart
 /// so a bad stored value becomes `Corrupt` with the agent named, not an opaque rusqlite error.
@@ -18,6 +19,7 @@ struct Raw {
     image: String,
     cpus: f64,
     memory_mb: i64,
+    disk_mb: Option<i64>,
     idle_minutes: i64,
     state: String,
     error: Option<String>,
@@ -33,6 +35,7 @@ impl Raw {
             image: r.get(2)?,
             cpus: r.get(3)?,
             memory_mb: r.get(4)?,
+            disk_mb: r.get(10)?,
             idle_minutes: r.get(5)?,
             state: r.get(6)?,
             error: r.get(7)?,
@@ -48,6 +51,10 @@ impl Raw {
         let state = AgentState::parse(&self.state).ok_or_else(|| bad("state", &self.state))?;
         let memory_mb =
             u64::try_from(self.memory_mb).map_err(|_| bad("memory_mb", &self.memory_mb))?;
+        let disk_mb = self
+            .disk_mb
+            .map(|d| u64::try_from(d).map_err(|_| bad("disk_mb", &d)))
+            .transpose()?;
         let idle_minutes = u32::try_from(self.idle_minutes)
             .map_err(|_| bad("idle_minutes", &self.idle_minutes))?;
         let created_at = DateTime::parse_from_rfc3339(&self.created_at)
@@ -59,6 +66,7 @@ impl Raw {
             image: self.image,
             cpus: self.cpus,
             memory_mb,
+            disk_mb,
             idle_minutes,
             state,
             error: self.error,
@@ -88,7 +96,30 @@ fn must_read_agent(c: &Connection, id: &str) -> Result<Agent> {
 
 /// SQLite integers are signed 64-bit; a larger memory size cannot be stored faithfully.
 fn memory_to_sql(mb: u64) -> Result<i64> {
-    i64::try_from(mb).map_err(|_| StoreError::Invalid(format!("memory_mb {mb} is too large")))
+    mb_to_sql("memory_mb", mb)
+}
+
+fn mb_to_sql(what: &str, mb: u64) -> Result<i64> {
+    i64::try_from(mb).map_err(|_| StoreError::Invalid(format!("{what} {mb} is too large")))
+}
+
+/// A home's limit may grow; a smaller one would lose files, and a home without one has its
+/// files on the host's disk, outside any image.
+fn check_disk_change(old: Option<u64>, new: Option<u64>) -> Result<()> {
+    match (old, new) {
+        (_, None) => Ok(()),
+        (None, Some(_)) => Err(StoreError::BadChange {
+            field: "diskMb",
+            why: "this agent's home has no disk limit (it was made without one); its size \
+                  cannot be set now: make a new agent with diskMb and copy the files over"
+                .into(),
+        }),
+        (Some(o), Some(n)) if n < o => Err(StoreError::BadChange {
+            field: "diskMb",
+            why: format!("diskMb can only grow: the home holds {o} MiB, not less ({n} asked)"),
+        }),
+        _ => Ok(()),
+    }
 }
 
 fn check_cpus(cpus: f64) -> Result<()> {
@@ -169,11 +200,12 @@ impl Store {
         self.call(move |c| {
             check_cpus(new.cpus)?;
             let memory = memory_to_sql(new.memory_mb)?;
+            let disk = new.disk_mb.map(|d| mb_to_sql("disk_mb", d)).transpose()?;
             let now = now_text();
             c.execute(
                 "INSERT INTO agents (id, name, image, cpus, memory_mb, idle_minutes, state,
-                                     created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)",
+                                     created_at, updated_at, disk_mb)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9)",
                 params![
                     new.id,
                     new.name,
@@ -182,7 +214,8 @@ impl Store {
                     memory,
                     new.idle_minutes,
                     AgentState::Creating.as_str(),
-                    now
+                    now,
+                    disk
                 ],
             )
             .map_err(|e| map_unique(e, &new.id, &new.name))?;
@@ -258,7 +291,7 @@ impl Store {
 
     /// Applies `patch` if the agent is in one of `allowed_states` (pass `&AgentState::ALL` for
     /// any). A changed image, cpus or memory sets `needs_rebuild`; name and idle time apply at
-    /// once and leave it alone.
+    /// once and leave it alone, and a larger disk applies at the next start (or rebuild).
     pub async fn patch_agent(
         &self,
         id: &str,
@@ -281,13 +314,15 @@ impl Store {
             let memory_mb = patch.memory_mb.unwrap_or(old.memory_mb);
             let idle_minutes = patch.idle_minutes.unwrap_or(old.idle_minutes);
             check_cpus(cpus)?;
+            check_disk_change(old.disk_mb, patch.disk_mb)?;
+            let disk_mb = patch.disk_mb.or(old.disk_mb);
             let rebuild = old.needs_rebuild
                 || image != old.image
                 || cpus != old.cpus
                 || memory_mb != old.memory_mb;
             tx.execute(
                 "UPDATE agents SET name = ?2, image = ?3, cpus = ?4, memory_mb = ?5,
-                        idle_minutes = ?6, needs_rebuild = ?7, updated_at = ?8
+                        idle_minutes = ?6, needs_rebuild = ?7, updated_at = ?8, disk_mb = ?9
                  WHERE id = ?1",
                 params![
                     id,
@@ -297,7 +332,8 @@ impl Store {
                     memory_to_sql(memory_mb)?,
                     idle_minutes,
                     rebuild,
-                    now_text()
+                    now_text(),
+                    disk_mb.map(|d| mb_to_sql("disk_mb", d)).transpose()?
                 ],
             )
             .map_err(|e| map_unique(e, &id, &name))?;

@@ -41,6 +41,10 @@ pub(super) const MIGRATIONS: &[&str] = &[
         expires_at INTEGER NOT NULL
     );
     "#,
+    // 3: the home's size limit in MiB; NULL for a home without one (every agent made before).
+    r#"
+    ALTER TABLE agents ADD COLUMN disk_mb INTEGER;
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -35,6 +35,9 @@ pub enum StoreError {
     IdTaken(String),
     #[error("the subnet {0} is already used by another agent")]
     SubnetTaken(String),
+    /// A change the agent's current settings do not allow (a home cannot shrink).
+    #[error("{why}")]
+    BadChange { field: &'static str, why: String },
     /// A value the database cannot hold (for example a number beyond SQLite's 64-bit integers).
     #[error("{0}")]
     Invalid(String),

@@ -8,6 +8,7 @@ fn new_agent(name: &str) -> NewAgent {
         image: "debian:bookworm-slim".to_string(),
         cpus: 2.0,
         memory_mb: 4096,
+        disk_mb: Some(1024),
         idle_minutes: 15,
     }
 }
@@ -350,6 +351,7 @@ async fn patch_sets_needs_rebuild_only_on_a_real_change() {
                 image: Some(a.image.clone()),
                 cpus: Some(a.cpus),
                 memory_mb: Some(a.memory_mb),
+                disk_mb: None,
             },
             all,
         )
@@ -592,6 +594,90 @@ async fn a_database_of_an_older_schema_is_upgraded_in_place() {
         store.live_web_sessions("a", 1).await.unwrap(),
         vec![("s".to_string(), 2)]
     );
+}
+
+#[tokio::test]
+async fn an_agent_from_before_disk_limits_keeps_its_unlimited_home() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agenthold.db");
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch(migrations::MIGRATIONS[0]).unwrap();
+        c.execute_batch(migrations::MIGRATIONS[1]).unwrap();
+        c.pragma_update(None, "user_version", 2).unwrap();
+        c.execute(
+            "INSERT INTO agents (id, name, image, cpus, memory_mb, idle_minutes, state,
+                                 created_at, updated_at)
+             VALUES ('old1', 'old', 'debian', 1.0, 512, 15, 'sleeping',
+                     '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z')",
+            [],
+        )
+        .unwrap();
+    }
+    let store = Store::open(&path).await.unwrap();
+    let old = store.get_agent("old1").await.unwrap();
+    assert_eq!(old.disk_mb, None);
+    // Such a home's files are on the host's disk: no limit can be put on it afterwards.
+    let err = store
+        .patch_agent(
+            "old1",
+            AgentPatch {
+                disk_mb: Some(2048),
+                ..Default::default()
+            },
+            &AgentState::ALL,
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, StoreError::BadChange { field: "diskMb", why } if why.contains("no disk limit")),
+        "{err:?}"
+    );
+    assert_eq!(store.get_agent("old1").await.unwrap().disk_mb, None);
+}
+
+#[tokio::test]
+async fn a_disk_limit_grows_and_never_shrinks() {
+    let store = Store::open_in_memory().await.unwrap();
+    let a = store.insert_agent(new_agent("disk")).await.unwrap();
+    assert_eq!(a.disk_mb, Some(1024));
+    let set = |mb| AgentPatch {
+        disk_mb: Some(mb),
+        ..Default::default()
+    };
+    let grown = store
+        .patch_agent(&a.id, set(4096), &AgentState::ALL)
+        .await
+        .unwrap();
+    assert_eq!(grown.disk_mb, Some(4096));
+    // A start grows the disk; nothing needs a rebuild for it.
+    assert!(!grown.needs_rebuild);
+    let err = store
+        .patch_agent(&a.id, set(2048), &AgentState::ALL)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, StoreError::BadChange { field: "diskMb", why } if why.contains("only grow")),
+        "{err:?}"
+    );
+    let same = store
+        .patch_agent(&a.id, set(4096), &AgentState::ALL)
+        .await
+        .unwrap();
+    assert_eq!(same.disk_mb, Some(4096));
+    // Other changes leave the limit as it is.
+    let renamed = store
+        .patch_agent(
+            &a.id,
+            AgentPatch {
+                name: Some("disk2".into()),
+                ..Default::default()
+            },
+            &AgentState::ALL,
+        )
+        .await
+        .unwrap();
+    assert_eq!(renamed.disk_mb, Some(4096));
 }
 
 #[tokio::test]

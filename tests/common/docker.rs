@@ -113,22 +113,34 @@ impl DockerEnv {
         api_on_all_addresses: bool,
         tweak: impl FnOnce(&mut Config),
     ) -> TestServer {
-        let prefix = self.prefix.clone();
-        let pool = self.pool.parse().expect("test pool");
-        TestServer::start_with(move |c| {
-            c.sandbox.driver = DriverKind::Docker;
-            c.sandbox.tunnel_listen = "0.0.0.0:0".parse().expect("addr");
-            if api_on_all_addresses {
-                c.server.listen = "0.0.0.0:0".parse().expect("addr");
-            }
-            c.sandbox.default_image = AGENT_IMAGE.to_string();
-            c.sandbox.default_cpus = 1.0;
-            c.sandbox.default_memory_mb = 256;
-            c.sandbox.docker.name_prefix = prefix;
-            c.sandbox.docker.network_pool = pool;
+        TestServer::start_with(|c| {
+            self.configure(c, api_on_all_addresses);
             tweak(c);
         })
         .await
+    }
+
+    /// Stops `s` and starts a server on its data directory, configured as
+    /// [`DockerEnv::server_with`] does (`tweak` applied last).
+    pub async fn restart_with(&self, s: TestServer, tweak: impl FnOnce(&mut Config)) -> TestServer {
+        s.restart_with(|c| {
+            self.configure(c, false);
+            tweak(c);
+        })
+        .await
+    }
+
+    fn configure(&self, c: &mut Config, api_on_all_addresses: bool) {
+        c.sandbox.driver = DriverKind::Docker;
+        c.sandbox.tunnel_listen = "0.0.0.0:0".parse().expect("addr");
+        if api_on_all_addresses {
+            c.server.listen = "0.0.0.0:0".parse().expect("addr");
+        }
+        c.sandbox.default_image = AGENT_IMAGE.to_string();
+        c.sandbox.default_cpus = 1.0;
+        c.sandbox.default_memory_mb = 256;
+        c.sandbox.docker.name_prefix = self.prefix.clone();
+        c.sandbox.docker.network_pool = self.pool.parse().expect("test pool");
     }
 
     pub fn container(&self, id: &str) -> String {
@@ -177,6 +189,11 @@ impl DockerEnv {
         for v in self.objects(&["volume", "ls"]) {
             let _ = docker_try(&["volume", "rm", "-f", &v]);
         }
+        // Homes with a disk limit are loop mounts under the server's data directory, named like
+        // their volumes; the data directory itself goes with the test's temporary folder.
+        for mountpoint in mounts_named(&format!("{}-home-", self.prefix)) {
+            let _ = Command::new("umount").args(["-l", &mountpoint]).output();
+        }
         // The driver's host firewall rules carry `agenthold:<prefix>:<id>` comments.
         let tag = format!("agenthold:{}:", self.prefix);
         if let Ok(out) = Command::new("iptables")
@@ -194,6 +211,22 @@ impl DockerEnv {
             }
         }
     }
+}
+
+/// The mount points (as `/proc/self/mountinfo` lists them) whose last component starts with
+/// `start`.
+pub fn mounts_named(start: &str) -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|m| {
+            m.rsplit('/')
+                .next()
+                .is_some_and(|last| last.starts_with(start))
+        })
+        .map(str::to_string)
+        .collect()
 }
 
 impl Drop for DockerEnv {

@@ -78,6 +78,7 @@ function createForm(): HTMLElement {
     mk('image', 'Image', { type: 'text', autocomplete: 'off', spellcheck: 'false', placeholder: 'server default' }),
     mk('cpus', 'CPUs', { type: 'number', min: '0', step: 'any', inputmode: 'decimal', placeholder: 'default' }),
     mk('memoryMb', 'Memory', { type: 'number', min: '1', step: '1', inputmode: 'numeric', placeholder: 'default' }, 'MiB'),
+    mk('diskMb', 'Disk', { type: 'number', min: '64', step: '1', inputmode: 'numeric', placeholder: 'default' }, 'MiB'),
     mk('idleMinutes', 'Sleep after', { type: 'number', min: '1', step: '1', inputmode: 'numeric', placeholder: 'default' }, 'idle min'),
   ];
   // Show the server's defaults and maxima when it tells them.
@@ -92,6 +93,12 @@ function createForm(): HTMLElement {
     set('image', l.defaultImage, undefined, `Default: ${l.defaultImage}`);
     set('cpus', String(l.defaultCpus), l.maxCpus, `Default ${l.defaultCpus}, at most ${l.maxCpus}`);
     set('memoryMb', String(l.defaultMemoryMb), l.maxMemoryMb, `Default ${l.defaultMemoryMb} MiB, at most ${l.maxMemoryMb} MiB`);
+    if (l.maxDiskMb === null) {
+      fields.find((x) => x.key === 'diskMb')?.wrap.remove();
+    } else {
+      const d = l.defaultDiskMb === null ? 'no limit' : String(l.defaultDiskMb);
+      set('diskMb', d, l.maxDiskMb, `Size of the home: default ${d === 'no limit' ? 'no limit' : `${d} MiB`}, at most ${l.maxDiskMb} MiB`);
+    }
     set('idleMinutes', String(l.defaultIdleMinutes), l.maxIdleMinutes, `Default ${l.defaultIdleMinutes} minutes`);
   });
   const formError = h('p', { class: 'form-error', role: 'alert', 'data-testid': 'create-error' });

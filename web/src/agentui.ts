@@ -40,7 +40,8 @@ export function badge(): { el: HTMLElement; update: (s: AgentState) => void } {
 }
 
 export function resources(a: Agent): string {
-  return `${a.cpus} CPU${a.cpus === 1 ? '' : 's'} · ${formatMb(a.memoryMb)} · sleeps after ${a.idleMinutes} min idle`;
+  const disk = a.diskMb === null ? '' : ` · ${formatMb(a.diskMb)} disk`;
+  return `${a.cpus} CPU${a.cpus === 1 ? '' : 's'} · ${formatMb(a.memoryMb)}${disk} · sleeps after ${a.idleMinutes} min idle`;
 }
 
 /**

@@ -16,6 +16,8 @@ export interface Agent {
   image: string;
   cpus: number;
   memoryMb: number;
+  /** The home's size limit in MiB; null for a home without one (it shares the host's disk). */
+  diskMb: number | null;
   idleMinutes: number;
   state: AgentState;
   error: string | null;
@@ -53,6 +55,7 @@ export interface NewAgent {
   image?: string;
   cpus?: number;
   memoryMb?: number;
+  diskMb?: number;
   idleMinutes?: number;
 }
 
@@ -78,6 +81,10 @@ export interface Limits {
   defaultIdleMinutes: number;
   maxCpus: number;
   maxMemoryMb: number;
+  /** Null when new agents get no disk limit. */
+  defaultDiskMb: number | null;
+  /** Null when this server cannot limit disks. */
+  maxDiskMb: number | null;
   maxIdleMinutes: number;
   maxFileMb: number;
 }

@@ -3,7 +3,7 @@ import { api, ApiError, type Agent, type NewAgent } from './api';
 import { h, toast } from './dom';
 import { store } from './store';
 
-type Key = 'image' | 'cpus' | 'memoryMb' | 'idleMinutes';
+type Key = 'image' | 'cpus' | 'memoryMb' | 'diskMb' | 'idleMinutes';
 
 export function settingsForm(getAgent: () => Agent | null, onDone: () => void): {
   el: HTMLElement;
@@ -13,6 +13,7 @@ export function settingsForm(getAgent: () => Agent | null, onDone: () => void): 
     ['image', 'Image', { type: 'text', spellcheck: 'false', autocomplete: 'off' }],
     ['cpus', 'CPUs', { type: 'number', min: '0', step: 'any' }],
     ['memoryMb', 'Memory (MiB)', { type: 'number', min: '1', step: '1' }],
+    ['diskMb', 'Disk (MiB, grows only)', { type: 'number', min: '64', step: '1' }],
     ['idleMinutes', 'Sleep after (idle min)', { type: 'number', min: '1', step: '1' }],
   ];
   const inputs = {} as Record<Key, HTMLInputElement>;
@@ -34,7 +35,7 @@ export function settingsForm(getAgent: () => Agent | null, onDone: () => void): 
     'form',
     { class: 'settings card', novalidate: true, 'aria-label': 'Agent settings', 'data-testid': 'settings-form' },
     h('div', { class: 'settings-fields' }, fields, h('div', { class: 'field field-submit settings-buttons' }, h('div', null, save, ' ', cancel))),
-    h('p', { class: 'muted settings-note' }, 'A new image or new resources take effect after a rebuild; the home folder is kept.'),
+    h('p', { class: 'muted settings-note' }, 'A new image, CPUs or memory take effect after a rebuild, a larger disk at the next start; the home folder is kept.'),
     formError,
   );
   cancel.addEventListener('click', onDone);
@@ -45,6 +46,10 @@ export function settingsForm(getAgent: () => Agent | null, onDone: () => void): 
     inputs.image.value = a.image;
     inputs.cpus.value = String(a.cpus);
     inputs.memoryMb.value = String(a.memoryMb);
+    // A home without a limit keeps it that way: nothing to edit.
+    inputs.diskMb.value = a.diskMb === null ? '' : String(a.diskMb);
+    inputs.diskMb.disabled = a.diskMb === null;
+    inputs.diskMb.placeholder = a.diskMb === null ? 'no limit' : '';
     inputs.idleMinutes.value = String(a.idleMinutes);
     for (const k of Object.keys(errors) as Key[]) errors[k].textContent = '';
     formError.textContent = '';
@@ -61,7 +66,7 @@ export function settingsForm(getAgent: () => Agent | null, onDone: () => void): 
     const body: Partial<NewAgent> = {};
     const image = inputs.image.value.trim();
     if (image && image !== a.image) body.image = image;
-    for (const k of ['cpus', 'memoryMb', 'idleMinutes'] as const) {
+    for (const k of ['cpus', 'memoryMb', 'diskMb', 'idleMinutes'] as const) {
       const v = inputs[k].value.trim();
       if (v === '') continue;
       const n = Number(v);

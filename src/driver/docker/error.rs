@@ -34,12 +34,15 @@ pub enum DockerError {
          labels); agenthold leaves it alone: remove or rename it, then start the agent again"
     )]
     Foreign { kind: &'static str, name: String },
-    /// The agent's home volume was removed outside agenthold while its container was gone too.
+    /// The agent's home was removed outside agenthold (with its container, for a volume).
     #[error(
-        "the agent's home (Docker volume {volume}) is gone, removed outside agenthold, and its \
-         files with it; rebuild the agent to give it a new, empty home"
+        "the agent's home ({home}) is gone, removed outside agenthold, and its files with it; \
+         rebuild the agent to give it a new, empty home"
     )]
-    HomeMissing { volume: String },
+    HomeMissing { home: String },
+    /// Making, mounting, growing or removing an agent's disk image.
+    #[error("the agent's disk: {0}")]
+    Disk(String),
     #[error("{0}")]
     Other(String),
 }

@@ -3,7 +3,9 @@
 //!
 //! - container `<prefix>-<id>`: entrypoint sandboxd (read-only at `/opt/agenthold`), `--init`,
 //!   CPU, memory and PID limits, optional runtime, no-new-privileges and dropped capabilities;
-//! - volume `<prefix>-home-<id>` at `/home/agent`;
+//! - volume `<prefix>-home-<id>` at `/home/agent`: a plain volume, or, for an agent with a disk
+//!   limit, one that binds the agent's loop-mounted ext4 image (see [`disk`]);
+//! - `/tmp` and `/var/tmp` on size-limited `tmpfs` (they count toward the memory limit);
 //! - network `<prefix>-net-<id>`: internal bridge on a subnet of `network_pool`, recorded in the
 //!   store so no two agents ever share one; containers take addresses from its upper half.
 //!
@@ -11,6 +13,7 @@
 //! stream find exactly this installation's objects. Every method is idempotent.
 
 mod boot;
+mod disk;
 mod error;
 mod events;
 mod exit;
@@ -43,6 +46,7 @@ use super::{Driver, DriverError, DriverEvent, PullSink, SandboxInfo, SandboxSpec
 use crate::config::{Config, DockerConfig, HostMount, NofileLimit};
 use crate::metrics::{Repair, Repairs};
 use crate::store::{Store, StoreError};
+use disk::Disks;
 
 pub use error::DockerError;
 use error::{is_not_found, status_of};
@@ -70,6 +74,10 @@ pub struct DockerDriver {
     /// Counts what the driver finds out of place and puts right (`/metrics`).
     repairs: Repairs,
     host_mounts: Vec<HostMount>,
+    /// The agents' disk images, or why this server cannot make them.
+    disks: Result<Disks, String>,
+    /// Size of the `tmpfs` at `/tmp` and `/var/tmp`; 0 leaves them on the container's layer.
+    tmp_mb: u64,
     placement: Placement,
     /// Host mode only: keeps sandboxes away from the host's own addresses.
     firewall: Option<Firewall>,
@@ -165,6 +173,26 @@ impl DockerDriver {
                 )
             }
         };
+        let disks = match &placement {
+            Placement::Host { .. } => Disks::open(config.server.data_dir.join("disks"))
+                .await
+                .map_err(|e| e.to_string()),
+            Placement::Container { .. } => Err(
+                "disk limits need the server on the host (it loop-mounts an ext4 image per \
+                 agent, which a server in a container cannot)"
+                    .to_string(),
+            ),
+        };
+        if let Err(why) = &disks {
+            if config.sandbox.default_disk_mb > 0 {
+                return Err(DockerError::Disk(format!(
+                    "sandbox.default_disk_mb is {} but {why}; set it to 0 to run without disk \
+                     limits",
+                    config.sandbox.default_disk_mb
+                )));
+            }
+            tracing::warn!("agents get no disk limits: {why}");
+        }
         tracing::info!(?placement, sandboxd = %binary.display(), "docker driver ready");
         Ok(DockerDriver {
             docker,
@@ -174,6 +202,8 @@ impl DockerDriver {
             nofile: config.sandbox.nofile,
             repairs,
             host_mounts,
+            disks,
+            tmp_mb: config.sandbox.tmp_mb,
             placement,
             firewall,
             tunnel_port: tunnel.port(),
@@ -197,28 +227,83 @@ impl DockerDriver {
 
     // ---- volumes ------------------------------------------------------------------------
 
-    async fn ensure_volume(&self, id: &str, home: Home) -> Result<(), DockerError> {
+    /// The disks, or why there are none.
+    fn disks(&self) -> Result<&Disks, DockerError> {
+        self.disks
+            .as_ref()
+            .map_err(|why| DockerError::Disk(format!("this agent has a disk limit, but {why}")))
+    }
+
+    /// Mounts the agent's disk image (making it if `home` allows), before every start: a host
+    /// reboot drops the mount, and a raised limit grows it here unless the sandbox is running
+    /// (then at its next start). Returns the mount point.
+    async fn ensure_disk(
+        &self,
+        id: &str,
+        size_mb: u64,
+        home: Home,
+        running: bool,
+    ) -> Result<std::path::PathBuf, DockerError> {
+        self.disks()?
+            .ensure(
+                &self.names.volume(id),
+                size_mb,
+                home == Home::Make,
+                !running,
+            )
+            .await
+    }
+
+    /// The home volume; for a home with a disk limit, `disk` is its mounted image, which the
+    /// volume binds (the files live in the image, so such a volume is remade freely).
+    async fn ensure_volume(
+        &self,
+        id: &str,
+        home: Home,
+        disk: Option<&std::path::Path>,
+    ) -> Result<(), DockerError> {
         let name = self.names.volume(id);
-        if home == Home::Keep {
+        if home == Home::Keep && disk.is_none() {
             match self.docker.inspect_volume(&name).await {
                 Ok(v) => return self.own_volume(id, &name, &v),
                 Err(e) if is_not_found(&e) => {
-                    return Err(DockerError::HomeMissing { volume: name });
+                    return Err(DockerError::HomeMissing {
+                        home: format!("Docker volume {name}"),
+                    });
                 }
                 Err(e) => return Err(DockerError::api(format!("inspecting volume {name}"))(e)),
             }
         }
+        let driver_opts = disk.map(|d| {
+            HashMap::from([
+                ("type".to_string(), "none".to_string()),
+                ("o".to_string(), "bind".to_string()),
+                ("device".to_string(), d.to_string_lossy().into_owned()),
+            ])
+        });
         // Creating an existing volume returns it unchanged: idempotent by itself.
         let v = self
             .docker
             .create_volume(VolumeCreateRequest {
                 name: Some(name.clone()),
                 labels: Some(self.names.labels("home", Some(id))),
+                driver_opts: driver_opts.clone(),
                 ..Default::default()
             })
             .await
             .map_err(DockerError::api(format!("creating volume {name}")))?;
-        self.own_volume(id, &name, &v)
+        self.own_volume(id, &name, &v)?;
+        let binds = |want: &HashMap<String, String>| want.get("device") == v.options.get("device");
+        if let Some(want) = &driver_opts {
+            if !binds(want) {
+                return Err(DockerError::Disk(format!(
+                    "volume {name} does not bind the agent's disk {} (it was made for another \
+                     data directory, or without a disk limit); rebuild the agent to remake it",
+                    disk.map(|d| d.display().to_string()).unwrap_or_default()
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// A volume with the home's name that we did not make is never mounted as the home.
@@ -302,6 +387,7 @@ impl DockerDriver {
                 }]),
                 runtime: self.cfg.runtime().map(str::to_string),
                 mounts: Some(mounts),
+                tmpfs: self.tmpfs(),
                 security_opt: Some(security_opt),
                 cap_drop: Some(self.cfg.cap_drop.clone()),
                 network_mode: Some(network.clone()),
@@ -317,6 +403,18 @@ impl DockerDriver {
             }),
             ..Default::default()
         }
+    }
+
+    /// `/tmp` and `/var/tmp` in memory with a size, so a sandbox cannot fill the host's disk
+    /// through them; `exec` because builds and installers run what they unpack there.
+    fn tmpfs(&self) -> Option<HashMap<String, String>> {
+        (self.tmp_mb > 0).then(|| {
+            let opts = format!("rw,exec,nosuid,nodev,size={}m,mode=1777", self.tmp_mb);
+            HashMap::from([
+                ("/tmp".to_string(), opts.clone()),
+                ("/var/tmp".to_string(), opts),
+            ])
+        })
     }
 
     /// The agent's container as Docker has it, if it exists. One that has the agent's name but
@@ -427,6 +525,7 @@ impl DockerDriver {
             id: info.id.unwrap_or_default(),
         });
         let exists = existing.is_some();
+        let running = existing.as_ref().is_some_and(|e| e.running);
         log_step(id, "inspect container", t);
         // Independent of each other: made side by side, which is most of a create's time.
         let image = async {
@@ -442,8 +541,14 @@ impl DockerDriver {
         // a volume in use): only a new container needs it made.
         let volume = async {
             let t = std::time::Instant::now();
+            // The disk is mounted before every start, even of an existing container: a host
+            // reboot drops the mount, and the container would bind the empty folder below.
+            let disk = match spec.disk_mb {
+                Some(mb) => Some(self.ensure_disk(id, mb, home, running).await?),
+                None => None,
+            };
             if !exists {
-                self.ensure_volume(id, home).await?;
+                self.ensure_volume(id, home, disk.as_deref()).await?;
                 log_step(id, "volume", t);
             }
             Ok::<_, DockerError>(())
@@ -680,6 +785,9 @@ impl DockerDriver {
             Err(e) if is_not_found(&e) => {}
             Err(e) => return Err(DockerError::api(format!("inspecting volume {volume}"))(e)),
         }
+        if let Ok(disks) = &self.disks {
+            disks.remove(&volume).await?;
+        }
         match self.store.set_subnet(id, None).await {
             // An orphan has no row: nothing to free.
             Ok(()) | Err(StoreError::NotFound(_)) => {}
@@ -752,6 +860,13 @@ impl DockerDriver {
                 found.entry(id).or_insert(SandboxStatus::Missing);
             }
         }
+        if let Ok(disks) = &self.disks {
+            for name in disks.names()? {
+                if let Some(id) = self.names.agent_of_volume(&name) {
+                    found.entry(id).or_insert(SandboxStatus::Missing);
+                }
+            }
+        }
         Ok(found
             .into_iter()
             .map(|(id, status)| SandboxInfo { id, status })
@@ -800,6 +915,10 @@ impl Driver for DockerDriver {
         "docker"
     }
 
+    fn disk_limits_unavailable(&self) -> Option<String> {
+        self.disks.as_ref().err().cloned()
+    }
+
     async fn create(&self, spec: &SandboxSpec, pull: &PullSink) -> Result<(), DriverError> {
         let _op = self.ops.begin(&spec.id);
         self.create_all(spec, pull, Home::Make).await?;
@@ -843,15 +962,18 @@ impl Driver for DockerDriver {
             let container = info.id.unwrap_or_else(|| self.names.container(&spec.id));
             remove_force(&self.docker, &container).await?;
         }
-        if self
-            .docker
-            .inspect_volume(&self.names.volume(&spec.id))
-            .await
-            .is_err_and(|e| is_not_found(&e))
-        {
+        let home_gone = match spec.disk_mb {
+            Some(_) => !self.disks()?.exists(&self.names.volume(&spec.id)),
+            None => self
+                .docker
+                .inspect_volume(&self.names.volume(&spec.id))
+                .await
+                .is_err_and(|e| is_not_found(&e)),
+        };
+        if home_gone {
             tracing::warn!(
                 agent = spec.id,
-                "the agent's home volume was gone; the rebuild makes a new, empty one"
+                "the agent's home was gone; the rebuild makes a new, empty one"
             );
         }
         self.create_all(spec, pull, Home::Make).await?;

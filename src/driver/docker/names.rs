@@ -36,6 +36,14 @@ impl Names {
         format!("{}-home-{id}", self.prefix)
     }
 
+    /// The agent whose home is called `name` (see [`Names::volume`]).
+    pub fn agent_of_volume(&self, name: &str) -> Option<String> {
+        name.strip_prefix(&self.prefix)?
+            .strip_prefix("-home-")
+            .filter(|id| !id.is_empty())
+            .map(str::to_string)
+    }
+
     pub fn network(&self, id: &str) -> String {
         format!("{}-net-{id}", self.prefix)
     }
