@@ -198,6 +198,25 @@ async fn a_larger_limit_applies_at_the_next_start_and_keeps_the_files() {
     let s = server(&env).await;
     let id = agent_with_disk(&s, "grower", 64).await;
     exec_ok(&s, &id, &["sh", "-c", "echo kept > /home/agent/marker"]).await;
+    // Out of inodes, which is when people ask for more: the grow (it checks the filesystem
+    // first, which needs room for its own lost+found) still works.
+    let out = exec(
+        &s,
+        &id,
+        &[
+            "sh",
+            "-c",
+            "mkdir -p /home/agent/many && cd /home/agent/many && seq 1 20000 | xargs touch 2>&1 | tail -1",
+        ],
+    )
+    .await;
+    assert!(
+        out["stdout"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("No space left on device"),
+        "the inodes did not run out: {out}"
+    );
 
     // A limit below the minimum is refused and changes nothing.
     let r = s
@@ -230,6 +249,12 @@ async fn a_larger_limit_applies_at_the_next_start_and_keeps_the_files() {
         exec_ok(&s, &id, &["cat", "/home/agent/marker"]).await,
         "kept\n"
     );
+    exec_ok(
+        &s,
+        &id,
+        &["sh", "-c", "touch /home/agent/many/after-the-grow"],
+    )
+    .await;
     let r = s
         .patch(&format!("/api/v1/agents/{id}"))
         .json(&json!({"diskMb": 128}))
@@ -248,12 +273,11 @@ async fn a_lost_mount_is_made_again_and_destroy_leaves_nothing() {
     let (image, mountpoint) = disk_paths(&s, &env, &id);
     exec_ok(&s, &id, &["sh", "-c", "echo kept > /home/agent/marker"]).await;
 
-    // A host reboot drops the mount while the sandbox sleeps; the next start mounts it again
-    // before the container starts (else it would see the empty folder under the mount). The
-    // container and the volume removed outside as well are made anew around the same files.
+    // A host reboot drops the mount while the sandbox sleeps. Started by hand then, the
+    // sandbox does not start at all (rather than write to the host's disk under the mount
+    // point); the next start through agenthold mounts the image first. The container and the
+    // volume removed outside as well are made anew around the same files.
     stop_sleeping(&s, &id).await;
-    docker(&["rm", "-f", &env.container(&id)]);
-    docker(&["volume", "rm", &env.volume(&id)]);
     let out = Command::new("umount")
         .arg(&mountpoint)
         .output()
@@ -264,6 +288,17 @@ async fn a_lost_mount_is_made_again_and_destroy_leaves_nothing() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(!is_mountpoint(&mountpoint));
+    assert!(
+        docker_try(&["start", &env.container(&id)]).is_err(),
+        "the sandbox started on an unmounted home"
+    );
+    assert_eq!(
+        std::fs::read_dir(&mountpoint).map(|d| d.count()).ok(),
+        Some(0),
+        "something was written under the unmounted mount point"
+    );
+    docker(&["rm", "-f", &env.container(&id)]);
+    docker(&["volume", "rm", &env.volume(&id)]);
     start_running(&s, &id).await;
     assert!(is_mountpoint(&mountpoint));
     assert_eq!(

@@ -350,6 +350,34 @@ async fn the_server_in_a_container_drives_sibling_sandboxes_that_cannot_reach_th
 
     let srv = ServerContainer::start(&env, &image).await;
 
+    // A server in a container cannot loop-mount: it says so, and refuses a disk limit plainly.
+    let limits: Value = srv
+        .request(reqwest::Method::GET, "/api/v1/limits")
+        .send()
+        .await
+        .expect("limits")
+        .json()
+        .await
+        .expect("limits json");
+    assert_eq!(limits["maxDiskMb"], Value::Null, "{limits}");
+    assert_eq!(limits["defaultDiskMb"], Value::Null, "{limits}");
+    let r = srv
+        .request(reqwest::Method::POST, "/api/v1/agents")
+        .json(&json!({"name": "sized", "image": BUSYBOX_IMAGE, "diskMb": 256}))
+        .send()
+        .await
+        .expect("create request");
+    assert_eq!(r.status(), 400);
+    let body: Value = r.json().await.expect("error json");
+    assert_eq!(body["error"]["field"], "diskMb", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("on the host"),
+        "{body}"
+    );
+
     // Create, and wait until its sandboxd has dialled the server.
     let r = srv
         .request(reqwest::Method::POST, "/api/v1/agents")

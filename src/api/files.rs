@@ -124,7 +124,7 @@ pub async fn read(
 #[utoipa::path(put, path = "/api/v1/agents/{id}/fs/write", tag = "files",
     params(("id" = String, Path), PathQuery),
     request_body(content = Vec<u8>, content_type = "application/octet-stream"),
-    responses((status = 204), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later")))]
+    responses((status = 204), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later"), (status = 507, body = ErrorBody, description = "The sandbox's disk is full (its home's `diskMb`, or `/tmp`); nothing was written")))]
 pub async fn write(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -175,6 +175,8 @@ pub async fn write(
     let answer = proto::read_message::<_, Reply>(&mut from_sandbox);
     tokio::pin!(answer);
     tokio::select! {
+        // An answer that is already there wins over a send that failed because of it.
+        biased;
         early = &mut answer => {
             let reply = early.map_err(|e| {
                 ApiError::unavailable(format!("the sandbox did not confirm the write: {e}"))

@@ -4,30 +4,45 @@
 //! the host's disk, dockerd and the database are untouched.
 //!
 //! The image is sparse and mounted with `discard`, so it takes on the host only what the agent
-//! keeps. Every step is idempotent and crash-safe: an image is made under a temporary name and
-//! renamed when complete, a mount is looked for before it is made, and removal does what is left
-//! of it. The mounts live in the host's mount namespace: they outlast a server restart (a host
-//! reboot drops them, and the next start mounts again) and dockerd sees them.
+//! keeps. The volume binds the folder `home` inside the filesystem, not its root: the root keeps
+//! the `lost+found` that fsck needs, out of the sandbox's reach, and while the image is not
+//! mounted that folder does not exist, so Docker refuses to start the sandbox instead of handing
+//! it the empty mount point on the host's disk.
+//!
+//! Every step is idempotent and crash-safe: an image is made under a temporary name and renamed
+//! when complete; whether to grow is read from the filesystem's own size (the superblock), not
+//! the file's, so a grow cut short is done again; every mount is preceded by `e2fsck -p`, which
+//! is instant on a clean filesystem and repairs one a crash or a cut-short grow left marked; and
+//! removal does what is left of it. The tools are not killed with the server: a grow or a check
+//! finishes even when the server dies meanwhile. The mounts live in the host's mount namespace:
+//! they outlast a server restart (a host reboot drops them, and the next start mounts again)
+//! and dockerd sees them.
 //!
 //! This needs the server on the host, as root, with `mkfs.ext4`, `e2fsck`, `resize2fs`
 //! (e2fsprogs), `mount` and `umount` (util-linux): all in a standard Debian install.
 
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::collections::HashMap;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use tokio::process::Command;
 
 use super::error::DockerError;
 
 const IMAGE_SUFFIX: &str = ".ext4";
+/// The folder inside each filesystem that is the agent's home.
+const HOME_FOLDER: &str = "home";
 /// An image being made; never mounted, removed when found.
 const PARTIAL_SUFFIX: &str = ".ext4.partial";
 
 pub struct Disks {
     dir: PathBuf,
-    /// One disk step at a time: mkfs, mount and resize of one image must not interleave, and
-    /// they are rare and quick enough that one lock for all is no bottleneck.
-    lock: tokio::sync::Mutex<()>,
+    /// One step at a time per image: its mkfs, check, grow, mount and removal must not
+    /// interleave. Per image, because a check or a grow of a large home takes a while and must
+    /// not hold up every other agent's start.
+    locks: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Disks {
@@ -54,11 +69,12 @@ impl Disks {
             .recursive(true)
             .mode(0o700)
             .create(&dir)
+            .and_then(|()| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)))
             .map_err(|e| DockerError::Disk(format!("cannot create {}: {e}", dir.display())))?;
-        warn_if_private_mounts();
+        check_mount_namespace()?;
         Ok(Disks {
             dir,
-            lock: tokio::sync::Mutex::new(()),
+            locks: Default::default(),
         })
     }
 
@@ -70,6 +86,16 @@ impl Disks {
     /// Where that image is mounted on the host.
     pub fn mountpoint(&self, name: &str) -> PathBuf {
         self.dir.join(name)
+    }
+
+    /// The folder the home volume binds: [`HOME_FOLDER`] inside the mounted filesystem.
+    pub fn home(&self, name: &str) -> PathBuf {
+        self.mountpoint(name).join(HOME_FOLDER)
+    }
+
+    fn lock(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        locks.entry(name.to_string()).or_default().clone()
     }
 
     /// Whether the home called `name` has an image.
@@ -99,10 +125,11 @@ impl Disks {
 
     /// Makes the home `name` ready for a container: its image exists (made now, empty, if
     /// `make` allows it; else [`DockerError::HomeMissing`]), holds at least `size_mb` when
-    /// `may_grow` (a larger limit grows the filesystem, keeping its files; it never shrinks),
-    /// and is mounted. Growing needs the home unused (no running sandbox): it is done with the
-    /// image unmounted, as online resizing needs `CAP_SYS_RESOURCE`, which a server in a
-    /// restricted root may lack. Returns the mount point.
+    /// `may_grow` and nothing uses it (a larger limit grows the filesystem, keeping its files;
+    /// it never shrinks), and is mounted. A grow that cannot be done now (the home is in use, or
+    /// the grow failed) is logged and tried again at the next start; the home keeps its size.
+    /// Growing is done with the image unmounted: online resizing needs `CAP_SYS_RESOURCE`,
+    /// which a server in a restricted root may lack. Returns the folder the volume binds.
     pub async fn ensure(
         &self,
         name: &str,
@@ -110,7 +137,8 @@ impl Disks {
         make: bool,
         may_grow: bool,
     ) -> Result<PathBuf, DockerError> {
-        let _one = self.lock.lock().await;
+        let lock = self.lock(name);
+        let _one = lock.lock().await;
         let image = self.image(name);
         let mountpoint = self.mountpoint(name);
         let bytes = size_mb.saturating_mul(1024 * 1024);
@@ -132,23 +160,11 @@ impl Disks {
                 )))
             }
         }
-        let current = std::fs::metadata(&image)
-            .map_err(|e| DockerError::Disk(format!("{}: {e}", image.display())))?
-            .len();
-        if current < bytes && may_grow {
-            if self.is_mounted(&mountpoint)? {
-                run("umount", &[mountpoint.as_os_str()])
-                    .await
-                    .map_err(|e| {
-                        DockerError::Disk(format!(
-                            "cannot grow the home while something uses it: {e}"
-                        ))
-                    })?;
-            }
-            grow(&image, bytes).await?;
-            tracing::info!(home = name, size_mb, "agent disk grown");
+        if may_grow && filesystem_bytes(&image)? < bytes {
+            self.grow(name, &image, &mountpoint, bytes).await;
         }
         if !self.is_mounted(&mountpoint)? {
+            check(&image).await?;
             run(
                 "mount",
                 &[
@@ -161,18 +177,50 @@ impl Disks {
                 ],
             )
             .await?;
-            // mkfs leaves an empty `lost+found` the agent has no use for; without it a fresh
-            // home is empty, so Docker copies the image's own /home/agent into it, as it does
-            // for a plain volume. Only an empty one goes (rmdir), and fsck makes it again if it
-            // ever needs it.
-            let _ = std::fs::remove_dir(mountpoint.join("lost+found"));
         }
-        Ok(mountpoint)
+        let home = self.home(name);
+        match std::fs::create_dir(&home) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                return Err(DockerError::Disk(format!(
+                    "cannot create {}: {e}",
+                    home.display()
+                )))
+            }
+        }
+        Ok(home)
     }
 
-    /// Unmounts and deletes the home `name`, whatever is left of it.
+    /// Grows the image to `bytes` if nothing holds it; never fails the start it is part of.
+    async fn grow(&self, name: &str, image: &Path, mountpoint: &Path, bytes: u64) {
+        let unused = match self.is_mounted(mountpoint) {
+            Ok(false) => Ok(()),
+            Ok(true) => run("umount", &[mountpoint.as_os_str()]).await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        let grown = match unused {
+            Ok(()) => grow(image, bytes).await,
+            Err(e) => Err(DockerError::Disk(format!(
+                "the home is in use ({e}); it grows at a later start"
+            ))),
+        };
+        match grown {
+            Ok(()) => tracing::info!(
+                home = name,
+                size_mb = bytes / (1024 * 1024),
+                "agent disk grown"
+            ),
+            Err(e) => tracing::warn!(home = name, error = %e, "the agent's disk keeps its size"),
+        }
+    }
+
+    /// Unmounts and deletes the home `name`, whatever is left of it. Nothing below the mount
+    /// point is ever deleted recursively: with the image unmounted it is an empty folder, and
+    /// anything else in it is left for a person (with a warning), never removed as root.
     pub async fn remove(&self, name: &str) -> Result<(), DockerError> {
-        let _one = self.lock.lock().await;
+        let lock = self.lock(name);
+        let _one = lock.lock().await;
         let mountpoint = self.mountpoint(name);
         if mountpoint.exists() && self.is_mounted(&mountpoint)? {
             if let Err(e) = run("umount", &[mountpoint.as_os_str()]).await {
@@ -182,13 +230,24 @@ impl Disks {
                 run("umount", &["-l".as_ref(), mountpoint.as_os_str()]).await?;
             }
         }
-        for result in [
-            remove_dir_if_present(&mountpoint),
-            remove_file_if_present(&self.image(name)),
-            remove_file_if_present(&self.partial(name)),
-        ] {
-            result?;
+        match std::fs::remove_dir(&mountpoint) {
+            Err(e) if e.kind() == std::io::ErrorKind::DirectoryNotEmpty => tracing::warn!(
+                home = name,
+                folder = %mountpoint.display(),
+                "the unmounted mount point holds files (written there while the image was not \
+                 mounted); left alone"
+            ),
+            other => ignore_missing(other, &mountpoint)?,
         }
+        ignore_missing(std::fs::remove_file(self.image(name)), &self.image(name))?;
+        ignore_missing(
+            std::fs::remove_file(self.partial(name)),
+            &self.partial(name),
+        )?;
+        self.locks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
         Ok(())
     }
 
@@ -199,20 +258,29 @@ impl Disks {
     /// Makes an empty ext4 image of `bytes` (sparse: it takes almost nothing until written).
     async fn make_image(&self, name: &str, bytes: u64) -> Result<(), DockerError> {
         let partial = self.partial(name);
-        let file = std::fs::File::create(&partial)
+        // Only root reads an agent's disk on the host (its uids may be anybody's here).
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&partial)
             .map_err(|e| DockerError::Disk(format!("cannot create {}: {e}", partial.display())))?;
         file.set_len(bytes)
             .map_err(|e| DockerError::Disk(format!("cannot size {}: {e}", partial.display())))?;
         drop(file);
         // No reserved blocks (the agent may be root or not; either way the limit is the limit).
-        // The file is new and sparse, so it reads as zeros: the journal needs no zeroing, and
-        // mkfs marks the inode tables zeroed (it discards the file first), so nothing is
-        // written in the background after the mount either.
+        // `-T default`: the block size and inode ratio of a large filesystem even for a small
+        // first size, since a grow keeps them. The file is new and sparse, so it reads as zeros:
+        // the journal needs no zeroing, and mkfs marks the inode tables zeroed (it discards the
+        // file first), so nothing is written in the background after the mount either.
         run(
             "mkfs.ext4",
             &[
                 "-q".as_ref(),
                 "-F".as_ref(),
+                "-T".as_ref(),
+                "default".as_ref(),
                 "-m".as_ref(),
                 "0".as_ref(),
                 "-E".as_ref(),
@@ -238,23 +306,10 @@ impl Disks {
 }
 
 /// Grows the unmounted image to `bytes` and its filesystem with it. resize2fs wants a freshly
-/// checked filesystem; `-p` repairs only what is safe without asking.
+/// checked filesystem. A grow cut short leaves the filesystem smaller than wanted (the next
+/// start grows again) or marked as having errors (the check before the mount repairs it).
 async fn grow(image: &Path, bytes: u64) -> Result<(), DockerError> {
-    let checked = Command::new(which("e2fsck").unwrap_or_else(|| PathBuf::from("e2fsck")))
-        .args(["-f", "-p"])
-        .arg(image)
-        .kill_on_drop(true)
-        .output()
-        .await
-        .map_err(|e| DockerError::Disk(format!("cannot run e2fsck: {e}")))?;
-    // 0: clean; 1: errors corrected. Anything else needs a person.
-    if !matches!(checked.status.code(), Some(0 | 1)) {
-        return Err(DockerError::Disk(format!(
-            "e2fsck {} found errors it cannot fix by itself: {}",
-            image.display(),
-            String::from_utf8_lossy(&checked.stdout).trim()
-        )));
-    }
+    fsck(image, true).await?;
     std::fs::OpenOptions::new()
         .write(true)
         .open(image)
@@ -264,8 +319,63 @@ async fn grow(image: &Path, bytes: u64) -> Result<(), DockerError> {
     Ok(())
 }
 
-fn remove_dir_if_present(p: &Path) -> Result<(), DockerError> {
-    match std::fs::remove_dir(p) {
+/// `e2fsck -p` before a mount: instant on a clean filesystem, a full check and the safe repairs
+/// on one marked as having errors.
+async fn check(image: &Path) -> Result<(), DockerError> {
+    fsck(image, false).await
+}
+
+async fn fsck(image: &Path, force: bool) -> Result<(), DockerError> {
+    let mut args: Vec<&std::ffi::OsStr> = vec!["-p".as_ref()];
+    if force {
+        args.push("-f".as_ref());
+    }
+    args.push(image.as_os_str());
+    let out = command("e2fsck", &args).await?;
+    // 0: clean; 1: errors corrected. Anything else needs a person.
+    if !matches!(out.status.code(), Some(0 | 1)) {
+        return Err(DockerError::Disk(format!(
+            "{} has errors e2fsck cannot repair by itself ({}); repair it by hand with \
+             `e2fsck -f {}` on the host, or destroy the agent",
+            image.display(),
+            String::from_utf8_lossy(&out.stdout).trim(),
+            image.display()
+        )));
+    }
+    Ok(())
+}
+
+/// The size of the ext4 filesystem in `image`, read from its superblock (1 KiB in): what a
+/// grow actually reached, whatever the file's length.
+fn filesystem_bytes(image: &Path) -> Result<u64, DockerError> {
+    let bad = |why: String| DockerError::Disk(format!("{}: {why}", image.display()));
+    let mut sb = [0u8; 1024];
+    std::fs::File::open(image)
+        .and_then(|mut f| {
+            f.seek(SeekFrom::Start(1024))?;
+            f.read_exact(&mut sb)
+        })
+        .map_err(|e| bad(format!("cannot read its superblock: {e}")))?;
+    let u32_at = |o: usize| u32::from_le_bytes([sb[o], sb[o + 1], sb[o + 2], sb[o + 3]]);
+    if u16::from_le_bytes([sb[0x38], sb[0x39]]) != 0xEF53 {
+        return Err(bad("not an ext4 filesystem".into()));
+    }
+    const INCOMPAT_64BIT: u32 = 0x80;
+    let high = if u32_at(0x60) & INCOMPAT_64BIT != 0 {
+        u64::from(u32_at(0x150))
+    } else {
+        0
+    };
+    let blocks = high << 32 | u64::from(u32_at(0x4));
+    let log = u32_at(0x18);
+    if log > 6 {
+        return Err(bad(format!("an impossible block size (log {log})")));
+    }
+    Ok(blocks.saturating_mul(1024 << log))
+}
+
+fn ignore_missing(r: std::io::Result<()>, p: &Path) -> Result<(), DockerError> {
+    match r {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(DockerError::Disk(format!(
             "cannot remove {}: {e}",
             p.display()
@@ -274,24 +384,22 @@ fn remove_dir_if_present(p: &Path) -> Result<(), DockerError> {
     }
 }
 
-fn remove_file_if_present(p: &Path) -> Result<(), DockerError> {
-    match std::fs::remove_file(p) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(DockerError::Disk(format!(
-            "cannot remove {}: {e}",
-            p.display()
-        ))),
-        _ => Ok(()),
-    }
+/// Runs a disk tool to its end, even if the server dies meanwhile (a grow or check cut short
+/// is what would need repairing).
+async fn command(
+    tool: &str,
+    args: &[&std::ffi::OsStr],
+) -> Result<std::process::Output, DockerError> {
+    Command::new(which(tool).unwrap_or_else(|| PathBuf::from(tool)))
+        .args(args)
+        .output()
+        .await
+        .map_err(|e| DockerError::Disk(format!("cannot run {tool}: {e}")))
 }
 
 /// Runs a disk tool; its stderr becomes the error.
 async fn run(tool: &str, args: &[&std::ffi::OsStr]) -> Result<String, DockerError> {
-    let out = Command::new(which(tool).unwrap_or_else(|| PathBuf::from(tool)))
-        .args(args)
-        .kill_on_drop(true)
-        .output()
-        .await
-        .map_err(|e| DockerError::Disk(format!("cannot run {tool}: {e}")))?;
+    let out = command(tool, args).await?;
     if !out.status.success() {
         let shown: Vec<_> = args.iter().map(|a| a.to_string_lossy()).collect();
         return Err(DockerError::Disk(format!(
@@ -313,16 +421,56 @@ fn which(tool: &str) -> Option<PathBuf> {
 }
 
 /// A server in a mount namespace of its own (systemd's `PrivateMounts=`, `ProtectSystem=`…)
-/// mounts where dockerd cannot see: the sandbox would get the empty folder under the mount.
-fn warn_if_private_mounts() {
+/// mounts where dockerd cannot see them, and no sandbox could start.
+fn check_mount_namespace() -> Result<(), DockerError> {
     let ns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok();
-    if let (Some(own), Some(init)) = (ns("self"), ns("1")) {
-        if own != init {
-            tracing::warn!(
-                "the server runs in a mount namespace other than init's; the agents' disk \
-                 mounts must be visible to dockerd (no PrivateMounts=/ProtectSystem= on the \
-                 service), or sandboxes get an empty home"
-            );
-        }
+    match (ns("self"), ns("1")) {
+        (Some(own), Some(init)) if own != init => Err(DockerError::Disk(
+            "the server runs in a mount namespace other than init's, so dockerd would not see \
+             the agents' disk mounts; run it in the host's (no PrivateMounts= or \
+             ProtectSystem= on its service), or set sandbox.default_disk_mb: 0"
+                .into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A superblock as mkfs writes it, for the size reading.
+    fn image_with(
+        blocks_lo: u32,
+        blocks_hi: u32,
+        log_block: u32,
+        incompat: u32,
+    ) -> tempfile::NamedTempFile {
+        let mut sb = vec![0u8; 2048];
+        let base = 1024;
+        sb[base + 0x4..base + 0x8].copy_from_slice(&blocks_lo.to_le_bytes());
+        sb[base + 0x18..base + 0x1c].copy_from_slice(&log_block.to_le_bytes());
+        sb[base + 0x38..base + 0x3a].copy_from_slice(&0xEF53u16.to_le_bytes());
+        sb[base + 0x60..base + 0x64].copy_from_slice(&incompat.to_le_bytes());
+        sb[base + 0x150..base + 0x154].copy_from_slice(&blocks_hi.to_le_bytes());
+        let f = tempfile::NamedTempFile::new().expect("temp file");
+        std::fs::write(f.path(), sb).expect("write");
+        f
+    }
+
+    #[test]
+    fn the_filesystem_size_comes_from_the_superblock() {
+        let f = image_with(16384, 0, 2, 0);
+        assert_eq!(filesystem_bytes(f.path()).unwrap(), 64 << 20);
+        // The high half counts only with the 64bit feature.
+        let f = image_with(1, 1, 2, 0);
+        assert_eq!(filesystem_bytes(f.path()).unwrap(), 4096);
+        let f = image_with(0, 1, 2, 0x80);
+        assert_eq!(filesystem_bytes(f.path()).unwrap(), (1u64 << 32) * 4096);
+        let f = image_with(1, 0, 40, 0);
+        assert!(filesystem_bytes(f.path()).is_err());
+        let garbage = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(garbage.path(), [0u8; 100]).unwrap();
+        assert!(filesystem_bytes(garbage.path()).is_err());
     }
 }

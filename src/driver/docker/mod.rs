@@ -236,7 +236,7 @@ impl DockerDriver {
 
     /// Mounts the agent's disk image (making it if `home` allows), before every start: a host
     /// reboot drops the mount, and a raised limit grows it here unless the sandbox is running
-    /// (then at its next start). Returns the mount point.
+    /// (then at its next start). Returns the folder the home volume binds.
     async fn ensure_disk(
         &self,
         id: &str,
@@ -254,8 +254,9 @@ impl DockerDriver {
             .await
     }
 
-    /// The home volume; for a home with a disk limit, `disk` is its mounted image, which the
-    /// volume binds (the files live in the image, so such a volume is remade freely).
+    /// The home volume; for a home with a disk limit, `disk` is the folder in its mounted image
+    /// that the volume binds (the files live in the image, so such a volume is remade freely).
+    /// Called only while the agent has no container, so no container holds the volume.
     async fn ensure_volume(
         &self,
         id: &str,
@@ -281,28 +282,51 @@ impl DockerDriver {
                 ("device".to_string(), d.to_string_lossy().into_owned()),
             ])
         });
+        let request = VolumeCreateRequest {
+            name: Some(name.clone()),
+            labels: Some(self.names.labels("home", Some(id))),
+            driver_opts: driver_opts.clone(),
+            ..Default::default()
+        };
         // Creating an existing volume returns it unchanged: idempotent by itself.
         let v = self
             .docker
-            .create_volume(VolumeCreateRequest {
-                name: Some(name.clone()),
-                labels: Some(self.names.labels("home", Some(id))),
-                driver_opts: driver_opts.clone(),
-                ..Default::default()
-            })
+            .create_volume(request.clone())
             .await
             .map_err(DockerError::api(format!("creating volume {name}")))?;
         self.own_volume(id, &name, &v)?;
-        let binds = |want: &HashMap<String, String>| want.get("device") == v.options.get("device");
-        if let Some(want) = &driver_opts {
-            if !binds(want) {
-                return Err(DockerError::Disk(format!(
-                    "volume {name} does not bind the agent's disk {} (it was made for another \
-                     data directory, or without a disk limit); rebuild the agent to remake it",
-                    disk.map(|d| d.display().to_string()).unwrap_or_default()
-                )));
-            }
+        let Some(want) = driver_opts else {
+            return Ok(());
+        };
+        if want.get("device") == v.options.get("device") {
+            return Ok(());
         }
+        if v.options.get("o").map(String::as_str) != Some("bind") {
+            // A plain volume holds files of its own: never removed to make room.
+            return Err(DockerError::Disk(format!(
+                "volume {name} is a plain Docker volume with files of its own, but the agent \
+                 has a disk limit; move its files and remove the volume by hand"
+            )));
+        }
+        // A volume of ours binding something else (made for another data directory, or by an
+        // older server): it holds no files, so it is made again.
+        tracing::warn!(
+            agent = id,
+            volume = name,
+            found = ?v.options.get("device"),
+            "the home volume does not bind the agent's disk; making it again"
+        );
+        self.docker
+            .remove_volume(
+                &name,
+                None::<bollard::query_parameters::RemoveVolumeOptions>,
+            )
+            .await
+            .map_err(DockerError::api(format!("removing volume {name}")))?;
+        self.docker
+            .create_volume(request)
+            .await
+            .map_err(DockerError::api(format!("creating volume {name}")))?;
         Ok(())
     }
 
