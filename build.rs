@@ -1,38 +1,51 @@
-//! Builds the web UI (`web/dist`) when it is missing, so `cargo build` yields a binary with the UI.
+//! Builds the web UI (`web/dist`) when it is missing or older than its sources, so `cargo build`
+//! yields a binary with the current UI.
 //!
-//! - `web/dist/index.html` exists: nothing to do (fast path).
-//! - Missing, `npm` on PATH and `AGENTHOLD_SKIP_WEB_BUILD` unset: `npm ci` (when `web/node_modules`
-//!   is missing) and `npm run build` in `web/`; a failure fails the build with the reason.
-//! - Missing and no `npm` (or the skip variable set): a warning; the server then serves a page that
-//!   says how to build the UI.
+//! - `web/dist/index.html` newer than every source (`web/src`, `web/public`, `index.html`, the
+//!   package and Vite files): nothing to do (fast path).
+//! - Missing or stale, `npm` on PATH and `AGENTHOLD_SKIP_WEB_BUILD` unset: `npm ci` (when
+//!   `web/node_modules` is missing) and `npm run build` in `web/`; a failure fails the build with
+//!   the reason.
+//! - Otherwise (no `npm`, or the skip variable set): a warning; a missing UI is then a page that
+//!   says how to build it.
+//!
+//! `web/dist` itself is not watched: this script writes it, and a path written during the build
+//! would make cargo run the script, and recompile the crate, again on the next build. Release
+//! builds embed the files of `web/dist`, and the compiler tracks those itself.
 
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::SystemTime;
 
 fn main() {
-    println!("cargo:rerun-if-changed=web/dist");
-    println!("cargo:rerun-if-changed=web/src");
-    println!("cargo:rerun-if-changed=web/index.html");
-    println!("cargo:rerun-if-changed=web/package.json");
-    println!("cargo:rerun-if-changed=web/package-lock.json");
+    for source in SOURCES {
+        println!("cargo:rerun-if-changed=web/{source}");
+    }
     println!("cargo:rerun-if-env-changed=AGENTHOLD_SKIP_WEB_BUILD");
 
     let root = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
     let web = root.join("web");
-    if web.join("dist").join("index.html").is_file() {
+    let built = modified(&web.join("dist").join("index.html"));
+    let newest_source = SOURCES.iter().filter_map(|s| newest(&web.join(s))).max();
+    if built.is_some() && newest_source <= built {
         return;
     }
     if !web.join("package.json").is_file() {
         println!("cargo:warning=web/package.json is missing: the server will serve a placeholder page instead of the web UI");
         return;
     }
+    let state = if built.is_some() {
+        "older than web/src"
+    } else {
+        "missing"
+    };
     if env::var_os("AGENTHOLD_SKIP_WEB_BUILD").is_some_and(|v| !v.is_empty()) {
-        println!("cargo:warning=AGENTHOLD_SKIP_WEB_BUILD is set and web/dist is missing: the web UI will be a placeholder page (build it with `npm --prefix web ci && npm --prefix web run build`)");
+        println!("cargo:warning=AGENTHOLD_SKIP_WEB_BUILD is set and web/dist is {state}: the web UI is left as it is (build it with `npm --prefix web ci && npm --prefix web run build`)");
         return;
     }
     let Some(npm) = find_on_path(if cfg!(windows) { "npm.cmd" } else { "npm" }) else {
-        println!("cargo:warning=npm is not on PATH and web/dist is missing: the web UI will be a placeholder page. Install Node.js 20.19+ and run `npm --prefix web ci && npm --prefix web run build`, then rebuild");
+        println!("cargo:warning=npm is not on PATH and web/dist is {state}: the web UI is left as it is. Install Node.js 20.19+ and run `npm --prefix web ci && npm --prefix web run build`, then rebuild");
         return;
     };
     if !web.join("node_modules").is_dir() {
@@ -42,6 +55,34 @@ fn main() {
     if !web.join("dist").join("index.html").is_file() {
         panic!("`npm run build` in web/ finished but web/dist/index.html is still missing");
     }
+}
+
+/// What the UI is built from, under `web/`.
+const SOURCES: &[&str] = &[
+    "src",
+    "public",
+    "index.html",
+    "package.json",
+    "package-lock.json",
+    "vite.config.ts",
+    "tsconfig.json",
+];
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+/// The newest modification time of `path` or anything below it.
+fn newest(path: &Path) -> Option<SystemTime> {
+    let own = modified(path);
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return own;
+    };
+    entries
+        .flatten()
+        .filter_map(|e| newest(&e.path()))
+        .chain(own)
+        .max()
 }
 
 fn run(npm: &Path, dir: &Path, args: &[&str]) {

@@ -19,15 +19,6 @@ pub enum AgentEvent {
     },
 }
 
-impl AgentEvent {
-    pub fn agent_id(&self) -> &str {
-        match self {
-            AgentEvent::Changed(a) => &a.id,
-            AgentEvent::Deleted(id) | AgentEvent::Pull { id, .. } => id,
-        }
-    }
-}
-
 /// A broadcast of [`AgentEvent`]s; a slow subscriber loses old events and is told so. It also
 /// keeps each agent's pull in progress, so that a snapshot of the agent can show it.
 #[derive(Clone)]

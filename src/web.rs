@@ -55,11 +55,6 @@ where
     Router::new().fallback(serve)
 }
 
-/// Whether the UI was built into (or, in debug builds, is present for) this binary.
-pub fn ui_built() -> bool {
-    Assets::get("index.html").is_some()
-}
-
 /// Answer one request for the UI.
 pub async fn serve(method: Method, uri: Uri, headers: HeaderMap) -> Response {
     let path = uri.path();

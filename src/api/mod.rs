@@ -1,4 +1,4 @@
-//! The HTTP API v1 (see API.md), the web UI and the OpenAPI description, on `server.listen`.
+//! The HTTP API v1 (see docs/api.md), the web UI and the OpenAPI description, on `server.listen`.
 
 pub mod agents;
 pub mod auth;

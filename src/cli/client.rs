@@ -1,4 +1,4 @@
-//! A typed client for the HTTP API in API.md, shared by the CLI and the benchmark.
+//! A typed client for the HTTP API in docs/api.md, shared by the CLI and the benchmark.
 
 use std::time::Duration;
 

@@ -18,7 +18,7 @@ pub enum ClientError {
     /// The server URL given to the client is not usable.
     #[error("invalid server URL {url:?}: {reason}")]
     InvalidUrl { url: String, reason: String },
-    /// The server sent something that does not follow API.md.
+    /// The server sent something that does not follow docs/api.md.
     #[error("unexpected answer from the server: {0}")]
     Protocol(String),
     /// The transport failed after the connection was made.

@@ -1,4 +1,4 @@
-//! The command-line client: `agenthold agents|exec|shell|cp`, speaking the HTTP API of API.md.
+//! The command-line client: `agenthold agents|exec|shell|cp`, speaking the HTTP API of docs/api.md.
 
 mod agents;
 mod client;

@@ -1,4 +1,4 @@
-//! Request and answer bodies of API.md that `crate::model` does not already cover.
+//! Request and answer bodies of docs/api.md that `crate::model` does not already cover.
 
 use std::collections::BTreeMap;
 

@@ -109,11 +109,6 @@ impl Store {
         .await?
     }
 
-    /// The database file, or `None` for an in-memory store.
-    pub fn path(&self) -> Option<&Path> {
-        self.path.as_deref()
-    }
-
     /// Runs `f` on the connection in the blocking pool.
     async fn call<T, F>(&self, f: F) -> Result<T>
     where

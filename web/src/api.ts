@@ -1,4 +1,4 @@
-// The HTTP client for /api/v1 (see API.md). Same origin, authenticated by the session cookie.
+// The HTTP client for /api/v1 (see docs/api.md). Same origin, authenticated by the session cookie.
 
 export type AgentState =
   | 'creating'
