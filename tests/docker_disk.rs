@@ -99,6 +99,13 @@ async fn filling_the_home_or_tmp_stops_at_the_limit_and_harms_nothing_else() {
         "{} is not mounted",
         mountpoint.display()
     );
+    // Its loop device reads and writes the image directly (no second page cache).
+    let dio = Command::new("losetup")
+        .args(["-n", "-O", "DIO", "-j"])
+        .arg(&image)
+        .output()
+        .expect("losetup");
+    assert_eq!(String::from_utf8_lossy(&dio.stdout).trim(), "1");
 
     // df in the sandbox shows the limit, not the host's disk (ext4 keeps some for itself: its
     // journal and inode tables).

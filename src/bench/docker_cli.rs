@@ -66,6 +66,26 @@ pub async fn remove_everything(prefix: &str) {
         }
     }
     remove_firewall_rules(prefix).await;
+    unmount_disks(prefix).await;
+}
+
+/// Unmounts the disk images of the benchmark's agents' homes (mounted under the temporary data
+/// directory, named like their volumes), so the directory can go and no loop device stays
+/// behind: the agents were removed with the Docker CLI, not destroyed by the server.
+async fn unmount_disks(prefix: &str) {
+    let home = format!("{prefix}-home-");
+    let mountinfo = tokio::fs::read_to_string("/proc/self/mountinfo")
+        .await
+        .unwrap_or_default();
+    for target in mountinfo.lines().filter_map(|l| l.split(' ').nth(4)) {
+        if target
+            .rsplit('/')
+            .next()
+            .is_some_and(|last| last.starts_with(&home))
+        {
+            let _ = Command::new("umount").args(["-l", target]).output().await;
+        }
+    }
 }
 
 /// Removes the host firewall rules the driver put in place for the benchmark's agents (tagged
