@@ -148,6 +148,11 @@ async fn filling_the_home_or_tmp_stops_at_the_limit_and_harms_nothing_else() {
         .send()
         .await
         .expect("upload");
+    // The refusal may come before the whole body was sent: the connection is not reused.
+    assert_eq!(
+        r.headers().get("connection").and_then(|v| v.to_str().ok()),
+        Some("close")
+    );
     let msg = expect_error(r, 507, "no_space").await;
     assert!(msg.contains("No space left on device"), "{msg}");
     assert_eq!(

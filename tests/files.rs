@@ -307,6 +307,11 @@ async fn uploads_over_the_limit_are_413_and_leave_nothing() {
         .await;
     if let Ok(r) = r {
         assert_eq!(r.status(), 413);
+        // Refused before the body ended: the connection is not reused for the next request.
+        assert_eq!(
+            r.headers().get("connection").and_then(|v| v.to_str().ok()),
+            Some("close")
+        );
     }
     common::wait_for("oversized upload discarded", || async {
         let list: Vec<Value> = s

@@ -130,6 +130,27 @@ pub async fn write(
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
     req: Request,
+) -> Response {
+    match write_body(st, id, q, req).await {
+        Ok(status) => status.into_response(),
+        // A refusal may come before the whole body was read (too large, a full disk): the rest
+        // of it is still on its way, so the connection cannot carry another request.
+        Err(e) => {
+            let mut response = e.into_response();
+            response.headers_mut().insert(
+                header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+            response
+        }
+    }
+}
+
+async fn write_body(
+    st: AppState,
+    id: String,
+    q: PathQuery,
+    req: Request,
 ) -> Result<StatusCode, ApiError> {
     check_path(&q.path)?;
     let limit = st.config.server.max_file_mb.saturating_mul(1024 * 1024);
