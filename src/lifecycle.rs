@@ -23,6 +23,8 @@ use AgentState::*;
 
 /// States from which an operation may begin.
 const SETTLED: &[AgentState] = &[Running, Sleeping, Error];
+/// How the message of an agent whose create failed begins (see [`Lifecycle::start`]).
+const CREATE_FAILED: &str = "creating the sandbox failed";
 
 #[derive(Debug, thiserror::Error)]
 pub enum LifecycleError {
@@ -211,6 +213,19 @@ impl Lifecycle {
     }
 
     pub async fn start(self: &Arc<Self>, id: &str) -> Result<Agent, LifecycleError> {
+        // A create that failed (Docker unreachable, say) may have made nothing, not even the
+        // home, which a start would then take for one removed outside: the start is that
+        // create, done again, which goes on into the start.
+        let create_failed = self.store.get_agent(id).await.is_ok_and(|a| {
+            a.state == Error && a.error.is_some_and(|e| e.starts_with(CREATE_FAILED))
+        });
+        if create_failed {
+            if let Ok(agent) = self.transition(id, &[Error], Creating, "start").await {
+                self.activity.touch(id);
+                self.spawn_op(OpKind::create, id.to_string());
+                return Ok(self.decorate(agent));
+            }
+        }
         let agent = self
             .transition(id, &[Sleeping, Error], Starting, "start")
             .await?;
@@ -317,11 +332,7 @@ impl Lifecycle {
         self.hub.forget_pull(&id);
         if let Err(e) = created {
             return self
-                .fail(
-                    &id,
-                    &[Creating],
-                    format!("creating the sandbox failed: {e}"),
-                )
+                .fail(&id, &[Creating], format!("{CREATE_FAILED}: {e}"))
                 .await;
         }
         if self

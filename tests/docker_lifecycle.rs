@@ -366,3 +366,52 @@ async fn a_subnet_taken_outside_agenthold_is_skipped() {
     assert!(pool.contains(&got.parse::<ipnet::Ipv4Net>().expect("subnet")));
     s.stop().await;
 }
+
+/// A subnet of the pool that an interface of the host is on, unknown to the engine (the bridge a
+/// dockerd killed while making a network leaves behind), is skipped: a network made on it would
+/// get a second bridge with the same address, and the sandbox could never reach the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subnet_a_host_interface_is_on_is_skipped() {
+    struct Bridge(String);
+    impl Drop for Bridge {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("ip")
+                .args(["link", "del", &self.0])
+                .output();
+        }
+    }
+    let ip = |args: &[&str]| {
+        let out = std::process::Command::new("ip")
+            .args(args)
+            .output()
+            .expect("ip");
+        assert!(
+            out.status.success(),
+            "ip {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let env = DockerEnv::new();
+    let pool: ipnet::Ipv4Net = env.pool.parse().expect("pool");
+    // Allocation starts at the bottom of the pool.
+    let taken = format!("{}/28", pool.network());
+    let gateway = format!(
+        "{}/28",
+        std::net::Ipv4Addr::from(u32::from(pool.network()) + 1)
+    );
+    let bridge = Bridge(format!("{}-gh", env.prefix));
+    ip(&["link", "add", "name", &bridge.0, "type", "bridge"]);
+    ip(&["addr", "add", &gateway, "dev", &bridge.0]);
+    ip(&["link", "set", &bridge.0, "up"]);
+    let s = env.server(false).await;
+    let a = running_agent_with(&s, "a", BUSYBOX_IMAGE).await;
+    let got =
+        s.lc.store
+            .subnet(&a)
+            .await
+            .expect("subnet")
+            .expect("a has one");
+    assert_ne!(got, taken);
+    assert_eq!(exec_ok(&s, &a, &["echo", "reached"]).await, "reached\n");
+    s.stop().await;
+}

@@ -9,13 +9,20 @@
 //!   random moment; after each round every agent settles (an `error` is repaired by one start or
 //!   rebuild) and Docker, the host firewall and SQLite hold exactly what the agents need.
 //!   `SOAK_ROUNDS` (default 3) and `SOAK_SEED` (default: random, printed) replay or lengthen it.
+//! - `dockerd_restart_soak`: the same rounds against a second dockerd of the test's own
+//!   (`common/engine.rs`), which each round also restarts (SIGKILL or SIGTERM, then started
+//!   again) at a random moment, while operations are under way or while the server is down.
+//! - `a_create_cut_short_by_dockerd_is_made_by_the_next_start`: what such a restart can leave of
+//!   a create (no home, or an empty home without labels) does not stop the next start.
 //!
-//! Needs Docker (scripts/docker-setup.sh) and a static sandboxd (scripts/build-sandboxd.sh);
-//! fails, never skips, without them.
+//! Needs Docker (scripts/docker-setup.sh), root (the second dockerd) and a static sandboxd
+//! (scripts/build-sandboxd.sh); fails, never skips, without them.
 
 mod common;
 #[path = "common/docker.rs"]
 mod dk;
+#[path = "common/engine.rs"]
+mod engine;
 #[path = "common/process.rs"]
 mod process;
 
@@ -24,6 +31,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use dk::*;
+use engine::Engine;
+use nix::sys::signal::Signal;
 use process::{docker_sandbox_yaml, ServerConfig};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -37,9 +46,36 @@ fn config(dir: &std::path::Path, env: &DockerEnv) -> ServerConfig {
     ServerConfig::write(dir, "0.0.0.0", &sandbox, SETTLE)
 }
 
+/// The engine a test's objects are on: the main one, or a second dockerd (`-H` its host).
+#[derive(Clone)]
+struct Target {
+    host: Option<String>,
+}
+
+/// The main engine, which every test but the dockerd soak uses.
+const MAIN: Target = Target { host: None };
+
+impl Target {
+    fn docker_try(&self, args: &[&str]) -> Result<String, String> {
+        match &self.host {
+            None => docker_try(args),
+            Some(host) => {
+                let mut a = vec!["-H", host.as_str()];
+                a.extend_from_slice(args);
+                docker_try(&a)
+            }
+        }
+    }
+
+    fn docker(&self, args: &[&str]) -> String {
+        self.docker_try(args)
+            .unwrap_or_else(|e| panic!("docker {args:?} failed: {e}"))
+    }
+}
+
 /// The Docker ids of the agent's objects of one kind (`ps -a`, `volume ls`, `network ls`), found
 /// by its labels.
-fn labelled(kind: &[&str], id: &str) -> Vec<String> {
+fn labelled(on: &Target, kind: &[&str], id: &str) -> Vec<String> {
     let filter = format!("label=agenthold.agent={id}");
     let mut args: Vec<&str> = kind.to_vec();
     let format = if kind[0] == "volume" {
@@ -48,15 +84,15 @@ fn labelled(kind: &[&str], id: &str) -> Vec<String> {
         "{{.ID}}"
     };
     args.extend(["--filter", &filter, "--format", format]);
-    docker(&args)
+    on.docker(&args)
         .lines()
         .filter(|l| !l.is_empty())
         .map(str::to_string)
         .collect()
 }
 
-fn networks_of(id: &str) -> Vec<String> {
-    labelled(&["network", "ls"], id)
+fn networks_of(on: &Target, id: &str) -> Vec<String> {
+    labelled(on, &["network", "ls"], id)
 }
 
 /// A second network with the agent's name and labels, as a crash while dockerd makes one leaves.
@@ -146,7 +182,7 @@ async fn error_is_never_a_dead_end() {
     // Two networks with the agent's name (Docker allows it): a stop and start keeps the one
     // its sandbox is on and removes the other, and the name is unambiguous again.
     make_duplicate_network(&env, &id, &spare_subnet(&env)).await;
-    assert_eq!(networks_of(&id).len(), 2);
+    assert_eq!(networks_of(&MAIN, &id).len(), 2);
     server.op(&id, "stop").await;
     server
         .settles_to(&id, "sleeping", "stop with a duplicate network")
@@ -156,7 +192,7 @@ async fn error_is_never_a_dead_end() {
         .settles_to(&id, "running", "start with a duplicate network")
         .await;
     assert_eq!(
-        networks_of(&id).len(),
+        networks_of(&MAIN, &id).len(),
         1,
         "the duplicate network was removed"
     );
@@ -272,9 +308,15 @@ async fn error_is_never_a_dead_end() {
         .await;
     assert_eq!(st, 202, "DELETE from error: {body}");
     assert_eq!(server.settled(&id).await, None, "the agent is gone");
-    assert!(networks_of(&id).is_empty(), "networks left");
-    assert!(labelled(&["volume", "ls"], &id).is_empty(), "home left");
-    assert!(labelled(&["ps", "-a"], &id).is_empty(), "containers left");
+    assert!(networks_of(&MAIN, &id).is_empty(), "networks left");
+    assert!(
+        labelled(&MAIN, &["volume", "ls"], &id).is_empty(),
+        "home left"
+    );
+    assert!(
+        labelled(&MAIN, &["ps", "-a"], &id).is_empty(),
+        "containers left"
+    );
     assert_eq!(
         docker(&["inspect", "--format", "{{.State.Running}}", &foreign]),
         "true",
@@ -282,6 +324,55 @@ async fn error_is_never_a_dead_end() {
     );
     docker(&["rm", "-f", &foreign]);
     assert!(firewall_agents(&env).is_empty(), "firewall rules left");
+}
+
+/// A create that dockerd cut short is made by the next start: the home it never had is not
+/// taken for one removed outside, and an empty, unlabelled volume with the home's name (dockerd,
+/// killed while making a volume, leaves its folder without the labels) is made anew; one with
+/// files in it is somebody else's and stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_cut_short_by_dockerd_is_made_by_the_next_start() {
+    let env = DockerEnv::new();
+    let s = env.server(false).await;
+    let id = running_agent_with(&s, "phoenix", BUSYBOX_IMAGE).await;
+    stop_sleeping(&s, &id).await;
+    // As a create cut short by dockerd leaves it: nothing in Docker, `error` in the store.
+    docker(&["rm", "-f", &env.container(&id)]);
+    docker(&["network", "rm", &env.network(&id)]);
+    docker(&["volume", "rm", &env.volume(&id)]);
+    let failed = "creating the sandbox failed: the sandbox driver is unavailable: inspecting \
+                  image: client error (SendRequest)";
+    s.lc.store
+        .fail(&id, &[agenthold::model::AgentState::Sleeping], failed)
+        .await
+        .expect("fail the agent");
+    // An unlabelled volume with the home's name and a file in it: not ours, left alone.
+    docker(&["volume", "create", &env.volume(&id)]);
+    let folder = docker(&[
+        "volume",
+        "inspect",
+        "--format",
+        "{{.Mountpoint}}",
+        &env.volume(&id),
+    ]);
+    let file = std::path::Path::new(&folder).join("theirs");
+    std::fs::write(&file, "x").expect("a file in the volume");
+    act(&s, &id, "start").await;
+    let last = wait_states(&s, &id, &["error"]).await;
+    let msg = last["error"].as_str().unwrap_or_default();
+    assert!(msg.contains("agenthold did not make"), "{msg}");
+    assert!(file.exists(), "the volume was left alone");
+    // Empty, as a killed dockerd leaves it: made anew, and the agent runs.
+    std::fs::remove_file(&file).expect("remove the file");
+    act(&s, &id, "start").await;
+    s.wait_state(&id, "running").await;
+    assert_eq!(exec_ok(&s, &id, &["echo", "made"]).await, "made\n");
+    assert_eq!(
+        labelled(&MAIN, &["volume", "ls"], &id).len(),
+        1,
+        "a home of ours"
+    );
+    s.stop().await;
 }
 
 /// One value of the server's `/metrics`, by the start of its line.
@@ -312,8 +403,8 @@ fn firewall_agents(env: &DockerEnv) -> BTreeSet<String> {
         .collect()
 }
 
-/// Everything with this test's prefix label, by kind, as `kind: name-or-id` lines.
-fn prefixed(env: &DockerEnv) -> BTreeMap<String, usize> {
+/// Everything with this test's prefix label on `on`, by kind, as `kind:agent` counts.
+fn prefixed(on: &Target, env: &DockerEnv) -> BTreeMap<String, usize> {
     let filter = format!("label=agenthold.prefix={}", env.prefix);
     let mut counts = BTreeMap::new();
     for (kind, args, format) in [
@@ -335,7 +426,7 @@ fn prefixed(env: &DockerEnv) -> BTreeMap<String, usize> {
     ] {
         let mut a: Vec<&str> = args.to_vec();
         a.extend(["--filter", &filter, "--format", format]);
-        for agent in docker(&a).lines().filter(|l| !l.is_empty()) {
+        for agent in on.docker(&a).lines().filter(|l| !l.is_empty()) {
             *counts.entry(format!("{kind}:{agent}")).or_insert(0) += 1;
         }
     }
@@ -383,7 +474,12 @@ async fn settle_and_repair(server: &ServerConfig, id: &str, log: &mut Vec<String
 }
 
 /// One outside change to a random agent, as an operator or a crash elsewhere would make it.
-fn outside_change(env: &DockerEnv, rng: &mut StdRng, ids: &[String]) -> Option<String> {
+fn outside_change(
+    on: &Target,
+    env: &DockerEnv,
+    rng: &mut StdRng,
+    ids: &[String],
+) -> Option<String> {
     let id = ids.get(rng.random_range(0..ids.len().max(1)))?;
     let container = env.container(id);
     let (what, args): (&str, Vec<String>) = match rng.random_range(0..4) {
@@ -394,39 +490,68 @@ fn outside_change(env: &DockerEnv, rng: &mut StdRng, ids: &[String]) -> Option<S
         ),
         2 => ("kill", vec!["kill".into(), container]),
         _ => {
-            // By id: with duplicates (the very bug) the name would be ambiguous.
-            let nets = networks_of(id);
-            let net = nets.first()?.clone();
+            // By id: with duplicates (the very bug) the name would be ambiguous. The engine
+            // may be restarting: then there is nothing to remove.
+            let filter = format!("label=agenthold.agent={id}");
+            let nets = on
+                .docker_try(&["network", "ls", "-q", "--filter", &filter])
+                .ok()?;
+            let net = nets.lines().next()?.to_string();
             ("network rm", vec!["network".into(), "rm".into(), net])
         }
     };
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    // Refusals are part of the game (a running sandbox keeps its network).
-    let r = docker_try(&args);
+    // Refusals are part of the game (a running sandbox keeps its network; a restarting engine
+    // answers nothing).
+    let r = on.docker_try(&args);
     Some(format!(
         "{what} {id}: {}",
         if r.is_ok() { "done" } else { "refused" }
     ))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fault_soak() {
+/// `SOAK_ROUNDS` (else `default_rounds`) and `SOAK_SEED` (else a random one), printed so that a
+/// failed run can be replayed.
+fn soak_params(name: &str, default_rounds: usize) -> (usize, u64) {
     let rounds: usize = std::env::var("SOAK_ROUNDS")
         .ok()
         .and_then(|r| r.parse().ok())
-        .unwrap_or(3);
+        .unwrap_or(default_rounds);
     let seed: u64 = std::env::var("SOAK_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(rand::random);
-    println!("fault_soak: SOAK_SEED={seed} SOAK_ROUNDS={rounds}");
+    println!("{name}: SOAK_SEED={seed} SOAK_ROUNDS={rounds}");
+    (rounds, seed)
+}
+
+/// Seeded rounds of faults against a server on the main engine, or (with `engine`) on a second
+/// dockerd that is also restarted once a round.
+async fn soak(name: &str, default_rounds: usize, env: &DockerEnv, mut engine: Option<Engine>) {
+    let (rounds, seed) = soak_params(name, default_rounds);
     let mut rng = StdRng::seed_from_u64(seed);
-    let env = DockerEnv::new();
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = config(dir.path(), &env);
+    let (on, server) = match &engine {
+        None => (MAIN, config(dir.path(), env)),
+        Some(e) => {
+            e.serves(&env.prefix);
+            // /29s: 32 networks in the engine's /24, for the 8 agents of a round and the
+            // subnets a dockerd killed while making a network leaves taken on the host.
+            let sandbox =
+                docker_sandbox_yaml(&env.prefix, &e.pool(), BUSYBOX_IMAGE, Some(&e.socket()))
+                    + "    subnet_bits: 29\n";
+            let on = Target {
+                host: Some(e.host()),
+            };
+            (
+                on,
+                ServerConfig::write(dir.path(), "0.0.0.0", &sandbox, SETTLE),
+            )
+        }
+    };
     let mut ids: Vec<String> = Vec::new();
     let mut next_name = 0;
-    let (mut kills, mut repairs, mut slowest) = (0, 0, Duration::ZERO);
+    let (mut kills, mut restarts, mut repairs, mut slowest) = (0, 0, 0, Duration::ZERO);
     for round in 0..rounds {
         let p = server.start().await;
         // A burst: creates up to 8 agents in all, and a random operation on each older one.
@@ -441,7 +566,30 @@ async fn fault_soak() {
         }
         let kill_after = Duration::from_millis(rng.random_range(50..1500));
         let outside_after = Duration::from_millis(rng.random_range(0..1500));
+        let mut rng2 = StdRng::seed_from_u64(rng.random());
         let sent = Instant::now();
+        // On the second engine, a restart of dockerd (killed, or stopped as by systemd) 0 to 2 s
+        // after the burst: while the server runs, or after it was killed. It runs on a thread of
+        // its own (it waits for dockerd) and hands the engine back when dockerd answers again.
+        let restart = engine.take().map(|mut e| {
+            let signal = if rng.random_bool(0.5) {
+                Signal::SIGKILL
+            } else {
+                Signal::SIGTERM
+            };
+            let after = Duration::from_millis(rng.random_range(0..2000));
+            let task = tokio::spawn(async move {
+                tokio::time::sleep_until(tokio::time::Instant::from_std(sent + after)).await;
+                let began = sent.elapsed();
+                let e = tokio::task::spawn_blocking(move || {
+                    e.restart_after(signal);
+                    e
+                })
+                .await;
+                e.map(|e| (e, began))
+            });
+            (signal, task)
+        });
         let calls = ops.iter().map(|(op, target)| {
             let server = &server;
             async move {
@@ -465,11 +613,10 @@ async fn fault_soak() {
         let created = futures::future::join_all(calls);
         let chaos = async {
             let mut outside = None;
-            let mut rng2 = StdRng::seed_from_u64(rng.random());
-            let start = tokio::time::Instant::now();
+            let start = tokio::time::Instant::from_std(sent);
             tokio::time::sleep_until(start + outside_after.min(kill_after)).await;
             if rng2.random_bool(0.7) {
-                outside = outside_change(&env, &mut rng2, &ids);
+                outside = outside_change(&on, env, &mut rng2, &ids);
             }
             tokio::time::sleep_until(start + kill_after).await;
             outside
@@ -479,6 +626,19 @@ async fn fault_soak() {
         p.kill();
         kills += 1;
         let killed_at = sent.elapsed();
+        // The server needs its engine to start: the restart must be over first.
+        let restarted = match restart {
+            Some((signal, task)) => {
+                let (e, began) = task
+                    .await
+                    .expect("the dockerd restart task")
+                    .unwrap_or_else(|e| panic!("restarting dockerd failed ({e}); seed {seed}"));
+                engine = Some(e);
+                restarts += 1;
+                Some(format!("{signal} at {began:?}"))
+            }
+            None => None,
+        };
 
         // Restart and settle: every agent reaches running or sleeping, or an error that one
         // start or rebuild repairs.
@@ -492,7 +652,8 @@ async fn fault_soak() {
             }
         }
         repairs += log.len();
-        // Then everything runs (a start makes what an outside removal took), and answers.
+        // Then everything runs (a start makes what an outside removal took, and wakes what a
+        // dockerd restart stopped), and answers.
         for id in &alive {
             if server.settled(id).await.as_deref() == Some("sleeping") {
                 server.op(id, "start").await;
@@ -500,15 +661,18 @@ async fn fault_soak() {
         }
         for id in &alive {
             server
-                .settles_to(id, "running", &format!("round {round}: {id}"))
+                .settles_to(id, "running", &format!("round {round}: {id} (seed {seed})"))
                 .await;
             server.exec_ok(id, &["sh", "-c", "true"]).await;
         }
         slowest = slowest.max(began.elapsed());
         ids = alive;
+        let restarted = restarted
+            .map(|r| format!(", dockerd restarted by {r}"))
+            .unwrap_or_default();
         println!(
-            "round {round}: killed after {killed_at:?}, outside: {outside:?}, {} agents, \
-             repairs: {log:?}",
+            "round {round}: killed after {killed_at:?}{restarted}, outside: {outside:?}, {} \
+             agents, repairs: {log:?}",
             ids.len()
         );
 
@@ -518,22 +682,22 @@ async fn fault_soak() {
             .flat_map(|id| ["container", "volume", "network"].map(|k| (format!("{k}:{id}"), 1)))
             .collect();
         assert_eq!(
-            prefixed(&env),
+            prefixed(&on, env),
             want,
             "round {round}: Docker's objects (seed {seed})"
         );
         // The firewall holds exactly the rules of the existing agents.
         let agents: BTreeSet<String> = ids.iter().cloned().collect();
         assert_eq!(
-            firewall_agents(&env),
+            firewall_agents(env),
             agents,
             "round {round}: firewall (seed {seed})"
         );
         // SQLite's subnets are Docker's.
         let stored = stored_subnets(dir.path());
         for id in &ids {
-            let net = networks_of(id);
-            let docker_subnet = docker(&[
+            let net = networks_of(&on, id);
+            let docker_subnet = on.docker(&[
                 "network",
                 "inspect",
                 "--format",
@@ -549,8 +713,25 @@ async fn fault_soak() {
         assert_eq!(stored.len(), ids.len(), "round {round}: rows (seed {seed})");
         p.kill();
     }
+    if let Some(e) = &engine {
+        e.assert_main_engine_untouched();
+    }
     println!(
-        "fault_soak: seed {seed}, {rounds} rounds, {kills} kills, {repairs} repairs, slowest \
-         settle {slowest:?}"
+        "{name}: seed {seed}, {rounds} rounds, {next_name} agents, {kills} kills, {restarts} \
+         dockerd restarts, {repairs} repairs, slowest settle {slowest:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_soak() {
+    let env = DockerEnv::new();
+    soak("fault_soak", 3, &env, None).await;
+}
+
+/// [`fault_soak`] on a second dockerd of the test's own, which each round also restarts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dockerd_restart_soak() {
+    let env = DockerEnv::new();
+    let engine = Engine::new();
+    soak("dockerd_restart_soak", 3, &env, Some(engine)).await;
 }

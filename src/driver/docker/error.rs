@@ -85,6 +85,25 @@ fn is_transport(e: &bollard::errors::Error) -> bool {
     )
 }
 
+impl DockerError {
+    /// Docker refused to start a container because containerd or runc still holds a task of it
+    /// (or its folder), as a dockerd killed while starting it leaves: "task <id>: already
+    /// exists", "failed to start shim: mkdir …: file exists" or "id already in use", at every
+    /// later start. Only a new container starts.
+    pub fn is_stale_task(&self) -> bool {
+        let DockerError::Api {
+            source: bollard::errors::Error::DockerResponseServerError { message, .. },
+            ..
+        } = self
+        else {
+            return false;
+        };
+        (message.starts_with("task ") && message.ends_with("already exists"))
+            || (message.contains("failed to start shim") && message.contains("file exists"))
+            || message == "id already in use"
+    }
+}
+
 impl From<DockerError> for DriverError {
     fn from(e: DockerError) -> DriverError {
         match e {
@@ -95,5 +114,32 @@ impl From<DockerError> for DriverError {
             DockerError::ImageMissing { image, why } => DriverError::ImageMissing { image, why },
             other => DriverError::Failed(other.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(message: &str) -> DockerError {
+        DockerError::api("starting container x")(
+            bollard::errors::Error::DockerResponseServerError {
+                status_code: 500,
+                message: message.into(),
+            },
+        )
+    }
+
+    #[test]
+    fn a_task_left_by_a_killed_dockerd_is_told_from_other_refusals() {
+        assert!(refused("task 1f45a623ae39: already exists").is_stale_task());
+        assert!(refused(
+            "failed to start shim: mkdir /run/docker/containerd/daemon/io.containerd.runtime.v2.task/moby/2788: file exists: unknown"
+        )
+        .is_stale_task());
+        assert!(refused("id already in use").is_stale_task());
+        assert!(!refused("container 1f45 is already running").is_stale_task());
+        assert!(!refused("Conflict. The container name \"/x\" is already in use").is_stale_task());
+        assert!(!DockerError::Other("task x: already exists".into()).is_stale_task());
     }
 }

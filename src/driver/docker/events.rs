@@ -90,6 +90,15 @@ impl OwnOps {
         }
     }
 
+    /// Takes back [`OwnOps::launching`]: the operation removes the container it launched (it
+    /// would not start) to make another, and launches that one later.
+    pub fn unlaunch(&self, id: &str) {
+        let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(track) = map.get_mut(id) {
+            track.launched = None;
+        }
+    }
+
     /// Whether an operation of ours on `id` is under way.
     pub fn busy(&self, id: &str) -> bool {
         let map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -342,5 +351,8 @@ mod tests {
         assert!(ops.caused_by_us(id, launched, &DriverEvent::Started(id.into())));
         assert!(!ops.caused_by_us(id, launched, &DriverEvent::Stopped(id.into())));
         assert!(!ops.caused_by_us(id, launched, &DriverEvent::Removed(id.into())));
+        // A start that removes the container it launched, to make another, removed it itself.
+        ops.unlaunch(id);
+        assert!(ops.caused_by_us(id, launched, &DriverEvent::Removed(id.into())));
     }
 }

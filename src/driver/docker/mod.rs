@@ -347,6 +347,53 @@ impl DockerDriver {
         }
     }
 
+    /// Looks again at volume `name`, which Docker's answer to making the agent's home showed
+    /// without our labels. Docker 20.10 answers so for an existing volume the first time after
+    /// dockerd restarts, while an inspect has the labels (and from then on so does a create):
+    /// then it is ours. A dockerd killed while making a volume makes its folder but never
+    /// records the labels: such a volume, empty, is removed so that the home can be made. Any
+    /// other stays, and is `Foreign`.
+    async fn recheck_home(&self, id: &str, name: &str) -> Result<(), DockerError> {
+        let foreign = || DockerError::Foreign {
+            kind: "volume",
+            name: name.to_string(),
+        };
+        let v = match self.docker.inspect_volume(name).await {
+            Ok(v) => v,
+            Err(e) if is_not_found(&e) => return Ok(()),
+            Err(e) => return Err(DockerError::api(format!("inspecting volume {name}"))(e)),
+        };
+        if self.names.is_agents(Some(&v.labels), id) {
+            return Ok(());
+        }
+        // Its folder is readable only by a server on the host, as root; else it is not known
+        // to be empty.
+        let empty = std::fs::read_dir(&v.mountpoint).is_ok_and(|mut d| d.next().is_none());
+        let plain = v.driver == "local" && v.options.is_empty();
+        if !(v.labels.is_empty() && plain && empty) {
+            tracing::debug!(
+                volume = name,
+                labels = ?v.labels,
+                driver = v.driver,
+                options = ?v.options,
+                empty,
+                "not a home a killed dockerd left half made"
+            );
+            return Err(foreign());
+        }
+        tracing::warn!(
+            volume = name,
+            "an empty volume without labels has the home's name (a dockerd killed while making \
+             it leaves it so); removing it to make the home"
+        );
+        let opts = RemoveVolumeOptionsBuilder::default().force(false).build();
+        match self.docker.remove_volume(name, Some(opts)).await {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(DockerError::api(format!("removing volume {name}"))(e)),
+        }
+    }
+
     // ---- containers ---------------------------------------------------------------------
 
     /// The container's settings; it joins its network by Docker id (names can be shared).
@@ -488,7 +535,17 @@ impl DockerDriver {
         pull: &PullSink,
         home: Home,
     ) -> Result<Made, DockerError> {
-        let made = self.create_once(spec, pull, home).await?;
+        let made = match self.create_once(spec, pull, home).await {
+            // Where the home is made (the answer to a create, not an inspect, was refused).
+            Err(DockerError::Foreign {
+                kind: "volume",
+                name,
+            }) if home == Home::Make => {
+                self.recheck_home(&spec.id, &name).await?;
+                self.create_once(spec, pull, home).await?
+            }
+            r => r?,
+        };
         let Some(existing) = &made.existing else {
             return Ok(made);
         };
@@ -961,6 +1018,23 @@ impl Driver for DockerDriver {
             // finished after the container was found. Everything is looked up afresh.
             Err(e) if e.is_not_found() => {
                 tracing::info!(agent = spec.id, "{e}; starting again from the lookup");
+                Ok(self.start_inner(spec, token, pull).await?)
+            }
+            // A dockerd killed while it started the container leaves containerd a task of it that
+            // no later start gets past: the container is made anew, keeping the home.
+            Err(e) if e.is_stale_task() => {
+                tracing::warn!(
+                    agent = spec.id,
+                    "{e} (left by a dockerd restart); making the container anew, keeping its home"
+                );
+                // Its removal is part of this start, not the new sandbox failing.
+                self.ops.unlaunch(&spec.id);
+                self.forget_staged(&spec.id);
+                if let Some(info) = self.own_container(&spec.id).await? {
+                    let container = info.id.unwrap_or_else(|| self.names.container(&spec.id));
+                    remove_force(&self.docker, &container).await?;
+                }
+                self.repairs.record(Repair::container_remade);
                 Ok(self.start_inner(spec, token, pull).await?)
             }
             r => Ok(r?),

@@ -90,7 +90,15 @@ impl DockerDriver {
         id: &str,
         refused: &[Ipv4Net],
     ) -> Result<Ipv4Net, DockerError> {
-        let engine = self.engine_subnets().await?;
+        let mut engine = self.engine_subnets().await?;
+        // A dockerd killed while it made a network can leave the network's bridge on the host,
+        // with the gateway's address, and forget the network: a network made again on that
+        // subnet gets a second bridge with the same address, and the host's answers to its
+        // sandbox go out on the first one, to nobody. Only on the host do we see its routes.
+        if matches!(self.placement, Placement::Host { .. }) {
+            let routes = std::fs::read_to_string("/proc/net/route").unwrap_or_default();
+            engine.extend(connected_in(&routes, self.cfg.network_pool));
+        }
         let _alloc = self.alloc.lock().await;
         let stored = self
             .store
@@ -456,10 +464,37 @@ fn keeper(nets: &[NetworkInspect], stored: Option<Ipv4Net>, server: Option<&str>
     (0..nets.len()).min_by_key(|&i| rank(&nets[i])).unwrap_or(0)
 }
 
-/// Docker's answer when a subnet overlaps another network's.
+/// The subnets inside `pool` that an interface of this host is on: the routes of `table` (as
+/// `/proc/net/route` has them) that go through no gateway.
+fn connected_in(table: &str, pool: Ipv4Net) -> Vec<Ipv4Net> {
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // Addresses in network byte order, printed as the host's own integers.
+            let field = |i: usize| {
+                let v = u32::from_str_radix(f.get(i)?, 16).ok()?;
+                Some(Ipv4Addr::from(v.to_ne_bytes()))
+            };
+            let (dest, gateway, mask) = (field(1)?, field(2)?, field(7)?);
+            if !gateway.is_unspecified() {
+                return None;
+            }
+            let bits = u32::from(mask).leading_ones();
+            let net = Ipv4Net::new(dest, u8::try_from(bits).ok()?).ok()?.trunc();
+            pool.contains(&net).then_some(net)
+        })
+        .collect()
+}
+
+/// The engine refused the subnet because something of its own overlaps it: another network in
+/// its address pools ("Pool overlaps ..."), or one its bridge driver still holds ("... conflicts
+/// with network ...: networks have overlapping IPv4"), as a dockerd killed while making a
+/// network leaves behind, unlisted, for good.
 fn overlaps_error(e: &bollard::errors::Error) -> bool {
     let msg = e.to_string();
-    msg.contains("overlaps") || msg.contains("Pool overlaps")
+    msg.contains("overlaps") || msg.contains("overlapping")
 }
 
 #[cfg(test)]
@@ -507,5 +542,46 @@ mod tests {
         assert_eq!(keeper(&no_sandbox, stored, Some("server")), 1);
         // The server's own membership is not a sandbox's: with nothing else to go by, the oldest.
         assert_eq!(keeper(&[old, with_server], None, Some("server")), 1);
+    }
+
+    #[test]
+    #[cfg(target_endian = "little")]
+    fn host_interfaces_inside_the_pool_are_found_in_the_route_table() {
+        // As /proc/net/route has it: the default route, a bridge in the pool (10.213.92.32/29),
+        // another outside it (10.213.121.0/28), docker0, a routed network inside the pool.
+        let table =
+            "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
+            eth0\t00000000\t010200C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n\
+            br-d62e9e4b6d9f\t205CD50A\t00000000\t0001\t0\t0\t0\tF8FFFFFF\t0\t0\t0\n\
+            br-239d02732a84\t0079D50A\t00000000\t0001\t0\t0\t0\tF0FFFFFF\t0\t0\t0\n\
+            docker0\t000011AC\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0\n\
+            eth0\t405CD50A\t010200C0\t0003\t0\t0\t0\tC0FFFFFF\t0\t0\t0\n";
+        let cidr = |s: &str| s.parse::<Ipv4Net>().expect("test subnet");
+        assert_eq!(
+            connected_in(table, cidr("10.213.92.0/24")),
+            vec![cidr("10.213.92.32/29")]
+        );
+        assert_eq!(connected_in("", cidr("10.213.92.0/24")), vec![]);
+    }
+
+    #[test]
+    fn subnets_the_engine_holds_are_told_from_other_refusals() {
+        let refusal =
+            |status_code, message: &str| bollard::errors::Error::DockerResponseServerError {
+                status_code,
+                message: message.into(),
+            };
+        // IPAM: another network has the subnet.
+        assert!(overlaps_error(&refusal(
+            403,
+            "Pool overlaps with other one on this address space"
+        )));
+        // The bridge driver: a network a killed dockerd left in its store, unlisted.
+        assert!(overlaps_error(&refusal(
+            403,
+            "cannot create network 42a1 (br-42a1): conflicts with network ab7d (br-ab7d): \
+             networks have overlapping IPv4"
+        )));
+        assert!(!overlaps_error(&refusal(500, "failed to update store")));
     }
 }
