@@ -693,6 +693,32 @@ async fn soak(name: &str, default_rounds: usize, env: &DockerEnv, mut engine: Op
             agents,
             "round {round}: firewall (seed {seed})"
         );
+        // The host holds exactly one disk image per agent (none half made), each mounted.
+        let disks = dir.path().join("data/disks");
+        let images: BTreeSet<String> = std::fs::read_dir(&disks)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.contains(".ext4"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let want_images: BTreeSet<String> = ids
+            .iter()
+            .map(|id| format!("{}.ext4", env.volume(id)))
+            .collect();
+        assert_eq!(
+            images, want_images,
+            "round {round}: disk images (seed {seed})"
+        );
+        for id in &ids {
+            let mountpoint = disks.join(env.volume(id));
+            assert!(
+                !mounts_named(&env.volume(id)).is_empty(),
+                "round {round}: {} is not mounted (seed {seed})",
+                mountpoint.display()
+            );
+        }
         // SQLite's subnets are Docker's.
         let stored = stored_subnets(dir.path());
         for id in &ids {

@@ -370,7 +370,13 @@ impl DockerDriver {
         // to be empty.
         let empty = std::fs::read_dir(&v.mountpoint).is_ok_and(|mut d| d.next().is_none());
         let plain = v.driver == "local" && v.options.is_empty();
-        if !(v.labels.is_empty() && plain && empty) {
+        // A volume that binds the agent's own disk holds no files itself (they are in the image).
+        let binds_disk = v.driver == "local"
+            && v.options.get("o").map(String::as_str) == Some("bind")
+            && self.disks.as_ref().is_ok_and(|d| {
+                v.options.get("device").map(std::path::Path::new) == Some(d.home(name).as_path())
+            });
+        if !(v.labels.is_empty() && ((plain && empty) || binds_disk)) {
             tracing::debug!(
                 volume = name,
                 labels = ?v.labels,
@@ -536,11 +542,10 @@ impl DockerDriver {
         home: Home,
     ) -> Result<Made, DockerError> {
         let made = match self.create_once(spec, pull, home).await {
-            // Where the home is made (the answer to a create, not an inspect, was refused).
             Err(DockerError::Foreign {
                 kind: "volume",
                 name,
-            }) if home == Home::Make => {
+            }) => {
                 self.recheck_home(&spec.id, &name).await?;
                 self.create_once(spec, pull, home).await?
             }
