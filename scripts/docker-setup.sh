@@ -53,6 +53,9 @@ if ! command -v dockerd >/dev/null; then
     apt_install docker.io
 fi
 command -v docker >/dev/null || apt_install docker.io
+# The agents' disk images (ext4 images, loop-mounted): e2fsprogs and util-linux's mount tools.
+PATH="$PATH:/usr/sbin:/sbin" command -v mkfs.ext4 >/dev/null || apt_install e2fsprogs
+PATH="$PATH:/usr/sbin:/sbin" command -v losetup >/dev/null || apt_install mount
 
 if ! docker info >/dev/null 2>&1; then
     # A dockerd (or its containerd) killed earlier can leave a pid file naming a process that is
