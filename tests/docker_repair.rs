@@ -552,6 +552,7 @@ async fn soak(name: &str, default_rounds: usize, env: &DockerEnv, mut engine: Op
     let mut ids: Vec<String> = Vec::new();
     let mut next_name = 0;
     let (mut kills, mut restarts, mut repairs, mut slowest) = (0, 0, 0, Duration::ZERO);
+    let mut orphans_at_end = (0, 0);
     for round in 0..rounds {
         let p = server.start().await;
         // A burst: creates up to 8 agents in all, and a random operation on each older one.
@@ -670,9 +671,21 @@ async fn soak(name: &str, default_rounds: usize, env: &DockerEnv, mut engine: Op
         let restarted = restarted
             .map(|r| format!(", dockerd restarted by {r}"))
             .unwrap_or_default();
+        // What dockerd lost track of (see the figures at the end).
+        let orphans = engine
+            .as_ref()
+            .map(Engine::orphan_tasks)
+            .unwrap_or_default();
+        let running = orphans.iter().filter(|(_, r)| *r).count();
+        let orphaned = if orphans.is_empty() {
+            String::new()
+        } else {
+            format!(", orphaned tasks: {} ({running} running)", orphans.len())
+        };
+        orphans_at_end = (orphans.len(), running);
         println!(
             "round {round}: killed after {killed_at:?}{restarted}, outside: {outside:?}, {} \
-             agents, repairs: {log:?}",
+             agents{orphaned}, repairs: {log:?}",
             ids.len()
         );
 
@@ -746,6 +759,14 @@ async fn soak(name: &str, default_rounds: usize, env: &DockerEnv, mut engine: Op
         "{name}: seed {seed}, {rounds} rounds, {next_name} agents, {kills} kills, {restarts} \
          dockerd restarts, {repairs} repairs, slowest settle {slowest:?}"
     );
+    if engine.is_some() {
+        // Tasks of containers whose start dockerd was killed in: containerd keeps them, out of
+        // the API's reach (the agents were given new containers, on new networks).
+        println!(
+            "{name}: {} tasks orphaned by dockerd at the end, {} of them running",
+            orphans_at_end.0, orphans_at_end.1
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

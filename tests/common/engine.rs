@@ -155,6 +155,31 @@ impl Engine {
         format!("10.213.{}.0/24", self.net)
     }
 
+    /// Tasks a dockerd restart left to containerd: the container ids of this engine's shims
+    /// that no container of it has, each with whether a process still runs in it. Docker's API
+    /// no longer reaches them; the cleanup ends them.
+    pub fn orphan_tasks(&self) -> Vec<(String, bool)> {
+        let known = self
+            .docker_try(&["ps", "-aq", "--no-trunc"])
+            .unwrap_or_default();
+        processes_mentioning(&self.dir)
+            .into_iter()
+            .filter_map(|pid| {
+                let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+                let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+                let id = cmd.split_once(" -id ")?.1.split_whitespace().next()?;
+                let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                    .unwrap_or_default();
+                // runc's init waits in a task made but never started: nothing of the image runs.
+                let running = children.split_whitespace().any(|c| {
+                    std::fs::read_to_string(format!("/proc/{c}/comm"))
+                        .is_ok_and(|comm| !comm.starts_with("runc"))
+                });
+                (!known.contains(id)).then(|| (id.to_string(), running))
+            })
+            .collect()
+    }
+
     /// Records the `name_prefix` of the server run on this engine, so that a later run removes
     /// that server's host firewall rules should this one be interrupted.
     pub fn serves(&self, prefix: &str) {

@@ -347,11 +347,12 @@ impl DockerDriver {
         }
     }
 
-    /// Looks again at volume `name`, which Docker's answer to making the agent's home showed
-    /// without our labels. Docker 20.10 answers so for an existing volume the first time after
+    /// Looks again at volume `name`, which Docker showed without our labels where the agent's
+    /// home is. Docker 20.10 answers a create of an existing volume so the first time after
     /// dockerd restarts, while an inspect has the labels (and from then on so does a create):
-    /// then it is ours. A dockerd killed while making a volume makes its folder but never
-    /// records the labels: such a volume, empty, is removed so that the home can be made. Any
+    /// then it is ours. A dockerd killed while making a volume can leave it without its labels:
+    /// such a volume that holds nothing (empty, or binding the agent's own disk image) is
+    /// removed, so that the home can be made (or, a plain home that is gone, said to be). Any
     /// other stays, and is `Foreign`.
     async fn recheck_home(&self, id: &str, name: &str) -> Result<(), DockerError> {
         let foreign = || DockerError::Foreign {
@@ -1030,7 +1031,8 @@ impl Driver for DockerDriver {
             Err(e) if e.is_stale_task() => {
                 tracing::warn!(
                     agent = spec.id,
-                    "{e} (left by a dockerd restart); making the container anew, keeping its home"
+                    "{e} (left by a dockerd restart); making the container and its network anew, \
+                     keeping its home"
                 );
                 // Its removal is part of this start, not the new sandbox failing.
                 self.ops.unlaunch(&spec.id);
@@ -1038,6 +1040,14 @@ impl Driver for DockerDriver {
                 if let Some(info) = self.own_container(&spec.id).await? {
                     let container = info.id.unwrap_or_else(|| self.names.container(&spec.id));
                     remove_force(&self.docker, &container).await?;
+                }
+                // That task may run on, out of dockerd's sight (its sandboxd dialling with the old
+                // token), at the address the new container would get on the agent's bridge: with
+                // the network made anew it is on no bridge at all.
+                if let Some(net) = self.agent_network(&spec.id).await? {
+                    if let Err(e) = self.remove_network(&net).await {
+                        tracing::warn!(agent = spec.id, "{e}; keeping the network");
+                    }
                 }
                 self.repairs.record(Repair::container_remade);
                 Ok(self.start_inner(spec, token, pull).await?)

@@ -287,7 +287,10 @@ impl DockerDriver {
 
     /// The agent's one network: duplicates are removed (see the module's comment), and a
     /// network that has the agent's name without our labels is refused, never adopted.
-    async fn agent_network(&self, id: &str) -> Result<Option<NetworkInspect>, DockerError> {
+    pub(super) async fn agent_network(
+        &self,
+        id: &str,
+    ) -> Result<Option<NetworkInspect>, DockerError> {
         let name = self.names.network(id);
         let mut nets = self.agent_networks(id).await?;
         if nets.is_empty() {
