@@ -352,3 +352,86 @@ async fn a_lost_mount_is_made_again_and_destroy_leaves_nothing() {
     .await;
     drop(s);
 }
+
+/// A bind mount of a folder on the host, undone when dropped (a failed test included).
+struct Hold(PathBuf);
+
+impl Hold {
+    fn new(source: &std::path::Path, target: PathBuf) -> Hold {
+        std::fs::create_dir_all(&target).expect("hold folder");
+        let out = Command::new("mount")
+            .arg("--bind")
+            .arg(source)
+            .arg(&target)
+            .output()
+            .expect("mount --bind");
+        assert!(
+            out.status.success(),
+            "mount --bind: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Hold(target)
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_home_still_held_elsewhere_is_neither_checked_nor_grown_until_released() {
+    let env = DockerEnv::new();
+    let s = server(&env).await;
+    let id = agent_with_disk(&s, "held", 64).await;
+    let (image, mountpoint) = disk_paths(&s, &env, &id);
+    exec_ok(&s, &id, &["sh", "-c", "echo kept > /home/agent/marker"]).await;
+    stop_sleeping(&s, &id).await;
+
+    // Another mount of the filesystem outlives the server's own, as Docker's bind of the volume
+    // does for a moment after a stop: a grow then (a check and resize2fs on the image) would be
+    // undone by the kernel's last write of the superblock, leaving it corrupt. The start waits,
+    // then mounts the same loop device again and keeps the size; the next start grows.
+    let hold = Hold::new(&mountpoint.join("home"), s.dir.path().join("hold"));
+    let r = s
+        .patch(&format!("/api/v1/agents/{id}"))
+        .json(&json!({"diskMb": 256}))
+        .send()
+        .await
+        .expect("patch");
+    assert_eq!(r.status(), 200);
+    start_running(&s, &id).await;
+    assert!(is_mountpoint(&mountpoint));
+    assert_eq!(
+        loop_devices_of(&image).lines().count(),
+        1,
+        "a second loop device over the image: {}",
+        loop_devices_of(&image)
+    );
+    let size = df_size_mb(&s, &id, "/home/agent").await;
+    assert!(size < 64, "grown to {size} MiB while held elsewhere");
+    assert_eq!(
+        exec_ok(&s, &id, &["cat", "/home/agent/marker"]).await,
+        "kept\n"
+    );
+    // What the sandbox writes shows through the other mount: one filesystem, not two.
+    exec_ok(&s, &id, &["sh", "-c", "echo both > /home/agent/shared"]).await;
+    assert_eq!(
+        std::fs::read_to_string(hold.0.join("shared")).expect("read through the hold"),
+        "both\n"
+    );
+
+    drop(hold);
+    stop_sleeping(&s, &id).await;
+    start_running(&s, &id).await;
+    let size = df_size_mb(&s, &id, "/home/agent").await;
+    assert!(
+        (256 * 85 / 100..=256).contains(&size),
+        "df shows {size} MiB after the release and a start"
+    );
+    assert_eq!(
+        exec_ok(&s, &id, &["cat", "/home/agent/marker"]).await,
+        "kept\n"
+    );
+}

@@ -11,9 +11,11 @@
 //!
 //! Every step is idempotent and crash-safe: an image is made under a temporary name and renamed
 //! when complete; whether to grow is read from the filesystem's own size (the superblock), not
-//! the file's, so a grow cut short is done again; every mount is preceded by `e2fsck -p`, which
-//! is instant on a clean filesystem and repairs one a crash or a cut-short grow left marked; and
-//! removal does what is left of it. The tools are not killed with the server: a grow or a check
+//! the file's, so a grow cut short is done again; every mount of a released image is preceded by
+//! `e2fsck -p`, which is instant on a clean filesystem and repairs one a crash or a cut-short grow
+//! left marked; and removal does what is left of it. An image is touched by a tool (a check, a
+//! grow) only once no loop device is backed by it: until then some mount still holds its
+//! filesystem, and the kernel's last write of the superblock would undo the tool's work. The tools are not killed with the server: a grow or a check
 //! finishes even when the server dies meanwhile. The mounts live in the host's mount namespace:
 //! they outlast a server restart (a host reboot drops them, and the next start mounts again)
 //! and dockerd sees them.
@@ -164,20 +166,7 @@ impl Disks {
             self.grow(name, &image, &mountpoint, bytes).await;
         }
         if !self.is_mounted(&mountpoint)? {
-            check(&image).await?;
-            run(
-                "mount",
-                &[
-                    "-t".as_ref(),
-                    "ext4".as_ref(),
-                    "-o".as_ref(),
-                    "loop,nodev,nosuid,discard".as_ref(),
-                    image.as_os_str(),
-                    mountpoint.as_os_str(),
-                ],
-            )
-            .await?;
-            direct_io(name, &mountpoint).await;
+            self.mount(name, &image, &mountpoint).await?;
         }
         let home = self.home(name);
         match std::fs::create_dir(&home) {
@@ -193,11 +182,63 @@ impl Disks {
         Ok(home)
     }
 
+    /// Mounts `image` at `mountpoint`. An image still attached to a loop device is still in use
+    /// (see [`released`]): that device is mounted again as it is, never a second one, since two
+    /// devices over one file are two filesystems writing the same blocks. Otherwise the image is
+    /// checked first, and gets a loop device of its own.
+    async fn mount(&self, name: &str, image: &Path, mountpoint: &Path) -> Result<(), DockerError> {
+        let source = match released(image).await? {
+            Ok(()) => {
+                check(image).await?;
+                None
+            }
+            Err(device) => {
+                tracing::warn!(
+                    home = name,
+                    device = %device.display(),
+                    "the disk is still in use elsewhere; mounting its loop device again"
+                );
+                Some(device)
+            }
+        };
+        let options = if source.is_some() {
+            "nodev,nosuid,discard"
+        } else {
+            "loop,nodev,nosuid,discard"
+        };
+        let source = source.unwrap_or_else(|| image.to_path_buf());
+        run(
+            "mount",
+            &[
+                "-t".as_ref(),
+                "ext4".as_ref(),
+                "-o".as_ref(),
+                options.as_ref(),
+                source.as_os_str(),
+                mountpoint.as_os_str(),
+            ],
+        )
+        .await?;
+        direct_io(name, mountpoint).await;
+        Ok(())
+    }
+
     /// Grows the image to `bytes` if nothing holds it; never fails the start it is part of.
     async fn grow(&self, name: &str, image: &Path, mountpoint: &Path, bytes: u64) {
-        let unused = match self.is_mounted(mountpoint) {
+        let unmounted = match self.is_mounted(mountpoint) {
             Ok(false) => Ok(()),
             Ok(true) => run("umount", &[mountpoint.as_os_str()]).await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        let unused = match unmounted {
+            Ok(()) => match released(image).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(device)) => Err(DockerError::Disk(format!(
+                    "{} still holds it",
+                    device.display()
+                ))),
+                Err(e) => Err(e),
+            },
             Err(e) => Err(e),
         };
         let grown = match unused {
@@ -304,6 +345,41 @@ impl Disks {
         };
         Ok(dev(mountpoint)? != dev(&self.dir)?)
     }
+}
+
+/// How long an image unmounted here may stay attached to its loop device before it counts as
+/// in use. Docker answers a stop once the container no longer runs, and only then unmounts the
+/// volume's own bind of the home (its `_data`), which holds the filesystem open; the kernel
+/// writes the superblock out and lets the loop device go when the last of them goes. A check or
+/// a grow of the image before then is undone by that write, and leaves a corrupt filesystem.
+const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Waits (up to [`RELEASE_WAIT`]) until no loop device is backed by `image`, the sign that no
+/// mount anywhere (another mount namespace, Docker's bind of the volume) holds its filesystem.
+/// `Ok(Err(device))` when one still is.
+async fn released(image: &Path) -> Result<Result<(), PathBuf>, DockerError> {
+    let image = image
+        .canonicalize()
+        .map_err(|e| DockerError::Disk(format!("{}: {e}", image.display())))?;
+    let deadline = tokio::time::Instant::now() + RELEASE_WAIT;
+    loop {
+        match loop_device_of(&image) {
+            None => return Ok(Ok(())),
+            Some(device) if tokio::time::Instant::now() >= deadline => return Ok(Err(device)),
+            Some(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+        }
+    }
+}
+
+/// The loop device backed by `image` (an absolute, canonical path), read from sysfs.
+fn loop_device_of(image: &Path) -> Option<PathBuf> {
+    let entries = std::fs::read_dir("/sys/block").ok()?;
+    entries.flatten().find_map(|entry| {
+        let dev = entry.file_name();
+        let backing = std::fs::read(entry.path().join("loop/backing_file")).ok()?;
+        let backing = backing.strip_suffix(b"\n").unwrap_or(&backing);
+        (backing == image.as_os_str().as_encoded_bytes()).then(|| Path::new("/dev").join(dev))
+    })
 }
 
 /// Has the loop device behind `mountpoint` read and write its image with direct I/O: without
