@@ -832,7 +832,7 @@ async fn a_flood_past_the_tunnels_own_limit_leaves_the_tunnel_up() {
     // per address (256) must not be what refuses them.
     let s = TestServer::start_with(|c| c.server.max_connections_per_ip = 1024).await;
     let cap = s.lc.config.sandbox.max_streams_per_agent;
-    assert!(cap < sandboxd::mux::MAX_STREAMS && FLOOD > sandboxd::mux::MAX_STREAMS);
+    assert!(cap < agenthold_proto::mux::MAX_STREAMS && FLOOD > agenthold_proto::mux::MAX_STREAMS);
     let id = s.running_agent("deluge").await;
     let conn = s.lc.tunnels.conn_id(&id).expect("the agent's tunnel");
     let mut v = Viewer::open(&s, &id, "").await;

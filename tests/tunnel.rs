@@ -7,10 +7,10 @@ mod common;
 use std::time::Duration;
 
 use agenthold::store::hash_token;
+use agenthold_proto::mux::{self, Mode};
+use agenthold_proto::{self as proto, ErrorCode, Hello, Ping, Reply};
 use common::{exec, TestServer};
 use futures::{SinkExt, StreamExt};
-use sandboxd::mux::{self, Mode};
-use sandboxd::proto::{self, ErrorCode, Hello, Reply, Request};
 use tokio::io::AsyncWriteExt;
 use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest, Message};
 
@@ -26,7 +26,7 @@ async fn dial(
         .unwrap();
     if let Some(a) = agent {
         req.headers_mut()
-            .insert(sandboxd::boot::AGENT_HEADER, a.parse().unwrap());
+            .insert(agenthold_proto::boot::AGENT_HEADER, a.parse().unwrap());
     }
     if let Some(t) = token {
         req.headers_mut()
@@ -55,7 +55,7 @@ async fn know_token(s: &TestServer, id: &str) {
 async fn say_hello(s: &TestServer, a: &str) -> mux::Session {
     let ws = dial(s, Some(a), Some(KNOWN)).await.unwrap();
     let session = mux::spawn(
-        sandboxd::wsio::WsIo::new(sandboxd::wsio::tungstenite_bytes(ws)),
+        agenthold_proto::wsio::WsIo::new(agenthold_proto::wsio::tungstenite_bytes(ws)),
         Mode::Client,
     );
     let mut hello = session.handle.open().await.unwrap();
@@ -66,9 +66,7 @@ async fn say_hello(s: &TestServer, a: &str) -> mux::Session {
         uid: 0,
         home: "/home/agent".into(),
     };
-    proto::open_channel(&mut hello, &Request::Hello(h))
-        .await
-        .unwrap();
+    proto::open(&mut hello, h).await.unwrap();
     session
 }
 
@@ -189,9 +187,7 @@ async fn bad_headers_fail_their_stream_not_the_session() {
     drop(st);
     // The session still serves.
     let mut ping = session.handle.open().await.unwrap();
-    proto::open_channel(&mut ping, &Request::Ping)
-        .await
-        .unwrap();
+    proto::open(&mut ping, Ping {}).await.unwrap();
     assert!(s.lc.tunnels.is_connected(&a));
 }
 

@@ -6,12 +6,10 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use agenthold_proto::boot::IMAGE_USER_ENV;
+
 /// The account sandboxd prefers when the image has one.
 pub const AGENT_ACCOUNT: &str = "agent";
-/// How the driver hands sandboxd the image's own `USER` (the container itself runs sandboxd as
-/// root, so that it can adopt the home volume); commands run as that user when the image has no
-/// `agent` account.
-pub const IMAGE_USER_ENV: &str = "AGENTHOLD_IMAGE_USER";
 pub const PASSWD_PATH: &str = "/etc/passwd";
 pub const GROUP_PATH: &str = "/etc/group";
 

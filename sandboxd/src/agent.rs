@@ -5,19 +5,19 @@
 
 use std::time::Duration;
 
+use agenthold_proto::boot::BootConfig;
+use agenthold_proto::mux::{self, MuxHandle, Session};
+use agenthold_proto::wsio;
+use agenthold_proto::LOGICAL_HOME;
+use agenthold_proto::{self as proto, Hello, Ping};
 use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
-use crate::boot::BootConfig;
 use crate::channels::activity;
 use crate::dial::{self, DialError, Target};
-use crate::mux::{self, MuxHandle, Session};
-use crate::paths::LOGICAL_HOME;
-use crate::proto::{self, Hello, Request};
 use crate::sandbox::Sandbox;
 use crate::serve;
-use crate::wsio;
 
 pub use crate::sandbox::{CpuScope, SandboxOptions};
 
@@ -163,14 +163,14 @@ pub async fn run_session(
 async fn say_hello(handle: &MuxHandle, agent_id: &str, sb: &Sandbox) -> Result<(), String> {
     let mut s = handle.open().await.map_err(|e| e.to_string())?;
     let account = sb.account();
-    let hello = Request::Hello(Hello {
+    let hello = Hello {
         agent_id: agent_id.into(),
         version: proto::VERSION.into(),
         user: account.name.clone(),
         uid: account.uid,
         home: LOGICAL_HOME.into(),
-    });
-    proto::open_channel(&mut s, &hello)
+    };
+    proto::open(&mut s, hello)
         .await
         .map_err(|e| e.to_string())?;
     let _ = s.shutdown().await;
@@ -201,7 +201,7 @@ async fn ping_until_missed(handle: MuxHandle, interval: Duration) {
 
 async fn ping(handle: &MuxHandle) -> Result<(), String> {
     let mut s = handle.open().await.map_err(|e| e.to_string())?;
-    proto::open_channel(&mut s, &Request::Ping)
+    proto::open(&mut s, Ping {})
         .await
         .map_err(|e| e.to_string())?;
     let _ = s.shutdown().await;

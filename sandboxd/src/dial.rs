@@ -3,12 +3,11 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use agenthold_proto::boot::{BootConfig, AGENT_HEADER};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::WebSocketStream;
-
-use crate::boot::{BootConfig, AGENT_HEADER};
 
 /// Connecting and upgrading together must finish within this.
 pub const DIAL_TIMEOUT: Duration = Duration::from_secs(10);

@@ -10,9 +10,8 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
+use agenthold_proto::mux::MuxStream;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-
-use crate::mux::MuxStream;
 
 /// True when the stream was reset (or its session died) rather than closed cleanly by the peer.
 /// Only meaningful once a read has returned end-of-file and before we close our own side:

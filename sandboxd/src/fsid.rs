@@ -27,11 +27,11 @@
 //! Where sandboxd is not root (the fake driver) or the account is root, nothing changes: the
 //! operations already run as the account.
 
+use agenthold_proto::{ChannelError, ErrorCode};
 use nix::errno::Errno;
 use nix::libc;
 
 use crate::account::Account;
-use crate::proto::{ChannelError, ErrorCode};
 
 /// The identity file operations take; cheap to clone.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -16,11 +16,12 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path};
 use std::sync::OnceLock;
 
+use agenthold_proto::LOGICAL_HOME;
 use nix::errno::Errno;
 use nix::fcntl::{openat, openat2, OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::{fstatat, Mode, SFlag};
 
-use crate::paths::{Resolved, LOGICAL_HOME};
+use crate::paths::Resolved;
 
 /// How often a resolution the kernel reports as raced (`EAGAIN`) is tried.
 const RACE_RETRIES: usize = 8;

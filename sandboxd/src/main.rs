@@ -2,8 +2,8 @@
 
 use std::os::unix::fs::MetadataExt;
 
+use agenthold_proto::boot::{BootConfig, BOOT_PATH};
 use anyhow::Context;
-use sandboxd::boot::{BootConfig, BOOT_PATH};
 use sandboxd::SandboxOptions;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
@@ -47,7 +47,7 @@ fn boot_path_from_args(mut args: impl Iterator<Item = String>) -> anyhow::Result
         match arg.as_str() {
             "--boot" => path = args.next().context("--boot needs a path")?,
             "--version" => {
-                println!("sandboxd {}", sandboxd::proto::VERSION);
+                println!("sandboxd {}", agenthold_proto::VERSION);
                 std::process::exit(0);
             }
             other => anyhow::bail!("unknown argument {other:?} (usage: sandboxd [--boot PATH])"),

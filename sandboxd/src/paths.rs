@@ -2,12 +2,8 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use crate::proto::{ChannelError, ErrorCode};
+use agenthold_proto::{ChannelError, ErrorCode, LOGICAL_HOME, MAX_PATH_LEN};
 
-/// The home every API path is relative to, as clients see it.
-pub const LOGICAL_HOME: &str = "/home/agent";
-/// Longest path accepted, in bytes (Linux's `PATH_MAX`).
-pub const MAX_PATH_LEN: usize = 4096;
 /// Longest path component accepted, in bytes (Linux's `NAME_MAX`).
 pub const MAX_NAME_LEN: usize = 255;
 

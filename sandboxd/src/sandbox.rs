@@ -5,13 +5,14 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agenthold_proto::LOGICAL_HOME;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::account::{Account, UnknownUser};
 use crate::channels::activity::CpuMeter;
 use crate::fsid::FsIdentity;
-use crate::paths::{PathMap, LOGICAL_HOME};
+use crate::paths::PathMap;
 use crate::procs::ProcessTable;
 use crate::terminal::Terminals;
 use crate::uploads::Uploads;

@@ -5,12 +5,15 @@
 
 use std::time::Duration;
 
+use agenthold_proto::mux::MuxStream;
+use agenthold_proto::{
+    self as proto, ChannelError, ErrorCode, FsList, FsMkdir, FsRead, FsRemove, FsWrite, ProtoError,
+    Reply, Request, TerminalKill,
+};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
-use crate::channels::{self, exec, fs, pty};
-use crate::mux::MuxStream;
-use crate::proto::{self, ChannelError, ErrorCode, ProtoError, Reply, Request};
+use crate::channels::{self, exec, fs, terminal};
 use crate::sandbox::Sandbox;
 
 /// How long a peer may take to send a stream's header.
@@ -41,22 +44,21 @@ async fn handle(sb: Sandbox, mut s: MuxStream) {
     };
     tracing::debug!(channel = req.channel(), "channel opened");
     match req {
-        Request::Ping => {
+        Request::Ping(_) => {
             if channels::reply(&mut s, &Reply::ok()).await {
                 let _ = s.shutdown().await;
             }
         }
-        Request::FsList { path } => fs::list(sb, s, path).await,
-        Request::FsRead { path } => fs::read(sb, s, path).await,
-        Request::FsWrite { path } => fs::write(sb, s, path).await,
-        Request::FsMkdir { path } => fs::mkdir(sb, s, path).await,
-        Request::FsRemove { path, recursive } => fs::remove(sb, s, path, recursive).await,
+        Request::FsList(FsList { path }) => fs::list(sb, s, path).await,
+        Request::FsRead(FsRead { path }) => fs::read(sb, s, path).await,
+        Request::FsWrite(FsWrite { path }) => fs::write(sb, s, path).await,
+        Request::FsMkdir(FsMkdir { path }) => fs::mkdir(sb, s, path).await,
+        Request::FsRemove(FsRemove { path, recursive }) => fs::remove(sb, s, path, recursive).await,
         Request::Exec(req) => exec::exec(sb, s, req).await,
-        Request::Pty(req) => pty::pty(sb, s, req).await,
-        Request::TerminalOpen(req) => pty::open(sb, s, req).await,
-        Request::TerminalList => pty::list(sb, s).await,
-        Request::TerminalKill { session } => pty::kill(sb, s, session).await,
-        Request::Hello(_) | Request::Activity => {
+        Request::TerminalOpen(req) => terminal::open(sb, s, req).await,
+        Request::TerminalList(_) => terminal::list(sb, s).await,
+        Request::TerminalKill(TerminalKill { session }) => terminal::kill(sb, s, session).await,
+        Request::Hello(_) | Request::Activity(_) => {
             let err = ChannelError::new(
                 ErrorCode::Invalid,
                 "this channel is opened by sandboxd, not by the server",

@@ -26,11 +26,10 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::sync::OnceLock;
 
+use agenthold_proto::MAX_PATH_LEN;
 use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::{fstatat, Mode, SFlag};
 use nix::unistd::{unlinkat, UnlinkatFlags};
-
-use crate::paths::MAX_PATH_LEN;
 
 /// What every temporary name holds between the target's name and the unique suffix.
 const TEMP_MARK: &str = ".agenthold-tmp-";

@@ -1,9 +1,9 @@
 //! The API's error: `{"error": {"code", "message", "field"?}}` with a fitting status.
 
+use agenthold_proto::{ChannelError, ErrorCode};
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use sandboxd::proto::{ChannelError, ErrorCode};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -148,11 +148,11 @@ impl From<ChannelError> for ApiError {
     }
 }
 
-impl From<sandboxd::proto::OpenError> for ApiError {
-    fn from(e: sandboxd::proto::OpenError) -> ApiError {
+impl From<agenthold_proto::OpenError> for ApiError {
+    fn from(e: agenthold_proto::OpenError) -> ApiError {
         match e {
-            sandboxd::proto::OpenError::Refused(c) => c.into(),
-            sandboxd::proto::OpenError::Proto(p) => {
+            agenthold_proto::OpenError::Refused(c) => c.into(),
+            agenthold_proto::OpenError::Proto(p) => {
                 ApiError::unavailable(format!("the sandbox connection failed: {p}"))
             }
         }

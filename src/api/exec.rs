@@ -3,15 +3,13 @@
 
 use std::collections::BTreeMap;
 
+use agenthold_proto::{self as proto, ExecExit, ExecRequest, ExecTooLarge, Frame, FrameCodec};
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::{SinkExt, Stream, StreamExt};
-use sandboxd::proto::{
-    self, ExecExit, ExecRequest, ExecTooLarge, Frame, FrameCodec, Request as Channel,
-};
 use serde::{Deserialize, Serialize};
 use tokio_util::codec::{FramedRead, FramedWrite};
 use utoipa::ToSchema;
@@ -134,7 +132,7 @@ pub async fn exec(
     let handle = st.lc.wake(&id, || {}).await?;
     let guard = st.lc.activity.hold(&id, Use::Exec);
     let mut stream = handle.open().await?;
-    proto::open_channel(&mut stream, &Channel::Exec(req)).await?;
+    proto::open(&mut stream, req).await?;
     let (rd, wr) = tokio::io::split(stream);
     let frames = FramedRead::new(rd, FrameCodec::default());
     let stdin = body.stdin.unwrap_or_default().into_bytes();

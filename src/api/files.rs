@@ -1,13 +1,13 @@
 //! `/api/v1/agents/{id}/fs/*`: the file browser, over the `fs.*` channels. Reads and writes
 //! stream; a write that does not arrive whole is thrown away by sandboxd.
 
+use agenthold_proto::{self as proto, Channel, FsList, FsMkdir, FsRead, FsRemove, FsWrite, Reply};
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::StreamExt;
-use sandboxd::proto::{self, Reply, Request as Channel};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use utoipa::{IntoParams, ToSchema};
@@ -44,12 +44,13 @@ pub struct DirEntry {
     pub mtime: String,
 }
 
-/// Opens `channel` on a running agent's sandbox. File operations do not wake an agent.
-pub(super) async fn open(
+/// Opens the channel of `header` on a running agent's sandbox, returning its reply. File
+/// operations do not wake an agent.
+pub(super) async fn open<C: Channel>(
     st: &AppState,
     id: &str,
-    channel: &Channel,
-) -> Result<(LinkStream, serde_json::Value), ApiError> {
+    header: C,
+) -> Result<(LinkStream, C::Reply), ApiError> {
     let Some(handle) = st.lc.tunnels.get(id) else {
         let agent = st.lc.get(id).await?;
         return Err(ApiError::conflict(format!(
@@ -59,7 +60,7 @@ pub(super) async fn open(
     };
     st.lc.activity.touch(id);
     let mut stream = handle.open().await?;
-    let ok = proto::open_channel(&mut stream, channel).await?;
+    let ok = proto::open(&mut stream, header).await?;
     Ok((stream, ok))
 }
 
@@ -79,7 +80,7 @@ pub async fn list(
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
 ) -> Result<Json<Vec<DirEntry>>, ApiError> {
-    let (stream, _) = open(&st, &id, &Channel::FsList { path: q.path }).await?;
+    let (stream, _) = open(&st, &id, FsList { path: q.path }).await?;
     let mut body = Vec::new();
     stream
         .take(MAX_LISTING)
@@ -101,8 +102,7 @@ pub async fn read(
     ApiQuery(q): ApiQuery<PathQuery>,
 ) -> Result<Response, ApiError> {
     check_path(&q.path)?;
-    let (stream, ok) = open(&st, &id, &Channel::FsRead { path: q.path }).await?;
-    let size = ok.get("size").and_then(|s| s.as_u64());
+    let (stream, size) = open(&st, &id, FsRead { path: q.path }).await?;
     let body = Body::from_stream(tokio_util::io::ReaderStream::with_capacity(
         stream,
         proto::DATA_CHUNK,
@@ -113,10 +113,8 @@ pub async fn read(
         body,
     )
         .into_response();
-    if let Some(size) = size {
-        resp.headers_mut()
-            .insert(header::CONTENT_LENGTH, header::HeaderValue::from(size));
-    }
+    resp.headers_mut()
+        .insert(header::CONTENT_LENGTH, header::HeaderValue::from(size.size));
     Ok(resp)
 }
 
@@ -168,7 +166,7 @@ async fn write_body(
     if declared.is_some_and(|n| n > limit) {
         return Err(too_large());
     }
-    let (stream, _) = open(&st, &id, &Channel::FsWrite { path: q.path }).await?;
+    let (stream, _) = open(&st, &id, FsWrite { path: q.path }).await?;
     let (mut from_sandbox, mut to_sandbox) = tokio::io::split(stream);
     let mut body = req.into_body().into_data_stream();
     let upload = async {
@@ -226,7 +224,7 @@ pub async fn mkdir(
     ApiQuery(q): ApiQuery<PathQuery>,
 ) -> Result<StatusCode, ApiError> {
     check_path(&q.path)?;
-    open(&st, &id, &Channel::FsMkdir { path: q.path }).await?;
+    open(&st, &id, FsMkdir { path: q.path }).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -243,7 +241,7 @@ pub async fn remove(
     open(
         &st,
         &id,
-        &Channel::FsRemove {
+        FsRemove {
             path: q.path,
             recursive: q.recursive,
         },

@@ -3,14 +3,14 @@
 //! with `session` (and `offset`) it attaches to one that lives on in sandboxd. The protocol is
 //! in [`PROTOCOL`], which is also the route's OpenAPI description.
 
+use agenthold_proto::{
+    self as proto, ErrorCode, Frame, FrameCodec, OpenError, TerminalOpen, TerminalOpened,
+};
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, State};
 use axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use futures::{SinkExt, StreamExt};
-use sandboxd::proto::{
-    self, ErrorCode, Frame, FrameCodec, OpenError, Request as Channel, TerminalOpen, TerminalOpened,
-};
 use serde::Deserialize;
 use serde_json::json;
 use tokio_util::codec::Framed;
@@ -139,7 +139,7 @@ fn to_open(st: &AppState, q: TerminalQuery) -> Result<TerminalOpen, ApiError> {
             ));
         }
         // Not the right shape: it cannot be a session of this agent, nor of any.
-        if !sandboxd::terminal::is_valid_id(session) {
+        if !agenthold_proto::is_session_id(session) {
             return Err(ApiError::not_found("no such terminal session"));
         }
     }
@@ -232,9 +232,7 @@ async fn open_channel(
     open: &TerminalOpen,
 ) -> Result<(LinkStream, TerminalOpened), AttachError> {
     let mut stream = link.open().await?;
-    let ok = proto::open_channel(&mut stream, &Channel::TerminalOpen(open.clone())).await?;
-    let opened: TerminalOpened = serde_json::from_value(ok)
-        .map_err(|e| OpenError::Proto(proto::ProtoError::Malformed(e.to_string())))?;
+    let opened = proto::open(&mut stream, open.clone()).await?;
     Ok((stream, opened))
 }
 

@@ -4,11 +4,11 @@
 //! Neither wakes an agent nor counts as use of it: a sleeping agent simply has no sessions, and
 //! a page that polls the list must not keep its agent awake.
 
+use agenthold_proto::{self as proto, TerminalInfo, TerminalKill, TerminalList};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use chrono::{DateTime, SecondsFormat, Utc};
-use sandboxd::proto::{self, Request as Channel, TerminalInfo};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -86,9 +86,7 @@ pub async fn list(
         return Ok(Json(Vec::new()));
     };
     let mut stream = handle.open().await?;
-    let ok = proto::open_channel(&mut stream, &Channel::TerminalList).await?;
-    let sessions: Vec<TerminalInfo> = serde_json::from_value(ok)
-        .map_err(|e| ApiError::unavailable(format!("the sandbox sent a bad list: {e}")))?;
+    let sessions = proto::open(&mut stream, TerminalList {}).await?;
     Ok(Json(sessions.into_iter().map(Into::into).collect()))
 }
 
@@ -100,16 +98,16 @@ pub async fn kill(
     State(st): State<AppState>,
     Path((id, sid)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    if !sandboxd::terminal::is_valid_id(&sid) {
+    if !agenthold_proto::is_session_id(&sid) {
         return Err(ApiError::not_found("no such terminal session"));
     }
     let Some(handle) = sandbox(&st, &id).await? else {
         return Err(ApiError::not_found(SESSION_ENDED));
     };
     let mut stream = handle.open().await?;
-    proto::open_channel(
+    proto::open(
         &mut stream,
-        &Channel::TerminalKill {
+        TerminalKill {
             session: sid.clone(),
         },
     )

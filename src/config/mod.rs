@@ -679,7 +679,7 @@ impl Config {
                     "({}) must be between 1 and {max_streams} (the tunnel's limit of {} \
                      streams, less {} kept for pings and streams being closed)",
                     sb.max_streams_per_agent,
-                    sandboxd::mux::MAX_STREAMS,
+                    agenthold_proto::mux::MAX_STREAMS,
                     crate::tunnel::registry::STREAM_HEADROOM,
                 ),
             ));

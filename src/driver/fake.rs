@@ -16,9 +16,9 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use agenthold_proto::boot::BootConfig;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
-use sandboxd::boot::BootConfig;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 

@@ -7,6 +7,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use agenthold_proto::mux::{self, Mode, MuxHandle, MuxStream};
+use agenthold_proto::{
+    self as proto, Activity, ChannelError, ErrorCode, Frame, FrameCodec, Ping, Reply, Request,
+};
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -15,8 +19,6 @@ use axum::routing::get;
 use axum::Router;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
-use sandboxd::mux::{self, Mode, MuxHandle, MuxStream};
-use sandboxd::proto::{self, ChannelError, ErrorCode, Frame, FrameCodec, Reply, Request};
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
@@ -35,7 +37,7 @@ const MAX_MISSED_PINGS: u32 = 3;
 /// most `mux::SPLIT_SEND_SIZE`); anything larger ends the session.
 pub const MAX_WS_MESSAGE: usize = 4 * 1024 * 1024;
 const _: () = assert!(
-    sandboxd::wsio::MAX_MESSAGE + sandboxd::mux::SPLIT_SEND_SIZE <= MAX_WS_MESSAGE,
+    agenthold_proto::wsio::MAX_MESSAGE + agenthold_proto::mux::SPLIT_SEND_SIZE <= MAX_WS_MESSAGE,
     "sandboxd's messages must fit the server's limit"
 );
 
@@ -55,7 +57,7 @@ async fn accept(
     ws: WebSocketUpgrade,
 ) -> Response {
     let agent_id = headers
-        .get(sandboxd::boot::AGENT_HEADER)
+        .get(agenthold_proto::boot::AGENT_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let token = headers
@@ -96,7 +98,7 @@ async fn accept(
 /// axum's socket as the byte stream the mux runs on.
 fn socket_io(
     socket: WebSocket,
-) -> sandboxd::wsio::WsIo<
+) -> agenthold_proto::wsio::WsIo<
     impl futures::Stream<Item = std::io::Result<Bytes>>
         + futures::Sink<Bytes, Error = std::io::Error>
         + Unpin
@@ -117,7 +119,7 @@ fn socket_io(
                 Err(e) => Some(Err(std::io::Error::other(e))),
             })
         });
-    sandboxd::wsio::WsIo::new(Box::pin(sink_stream))
+    agenthold_proto::wsio::WsIo::new(Box::pin(sink_stream))
 }
 
 async fn run_session(lc: Arc<Lifecycle>, id: String, socket: WebSocket) {
@@ -203,10 +205,10 @@ async fn serve_inbound(lc: Arc<Lifecycle>, id: String, mut stream: MuxStream) {
         Err(_) => return,
     };
     match req {
-        Request::Ping => {
+        Request::Ping(Ping {}) => {
             let _ = proto::write_message(&mut stream, &Reply::ok()).await;
         }
-        Request::Activity => {
+        Request::Activity(Activity {}) => {
             if proto::write_message(&mut stream, &Reply::ok())
                 .await
                 .is_err()
@@ -234,7 +236,7 @@ async fn serve_inbound(lc: Arc<Lifecycle>, id: String, mut stream: MuxStream) {
 async fn ping(handle: MuxHandle, missed: Arc<AtomicU32>, timeout: Duration) {
     let round_trip = async {
         let mut s = handle.open().await.ok()?;
-        proto::open_channel(&mut s, &Request::Ping).await.ok()
+        proto::open(&mut s, Ping {}).await.ok()
     };
     match tokio::time::timeout(timeout, round_trip).await {
         Ok(Some(_)) => missed.store(0, Ordering::Relaxed),

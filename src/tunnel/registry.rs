@@ -1,7 +1,7 @@
 //! The live tunnel session of each agent: at most one, replaced by a newer valid one.
 //!
 //! Each session also bounds the streams the API may open on it ([`Link::open`]). yamux allows
-//! [`sandboxd::mux::MAX_STREAMS`] per connection, and in the yamux we use (0.14) going past that
+//! [`agenthold_proto::mux::MAX_STREAMS`] per connection, and in the yamux we use (0.14) going past that
 //! on either end ends the whole connection, every other channel of the agent with it. So the
 //! server keeps its own opens well below (`sandbox.max_streams_per_agent`) and refuses the
 //! excess instead; what is left of yamux's limit is [`STREAM_HEADROOM`].
@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use sandboxd::mux::{MuxHandle, MuxStream};
+use agenthold_proto::mux::{MuxHandle, MuxStream};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 /// flood of other channels.
 pub const STREAM_HEADROOM: usize = 32;
 /// The largest `sandbox.max_streams_per_agent`.
-pub const MAX_STREAMS_PER_AGENT: usize = sandboxd::mux::MAX_STREAMS - STREAM_HEADROOM;
+pub const MAX_STREAMS_PER_AGENT: usize = agenthold_proto::mux::MAX_STREAMS - STREAM_HEADROOM;
 
 #[derive(Clone)]
 struct Live {
@@ -56,7 +56,7 @@ pub enum TunnelError {
     #[error("the sandbox is not connected")]
     NotConnected,
     #[error("the tunnel to the sandbox failed: {0}")]
-    Mux(#[from] sandboxd::mux::MuxError),
+    Mux(#[from] agenthold_proto::mux::MuxError),
     #[error(
         "the agent has {0} channels open, the most it may have at once \
          (sandbox.max_streams_per_agent); retry later"

@@ -4,14 +4,14 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use agenthold_proto::mux::MuxHandle;
+use agenthold_proto::{self as proto, Activity, Frame, FrameCodec};
 use futures::SinkExt;
 use tokio::io::AsyncWriteExt;
 use tokio_util::codec::FramedWrite;
 use tokio_util::sync::CancellationToken;
 
-use crate::mux::MuxHandle;
 use crate::procs::{self, ProcStat, ProcessTable};
-use crate::proto::{self, Frame, FrameCodec, Request};
 use crate::sandbox::{CpuScope, Sandbox};
 
 const CGROUP_CPU_STAT: &str = "/sys/fs/cgroup/cpu.stat";
@@ -98,7 +98,7 @@ pub async fn report(sb: Sandbox, handle: MuxHandle, interval: Duration, stop: Ca
             return;
         }
     };
-    if let Err(e) = proto::open_channel(&mut stream, &Request::Activity).await {
+    if let Err(e) = proto::open(&mut stream, Activity {}).await {
         tracing::warn!(error = %e, "the server refused the activity channel");
         return;
     }

@@ -7,6 +7,10 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use agenthold_proto::mux::MuxStream;
+use agenthold_proto::{
+    ChannelError, ErrorCode, ExecExit, ExecRequest, Frame, FrameCodec, Reply, DATA_CHUNK,
+};
 use bytes::Bytes;
 use futures::StreamExt;
 use nix::sys::signal::{killpg, Signal};
@@ -18,10 +22,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::{env, frame_writer, refuse, reply, FrameTx};
 use crate::duplex::{self, ReadHalf, ResetProbe};
-use crate::mux::MuxStream;
-use crate::proto::{
-    ChannelError, ErrorCode, ExecExit, ExecRequest, Frame, FrameCodec, Reply, DATA_CHUNK,
-};
 use crate::sandbox::Sandbox;
 
 /// How long output may keep flowing after the group is gone, from processes that left it but

@@ -13,6 +13,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use agenthold_proto::mux::MuxStream;
+use agenthold_proto::{ChannelError, ErrorCode, Reply, Size};
 use nix::dir::{Dir, Type};
 use nix::errno::Errno;
 use nix::fcntl::{openat, renameat, AtFlags, OFlag};
@@ -24,9 +26,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use super::{refuse, reply};
 use crate::fsid::FsIdentity;
 use crate::fspath::Location;
-use crate::mux::MuxStream;
 use crate::paths::Resolved;
-use crate::proto::{ChannelError, ErrorCode, Reply};
 use crate::sandbox::Sandbox;
 use crate::uploads::{self, Record};
 
@@ -41,11 +41,6 @@ struct Entry {
     size: u64,
     mode: u32,
     mtime: String,
-}
-
-#[derive(Debug, Serialize)]
-struct Size {
-    size: u64,
 }
 
 fn resolve(sb: &Sandbox, path: &str) -> Result<Resolved, ChannelError> {

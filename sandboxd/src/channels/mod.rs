@@ -3,16 +3,15 @@
 pub mod activity;
 pub mod exec;
 pub mod fs;
-pub mod pty;
+pub mod terminal;
 
 pub(crate) mod env;
 
+use agenthold_proto::{self as proto, ChannelError, Frame, FrameCodec, ProtoError, Reply};
 use futures::SinkExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio_util::codec::FramedWrite;
-
-use crate::proto::{self, ChannelError, Frame, FrameCodec, ProtoError, Reply};
 
 /// Sends a reply and logs instead of failing: the peer may already be gone.
 pub(crate) async fn reply<W: AsyncWrite + Unpin>(w: &mut W, reply: &Reply) -> bool {

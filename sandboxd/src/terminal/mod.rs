@@ -16,7 +16,7 @@ use std::time::Duration;
 
 pub use session::{Session, SessionConfig, Step, Viewer};
 
-use crate::proto::{ChannelError, ErrorCode, TerminalInfo};
+use agenthold_proto::{ChannelError, ErrorCode, TerminalInfo, SESSION_ID_ALPHABET, SESSION_ID_LEN};
 
 /// How long a session lives on without viewers when the server names no other time.
 pub const DEFAULT_DETACH: Duration = Duration::from_secs(30 * 60);
@@ -29,14 +29,11 @@ pub const MAX_BUFFER: usize = 256 * 1024 * 1024;
 pub const MAX_VIEWERS: usize = 32;
 /// Sessions of one sandbox at once (each may hold a buffer of output).
 pub const MAX_SESSIONS: usize = 64;
-/// Session ids: long enough that nobody guesses another's.
-pub const ID_LEN: usize = 16;
-const ID_ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
-
-/// A fresh random session id of [`ID_LEN`] lowercase letters and digits.
+/// A fresh random session id: [`SESSION_ID_LEN`] lowercase letters and digits, long enough that
+/// nobody guesses another's.
 pub fn new_id() -> String {
-    let mut out = String::with_capacity(ID_LEN);
-    while out.len() < ID_LEN {
+    let mut out = String::with_capacity(SESSION_ID_LEN);
+    while out.len() < SESSION_ID_LEN {
         let mut bytes = [0u8; 32];
         if getrandom::fill(&mut bytes).is_err() {
             // The kernel's generator does not fail once the system has booted; if it ever
@@ -46,17 +43,12 @@ pub fn new_id() -> String {
         }
         // Rejection sampling keeps every character equally likely (252 = 7 × 36).
         for b in bytes {
-            if b < 252 && out.len() < ID_LEN {
-                out.push(ID_ALPHABET[(b % 36) as usize] as char);
+            if b < 252 && out.len() < SESSION_ID_LEN {
+                out.push(SESSION_ID_ALPHABET[(b % 36) as usize] as char);
             }
         }
     }
     out
-}
-
-/// True for a string that could be a session id; anything else is simply not found.
-pub fn is_valid_id(id: &str) -> bool {
-    id.len() == ID_LEN && id.bytes().all(|b| ID_ALPHABET.contains(&b))
 }
 
 /// The sandbox's sessions by id.
@@ -141,7 +133,10 @@ mod tests {
     fn ids_are_random_and_well_formed() {
         let a = new_id();
         let b = new_id();
-        assert!(is_valid_id(&a) && is_valid_id(&b), "{a} {b}");
+        assert!(
+            agenthold_proto::is_session_id(&a) && agenthold_proto::is_session_id(&b),
+            "{a} {b}"
+        );
         assert_ne!(a, b);
         for bad in [
             "",
@@ -150,7 +145,7 @@ mod tests {
             "abcdefghijklmno/",
             "abcdefghijklmnopq",
         ] {
-            assert!(!is_valid_id(bad), "{bad}");
+            assert!(!agenthold_proto::is_session_id(bad), "{bad}");
         }
     }
 }

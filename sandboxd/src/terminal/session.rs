@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use agenthold_proto::{ChannelError, ErrorCode, TerminalInfo, TerminalOpened, DATA_CHUNK};
 use tokio::process::Child;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
@@ -23,7 +24,6 @@ use super::pty::{self, Master};
 use super::ring::Ring;
 use super::screen::Screen;
 use super::MAX_VIEWERS;
-use crate::proto::{ChannelError, ErrorCode, TerminalInfo, TerminalOpened, DATA_CHUNK};
 use crate::sandbox::Sandbox;
 
 /// How long the reader waits for a viewer that is a whole buffer behind before leaving it

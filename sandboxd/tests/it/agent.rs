@@ -2,10 +2,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use agenthold_proto::boot::{BootConfig, AGENT_HEADER};
+use agenthold_proto::mux;
+use agenthold_proto::{self as proto, Frame, FrameCodec, Reply, Request};
 use futures::StreamExt;
-use sandboxd::boot::{BootConfig, AGENT_HEADER};
-use sandboxd::mux;
-use sandboxd::proto::{self, Frame, FrameCodec, Reply, Request};
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::handshake::server::{
     ErrorResponse, Request as HttpRequest, Response,
@@ -63,7 +63,7 @@ async fn run_dials_says_hello_and_cleans_up_on_cancel() {
             Err(_) => assert_eq!(n, 0, "only the first attempt is refused"),
         }
     };
-    let io = sandboxd::wsio::WsIo::new(sandboxd::wsio::tungstenite_bytes(ws));
+    let io = agenthold_proto::wsio::WsIo::new(agenthold_proto::wsio::tungstenite_bytes(ws));
     let mut session = mux::spawn(io, mux::Mode::Server);
 
     let mut hello_stream = session.inbound.recv().await.unwrap();
@@ -90,8 +90,8 @@ async fn run_dials_says_hello_and_cleans_up_on_cancel() {
 
     // A long-running command with a grandchild, then cancel: both must die.
     let mut s = session.handle.open().await.unwrap();
-    let req = Request::Exec(exec_req(&["sh", "-c", "echo $$; sleep 100 & sleep 100"]));
-    proto::open_channel(&mut s, &req).await.unwrap();
+    let req = exec_req(&["sh", "-c", "echo $$; sleep 100 & sleep 100"]);
+    proto::open(&mut s, req).await.unwrap();
     let mut f = Framed::new(s, FrameCodec::default());
     let pgid: i32 = match f.next().await.unwrap().unwrap() {
         Frame::Stdout(b) => String::from_utf8_lossy(&b).trim().parse().unwrap(),

@@ -1,7 +1,7 @@
 use std::time::Duration;
 
+use agenthold_proto::{ErrorCode, ExecRequest, Frame, FrameCodec, Request};
 use futures::{SinkExt, StreamExt};
-use sandboxd::proto::{ErrorCode, ExecRequest, Frame, FrameCodec, Request};
 use tokio_util::codec::Framed;
 
 use crate::harness::{collect, eventually, exec_req, group_alive, Harness};

@@ -1,6 +1,8 @@
 use std::time::Duration;
 
-use sandboxd::proto::{self, ErrorCode, Request};
+use agenthold_proto::{
+    self as proto, ErrorCode, FsList, FsMkdir, FsRead, FsRemove, FsWrite, Request,
+};
 use tokio::io::AsyncWriteExt;
 
 use crate::harness::{eventually, Harness};
@@ -35,9 +37,9 @@ async fn an_interrupted_write_leaves_nothing_behind() {
     let h = Harness::start().await;
     let target = h.home.path().join("half.bin");
     let (mut s, r) = h
-        .open(&Request::FsWrite {
+        .open(&Request::FsWrite(FsWrite {
             path: "half.bin".into(),
-        })
+        }))
         .await;
     r.unwrap();
     s.write_all(&pattern(1 << 20)).await.unwrap();
@@ -62,9 +64,9 @@ async fn a_write_interrupted_deep_into_the_file_leaves_nothing_behind() {
     let h = Harness::start().await;
     let target = h.home.path().join("deep.bin");
     let (mut s, r) = h
-        .open(&Request::FsWrite {
+        .open(&Request::FsWrite(FsWrite {
             path: "deep.bin".into(),
-        })
+        }))
         .await;
     r.unwrap();
     let chunk = pattern(1 << 20);
@@ -99,9 +101,9 @@ async fn an_interrupted_overwrite_keeps_the_old_file() {
     let h = Harness::start().await;
     h.write_file("keep.txt", b"old contents").await.unwrap();
     let (mut s, r) = h
-        .open(&Request::FsWrite {
+        .open(&Request::FsWrite(FsWrite {
             path: "keep.txt".into(),
-        })
+        }))
         .await;
     r.unwrap();
     s.write_all(b"new contents that never finish")
@@ -138,23 +140,25 @@ async fn an_overwrite_keeps_the_mode() {
 #[tokio::test]
 async fn mkdir_list_and_remove() {
     let h = Harness::start().await;
-    h.open(&Request::FsMkdir {
+    h.open(&Request::FsMkdir(FsMkdir {
         path: "a/b/c".into(),
-    })
+    }))
     .await
     .1
     .unwrap();
     // mkdir -p semantics: again is fine.
-    h.open(&Request::FsMkdir {
+    h.open(&Request::FsMkdir(FsMkdir {
         path: "a/b/c".into(),
-    })
+    }))
     .await
     .1
     .unwrap();
     h.write_file("a/b/file.txt", b"hello").await.unwrap();
     std::os::unix::fs::symlink("file.txt", h.home.path().join("a/b/link")).unwrap();
 
-    let (mut s, r) = h.open(&Request::FsList { path: "a/b".into() }).await;
+    let (mut s, r) = h
+        .open(&Request::FsList(FsList { path: "a/b".into() }))
+        .await;
     r.unwrap();
     let mut body = Vec::new();
     use tokio::io::AsyncReadExt;
@@ -176,17 +180,17 @@ async fn mkdir_list_and_remove() {
     assert!(mtime.ends_with('Z') && mtime.len() == 20, "{mtime}");
 
     let e = h
-        .refused(&Request::FsRemove {
+        .refused(&Request::FsRemove(FsRemove {
             path: "a".into(),
             recursive: false,
-        })
+        }))
         .await;
     assert_eq!(e.code, ErrorCode::Invalid);
     assert!(e.message.contains("recursive"), "{}", e.message);
-    h.open(&Request::FsRemove {
+    h.open(&Request::FsRemove(FsRemove {
         path: "a/b/link".into(),
         recursive: false,
-    })
+    }))
     .await
     .1
     .unwrap();
@@ -194,19 +198,19 @@ async fn mkdir_list_and_remove() {
         h.home.path().join("a/b/file.txt").exists(),
         "removing a link removed its target"
     );
-    h.open(&Request::FsRemove {
+    h.open(&Request::FsRemove(FsRemove {
         path: "a".into(),
         recursive: true,
-    })
+    }))
     .await
     .1
     .unwrap();
     assert!(!h.home.path().join("a").exists());
     let e = h
-        .refused(&Request::FsRemove {
+        .refused(&Request::FsRemove(FsRemove {
             path: "a".into(),
             recursive: true,
-        })
+        }))
         .await;
     assert_eq!(e.code, ErrorCode::NotFound);
 }
@@ -214,14 +218,16 @@ async fn mkdir_list_and_remove() {
 #[tokio::test]
 async fn wrong_kinds_of_paths_get_clear_codes() {
     let h = Harness::start().await;
-    h.open(&Request::FsMkdir { path: "d".into() })
+    h.open(&Request::FsMkdir(FsMkdir { path: "d".into() }))
         .await
         .1
         .unwrap();
     h.write_file("f", b"x").await.unwrap();
 
     assert_eq!(
-        h.refused(&Request::FsRead { path: "d".into() }).await.code,
+        h.refused(&Request::FsRead(FsRead { path: "d".into() }))
+            .await
+            .code,
         ErrorCode::IsDir
     );
     assert_eq!(
@@ -233,33 +239,37 @@ async fn wrong_kinds_of_paths_get_clear_codes() {
         ErrorCode::NotFound
     );
     assert_eq!(
-        h.refused(&Request::FsRead {
+        h.refused(&Request::FsRead(FsRead {
             path: "nope".into()
-        })
+        }))
         .await
         .code,
         ErrorCode::NotFound
     );
     assert_eq!(
-        h.refused(&Request::FsList { path: "f".into() }).await.code,
+        h.refused(&Request::FsList(FsList { path: "f".into() }))
+            .await
+            .code,
         ErrorCode::NotDir
     );
     assert_eq!(
-        h.refused(&Request::FsMkdir { path: "f".into() }).await.code,
+        h.refused(&Request::FsMkdir(FsMkdir { path: "f".into() }))
+            .await
+            .code,
         ErrorCode::Exists
     );
     assert_eq!(
-        h.refused(&Request::FsMkdir { path: "f/g".into() })
+        h.refused(&Request::FsMkdir(FsMkdir { path: "f/g".into() }))
             .await
             .code,
         ErrorCode::NotDir
     );
     for home in ["", "/home/agent", "."] {
         let e = h
-            .refused(&Request::FsRemove {
+            .refused(&Request::FsRemove(FsRemove {
                 path: home.into(),
                 recursive: true,
-            })
+            }))
             .await;
         assert_eq!(e.code, ErrorCode::Invalid);
     }
@@ -281,14 +291,14 @@ async fn hostile_paths_are_invalid() {
     ];
     for p in hostile {
         for req in [
-            Request::FsRead { path: p.into() },
-            Request::FsWrite { path: p.into() },
-            Request::FsList { path: p.into() },
-            Request::FsMkdir { path: p.into() },
-            Request::FsRemove {
+            Request::FsRead(FsRead { path: p.into() }),
+            Request::FsWrite(FsWrite { path: p.into() }),
+            Request::FsList(FsList { path: p.into() }),
+            Request::FsMkdir(FsMkdir { path: p.into() }),
+            Request::FsRemove(FsRemove {
                 path: p.into(),
                 recursive: true,
-            },
+            }),
         ] {
             let e = h.refused(&req).await;
             assert_eq!(
@@ -301,9 +311,9 @@ async fn hostile_paths_are_invalid() {
         }
     }
     let e = h
-        .refused(&Request::FsRead {
+        .refused(&Request::FsRead(FsRead {
             path: "/etc/passwd".into(),
-        })
+        }))
         .await;
     assert!(
         e.message.contains("outside the agent's home"),
@@ -329,9 +339,9 @@ async fn an_upload_in_progress_is_recorded_outside_the_home_until_it_ends() {
     let h = Harness::start_with(|o| o.upload_records = Some(dir.clone())).await;
     std::fs::create_dir(h.home.path().join("sub")).unwrap();
     let (mut s, r) = h
-        .open(&Request::FsWrite {
+        .open(&Request::FsWrite(FsWrite {
             path: "sub/half.bin".into(),
-        })
+        }))
         .await;
     r.unwrap();
     s.write_all(&pattern(1 << 20)).await.unwrap();
@@ -400,7 +410,7 @@ async fn temporary_files_left_by_a_crash_go_at_the_next_start_and_nothing_else()
     assert_eq!(records(&dir).len(), 5);
 
     // The next start, with the same record directory.
-    let boot = sandboxd::boot::BootConfig {
+    let boot = agenthold_proto::boot::BootConfig {
         agent_id: "a1".into(),
         token: "t".into(),
         // Nothing listens there: the cleanup must not wait for the server.
@@ -522,22 +532,24 @@ async fn a_write_through_a_symlink_out_of_the_home_is_refused() {
     assert_eq!(std::fs::metadata(&passwd).unwrap().uid(), 0);
     assert!(leftovers(etc.path()).is_empty());
     for p in ["project/new", "project/sub"] {
-        let e = h.refused(&Request::FsMkdir { path: p.into() }).await;
+        let e = h
+            .refused(&Request::FsMkdir(FsMkdir { path: p.into() }))
+            .await;
         assert_eq!(e.code, ErrorCode::PermissionDenied, "{p}: {}", e.message);
     }
     let e = h
-        .refused(&Request::FsRemove {
+        .refused(&Request::FsRemove(FsRemove {
             path: "project/passwd".into(),
             recursive: false,
-        })
+        }))
         .await;
     assert_eq!(e.code, ErrorCode::PermissionDenied, "{}", e.message);
     assert!(passwd.exists());
     let e = h
-        .refused(&Request::FsRemove {
+        .refused(&Request::FsRemove(FsRemove {
             path: abs.clone(),
             recursive: false,
-        })
+        }))
         .await;
     assert_eq!(e.code, ErrorCode::PermissionDenied, "{}", e.message);
     assert!(passwd.exists());
@@ -574,7 +586,7 @@ async fn a_read_of_a_root_only_file_is_refused_however_it_is_named() {
 async fn what_the_api_makes_in_the_home_is_the_accounts() {
     use std::os::unix::fs::MetadataExt;
     let Some(h) = as_nobody().await else { return };
-    h.open(&Request::FsMkdir { path: "a/b".into() })
+    h.open(&Request::FsMkdir(FsMkdir { path: "a/b".into() }))
         .await
         .1
         .unwrap();
@@ -598,20 +610,20 @@ async fn what_the_api_makes_in_the_home_is_the_accounts() {
     let e = h.write_file("locked/x", b"no").await.unwrap_err();
     assert_eq!(e.code, ErrorCode::PermissionDenied, "{}", e.message);
     let e = h
-        .refused(&Request::FsRemove {
+        .refused(&Request::FsRemove(FsRemove {
             path: "locked".into(),
             recursive: true,
-        })
+        }))
         .await;
     assert_eq!(e.code, ErrorCode::PermissionDenied, "{}", e.message);
     assert_eq!(std::fs::read(locked.join("x")).unwrap(), b"root's");
     // A recursive removal of the account's own tree goes through, symlinks removed, not followed.
     let etc = roots_dir();
     std::os::unix::fs::symlink(etc.path(), h.home.path().join("a/b/out")).unwrap();
-    h.open(&Request::FsRemove {
+    h.open(&Request::FsRemove(FsRemove {
         path: "a".into(),
         recursive: true,
-    })
+    }))
     .await
     .1
     .unwrap();

@@ -3,12 +3,13 @@
 
 use std::time::Duration;
 
+use agenthold_proto::mux::{self, MuxHandle, MuxStream};
+use agenthold_proto::{
+    self as proto, Activity, ChannelError, ExecExit, ExecRequest, Frame, FrameCodec, FsRead,
+    FsWrite, Ping, Reply, Request,
+};
 use futures::StreamExt;
 use sandboxd::agent::{self, SessionEnd};
-use sandboxd::mux::{self, MuxHandle, MuxStream};
-use sandboxd::proto::{
-    self, ChannelError, ExecExit, ExecRequest, Frame, FrameCodec, Reply, Request,
-};
 use sandboxd::{Account, CpuScope, Sandbox, SandboxOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -91,7 +92,7 @@ impl Harness {
     }
 
     pub async fn ping(&self) {
-        self.open(&Request::Ping).await.1.unwrap();
+        self.open(&Request::Ping(Ping {})).await.1.unwrap();
     }
 
     pub async fn write_file(
@@ -99,7 +100,9 @@ impl Harness {
         path: &str,
         data: &[u8],
     ) -> Result<serde_json::Value, ChannelError> {
-        let (mut s, r) = self.open(&Request::FsWrite { path: path.into() }).await;
+        let (mut s, r) = self
+            .open(&Request::FsWrite(FsWrite { path: path.into() }))
+            .await;
         r?;
         s.write_all(data).await.unwrap();
         s.shutdown().await.unwrap();
@@ -108,7 +111,9 @@ impl Harness {
     }
 
     pub async fn read_file(&self, path: &str) -> Result<Vec<u8>, ChannelError> {
-        let (mut s, r) = self.open(&Request::FsRead { path: path.into() }).await;
+        let (mut s, r) = self
+            .open(&Request::FsRead(FsRead { path: path.into() }))
+            .await;
         let meta = r?;
         let mut out = Vec::new();
         s.read_to_end(&mut out).await.unwrap();
@@ -224,7 +229,7 @@ async fn fake_server(
                 Request::Hello(h) => {
                     let _ = hellos.send(h);
                 }
-                Request::Activity => {
+                Request::Activity(Activity {}) => {
                     let mut frames = tokio_util::codec::FramedRead::new(s, FrameCodec::default());
                     while let Some(Ok(Frame::Activity { cpu_ms })) = frames.next().await {
                         let _ = activity.send(cpu_ms);

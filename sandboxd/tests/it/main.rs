@@ -5,4 +5,4 @@ mod exec;
 mod fs;
 mod harness;
 mod protocol;
-mod pty;
+mod terminal;

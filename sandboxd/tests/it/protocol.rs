@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use sandboxd::proto::{self, ErrorCode, Reply};
+use agenthold_proto::{self as proto, ErrorCode, Reply};
 use tokio::io::AsyncWriteExt;
 
 use crate::harness::Harness;
@@ -55,7 +55,7 @@ async fn hello_comes_first_and_activity_flows() {
     assert_eq!(hello.version, proto::VERSION);
 
     // A busy command counts; the reported total rises past zero and never falls.
-    let busy = sandboxd::proto::ExecRequest {
+    let busy = agenthold_proto::ExecRequest {
         command: vec!["sh".into(), "-c".into(), "while :; do :; done".into()],
         timeout_ms: Some(3000),
         ..Default::default()

@@ -1,9 +1,9 @@
 //! boot.json, what a sandbox is told before it starts (its agent, the server's tunnel address,
 //! a fresh token), and boot tokens staged in a stopped container ahead of its next start.
 
+use agenthold_proto::boot::BootConfig;
 use bollard::models::ContainerStateStatusEnum;
 use bollard::query_parameters::UploadToContainerOptionsBuilder;
-use sandboxd::boot::BootConfig;
 
 use super::{files, log_step, DockerDriver, DockerError};
 use crate::driver::SandboxSpec;

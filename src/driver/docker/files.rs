@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use sandboxd::boot::BootConfig;
+use agenthold_proto::boot::BootConfig;
 
 /// A tar rooted at `/` holding `etc/agenthold/boot.json`, readable by root only: the token in it
 /// lets whoever holds it act as the sandbox. Parent folders that the image lacks are made by

@@ -414,7 +414,7 @@ impl DockerDriver {
         let network = network.to_string();
         let mut mounts = vec![
             Mount {
-                target: Some(sandboxd::paths::LOGICAL_HOME.to_string()),
+                target: Some(agenthold_proto::LOGICAL_HOME.to_string()),
                 source: Some(self.names.volume(id)),
                 typ: Some(MountType::VOLUME),
                 ..Default::default()
@@ -445,7 +445,7 @@ impl DockerDriver {
             env: image
                 .user
                 .as_ref()
-                .map(|u| vec![format!("{}={u}", sandboxd::account::IMAGE_USER_ENV)]),
+                .map(|u| vec![format!("{}={u}", agenthold_proto::boot::IMAGE_USER_ENV)]),
             labels: Some(self.names.labels("sandbox", Some(id))),
             host_config: Some(HostConfig {
                 init: Some(true),

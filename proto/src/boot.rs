@@ -41,5 +41,10 @@ impl BootConfig {
     }
 }
 
+/// How the driver hands sandboxd the image's own `USER` (the container itself runs sandboxd as
+/// root, so that it can adopt the home volume); commands run as that user when the image has no
+/// `agent` account.
+pub const IMAGE_USER_ENV: &str = "AGENTHOLD_IMAGE_USER";
+
 /// Header names the tunnel's WebSocket upgrade carries.
 pub const AGENT_HEADER: &str = "x-agenthold-agent";

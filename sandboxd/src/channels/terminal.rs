@@ -1,20 +1,20 @@
-//! The terminal channels: `terminal.open` (create or attach to a session), `terminal.list`,
-//! `terminal.kill`, and the older `pty` (a session that ends with its one viewer).
+//! The terminal channels: `terminal.open` (create or attach to a session), `terminal.list` and
+//! `terminal.kill`.
 //!
 //! The sessions themselves live in [`crate::terminal`]; this is the wire side of one viewer.
 
 use std::time::Duration;
 
+use agenthold_proto::mux::MuxStream;
+use agenthold_proto::{
+    ChannelError, ErrorCode, Frame, FrameCodec, Reply, TerminalOpen, DATA_CHUNK,
+};
 use futures::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tokio_util::codec::FramedRead;
 
 use super::{frame_writer, refuse, reply, FrameTx};
 use crate::duplex::{self, ReadHalf};
-use crate::mux::MuxStream;
-use crate::proto::{
-    ChannelError, ErrorCode, Frame, FrameCodec, PtyOpen, Reply, TerminalOpen, DATA_CHUNK,
-};
 use crate::sandbox::Sandbox;
 use crate::terminal::{self, pty::DEFAULT_TERM, Session, SessionConfig, Step, Viewer};
 
@@ -27,23 +27,6 @@ fn dims(cols: Option<u16>, rows: Option<u16>) -> (u16, u16) {
         _ => default,
     };
     (fix(cols, 80), fix(rows, 24))
-}
-
-/// The old `pty` channel: a login shell that ends when this one viewer leaves.
-pub async fn pty(sb: Sandbox, s: MuxStream, req: PtyOpen) {
-    let (cols, rows) = dims(Some(req.cols), Some(req.rows));
-    let cfg = SessionConfig {
-        cols,
-        rows,
-        term: req.term.unwrap_or_else(|| DEFAULT_TERM.to_string()),
-        command: None,
-        detach_after: Duration::ZERO,
-        buffer: 64 * 1024,
-    };
-    match Session::start(&sb, cfg) {
-        Ok(viewer) => serve_viewer(s, viewer, false).await,
-        Err(e) => refuse(s, e).await,
-    }
 }
 
 /// `terminal.open`: a new session, or an attach to one.
@@ -78,13 +61,13 @@ pub async fn open(sb: Sandbox, s: MuxStream, req: TerminalOpen) {
         }
     };
     match viewer {
-        Ok(viewer) => serve_viewer(s, viewer, true).await,
+        Ok(viewer) => serve_viewer(s, viewer).await,
         Err(e) => refuse(s, e).await,
     }
 }
 
 fn attach(sb: &Sandbox, id: &str, req: &TerminalOpen) -> Result<Viewer, ChannelError> {
-    let session = terminal::is_valid_id(id)
+    let session = agenthold_proto::is_session_id(id)
         .then(|| sb.terminals().get(id))
         .flatten()
         .ok_or_else(|| {
@@ -113,7 +96,7 @@ pub async fn list(sb: Sandbox, mut s: MuxStream) {
 
 /// `terminal.kill`.
 pub async fn kill(sb: Sandbox, mut s: MuxStream, id: String) {
-    if terminal::is_valid_id(&id) && sb.terminals().kill(&id) {
+    if agenthold_proto::is_session_id(&id) && sb.terminals().kill(&id) {
         if reply(&mut s, &Reply::ok()).await {
             let _ = s.shutdown().await;
         }
@@ -123,18 +106,11 @@ pub async fn kill(sb: Sandbox, mut s: MuxStream, id: String) {
     }
 }
 
-/// Serves one viewer until its stream closes or the session ends. With `session_protocol`,
-/// the reply carries the session, offset and size ([`crate::proto::TerminalOpened`]) and the
-/// stream has `Redraw` and `Resize` frames; without, it is the older `pty` channel's: data and
-/// the exit only.
-async fn serve_viewer(mut s: MuxStream, mut viewer: Viewer, session_protocol: bool) {
-    let announce = session_protocol;
-    let answer = if announce {
-        Reply::ok_with(&viewer.opened)
-    } else {
-        Reply::ok()
-    };
-    if !reply(&mut s, &answer).await {
+/// Serves one viewer until its stream closes or the session ends: the reply carries the
+/// session, offset and size ([`agenthold_proto::TerminalOpened`]), then the stream has the
+/// session's frames.
+async fn serve_viewer(mut s: MuxStream, mut viewer: Viewer) {
+    if !reply(&mut s, &Reply::ok_with(&viewer.opened)).await {
         return;
     }
     let (r, w, _) = duplex::split(s);
@@ -143,19 +119,14 @@ async fn serve_viewer(mut s: MuxStream, mut viewer: Viewer, session_protocol: bo
     let mut changed = viewer.subscribe();
     let out = async {
         if let Some((offset, bytes)) = viewer.first_redraw.take() {
-            send_redraw(&tx, offset, bytes, session_protocol).await?;
+            send_redraw(&tx, offset, bytes).await?;
         }
         loop {
             changed.borrow_and_update();
             match viewer.next_step() {
                 Step::Data(d) => send(&tx, Frame::Data(d.into())).await?,
-                Step::Redraw(offset, bytes) => {
-                    send_redraw(&tx, offset, bytes, session_protocol).await?
-                }
-                Step::Resize(cols, rows) if session_protocol => {
-                    send(&tx, Frame::Resize { cols, rows }).await?
-                }
-                Step::Resize(..) => {}
+                Step::Redraw(offset, bytes) => send_redraw(&tx, offset, bytes).await?,
+                Step::Resize(cols, rows) => send(&tx, Frame::Resize { cols, rows }).await?,
                 Step::Exit(code) => {
                     let _ = tx.send(Frame::PtyExit(code)).await;
                     return Ok(());
@@ -181,13 +152,10 @@ async fn send(tx: &FrameTx, frame: Frame) -> Result<(), ()> {
     tx.send(frame).await.map_err(drop)
 }
 
-/// A redraw: announced with its offset and length, or (on the older `pty` channel) just the
-/// bytes, which repaint the screen all the same.
-async fn send_redraw(tx: &FrameTx, offset: u64, bytes: Vec<u8>, announce: bool) -> Result<(), ()> {
+/// A redraw, announced with its offset and length.
+async fn send_redraw(tx: &FrameTx, offset: u64, bytes: Vec<u8>) -> Result<(), ()> {
     let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
-    if announce {
-        send(tx, Frame::Redraw { offset, len }).await?;
-    }
+    send(tx, Frame::Redraw { offset, len }).await?;
     for chunk in bytes[..len as usize].chunks(DATA_CHUNK) {
         send(tx, Frame::Data(bytes::Bytes::copy_from_slice(chunk))).await?;
     }

@@ -1,8 +1,10 @@
+//! A terminal session through `terminal.open`, with one viewer that ends it when it leaves.
+
 use std::time::Duration;
 
+use agenthold_proto::mux::MuxStream;
+use agenthold_proto::{Frame, FrameCodec, Request, TerminalOpen, TerminalOpened};
 use futures::{SinkExt, StreamExt};
-use sandboxd::mux::MuxStream;
-use sandboxd::proto::{Frame, FrameCodec, PtyOpen, Request};
 use tokio_util::codec::Framed;
 
 use crate::harness::{eventually, pid_alive, Harness};
@@ -10,13 +12,18 @@ use crate::harness::{eventually, pid_alive, Harness};
 type Term = Framed<MuxStream, FrameCodec>;
 
 async fn open(h: &Harness) -> Term {
-    let req = Request::Pty(PtyOpen {
-        cols: 80,
-        rows: 24,
+    let req = Request::TerminalOpen(TerminalOpen {
+        cols: Some(80),
+        rows: Some(24),
         term: Some("dumb".into()),
+        // The session ends with its one viewer.
+        detach_secs: Some(0),
+        ..Default::default()
     });
     let (s, r) = h.open(&req).await;
-    r.unwrap();
+    let opened: TerminalOpened = serde_json::from_value(r.unwrap()).unwrap();
+    assert!(opened.created);
+    assert_eq!((opened.cols, opened.rows, opened.offset), (80, 24, 0));
     Framed::new(s, FrameCodec::default())
 }
 
@@ -33,6 +40,8 @@ async fn expect(t: &mut Term, needle: &str) -> String {
     while !screen.contains(needle) {
         match tokio::time::timeout_at(deadline, t.next()).await {
             Ok(Some(Ok(Frame::Data(b)))) => screen.push_str(&String::from_utf8_lossy(&b)),
+            // Every viewer hears of a resize, the one that asked included.
+            Ok(Some(Ok(Frame::Resize { .. }))) => {}
             Ok(other) => {
                 panic!("unexpected {other:?} while waiting for {needle:?}; screen: {screen}")
             }
@@ -62,7 +71,7 @@ async fn echo_resize_and_exit_code() {
     type_line(&mut t, "exit 3").await;
     loop {
         match t.next().await {
-            Some(Ok(Frame::Data(_))) => continue,
+            Some(Ok(Frame::Data(_) | Frame::Resize { .. })) => continue,
             Some(Ok(Frame::PtyExit(code))) => {
                 assert_eq!(code, 3);
                 break;

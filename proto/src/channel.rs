@@ -1,0 +1,452 @@
+//! The channels: what opens each one, and what its `ok` reply holds.
+//!
+//! Every yamux stream is one channel. The opener writes a header ([`Request`], framed as
+//! [`crate::header`] says) naming the channel and its parameters; the acceptor answers with a
+//! [`Reply`]: `{"ok": {...}}` or `{"error": {"code", "message"}}`. After that the channel's own
+//! bytes flow: raw bytes for `fs.read` / `fs.write` / `fs.list`, [`crate::Frame`]s for `exec`,
+//! `activity` and `terminal.open`.
+//!
+//! Each channel is declared once, in the table below: its name, the type of its header and the
+//! type of its `ok` reply. [`open`] sends a header and returns the reply as that type.
+
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use crate::header::{read_message, write_request, ProtoError, MAX_EXEC_ARGS_LEN, MAX_EXEC_ARG_LEN};
+use crate::MAX_PATH_LEN;
+
+/// A channel's header type: it names the channel and the shape of its `ok` reply.
+pub trait Channel: Into<Request> {
+    /// The channel's name on the wire.
+    const NAME: &'static str;
+    /// What the `ok` reply holds.
+    type Reply: Serialize + DeserializeOwned;
+}
+
+/// Declares the channels: the [`Request`] enum, [`CHANNELS`], and each header's [`Channel`].
+macro_rules! channels {
+    ($($(#[$doc:meta])* $name:literal => $variant:ident($header:ty) -> $reply:ty;)*) => {
+        /// The header that opens a channel.
+        #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+        #[serde(tag = "channel")]
+        pub enum Request {
+            $($(#[$doc])* #[serde(rename = $name)] $variant($header),)*
+        }
+
+        /// Names of the channels this protocol knows.
+        pub const CHANNELS: &[&str] = &[$($name),*];
+
+        impl Request {
+            pub fn channel(&self) -> &'static str {
+                match self {
+                    $(Request::$variant(_) => $name,)*
+                }
+            }
+        }
+
+        $(
+            impl From<$header> for Request {
+                fn from(header: $header) -> Request {
+                    Request::$variant(header)
+                }
+            }
+
+            impl Channel for $header {
+                const NAME: &'static str = $name;
+                type Reply = $reply;
+            }
+        )*
+    };
+}
+
+channels! {
+    /// sandboxd's first stream: who it is.
+    "hello" => Hello(Hello) -> Empty;
+    /// A round trip, either way: the liveness check.
+    "ping" => Ping(Ping) -> Empty;
+    /// A directory's entries follow the reply, as JSON lines.
+    "fs.list" => FsList(FsList) -> Empty;
+    /// The file's bytes follow the reply.
+    "fs.read" => FsRead(FsRead) -> Size;
+    /// The server sends the file's bytes after the reply; sandboxd answers a second [`Reply`]
+    /// with the [`Size`] written once they are on disk.
+    "fs.write" => FsWrite(FsWrite) -> Empty;
+    "fs.mkdir" => FsMkdir(FsMkdir) -> Empty;
+    "fs.remove" => FsRemove(FsRemove) -> Empty;
+    /// Runs a command; frames follow (see [`crate::Frame`]), the last one its exit.
+    "exec" => Exec(ExecRequest) -> Empty;
+    /// sandboxd's stream of CPU use, one [`crate::Frame::Activity`] a tick.
+    "activity" => Activity(Activity) -> Empty;
+    /// Creates a terminal session, or attaches to one, on this stream (see [`TerminalOpen`]).
+    "terminal.open" => TerminalOpen(TerminalOpen) -> TerminalOpened;
+    /// Lists the terminal sessions.
+    "terminal.list" => TerminalList(TerminalList) -> Vec<TerminalInfo>;
+    /// Ends a terminal session (SIGHUP, then SIGKILL).
+    "terminal.kill" => TerminalKill(TerminalKill) -> Empty;
+}
+
+impl Request {
+    /// The largest header this request may be sent in.
+    pub fn header_limit(&self) -> usize {
+        match self {
+            Request::Exec(_) => crate::header::MAX_EXEC_HEADER_LEN,
+            _ => crate::header::MAX_HEADER_LEN,
+        }
+    }
+
+    /// Parses a header body, telling an unknown channel apart from a malformed header.
+    pub fn parse(body: &[u8]) -> Result<Request, ProtoError> {
+        let value: serde_json::Value =
+            serde_json::from_slice(body).map_err(|e| ProtoError::Malformed(e.to_string()))?;
+        let channel = value
+            .get("channel")
+            .and_then(|c| c.as_str())
+            .ok_or_else(|| ProtoError::Malformed("missing \"channel\"".into()))?;
+        if !CHANNELS.contains(&channel) {
+            return Err(ProtoError::UnknownChannel(truncate(channel, 64)));
+        }
+        serde_json::from_value(value).map_err(|e| ProtoError::Malformed(e.to_string()))
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    s.chars().take(max).collect()
+}
+
+/// An `ok` reply with nothing in it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Empty {}
+
+/// The header of a channel that has no parameters.
+macro_rules! bare {
+    ($($name:ident),*) => {$(
+        #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+        pub struct $name {}
+    )*};
+}
+bare!(Ping, Activity, TerminalList);
+
+/// The header of a channel about one path (as the API names it: absolute, or under the home).
+macro_rules! about_a_path {
+    ($($name:ident),*) => {$(
+        #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+        pub struct $name {
+            pub path: String,
+        }
+    )*};
+}
+about_a_path!(FsList, FsRead, FsWrite, FsMkdir);
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FsRemove {
+    pub path: String,
+    /// A directory and everything in it; without, only an empty one.
+    #[serde(default)]
+    pub recursive: bool,
+}
+
+/// A file's size in bytes: the `ok` of `fs.read`, and the last reply of `fs.write`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct Size {
+    pub size: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TerminalKill {
+    pub session: String,
+}
+
+/// Characters of a terminal session id, and its length (sandboxd makes them; anything else is
+/// simply not a session).
+pub const SESSION_ID_ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+pub const SESSION_ID_LEN: usize = 16;
+
+/// True for a string that could be a session id; anything else is simply not found.
+pub fn is_session_id(id: &str) -> bool {
+    id.len() == SESSION_ID_LEN && id.bytes().all(|b| SESSION_ID_ALPHABET.contains(&b))
+}
+
+/// What sandboxd says first.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Hello {
+    pub agent_id: String,
+    pub version: String,
+    /// The account shells and commands run as.
+    pub user: String,
+    pub uid: u32,
+    pub home: String,
+}
+
+/// Opens a `terminal.open` channel: without `session` a new session (a login shell, or
+/// `command` run by the account's shell), with it an attach to that session.
+///
+/// After the `ok` reply ([`TerminalOpened`]) the stream carries [`Frame`]s. From the server:
+/// `Data` (keystrokes) and `Resize`. From sandboxd: `Data` (the session's output, contiguous from
+/// the reply's `offset`), `Redraw { offset, len }` (the next `len` bytes of `Data` redraw the
+/// screen as of output offset `offset`; output from `offset` follows them), `Resize` (the
+/// session's size changed; sent to every viewer) and last `PtyExit`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminalOpen {
+    /// The terminal size; for an attach, a size that differs resizes the session.
+    #[serde(default)]
+    pub cols: Option<u16>,
+    #[serde(default)]
+    pub rows: Option<u16>,
+    /// `TERM` for a new session; `xterm-256color` when absent.
+    #[serde(default)]
+    pub term: Option<String>,
+    /// The session to attach to.
+    #[serde(default)]
+    pub session: Option<String>,
+    /// For an attach: the output offset the viewer has seen up to. Within the session's buffer
+    /// it gets exactly the bytes after it; older or absent, a redraw of the screen.
+    #[serde(default)]
+    pub offset: Option<u64>,
+    /// For a new session: a command line for the account's shell (`sh -c` style) instead of
+    /// an interactive login shell.
+    #[serde(default)]
+    pub command: Option<String>,
+    /// For a new session: how long it lives on without viewers, in seconds; sandboxd's default
+    /// when absent, and 0 ends it with its last viewer.
+    #[serde(default)]
+    pub detach_secs: Option<u64>,
+    /// For a new session: how much output it keeps for replay, in bytes.
+    #[serde(default)]
+    pub buffer_bytes: Option<u64>,
+}
+
+/// The `ok` reply of `terminal.open`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminalOpened {
+    pub session: String,
+    /// The absolute output offset of the first byte that follows (after a redraw, the offset
+    /// the redraw was taken at).
+    pub offset: u64,
+    pub cols: u16,
+    pub rows: u16,
+    /// True when a new session was started rather than an existing one attached.
+    pub created: bool,
+}
+
+/// One terminal session, as `terminal.list` reports it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminalInfo {
+    pub id: String,
+    /// The shell, or the command line it runs.
+    pub command: String,
+    pub cols: u16,
+    pub rows: u16,
+    /// Milliseconds since the Unix epoch.
+    pub created_at_ms: u64,
+    pub last_input_at_ms: u64,
+    pub viewers: u32,
+    /// Output produced so far, in bytes (the offset of the next byte).
+    pub offset: u64,
+    /// Set once the shell has exited; the session stays until a viewer has seen the end.
+    pub exit_code: Option<i32>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecRequest {
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub cwd: Option<String>,
+    #[serde(default)]
+    pub env: Vec<(String, String)>,
+    /// Killed (the whole process group) after this many milliseconds.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// Bytes of each of stdout and stderr forwarded; the rest is read and dropped.
+    #[serde(default)]
+    pub output_cap: Option<u64>,
+}
+
+/// Why an exec's command line cannot be sent or run (see [`ExecRequest::check_size`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExecTooLarge {
+    #[error(
+        "the command and env take {0} bytes (each argument and each KEY=VALUE counted with a \
+         terminating NUL); at most {MAX_EXEC_ARGS_LEN} bytes (1 MiB) are accepted"
+    )]
+    Total(usize),
+    #[error(
+        "argument {index} of the command is {len} bytes; Linux runs no command with an argument \
+         over {max} bytes: pass a long script on stdin instead (for example command [\"sh\"] \
+         with the script as stdin)",
+        max = MAX_EXEC_ARG_LEN - 1
+    )]
+    Argument { index: usize, len: usize },
+    #[error(
+        "env variable {name:?} is {len} bytes as KEY=VALUE; Linux runs no command with a \
+         variable over {max} bytes",
+        max = MAX_EXEC_ARG_LEN - 1
+    )]
+    EnvVar { name: String, len: usize },
+    #[error("cwd of {0} bytes is longer than {MAX_PATH_LEN} bytes")]
+    Cwd(usize),
+}
+
+impl ExecTooLarge {
+    /// The request field it is about.
+    pub fn field(&self) -> &'static str {
+        match self {
+            ExecTooLarge::Total(_) | ExecTooLarge::Argument { .. } => "command",
+            ExecTooLarge::EnvVar { .. } => "env",
+            ExecTooLarge::Cwd(_) => "cwd",
+        }
+    }
+}
+
+impl ExecRequest {
+    /// Checks the command line against the limits above, returning the bytes it counts.
+    ///
+    /// Both sides check: the server to answer with a reason before anything reaches the
+    /// sandbox, sandboxd because its header limit is only large enough for requests that pass.
+    pub fn check_size(&self) -> Result<usize, ExecTooLarge> {
+        let mut total = 0usize;
+        for (index, arg) in self.command.iter().enumerate() {
+            let len = arg.len() + 1;
+            if len > MAX_EXEC_ARG_LEN {
+                return Err(ExecTooLarge::Argument {
+                    index,
+                    len: arg.len(),
+                });
+            }
+            total += len;
+        }
+        for (k, v) in &self.env {
+            let len = k.len() + 1 + v.len() + 1;
+            if len > MAX_EXEC_ARG_LEN {
+                return Err(ExecTooLarge::EnvVar {
+                    name: truncate(k, 64),
+                    len: len - 1,
+                });
+            }
+            total += len;
+        }
+        if total > MAX_EXEC_ARGS_LEN {
+            return Err(ExecTooLarge::Total(total));
+        }
+        match &self.cwd {
+            Some(cwd) if cwd.len() > MAX_PATH_LEN => Err(ExecTooLarge::Cwd(cwd.len())),
+            _ => Ok(total),
+        }
+    }
+}
+
+/// How an `exec` ended, sent as the last frame.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecExit {
+    /// The exit code; `128 + signal` when a signal ended it, -1 when it could not be started.
+    pub exit_code: i32,
+    pub timed_out: bool,
+    pub duration_ms: u64,
+    pub truncated: bool,
+}
+
+/// The acceptor's answer to a header.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "lowercase")]
+pub enum Reply {
+    Ok(serde_json::Value),
+    Error(ChannelError),
+}
+
+impl Reply {
+    pub fn ok() -> Reply {
+        Reply::Ok(serde_json::Value::Object(Default::default()))
+    }
+
+    pub fn ok_with<T: Serialize>(value: &T) -> Reply {
+        Reply::Ok(serde_json::to_value(value).unwrap_or(serde_json::Value::Null))
+    }
+
+    /// The `ok` payload, or the peer's error.
+    pub fn into_result(self) -> Result<serde_json::Value, ChannelError> {
+        match self {
+            Reply::Ok(v) => Ok(v),
+            Reply::Error(e) => Err(e),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    NotFound,
+    Invalid,
+    IsDir,
+    NotDir,
+    Exists,
+    PermissionDenied,
+    TooLarge,
+    UnknownChannel,
+    Unauthorized,
+    Io,
+    /// A limit on concurrent use was reached (viewers of a terminal, terminal sessions).
+    Busy,
+    /// The sandbox's disk is full (its home's limit, or `/tmp`'s).
+    NoSpace,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct ChannelError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl ChannelError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ChannelError {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// Maps an I/O error on `what` to the code a client can act on.
+    pub fn from_io(err: &std::io::Error, what: &str) -> Self {
+        use std::io::ErrorKind as K;
+        let code = match err.kind() {
+            K::NotFound => ErrorCode::NotFound,
+            K::PermissionDenied => ErrorCode::PermissionDenied,
+            K::AlreadyExists => ErrorCode::Exists,
+            K::IsADirectory => ErrorCode::IsDir,
+            K::NotADirectory => ErrorCode::NotDir,
+            K::DirectoryNotEmpty => ErrorCode::Invalid,
+            K::InvalidInput | K::InvalidFilename => ErrorCode::Invalid,
+            K::FileTooLarge => ErrorCode::TooLarge,
+            K::StorageFull | K::QuotaExceeded => ErrorCode::NoSpace,
+            _ => ErrorCode::Io,
+        };
+        ChannelError::new(code, format!("{what}: {err}"))
+    }
+}
+
+/// Sends `header` on a fresh stream and waits for the reply, returned as the channel's own
+/// type; the stream is then ready for the channel's own bytes.
+pub async fn open<S, C>(stream: &mut S, header: C) -> Result<C::Reply, OpenError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    C: Channel,
+{
+    write_request(stream, &header.into()).await?;
+    let reply: Reply = read_message(stream).await?;
+    let ok = reply.into_result().map_err(OpenError::Refused)?;
+    serde_json::from_value(ok)
+        .map_err(|e| OpenError::Proto(ProtoError::Malformed(format!("the {} reply: {e}", C::NAME))))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("the sandbox refused the channel: {0}")]
+    Refused(ChannelError),
+    #[error(transparent)]
+    Proto(#[from] ProtoError),
+}

@@ -1,0 +1,33 @@
+//! The tunnel between the agenthold server and sandboxd, the daemon in each sandbox: what both
+//! sides must agree on, and nothing else (the daemon is the `sandboxd` crate, the server the
+//! `agenthold` one).
+//!
+//! sandboxd dials the server over a WebSocket ([`wsio`] makes its messages a byte stream) that
+//! carries a yamux session ([`mux`]); every yamux stream is one channel, opened by a header and
+//! answered by a reply ([`header`]). [`channel`] declares every channel once, with the types of
+//! its header and reply; [`frame`] is the framing some channels use once open; [`boot`] is what
+//! the server hands a sandbox before it starts.
+//!
+//! Every length is checked before anything is allocated, and every check has a test that plays
+//! a hostile peer (see the tests in [`header`], [`frame`] and [`channel`]).
+
+pub mod boot;
+pub mod channel;
+pub mod frame;
+pub mod header;
+pub mod mux;
+pub mod wsio;
+
+pub use channel::*;
+pub use frame::{Frame, FrameCodec, DATA_CHUNK, MAX_FRAME_LEN};
+pub use header::*;
+
+/// The agent's home, as paths in the API and inside the sandbox name it.
+pub const LOGICAL_HOME: &str = "/home/agent";
+/// Longest path accepted, in bytes (Linux's `PATH_MAX`).
+pub const MAX_PATH_LEN: usize = 4096;
+/// The protocol's version, which sandboxd reports at hello.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+#[cfg(test)]
+mod tests;

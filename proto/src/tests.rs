@@ -1,0 +1,363 @@
+//! Hostile and honest peers against the header, channel and frame codecs.
+
+use crate::frame::{K_REDRAW, K_RESIZE};
+use crate::*;
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use tokio::io::AsyncWriteExt;
+use tokio_util::codec::{FramedRead, FramedWrite};
+
+#[tokio::test]
+async fn header_round_trip() {
+    let (mut a, mut b) = tokio::io::duplex(1024);
+    let req = Request::FsRemove(FsRemove {
+        path: "x".into(),
+        recursive: true,
+    });
+    write_message(&mut a, &req).await.unwrap();
+    assert_eq!(read_request(&mut b).await.unwrap(), req);
+}
+
+#[tokio::test]
+async fn oversized_header_is_refused_before_reading() {
+    let (mut a, mut b) = tokio::io::duplex(1024);
+    a.write_all(&(100u32 * 1024 * 1024).to_be_bytes())
+        .await
+        .unwrap();
+    assert!(matches!(
+        read_request(&mut b).await,
+        Err(ProtoError::HeaderTooLarge { len, .. }) if len == 100 * 1024 * 1024
+    ));
+}
+
+/// The worst case for JSON: every byte a control character, escaped as `\u00XX`.
+fn worst_exec(total: usize) -> ExecRequest {
+    let arg_len = 100 * 1024 - 1;
+    let mut command = vec!["sh".to_string()];
+    let mut left = total - 3;
+    while left > 0 {
+        let n = left.min(arg_len + 1);
+        command.push("\u{1}".repeat(n - 1));
+        left -= n;
+    }
+    ExecRequest {
+        command,
+        cwd: Some("d".repeat(MAX_PATH_LEN)),
+        timeout_ms: Some(u64::MAX),
+        output_cap: Some(u64::MAX),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn an_exec_header_within_the_limits_reaches_sandboxd_only() {
+    let req = Request::Exec(worst_exec(MAX_EXEC_ARGS_LEN));
+    let Request::Exec(exec) = &req else {
+        unreachable!()
+    };
+    assert_eq!(exec.check_size(), Ok(MAX_EXEC_ARGS_LEN));
+    let sent = serde_json::to_vec(&req).unwrap().len();
+    assert!(sent > 6 * 1000 * 1000, "not the worst case: {sent} bytes");
+
+    // sandboxd reads what the server sends with the exec limit...
+    let (mut a, mut b) = tokio::io::duplex(1 << 16);
+    let (w, r) = tokio::join!(write_request(&mut a, &req), read_server_request(&mut b));
+    w.unwrap();
+    assert_eq!(r.unwrap(), req);
+
+    // ...the server reads what sandboxd sends with the small one, whatever the channel.
+    let (mut a, mut b) = tokio::io::duplex(1 << 16);
+    a.write_all(&(sent as u32).to_be_bytes()).await.unwrap();
+    assert!(matches!(
+        read_request(&mut b).await,
+        Err(ProtoError::HeaderTooLarge { len, limit: MAX_HEADER_LEN }) if len == sent
+    ));
+    assert!(matches!(
+        write_message(&mut a, &req).await,
+        Err(ProtoError::HeaderTooLarge { .. })
+    ));
+}
+
+#[tokio::test]
+async fn other_channels_keep_the_small_header_limit() {
+    let big = Request::TerminalOpen(TerminalOpen {
+        command: Some("x".repeat(MAX_HEADER_LEN)),
+        ..Default::default()
+    });
+    let (mut a, _b) = tokio::io::duplex(1024);
+    assert!(matches!(
+        write_request(&mut a, &big).await,
+        Err(ProtoError::HeaderTooLarge {
+            limit: MAX_HEADER_LEN,
+            ..
+        })
+    ));
+    // Sent anyway (a broken server): refused once its channel is known.
+    for req in [
+        big,
+        Request::FsWrite(FsWrite {
+            path: "p".repeat(MAX_HEADER_LEN),
+        }),
+    ] {
+        let body = serde_json::to_vec(&req).unwrap();
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        let write = async {
+            a.write_all(&(body.len() as u32).to_be_bytes()).await?;
+            a.write_all(&body).await
+        };
+        let (w, r) = tokio::join!(write, read_server_request(&mut b));
+        w.unwrap();
+        assert!(matches!(
+            r,
+            Err(ProtoError::HeaderTooLarge {
+                limit: MAX_HEADER_LEN,
+                ..
+            })
+        ));
+    }
+    // Longer than any exec header: refused before reading.
+    let (mut a, mut b) = tokio::io::duplex(1024);
+    a.write_all(&((MAX_EXEC_HEADER_LEN + 1) as u32).to_be_bytes())
+        .await
+        .unwrap();
+    assert!(matches!(
+        read_server_request(&mut b).await,
+        Err(ProtoError::HeaderTooLarge {
+            limit: MAX_EXEC_HEADER_LEN,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn exec_size_limits() {
+    assert!(matches!(
+        worst_exec(MAX_EXEC_ARGS_LEN + 1).check_size(),
+        Err(ExecTooLarge::Total(n)) if n == MAX_EXEC_ARGS_LEN + 1
+    ));
+    let one = |arg: String| ExecRequest {
+        command: vec!["sh".into(), "-c".into(), arg],
+        ..Default::default()
+    };
+    assert_eq!(
+        one("a".repeat(MAX_EXEC_ARG_LEN - 1)).check_size(),
+        Ok(3 + 3 + MAX_EXEC_ARG_LEN)
+    );
+    let err = one("a".repeat(200_000)).check_size().unwrap_err();
+    assert_eq!(
+        err,
+        ExecTooLarge::Argument {
+            index: 2,
+            len: 200_000
+        }
+    );
+    assert!(err.to_string().contains("131071"), "{err}");
+    let env = |len: usize| ExecRequest {
+        command: vec!["env".into()],
+        env: vec![("K".into(), "v".repeat(len))],
+        ..Default::default()
+    };
+    // "K=" and the value make 131071 bytes, the most Linux takes.
+    assert!(env(MAX_EXEC_ARG_LEN - 3).check_size().is_ok());
+    assert!(matches!(
+        env(MAX_EXEC_ARG_LEN - 2).check_size(),
+        Err(ExecTooLarge::EnvVar { len, .. }) if len == MAX_EXEC_ARG_LEN
+    ));
+    // 10,000 variables are fine while their bytes are.
+    let many = ExecRequest {
+        command: vec!["env".into()],
+        env: (0..10_000)
+            .map(|i| (format!("V{i}"), "x".repeat(50)))
+            .collect(),
+        ..Default::default()
+    };
+    assert!(many.check_size().is_ok());
+}
+
+#[tokio::test]
+async fn unknown_and_malformed_headers_are_told_apart() {
+    assert!(matches!(
+        Request::parse(br#"{"channel":"fs.format"}"#),
+        Err(ProtoError::UnknownChannel(c)) if c == "fs.format"
+    ));
+    assert!(matches!(
+        Request::parse(b"\xff\x00garbage"),
+        Err(ProtoError::Malformed(_))
+    ));
+    assert!(matches!(
+        Request::parse(br#"{"channel":"fs.read"}"#),
+        Err(ProtoError::Malformed(_))
+    ));
+    assert!(matches!(
+        Request::parse(br#"{"path":"x"}"#),
+        Err(ProtoError::Malformed(_))
+    ));
+    assert!(matches!(
+        Request::parse(br#"{"channel":"terminal.open","offset":-1}"#),
+        Err(ProtoError::Malformed(_))
+    ));
+}
+
+#[test]
+fn terminal_headers_round_trip_and_default() {
+    let open =
+        Request::parse(br#"{"channel":"terminal.open","session":"abc","offset":7}"#).unwrap();
+    assert_eq!(
+        open,
+        Request::TerminalOpen(TerminalOpen {
+            session: Some("abc".into()),
+            offset: Some(7),
+            ..Default::default()
+        })
+    );
+    for req in [
+        Request::TerminalList(TerminalList {}),
+        Request::TerminalKill(TerminalKill {
+            session: "x".into(),
+        }),
+    ] {
+        let json = serde_json::to_vec(&req).unwrap();
+        assert_eq!(Request::parse(&json).unwrap(), req);
+    }
+}
+
+#[tokio::test]
+async fn truncated_header_is_eof() {
+    let (mut a, mut b) = tokio::io::duplex(1024);
+    a.write_all(&10u32.to_be_bytes()).await.unwrap();
+    a.write_all(b"{\"ch").await.unwrap();
+    drop(a);
+    assert!(matches!(read_request(&mut b).await, Err(ProtoError::Eof)));
+}
+
+#[tokio::test]
+async fn frames_round_trip() {
+    let (a, b) = tokio::io::duplex(1 << 20);
+    let mut w = FramedWrite::new(a, FrameCodec::default());
+    let mut r = FramedRead::new(b, FrameCodec::default());
+    let frames = vec![
+        Frame::Data(Bytes::from_static(b"hi")),
+        Frame::Stdout(Bytes::from(vec![7u8; DATA_CHUNK])),
+        Frame::Stderr(Bytes::new()),
+        Frame::StdinEof,
+        Frame::Resize {
+            cols: 120,
+            rows: 40,
+        },
+        Frame::PtyExit(-3),
+        Frame::ExecExit(ExecExit {
+            exit_code: 2,
+            timed_out: true,
+            duration_ms: 5,
+            truncated: false,
+        }),
+        Frame::Activity { cpu_ms: 1 << 40 },
+        Frame::Redraw {
+            offset: u64::MAX - 1,
+            len: 70_000,
+        },
+    ];
+    for f in frames.clone() {
+        w.send(f).await.unwrap();
+    }
+    for f in frames {
+        assert_eq!(r.next().await.unwrap().unwrap(), f);
+    }
+}
+
+#[tokio::test]
+async fn hostile_frames_are_errors() {
+    for raw in [
+        (100u32 * 1024 * 1024).to_be_bytes().to_vec(),
+        vec![0, 0, 0, 1, 99],
+        vec![0, 0, 0, 2, K_RESIZE, 1],
+        vec![0, 0, 0, 5, K_REDRAW, 0, 0, 0, 1],
+        vec![0, 0, 0, 0],
+    ] {
+        let mut r = FramedRead::new(&raw[..], FrameCodec::default());
+        assert!(r.next().await.unwrap().is_err(), "{raw:?} was accepted");
+    }
+}
+
+#[test]
+fn every_channel_is_named_once_and_keeps_its_wire_form() {
+    // The header of a channel without parameters is its name alone, as before the table.
+    for (req, json) in [
+        (Request::from(Ping {}), r#"{"channel":"ping"}"#),
+        (Request::from(Activity {}), r#"{"channel":"activity"}"#),
+        (
+            Request::from(TerminalList {}),
+            r#"{"channel":"terminal.list"}"#,
+        ),
+        (
+            Request::from(FsRead { path: "a".into() }),
+            r#"{"channel":"fs.read","path":"a"}"#,
+        ),
+    ] {
+        assert_eq!(serde_json::to_string(&req).unwrap(), json);
+        assert_eq!(Request::parse(json.as_bytes()).unwrap(), req);
+    }
+    // Every name in the table parses as its own channel (with the fields it needs).
+    let fields =
+        r#""path":"p","session":"s","agentId":"a","version":"v","user":"u","uid":1,"home":"/h""#;
+    for name in CHANNELS {
+        let command = if *name == "exec" {
+            r#","command":["true"]"#
+        } else {
+            ""
+        };
+        let json = format!(r#"{{"channel":"{name}",{fields}{command}}}"#);
+        let req = Request::parse(json.as_bytes()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(req.channel(), *name);
+    }
+    let mut sorted = CHANNELS.to_vec();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), CHANNELS.len(), "a channel named twice");
+}
+
+#[tokio::test]
+async fn open_returns_the_channels_own_reply_type() {
+    let (mut server, mut sandbox) = tokio::io::duplex(1 << 16);
+    let answer = tokio::spawn(async move {
+        let req = read_request(&mut sandbox).await.unwrap();
+        assert_eq!(req, Request::TerminalList(TerminalList {}));
+        let info = TerminalInfo {
+            id: "s".into(),
+            command: "sh".into(),
+            cols: 80,
+            rows: 24,
+            created_at_ms: 1,
+            last_input_at_ms: 2,
+            viewers: 0,
+            offset: 3,
+            exit_code: None,
+        };
+        write_message(&mut sandbox, &Reply::ok_with(&vec![info]))
+            .await
+            .unwrap();
+        // A reply that is not what the channel promises.
+        read_request(&mut sandbox).await.unwrap();
+        write_message(&mut sandbox, &Reply::ok_with(&"a string"))
+            .await
+            .unwrap();
+        // A refusal.
+        read_request(&mut sandbox).await.unwrap();
+        let no = ChannelError::new(ErrorCode::NotFound, "no such file");
+        write_message(&mut sandbox, &Reply::Error(no))
+            .await
+            .unwrap();
+    });
+    let sessions = open(&mut server, TerminalList {}).await.unwrap();
+    assert_eq!(sessions.len(), 1);
+    assert_eq!(sessions[0].offset, 3);
+    match open(&mut server, FsRead { path: "f".into() }).await {
+        Err(OpenError::Proto(ProtoError::Malformed(m))) => assert!(m.contains("fs.read"), "{m}"),
+        other => panic!("a string taken for a Size: {other:?}"),
+    }
+    match open(&mut server, FsMkdir { path: "d".into() }).await {
+        Err(OpenError::Refused(e)) => assert_eq!(e.code, ErrorCode::NotFound),
+        other => panic!("{other:?}"),
+    }
+    answer.await.unwrap();
+}
