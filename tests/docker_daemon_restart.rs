@@ -30,7 +30,9 @@ const SETTLE: Duration = Duration::from_secs(90);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_dockerd_is_followed_again_and_every_agent_settles() {
     // The prefix, and on drop the removal of the server's host firewall rules.
-    let env = DockerEnv::new();
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
     let mut engine = Engine::new();
     // For a later run, should this one be interrupted: whose firewall rules to remove.
     engine.serves(&env.prefix);

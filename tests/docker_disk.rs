@@ -89,7 +89,9 @@ fn loop_devices_of(image: &std::path::Path) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn filling_the_home_or_tmp_stops_at_the_limit_and_harms_nothing_else() {
-    let env = DockerEnv::new();
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
     let s = server(&env).await;
     let id = agent_with_disk(&s, "filler", DISK_MB).await;
     let (image, mountpoint) = disk_paths(&s, &env, &id);
@@ -206,7 +208,9 @@ async fn filling_the_home_or_tmp_stops_at_the_limit_and_harms_nothing_else() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_larger_limit_applies_at_the_next_start_and_keeps_the_files() {
-    let env = DockerEnv::new();
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
     let s = server(&env).await;
     let id = agent_with_disk(&s, "grower", 64).await;
     exec_ok(&s, &id, &["sh", "-c", "echo kept > /home/agent/marker"]).await;
@@ -279,7 +283,9 @@ async fn a_larger_limit_applies_at_the_next_start_and_keeps_the_files() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_mount_is_made_again_and_destroy_leaves_nothing() {
-    let env = DockerEnv::new();
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
     let s = server(&env).await;
     let id = agent_with_disk(&s, "keeper", 64).await;
     let (image, mountpoint) = disk_paths(&s, &env, &id);
@@ -382,7 +388,9 @@ impl Drop for Hold {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_home_still_held_elsewhere_is_neither_checked_nor_grown_until_released() {
-    let env = DockerEnv::new();
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
     let s = server(&env).await;
     let id = agent_with_disk(&s, "held", 64).await;
     let (image, mountpoint) = disk_paths(&s, &env, &id);

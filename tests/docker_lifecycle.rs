@@ -11,7 +11,9 @@ use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_image_runs_as_agent_and_home_survives_stop_start_and_rebuild() {
-    let env = DockerEnv::new();
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
     let s = env.server(false).await;
     let id = running_agent_with(&s, "builder", AGENT_IMAGE).await;
     let container = env.container(&id);
@@ -175,7 +177,9 @@ async fn agent_image_runs_as_agent_and_home_survives_stop_start_and_rebuild() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconcile_removes_labelled_objects_of_unknown_agents() {
-    let env = DockerEnv::new();
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
     let orphan = "orphan0abc12";
     let labels = |role: &str| {
         [
@@ -228,7 +232,9 @@ async fn reconcile_removes_labelled_objects_of_unknown_agents() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_debian_runs_as_root() {
-    let env = DockerEnv::new();
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
     let s = env.server(false).await;
     let id = running_agent_with(&s, "plain", DEBIAN_IMAGE).await;
     assert_eq!(exec_ok(&s, &id, &["id", "-un"]).await.trim(), "root");
@@ -237,7 +243,9 @@ async fn plain_debian_runs_as_root() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_an_agent_account_commands_run_as_the_images_user() {
-    let env = DockerEnv::new();
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
     let s = env.server(false).await;
     let worker = running_agent_with(&s, "worker", WORKER_IMAGE).await;
     assert_eq!(
@@ -276,7 +284,9 @@ async fn without_an_agent_account_commands_run_as_the_images_user() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_agents_get_different_subnets() {
-    let env = DockerEnv::new();
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
     let s = env.server(false).await;
     let a = running_agent_with(&s, "a", BUSYBOX_IMAGE).await;
     let b = running_agent_with(&s, "b", BUSYBOX_IMAGE).await;
@@ -304,7 +314,9 @@ async fn two_agents_get_different_subnets() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_image_ends_in_error_not_a_hang() {
-    let env = DockerEnv::new();
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
     let s = env.server(false).await;
     // A registry on loopback where nothing listens: the pull fails at once, and no traffic
     // leaves this machine.
@@ -341,7 +353,9 @@ async fn a_subnet_taken_outside_agenthold_is_skipped() {
             let _ = docker_try(&["network", "rm", &self.0]);
         }
     }
-    let env = DockerEnv::new();
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
     let pool: ipnet::Ipv4Net = env.pool.parse().expect("pool");
     // Allocation starts at the bottom of the pool.
     let taken = format!("{}/28", pool.network());
@@ -391,7 +405,9 @@ async fn a_subnet_a_host_interface_is_on_is_skipped() {
             String::from_utf8_lossy(&out.stderr)
         );
     };
-    let env = DockerEnv::new();
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
     let pool: ipnet::Ipv4Net = env.pool.parse().expect("pool");
     // Allocation starts at the bottom of the pool.
     let taken = format!("{}/28", pool.network());

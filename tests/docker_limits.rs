@@ -80,7 +80,9 @@ fn pids_in(container: &str) -> Option<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fork_bomb_hits_the_pids_limit_and_harms_nobody() {
-    let env = DockerEnv::new();
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
     let s = env
         .server_with(false, |c| c.sandbox.pids_limit = PIDS_LIMIT)
         .await;
@@ -161,7 +163,9 @@ async fn a_fork_bomb_hits_the_pids_limit_and_harms_nobody() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_memory_hog_is_killed_and_the_agent_lives_on() {
-    let env = DockerEnv::new();
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
     let s = env.server(false).await;
     let id = agent(&s, "hog", AGENT_IMAGE, 64).await;
     assert_eq!(
@@ -194,7 +198,9 @@ async fn a_memory_hog_is_killed_and_the_agent_lives_on() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandbox_that_runs_out_of_memory_ends_in_error_saying_so() {
-    let env = DockerEnv::new();
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
     let s = env.server(false).await;
     // debian:bookworm-slim runs commands as root, which may make sandboxd the OOM killer's
     // first choice (raising a score needs no privilege over one's own processes).

@@ -11,7 +11,9 @@ use dk::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outside_stop_start_kill_and_remove_are_followed() {
-    let env = DockerEnv::new();
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
     let s = env.server(false).await;
     let id = running_agent_with(&s, "outside", AGENT_IMAGE).await;
     let container = env.container(&id);
@@ -56,7 +58,9 @@ async fn starting_an_agent_whose_container_runs_gives_it_a_fresh_token() {
     // An agent in `error` whose container still runs (say sandboxd was slow to say hello):
     // start must restart it with a new boot.json, and the stop inside that start must not be
     // mistaken for an outside stop.
-    let env = DockerEnv::new();
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
     let s = env.server(false).await;
     let id = running_agent_with(&s, "restart", BUSYBOX_IMAGE).await;
     s.lc.store
@@ -115,7 +119,9 @@ async fn a_sandboxd_that_exits_at_boot_fails_the_start_and_says_why() {
     // root, and without CHOWN sandboxd cannot hand it over, so it exits at once, inside the
     // driver's own start. That death must still reach the agent, long before the start's 60 s
     // wait for hello would end.
-    let env = DockerEnv::new();
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
     let ctx = tempfile::tempdir().expect("tempdir");
     std::fs::write(
         ctx.path().join("passwd"),
@@ -156,7 +162,9 @@ async fn a_sandboxd_that_exits_at_boot_fails_the_start_and_says_why() {
 async fn killing_sandboxd_while_the_agent_starts_fails_the_start_and_says_why() {
     // The tunnel listens on loopback only, so sandboxd keeps dialling in vain and the agent
     // stays `starting` until sandboxd is killed from outside.
-    let env = DockerEnv::new();
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
     let s = env
         .server_with(false, |c| {
             c.sandbox.tunnel_listen = "127.0.0.1:0".parse().expect("addr")
@@ -218,7 +226,9 @@ fn input_rules_tagged(tag: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_firewall_rules_of_a_gone_agent_are_removed_at_start() {
     // What a server killed between removing a sandbox's objects and its rules leaves behind.
-    let env = DockerEnv::new();
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
     let tag = format!("agenthold:{}:gonegonegone", env.prefix);
     iptables(&[
         "-I",

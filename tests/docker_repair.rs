@@ -146,7 +146,9 @@ fn spare_subnet(env: &DockerEnv) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn error_is_never_a_dead_end() {
-    let env = DockerEnv::new();
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
     let dir = tempfile::tempdir().expect("tempdir");
     let server = config(dir.path(), &env);
     let p = server.start().await;
@@ -332,7 +334,9 @@ async fn error_is_never_a_dead_end() {
 /// files in it is somebody else's and stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_create_cut_short_by_dockerd_is_made_by_the_next_start() {
-    let env = DockerEnv::new();
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
     let s = env.server(false).await;
     let id = running_agent_with(&s, "phoenix", BUSYBOX_IMAGE).await;
     stop_sleeping(&s, &id).await;
@@ -771,14 +775,18 @@ async fn soak(name: &str, default_rounds: usize, env: &DockerEnv, mut engine: Op
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_soak() {
-    let env = DockerEnv::new();
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
     soak("fault_soak", 3, &env, None).await;
 }
 
 /// [`fault_soak`] on a second dockerd of the test's own, which each round also restarts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dockerd_restart_soak() {
-    let env = DockerEnv::new();
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
     let engine = Engine::new();
     soak("dockerd_restart_soak", 3, &env, Some(engine)).await;
 }

@@ -65,7 +65,9 @@ async fn serve(config: &Path, base: &str) -> Child {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terminal_session_survives_a_server_restart() {
-    let env = DockerEnv::new();
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let (api, tunnel) = (free_port(), free_port());
     let config = write_config(dir.path(), &env, api, tunnel);
