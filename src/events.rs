@@ -5,8 +5,9 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::broadcast;
 
-use crate::driver::{PullProgress, PullSink, PullStatus};
+use crate::driver::PullSink;
 use crate::model::Agent;
+use crate::model::{PullProgress, PullStatus};
 
 #[derive(Debug, Clone)]
 pub enum AgentEvent {

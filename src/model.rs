@@ -98,7 +98,7 @@ pub struct Agent {
     /// The image pull under way for this agent's sandbox (while creating, starting or
     /// rebuilding); null when none is. Filled in by the server; not stored.
     #[serde(default)]
-    pub pull: Option<crate::driver::PullProgress>,
+    pub pull: Option<PullProgress>,
 }
 
 /// What a new agent is made of, after defaults and validation.
@@ -164,4 +164,35 @@ mod tests {
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
         }
     }
+}
+
+/// Where a pull is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PullStatus {
+    Pulling,
+    Done,
+    Failed,
+}
+
+/// How far an image pull has got. Byte counts cover the layers whose size the registry has
+/// announced so far (Docker learns a layer's size when its download starts); a layer that was
+/// already on the machine counts as done without bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PullProgress {
+    /// The image reference being pulled (with the tag the pull uses).
+    pub image: String,
+    pub status: PullStatus,
+    /// Layers downloaded and unpacked (or already present).
+    pub layers_done: u32,
+    pub layers_total: u32,
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+    /// An estimate for display, 0–100: mostly the share of the (estimated) bytes downloaded,
+    /// the rest the share of layers unpacked. It never goes down during a pull and is 100
+    /// only when the pull is done.
+    pub percent: u8,
+    /// Why the pull failed, with `status: failed`.
+    pub error: Option<String>,
 }

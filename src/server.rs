@@ -2,31 +2,29 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
 
-use crate::activity::ActivityTracker;
 use crate::api::{self, auth::Auth, AppState};
 use crate::config::{Config, DriverKind};
 use crate::driver::{fake::FakeDriver, Driver};
-use crate::events::EventHub;
 use crate::lifecycle::Lifecycle;
 use crate::listener::{self, ConnectionLimiter};
 use crate::metrics::Metrics;
 use crate::store::{hash_token, new_token, Store};
-use crate::tunnel::{self, registry::Registry};
+use crate::tunnel;
 
 const ADMIN_HASH_KEY: &str = "admin_token_hash";
-/// How long a start waits for sandboxd to say hello.
-const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A server that is listening.
 pub struct Server {
     pub api_addr: SocketAddr,
     pub tunnel_addr: SocketAddr,
     pub lifecycle: Arc<Lifecycle>,
+    /// The database, for tools and tests that look at it beside the server; every change of
+    /// an agent's state goes through [`Lifecycle`].
+    pub store: Store,
     api: TcpListener,
     tunnel: TcpListener,
     /// Each listener's own caps, so a flood on one leaves the other its file handles.
@@ -103,7 +101,7 @@ impl Server {
             DriverKind::Docker => Arc::new(
                 crate::driver::docker::DockerDriver::connect(
                     &config,
-                    store.clone(),
+                    Arc::new(store.clone()),
                     tunnel_addr,
                     metrics.repairs(),
                 )
@@ -111,18 +109,12 @@ impl Server {
                 .context("starting the docker driver")?,
             ),
         };
-        let lifecycle = Arc::new(Lifecycle {
-            store,
+        let lifecycle = Arc::new(Lifecycle::new(
+            store.clone(),
             driver,
-            hub: EventHub::default(),
-            tunnels: Registry::new(config.sandbox.max_streams_per_agent),
-            activity: ActivityTracker::default(),
-            config: config.clone(),
-            start_timeout: START_TIMEOUT,
-            staged_boots: Default::default(),
-            moved_at: Default::default(),
+            config.clone(),
             metrics,
-        });
+        ));
         let state = AppState {
             lc: lifecycle.clone(),
             auth: Arc::new(auth),
@@ -132,6 +124,7 @@ impl Server {
             api_addr,
             tunnel_addr,
             lifecycle,
+            store,
             api,
             tunnel,
             api_connections,
@@ -147,7 +140,7 @@ impl Server {
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let lc = self.lifecycle.clone();
-        let header_timeout = lc.config.server.header_timeout;
+        let header_timeout = lc.config().server.header_timeout;
         let trim_task = tokio::spawn(listener::return_memory_after_floods(vec![
             self.api_connections.clone(),
             self.tunnel_connections.clone(),
@@ -160,16 +153,18 @@ impl Server {
             // Ends when the task is aborted below; sandboxes reconnect to the next server.
             std::future::pending(),
         ));
-        crate::reconcile::reconcile(&lc)
+        crate::lifecycle::reconcile::reconcile(&lc)
             .await
             .context("reconciling at startup")?;
-        let events_task = tokio::spawn(crate::reconcile::follow_driver_events(lc.clone()));
-        let sleeper_task = tokio::spawn(crate::sleeper::run(lc.clone()));
+        let events_task = tokio::spawn(crate::lifecycle::reconcile::follow_driver_events(
+            lc.clone(),
+        ));
+        let sleeper_task = tokio::spawn(crate::lifecycle::sleeper::run(lc.clone()));
 
         tracing::info!(
             api = %self.api_addr,
             tunnel = %self.tunnel_addr,
-            driver = lc.driver.kind(),
+            driver = lc.driver_kind(),
             "agenthold is serving"
         );
         listener::serve(
@@ -184,7 +179,7 @@ impl Server {
         trim_task.abort();
         events_task.abort();
         sleeper_task.abort();
-        lc.driver.shutdown().await;
+        lc.shutdown().await;
         Ok(())
     }
 }

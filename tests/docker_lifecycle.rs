@@ -156,13 +156,7 @@ async fn agent_image_runs_as_agent_and_home_survives_stop_start_and_rebuild() {
     assert!(docker_try(&["inspect", &container]).is_err());
     assert!(docker_try(&["volume", "inspect", &env.volume(&id)]).is_err());
     assert!(docker_try(&["network", "inspect", &env.network(&id)]).is_err());
-    assert!(s
-        .lc
-        .store
-        .subnets_in_use()
-        .await
-        .expect("subnets")
-        .is_empty());
+    assert!(s.store.subnets_in_use().await.expect("subnets").is_empty());
     let rules = std::process::Command::new("iptables")
         .args(["-w", "-S", "INPUT"])
         .output()
@@ -290,18 +284,18 @@ async fn two_agents_get_different_subnets() {
     let s = env.server(false).await;
     let a = running_agent_with(&s, "a", BUSYBOX_IMAGE).await;
     let b = running_agent_with(&s, "b", BUSYBOX_IMAGE).await;
-    let sa =
-        s.lc.store
-            .subnet(&a)
-            .await
-            .expect("subnet a")
-            .expect("a has one");
-    let sb =
-        s.lc.store
-            .subnet(&b)
-            .await
-            .expect("subnet b")
-            .expect("b has one");
+    let sa = s
+        .store
+        .subnet(&a)
+        .await
+        .expect("subnet a")
+        .expect("a has one");
+    let sb = s
+        .store
+        .subnet(&b)
+        .await
+        .expect("subnet b")
+        .expect("b has one");
     assert_ne!(sa, sb);
     let pool: ipnet::Ipv4Net = env.pool.parse().expect("pool");
     for sn in [&sa, &sb] {
@@ -370,12 +364,12 @@ async fn a_subnet_taken_outside_agenthold_is_skipped() {
     ]);
     let s = env.server(false).await;
     let a = running_agent_with(&s, "a", BUSYBOX_IMAGE).await;
-    let got =
-        s.lc.store
-            .subnet(&a)
-            .await
-            .expect("subnet")
-            .expect("a has one");
+    let got = s
+        .store
+        .subnet(&a)
+        .await
+        .expect("subnet")
+        .expect("a has one");
     assert_ne!(got, taken);
     assert!(pool.contains(&got.parse::<ipnet::Ipv4Net>().expect("subnet")));
     s.stop().await;
@@ -421,12 +415,12 @@ async fn a_subnet_a_host_interface_is_on_is_skipped() {
     ip(&["link", "set", &bridge.0, "up"]);
     let s = env.server(false).await;
     let a = running_agent_with(&s, "a", BUSYBOX_IMAGE).await;
-    let got =
-        s.lc.store
-            .subnet(&a)
-            .await
-            .expect("subnet")
-            .expect("a has one");
+    let got = s
+        .store
+        .subnet(&a)
+        .await
+        .expect("subnet")
+        .expect("a has one");
     assert_ne!(got, taken);
     assert_eq!(exec_ok(&s, &a, &["echo", "reached"]).await, "reached\n");
     s.stop().await;

@@ -63,7 +63,7 @@ async fn starting_an_agent_whose_container_runs_gives_it_a_fresh_token() {
     };
     let s = env.server(false).await;
     let id = running_agent_with(&s, "restart", BUSYBOX_IMAGE).await;
-    s.lc.store
+    s.store
         .fail(
             &id,
             &[agenthold::model::AgentState::Running],

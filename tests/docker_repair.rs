@@ -346,7 +346,7 @@ async fn a_create_cut_short_by_dockerd_is_made_by_the_next_start() {
     docker(&["volume", "rm", &env.volume(&id)]);
     let failed = "creating the sandbox failed: the sandbox driver is unavailable: inspecting \
                   image: client error (SendRequest)";
-    s.lc.store
+    s.store
         .fail(&id, &[agenthold::model::AgentState::Sleeping], failed)
         .await
         .expect("fail the agent");

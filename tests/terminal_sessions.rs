@@ -545,7 +545,7 @@ async fn sessions_are_listed_outlive_their_socket_and_end_with_sleep() {
     v.type_keys("KEEP=kept-'value'; echo set\r").await;
     v.read_until("set").await;
     common::wait_for("the agent counts as busy with a viewer", || async {
-        s.lc.activity.view(&id).busy
+        s.lc.activity().view(&id).busy
     })
     .await;
 
@@ -568,7 +568,7 @@ async fn sessions_are_listed_outlive_their_socket_and_end_with_sleep() {
     drop(v);
     wait_viewers(&s, &id, &session, 0).await;
     common::wait_for("no viewer, no busy agent", || async {
-        !s.lc.activity.view(&id).busy
+        !s.lc.activity().view(&id).busy
     })
     .await;
     let mut v = Viewer::open(&s, &id, &query_attach(&session, offset)).await;
@@ -605,7 +605,7 @@ async fn an_attach_during_a_tunnel_drop_waits_and_the_session_survives() {
     v.type_keys("N=before-'drop'; echo ok\r").await;
     v.read_until("ok").await;
     // The server cuts the tunnel: the socket closes with 1011 and sandboxd reconnects.
-    s.lc.tunnels.disconnect(&id);
+    s.lc.tunnels().disconnect(&id);
     loop {
         if let Event::Closed(code, _) = v.next().await {
             assert_eq!(code, 1011);
@@ -666,7 +666,7 @@ async fn the_cli_reattaches_by_itself() {
         .unwrap();
     read_until(&mut out, "first-done").await;
 
-    s.lc.tunnels.disconnect(&id);
+    s.lc.tunnels().disconnect(&id);
     // Keys typed while the CLI reattaches wait for the new socket. (Keys sent into the old
     // socket after the server stopped reading it are lost, so the test waits for the CLI to
     // notice the drop first.)
@@ -739,7 +739,7 @@ async fn an_attach_flood_is_refused_beyond_the_cap_and_the_tunnel_stays_up() {
     const CAP: usize = 16;
     let s = TestServer::start_with(|c| c.sandbox.max_streams_per_agent = CAP).await;
     let id = s.running_agent("flooded").await;
-    let conn = s.lc.tunnels.conn_id(&id).expect("the agent's tunnel");
+    let conn = s.lc.tunnels().conn_id(&id).expect("the agent's tunnel");
     let mut va = Viewer::open(&s, &id, "").await;
     let vb = Viewer::open(&s, &id, "").await;
 
@@ -798,7 +798,7 @@ async fn an_attach_flood_is_refused_beyond_the_cap_and_the_tunnel_stays_up() {
     va.type_keys("echo during-'flood'\r").await;
     va.read_until("during-flood").await;
     assert_eq!(
-        s.lc.tunnels.conn_id(&id),
+        s.lc.tunnels().conn_id(&id),
         Some(conn),
         "the tunnel was replaced"
     );
@@ -817,7 +817,7 @@ async fn an_attach_flood_is_refused_beyond_the_cap_and_the_tunnel_stays_up() {
     again.type_keys("echo after-'flood'\r").await;
     again.read_until("after-flood").await;
     assert_eq!(
-        s.lc.tunnels.conn_id(&id),
+        s.lc.tunnels().conn_id(&id),
         Some(conn),
         "the tunnel was replaced"
     );
@@ -831,10 +831,10 @@ async fn a_flood_past_the_tunnels_own_limit_leaves_the_tunnel_up() {
     // The flood's HTTP requests come from one address, one connection each: the API's own cap
     // per address (256) must not be what refuses them.
     let s = TestServer::start_with(|c| c.server.max_connections_per_ip = 1024).await;
-    let cap = s.lc.config.sandbox.max_streams_per_agent;
+    let cap = s.lc.config().sandbox.max_streams_per_agent;
     assert!(cap < agenthold_proto::mux::MAX_STREAMS && FLOOD > agenthold_proto::mux::MAX_STREAMS);
     let id = s.running_agent("deluge").await;
-    let conn = s.lc.tunnels.conn_id(&id).expect("the agent's tunnel");
+    let conn = s.lc.tunnels().conn_id(&id).expect("the agent's tunnel");
     let mut v = Viewer::open(&s, &id, "").await;
 
     // Streaming execs answer once their channel is open, and hold it while the body is read.
@@ -868,7 +868,7 @@ async fn a_flood_past_the_tunnels_own_limit_leaves_the_tunnel_up() {
     v.type_keys("echo through-'it'\r").await;
     v.read_until("through-it").await;
     assert_eq!(
-        s.lc.tunnels.conn_id(&id),
+        s.lc.tunnels().conn_id(&id),
         Some(conn),
         "the tunnel was replaced"
     );
@@ -884,7 +884,7 @@ async fn a_flood_past_the_tunnels_own_limit_leaves_the_tunnel_up() {
     })
     .await;
     assert_eq!(
-        s.lc.tunnels.conn_id(&id),
+        s.lc.tunnels().conn_id(&id),
         Some(conn),
         "the tunnel was replaced"
     );

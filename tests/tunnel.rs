@@ -45,7 +45,7 @@ fn status_of(e: tungstenite::Error) -> u16 {
 }
 
 async fn know_token(s: &TestServer, id: &str) {
-    s.lc.store
+    s.store
         .set_boot_token_hash(id, Some(&hash_token(KNOWN)))
         .await
         .unwrap();
@@ -188,7 +188,7 @@ async fn bad_headers_fail_their_stream_not_the_session() {
     // The session still serves.
     let mut ping = session.handle.open().await.unwrap();
     proto::open(&mut ping, Ping {}).await.unwrap();
-    assert!(s.lc.tunnels.is_connected(&a));
+    assert!(s.lc.tunnels().is_connected(&a));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -198,7 +198,7 @@ async fn a_peer_that_misses_pings_is_dropped() {
     know_token(&s, &a).await;
     // This peer says hello and then never answers anything.
     let session = say_hello(&s, &a).await;
-    assert!(s.lc.tunnels.is_connected(&a));
+    assert!(s.lc.tunnels().is_connected(&a));
     let driver = session.driver;
     tokio::time::timeout(common::DEADLINE, driver)
         .await

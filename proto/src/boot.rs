@@ -46,5 +46,8 @@ impl BootConfig {
 /// `agent` account.
 pub const IMAGE_USER_ENV: &str = "AGENTHOLD_IMAGE_USER";
 
+/// The path of the server's tunnel endpoint, which sandboxd dials.
+pub const TUNNEL_PATH: &str = "/tunnel";
+
 /// Header names the tunnel's WebSocket upgrade carries.
 pub const AGENT_HEADER: &str = "x-agenthold-agent";

@@ -91,7 +91,6 @@ pub async fn limits(State(st): State<AppState>) -> Json<Limits> {
         default_disk_mb: (sb.default_disk_mb > 0).then_some(sb.default_disk_mb),
         max_disk_mb: st
             .lc
-            .driver
             .disk_limits_unavailable()
             .is_none()
             .then_some(sb.max_disk_mb),
@@ -173,7 +172,7 @@ fn validate_resources(st: &AppState, r: Resources) -> Result<(), ApiError> {
         }
     }
     if let Some(d) = disk_mb {
-        if let Some(why) = st.lc.driver.disk_limits_unavailable() {
+        if let Some(why) = st.lc.disk_limits_unavailable() {
             return Err(ApiError::invalid_field(
                 "diskMb",
                 format!("this server cannot limit an agent's disk: {why}"),
@@ -207,7 +206,7 @@ pub async fn health(State(st): State<AppState>) -> Json<Health> {
     Json(Health {
         status: "ok".into(),
         version: env!("CARGO_PKG_VERSION").into(),
-        driver: st.lc.driver.kind().into(),
+        driver: st.lc.driver_kind().into(),
     })
 }
 

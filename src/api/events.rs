@@ -11,9 +11,9 @@ use futures::Stream;
 use tokio::sync::broadcast::error::RecvError;
 
 use super::AppState;
-use crate::driver::PullProgress;
 use crate::events::AgentEvent;
 use crate::model::Agent;
+use crate::model::PullProgress;
 
 fn agent_event(agent: &Agent) -> Event {
     Event::default()
@@ -43,9 +43,9 @@ fn pull_event(id: &str, progress: &PullProgress) -> Event {
 pub async fn events(
     State(st): State<AppState>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let mut rx = st.lc.hub.subscribe();
+    let mut rx = st.lc.subscribe();
     let lc = st.lc.clone();
-    let counted = st.lc.metrics.sse_subscriber();
+    let counted = st.lc.metrics().sse_subscriber();
     let stream = async_stream::stream! {
         // Counted for as long as the client follows (the stream is dropped when it goes).
         let _counted = counted;

@@ -130,7 +130,7 @@ pub async fn exec(
         req.output_cap = Some(st.config.server.exec_output_cap_kb.saturating_mul(1024));
     }
     let handle = st.lc.wake(&id, || {}).await?;
-    let guard = st.lc.activity.hold(&id, Use::Exec);
+    let guard = st.lc.activity().hold(&id, Use::Exec);
     let mut stream = handle.open().await?;
     proto::open(&mut stream, req).await?;
     let (rd, wr) = tokio::io::split(stream);

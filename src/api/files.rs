@@ -51,14 +51,14 @@ pub(super) async fn open<C: Channel>(
     id: &str,
     header: C,
 ) -> Result<(LinkStream, C::Reply), ApiError> {
-    let Some(handle) = st.lc.tunnels.get(id) else {
+    let Some(handle) = st.lc.tunnels().get(id) else {
         let agent = st.lc.get(id).await?;
         return Err(ApiError::conflict(format!(
             "agent {} is {}; file operations need a running agent",
             agent.name, agent.state
         )));
     };
-    st.lc.activity.touch(id);
+    st.lc.activity().touch(id);
     let mut stream = handle.open().await?;
     let ok = proto::open(&mut stream, header).await?;
     Ok((stream, ok))

@@ -24,8 +24,7 @@ pub fn is_scraper(st: &AppState, path: &str, headers: &HeaderMap) -> bool {
 pub async fn metrics(State(st): State<AppState>) -> Result<Response, ApiError> {
     let agents = st
         .lc
-        .store
-        .list_agents()
+        .list()
         .await
         .map_err(|e| ApiError::internal(format!("reading the agents: {e}")))?;
     let agents_by_state = AgentState::ALL
@@ -35,10 +34,10 @@ pub async fn metrics(State(st): State<AppState>) -> Result<Response, ApiError> {
             (*s, i64::try_from(n).unwrap_or(i64::MAX))
         })
         .collect();
-    let tunnels = i64::try_from(st.lc.tunnels.connected_count()).unwrap_or(i64::MAX);
+    let tunnels = i64::try_from(st.lc.tunnels().connected_count()).unwrap_or(i64::MAX);
     let text = st
         .lc
-        .metrics
+        .metrics()
         .render(Snapshot {
             agents_by_state,
             tunnels,

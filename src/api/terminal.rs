@@ -193,12 +193,12 @@ pub async fn terminal(
     // Fail before the upgrade for an unknown agent, so the client sees a 404.
     let agent = st.lc.get(&id).await?;
     if open.session.is_some() {
-        if let Some(link) = st.lc.tunnels.get(&id) {
+        if let Some(link) = st.lc.tunnels().get(&id) {
             // Attach before the upgrade, so a missing session, a bad offset or a full tunnel is
             // an HTTP status.
             let (stream, opened) = open_channel(&link, &open).await?;
             return Ok(ws.on_upgrade(move |mut socket| async move {
-                let _hold = st.lc.activity.hold(&id, Use::Terminal);
+                let _hold = st.lc.activity().hold(&id, Use::Terminal);
                 relay(&st, &id, &mut socket, stream, opened).await
             }));
         }
@@ -251,12 +251,12 @@ async fn close(socket: &mut WebSocket, code: u16, reason: &str) {
 }
 
 async fn run(st: AppState, id: String, open: TerminalOpen, mut socket: WebSocket) {
-    let _hold = st.lc.activity.hold(&id, Use::Terminal);
+    let _hold = st.lc.activity().hold(&id, Use::Terminal);
     let attaching = open.session.is_some();
     let handle = if attaching {
         // The agent runs but its sandboxd is reconnecting: wait for it, but never start an
         // agent for a session that cannot exist any more.
-        match st.lc.tunnels.wait(&id, ATTACH_WAIT).await {
+        match st.lc.tunnels().wait(&id, ATTACH_WAIT).await {
             Ok(h) => h,
             Err(e) => {
                 return close(
@@ -268,7 +268,7 @@ async fn run(st: AppState, id: String, open: TerminalOpen, mut socket: WebSocket
             }
         }
     } else {
-        if !st.lc.tunnels.is_connected(&id) {
+        if !st.lc.tunnels().is_connected(&id) {
             let _ = socket
                 .send(Message::Binary("Starting the sandbox…\r\n".into()))
                 .await;
@@ -348,7 +348,7 @@ async fn relay(
         tokio::select! {
             msg = socket.recv() => match msg {
                 Some(Ok(Message::Binary(b))) => {
-                    st.lc.activity.touch(id);
+                    st.lc.activity().touch(id);
                     if pty.send(Frame::Data(b)).await.is_err() { break; }
                 }
                 Some(Ok(Message::Text(t))) => match serde_json::from_str::<Control>(&t) {

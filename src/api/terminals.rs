@@ -65,11 +65,11 @@ impl From<TerminalInfo> for TerminalSession {
 /// The agent's sandboxd, if the agent is running; `None` when it cannot have sessions.
 async fn sandbox(st: &AppState, id: &str) -> Result<Option<Link>, ApiError> {
     let agent = st.lc.get(id).await?;
-    if let Some(h) = st.lc.tunnels.get(id) {
+    if let Some(h) = st.lc.tunnels().get(id) {
         return Ok(Some(h));
     }
     if matches!(agent.state, AgentState::Running | AgentState::Starting) {
-        return Ok(Some(st.lc.tunnels.wait(id, RECONNECT_WAIT).await?));
+        return Ok(Some(st.lc.tunnels().wait(id, RECONNECT_WAIT).await?));
     }
     Ok(None)
 }

@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use super::error::ClientError;
 use super::sse::SseEvent;
-use crate::driver::PullProgress;
 use crate::model::Agent;
+use crate::model::PullProgress;
 
 /// `POST /api/v1/agents`; fields left `None` take the server's defaults.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -283,7 +283,7 @@ mod tests {
             Ok(ServerEvent::Pull { id, progress }) => {
                 assert_eq!(id, "a1");
                 assert_eq!(progress.image, "x:1");
-                assert_eq!(progress.status, crate::driver::PullStatus::Pulling);
+                assert_eq!(progress.status, crate::model::PullStatus::Pulling);
                 assert_eq!((progress.bytes_done, progress.bytes_total), (5, 10));
                 assert_eq!(progress.percent, 45);
             }

@@ -11,8 +11,8 @@ use indicatif::{BinaryBytes, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use super::client::ApiClient;
 use super::error::ClientError;
 use super::types::ServerEvent;
-use crate::driver::{PullProgress, PullStatus};
 use crate::model::{Agent, AgentState};
+use crate::model::{PullProgress, PullStatus};
 
 /// Events can be lost (a proxy drops the stream, a server without `/events`); a slow poll
 /// makes sure the wait still ends, and notices a removed agent, which sends no event.

@@ -187,7 +187,7 @@ impl Driver for FakeDriver {
         let boot = BootConfig {
             agent_id: spec.id.clone(),
             token: token.to_string(),
-            tunnel_url: format!("ws://{}{}", self.tunnel, crate::tunnel::TUNNEL_PATH),
+            tunnel_url: format!("ws://{}{}", self.tunnel, agenthold_proto::boot::TUNNEL_PATH),
         };
         let opts = sandboxd::SandboxOptions {
             ping_interval: self.ping_interval,

@@ -10,7 +10,7 @@ pub mod pull;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 
-pub use pull::{PullMeter, PullProgress, PullSink, PullStatus};
+pub use pull::{PullMeter, PullSink};
 
 /// What a sandbox is made from.
 #[derive(Debug, Clone, PartialEq)]

@@ -10,43 +10,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use crate::model::{PullProgress, PullStatus};
 
 /// At most one progress report per this interval (the first report and the final one are
 /// always sent at once): enough for a smooth bar, little enough for the event stream.
 pub const REPORT_INTERVAL: Duration = Duration::from_millis(250);
-
-/// Where a pull is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum PullStatus {
-    Pulling,
-    Done,
-    Failed,
-}
-
-/// How far an image pull has got. Byte counts cover the layers whose size the registry has
-/// announced so far (Docker learns a layer's size when its download starts); a layer that was
-/// already on the machine counts as done without bytes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct PullProgress {
-    /// The image reference being pulled (with the tag the pull uses).
-    pub image: String,
-    pub status: PullStatus,
-    /// Layers downloaded and unpacked (or already present).
-    pub layers_done: u32,
-    pub layers_total: u32,
-    pub bytes_done: u64,
-    pub bytes_total: u64,
-    /// An estimate for display, 0–100: mostly the share of the (estimated) bytes downloaded,
-    /// the rest the share of layers unpacked. It never goes down during a pull and is 100
-    /// only when the pull is done.
-    pub percent: u8,
-    /// Why the pull failed, with `status: failed`.
-    pub error: Option<String>,
-}
 
 /// Receives one agent's pull reports. Cheap to clone.
 #[derive(Clone)]

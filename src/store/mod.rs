@@ -7,6 +7,7 @@
 mod agents;
 mod migrations;
 mod settings;
+mod subnets;
 pub mod tokens;
 mod web_sessions;
 
@@ -18,6 +19,7 @@ use rusqlite::{ffi, Connection};
 
 use crate::model::AgentState;
 
+pub use subnets::SubnetBook;
 pub use tokens::{constant_time_eq, hash_token, new_token, verify_token};
 
 /// Why a store call failed. The first variants are the caller's business (404, 409, …); the

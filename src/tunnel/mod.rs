@@ -22,12 +22,8 @@ use futures::{SinkExt, StreamExt};
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
-use crate::lifecycle::Lifecycle;
-use crate::model::AgentState;
-use crate::store::verify_token;
+use crate::lifecycle::{BootRefusal, Lifecycle};
 
-/// The path sandboxd dials.
-pub const TUNNEL_PATH: &str = "/tunnel";
 /// sandboxd must say hello this soon after connecting.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pings in a row that may go unanswered before the session counts as dead.
@@ -44,7 +40,9 @@ const _: () = assert!(
 static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 
 pub fn router(lc: Arc<Lifecycle>) -> Router {
-    Router::new().route(TUNNEL_PATH, get(accept)).with_state(lc)
+    Router::new()
+        .route(agenthold_proto::boot::TUNNEL_PATH, get(accept))
+        .with_state(lc)
 }
 
 fn refuse(status: StatusCode, message: &str) -> Response {
@@ -68,28 +66,16 @@ async fn accept(
     let (Some(agent_id), Some(token)) = (agent_id, token) else {
         return refuse(StatusCode::UNAUTHORIZED, "agent id and boot token required");
     };
-    // One answer for an unknown agent and a wrong token, so ids cannot be probed.
-    let stored = lc.store.boot_token_hash(&agent_id).await.ok().flatten();
-    let valid = stored.is_some_and(|h| verify_token(&token, &h));
-    if !valid {
-        tracing::warn!(
-            agent = agent_id,
-            "tunnel connection with an invalid token refused"
-        );
-        return refuse(StatusCode::UNAUTHORIZED, "invalid boot token");
-    }
-    match lc.store.get_agent(&agent_id).await {
-        Ok(a) if matches!(a.state, AgentState::Starting | AgentState::Running) => {}
-        Ok(a) => {
-            return refuse(
-                StatusCode::CONFLICT,
-                &format!(
-                    "agent is {}; only a starting or running agent may connect",
-                    a.state
-                ),
-            )
+    match lc.authorize_boot(&agent_id, &token).await {
+        Ok(()) => {}
+        Err(e @ BootRefusal::InvalidToken) => {
+            tracing::warn!(
+                agent = agent_id,
+                "tunnel connection with an invalid token refused"
+            );
+            return refuse(StatusCode::UNAUTHORIZED, &e.to_string());
         }
-        Err(_) => return refuse(StatusCode::UNAUTHORIZED, "invalid boot token"),
+        Err(e @ BootRefusal::NotStarted(_)) => return refuse(StatusCode::CONFLICT, &e.to_string()),
     }
     ws.max_message_size(MAX_WS_MESSAGE)
         .on_upgrade(move |socket| run_session(lc, agent_id, socket))
@@ -141,13 +127,13 @@ async fn run_session(lc: Arc<Lifecycle>, id: String, socket: WebSocket) {
             return;
         }
     }
-    lc.tunnels
+    lc.tunnels()
         .insert(&id, conn_id, session.handle.clone(), cancel.clone());
     tracing::info!(agent = id, conn = conn_id, "sandbox connected");
     lc.on_hello(&id).await;
 
     let missed = Arc::new(AtomicU32::new(0));
-    let mut ping_every = tokio::time::interval(lc.config.sandbox.ping_interval);
+    let mut ping_every = tokio::time::interval(lc.config().sandbox.ping_interval);
     ping_every.tick().await;
     loop {
         tokio::select! {
@@ -162,12 +148,12 @@ async fn run_session(lc: Arc<Lifecycle>, id: String, socket: WebSocket) {
                     tracing::warn!(agent = id, "sandboxd missed {MAX_MISSED_PINGS} pings; dropping the session");
                     break;
                 }
-                tokio::spawn(ping(session.handle.clone(), missed.clone(), lc.config.sandbox.ping_interval));
+                tokio::spawn(ping(session.handle.clone(), missed.clone(), lc.config().sandbox.ping_interval));
             }
         }
     }
     session.driver.abort();
-    lc.tunnels.remove_conn(&id, conn_id);
+    lc.tunnels().remove_conn(&id, conn_id);
     tracing::info!(agent = id, conn = conn_id, "sandbox disconnected");
 }
 
@@ -218,7 +204,7 @@ async fn serve_inbound(lc: Arc<Lifecycle>, id: String, mut stream: MuxStream) {
             let mut frames = FramedRead::new(stream, FrameCodec::default());
             while let Some(Ok(frame)) = frames.next().await {
                 if let Frame::Activity { cpu_ms } = frame {
-                    lc.activity.cpu_sample(&id, cpu_ms);
+                    lc.activity().cpu_sample(&id, cpu_ms);
                 }
             }
         }

@@ -22,6 +22,8 @@ pub struct TestServer {
     pub api_addr: SocketAddr,
     pub tunnel_addr: SocketAddr,
     pub lc: Arc<Lifecycle>,
+    /// The server's database, to look at or to stage a state no API call makes.
+    pub store: agenthold::store::Store,
     pub http: reqwest::Client,
     pub dir: tempfile::TempDir,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
@@ -76,6 +78,7 @@ impl TestServer {
         let api_addr = server.api_addr;
         let tunnel_addr = server.tunnel_addr;
         let lc = server.lifecycle.clone();
+        let store = server.store.clone();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(server.run(async {
             let _ = rx.await;
@@ -85,6 +88,7 @@ impl TestServer {
             api_addr,
             tunnel_addr,
             lc,
+            store,
             http: reqwest::Client::new(),
             dir,
             shutdown: Some(tx),

@@ -45,7 +45,7 @@ use futures::stream::BoxStream;
 use super::{Driver, DriverError, DriverEvent, PullSink, SandboxInfo, SandboxSpec, SandboxStatus};
 use crate::config::{Config, DockerConfig, HostMount, NofileLimit};
 use crate::metrics::{Repair, Repairs};
-use crate::store::{Store, StoreError};
+use crate::store::{StoreError, SubnetBook};
 use disk::Disks;
 
 pub use error::DockerError;
@@ -66,7 +66,7 @@ const API_TIMEOUT_SECS: u64 = 120;
 
 pub struct DockerDriver {
     docker: Docker,
-    store: Store,
+    subnets: std::sync::Arc<dyn SubnetBook>,
     names: Names,
     cfg: DockerConfig,
     pids_limit: i64,
@@ -136,7 +136,7 @@ impl DockerDriver {
     /// the sandboxd volume. Fails with a clear message when the engine or sandboxd is missing.
     pub async fn connect(
         config: &Config,
-        store: Store,
+        subnets: std::sync::Arc<dyn SubnetBook>,
         tunnel: SocketAddr,
         repairs: Repairs,
     ) -> Result<DockerDriver, DockerError> {
@@ -196,7 +196,7 @@ impl DockerDriver {
         tracing::info!(?placement, sandboxd = %binary.display(), "docker driver ready");
         Ok(DockerDriver {
             docker,
-            store,
+            subnets,
             names,
             pids_limit: config.sandbox.pids_limit,
             nofile: config.sandbox.nofile,
@@ -756,7 +756,7 @@ impl DockerDriver {
         format!(
             "ws://{host}:{}{}",
             self.tunnel_port,
-            crate::tunnel::TUNNEL_PATH
+            agenthold_proto::boot::TUNNEL_PATH
         )
     }
 
@@ -875,7 +875,7 @@ impl DockerDriver {
         if let Ok(disks) = &self.disks {
             disks.remove(&volume).await?;
         }
-        match self.store.set_subnet(id, None).await {
+        match self.subnets.set_subnet(id, None).await {
             // An orphan has no row: nothing to free.
             Ok(()) | Err(StoreError::NotFound(_)) => {}
             Err(e) => return Err(e.into()),

@@ -67,7 +67,7 @@ impl DockerDriver {
                     return Err(DockerError::api(format!("creating network {name}"))(e));
                 }
                 Err(e) => {
-                    if let Err(e2) = self.store.set_subnet(id, None).await {
+                    if let Err(e2) = self.subnets.set_subnet(id, None).await {
                         tracing::debug!(agent = id, "releasing the subnet: {e2}");
                     }
                     return Err(DockerError::api(format!("creating network {name}"))(e));
@@ -101,12 +101,12 @@ impl DockerDriver {
         }
         let _alloc = self.alloc.lock().await;
         let stored = self
-            .store
+            .subnets
             .subnet(id)
             .await?
             .and_then(|s| s.parse::<Ipv4Net>().ok());
         let mut taken: Vec<Ipv4Net> = self
-            .store
+            .subnets
             .subnets_in_use()
             .await?
             .iter()
@@ -131,7 +131,7 @@ impl DockerDriver {
                     .ok_or_else(exhausted)?,
             };
             match self
-                .store
+                .subnets
                 .set_subnet(id, Some(&candidate.to_string()))
                 .await
             {
@@ -228,9 +228,9 @@ impl DockerDriver {
             .find_map(|c| c.subnet.as_deref().and_then(|s| s.parse::<Ipv4Net>().ok()))
             .ok_or_else(|| DockerError::Other(format!("network {name} has no IPv4 subnet")))?;
         let net = AgentNet::new(subnet);
-        if self.store.subnet(id).await?.as_deref() != Some(net.subnet.to_string().as_str()) {
+        if self.subnets.subnet(id).await?.as_deref() != Some(net.subnet.to_string().as_str()) {
             match self
-                .store
+                .subnets
                 .set_subnet(id, Some(&net.subnet.to_string()))
                 .await
             {
@@ -322,7 +322,7 @@ impl DockerDriver {
         }
         if nets.len() > 1 {
             let stored = self
-                .store
+                .subnets
                 .subnet(id)
                 .await?
                 .and_then(|s| s.parse::<Ipv4Net>().ok());

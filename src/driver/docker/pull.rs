@@ -201,7 +201,7 @@ mod tests {
     use bollard::models::ProgressDetail;
 
     use super::*;
-    use crate::driver::{PullProgress, PullStatus};
+    use crate::model::{PullProgress, PullStatus};
 
     #[test]
     fn pulls_name_a_tag() {

@@ -4,8 +4,8 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use super::Lifecycle;
 use crate::driver::SandboxStatus;
-use crate::lifecycle::Lifecycle;
 use crate::metrics::{OpKind, Repair};
 use crate::model::AgentState::*;
 
@@ -60,7 +60,11 @@ pub async fn reconcile(lc: &Arc<Lifecycle>) -> anyhow::Result<Report> {
                     if let Some(why) = lc.driver.failure_reason(&id).await {
                         lc.failed_outside(&id, why).await;
                         repairs.record(Repair::found_stopped);
-                    } else if lc.store.transition(&id, &[Running], Sleeping).await.is_ok() {
+                    } else if lc
+                        .transition(&id, &[Running], Sleeping, "be settled")
+                        .await
+                        .is_ok()
+                    {
                         tracing::info!(agent = id, "was running before the restart; now sleeping");
                         report.now_sleeping += 1;
                         repairs.record(Repair::found_stopped);
@@ -70,8 +74,7 @@ pub async fn reconcile(lc: &Arc<Lifecycle>) -> anyhow::Result<Report> {
             Sleeping => {
                 if lc.driver.inspect(&id).await? == SandboxStatus::Running
                     && lc
-                        .store
-                        .transition(&id, &[Sleeping], Starting)
+                        .transition(&id, &[Sleeping], Starting, "be settled")
                         .await
                         .is_ok()
                 {

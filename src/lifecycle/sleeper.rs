@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use chrono::Utc;
 
+use super::Lifecycle;
 use crate::config::SandboxConfig;
-use crate::lifecycle::Lifecycle;
 use crate::model::{Agent, AgentState};
 
 /// How long `idle_minutes` units of `sandbox.idle_minute` (a minute but in tests) last.
@@ -20,15 +20,15 @@ pub fn is_idle(lc: &Lifecycle, agent: &Agent, now: chrono::DateTime<Utc>) -> boo
     if agent.state != AgentState::Running || agent.idle_minutes == 0 {
         return false;
     }
-    let view = lc.activity.view(&agent.id);
-    !view.busy && now - view.last_activity_at >= idle_time(&lc.config.sandbox, agent.idle_minutes)
+    let view = lc.activity().view(&agent.id);
+    !view.busy && now - view.last_activity_at >= idle_time(&lc.config().sandbox, agent.idle_minutes)
 }
 
 pub async fn run(lc: Arc<Lifecycle>) {
-    let mut tick = tokio::time::interval(lc.config.sandbox.idle_check_interval);
+    let mut tick = tokio::time::interval(lc.config().sandbox.idle_check_interval);
     loop {
         tick.tick().await;
-        let agents = match lc.store.list_agents().await {
+        let agents = match lc.list().await {
             Ok(a) => a,
             Err(e) => {
                 tracing::warn!("the sleeper could not list agents: {e}");

@@ -3,8 +3,16 @@
 //!
 //! Operations are only accepted from settled states (`running`, `sleeping`, `error`), so at most
 //! one piece of background work runs per agent; everything else answers 409.
+//!
+//! Every change of state goes through this module, which publishes it (decorated, see
+//! [`Lifecycle::decorate`]) to SSE clients and waiters: nothing else holds the store or the driver.
+//! [`reconcile`] settles agents with the driver at boot and on its events, and [`sleeper`] puts
+//! idle ones to sleep.
 
-use std::collections::HashMap;
+pub mod reconcile;
+pub mod sleeper;
+
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -23,6 +31,8 @@ use AgentState::*;
 
 /// States from which an operation may begin.
 const SETTLED: &[AgentState] = &[Running, Sleeping, Error];
+/// How long a start waits for sandboxd to say hello before the agent goes to `error`.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How the message of an agent whose create failed begins (see [`Lifecycle::start`]).
 const CREATE_FAILED: &str = "creating the sandbox failed";
 
@@ -64,25 +74,109 @@ impl LifecycleError {
 }
 
 pub struct Lifecycle {
-    pub store: Store,
-    pub driver: Arc<dyn Driver>,
-    pub hub: EventHub,
-    pub tunnels: Registry,
-    pub activity: ActivityTracker,
-    pub config: Arc<Config>,
-    /// How long a start waits for sandboxd's hello before the agent goes to `error`.
-    pub start_timeout: Duration,
+    store: Store,
+    driver: Arc<dyn Driver>,
+    hub: EventHub,
+    tunnels: Registry,
+    activity: ActivityTracker,
+    config: Arc<Config>,
     /// Boot tokens the driver put into sleeping sandboxes (see `stage_next_boot`), by agent.
     /// In memory only: after a server restart a start hands over a new token itself.
-    pub staged_boots: std::sync::Mutex<HashMap<String, String>>,
+    staged_boots: std::sync::Mutex<HashMap<String, String>>,
     /// When the lifecycle last moved each agent's state itself (taken just before the move), so
     /// that a driver event from before it, arriving late, is not taken for news about the
     /// operation that move began (an outside `docker rm` seen after an API start began).
-    pub moved_at: std::sync::Mutex<HashMap<String, SystemTime>>,
-    pub metrics: Arc<Metrics>,
+    moved_at: std::sync::Mutex<HashMap<String, SystemTime>>,
+    /// Agents whose sandbox the driver is starting for us right now. A container that is gone
+    /// meanwhile is no news for them: the start makes it anew (it was removed from outside just
+    /// before, say, and Docker's event came after the start began).
+    driver_starts: std::sync::Mutex<HashSet<String>>,
+    metrics: Arc<Metrics>,
+}
+
+/// Why a sandbox's tunnel connection is refused (see [`Lifecycle::authorize_boot`]).
+#[derive(Debug, thiserror::Error)]
+pub enum BootRefusal {
+    /// One answer for an unknown agent and a wrong token, so that ids cannot be probed.
+    #[error("invalid boot token")]
+    InvalidToken,
+    #[error("agent is {0}; only a starting or running agent may connect")]
+    NotStarted(AgentState),
 }
 
 impl Lifecycle {
+    pub fn new(
+        store: Store,
+        driver: Arc<dyn Driver>,
+        config: Arc<Config>,
+        metrics: Arc<Metrics>,
+    ) -> Lifecycle {
+        Lifecycle {
+            store,
+            driver,
+            hub: EventHub::default(),
+            tunnels: Registry::new(config.sandbox.max_streams_per_agent),
+            activity: ActivityTracker::default(),
+            config,
+            staged_boots: Default::default(),
+            moved_at: Default::default(),
+            driver_starts: Default::default(),
+            metrics,
+        }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The sandboxes' tunnels, by agent.
+    pub fn tunnels(&self) -> &Registry {
+        &self.tunnels
+    }
+
+    /// Use of each agent, for the sleeper.
+    pub fn activity(&self) -> &ActivityTracker {
+        &self.activity
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Every agent change from now on, as published.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<AgentEvent> {
+        self.hub.subscribe()
+    }
+
+    /// The driver's name (`docker`, `fake`).
+    pub fn driver_kind(&self) -> &'static str {
+        self.driver.kind()
+    }
+
+    /// Why an agent cannot be given a disk limit here, if it cannot.
+    pub fn disk_limits_unavailable(&self) -> Option<String> {
+        self.driver.disk_limits_unavailable()
+    }
+
+    /// Lets the driver finish what it does in the background, at server shutdown.
+    pub async fn shutdown(&self) {
+        self.driver.shutdown().await
+    }
+
+    /// Whether a sandbox that dials the tunnel as agent `id` with boot `token` may connect: the
+    /// token is the one its current start handed out, and the agent is starting or running.
+    pub async fn authorize_boot(&self, id: &str, token: &str) -> Result<(), BootRefusal> {
+        let stored = self.store.boot_token_hash(id).await.ok().flatten();
+        if !stored.is_some_and(|h| crate::store::verify_token(token, &h)) {
+            return Err(BootRefusal::InvalidToken);
+        }
+        match self.store.get_agent(id).await {
+            Ok(a) if matches!(a.state, Starting | Running) => Ok(()),
+            Ok(a) => Err(BootRefusal::NotStarted(a.state)),
+            Err(_) => Err(BootRefusal::InvalidToken),
+        }
+    }
+
     /// Adds what only the running server knows: activity, the time the agent will sleep, and
     /// the image pull under way.
     pub fn decorate(&self, mut agent: Agent) -> Agent {
@@ -93,7 +187,7 @@ impl Lifecycle {
         let view = self.activity.view(&agent.id);
         agent.last_activity_at = Some(view.last_activity_at);
         agent.sleeps_at = if agent.state == Running {
-            let idle = crate::sleeper::idle_time(&self.config.sandbox, agent.idle_minutes);
+            let idle = sleeper::idle_time(&self.config.sandbox, agent.idle_minutes);
             let from = if view.busy {
                 Utc::now()
             } else {
@@ -303,18 +397,18 @@ impl Lifecycle {
                     Err(e) => return Err(LifecycleError::from_store(e, "be used")),
                 }
                 tokio::select! {
-                    r = self.tunnels.wait(id, self.start_timeout) => {
+                    r = self.tunnels.wait(id, START_TIMEOUT) => {
                         return r.map_err(|source| LifecycleError::Tunnel { id: id.to_string(), source });
                     }
                     _ = events.recv() => {}
                 }
             }
         };
-        tokio::time::timeout(self.start_timeout + Duration::from_secs(5), waited)
+        tokio::time::timeout(START_TIMEOUT + Duration::from_secs(5), waited)
             .await
             .map_err(|_| LifecycleError::Tunnel {
                 id: id.to_string(),
-                source: TunnelError::Timeout(self.start_timeout),
+                source: TunnelError::Timeout(START_TIMEOUT),
             })?
     }
 
@@ -362,10 +456,12 @@ impl Lifecycle {
         self.activity.reset_cpu(&id);
         // The old session, if any, belongs to the previous boot.
         self.tunnels.disconnect(&id);
+        self.driver_starts_lock().insert(id.clone());
         let started = self
             .driver
             .start(&SandboxSpec::of(&agent), &token, &self.hub.pull_sink(&id))
             .await;
+        self.driver_starts_lock().remove(&id);
         self.hub.forget_pull(&id);
         if let Err(e) = started {
             return self
@@ -376,7 +472,7 @@ impl Lifecycle {
                 )
                 .await;
         }
-        if let Err(e) = self.tunnels.wait(&id, self.start_timeout).await {
+        if let Err(e) = self.tunnels.wait(&id, START_TIMEOUT).await {
             self.fail_boot(
                 &id,
                 &boot_hash,
@@ -386,12 +482,16 @@ impl Lifecycle {
         }
     }
 
+    fn driver_starts_lock(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.driver_starts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// For a start the server did not make: `error` if sandboxd never says hello.
     pub(crate) async fn await_hello(self: Arc<Self>, id: String) {
         // This boot (started outside) used the staged token, if there was one.
         self.take_staged_boot(&id);
         let boot_hash = self.store.boot_token_hash(&id).await.ok().flatten();
-        if let Err(e) = self.tunnels.wait(&id, self.start_timeout).await {
+        if let Err(e) = self.tunnels.wait(&id, START_TIMEOUT).await {
             let message = format!("sandboxd did not connect: {e}");
             match boot_hash {
                 Some(hash) => self.fail_boot(&id, &hash, message).await,
@@ -565,6 +665,13 @@ impl Lifecycle {
                 state: Starting, ..
             }) => {}
             Err(_) => return,
+        }
+        if gone && self.driver_starts_lock().contains(id) {
+            tracing::debug!(
+                agent = id,
+                "the container is gone while the driver starts it; the start makes it anew"
+            );
+            return;
         }
         let why = if gone {
             "the sandbox's container was removed before sandboxd said hello; start the agent \
