@@ -605,6 +605,28 @@ mod tests {
         (out, code)
     }
 
+    /// Reads a viewer until its output holds `needle`.
+    async fn read_until(v: &mut Viewer, needle: &str) {
+        let mut out = Vec::new();
+        let mut changed = v.subscribe();
+        let run = async {
+            while !String::from_utf8_lossy(&out).contains(needle) {
+                changed.borrow_and_update();
+                match v.next_step() {
+                    Step::Data(d) => out.extend_from_slice(&d),
+                    Step::Wait => {
+                        let _ = changed.changed().await;
+                    }
+                    Step::Redraw(..) | Step::Resize(..) => {}
+                    Step::Exit(code) => panic!("the session ended ({code}) before {needle:?}"),
+                }
+            }
+        };
+        tokio::time::timeout(DEADLINE, run)
+            .await
+            .unwrap_or_else(|_| panic!("no {needle:?} within {DEADLINE:?}"));
+    }
+
     async fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
         let deadline = Instant::now() + DEADLINE;
         while !check() {
@@ -639,10 +661,14 @@ mod tests {
     async fn a_session_without_viewers_ends_after_its_detach_time() {
         let dir = tempfile::tempdir().unwrap();
         let sb = sandbox(&dir);
-        let v = Session::start(&sb, config("sleep 600", Duration::from_millis(200), 4096)).unwrap();
+        // The hang-up must find `sleep` running: a shell still starting up may catch SIGHUP and
+        // lose it in its exec (then only the SIGKILL after the grace ends it).
+        let command = "echo ready; exec sleep 600";
+        let mut v = Session::start(&sb, config(command, Duration::from_millis(200), 4096)).unwrap();
         let id = v.opened.session.clone();
         let session = v.session.clone();
         assert!(sb.terminals().get(&id).is_some());
+        read_until(&mut v, "ready\r\n").await;
         drop(v);
         wait_until("the detached session ends", || {
             sb.terminals().get(&id).is_none()
