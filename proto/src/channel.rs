@@ -181,7 +181,7 @@ pub struct Hello {
 /// Opens a `terminal.open` channel: without `session` a new session (a login shell, or
 /// `command` run by the account's shell), with it an attach to that session.
 ///
-/// After the `ok` reply ([`TerminalOpened`]) the stream carries [`Frame`]s. From the server:
+/// After the `ok` reply ([`TerminalOpened`]) the stream carries [`crate::Frame`]s. From the server:
 /// `Data` (keystrokes) and `Resize`. From sandboxd: `Data` (the session's output, contiguous from
 /// the reply's `offset`), `Redraw { offset, len }` (the next `len` bytes of `Data` redraw the
 /// screen as of output offset `offset`; output from `offset` follows them), `Resize` (the
@@ -440,7 +440,7 @@ where
     let reply: Reply = read_message(stream).await?;
     let ok = reply.into_result().map_err(OpenError::Refused)?;
     serde_json::from_value(ok)
-        .map_err(|e| OpenError::Proto(ProtoError::Malformed(format!("the {} reply: {e}", C::NAME))))
+        .map_err(|e| OpenError::Proto(ProtoError::BadReply(format!("{}: {e}", C::NAME))))
 }
 
 #[derive(Debug, thiserror::Error)]

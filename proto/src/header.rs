@@ -31,6 +31,9 @@ pub enum ProtoError {
     HeaderTooLarge { len: usize, limit: usize },
     #[error("malformed header: {0}")]
     Malformed(String),
+    /// A reply that is not what its channel answers (see [`crate::Channel::Reply`]).
+    #[error("malformed reply to {0}")]
+    BadReply(String),
     #[error("unknown channel {0:?}")]
     UnknownChannel(String),
     #[error("frame of {0} bytes exceeds the limit of {MAX_FRAME_LEN} bytes")]
@@ -49,7 +52,9 @@ impl ProtoError {
         let code = match self {
             ProtoError::HeaderTooLarge { .. } | ProtoError::FrameTooLarge(_) => ErrorCode::TooLarge,
             ProtoError::UnknownChannel(_) => ErrorCode::UnknownChannel,
-            ProtoError::Malformed(_) | ProtoError::UnknownFrame(_) => ErrorCode::Invalid,
+            ProtoError::Malformed(_) | ProtoError::BadReply(_) | ProtoError::UnknownFrame(_) => {
+                ErrorCode::Invalid
+            }
             ProtoError::Eof | ProtoError::Io(_) => ErrorCode::Io,
         };
         ChannelError::new(code, self.to_string())

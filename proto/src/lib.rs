@@ -9,7 +9,7 @@
 //! the server hands a sandbox before it starts.
 //!
 //! Every length is checked before anything is allocated, and every check has a test that plays
-//! a hostile peer (see the tests in [`header`], [`frame`] and [`channel`]).
+//! a hostile peer (`tests.rs`).
 
 pub mod boot;
 pub mod channel;

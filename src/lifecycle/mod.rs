@@ -12,7 +12,7 @@
 pub mod reconcile;
 pub mod sleeper;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -87,10 +87,11 @@ pub struct Lifecycle {
     /// that a driver event from before it, arriving late, is not taken for news about the
     /// operation that move began (an outside `docker rm` seen after an API start began).
     moved_at: std::sync::Mutex<HashMap<String, SystemTime>>,
-    /// Agents whose sandbox the driver is starting for us right now. A container that is gone
-    /// meanwhile is no news for them: the start makes it anew (it was removed from outside just
-    /// before, say, and Docker's event came after the start began).
-    driver_starts: std::sync::Mutex<HashSet<String>>,
+    /// Agents in `starting` by an operation of ours: `None` while the driver starts the
+    /// sandbox, then when that call returned. A container gone before then is no news for the
+    /// start: the driver makes it anew (removed from outside just before, say, with Docker's
+    /// event arriving after the start began).
+    driver_starts: std::sync::Mutex<HashMap<String, Option<SystemTime>>>,
     metrics: Arc<Metrics>,
 }
 
@@ -240,6 +241,26 @@ impl Lifecycle {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(id.to_string(), before);
+        if to == Starting {
+            self.driver_starts_lock().insert(id.to_string(), None);
+        }
+        self.publish(&agent);
+        Ok(agent)
+    }
+
+    /// A move that reconcile finds already made outside (at boot): published, but not stamped
+    /// as ours, so the driver's events from before it still count.
+    async fn settle(
+        &self,
+        id: &str,
+        from: &[AgentState],
+        to: AgentState,
+    ) -> Result<Agent, LifecycleError> {
+        let agent = self
+            .store
+            .transition(id, from, to)
+            .await
+            .map_err(|e| LifecycleError::from_store(e, "be settled"))?;
         self.publish(&agent);
         Ok(agent)
     }
@@ -456,12 +477,12 @@ impl Lifecycle {
         self.activity.reset_cpu(&id);
         // The old session, if any, belongs to the previous boot.
         self.tunnels.disconnect(&id);
-        self.driver_starts_lock().insert(id.clone());
         let started = self
             .driver
             .start(&SandboxSpec::of(&agent), &token, &self.hub.pull_sink(&id))
             .await;
-        self.driver_starts_lock().remove(&id);
+        self.driver_starts_lock()
+            .insert(id.clone(), Some(SystemTime::now()));
         self.hub.forget_pull(&id);
         if let Err(e) = started {
             return self
@@ -482,7 +503,7 @@ impl Lifecycle {
         }
     }
 
-    fn driver_starts_lock(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+    fn driver_starts_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Option<SystemTime>>> {
         self.driver_starts.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -623,6 +644,7 @@ impl Lifecycle {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .remove(&id);
+                self.driver_starts_lock().remove(&id);
                 self.activity.forget(&id);
                 self.hub.publish(AgentEvent::Deleted(id));
             }
@@ -653,7 +675,7 @@ impl Lifecycle {
     /// The sandbox stopped, or went (`gone`), without the server asking. A running agent now
     /// sleeps. A starting one never came up: that is a failed start, and its `error` says how
     /// the sandbox ended (a sandboxd that exits at boot leaves nothing else to go on).
-    async fn stopped_outside(&self, id: &str, gone: bool) {
+    async fn stopped_outside(&self, id: &str, gone: bool, at: SystemTime) {
         match self.store.transition(id, &[Running], Sleeping).await {
             Ok(agent) => {
                 tracing::info!(agent = id, "the sandbox stopped outside agenthold");
@@ -666,7 +688,12 @@ impl Lifecycle {
             }) => {}
             Err(_) => return,
         }
-        if gone && self.driver_starts_lock().contains(id) {
+        let before_our_start = match self.driver_starts_lock().get(id) {
+            Some(None) => true,
+            Some(Some(returned)) => at < *returned,
+            None => false,
+        };
+        if gone && before_our_start {
             tracing::debug!(
                 agent = id,
                 "the container is gone while the driver starts it; the start makes it anew"
@@ -742,12 +769,12 @@ impl Lifecycle {
             (DriverEvent::Stopped(_), SandboxStatus::Stopped) => {
                 match self.driver.failure_reason(&id).await {
                     Some(why) => self.failed_outside(&id, why).await,
-                    None => self.stopped_outside(&id, false).await,
+                    None => self.stopped_outside(&id, false, at).await,
                 }
             }
             (DriverEvent::Stopped(_), SandboxStatus::Missing)
             | (DriverEvent::Removed(_), SandboxStatus::Missing) => {
-                self.stopped_outside(&id, true).await
+                self.stopped_outside(&id, true, at).await
             }
             (DriverEvent::Started(_), SandboxStatus::Running) => {
                 if let Ok(agent) = self.store.transition(&id, &[Sleeping], Starting).await {

@@ -60,11 +60,7 @@ pub async fn reconcile(lc: &Arc<Lifecycle>) -> anyhow::Result<Report> {
                     if let Some(why) = lc.driver.failure_reason(&id).await {
                         lc.failed_outside(&id, why).await;
                         repairs.record(Repair::found_stopped);
-                    } else if lc
-                        .transition(&id, &[Running], Sleeping, "be settled")
-                        .await
-                        .is_ok()
-                    {
+                    } else if lc.settle(&id, &[Running], Sleeping).await.is_ok() {
                         tracing::info!(agent = id, "was running before the restart; now sleeping");
                         report.now_sleeping += 1;
                         repairs.record(Repair::found_stopped);
@@ -73,10 +69,7 @@ pub async fn reconcile(lc: &Arc<Lifecycle>) -> anyhow::Result<Report> {
             },
             Sleeping => {
                 if lc.driver.inspect(&id).await? == SandboxStatus::Running
-                    && lc
-                        .transition(&id, &[Sleeping], Starting, "be settled")
-                        .await
-                        .is_ok()
+                    && lc.settle(&id, &[Sleeping], Starting).await.is_ok()
                 {
                     tracing::info!(agent = id, "was started outside agenthold");
                     tokio::spawn(lc.clone().await_hello(id));

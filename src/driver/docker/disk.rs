@@ -15,8 +15,9 @@
 //! `e2fsck -p`, which is instant on a clean filesystem and repairs one a crash or a cut-short grow
 //! left marked; and removal does what is left of it. An image is touched by a tool (a check, a
 //! grow) only once no loop device is backed by it: until then some mount still holds its
-//! filesystem, and the kernel's last write of the superblock would undo the tool's work. The tools are not killed with the server: a grow or a check
-//! finishes even when the server dies meanwhile. The mounts live in the host's mount namespace:
+//! filesystem, and the kernel's last write of the superblock would undo the tool's work. The
+//! tools are not killed with the server: a grow or a check finishes even when the server dies
+//! meanwhile. The mounts live in the host's mount namespace:
 //! they outlast a server restart (a host reboot drops them, and the next start mounts again)
 //! and dockerd sees them.
 //!
@@ -162,11 +163,13 @@ impl Disks {
                 )))
             }
         }
-        if may_grow && filesystem_bytes(&image)? < bytes {
-            self.grow(name, &image, &mountpoint, bytes).await;
-        }
+        let held = if may_grow && filesystem_bytes(&image)? < bytes {
+            self.grow(name, &image, &mountpoint, bytes).await
+        } else {
+            None
+        };
         if !self.is_mounted(&mountpoint)? {
-            self.mount(name, &image, &mountpoint).await?;
+            self.mount(name, &image, &mountpoint, held).await?;
         }
         let home = self.home(name);
         match std::fs::create_dir(&home) {
@@ -182,31 +185,37 @@ impl Disks {
         Ok(home)
     }
 
-    /// Mounts `image` at `mountpoint`. An image still attached to a loop device is still in use
-    /// (see [`released`]): that device is mounted again as it is, never a second one, since two
-    /// devices over one file are two filesystems writing the same blocks. Otherwise the image is
-    /// checked first, and gets a loop device of its own.
-    async fn mount(&self, name: &str, image: &Path, mountpoint: &Path) -> Result<(), DockerError> {
-        let source = match released(image).await? {
-            Ok(()) => {
+    /// Mounts `image` at `mountpoint`. An image still attached to a loop device (`held`, or
+    /// found by [`released`]) is still in use: that device is mounted again as it is, never a
+    /// second one, since two devices over one file are two filesystems writing the same blocks.
+    /// Otherwise the image is checked first, and gets a loop device of its own.
+    async fn mount(
+        &self,
+        name: &str,
+        image: &Path,
+        mountpoint: &Path,
+        held: Option<PathBuf>,
+    ) -> Result<(), DockerError> {
+        let held = match held {
+            Some(device) => Some(device),
+            None => released(image).await?,
+        };
+        let _pinned;
+        let (source, options) = match held {
+            None => {
                 check(image).await?;
-                None
+                (image.to_path_buf(), "loop,nodev,nosuid,discard")
             }
-            Err(device) => {
+            Some(device) => {
                 tracing::warn!(
                     home = name,
                     device = %device.display(),
                     "the disk is still in use elsewhere; mounting its loop device again"
                 );
-                Some(device)
+                _pinned = pin(&device, image)?;
+                (device, "nodev,nosuid,discard")
             }
         };
-        let options = if source.is_some() {
-            "nodev,nosuid,discard"
-        } else {
-            "loop,nodev,nosuid,discard"
-        };
-        let source = source.unwrap_or_else(|| image.to_path_buf());
         run(
             "mount",
             &[
@@ -224,19 +233,29 @@ impl Disks {
     }
 
     /// Grows the image to `bytes` if nothing holds it; never fails the start it is part of.
-    async fn grow(&self, name: &str, image: &Path, mountpoint: &Path, bytes: u64) {
+    /// Returns the loop device that still holds the image, if one does (the image then keeps
+    /// its size until a later start).
+    async fn grow(
+        &self,
+        name: &str,
+        image: &Path,
+        mountpoint: &Path,
+        bytes: u64,
+    ) -> Option<PathBuf> {
         let unmounted = match self.is_mounted(mountpoint) {
             Ok(false) => Ok(()),
             Ok(true) => run("umount", &[mountpoint.as_os_str()]).await.map(|_| ()),
             Err(e) => Err(e),
         };
+        let mut held = None;
         let unused = match unmounted {
             Ok(()) => match released(image).await {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(device)) => Err(DockerError::Disk(format!(
-                    "{} still holds it",
-                    device.display()
-                ))),
+                Ok(None) => Ok(()),
+                Ok(Some(device)) => {
+                    let e = DockerError::Disk(format!("{} still holds it", device.display()));
+                    held = Some(device);
+                    Err(e)
+                }
                 Err(e) => Err(e),
             },
             Err(e) => Err(e),
@@ -255,6 +274,7 @@ impl Disks {
             ),
             Err(e) => tracing::warn!(home = name, error = %e, "the agent's disk keeps its size"),
         }
+        held
     }
 
     /// Unmounts and deletes the home `name`, whatever is left of it. Nothing below the mount
@@ -356,30 +376,68 @@ const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Waits (up to [`RELEASE_WAIT`]) until no loop device is backed by `image`, the sign that no
 /// mount anywhere (another mount namespace, Docker's bind of the volume) holds its filesystem.
-/// `Ok(Err(device))` when one still is.
-async fn released(image: &Path) -> Result<Result<(), PathBuf>, DockerError> {
-    let image = image
-        .canonicalize()
-        .map_err(|e| DockerError::Disk(format!("{}: {e}", image.display())))?;
+/// Returns the device that still holds it, if one does.
+async fn released(image: &Path) -> Result<Option<PathBuf>, DockerError> {
+    let image = canonical(image)?;
     let deadline = tokio::time::Instant::now() + RELEASE_WAIT;
     loop {
-        match loop_device_of(&image) {
-            None => return Ok(Ok(())),
-            Some(device) if tokio::time::Instant::now() >= deadline => return Ok(Err(device)),
+        match loop_device_of(&image)? {
+            None => return Ok(None),
+            Some(device) if tokio::time::Instant::now() >= deadline => return Ok(Some(device)),
             Some(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
         }
     }
 }
 
-/// The loop device backed by `image` (an absolute, canonical path), read from sysfs.
-fn loop_device_of(image: &Path) -> Option<PathBuf> {
-    let entries = std::fs::read_dir("/sys/block").ok()?;
-    entries.flatten().find_map(|entry| {
-        let dev = entry.file_name();
-        let backing = std::fs::read(entry.path().join("loop/backing_file")).ok()?;
-        let backing = backing.strip_suffix(b"\n").unwrap_or(&backing);
-        (backing == image.as_os_str().as_encoded_bytes()).then(|| Path::new("/dev").join(dev))
+fn canonical(image: &Path) -> Result<PathBuf, DockerError> {
+    image
+        .canonicalize()
+        .map_err(|e| DockerError::Disk(format!("{}: {e}", image.display())))
+}
+
+/// The loop device backed by `image` (an absolute, canonical path), read from sysfs. An error
+/// when sysfs cannot be read: "no device" would let a check or a grow touch a held image.
+fn loop_device_of(image: &Path) -> Result<Option<PathBuf>, DockerError> {
+    let entries = std::fs::read_dir("/sys/block").map_err(|e| {
+        DockerError::Disk(format!(
+            "cannot list /sys/block to see whether a loop device holds {}: {e}",
+            image.display()
+        ))
+    })?;
+    Ok(entries
+        .flatten()
+        .find(|entry| backs(&entry.path(), image))
+        .map(|entry| Path::new("/dev").join(entry.file_name())))
+}
+
+/// Whether the block device at `sys` (its folder under `/sys/block`) is a loop device backed by
+/// `image`. A deleted backing file reads `<path> (deleted)`, which matches no image.
+fn backs(sys: &Path, image: &Path) -> bool {
+    std::fs::read(sys.join("loop/backing_file")).is_ok_and(|backing| {
+        backing.strip_suffix(b"\n").unwrap_or(&backing) == image.as_os_str().as_encoded_bytes()
     })
+}
+
+/// Holds `device` open while it is mounted again: a loop device made by `mount -o loop` lets go
+/// of its file when its last user closes it, and another home's mount could then take it over.
+/// Open, it is checked to still be backed by `image`.
+fn pin(device: &Path, image: &Path) -> Result<std::fs::File, DockerError> {
+    let gone = || {
+        DockerError::Disk(format!(
+            "{} let go of {} while it was being mounted again; start the agent again",
+            device.display(),
+            image.display()
+        ))
+    };
+    let file = std::fs::File::open(device).map_err(|_| gone())?;
+    let sys = device
+        .file_name()
+        .map(|dev| Path::new("/sys/block").join(dev))
+        .ok_or_else(gone)?;
+    if !backs(&sys, &canonical(image)?) {
+        return Err(gone());
+    }
+    Ok(file)
 }
 
 /// Has the loop device behind `mountpoint` read and write its image with direct I/O: without
