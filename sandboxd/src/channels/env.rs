@@ -32,6 +32,28 @@ pub fn drop_privileges(
     Ok(())
 }
 
+/// Runs in the child between fork and exec: the signals a shell or a command acts on are back
+/// to their defaults, and none is blocked. sandboxd may have been started with some ignored
+/// (under `nohup`, SIGHUP is), and an ignored signal stays ignored across exec: a closed
+/// terminal's hang-up would then leave its shell running until the SIGKILL after the grace.
+///
+/// Only async-signal-safe calls.
+pub fn default_signals() -> std::io::Result<()> {
+    use nix::sys::signal::{signal, sigprocmask, SigHandler, SigSet, SigmaskHow, Signal};
+    for sig in [
+        Signal::SIGHUP,
+        Signal::SIGINT,
+        Signal::SIGQUIT,
+        Signal::SIGTERM,
+        Signal::SIGPIPE,
+    ] {
+        // SAFETY: restores a default disposition; no handler of ours is installed.
+        unsafe { signal(sig, SigHandler::SigDfl) }?;
+    }
+    sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)?;
+    Ok(())
+}
+
 pub fn gids(account: &Account) -> Vec<nix::unistd::Gid> {
     account
         .groups

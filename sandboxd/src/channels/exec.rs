@@ -93,12 +93,17 @@ fn command(sb: &Sandbox, req: &ExecRequest, p: &Prepared) -> Command {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let account = sb.account();
-    if account.needs_switch() {
-        let (uid, gid, groups) = (account.uid, account.gid, env::gids(account));
-        // SAFETY: the closure only makes async-signal-safe calls and allocates nothing.
-        unsafe {
-            cmd.pre_exec(move || env::drop_privileges(uid, gid, &groups));
-        }
+    let switch = account.needs_switch();
+    let (uid, gid, groups) = (account.uid, account.gid, env::gids(account));
+    // SAFETY: the closure only makes async-signal-safe calls and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            env::default_signals()?;
+            if switch {
+                env::drop_privileges(uid, gid, &groups)?;
+            }
+            Ok(())
+        });
     }
     cmd
 }

@@ -105,6 +105,7 @@ pub fn spawn_shell(
     // SAFETY: the closure only makes async-signal-safe calls and allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
+            env::default_signals()?;
             nix::unistd::setsid()?;
             // Stdin is the terminal by now: make it our controlling terminal.
             if libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {

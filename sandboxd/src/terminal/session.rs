@@ -661,13 +661,23 @@ mod tests {
     async fn a_session_without_viewers_ends_after_its_detach_time() {
         let dir = tempfile::tempdir().unwrap();
         let sb = sandbox(&dir);
-        // The hang-up must find `sleep` running: a shell still starting up may catch SIGHUP and
-        // lose it in its exec (then only the SIGKILL after the grace ends it).
+        // As if sandboxd ran under `nohup`: its shells must still take the hang-up. (For the
+        // whole test process: every shell and command of these tests is started by sandboxd's
+        // code, which gives them the default dispositions back.)
+        // SAFETY: no handler is installed, a disposition is set to "ignore".
+        unsafe {
+            nix::sys::signal::signal(
+                nix::sys::signal::Signal::SIGHUP,
+                nix::sys::signal::SigHandler::SigIgn,
+            )
+        }
+        .expect("ignore SIGHUP");
         let command = "echo ready; exec sleep 600";
         let mut v = Session::start(&sb, config(command, Duration::from_millis(200), 4096)).unwrap();
         let id = v.opened.session.clone();
         let session = v.session.clone();
         assert!(sb.terminals().get(&id).is_some());
+        // The hang-up then finds `sleep` running, not a shell still setting up its own handlers.
         read_until(&mut v, "ready\r\n").await;
         drop(v);
         wait_until("the detached session ends", || {

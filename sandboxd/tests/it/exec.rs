@@ -66,8 +66,18 @@ async fn a_missing_command_exits_127() {
     let out = h.exec(exec_req(&["no-such-command-agenthold"]), b"").await;
     assert_eq!(out.exit.exit_code, 127);
     assert!(out.stderr_str().contains("no-such-command-agenthold"));
-    let out = h.exec(exec_req(&["/etc/hostname"]), b"").await;
-    assert_eq!(out.exit.exit_code, 126);
+    // A file that may not be executed: 126.
+    let plain = h.home.path().join("plain.txt");
+    std::fs::write(&plain, "not a program\n").unwrap();
+    std::fs::set_permissions(&plain, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let out = h.exec(exec_req(&[plain.to_str().unwrap()]), b"").await;
+    assert_eq!(out.exit.exit_code, 126, "{}", out.stderr_str());
+    // An executable file without `#!` is a shell script, as execvp and shells have it.
+    let script = h.home.path().join("script");
+    std::fs::write(&script, "echo from-sh\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = h.exec(exec_req(&[script.to_str().unwrap()]), b"").await;
+    assert_eq!(out.exit.exit_code, 0, "{}", out.stderr_str());
 }
 
 #[tokio::test]
