@@ -56,6 +56,9 @@ command -v docker >/dev/null || apt_install docker.io
 # The agents' disk images (ext4 images, loop-mounted): e2fsprogs and util-linux's mount tools.
 PATH="$PATH:/usr/sbin:/sbin" command -v mkfs.ext4 >/dev/null || apt_install e2fsprogs
 PATH="$PATH:/usr/sbin:/sbin" command -v losetup >/dev/null || apt_install mount
+# The tests of the writable-layer limit run engines of their own on loop-mounted btrfs and XFS.
+PATH="$PATH:/usr/sbin:/sbin" command -v mkfs.xfs >/dev/null || apt_install xfsprogs
+PATH="$PATH:/usr/sbin:/sbin" command -v mkfs.btrfs >/dev/null || apt_install btrfs-progs
 
 if ! docker info >/dev/null 2>&1; then
     # A dockerd (or its containerd) killed earlier can leave a pid file naming a process that is

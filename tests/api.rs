@@ -509,6 +509,11 @@ async fn limits_tell_clients_what_the_server_allows() {
     assert_eq!(l["defaultDiskMb"], 10240);
     assert_eq!(l["maxDiskMb"], 102400);
     assert_eq!(l["tmpMb"], 1024);
+    assert_eq!(
+        l["rootfsMb"],
+        Value::Null,
+        "the fake driver limits no layer"
+    );
     let r = s.http.get(s.url("/api/v1/limits")).send().await.unwrap();
     assert_eq!(r.status(), 401);
 }

@@ -67,6 +67,9 @@ pub struct Limits {
     /// The size of each sandbox's in-memory `/tmp` and `/var/tmp`; null when they are on the
     /// container's own layer.
     pub tmp_mb: Option<u64>,
+    /// What each sandbox may write outside its home and `/tmp` (its container's writable
+    /// layer); null when nothing limits it on this server.
+    pub rootfs_mb: Option<u64>,
     pub max_idle_minutes: u32,
     /// The largest file `fs/write` accepts.
     pub max_file_mb: u64,
@@ -95,6 +98,7 @@ pub async fn limits(State(st): State<AppState>) -> Json<Limits> {
             .is_none()
             .then_some(sb.max_disk_mb),
         tmp_mb: (sb.tmp_mb > 0).then_some(sb.tmp_mb),
+        rootfs_mb: st.lc.rootfs_limit_mb(),
         max_idle_minutes: MAX_IDLE_MINUTES,
         max_file_mb: server.max_file_mb,
         exec_output_cap_kb: server.exec_output_cap_kb,

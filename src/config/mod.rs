@@ -142,6 +142,11 @@ pub struct SandboxConfig {
     /// The size of the in-memory `/tmp` and `/var/tmp` of each sandbox (each counts toward the
     /// sandbox's memory limit); 0 leaves them on the container's own layer.
     pub tmp_mb: u64,
+    /// What each sandbox may write outside its home and `/tmp` (the container's writable
+    /// layer: installed packages, `/root`, `/var`), in MiB; 0 means no limit. Docker enforces
+    /// it only with overlay2 on XFS mounted with `pquota`; elsewhere the server says so at
+    /// startup and sandboxes run without it.
+    pub rootfs_mb: u64,
     /// `-1` means no limit.
     pub pids_limit: i64,
     /// Open files per process in a sandbox (`RLIMIT_NOFILE`): with `pids_limit`, what one
@@ -194,6 +199,7 @@ impl Default for SandboxConfig {
             default_disk_mb: 10240,
             max_disk_mb: 102400,
             tmp_mb: 1024,
+            rootfs_mb: 10240,
             pids_limit: 4096,
             nofile: NofileLimit::default(),
             tunnel_listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 8090),
@@ -607,6 +613,15 @@ impl Config {
                 format!(
                     "({}) must be 0 (no limit) or between {MIN_DISK} and sandbox.max_disk_mb ({})",
                     sb.default_disk_mb, sb.max_disk_mb
+                ),
+            ));
+        }
+        if sb.rootfs_mb != 0 && sb.rootfs_mb < MIN_DISK {
+            return Err(fail(
+                "sandbox.rootfs_mb",
+                format!(
+                    "({}) must be 0 (no limit) or at least {MIN_DISK}",
+                    sb.rootfs_mb
                 ),
             ));
         }

@@ -377,6 +377,10 @@ fn impossible_values_are_refused_with_one_message() {
              and sandbox.max_disk_mb (102400)",
         ),
         (
+            "sandbox:\n  rootfs_mb: 10\n",
+            "config.yaml: sandbox.rootfs_mb (10) must be 0 (no limit) or at least 64",
+        ),
+        (
             "sandbox:\n  default_idle_minutes: 0\n",
             "config.yaml: sandbox.default_idle_minutes must be at least 1",
         ),

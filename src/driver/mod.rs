@@ -78,6 +78,11 @@ pub trait Driver: Send + Sync + 'static {
     fn disk_limits_unavailable(&self) -> Option<String> {
         None
     }
+    /// The limit on what a sandbox writes outside its home and `/tmp`, in MiB, if this driver
+    /// enforces one.
+    fn rootfs_limit_mb(&self) -> Option<u64> {
+        None
+    }
     /// Makes the sandbox (and whatever it needs: image, home, network) without starting it.
     /// A pull of a missing image reports its progress to `pull`.
     async fn create(&self, spec: &SandboxSpec, pull: &PullSink) -> Result<(), DriverError>;

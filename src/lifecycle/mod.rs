@@ -159,6 +159,11 @@ impl Lifecycle {
         self.driver.disk_limits_unavailable()
     }
 
+    /// The limit on each sandbox's writes outside its home and `/tmp`, if enforced.
+    pub fn rootfs_limit_mb(&self) -> Option<u64> {
+        self.driver.rootfs_limit_mb()
+    }
+
     /// Lets the driver finish what it does in the background, at server shutdown.
     pub async fn shutdown(&self) {
         self.driver.shutdown().await

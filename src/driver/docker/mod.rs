@@ -19,6 +19,7 @@ mod events;
 mod exit;
 mod files;
 mod firewall;
+mod layer;
 mod names;
 mod network;
 mod placement;
@@ -78,6 +79,8 @@ pub struct DockerDriver {
     disks: Result<Disks, String>,
     /// Size of the `tmpfs` at `/tmp` and `/var/tmp`; 0 leaves them on the container's layer.
     tmp_mb: u64,
+    /// The size of each container's writable layer, where the engine can enforce one.
+    layer: layer::LayerLimit,
     placement: Placement,
     /// Host mode only: keeps sandboxes away from the host's own addresses.
     firewall: Option<Firewall>,
@@ -142,6 +145,11 @@ impl DockerDriver {
     ) -> Result<DockerDriver, DockerError> {
         let cfg = config.sandbox.docker.clone();
         let docker = connect_engine(&cfg).await?;
+        let info = docker
+            .info()
+            .await
+            .map_err(DockerError::api("asking the engine for its storage driver"))?;
+        let layer = layer::LayerLimit::new(config.sandbox.rootfs_mb, &info);
         let names = Names::new(&cfg.name_prefix);
         let host_mounts = cfg
             .parsed_host_mounts()
@@ -204,6 +212,7 @@ impl DockerDriver {
             host_mounts,
             disks,
             tmp_mb: config.sandbox.tmp_mb,
+            layer,
             placement,
             firewall,
             tunnel_port: tunnel.port(),
@@ -466,6 +475,7 @@ impl DockerDriver {
                 runtime: self.cfg.runtime().map(str::to_string),
                 mounts: Some(mounts),
                 tmpfs: self.tmpfs(),
+                storage_opt: self.layer.storage_opt(),
                 security_opt: Some(security_opt),
                 cap_drop: Some(self.cfg.cap_drop.clone()),
                 network_mode: Some(network.clone()),
@@ -652,13 +662,16 @@ impl DockerDriver {
         let net = net?;
         if let Some(image) = image {
             let t = std::time::Instant::now();
-            let r = self
-                .docker
-                .create_container(
+            let create = || {
+                self.docker.create_container(
                     Some(CreateContainerOptionsBuilder::default().name(&name).build()),
                     self.container_body(spec, &image, &net.id),
                 )
-                .await;
+            };
+            let mut r = create().await;
+            if matches!(&r, Err(e) if self.layer.refused(e)) {
+                r = create().await;
+            }
             match r {
                 Ok(_) => tracing::info!(
                     agent = id,
@@ -1004,6 +1017,10 @@ impl Driver for DockerDriver {
 
     fn disk_limits_unavailable(&self) -> Option<String> {
         self.disks.as_ref().err().cloned()
+    }
+
+    fn rootfs_limit_mb(&self) -> Option<u64> {
+        self.layer.enforced_mb()
     }
 
     async fn create(&self, spec: &SandboxSpec, pull: &PullSink) -> Result<(), DriverError> {
