@@ -33,10 +33,13 @@ enum Fs {
 }
 
 /// A second Docker engine whose data root is a loop-mounted filesystem of the test's choosing.
-/// It has no bridge of its own and leaves iptables alone, so it does not disturb the shared
-/// engine; `Drop` stops it and unmounts everything it made.
+/// Its default bridge is one the test makes (with `--bridge none`, dockerd would delete the
+/// shared engine's `docker0`: it removes that name at startup), and it leaves iptables alone, so
+/// it does not disturb the shared engine. `Drop` stops it and removes everything it made.
 struct OwnEngine {
     dir: tempfile::TempDir,
+    /// The engine's default bridge.
+    bridge: String,
     /// Short, for the sockets dockerd and containerd put here.
     run: PathBuf,
     dockerd: Child,
@@ -72,6 +75,25 @@ impl OwnEngine {
         let run = PathBuf::from(format!("/run/ahxfs-{:08x}", rand::random::<u32>()));
         std::fs::create_dir_all(&run).expect("exec root");
         std::fs::write(dir.path().join("daemon.json"), "{}").expect("daemon.json");
+        // A /30 of its own per filesystem kind, so the two tests' engines never share one.
+        let (bridge, address) = match fs {
+            Fs::Btrfs => (
+                format!("ahxb{:06x}", rand::random::<u32>() >> 8),
+                "10.215.1.1/30",
+            ),
+            Fs::XfsWithoutQuotas => (
+                format!("ahxx{:06x}", rand::random::<u32>() >> 8),
+                "10.215.2.1/30",
+            ),
+        };
+        run_ok(
+            Command::new("ip").args(["link", "add", "name", &bridge, "type", "bridge"]),
+            "make the engine's bridge",
+        );
+        run_ok(
+            Command::new("ip").args(["addr", "add", address, "dev", &bridge]),
+            "address the engine's bridge",
+        );
         let log = std::fs::File::create(dir.path().join("dockerd.log")).expect("dockerd log");
         let dockerd = Command::new("dockerd")
             .arg("--config-file")
@@ -84,14 +106,19 @@ impl OwnEngine {
             .arg(run.join("docker.pid"))
             .arg("-H")
             .arg(format!("unix://{}", run.join("docker.sock").display()))
-            .args(["--storage-driver", driver, "--bridge", "none"])
+            .args(["--storage-driver", driver, "--bridge", &bridge])
             .args(["--iptables=false", "--ip-masq=false"])
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
             .spawn()
             .expect("start a second dockerd");
-        let engine = OwnEngine { dir, run, dockerd };
+        let engine = OwnEngine {
+            dir,
+            bridge,
+            run,
+            dockerd,
+        };
         let deadline = Instant::now() + Duration::from_secs(60);
         while engine.docker(&["info", "--format", "{{.Driver}}"]).is_err() {
             assert!(
@@ -186,6 +213,9 @@ impl Drop for OwnEngine {
             let _ = Command::new("umount").args(["-l", &m]).status();
         }
         let _ = std::fs::remove_dir_all(&self.run);
+        let _ = Command::new("ip")
+            .args(["link", "delete", &self.bridge])
+            .status();
     }
 }
 
