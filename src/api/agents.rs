@@ -3,10 +3,9 @@
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use super::error::{ApiError, ApiJson, ErrorBody};
+use super::types::{CreateAgent, Health, Limits, UpdateAgent};
 use super::AppState;
 use crate::model::{new_agent_id, Agent, AgentPatch, NewAgent, MIN_DISK_MB};
 
@@ -16,67 +15,6 @@ const MAX_NAME: usize = 63;
 const MAX_IMAGE: usize = 255;
 /// The longest idle time one can ask for: a week.
 const MAX_IDLE_MINUTES: u32 = 7 * 24 * 60;
-
-#[derive(Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct CreateAgent {
-    /// Unique, DNS-safe: lowercase letters, digits and `-`, at most 63.
-    pub name: String,
-    pub image: Option<String>,
-    pub cpus: Option<f64>,
-    pub memory_mb: Option<u64>,
-    /// The home's size in MiB (`sandbox.default_disk_mb` when absent).
-    pub disk_mb: Option<u64>,
-    /// Minutes without use before the agent sleeps; 0 = never.
-    pub idle_minutes: Option<u32>,
-}
-
-#[derive(Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct UpdateAgent {
-    pub name: Option<String>,
-    pub image: Option<String>,
-    pub cpus: Option<f64>,
-    pub memory_mb: Option<u64>,
-    /// A larger home in MiB (it never shrinks), applied at the agent's next start.
-    pub disk_mb: Option<u64>,
-    pub idle_minutes: Option<u32>,
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct Health {
-    pub status: String,
-    pub version: String,
-    pub driver: String,
-}
-
-/// What the server allows and assumes, so a client can check input before sending it.
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Limits {
-    pub default_image: String,
-    pub default_cpus: f64,
-    pub default_memory_mb: u64,
-    pub default_idle_minutes: u32,
-    pub max_cpus: f64,
-    pub max_memory_mb: u64,
-    /// The home size of an agent that asks for none; null when such agents get no limit.
-    pub default_disk_mb: Option<u64>,
-    /// The largest home one may ask for; null when this server cannot limit homes.
-    pub max_disk_mb: Option<u64>,
-    /// The size of each sandbox's in-memory `/tmp` and `/var/tmp`; null when they are on the
-    /// container's own layer.
-    pub tmp_mb: Option<u64>,
-    /// What each sandbox may write outside its home and `/tmp` (its container's writable
-    /// layer); null when nothing limits it on this server.
-    pub rootfs_mb: Option<u64>,
-    pub max_idle_minutes: u32,
-    /// The largest file `fs/write` accepts.
-    pub max_file_mb: u64,
-    pub exec_output_cap_kb: u64,
-    pub exec_default_timeout_ms: u64,
-    pub exec_max_timeout_ms: u64,
-}
 
 /// The server's limits and defaults for agents, files and exec.
 #[utoipa::path(get, path = "/api/v1/limits", tag = "agents",

@@ -1,8 +1,6 @@
 //! `POST /api/v1/agents/{id}/exec`: one command without a terminal, the way an AI agent's tool
 //! call runs one. Answers with the whole result, or streams NDJSON when asked to.
 
-use std::collections::BTreeMap;
-
 use agenthold_proto::{self as proto, ExecExit, ExecRequest, ExecTooLarge, Frame, FrameCodec};
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -10,44 +8,16 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::{SinkExt, Stream, StreamExt};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tokio_util::codec::{FramedRead, FramedWrite};
-use utoipa::ToSchema;
 
 use super::error::{ApiError, ApiJson, ErrorBody};
+use super::types::{self, ExecBody, ExecLine, ExecResult, OutputStream};
 use super::AppState;
 use crate::activity::{Use, UseGuard};
 use crate::utf8::Utf8Decoder;
 
 pub const NDJSON: &str = "application/x-ndjson";
-
-#[derive(Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ExecBody {
-    /// The program and its arguments; no shell unless you name one. With `env`, at most 1 MiB
-    /// (each argument and each `KEY=VALUE` counted with a NUL), each argument at most 131071
-    /// bytes (Linux's limit): send a longer script as `stdin` (`["sh"]`). Beyond: `413`.
-    pub command: Vec<String>,
-    /// Working directory; /home/agent by default.
-    pub cwd: Option<String>,
-    /// Counted with `command` towards its 1 MiB; each `KEY=VALUE` at most 131071 bytes.
-    pub env: Option<BTreeMap<String, String>>,
-    pub stdin: Option<String>,
-    /// Kills the whole process group after this long; the server's default applies when absent.
-    pub timeout_ms: Option<u64>,
-}
-
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ExecResult {
-    pub exit_code: i32,
-    pub stdout: String,
-    pub stderr: String,
-    pub timed_out: bool,
-    pub duration_ms: u64,
-    /// Output beyond the server's cap (server.exec_output_cap_kb) was cut.
-    pub truncated: bool,
-}
 
 fn validate(st: &AppState, body: &ExecBody) -> Result<ExecRequest, ApiError> {
     if body.command.is_empty() || body.command[0].is_empty() {
@@ -211,21 +181,6 @@ where
     Err(lost())
 }
 
-#[derive(Serialize)]
-struct OutputLine<'a> {
-    stream: &'a str,
-    data: &'a str,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ExitLine {
-    exit_code: i32,
-    timed_out: bool,
-    duration_ms: u64,
-    truncated: bool,
-}
-
 fn line<T: Serialize>(value: &T) -> Bytes {
     let mut v = serde_json::to_vec(value).unwrap_or_default();
     v.push(b'\n');
@@ -245,23 +200,23 @@ where
                 Some(Ok(Frame::Stdout(b))) => {
                     let text = out.decode(&b);
                     if !text.is_empty() {
-                        yield Ok::<_, std::io::Error>(line(&OutputLine { stream: "stdout", data: &text }));
+                        yield Ok::<_, std::io::Error>(line(&ExecLine::Output { stream: OutputStream::Stdout, data: text }));
                     }
                 }
                 Some(Ok(Frame::Stderr(b))) => {
                     let text = err.decode(&b);
                     if !text.is_empty() {
-                        yield Ok(line(&OutputLine { stream: "stderr", data: &text }));
+                        yield Ok(line(&ExecLine::Output { stream: OutputStream::Stderr, data: text }));
                     }
                 }
                 Some(Ok(Frame::ExecExit(ExecExit { exit_code, timed_out, duration_ms, truncated }))) => {
-                    for (name, dec) in [("stdout", &mut out), ("stderr", &mut err)] {
+                    for (stream, dec) in [(OutputStream::Stdout, &mut out), (OutputStream::Stderr, &mut err)] {
                         let rest = dec.finish();
                         if !rest.is_empty() {
-                            yield Ok(line(&OutputLine { stream: name, data: &rest }));
+                            yield Ok(line(&ExecLine::Output { stream, data: rest }));
                         }
                     }
-                    yield Ok(line(&ExitLine { exit_code, timed_out, duration_ms, truncated }));
+                    yield Ok(line(&ExecLine::Exit(types::ExecExit { exit_code, timed_out, duration_ms, truncated })));
                     break;
                 }
                 Some(Ok(_)) => {}

@@ -11,6 +11,7 @@ pub mod origin;
 pub mod session;
 pub mod terminal;
 pub mod terminals;
+pub mod types;
 
 use std::sync::Arc;
 
@@ -44,8 +45,8 @@ pub struct AppState {
         session::sign_in, session::status, session::sign_out,
     ),
     components(schemas(
-        crate::model::Agent, crate::model::AgentState, agents::CreateAgent, agents::UpdateAgent,
-        agents::Health, agents::Limits, files::DirEntry, exec::ExecBody, exec::ExecResult, error::ErrorBody,
+        crate::model::Agent, crate::model::AgentState, types::CreateAgent, types::UpdateAgent,
+        types::Health, types::Limits, files::DirEntry, types::ExecBody, types::ExecResult, error::ErrorBody,
         error::ErrorDetail, session::SignIn, session::SessionStatus, terminals::TerminalSession,
     )),
     modifiers(&BearerAuth),

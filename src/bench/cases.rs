@@ -12,7 +12,7 @@ use tokio_tungstenite::tungstenite::Message;
 use super::docker_cli::{docker, timed};
 use super::server_proc::{children, rss_kib, ServerProc};
 use super::stats::{ms, Row};
-use crate::cli::{AgentAction, ApiClient, CreateAgent, ExecRequest, ServerEvent, Terminal};
+use crate::cli::{AgentAction, ApiClient, CreateAgent, ExecBody, ServerEvent, Terminal};
 use crate::model::AgentState;
 
 const WAKE_MESSAGE: &str = "Starting the sandbox";
@@ -348,7 +348,7 @@ pub async fn keystroke_echo(cx: &mut Ctx<'_>, id: &str, other: &str) -> anyhow::
     client
         .exec(
             other,
-            &ExecRequest {
+            &ExecBody {
                 command: vec![
                     "sh".into(),
                     "-c".into(),
@@ -398,7 +398,7 @@ pub async fn keystroke_echo(cx: &mut Ctx<'_>, id: &str, other: &str) -> anyhow::
 pub async fn exec_true(cx: &mut Ctx<'_>, id: &str, base_name: &str) -> anyhow::Result<Row> {
     let client = cx.client();
     let n = cx.runs * 10;
-    let req = ExecRequest {
+    let req = ExecBody {
         command: vec!["true".into()],
         ..Default::default()
     };
@@ -408,8 +408,8 @@ pub async fn exec_true(cx: &mut Ctx<'_>, id: &str, base_name: &str) -> anyhow::R
         let t = Instant::now();
         let r = client.exec(id, &req).await?;
         ours.push(ms(t.elapsed()));
-        if r.exit_code != Some(0) {
-            bail!("`true` exited with {:?}", r.exit_code);
+        if r.exit_code != 0 {
+            bail!("`true` exited with {}", r.exit_code);
         }
     }
     let mut base = Vec::new();
@@ -808,7 +808,7 @@ pub async fn restart(cx: &mut Ctx<'_>, running: &[String], total: usize) -> anyh
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // Reconnected: every running agent runs a command.
-    let req = ExecRequest {
+    let req = ExecBody {
         command: vec!["true".into()],
         ..Default::default()
     };

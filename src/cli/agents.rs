@@ -4,8 +4,9 @@ use std::io::Write;
 
 use super::client::ApiClient;
 use super::output;
-use super::types::{AgentAction, CreateAgent};
+use super::types::AgentAction;
 use super::wait::{Goal, Watch};
+use crate::api::types::CreateAgent;
 use crate::model::Agent;
 
 #[derive(clap::Subcommand, Debug)]

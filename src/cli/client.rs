@@ -15,10 +15,8 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use super::error::ClientError;
 use super::lines::LineSplitter;
 use super::sse::SseParser;
-use super::types::{
-    decode_exec_line, AgentAction, CreateAgent, ExecEvent, ExecRequest, ExecResult, Health,
-    ServerEvent,
-};
+use super::types::{decode_exec_line, AgentAction, ExecEvent, ServerEvent};
+use crate::api::types::{CreateAgent, ExecBody, ExecResult, Health};
 use crate::model::Agent;
 
 pub type Terminal = WebSocketStream<MaybeTlsStream<TcpStream>>;
@@ -169,7 +167,7 @@ impl ApiClient {
     }
 
     /// Runs a command and waits for all of its output.
-    pub async fn exec(&self, id: &str, req: &ExecRequest) -> Result<ExecResult, ClientError> {
+    pub async fn exec(&self, id: &str, req: &ExecBody) -> Result<ExecResult, ClientError> {
         self.json(
             self.request(Method::POST, &["agents", id, "exec"])
                 .header(ACCEPT, "application/json")
@@ -183,7 +181,7 @@ impl ApiClient {
     pub async fn exec_stream(
         &self,
         id: &str,
-        req: &ExecRequest,
+        req: &ExecBody,
     ) -> Result<BoxStream<'static, Result<ExecEvent, ClientError>>, ClientError> {
         let resp = self
             .send(

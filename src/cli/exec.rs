@@ -8,7 +8,8 @@ use futures::StreamExt;
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::client::ApiClient;
-use super::types::{ExecEvent, ExecExit, ExecRequest, OutputStream};
+use super::types::ExecEvent;
+use crate::api::types::{ExecBody, ExecExit, OutputStream};
 
 /// What coreutils `timeout` exits with, so scripts can tell a timeout from a failure.
 pub const EXIT_TIMED_OUT: i32 = 124;
@@ -49,12 +50,11 @@ pub fn exit_status(exit: &ExecExit) -> i32 {
         return EXIT_TIMED_OUT;
     }
     match exit.exit_code {
-        Some(c @ 0..=255) => c,
+        c @ 0..=255 => c,
         // Some servers report death by signal N as -N; shells say 128+N.
-        Some(c) if c < 0 => 128i32.saturating_add(c.saturating_neg()).min(255),
+        c if c < 0 => 128i32.saturating_add(c.saturating_neg()).min(255),
         // Truncating to 8 bits could turn a failure into 0.
-        Some(_) => 255,
-        None => 1,
+        _ => 255,
     }
 }
 
@@ -65,10 +65,10 @@ pub(super) async fn run(client: &ApiClient, args: ExecArgs) -> anyhow::Result<i3
     } else {
         read_stdin().await?
     };
-    let req = ExecRequest {
+    let req = ExecBody {
         command: args.command,
         cwd: args.cwd,
-        env: args.env.into_iter().collect::<BTreeMap<_, _>>(),
+        env: (!args.env.is_empty()).then(|| args.env.into_iter().collect::<BTreeMap<_, _>>()),
         stdin,
         timeout_ms: args.timeout.map(|s| s.saturating_mul(1000)),
     };
@@ -124,7 +124,7 @@ async fn read_stdin() -> anyhow::Result<Option<String>> {
 mod tests {
     use super::*;
 
-    fn exit(code: Option<i32>, timed_out: bool) -> ExecExit {
+    fn exit(code: i32, timed_out: bool) -> ExecExit {
         ExecExit {
             exit_code: code,
             timed_out,
@@ -134,15 +134,13 @@ mod tests {
 
     #[test]
     fn exit_codes_map_like_a_shell() {
-        assert_eq!(exit_status(&exit(Some(0), false)), 0);
-        assert_eq!(exit_status(&exit(Some(3), false)), 3);
-        assert_eq!(exit_status(&exit(Some(255), false)), 255);
-        assert_eq!(exit_status(&exit(Some(-9), false)), 137);
-        assert_eq!(exit_status(&exit(Some(i32::MIN), false)), 255);
-        assert_eq!(exit_status(&exit(Some(256), false)), 255);
-        assert_eq!(exit_status(&exit(None, false)), 1);
-        assert_eq!(exit_status(&exit(Some(137), true)), EXIT_TIMED_OUT);
-        assert_eq!(exit_status(&exit(None, true)), EXIT_TIMED_OUT);
+        assert_eq!(exit_status(&exit(0, false)), 0);
+        assert_eq!(exit_status(&exit(3, false)), 3);
+        assert_eq!(exit_status(&exit(255, false)), 255);
+        assert_eq!(exit_status(&exit(-9, false)), 137);
+        assert_eq!(exit_status(&exit(i32::MIN, false)), 255);
+        assert_eq!(exit_status(&exit(256, false)), 255);
+        assert_eq!(exit_status(&exit(137, true)), EXIT_TIMED_OUT);
     }
 
     #[test]

@@ -12,6 +12,7 @@ mod sse;
 mod types;
 mod wait;
 
+pub use crate::api::types::{CreateAgent, ExecBody, ExecExit, ExecResult, Health, OutputStream};
 pub use agents::{ActionArgs, AgentsCommand, CreateArgs};
 pub use client::{ApiClient, Terminal};
 pub use cp::{CpArgs, Location};
@@ -19,10 +20,7 @@ pub use error::ClientError;
 pub use exec::{exit_status, ExecArgs};
 pub use shell::ShellArgs;
 pub use sse::{SseEvent, SseParser};
-pub use types::{
-    decode_exec_line, AgentAction, CreateAgent, ExecEvent, ExecExit, ExecRequest, ExecResult,
-    Health, OutputStream, ServerEvent,
-};
+pub use types::{decode_exec_line, AgentAction, ExecEvent, ServerEvent};
 
 /// Options every client command takes.
 #[derive(clap::Args, Debug, Clone)]

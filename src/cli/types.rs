@@ -1,30 +1,13 @@
-//! Request and answer bodies of docs/api.md that `crate::model` does not already cover.
+//! What the client adds to the API's own types ([`crate::api::types`]): the lifecycle actions,
+//! and tolerant decoders for the exec stream and the event stream.
 
-use std::collections::BTreeMap;
-
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::error::ClientError;
 use super::sse::SseEvent;
+use crate::api::types::{ExecExit, OutputStream};
 use crate::model::Agent;
 use crate::model::PullProgress;
-
-/// `POST /api/v1/agents`; fields left `None` take the server's defaults.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CreateAgent {
-    pub name: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub image: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cpus: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub memory_mb: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub disk_mb: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub idle_minutes: Option<u32>,
-}
 
 /// The lifecycle operations under `POST /api/v1/agents/{id}/…`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,59 +25,6 @@ impl AgentAction {
             AgentAction::Rebuild => "rebuild",
         }
     }
-}
-
-/// `GET /api/v1/health`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(default)]
-pub struct Health {
-    pub status: String,
-    pub version: String,
-    pub driver: String,
-}
-
-/// `POST /api/v1/agents/{id}/exec`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ExecRequest {
-    pub command: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cwd: Option<String>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub env: BTreeMap<String, String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub stdin: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub timeout_ms: Option<u64>,
-}
-
-/// The buffered exec answer.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct ExecResult {
-    pub exit_code: Option<i32>,
-    pub stdout: String,
-    pub stderr: String,
-    pub timed_out: bool,
-    pub duration_ms: u64,
-    pub truncated: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OutputStream {
-    Stdout,
-    Stderr,
-}
-
-/// The last line of a streamed exec.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct ExecExit {
-    /// `None` when the process did not exit on its own (killed at the timeout, say).
-    pub exit_code: Option<i32>,
-    pub timed_out: bool,
-    pub duration_ms: u64,
-    pub truncated: bool,
 }
 
 /// One line of a streamed exec (`Accept: application/x-ndjson`).
@@ -221,18 +151,19 @@ mod tests {
         assert_eq!(
             decode_exec_line(br#"{"exitCode":3,"timedOut":false,"durationMs":12}"#).ok(),
             Some(Some(ExecEvent::Exit(ExecExit {
-                exit_code: Some(3),
+                exit_code: 3,
                 timed_out: false,
                 duration_ms: 12,
                 truncated: false
             })))
         );
         assert_eq!(
-            decode_exec_line(br#"{"exitCode":null,"timedOut":true}"#).ok(),
+            decode_exec_line(br#"{"exitCode":137,"timedOut":true,"durationMs":5}"#).ok(),
             Some(Some(ExecEvent::Exit(ExecExit {
-                exit_code: None,
+                exit_code: 137,
                 timed_out: true,
-                ..ExecExit::default()
+                duration_ms: 5,
+                truncated: false
             })))
         );
     }
@@ -311,7 +242,7 @@ mod tests {
 
     #[test]
     fn requests_serialize_in_camel_case_without_empty_fields() {
-        let req = ExecRequest {
+        let req = crate::api::types::ExecBody {
             command: vec!["ls".into()],
             timeout_ms: Some(5000),
             ..Default::default()
@@ -320,7 +251,7 @@ mod tests {
             serde_json::to_value(&req).ok(),
             Some(serde_json::json!({"command":["ls"],"timeoutMs":5000}))
         );
-        let create = CreateAgent {
+        let create = crate::api::types::CreateAgent {
             name: "b".into(),
             memory_mb: Some(512),
             ..Default::default()

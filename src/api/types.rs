@@ -1,0 +1,148 @@
+//! The request and answer bodies of the HTTP API, declared once: the server reads and writes
+//! them, the CLI and `agenthold bench` write and read them the other way, and the OpenAPI
+//! document is generated from them. The agent itself is [`crate::model::Agent`].
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// `POST /api/v1/agents`; fields left out take the server's defaults.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateAgent {
+    /// Unique, DNS-safe: lowercase letters, digits and `-`, at most 63.
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
+    /// The home's size in MiB (`sandbox.default_disk_mb` when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_mb: Option<u64>,
+    /// Minutes without use before the agent sleeps; 0 = never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_minutes: Option<u32>,
+}
+
+/// `PATCH /api/v1/agents/{id}`; fields left out stay as they are.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpdateAgent {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
+    /// A larger home in MiB (it never shrinks), applied at the agent's next start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_mb: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_minutes: Option<u32>,
+}
+
+/// `GET /api/v1/health`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Health {
+    pub status: String,
+    pub version: String,
+    pub driver: String,
+}
+
+/// `GET /api/v1/limits`: what the server allows and assumes, so a client can check input
+/// before sending it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Limits {
+    pub default_image: String,
+    pub default_cpus: f64,
+    pub default_memory_mb: u64,
+    pub default_idle_minutes: u32,
+    pub max_cpus: f64,
+    pub max_memory_mb: u64,
+    /// The home size of an agent that asks for none; null when such agents get no limit.
+    pub default_disk_mb: Option<u64>,
+    /// The largest home one may ask for; null when this server cannot limit homes.
+    pub max_disk_mb: Option<u64>,
+    /// The size of each sandbox's in-memory `/tmp` and `/var/tmp`; null when they are on the
+    /// container's own layer.
+    pub tmp_mb: Option<u64>,
+    /// What each sandbox may write outside its home and `/tmp` (its container's writable
+    /// layer); null when nothing limits it on this server.
+    pub rootfs_mb: Option<u64>,
+    pub max_idle_minutes: u32,
+    /// The largest file `fs/write` accepts.
+    pub max_file_mb: u64,
+    pub exec_output_cap_kb: u64,
+    pub exec_default_timeout_ms: u64,
+    pub exec_max_timeout_ms: u64,
+}
+
+/// `POST /api/v1/agents/{id}/exec`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExecBody {
+    /// The program and its arguments; no shell unless you name one. With `env`, at most 1 MiB
+    /// (each argument and each `KEY=VALUE` counted with a NUL), each argument at most 131071
+    /// bytes (Linux's limit): send a longer script as `stdin` (`["sh"]`). Beyond: `413`.
+    pub command: Vec<String>,
+    /// Working directory; /home/agent by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// Counted with `command` towards its 1 MiB; each `KEY=VALUE` at most 131071 bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<String>,
+    /// Kills the whole process group after this long; the server's default applies when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// The answer to an exec, once the command has ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecResult {
+    /// The command's exit status; 128 + N when signal N ended it (a timeout kills with SIGKILL).
+    pub exit_code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    pub timed_out: bool,
+    pub duration_ms: u64,
+    /// Output beyond the server's cap (server.exec_output_cap_kb) was cut.
+    pub truncated: bool,
+}
+
+/// Which of the command's outputs a streamed chunk comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputStream {
+    Stdout,
+    Stderr,
+}
+
+/// One line of a streamed exec (`Accept: application/x-ndjson`): output as it comes, then the
+/// exit. A stream that fails after it began ends with an error line instead (an
+/// [`crate::api::error::ErrorBody`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ExecLine {
+    Output { stream: OutputStream, data: String },
+    Exit(ExecExit),
+}
+
+/// The last line of a streamed exec.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecExit {
+    pub exit_code: i32,
+    pub timed_out: bool,
+    pub duration_ms: u64,
+    #[serde(default)]
+    pub truncated: bool,
+}
