@@ -12,28 +12,16 @@ use axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
-use serde_json::json;
 use tokio_util::codec::Framed;
 use utoipa::IntoParams;
 
 use super::error::{ApiError, ApiQuery, ErrorBody};
+use super::types::{close, TerminalMessage};
 use super::AppState;
 use crate::activity::Use;
 use crate::model::AgentState;
 use crate::tunnel::registry::{Link, LinkStream, TunnelError};
 
-/// Close code for a shell that ended.
-pub const CLOSE_NORMAL: u16 = 1000;
-/// Close code for a failure on our side (the sandbox went away, waking failed); a client that
-/// has a session id may reattach.
-pub const CLOSE_ERROR: u16 = 1011;
-/// Close codes for an attach that cannot succeed (mirroring HTTP 400, 404 and 409).
-pub const CLOSE_BAD_REQUEST: u16 = 4400;
-pub const CLOSE_SESSION_GONE: u16 = 4404;
-pub const CLOSE_BUSY: u16 = 4409;
-/// Close code for a terminal refused because the agent has `sandbox.max_streams_per_agent`
-/// channels open (mirroring HTTP 429): nothing is wrong with the session, try again later.
-pub const CLOSE_TOO_MANY_STREAMS: u16 = 4429;
 const MAX_DIM: u16 = 1000;
 /// Longest command line accepted (it travels in a channel header).
 const MAX_COMMAND: usize = 16 * 1024;
@@ -91,12 +79,6 @@ pub struct TerminalQuery {
     pub offset: Option<String>,
     /// For a new session: a command line for the account's shell instead of a login shell.
     pub command: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "lowercase")]
-enum Control {
-    Resize { cols: u16, rows: u16 },
 }
 
 fn check_dims(cols: u16, rows: u16) -> Result<(), ApiError> {
@@ -261,7 +243,7 @@ async fn run(st: AppState, id: String, open: TerminalOpen, mut socket: WebSocket
             Err(e) => {
                 return close(
                     &mut socket,
-                    CLOSE_ERROR,
+                    close::ERROR,
                     &format!("the sandbox did not reconnect: {e}"),
                 )
                 .await
@@ -278,7 +260,12 @@ async fn run(st: AppState, id: String, open: TerminalOpen, mut socket: WebSocket
             Err(e) => {
                 let msg = format!("\r\nThe sandbox could not be started: {e}\r\n");
                 let _ = socket.send(Message::Binary(msg.into())).await;
-                return close(&mut socket, CLOSE_ERROR, "the sandbox could not be started").await;
+                return close(
+                    &mut socket,
+                    close::ERROR,
+                    "the sandbox could not be started",
+                )
+                .await;
             }
         }
     };
@@ -290,15 +277,17 @@ async fn run(st: AppState, id: String, open: TerminalOpen, mut socket: WebSocket
                 let msg = format!("\r\nThe terminal could not be opened: {reason}\r\n");
                 let _ = socket.send(Message::Binary(msg.into())).await;
             }
-            close(&mut socket, CLOSE_TOO_MANY_STREAMS, &reason).await
+            close(&mut socket, close::TOO_MANY_STREAMS, &reason).await
         }
         Err(AttachError::Open(OpenError::Refused(e))) => {
             let (code, reason) = match e.code {
-                ErrorCode::NotFound if attaching => (CLOSE_SESSION_GONE, SESSION_ENDED.to_string()),
-                ErrorCode::Invalid => (CLOSE_BAD_REQUEST, e.message),
-                ErrorCode::Busy => (CLOSE_BUSY, e.message),
+                ErrorCode::NotFound if attaching => {
+                    (close::SESSION_GONE, SESSION_ENDED.to_string())
+                }
+                ErrorCode::Invalid => (close::BAD_REQUEST, e.message),
+                ErrorCode::Busy => (close::BUSY, e.message),
                 _ => (
-                    CLOSE_ERROR,
+                    close::ERROR,
                     format!("the terminal could not be opened: {}", e.message),
                 ),
             };
@@ -313,13 +302,18 @@ async fn run(st: AppState, id: String, open: TerminalOpen, mut socket: WebSocket
                 let msg = format!("\r\nThe terminal could not be opened: {e}\r\n");
                 let _ = socket.send(Message::Binary(msg.into())).await;
             }
-            close(&mut socket, CLOSE_ERROR, "the terminal could not be opened").await
+            close(
+                &mut socket,
+                close::ERROR,
+                "the terminal could not be opened",
+            )
+            .await
         }
     }
 }
 
-fn text(v: serde_json::Value) -> Message {
-    Message::Text(v.to_string().into())
+fn text(m: &TerminalMessage) -> Message {
+    Message::Text(serde_json::to_string(m).unwrap_or_default().into())
 }
 
 /// A redraw being gathered from `Data` frames before it goes out as one message.
@@ -337,9 +331,13 @@ async fn relay(
     stream: LinkStream,
     opened: TerminalOpened,
 ) {
-    let hello = json!({"type": "session", "id": opened.session, "offset": opened.offset,
-        "cols": opened.cols, "rows": opened.rows});
-    if socket.send(text(hello)).await.is_err() {
+    let hello = TerminalMessage::Session {
+        id: opened.session,
+        offset: opened.offset,
+        cols: opened.cols,
+        rows: opened.rows,
+    };
+    if socket.send(text(&hello)).await.is_err() {
         return;
     }
     let mut pty = Framed::new(stream, FrameCodec::default());
@@ -351,8 +349,8 @@ async fn relay(
                     st.lc.activity().touch(id);
                     if pty.send(Frame::Data(b)).await.is_err() { break; }
                 }
-                Some(Ok(Message::Text(t))) => match serde_json::from_str::<Control>(&t) {
-                    Ok(Control::Resize { cols, rows }) if check_dims(cols, rows).is_ok() => {
+                Some(Ok(Message::Text(t))) => match serde_json::from_str::<TerminalMessage>(&t) {
+                    Ok(TerminalMessage::Resize { cols, rows }) if check_dims(cols, rows).is_ok() => {
                         if pty.send(Frame::Resize { cols, rows }).await.is_err() { break; }
                     }
                     // A bad control message is ignored rather than ending someone's shell.
@@ -383,11 +381,11 @@ async fn relay(
                     }
                 }
                 Some(Ok(Frame::Resize { cols, rows })) => {
-                    if socket.send(text(json!({"type": "resize", "cols": cols, "rows": rows}))).await.is_err() { return; }
+                    if socket.send(text(&TerminalMessage::Resize { cols, rows })).await.is_err() { return; }
                 }
                 Some(Ok(Frame::PtyExit(code))) => {
-                    let _ = socket.send(text(json!({"type": "exit", "code": code}))).await;
-                    return close(socket, CLOSE_NORMAL, &format!("the shell exited with code {code}")).await;
+                    let _ = socket.send(text(&TerminalMessage::Exit { code })).await;
+                    return close(socket, close::NORMAL, &format!("the shell exited with code {code}")).await;
                 }
                 Some(Ok(_)) => {}
                 Some(Err(_)) | None => break,
@@ -396,11 +394,11 @@ async fn relay(
     }
     // No terminal bytes here: they would be taken for session output and spoil the offset.
     if let Some(why) = sessions_ended(st, id).await {
-        return close(socket, CLOSE_SESSION_GONE, &why).await;
+        return close(socket, close::SESSION_GONE, &why).await;
     }
     close(
         socket,
-        CLOSE_ERROR,
+        close::ERROR,
         "the connection to the sandbox was lost; reattach to the session",
     )
     .await;
@@ -426,7 +424,10 @@ async fn sessions_ended(st: &AppState, id: &str) -> Option<String> {
 }
 
 async fn send_redraw(socket: &mut WebSocket, offset: u64, bytes: Bytes) -> Result<(), axum::Error> {
-    let head = json!({"type": "redraw", "offset": offset, "bytes": bytes.len()});
-    socket.send(text(head)).await?;
+    let head = TerminalMessage::Redraw {
+        offset,
+        bytes: bytes.len() as u64,
+    };
+    socket.send(text(&head)).await?;
     socket.send(Message::Binary(bytes)).await
 }

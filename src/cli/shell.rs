@@ -17,6 +17,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use super::client::{ApiClient, Terminal};
 use super::error::ClientError;
+use crate::api::types::{close, TerminalMessage};
 
 /// What a terminal is assumed to be when ours is not one (a pipe in a test).
 const DEFAULT_SIZE: (u16, u16) = (80, 24);
@@ -31,11 +32,6 @@ const MAX_EOTS: u8 = 3;
 /// second), then no more than every few seconds.
 const RETRY_FIRST: Duration = Duration::from_millis(200);
 const RETRY_MAX: Duration = Duration::from_secs(3);
-/// Close codes (see the terminal route's description).
-const CLOSE_NORMAL: u16 = 1000;
-const CLOSE_SESSION_GONE: u16 = 4404;
-/// The agent had too many channels open: the session is fine, a later attach will do.
-const CLOSE_TOO_MANY_STREAMS: u16 = 4429;
 
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct ShellArgs {
@@ -84,24 +80,21 @@ impl Tracker {
 
     /// Takes a text (control) message; they are never shown.
     fn on_text(&mut self, text: &str) {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(text) else {
+        // Kinds this client does not know are skipped, so the server may add some.
+        let Ok(msg) = serde_json::from_str::<TerminalMessage>(text) else {
             return;
         };
-        match v["type"].as_str() {
-            Some("session") => {
-                if let Some(id) = v["id"].as_str() {
-                    self.session = Some(id.to_string());
-                }
-                if let Some(o) = v["offset"].as_u64() {
-                    self.offset = o;
-                }
+        match msg {
+            TerminalMessage::Session { id, offset, .. } => {
+                self.session = Some(id);
+                self.offset = offset;
                 self.in_session = true;
                 self.has_offset = true;
             }
-            Some("redraw") => self.redraw_at = v["offset"].as_u64(),
-            Some("exit") => self.exit_code = v["code"].as_i64().map(|c| c as i32),
+            TerminalMessage::Redraw { offset, .. } => self.redraw_at = Some(offset),
+            TerminalMessage::Exit { code } => self.exit_code = Some(code),
             // A resize by another viewer: our own terminal's size is not ours to change.
-            _ => {}
+            TerminalMessage::Resize { .. } => {}
         }
     }
 
@@ -300,9 +293,9 @@ async fn pump(
             }
             _ = winch.recv() => {
                 let (cols, rows) = size();
-                let msg = serde_json::json!({"type": "resize", "cols": cols, "rows": rows});
+                let msg = serde_json::to_string(&TerminalMessage::Resize { cols, rows }).unwrap_or_default();
                 // A failed send means the socket is closing; its close frame tells why.
-                let _ = sink.send(Message::Text(msg.to_string().into())).await;
+                let _ = sink.send(Message::Text(msg.into())).await;
             }
             msg = source.next() => match msg {
                 Some(Ok(Message::Binary(bytes))) => {
@@ -319,11 +312,11 @@ async fn pump(
                         None => (1005, "closed without a reason".to_string()),
                     };
                     return Ok(match code {
-                        CLOSE_NORMAL => End::Exit,
-                        CLOSE_SESSION_GONE => End::Fatal(format!("terminal closed: {why}")),
+                        close::NORMAL => End::Exit,
+                        close::SESSION_GONE => End::Fatal(format!("terminal closed: {why}")),
                         // 1001 (the server is going away), 1006, 1011 (the sandbox link broke),
                         // 1012/1013 (restart, try later): the session may well live on.
-                        1001 | 1005 | 1006 | 1011..=1014 | CLOSE_TOO_MANY_STREAMS => End::Lost(why),
+                        1001 | 1005 | 1006 | 1011..=1014 | close::TOO_MANY_STREAMS => End::Lost(why),
                         _ => End::Fatal(format!("terminal closed: {why} ({code})")),
                     });
                 }
