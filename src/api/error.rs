@@ -1,43 +1,25 @@
 //! The API's error: `{"error": {"code", "message", "field"?}}` with a fitting status.
 
-use agenthold_proto::{ChannelError, ErrorCode};
+use agenthold_proto::{ChannelError, ErrorCode as ChannelCode};
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
-use utoipa::ToSchema;
 
+use super::types::ErrorCode;
+pub use super::types::{ErrorBody, ErrorDetail};
 use crate::lifecycle::LifecycleError;
 
 #[derive(Debug)]
 pub struct ApiError {
-    pub status: StatusCode,
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub message: String,
     /// The camelCase request field the error is about, so a form can show it there.
     pub field: Option<&'static str>,
 }
 
-#[derive(Serialize, ToSchema)]
-pub struct ErrorBody {
-    pub error: ErrorDetail,
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct ErrorDetail {
-    /// A machine word: invalid, unauthorized, forbidden, not_found, conflict, too_large,
-    /// too_many_requests, unavailable, internal.
-    pub code: String,
-    /// A sentence for a person.
-    pub message: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub field: Option<String>,
-}
-
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
         ApiError {
-            status,
             code,
             message: message.into(),
             field: None,
@@ -45,7 +27,7 @@ impl ApiError {
     }
 
     pub fn invalid(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::BAD_REQUEST, "invalid", message)
+        ApiError::new(ErrorCode::Invalid, message)
     }
 
     pub fn invalid_field(field: &'static str, message: impl Into<String>) -> ApiError {
@@ -57,54 +39,55 @@ impl ApiError {
 
     pub fn unauthorized() -> ApiError {
         ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
+            ErrorCode::Unauthorized,
             "a valid token is required: send Authorization: Bearer <token>",
         )
     }
 
     pub fn forbidden(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::FORBIDDEN, "forbidden", message)
+        ApiError::new(ErrorCode::Forbidden, message)
     }
 
     pub fn not_found(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+        ApiError::new(ErrorCode::NotFound, message)
     }
 
     pub fn conflict(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::CONFLICT, "conflict", message)
+        ApiError::new(ErrorCode::Conflict, message)
     }
 
     pub fn too_large(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", message)
+        ApiError::new(ErrorCode::TooLarge, message)
     }
 
     pub fn too_many_requests(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_requests", message)
+        ApiError::new(ErrorCode::TooManyRequests, message)
     }
 
     pub fn unavailable(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+        ApiError::new(ErrorCode::Unavailable, message)
     }
 
     pub fn internal(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+        ApiError::new(ErrorCode::Internal, message)
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if self.status.is_server_error() {
-            tracing::warn!(code = self.code, "{}", self.message);
+        let status =
+            StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        if status.is_server_error() {
+            tracing::warn!(code = self.code.as_str(), "{}", self.message);
         }
         let body = ErrorBody {
             error: ErrorDetail {
-                code: self.code.to_string(),
+                code: self.code.as_str().to_string(),
                 message: self.message,
                 field: self.field.map(str::to_string),
             },
         };
-        (self.status, axum::Json(body)).into_response()
+        (status, axum::Json(body)).into_response()
     }
 }
 
@@ -130,21 +113,17 @@ impl From<LifecycleError> for ApiError {
 
 impl From<ChannelError> for ApiError {
     fn from(e: ChannelError) -> ApiError {
-        let (status, code) = match e.code {
-            ErrorCode::NotFound => (StatusCode::NOT_FOUND, "not_found"),
-            ErrorCode::Invalid | ErrorCode::IsDir | ErrorCode::NotDir => {
-                (StatusCode::BAD_REQUEST, "invalid")
-            }
-            ErrorCode::Exists | ErrorCode::Busy => (StatusCode::CONFLICT, "conflict"),
-            ErrorCode::PermissionDenied | ErrorCode::Unauthorized => {
-                (StatusCode::FORBIDDEN, "forbidden")
-            }
-            ErrorCode::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
-            ErrorCode::NoSpace => (StatusCode::INSUFFICIENT_STORAGE, "no_space"),
-            ErrorCode::UnknownChannel => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
-            ErrorCode::Io => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        let code = match e.code {
+            ChannelCode::NotFound => ErrorCode::NotFound,
+            ChannelCode::Invalid | ChannelCode::IsDir | ChannelCode::NotDir => ErrorCode::Invalid,
+            ChannelCode::Exists | ChannelCode::Busy => ErrorCode::Conflict,
+            ChannelCode::PermissionDenied | ChannelCode::Unauthorized => ErrorCode::Forbidden,
+            ChannelCode::TooLarge => ErrorCode::TooLarge,
+            ChannelCode::NoSpace => ErrorCode::NoSpace,
+            ChannelCode::UnknownChannel => ErrorCode::Unavailable,
+            ChannelCode::Io => ErrorCode::Internal,
         };
-        ApiError::new(status, code, e.message)
+        ApiError::new(code, e.message)
     }
 }
 

@@ -11,7 +11,7 @@ use futures::{SinkExt, Stream, StreamExt};
 use serde::Serialize;
 use tokio_util::codec::{FramedRead, FramedWrite};
 
-use super::error::{ApiError, ApiJson, ErrorBody};
+use super::error::{ApiError, ApiJson, ErrorBody, ErrorDetail};
 use super::types::{self, ExecBody, ExecLine, ExecResult, OutputStream};
 use super::AppState;
 use crate::activity::{Use, UseGuard};
@@ -222,7 +222,7 @@ where
                 Some(Ok(_)) => {}
                 Some(Err(_)) | None => {
                     let e = lost();
-                    yield Ok(line(&serde_json::json!({"error": {"code": e.code, "message": e.message}})));
+                    yield Ok(line(&ErrorBody { error: ErrorDetail { code: e.code.as_str().to_string(), message: e.message, field: None } }));
                     break;
                 }
             }

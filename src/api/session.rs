@@ -46,8 +46,7 @@ pub async fn sign_in(
 ) -> Response {
     if !st.auth.is_admin_token(body.token.trim()) {
         return ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
+            super::types::ErrorCode::Unauthorized,
             "that token is not valid",
         )
         .into_response();

@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::api::types::{ErrorBody, ErrorCode};
+
 /// A failure of an [`ApiClient`](super::ApiClient) call.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -74,16 +76,7 @@ impl ClientError {
 
     /// A non-success answer: the API's error body when there is one, else the status itself.
     pub(crate) fn from_status(status: u16, body: &[u8]) -> Self {
-        #[derive(serde::Deserialize)]
-        struct Envelope {
-            error: Body,
-        }
-        #[derive(serde::Deserialize)]
-        struct Body {
-            code: String,
-            message: String,
-        }
-        match serde_json::from_slice::<Envelope>(body) {
+        match serde_json::from_slice::<ErrorBody>(body) {
             Ok(env) => ClientError::Api {
                 status,
                 code: env.error.code,
@@ -104,24 +97,13 @@ impl ClientError {
                 };
                 ClientError::Api {
                     status,
-                    code: code_for_status(status).to_string(),
+                    code: ErrorCode::for_status(status)
+                        .map_or("http_error", ErrorCode::as_str)
+                        .to_string(),
                     message,
                 }
             }
         }
-    }
-}
-
-fn code_for_status(status: u16) -> &'static str {
-    match status {
-        400 => "invalid",
-        401 => "unauthorized",
-        403 => "forbidden",
-        404 => "not_found",
-        409 => "conflict",
-        413 => "too_large",
-        503 => "unavailable",
-        _ => "http_error",
     }
 }
 

@@ -5,7 +5,7 @@ use serde::Deserialize;
 
 use super::error::ClientError;
 use super::sse::SseEvent;
-use crate::api::types::{ExecExit, OutputStream};
+use crate::api::types::{ErrorCode, ExecExit, OutputStream};
 use crate::model::Agent;
 use crate::model::PullProgress;
 
@@ -66,7 +66,10 @@ pub fn decode_exec_line(line: &[u8]) -> Result<Option<ExecEvent>, ClientError> {
         let body = serde_json::to_vec(&value).unwrap_or_default();
         let mut err = ClientError::from_status(500, &body);
         if let ClientError::Api { status, code, .. } = &mut err {
-            *status = status_for_code(code);
+            // An error inside a 200 stream has no status of its own: take its code's.
+            *status = ErrorCode::parse(code)
+                .unwrap_or(ErrorCode::Internal)
+                .status();
         }
         return Err(err);
     }
@@ -76,20 +79,6 @@ pub fn decode_exec_line(line: &[u8]) -> Result<Option<ExecEvent>, ClientError> {
         return Ok(Some(ExecEvent::Exit(exit)));
     }
     Ok(None)
-}
-
-/// An error inside a 200 stream has no status of its own; give it the one its code stands for.
-fn status_for_code(code: &str) -> u16 {
-    match code {
-        "invalid" => 400,
-        "unauthorized" => 401,
-        "forbidden" => 403,
-        "not_found" => 404,
-        "conflict" => 409,
-        "too_large" => 413,
-        "unavailable" => 503,
-        _ => 500,
-    }
 }
 
 /// One event of `GET /api/v1/events`.
