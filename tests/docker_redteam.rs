@@ -173,30 +173,7 @@ async fn finding_9_a_stream_flood_past_the_tunnels_own_limit_leaves_the_tunnel_u
     let id = running_agent_with(&s, "deluge", AGENT_IMAGE).await;
     let conn = s.lc.tunnels().conn_id(&id).expect("the agent's tunnel");
 
-    let answers = futures::future::join_all((0..FLOOD).map(|_| {
-        s.post(&format!("/api/v1/agents/{id}/exec"))
-            .header("accept", "application/x-ndjson")
-            .json(&json!({"command": ["sleep", "120"]}))
-            .send()
-    }))
-    .await;
-    let mut running = Vec::new();
-    let mut refused = 0;
-    for a in answers {
-        let a = a.expect("an exec request failed");
-        match a.status().as_u16() {
-            200 => running.push(a),
-            429 => {
-                let msg = expect_error(a, 429, "too_many_requests").await;
-                assert!(msg.contains("max_streams_per_agent"), "{msg}");
-                refused += 1;
-            }
-            other => panic!(
-                "exec answered {other}: {}",
-                a.text().await.unwrap_or_default()
-            ),
-        }
-    }
+    let (running, refused) = common::exec_flood(&s, &id, FLOOD).await;
     assert_eq!(running.len(), cap);
     assert_eq!(refused, FLOOD - cap);
     assert_eq!(

@@ -157,17 +157,7 @@ impl OwnEngine {
     }
 
     fn docker(&self, args: &[&str]) -> Result<String, String> {
-        let out = Command::new("docker")
-            .arg("-H")
-            .arg(self.host())
-            .args(args)
-            .output()
-            .map_err(|e| e.to_string())?;
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-        } else {
-            Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
-        }
+        docker_try_at(Some(&self.host()), args)
     }
 
     fn log(&self) -> String {

@@ -837,30 +837,7 @@ async fn a_flood_past_the_tunnels_own_limit_leaves_the_tunnel_up() {
     let conn = s.lc.tunnels().conn_id(&id).expect("the agent's tunnel");
     let mut v = Viewer::open(&s, &id, "").await;
 
-    // Streaming execs answer once their channel is open, and hold it while the body is read.
-    let answers = futures::future::join_all((0..FLOOD).map(|_| {
-        s.post(&format!("/api/v1/agents/{id}/exec"))
-            .header("accept", "application/x-ndjson")
-            .json(&serde_json::json!({"command": ["sleep", "120"]}))
-            .send()
-    }))
-    .await;
-    let mut running = Vec::new();
-    let mut refused = 0;
-    for a in answers {
-        let a = a.expect("an exec request failed");
-        match a.status().as_u16() {
-            200 => running.push(a),
-            429 => {
-                expect_429(a).await;
-                refused += 1;
-            }
-            other => panic!(
-                "exec answered {other}: {}",
-                a.text().await.unwrap_or_default()
-            ),
-        }
-    }
+    let (running, refused) = common::exec_flood(&s, &id, FLOOD).await;
     // The terminal holds one of the cap's streams.
     assert_eq!(running.len(), cap - 1);
     assert_eq!(refused, FLOOD - (cap - 1));

@@ -44,10 +44,16 @@ pub fn docker(args: &[&str]) -> String {
 
 /// Like [`docker`], but a failure is returned rather than a panic.
 pub fn docker_try(args: &[&str]) -> Result<String, String> {
-    let out = Command::new("docker")
-        .args(args)
-        .output()
-        .map_err(|e| e.to_string())?;
+    docker_try_at(None, args)
+}
+
+/// [`docker_try`] against the engine at `host` (`unix://…`), or the shared one.
+pub fn docker_try_at(host: Option<&str>, args: &[&str]) -> Result<String, String> {
+    let mut cmd = Command::new("docker");
+    if let Some(h) = host {
+        cmd.args(["-H", h]);
+    }
+    let out = cmd.args(args).output().map_err(|e| e.to_string())?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
     } else {

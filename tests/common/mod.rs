@@ -268,3 +268,35 @@ pub async fn exec(s: &TestServer, id: &str, command: &[&str]) -> Value {
     assert_eq!(r.status(), 200, "exec {command:?}");
     r.json().await.unwrap()
 }
+
+/// `n` streaming execs of `sleep 120` at once on agent `id`. Each answers once its channel is
+/// open and holds it while its body is read; the ones the stream cap refuses must be `429`
+/// naming `sandbox.max_streams_per_agent`. Returns the running ones (drop them to end the
+/// commands) and the number refused.
+pub async fn exec_flood(s: &TestServer, id: &str, n: usize) -> (Vec<reqwest::Response>, usize) {
+    let answers = futures::future::join_all((0..n).map(|_| {
+        s.post(&format!("/api/v1/agents/{id}/exec"))
+            .header("accept", "application/x-ndjson")
+            .json(&json!({"command": ["sleep", "120"]}))
+            .send()
+    }))
+    .await;
+    let mut running = Vec::new();
+    let mut refused = 0;
+    for a in answers {
+        let a = a.expect("an exec request failed");
+        match a.status().as_u16() {
+            200 => running.push(a),
+            429 => {
+                let msg = expect_error(a, 429, "too_many_requests").await;
+                assert!(msg.contains("max_streams_per_agent"), "{msg}");
+                refused += 1;
+            }
+            other => panic!(
+                "exec answered {other}: {}",
+                a.text().await.unwrap_or_default()
+            ),
+        }
+    }
+    (running, refused)
+}
