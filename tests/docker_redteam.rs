@@ -184,14 +184,7 @@ async fn finding_9_a_stream_flood_past_the_tunnels_own_limit_leaves_the_tunnel_u
 
     // The flood ends: its streams are given back, and the same tunnel carries exec again.
     drop(running);
-    common::wait_for("exec works again after the flood", || async {
-        s.post(&format!("/api/v1/agents/{id}/exec"))
-            .json(&json!({"command": ["true"]}))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-    })
-    .await;
+    common::wait_exec_works(&s, &id, "after the flood").await;
     assert_eq!(
         s.lc.tunnels().conn_id(&id),
         Some(conn),

@@ -805,14 +805,7 @@ async fn an_attach_flood_is_refused_beyond_the_cap_and_the_tunnel_stays_up() {
 
     // The flood ends: its streams are given back, and channels open again.
     drop(opened);
-    common::wait_for("exec works again after the flood", || async {
-        s.post(&format!("/api/v1/agents/{id}/exec"))
-            .json(&serde_json::json!({"command": ["true"]}))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-    })
-    .await;
+    common::wait_exec_works(&s, &id, "after the flood").await;
     let mut again = Viewer::open(&s, &id, &format!("session={}", va.id)).await;
     again.type_keys("echo after-'flood'\r").await;
     again.read_until("after-flood").await;
@@ -852,14 +845,7 @@ async fn a_flood_past_the_tunnels_own_limit_leaves_the_tunnel_up() {
 
     // Closing the requests ends the commands and gives their streams back.
     drop(running);
-    common::wait_for("exec works again after the flood", || async {
-        s.post(&format!("/api/v1/agents/{id}/exec"))
-            .json(&serde_json::json!({"command": ["true"]}))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-    })
-    .await;
+    common::wait_exec_works(&s, &id, "after the flood").await;
     assert_eq!(
         s.lc.tunnels().conn_id(&id),
         Some(conn),

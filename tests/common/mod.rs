@@ -300,3 +300,15 @@ pub async fn exec_flood(s: &TestServer, id: &str, n: usize) -> (Vec<reqwest::Res
     }
     (running, refused)
 }
+
+/// Waits until an exec of `true` on agent `id` answers 200 again (`when`: after what).
+pub async fn wait_exec_works(s: &TestServer, id: &str, when: &str) {
+    wait_for(&format!("exec works again {when}"), || async {
+        s.post(&format!("/api/v1/agents/{id}/exec"))
+            .json(&json!({"command": ["true"]}))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+}
