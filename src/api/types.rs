@@ -48,6 +48,8 @@ pub struct UpdateAgent {
 
 /// `GET /api/v1/health`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+// A client reads what is there: a field a newer or older server lacks is empty.
+#[serde(default)]
 pub struct Health {
     pub status: String,
     pub version: String,
@@ -129,19 +131,22 @@ pub enum OutputStream {
 /// One line of a streamed exec (`Accept: application/x-ndjson`): output as it comes, then the
 /// exit. A stream that fails after it began ends with an error line instead (an
 /// [`ErrorBody`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum ExecLine {
     Output { stream: OutputStream, data: String },
     Exit(ExecExit),
 }
 
-/// The last line of a streamed exec.
+/// The last line of a streamed exec. A client takes the line by its `exitCode`; the other fields
+/// default when missing.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecExit {
     pub exit_code: i32,
+    #[serde(default)]
     pub timed_out: bool,
+    #[serde(default)]
     pub duration_ms: u64,
     #[serde(default)]
     pub truncated: bool,

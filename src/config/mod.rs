@@ -145,8 +145,9 @@ pub struct SandboxConfig {
     pub tmp_mb: u64,
     /// What each sandbox may write outside its home and `/tmp` (the container's writable
     /// layer: installed packages, `/root`, `/var`), in MiB; 0 means no limit. Docker enforces
-    /// it only with overlay2 on XFS mounted with `pquota`; elsewhere the server says so at
-    /// startup and sandboxes run without it.
+    /// it only with btrfs (where the image's own files count too) or overlay2 on XFS mounted
+    /// with `pquota`; elsewhere the server says so (at startup, or at the first create an
+    /// engine refuses it) and sandboxes run without it.
     pub rootfs_mb: u64,
     /// `-1` means no limit.
     pub pids_limit: i64,

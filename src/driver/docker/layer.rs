@@ -4,9 +4,10 @@
 //! Docker enforces `--storage-opt size=` with the btrfs storage driver (a quota group per
 //! container, counting the image's files too) and with overlay2 on an XFS mounted with project
 //! quotas (`pquota`), and refuses it everywhere else. So the driver asks for it only where the
-//! engine reports one of those, and the first time the engine refuses anyway (an XFS without
-//! `pquota`, which `docker info` does not show) it stops asking, says why once, and makes the
-//! container without it: a missing limit must not stop sandboxes.
+//! engine reports one of those. When a create that asked for it fails and the same create
+//! without it works (an XFS without `pquota`, which `docker info` does not show; a btrfs whose
+//! quotas cannot be turned on), the engine refused the limit: the driver stops asking and says
+//! why once. A missing limit must not stop sandboxes.
 
 use std::collections::HashMap;
 use std::sync::RwLock;
@@ -20,16 +21,16 @@ pub struct LayerLimit {
 }
 
 impl LayerLimit {
-    /// The limit of `mb` MiB (0: none) on an engine described by `info`.
-    pub fn new(mb: u64, info: &SystemInfo) -> LayerLimit {
-        let unavailable = if mb == 0 {
-            Some("sandbox.rootfs_mb is 0".to_string())
-        } else {
-            engine_supports(info.driver.as_deref(), info.driver_status.as_deref()).err()
+    /// The limit of `mb` MiB on an engine described by `info`; no limit when `mb` is 0 (then
+    /// `info` is not needed).
+    pub fn new(mb: u64, info: Option<&SystemInfo>) -> LayerLimit {
+        let unavailable = match info {
+            _ if mb == 0 => Some("sandbox.rootfs_mb is 0".to_string()),
+            Some(info) => engine_supports(info.driver.as_deref(), info.driver_status.as_deref())
+                .err()
+                .inspect(|why| warn_unlimited(why)),
+            None => Some("the engine's storage driver is unknown".to_string()),
         };
-        if let (Some(why), true) = (&unavailable, mb > 0) {
-            tracing::warn!("sandboxes' writes outside their home and /tmp are not limited: {why}");
-        }
         LayerLimit {
             mb,
             unavailable: RwLock::new(unavailable),
@@ -56,41 +57,49 @@ impl LayerLimit {
         }
     }
 
-    /// Whether `e`, the answer to a create that asked for the limit, is the engine refusing the
-    /// option. If so the limit is off from now on (said once), and the create should be tried
-    /// again without it.
-    pub fn refused(&self, e: &bollard::errors::Error) -> bool {
-        let bollard::errors::Error::DockerResponseServerError { message, .. } = e else {
-            return false;
-        };
-        if !is_refusal(message) {
-            return false;
-        }
+    /// The engine refused a create that asked for the limit (`refusal`, its answer) and took the
+    /// same create without it: the limit is off from now on, said once.
+    pub fn refused(&self, refusal: &str) {
         let mut g = match self.unavailable.write() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
         };
         if g.is_none() {
-            tracing::warn!(
-                engine = %message,
-                "sandboxes' writes outside their home and /tmp are not limited: the engine \
-                 refuses --storage-opt size"
-            );
-            *g = Some(format!("the Docker engine refuses it: {message}"));
+            let why = format!("the Docker engine refuses --storage-opt size: {refusal}");
+            warn_unlimited(&why);
+            *g = Some(why);
         }
-        true
     }
+}
+
+fn warn_unlimited(why: &str) {
+    tracing::warn!(
+        "what sandboxes write outside their home and in-memory /tmp is not limited \
+         (set sandbox.rootfs_mb: 0 to silence this): {why}"
+    );
 }
 
 /// `Ok` when the engine's storage can limit a container's writable layer, as far as
 /// `docker info` tells (it does not show XFS's mount options).
 fn engine_supports(driver: Option<&str>, status: Option<&[Vec<String>]>) -> Result<(), String> {
-    let backing = status
-        .unwrap_or_default()
-        .iter()
-        .find(|kv| kv.first().map(String::as_str) == Some("Backing Filesystem"))
-        .and_then(|kv| kv.get(1))
-        .map(String::as_str);
+    let field = |name: &str| {
+        status
+            .unwrap_or_default()
+            .iter()
+            .find(|kv| kv.first().map(String::as_str) == Some(name))
+            .and_then(|kv| kv.get(1))
+            .map(String::as_str)
+    };
+    // With the containerd image store, `Driver` names a snapshotter, and the engine drops
+    // `StorageOpt` without a word.
+    if field("driver-type") == Some("io.containerd.snapshotter.v1") {
+        return Err(format!(
+            "the Docker engine stores containers with containerd's {} snapshotter, which \
+             ignores --storage-opt size",
+            driver.unwrap_or("unknown")
+        ));
+    }
+    let backing = field("Backing Filesystem");
     match (driver, backing) {
         (Some("overlay2"), Some("xfs")) | (Some("btrfs"), _) => Ok(()),
         (driver, backing) => Err(format!(
@@ -100,14 +109,6 @@ fn engine_supports(driver: Option<&str>, status: Option<&[Vec<String>]>) -> Resu
             backing.unwrap_or("an unknown filesystem"),
         )),
     }
-}
-
-/// Docker's answers to a size it cannot apply ("--storage-opt is supported only for overlay
-/// over xfs with 'pquota' mount option", "Storage Option not supported", "Storage opt size not
-/// supported").
-fn is_refusal(message: &str) -> bool {
-    let m = message.to_ascii_lowercase();
-    m.contains("storage-opt") || m.contains("storage opt") || m.contains("storage option")
 }
 
 #[cfg(test)]
@@ -141,39 +142,40 @@ mod tests {
     }
 
     #[test]
-    fn a_refusal_turns_the_limit_off_and_other_errors_do_not() {
-        let limit = LayerLimit::new(512, &info("overlay2", "xfs"));
+    fn a_refusal_turns_the_limit_off() {
+        let limit = LayerLimit::new(512, Some(&info("overlay2", "xfs")));
         assert_eq!(limit.enforced_mb(), Some(512));
         assert_eq!(
             limit.storage_opt(),
             Some(HashMap::from([("size".into(), "512m".into())]))
         );
-        let other = bollard::errors::Error::DockerResponseServerError {
-            status_code: 400,
-            message: "invalid mount config".into(),
-        };
-        assert!(!limit.refused(&other));
-        assert_eq!(limit.enforced_mb(), Some(512));
-        let refusal = bollard::errors::Error::DockerResponseServerError {
-            status_code: 500,
-            message: "--storage-opt is supported only for overlay over xfs with 'pquota' mount \
-                      option"
-                .into(),
-        };
-        assert!(limit.refused(&refusal));
+        limit.refused(
+            "--storage-opt is supported only for overlay over xfs with 'pquota' mount option",
+        );
         assert_eq!(limit.enforced_mb(), None);
         assert_eq!(limit.storage_opt(), None);
-        assert!(limit.unavailable().unwrap().contains("pquota"));
+        assert!(limit.unavailable().unwrap_or_default().contains("pquota"));
+    }
+
+    #[test]
+    fn the_containerd_image_store_is_not_asked_for_a_size() {
+        let mut status = status("btrfs");
+        status.push(vec![
+            "driver-type".into(),
+            "io.containerd.snapshotter.v1".into(),
+        ]);
+        let why = engine_supports(Some("btrfs"), Some(&status)).unwrap_err();
+        assert!(why.contains("snapshotter"), "{why}");
     }
 
     #[test]
     fn zero_means_no_limit_and_other_engines_none() {
         assert_eq!(
-            LayerLimit::new(0, &info("overlay2", "xfs")).storage_opt(),
+            LayerLimit::new(0, Some(&info("overlay2", "xfs"))).storage_opt(),
             None
         );
         assert_eq!(
-            LayerLimit::new(64, &info("overlay2", "extfs")).enforced_mb(),
+            LayerLimit::new(64, Some(&info("overlay2", "extfs"))).enforced_mb(),
             None
         );
     }

@@ -145,11 +145,16 @@ impl DockerDriver {
     ) -> Result<DockerDriver, DockerError> {
         let cfg = config.sandbox.docker.clone();
         let docker = connect_engine(&cfg).await?;
-        let info = docker
-            .info()
-            .await
-            .map_err(DockerError::api("asking the engine for its storage driver"))?;
-        let layer = layer::LayerLimit::new(config.sandbox.rootfs_mb, &info);
+        let info = match config.sandbox.rootfs_mb {
+            0 => None,
+            _ => Some(
+                docker
+                    .info()
+                    .await
+                    .map_err(DockerError::api("asking the engine for its storage driver"))?,
+            ),
+        };
+        let layer = layer::LayerLimit::new(config.sandbox.rootfs_mb, info.as_ref());
         let names = Names::new(&cfg.name_prefix);
         let host_mounts = cfg
             .parsed_host_mounts()
@@ -475,7 +480,6 @@ impl DockerDriver {
                 runtime: self.cfg.runtime().map(str::to_string),
                 mounts: Some(mounts),
                 tmpfs: self.tmpfs(),
-                storage_opt: self.layer.storage_opt(),
                 security_opt: Some(security_opt),
                 cap_drop: Some(self.cfg.cap_drop.clone()),
                 network_mode: Some(network.clone()),
@@ -662,15 +666,32 @@ impl DockerDriver {
         let net = net?;
         if let Some(image) = image {
             let t = std::time::Instant::now();
-            let create = || {
+            let create = |storage_opt| {
+                let mut body = self.container_body(spec, &image, &net.id);
+                if let Some(host) = body.host_config.as_mut() {
+                    host.storage_opt = storage_opt;
+                }
                 self.docker.create_container(
                     Some(CreateContainerOptionsBuilder::default().name(&name).build()),
-                    self.container_body(spec, &image, &net.id),
+                    body,
                 )
             };
-            let mut r = create().await;
-            if matches!(&r, Err(e) if self.layer.refused(e)) {
-                r = create().await;
+            let size = self.layer.storage_opt();
+            let asked = size.is_some();
+            let mut r = create(size).await;
+            // Refused with the limit and taken without it: the engine cannot apply it.
+            if let Err(bollard::errors::Error::DockerResponseServerError {
+                status_code,
+                message,
+            }) = &r
+            {
+                if asked && !matches!(status_code, 404 | 409) {
+                    let without = create(None).await;
+                    if without.is_ok() {
+                        self.layer.refused(message);
+                    }
+                    r = without;
+                }
             }
             match r {
                 Ok(_) => tracing::info!(
