@@ -10,7 +10,7 @@ mod common;
 mod dk;
 
 use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{expect_error, wait_for, TestServer};
@@ -49,12 +49,6 @@ fn disk_paths(s: &TestServer, env: &DockerEnv, id: &str) -> (PathBuf, PathBuf) {
     (dir.join(format!("{name}.ext4")), dir.join(name))
 }
 
-/// Bytes the host's filesystem under `path` has free.
-fn host_free(path: &std::path::Path) -> u64 {
-    let st = nix::sys::statvfs::statvfs(path).expect("statvfs");
-    st.blocks_available() as u64 * st.fragment_size() as u64
-}
-
 /// Bytes of the host's disk a (sparse) file takes.
 fn allocated(path: &std::path::Path) -> u64 {
     std::fs::metadata(path).expect("stat image").blocks() * 512
@@ -70,11 +64,7 @@ async fn df_size_mb(s: &TestServer, id: &str, path: &str) -> u64 {
 }
 
 fn is_mountpoint(path: &std::path::Path) -> bool {
-    let name = path.to_string_lossy().into_owned();
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.split(' ').nth(4) == Some(name.as_str()))
+    common::mount_points().iter().any(|m| Path::new(m) == path)
 }
 
 /// Loop devices backed by `image` (`losetup -j`).
@@ -118,7 +108,7 @@ async fn filling_the_home_or_tmp_stops_at_the_limit_and_harms_nothing_else() {
     );
     assert_eq!(df_size_mb(&s, &id, "/tmp").await, TMP_MB);
 
-    let free_before = host_free(s.dir.path());
+    let free_before = common::free_bytes(s.dir.path());
     let out = exec(
         &s,
         &id,
@@ -131,7 +121,7 @@ async fn filling_the_home_or_tmp_stops_at_the_limit_and_harms_nothing_else() {
     .await;
     let said = out["stdout"].as_str().unwrap_or_default();
     assert!(said.contains("No space left on device"), "dd said: {out}");
-    let used = free_before.saturating_sub(host_free(s.dir.path()));
+    let used = free_before.saturating_sub(common::free_bytes(s.dir.path()));
     assert!(
         used <= (DISK_MB + 16) * MIB,
         "the host lost {} MiB to a {DISK_MB} MiB home",

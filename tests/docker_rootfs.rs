@@ -93,12 +93,8 @@ fn sweep(prefix: &str) {
 /// Lazily unmounts every mount point `mine` picks, deepest first; a loop device goes with the
 /// last unmount of its filesystem.
 fn unmount_below(mine: impl Fn(&str) -> bool) {
-    let mut mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
-        .filter(|m| mine(m))
-        .collect();
+    let mut mounts = common::mount_points();
+    mounts.retain(|m| mine(m));
     mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
     for m in mounts {
         let _ = Command::new("umount").args(["-l", &m]).status();
@@ -226,8 +222,7 @@ impl OwnEngine {
 
     /// Bytes free on the engine's filesystem.
     fn free(&self) -> u64 {
-        let st = nix::sys::statvfs::statvfs(&self.dir.path().join("root")).expect("statvfs");
-        st.blocks_available() as u64 * st.fragment_size() as u64
+        common::free_bytes(&self.dir.path().join("root"))
     }
 }
 

@@ -247,16 +247,13 @@ impl DockerEnv {
 /// The mount points (as `/proc/self/mountinfo` lists them) whose last component starts with
 /// `start`.
 pub fn mounts_named(start: &str) -> Vec<String> {
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
+    crate::common::mount_points()
+        .into_iter()
         .filter(|m| {
             m.rsplit('/')
                 .next()
                 .is_some_and(|last| last.starts_with(start))
         })
-        .map(str::to_string)
         .collect()
 }
 

@@ -565,13 +565,9 @@ fn processes_mentioning(dir: &Path) -> Vec<i32> {
 
 /// Mount points at or below `dir`.
 fn mounts_below(dir: &Path) -> Vec<String> {
-    let needle = dir.display().to_string();
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(4))
-        .filter(|m| *m == needle || m.starts_with(&format!("{needle}/")))
-        .map(str::to_string)
+    crate::common::mount_points()
+        .into_iter()
+        .filter(|m| Path::new(m).starts_with(dir))
         .collect()
 }
 

@@ -312,3 +312,18 @@ pub async fn wait_exec_works(s: &TestServer, id: &str, when: &str) {
     })
     .await;
 }
+
+/// Every mount point this process sees (`/proc/self/mountinfo`'s fifth field).
+pub fn mount_points() -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+        .collect()
+}
+
+/// Bytes free (to an unprivileged user) on the filesystem holding `path`.
+pub fn free_bytes(path: &std::path::Path) -> u64 {
+    let st = nix::sys::statvfs::statvfs(path).expect("statvfs");
+    st.blocks_available() as u64 * st.fragment_size() as u64
+}
