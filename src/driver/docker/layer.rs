@@ -21,19 +21,22 @@ pub struct LayerLimit {
 }
 
 impl LayerLimit {
-    /// The limit of `mb` MiB on an engine described by `info`; no limit when `mb` is 0 (then
-    /// `info` is not needed).
-    pub fn new(mb: u64, info: Option<&SystemInfo>) -> LayerLimit {
-        let unavailable = match info {
-            _ if mb == 0 => Some("sandbox.rootfs_mb is 0".to_string()),
-            Some(info) => engine_supports(info.driver.as_deref(), info.driver_status.as_deref())
-                .err()
-                .inspect(|why| warn_unlimited(why)),
-            None => Some("the engine's storage driver is unknown".to_string()),
-        };
+    /// The limit of `mb` MiB (at least 1) on an engine described by `info`.
+    pub fn new(mb: u64, info: &SystemInfo) -> LayerLimit {
+        let unavailable = engine_supports(info.driver.as_deref(), info.driver_status.as_deref())
+            .err()
+            .inspect(|why| warn_unlimited(why));
         LayerLimit {
             mb,
             unavailable: RwLock::new(unavailable),
+        }
+    }
+
+    /// No limit (`sandbox.rootfs_mb: 0`).
+    pub fn off() -> LayerLimit {
+        LayerLimit {
+            mb: 0,
+            unavailable: RwLock::new(Some("sandbox.rootfs_mb is 0".to_string())),
         }
     }
 
@@ -143,7 +146,7 @@ mod tests {
 
     #[test]
     fn a_refusal_turns_the_limit_off() {
-        let limit = LayerLimit::new(512, Some(&info("overlay2", "xfs")));
+        let limit = LayerLimit::new(512, &info("overlay2", "xfs"));
         assert_eq!(limit.enforced_mb(), Some(512));
         assert_eq!(
             limit.storage_opt(),
@@ -170,12 +173,9 @@ mod tests {
 
     #[test]
     fn zero_means_no_limit_and_other_engines_none() {
+        assert_eq!(LayerLimit::off().storage_opt(), None);
         assert_eq!(
-            LayerLimit::new(0, Some(&info("overlay2", "xfs"))).storage_opt(),
-            None
-        );
-        assert_eq!(
-            LayerLimit::new(64, Some(&info("overlay2", "extfs"))).enforced_mb(),
+            LayerLimit::new(64, &info("overlay2", "extfs")).enforced_mb(),
             None
         );
     }

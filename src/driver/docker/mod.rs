@@ -145,16 +145,16 @@ impl DockerDriver {
     ) -> Result<DockerDriver, DockerError> {
         let cfg = config.sandbox.docker.clone();
         let docker = connect_engine(&cfg).await?;
-        let info = match config.sandbox.rootfs_mb {
-            0 => None,
-            _ => Some(
-                docker
+        let layer = match config.sandbox.rootfs_mb {
+            0 => layer::LayerLimit::off(),
+            mb => {
+                let info = docker
                     .info()
                     .await
-                    .map_err(DockerError::api("asking the engine for its storage driver"))?,
-            ),
+                    .map_err(DockerError::api("asking the engine for its storage driver"))?;
+                layer::LayerLimit::new(mb, &info)
+            }
         };
-        let layer = layer::LayerLimit::new(config.sandbox.rootfs_mb, info.as_ref());
         let names = Names::new(&cfg.name_prefix);
         let host_mounts = cfg
             .parsed_host_mounts()
@@ -418,11 +418,13 @@ impl DockerDriver {
     // ---- containers ---------------------------------------------------------------------
 
     /// The container's settings; it joins its network by Docker id (names can be shared).
+    /// `storage_opt` carries the writable layer's size limit, when asked for (see [`layer`]).
     fn container_body(
         &self,
         spec: &SandboxSpec,
         image: &pull::ImageFacts,
         network: &str,
+        storage_opt: Option<HashMap<String, String>>,
     ) -> ContainerCreateBody {
         let id = &spec.id;
         let network = network.to_string();
@@ -480,6 +482,7 @@ impl DockerDriver {
                 runtime: self.cfg.runtime().map(str::to_string),
                 mounts: Some(mounts),
                 tmpfs: self.tmpfs(),
+                storage_opt,
                 security_opt: Some(security_opt),
                 cap_drop: Some(self.cfg.cap_drop.clone()),
                 network_mode: Some(network.clone()),
@@ -667,13 +670,9 @@ impl DockerDriver {
         if let Some(image) = image {
             let t = std::time::Instant::now();
             let create = |storage_opt| {
-                let mut body = self.container_body(spec, &image, &net.id);
-                if let Some(host) = body.host_config.as_mut() {
-                    host.storage_opt = storage_opt;
-                }
                 self.docker.create_container(
                     Some(CreateContainerOptionsBuilder::default().name(&name).build()),
-                    body,
+                    self.container_body(spec, &image, &net.id, storage_opt),
                 )
             };
             let size = self.layer.storage_opt();
