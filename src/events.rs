@@ -18,6 +18,8 @@ pub enum AgentEvent {
         id: String,
         progress: Box<PullProgress>,
     },
+    /// The egress proxy decided on a destination, or an allowed connection closed.
+    Egress(Box<crate::egress::EgressEvent>),
 }
 
 /// A broadcast of [`AgentEvent`]s; a slow subscriber loses old events and is told so. It also

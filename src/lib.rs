@@ -6,6 +6,7 @@ pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod driver;
+pub mod egress;
 pub mod events;
 pub mod lifecycle;
 pub mod listener;

@@ -4,6 +4,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::egress::EgressRules;
+
 /// Where an agent's sandbox is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
@@ -84,6 +86,9 @@ pub struct Agent {
     /// one, which shares the host's disk (agents made before disk limits, or on a server
     /// without them).
     pub disk_mb: Option<u64>,
+    /// What the sandbox may reach through the egress proxy. Agents made before egress rules
+    /// existed follow the server's `sandbox.egress.default`, which the API shows here.
+    pub egress: Option<EgressRules>,
     pub idle_minutes: u32,
     pub state: AgentState,
     /// The last failure's message while `state` is `error`.
@@ -110,6 +115,7 @@ pub struct NewAgent {
     pub cpus: f64,
     pub memory_mb: u64,
     pub disk_mb: Option<u64>,
+    pub egress: EgressRules,
     pub idle_minutes: u32,
 }
 
@@ -123,6 +129,9 @@ pub struct AgentPatch {
     /// A larger home (it never shrinks); applied at the agent's next start.
     pub disk_mb: Option<u64>,
     pub idle_minutes: Option<u32>,
+    /// New egress rules: they apply to the next connection, and open ones they no longer allow
+    /// are closed.
+    pub egress: Option<EgressRules>,
 }
 
 /// Makes a fresh agent id: 12 characters of `[a-z0-9]`, starting with a letter so it is a

@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use crate::api::{self, auth::Auth, AppState};
 use crate::config::{Config, DriverKind};
 use crate::driver::{fake::FakeDriver, Driver};
+use crate::egress::{Dialer, Proxy, ProxySettings};
 use crate::lifecycle::Lifecycle;
 use crate::listener::{self, ConnectionLimiter};
 use crate::metrics::Metrics;
@@ -27,6 +28,9 @@ pub struct Server {
     pub store: Store,
     api: TcpListener,
     tunnel: TcpListener,
+    /// The egress proxy and its listener.
+    egress: (Arc<Proxy>, TcpListener),
+    pub egress_addr: SocketAddr,
     /// Each listener's own caps, so a flood on one leaves the other its file handles.
     pub api_connections: Arc<ConnectionLimiter>,
     pub tunnel_connections: Arc<ConnectionLimiter>,
@@ -85,6 +89,11 @@ impl Server {
                 )
             })?;
         let tunnel_addr = tunnel.local_addr()?;
+        let egress_addr = SocketAddr::new(tunnel_addr.ip(), config.sandbox.egress.port);
+        let egress_listener = TcpListener::bind(egress_addr).await.with_context(|| {
+            format!("binding the egress proxy at {egress_addr} (sandbox.egress.port)")
+        })?;
+        let egress_addr = egress_listener.local_addr()?;
         let api = TcpListener::bind(config.server.listen)
             .await
             .with_context(|| format!("binding server.listen {}", config.server.listen))?;
@@ -103,6 +112,7 @@ impl Server {
                     &config,
                     Arc::new(store.clone()),
                     tunnel_addr,
+                    egress_addr.port(),
                     metrics.repairs(),
                 )
                 .await
@@ -115,6 +125,11 @@ impl Server {
             config.clone(),
             metrics,
         ));
+        let egress = egress_proxy(
+            &config,
+            &lifecycle,
+            [api_addr.port(), tunnel_addr.port(), egress_addr.port()],
+        );
         let state = AppState {
             lc: lifecycle.clone(),
             auth: Arc::new(auth),
@@ -127,6 +142,8 @@ impl Server {
             store,
             api,
             tunnel,
+            egress: (egress, egress_listener),
+            egress_addr,
             api_connections,
             tunnel_connections,
             state,
@@ -153,6 +170,14 @@ impl Server {
             // Ends when the task is aborted below; sandboxes reconnect to the next server.
             std::future::pending(),
         ));
+        let egress_shutdown = tokio_util::sync::CancellationToken::new();
+        let (proxy, egress_listener) = self.egress;
+        let egress_serve = tokio::spawn(
+            proxy
+                .clone()
+                .serve(egress_listener, egress_shutdown.clone()),
+        );
+        let egress_follow = tokio::spawn(proxy.follow_rule_changes());
         crate::lifecycle::reconcile::reconcile(&lc)
             .await
             .context("reconciling at startup")?;
@@ -164,6 +189,7 @@ impl Server {
         tracing::info!(
             api = %self.api_addr,
             tunnel = %self.tunnel_addr,
+            egress = %self.egress_addr,
             driver = lc.driver_kind(),
             "agenthold is serving"
         );
@@ -176,12 +202,33 @@ impl Server {
         )
         .await;
         tunnel_task.abort();
+        egress_shutdown.cancel();
+        egress_follow.abort();
+        let _ = egress_serve.await;
         trim_task.abort();
         events_task.abort();
         sleeper_task.abort();
         lc.shutdown().await;
         Ok(())
     }
+}
+
+/// The egress proxy (its listener is bound with the tunnel's, before the driver, which tells
+/// sandboxes its port).
+fn egress_proxy(config: &Config, lifecycle: &Arc<Lifecycle>, own_ports: [u16; 3]) -> Arc<Proxy> {
+    let e = &config.sandbox.egress;
+    // Never dialled whatever the rules: the agent networks (a public pool is possible). The
+    // host's own addresses are refused too, looked up at each dial.
+    let never = vec![ipnet::IpNet::from(config.sandbox.docker.network_pool)];
+    Proxy::new(
+        lifecycle.clone(),
+        Dialer::new(e, never, own_ports.to_vec()),
+        lifecycle.hub().clone(),
+        ProxySettings {
+            max_connections: e.max_connections,
+            header_timeout: e.header_timeout,
+        },
+    )
 }
 
 /// The fake driver's sandboxes all dial the tunnel from the server's own loopback address, so the

@@ -349,6 +349,18 @@ async fn openapi_describes_every_route() {
     }
     assert!(doc["components"]["schemas"]["Agent"].is_object());
     assert!(doc["components"]["schemas"]["TerminalSession"].is_object());
+    let rules = &doc["components"]["schemas"]["EgressRules"];
+    assert_eq!(
+        rules["properties"]["allow"]["items"]["type"], "string",
+        "{rules}"
+    );
+    assert_eq!(rules["properties"]["allow"]["maxItems"], 256, "{rules}");
+    assert!(doc["components"]["schemas"]["EgressEvent"]["properties"]["bytesDown"].is_object());
+    let agent_egress = &doc["components"]["schemas"]["Agent"]["properties"]["egress"];
+    assert!(
+        agent_egress.to_string().contains("EgressRules"),
+        "{agent_egress}"
+    );
     let terminal = &paths["/api/v1/agents/{id}/terminal"]["get"]["description"];
     assert!(
         terminal
@@ -1095,4 +1107,94 @@ async fn metrics_count_agents_and_operations_behind_auth() {
         metric(&s, "agenthold_agents{state=\"running\"}").await,
         Some(0.0)
     );
+}
+
+#[tokio::test]
+async fn egress_rules_are_set_at_create_changed_by_patch_and_checked() {
+    let s = TestServer::start_with(|c| {
+        c.sandbox.egress.default = serde_json::from_value(json!({"allow": ["pypi.org"]})).unwrap();
+    })
+    .await;
+    // None given: the server's default.
+    let r = s
+        .post("/api/v1/agents")
+        .json(&json!({"name": "plain"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let plain: Value = r.json().await.unwrap();
+    assert_eq!(plain["egress"], json!({"allow": ["pypi.org"], "deny": []}));
+
+    let r = s
+        .post("/api/v1/agents")
+        .json(&json!({"name": "a", "egress": {"allow": ["*.PythonHosted.org.", "203.0.113.0/24:443"], "deny": ["*"]}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let a: Value = r.json().await.unwrap();
+    let id = a["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        a["egress"],
+        json!({"allow": ["*.pythonhosted.org", "203.0.113.0/24:443"], "deny": ["*"]})
+    );
+    s.wait_state(&id, "running").await;
+
+    // A change applies without a rebuild and reads back.
+    let r = s
+        .patch(&format!("/api/v1/agents/{id}"))
+        .json(&json!({"egress": {"allow": ["github.com:443"]}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let a: Value = r.json().await.unwrap();
+    assert_eq!(
+        a["egress"],
+        json!({"allow": ["github.com:443"], "deny": []})
+    );
+    assert_eq!(a["needsRebuild"], false);
+    assert_eq!(s.agent(&id).await["egress"], a["egress"]);
+
+    // Hostile input: a rule that is not a name, an address or a CIDR; too many rules; a field
+    // that does not exist. Each is 400 and changes nothing.
+    let many: Vec<String> = (0..10_000).map(|i| format!("h{i}.example")).collect();
+    for (body, says) in [
+        (
+            json!({"egress": {"allow": ["not a host"]}}),
+            "is not an egress rule",
+        ),
+        (
+            json!({"egress": {"allow": ["foo.*.org"]}}),
+            "a wildcard may only start a rule",
+        ),
+        (
+            json!({"egress": {"allow": ["pypi.org:0"]}}),
+            "is not a port",
+        ),
+        (json!({"egress": {"allow": many}}), "at most 256"),
+        (json!({"egress": {"allowed": []}}), "allowed"),
+        (json!({"egress": ["pypi.org"]}), "egress"),
+    ] {
+        let r = s
+            .patch(&format!("/api/v1/agents/{id}"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let msg = expect_error(r, 400, "invalid").await;
+        assert!(msg.contains(says), "{says}: {msg}");
+    }
+    assert_eq!(
+        s.agent(&id).await["egress"],
+        json!({"allow": ["github.com:443"], "deny": []})
+    );
+    let r = s
+        .post("/api/v1/agents")
+        .json(&json!({"name": "b", "egress": {"deny": ["300.1.1.1/8"]}}))
+        .send()
+        .await
+        .unwrap();
+    expect_error(r, 400, "invalid").await;
 }

@@ -1,5 +1,7 @@
 //! `/etc/agenthold/boot.json`: what the server tells a sandbox before each start.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 pub const BOOT_PATH: &str = "/etc/agenthold/boot.json";
@@ -12,6 +14,10 @@ pub struct BootConfig {
     pub token: String,
     /// `ws://ADDRESS:PORT/tunnel`, by address: sandboxd makes no name lookups.
     pub tunnel_url: String,
+    /// Variables every shell, terminal and command in the sandbox starts with (the egress
+    /// proxy's `HTTP_PROXY` and friends). Written at every start, so a change needs no rebuild.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -18,7 +18,8 @@ fn main() -> anyhow::Result<()> {
         .init();
     let boot_path = boot_path_from_args(std::env::args().skip(1))?;
     let boot = BootConfig::load(&boot_path)?;
-    let opts = SandboxOptions::container()?;
+    let mut opts = SandboxOptions::container()?;
+    opts.env = boot.env.clone().into_iter().collect();
     adopt_fresh_home(&opts)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -40,6 +40,9 @@ pub struct SandboxOptions {
     /// Where `fs.write` records its uploads in progress, outside the home and out of the
     /// agent's reach (see [`crate::uploads`]); `None` keeps no records.
     pub upload_records: Option<PathBuf>,
+    /// Variables every shell and command starts with, after the account's own (boot.json's
+    /// `env`).
+    pub env: Vec<(String, String)>,
 }
 
 pub const DEFAULT_ACTIVITY_INTERVAL: Duration = Duration::from_secs(5);
@@ -60,6 +63,7 @@ impl SandboxOptions {
             activity_interval: DEFAULT_ACTIVITY_INTERVAL,
             ping_interval: DEFAULT_PING_INTERVAL,
             upload_records: Some(PathBuf::from(CONTAINER_UPLOAD_RECORDS)),
+            env: Vec::new(),
         })
     }
 
@@ -74,6 +78,7 @@ impl SandboxOptions {
             activity_interval: DEFAULT_ACTIVITY_INTERVAL,
             ping_interval: DEFAULT_PING_INTERVAL,
             upload_records: None,
+            env: Vec::new(),
         }
     }
 }

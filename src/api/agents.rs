@@ -190,6 +190,7 @@ pub async fn create(
             .disk_mb
             .or((sb.default_disk_mb > 0).then_some(sb.default_disk_mb)),
         idle_minutes: body.idle_minutes.unwrap_or(sb.default_idle_minutes),
+        egress: body.egress.unwrap_or_else(|| sb.egress.default.clone()),
     };
     let agent = st.lc.create(new).await?;
     Ok((StatusCode::CREATED, Json(agent)))
@@ -235,6 +236,7 @@ pub async fn update(
         memory_mb: body.memory_mb,
         disk_mb: body.disk_mb,
         idle_minutes: body.idle_minutes,
+        egress: body.egress,
     };
     Ok(Json(st.lc.patch(&id, patch).await?))
 }

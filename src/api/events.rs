@@ -39,7 +39,7 @@ fn pull_event(id: &str, progress: &PullProgress) -> Event {
 
 /// A stream of agent changes.
 #[utoipa::path(get, path = "/api/v1/events", tag = "agents",
-    responses((status = 200, content_type = "text/event-stream", description = "`agent` events carry an Agent; `deleted` events carry {\"id\"}; `pull` events carry {\"id\"} and a PullProgress")))]
+    responses((status = 200, content_type = "text/event-stream", description = "`agent` events carry an Agent; `deleted` events carry {\"id\"}; `pull` events carry {\"id\"} and a PullProgress; `egress` events carry an EgressEvent")))]
 pub async fn events(
     State(st): State<AppState>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
@@ -65,6 +65,10 @@ pub async fn events(
                     yield Ok(Event::default().event("deleted").data(serde_json::json!({"id": id}).to_string()));
                 }
                 Ok(AgentEvent::Pull { id, progress }) => yield Ok(pull_event(&id, &progress)),
+                Ok(AgentEvent::Egress(e)) => yield Ok(Event::default()
+                    .event("egress")
+                    .json_data(&e)
+                    .unwrap_or_else(|_| Event::default().comment("unencodable egress event"))),
                 Err(RecvError::Lagged(_)) => snapshot = true,
                 Err(RecvError::Closed) => break,
             }

@@ -48,6 +48,7 @@ pub struct AppState {
         crate::model::Agent, crate::model::AgentState, types::CreateAgent, types::UpdateAgent,
         types::Health, types::Limits, files::DirEntry, types::ExecBody, types::ExecResult, error::ErrorBody,
         error::ErrorDetail, session::SignIn, session::SessionStatus, terminals::TerminalSession,
+        crate::egress::EgressRules, crate::egress::EgressEvent,
     )),
     modifiers(&BearerAuth),
     security(("bearer" = [])),

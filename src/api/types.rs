@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::egress::EgressRules;
+
 /// `POST /api/v1/agents`; fields left out take the server's defaults.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -25,6 +27,10 @@ pub struct CreateAgent {
     /// Minutes without use before the agent sleeps; 0 = never.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_minutes: Option<u32>,
+    /// What the sandbox may reach through the egress proxy (`sandbox.egress.default` when
+    /// absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<EgressRules>,
 }
 
 /// `PATCH /api/v1/agents/{id}`; fields left out stay as they are.
@@ -44,6 +50,10 @@ pub struct UpdateAgent {
     pub disk_mb: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_minutes: Option<u32>,
+    /// Replaces the egress rules: new connections follow them at once, and open ones they no
+    /// longer allow are closed. No restart or rebuild.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<EgressRules>,
 }
 
 /// `GET /api/v1/health`.

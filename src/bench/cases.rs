@@ -63,12 +63,23 @@ pub async fn create_all_running(
     client: &ApiClient,
     names: &[String],
 ) -> anyhow::Result<Vec<String>> {
+    create_all_running_with(client, names, None).await
+}
+
+/// [`create_all_running`], with these `egress` rules for every agent.
+pub async fn create_all_running_with(
+    client: &ApiClient,
+    names: &[String],
+    egress: Option<crate::egress::EgressRules>,
+) -> anyhow::Result<Vec<String>> {
     // Subscribed before the first create, so no state change can slip past.
     let mut events = client.events().await?;
+    let egress = &egress;
     let ids = futures::future::try_join_all(names.iter().map(|name| async move {
         let a = client
             .create_agent(&CreateAgent {
                 name: name.clone(),
+                egress: egress.clone(),
                 ..Default::default()
             })
             .await?;
@@ -441,13 +452,13 @@ fn make_file(path: &Path, mib: usize) -> anyhow::Result<()> {
 }
 
 /// Samples the server's RSS every 20 ms until dropped, keeping the peak.
-struct RssWatch {
+pub(super) struct RssWatch {
     peak: std::sync::Arc<std::sync::atomic::AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl RssWatch {
-    fn start(pid: u32) -> RssWatch {
+    pub(super) fn start(pid: u32) -> RssWatch {
         let peak = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let p = peak.clone();
         let task = tokio::spawn(async move {
@@ -461,7 +472,7 @@ impl RssWatch {
         RssWatch { peak, task }
     }
 
-    fn peak_kib(self) -> u64 {
+    pub(super) fn peak_kib(self) -> u64 {
         self.task.abort();
         self.peak.load(std::sync::atomic::Ordering::Relaxed)
     }

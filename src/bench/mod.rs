@@ -5,6 +5,7 @@
 
 mod cases;
 mod docker_cli;
+mod egress;
 mod server_proc;
 mod stats;
 
@@ -55,6 +56,8 @@ pub enum Case {
     Burst,
     /// server restart with a fleet of agents
     Restart,
+    /// the egress proxy: download throughput, connection overhead, many tunnels at once
+    Egress,
 }
 
 impl BenchArgs {
@@ -170,6 +173,11 @@ async fn measure(
     if args.wants(Case::Wake) {
         progress("wake → first byte");
         rows.push(cases::wake_to_first_byte(&mut cx, &main).await?);
+    }
+
+    if args.wants(Case::Egress) {
+        progress("egress proxy");
+        rows.extend(egress::egress(&mut cx).await?);
     }
 
     if args.wants(Case::Burst) {

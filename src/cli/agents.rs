@@ -7,6 +7,7 @@ use super::output;
 use super::types::AgentAction;
 use super::wait::{Goal, Watch};
 use crate::api::types::CreateAgent;
+use crate::egress::{EgressRules, Rule};
 use crate::model::Agent;
 
 #[derive(clap::Subcommand, Debug)]
@@ -51,6 +52,13 @@ pub struct CreateArgs {
     /// Minutes without use before the agent sleeps
     #[arg(long, value_name = "MINUTES")]
     pub idle_minutes: Option<u32>,
+    /// A destination the sandbox may reach (pypi.org, *.pythonhosted.org, 203.0.113.0/24, *;
+    /// optionally :PORT); repeat for more. With neither --allow nor --deny, the server's default
+    #[arg(long, value_name = "RULE")]
+    pub allow: Vec<Rule>,
+    /// A destination the sandbox may not reach, even when allowed; repeat for more
+    #[arg(long, value_name = "RULE")]
+    pub deny: Vec<Rule>,
     /// Wait until the agent is running (non-zero exit if it fails)
     #[arg(long)]
     pub wait: bool,
@@ -92,6 +100,10 @@ pub(super) async fn run(client: &ApiClient, json: bool, cmd: AgentsCommand) -> a
                 memory_mb: args.memory_mb,
                 disk_mb: args.disk_mb,
                 idle_minutes: args.idle_minutes,
+                egress: (!args.allow.is_empty() || !args.deny.is_empty()).then_some(EgressRules {
+                    allow: args.allow,
+                    deny: args.deny,
+                }),
             };
             let watch = watch_if(client, args.wait).await;
             let agent = client.create_agent(&req).await?;

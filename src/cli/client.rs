@@ -16,7 +16,7 @@ use super::error::ClientError;
 use super::lines::LineSplitter;
 use super::sse::SseParser;
 use super::types::{decode_exec_line, AgentAction, ExecEvent, ServerEvent};
-use crate::api::types::{CreateAgent, ExecBody, ExecResult, Health};
+use crate::api::types::{CreateAgent, ExecBody, ExecResult, Health, UpdateAgent};
 use crate::model::Agent;
 
 pub type Terminal = WebSocketStream<MaybeTlsStream<TcpStream>>;
@@ -129,6 +129,11 @@ impl ApiClient {
 
     pub async fn create_agent(&self, req: &CreateAgent) -> Result<Agent, ClientError> {
         self.json(self.request(Method::POST, &["agents"]).json(req))
+            .await
+    }
+
+    pub async fn update_agent(&self, id: &str, req: &UpdateAgent) -> Result<Agent, ClientError> {
+        self.json(self.request(Method::PATCH, &["agents", id]).json(req))
             .await
     }
 
@@ -466,6 +471,7 @@ mod tests {
             cpus: 1.0,
             memory_mb: 512,
             disk_mb: None,
+            egress: None,
             idle_minutes: 15,
             state,
             error: None,

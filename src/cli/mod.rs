@@ -3,6 +3,7 @@
 mod agents;
 mod client;
 mod cp;
+mod egress;
 mod error;
 mod exec;
 mod lines;
@@ -12,10 +13,13 @@ mod sse;
 mod types;
 mod wait;
 
-pub use crate::api::types::{CreateAgent, ExecBody, ExecExit, ExecResult, Health, OutputStream};
+pub use crate::api::types::{
+    CreateAgent, ExecBody, ExecExit, ExecResult, Health, OutputStream, UpdateAgent,
+};
 pub use agents::{ActionArgs, AgentsCommand, CreateArgs};
 pub use client::{ApiClient, Terminal};
 pub use cp::{CpArgs, Location};
+pub use egress::EgressArgs;
 pub use error::ClientError;
 pub use exec::{exit_status, ExecArgs};
 pub use shell::ShellArgs;
@@ -52,6 +56,8 @@ pub enum ClientCommand {
     Shell(ShellArgs),
     /// Copy files: agenthold cp LOCAL AGENT:PATH  |  agenthold cp AGENT:PATH LOCAL
     Cp(CpArgs),
+    /// Show or change what an agent may reach: agenthold egress AGENT [--allow RULE] [--deny RULE] [--remove RULE]
+    Egress(EgressArgs),
 }
 
 /// Runs one client command and returns the process exit code. Failures are reported on
@@ -64,6 +70,7 @@ pub async fn run(opts: ClientOpts, cmd: ClientCommand) -> anyhow::Result<i32> {
             ClientCommand::Exec(args) => exec::run(&client, args).await,
             ClientCommand::Shell(args) => shell::run(&client, args).await,
             ClientCommand::Cp(args) => cp::run(&client, args).await,
+            ClientCommand::Egress(args) => egress::run(&client, opts.json, args).await,
         }
     }
     .await;

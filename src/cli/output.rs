@@ -174,6 +174,7 @@ mod tests {
             cpus: 2.0,
             memory_mb: 4096,
             disk_mb: Some(10240),
+            egress: None,
             idle_minutes: 15,
             state,
             error: None,

@@ -54,6 +54,12 @@ fn agents_subcommands() {
         "2048",
         "--idle-minutes",
         "5",
+        "--allow",
+        "pypi.org",
+        "--allow",
+        "*.pythonhosted.org:443",
+        "--deny",
+        "203.0.113.0/24",
         "--wait",
     ])
     .cmd
@@ -67,6 +73,11 @@ fn agents_subcommands() {
                 memory_mb: Some(512),
                 disk_mb: Some(2048),
                 idle_minutes: Some(5),
+                allow: vec![
+                    "pypi.org".parse().unwrap(),
+                    "*.pythonhosted.org:443".parse().unwrap()
+                ],
+                deny: vec!["203.0.113.0/24".parse().unwrap()],
                 wait: true,
             }
         ),

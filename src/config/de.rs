@@ -30,6 +30,38 @@ pub(super) fn de_ipv4_net<'de, D: Deserializer<'de>>(d: D) -> Result<Ipv4Net, D:
     })
 }
 
+/// `http://host:port`, or empty for none.
+pub(super) fn de_opt_upstream<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<super::SocketAddrOrName>, D::Error> {
+    d.deserialize_str(ParseStr {
+        expecting: "an http://host:port proxy address, or \"\" for none",
+        parse: parse_upstream,
+    })
+}
+
+pub(super) fn parse_upstream(s: &str) -> Result<Option<super::SocketAddrOrName>, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok(None);
+    }
+    let bad = || format!("\"{s}\" is not a proxy address like http://proxy.example:3128");
+    let rest = s.strip_prefix("http://").ok_or_else(bad)?;
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    let (host, port) = rest.rsplit_once(':').ok_or_else(bad)?;
+    let port: u16 = port.parse().ok().filter(|p| *p > 0).ok_or_else(bad)?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let valid =
+        host.parse::<std::net::IpAddr>().is_ok() || crate::egress::normalize_name(host).is_some();
+    if !valid || rest.contains('@') {
+        return Err(bad());
+    }
+    Ok(Some(super::SocketAddrOrName {
+        host: host.to_string(),
+        port,
+    }))
+}
+
 /// Parses inside the visitor rather than after it, so serde_yaml_ng attaches the failing
 /// value's own dotted path and line to the message (not its parent's).
 struct ParseStr<F> {

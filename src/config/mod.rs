@@ -3,6 +3,7 @@
 //! Loading refuses unknown keys, wrong types and impossible values with one message that names
 //! the file and the dotted key, so a typo never silently falls back to a default.
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -13,8 +14,10 @@ use serde::Deserialize;
 mod de;
 mod origin;
 mod validate;
+use crate::egress::EgressRules;
 use de::{
-    de_duration, de_ip_nets, de_ipv4_net, de_opt_origin, de_opt_path, de_opt_string, de_socket_addr,
+    de_duration, de_ip_nets, de_ipv4_net, de_opt_origin, de_opt_path, de_opt_string,
+    de_opt_upstream, de_socket_addr,
 };
 pub use origin::{is_trusted, WebOrigin};
 
@@ -185,6 +188,7 @@ pub struct SandboxConfig {
     /// server may have open to one agent's sandbox at once; more get `429`. Kept below the
     /// tunnel's own limit, which ends the whole tunnel when reached.
     pub max_streams_per_agent: usize,
+    pub egress: EgressConfig,
     pub docker: DockerConfig,
 }
 
@@ -214,8 +218,62 @@ impl Default for SandboxConfig {
             terminal_detach_minutes: 30,
             terminal_buffer_kb: 1024,
             max_streams_per_agent: 128,
+            egress: EgressConfig::default(),
             docker: DockerConfig::default(),
         }
+    }
+}
+
+/// `sandbox.egress`: the proxy that is a sandbox's only way out.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EgressConfig {
+    /// The `egress` of agents created without one.
+    pub default: EgressRules,
+    /// The proxy's port on each agent network (on the same addresses as the tunnel); 0 picks a
+    /// free one at startup.
+    pub port: u16,
+    /// An `http://host:port` proxy the server itself must go through to reach the internet;
+    /// `None` (written `""`) dials destinations directly.
+    #[serde(deserialize_with = "de_opt_upstream")]
+    pub upstream_proxy: Option<SocketAddrOrName>,
+    /// Host names answered from here instead of DNS (split-horizon setups, and tests). These
+    /// addresses are the operator's own and are dialled even when they are not public.
+    pub resolve: BTreeMap<String, IpAddr>,
+    /// Connections through the proxy one agent may hold at once; more are refused with `429`.
+    pub max_connections: usize,
+    /// How long a sandbox may take to send a proxy request's headers.
+    #[serde(deserialize_with = "de_duration")]
+    pub header_timeout: Duration,
+    /// How long the proxy waits for a destination to accept a connection.
+    #[serde(deserialize_with = "de_duration")]
+    pub connect_timeout: Duration,
+}
+
+impl Default for EgressConfig {
+    fn default() -> Self {
+        EgressConfig {
+            default: EgressRules::default(),
+            port: 8091,
+            upstream_proxy: None,
+            resolve: BTreeMap::new(),
+            max_connections: 256,
+            header_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// `host:port` of an upstream proxy, as the operator wrote it (a name is resolved per dial).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SocketAddrOrName {
+    pub host: String,
+    pub port: u16,
+}
+
+impl std::fmt::Display for SocketAddrOrName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
     }
 }
 

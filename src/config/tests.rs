@@ -127,6 +127,13 @@ sandbox:
   default_cpus: 0.5
   pids_limit: -1
   tunnel_listen: 127.0.0.1:8091
+  egress:
+    port: 8092
+    default: {allow: [pypi.org, '*.pythonhosted.org:443'], deny: [10.0.0.0/8]}
+    upstream_proxy: http://proxy.corp.example:3128
+    resolve: {pypi.test: 127.0.0.1, v6.test: '::1'}
+    max_connections: 8
+    header_timeout: 2s
   idle_check_interval: 1s
   idle_minute: 2s
   sandboxd_path: /opt/sandboxd
@@ -166,6 +173,25 @@ sandbox:
     assert_eq!(c.sandbox.idle_check_interval, Duration::from_secs(1));
     assert_eq!(c.sandbox.idle_minute, Duration::from_secs(2));
     assert_eq!(c.sandbox.tunnel_listen, "127.0.0.1:8091".parse().unwrap());
+    let e = &c.sandbox.egress;
+    assert_eq!(e.port, 8092);
+    assert_eq!(
+        serde_json::to_value(&e.default).unwrap(),
+        serde_json::json!({"allow": ["pypi.org", "*.pythonhosted.org:443"], "deny": ["10.0.0.0/8"]})
+    );
+    assert_eq!(
+        e.upstream_proxy
+            .as_ref()
+            .map(ToString::to_string)
+            .as_deref(),
+        Some("proxy.corp.example:3128")
+    );
+    assert_eq!(
+        e.resolve["v6.test"],
+        "::1".parse::<std::net::IpAddr>().unwrap()
+    );
+    assert_eq!(e.max_connections, 8);
+    assert_eq!(e.header_timeout, Duration::from_secs(2));
     assert_eq!(
         c.sandbox.sandboxd_path,
         Some(PathBuf::from("/opt/sandboxd"))
@@ -191,6 +217,53 @@ sandbox:
     // Untouched keys keep their defaults.
     assert_eq!(c.sandbox.max_cpus, 8.0);
     assert_eq!(c.sandbox.docker.subnet_bits, 28);
+}
+
+#[test]
+fn egress_settings_are_checked_and_named() {
+    for (yaml, says) in [
+        (
+            "sandbox:\n  egress:\n    default: {allow: ['py pi.org']}\n",
+            "sandbox.egress.default",
+        ),
+        (
+            "sandbox:\n  egress:\n    default: {allow: ['py pi.org']}\n",
+            "is not an egress rule",
+        ),
+        (
+            "sandbox:\n  egress:\n    default: {alow: []}\n",
+            "unknown field `alow`",
+        ),
+        (
+            "sandbox:\n  egress:\n    upstream_proxy: proxy:3128\n",
+            "sandbox.egress.upstream_proxy",
+        ),
+        (
+            "sandbox:\n  egress:\n    upstream_proxy: http://user:pw@proxy:3128\n",
+            "is not a proxy address",
+        ),
+        (
+            "sandbox:\n  egress:\n    resolve: {Pypi.Test: 127.0.0.1}\n",
+            "sandbox.egress.resolve names \"Pypi.Test\", which is not a host name in lowercase",
+        ),
+        (
+            "sandbox:\n  egress:\n    resolve: {pypi.test: nowhere}\n",
+            "sandbox.egress.resolve",
+        ),
+        (
+            "sandbox:\n  tunnel_listen: :9000\n  egress:\n    port: 9000\n",
+            "sandbox.egress.port (9000) is the tunnel's port too",
+        ),
+        (
+            "sandbox:\n  egress:\n    max_connections: 0\n",
+            "sandbox.egress.max_connections must be at least 1",
+        ),
+    ] {
+        let e = err(yaml);
+        assert!(e.contains(says), "{yaml}: {e}");
+    }
+    let c = load("sandbox:\n  egress:\n    upstream_proxy: \"\"\n").unwrap();
+    assert_eq!(c.sandbox.egress.upstream_proxy, None);
 }
 
 #[test]

@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use super::{Config, ConfigError, DockerConfig, HostMount, SandboxConfig, ServerConfig};
+use super::{
+    Config, ConfigError, DockerConfig, EgressConfig, HostMount, SandboxConfig, ServerConfig,
+};
 
 /// Fails with the offending key and what is wrong with it.
 type Fail<'a> = dyn Fn(&str, String) -> ConfigError + 'a;
@@ -15,6 +17,7 @@ pub(super) fn validate(config: &Config, file: &str) -> Result<(), ConfigError> {
     };
     server(&config.server, &fail)?;
     sandbox(&config.sandbox, &fail)?;
+    egress(&config.sandbox.egress, &config.sandbox, &fail)?;
     docker(&config.sandbox.docker, &fail)
 }
 
@@ -77,6 +80,36 @@ fn server(s: &ServerConfig, fail: &Fail) -> Result<(), ConfigError> {
     }
 
     Ok(())
+}
+
+fn egress(e: &EgressConfig, sb: &SandboxConfig, fail: &Fail) -> Result<(), ConfigError> {
+    for name in e.resolve.keys() {
+        if crate::egress::normalize_name(name).as_deref() != Some(name.as_str()) {
+            return Err(fail(
+                "sandbox.egress.resolve",
+                format!("names \"{name}\", which is not a host name in lowercase"),
+            ));
+        }
+    }
+    if e.port != 0 && e.port == sb.tunnel_listen.port() {
+        return Err(fail(
+            "sandbox.egress.port",
+            format!("({}) is the tunnel's port too; pick another", e.port),
+        ));
+    }
+    if e.max_connections == 0 {
+        return Err(fail(
+            "sandbox.egress.max_connections",
+            "must be at least 1".into(),
+        ));
+    }
+    min_duration(e.header_timeout, 1, "sandbox.egress.header_timeout", &fail)?;
+    min_duration(
+        e.connect_timeout,
+        1,
+        "sandbox.egress.connect_timeout",
+        &fail,
+    )
 }
 
 fn sandbox(sb: &SandboxConfig, fail: &Fail) -> Result<(), ConfigError> {

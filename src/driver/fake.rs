@@ -188,6 +188,9 @@ impl Driver for FakeDriver {
             agent_id: spec.id.clone(),
             token: token.to_string(),
             tunnel_url: format!("ws://{}{}", self.tunnel, agenthold_proto::boot::TUNNEL_PATH),
+            // Its sandboxes share the server's loopback, where the proxy cannot tell them
+            // apart: they get no proxy.
+            env: Default::default(),
         };
         let opts = sandboxd::SandboxOptions {
             ping_interval: self.ping_interval,

@@ -125,4 +125,14 @@ pub trait Driver: Send + Sync + 'static {
     fn events(&self) -> BoxStream<'static, (DriverEvent, std::time::SystemTime)>;
     /// The server is stopping. Sandboxes that can outlive it (containers) are left alone.
     async fn shutdown(&self) {}
+    /// The agent whose sandbox connects from `peer` to the server's address `local` on its
+    /// own network, for the egress proxy; `None` for anyone else, and always for a driver
+    /// whose sandboxes have no network of their own.
+    async fn sandbox_at(
+        &self,
+        _local: std::net::IpAddr,
+        _peer: std::net::IpAddr,
+    ) -> Option<String> {
+        None
+    }
 }

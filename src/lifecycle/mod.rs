@@ -61,6 +61,20 @@ pub enum LifecycleError {
     Store(StoreError),
 }
 
+/// What the egress proxy asks about agents.
+#[async_trait::async_trait]
+impl crate::egress::Sandboxes for Lifecycle {
+    async fn agent_at(&self, local: std::net::IpAddr, peer: std::net::IpAddr) -> Option<String> {
+        self.driver.sandbox_at(local, peer).await
+    }
+
+    async fn rules(&self, id: &str) -> Option<(String, crate::egress::EgressRules)> {
+        let agent = self.get(id).await.ok()?;
+        // `decorate` fills in the default for agents made before rules existed.
+        Some((agent.name, agent.egress.unwrap_or_default()))
+    }
+}
+
 impl LifecycleError {
     fn from_store(e: StoreError, op: &'static str) -> LifecycleError {
         match e {
@@ -145,6 +159,11 @@ impl Lifecycle {
     }
 
     /// Every agent change from now on, as published.
+    /// Where agent changes are announced; the egress proxy announces its decisions there too.
+    pub fn hub(&self) -> &EventHub {
+        &self.hub
+    }
+
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<AgentEvent> {
         self.hub.subscribe()
     }
@@ -183,9 +202,13 @@ impl Lifecycle {
         }
     }
 
-    /// Adds what only the running server knows: activity, the time the agent will sleep, and
+    /// Adds what only the running server knows: the egress rules of an agent made before
+    /// they existed (the server's default), activity, the time the agent will sleep, and
     /// the image pull under way.
     pub fn decorate(&self, mut agent: Agent) -> Agent {
+        agent
+            .egress
+            .get_or_insert_with(|| self.config.sandbox.egress.default.clone());
         if matches!(agent.state, Destroying) {
             return agent;
         }

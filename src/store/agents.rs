@@ -5,11 +5,12 @@ use chrono::{DateTime, Utc};
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Row, TransactionBehavior};
 
 use super::{now_text, unique_violation, Result, Store, StoreError};
+use crate::egress::EgressRules;
 use crate::model::{Agent, AgentPatch, AgentState, NewAgent};
 
 const COLUMNS: &str =
     "id, name, image, cpus, memory_mb, idle_minutes, state, error, needs_rebuild, created_at, \
-     disk_mb";
+     disk_mb, egress";
 
 /// A row as SQLite hands it over, before the checks that turn it into an [`Agent`]; kept apart
 /// so a bad stored value becomes `Corrupt` with the agent named, not an opaque rusqlite error.
@@ -20,6 +21,7 @@ struct Raw {
     cpus: f64,
     memory_mb: i64,
     disk_mb: Option<i64>,
+    egress: Option<String>,
     idle_minutes: i64,
     state: String,
     error: Option<String>,
@@ -36,6 +38,7 @@ impl Raw {
             cpus: r.get(3)?,
             memory_mb: r.get(4)?,
             disk_mb: r.get(10)?,
+            egress: r.get(11)?,
             idle_minutes: r.get(5)?,
             state: r.get(6)?,
             error: r.get(7)?,
@@ -55,6 +58,11 @@ impl Raw {
             .disk_mb
             .map(|d| u64::try_from(d).map_err(|_| bad("disk_mb", &d)))
             .transpose()?;
+        let egress = self
+            .egress
+            .as_deref()
+            .map(|e| serde_json::from_str(e).map_err(|err| bad("egress", &err)))
+            .transpose()?;
         let idle_minutes = u32::try_from(self.idle_minutes)
             .map_err(|_| bad("idle_minutes", &self.idle_minutes))?;
         let created_at = DateTime::parse_from_rfc3339(&self.created_at)
@@ -67,6 +75,7 @@ impl Raw {
             cpus: self.cpus,
             memory_mb,
             disk_mb,
+            egress,
             idle_minutes,
             state,
             error: self.error,
@@ -120,6 +129,10 @@ fn check_disk_change(old: Option<u64>, new: Option<u64>) -> Result<()> {
         }),
         _ => Ok(()),
     }
+}
+
+fn egress_to_sql(e: &EgressRules) -> Result<String> {
+    serde_json::to_string(e).map_err(|err| StoreError::Invalid(format!("egress: {err}")))
 }
 
 fn check_cpus(cpus: f64) -> Result<()> {
@@ -201,11 +214,12 @@ impl Store {
             check_cpus(new.cpus)?;
             let memory = memory_to_sql(new.memory_mb)?;
             let disk = new.disk_mb.map(|d| mb_to_sql("disk_mb", d)).transpose()?;
+            let egress = egress_to_sql(&new.egress)?;
             let now = now_text();
             c.execute(
                 "INSERT INTO agents (id, name, image, cpus, memory_mb, idle_minutes, state,
-                                     created_at, updated_at, disk_mb)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9)",
+                                     created_at, updated_at, disk_mb, egress)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10)",
                 params![
                     new.id,
                     new.name,
@@ -215,7 +229,8 @@ impl Store {
                     new.idle_minutes,
                     AgentState::Creating.as_str(),
                     now,
-                    disk
+                    disk,
+                    egress
                 ],
             )
             .map_err(|e| map_unique(e, &new.id, &new.name))?;
@@ -316,13 +331,18 @@ impl Store {
             check_cpus(cpus)?;
             check_disk_change(old.disk_mb, patch.disk_mb)?;
             let disk_mb = patch.disk_mb.or(old.disk_mb);
+            let egress = match &patch.egress {
+                Some(e) => Some(egress_to_sql(e)?),
+                None => old.egress.as_ref().map(egress_to_sql).transpose()?,
+            };
             let rebuild = old.needs_rebuild
                 || image != old.image
                 || cpus != old.cpus
                 || memory_mb != old.memory_mb;
             tx.execute(
                 "UPDATE agents SET name = ?2, image = ?3, cpus = ?4, memory_mb = ?5,
-                        idle_minutes = ?6, needs_rebuild = ?7, updated_at = ?8, disk_mb = ?9
+                        idle_minutes = ?6, needs_rebuild = ?7, updated_at = ?8, disk_mb = ?9,
+                        egress = ?10
                  WHERE id = ?1",
                 params![
                     id,
@@ -333,7 +353,8 @@ impl Store {
                     idle_minutes,
                     rebuild,
                     now_text(),
-                    disk_mb.map(|d| mb_to_sql("disk_mb", d)).transpose()?
+                    disk_mb.map(|d| mb_to_sql("disk_mb", d)).transpose()?,
+                    egress
                 ],
             )
             .map_err(|e| map_unique(e, &id, &name))?;
@@ -388,6 +409,18 @@ impl Store {
 
     pub async fn subnet(&self, id: &str) -> Result<Option<String>> {
         self.column(id, "subnet").await
+    }
+
+    /// Each agent that holds a subnet, with it.
+    pub async fn subnet_holders(&self) -> Result<Vec<(String, String)>> {
+        self.call(|c| {
+            let mut stmt = c.prepare("SELECT id, subnet FROM agents WHERE subnet IS NOT NULL")?;
+            let rows = stmt
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<rusqlite::Result<Vec<(String, String)>>>()?;
+            Ok(rows)
+        })
+        .await
     }
 
     /// Every subnet some agent holds, sorted.

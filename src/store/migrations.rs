@@ -45,6 +45,11 @@ pub(super) const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE agents ADD COLUMN disk_mb INTEGER;
     "#,
+    // 4: what the sandbox may reach through the egress proxy, as JSON; NULL for agents made
+    // before, which follow `sandbox.egress.default`.
+    r#"
+    ALTER TABLE agents ADD COLUMN egress TEXT;
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -15,6 +15,8 @@ pub trait SubnetBook: Send + Sync {
     async fn set_subnet(&self, id: &str, subnet: Option<&str>) -> Result<(), StoreError>;
     /// Every subnet some agent holds, sorted.
     async fn subnets_in_use(&self) -> Result<Vec<String>, StoreError>;
+    /// Each agent that holds a subnet, with it.
+    async fn holders(&self) -> Result<Vec<(String, String)>, StoreError>;
 }
 
 #[async_trait]
@@ -29,5 +31,9 @@ impl SubnetBook for Store {
 
     async fn subnets_in_use(&self) -> Result<Vec<String>, StoreError> {
         Store::subnets_in_use(self).await
+    }
+
+    async fn holders(&self) -> Result<Vec<(String, String)>, StoreError> {
+        Store::subnet_holders(self).await
     }
 }

@@ -9,6 +9,10 @@ fn new_agent(name: &str) -> NewAgent {
         cpus: 2.0,
         memory_mb: 4096,
         disk_mb: Some(1024),
+        egress: crate::egress::EgressRules {
+            allow: vec!["pypi.org".parse().unwrap()],
+            deny: vec![],
+        },
         idle_minutes: 15,
     }
 }
@@ -352,12 +356,23 @@ async fn patch_sets_needs_rebuild_only_on_a_real_change() {
                 cpus: Some(a.cpus),
                 memory_mb: Some(a.memory_mb),
                 disk_mb: None,
+                egress: Some(crate::egress::EgressRules {
+                    allow: vec!["*.pythonhosted.org:443".parse().unwrap()],
+                    deny: vec!["evil.example".parse().unwrap()],
+                }),
             },
             all,
         )
         .await
         .unwrap();
     assert_eq!(p.name, "renamed");
+    // New egress rules apply without a rebuild, and read back as written.
+    let stored = store.get_agent(&a.id).await.unwrap().egress.unwrap();
+    assert_eq!(
+        serde_json::to_value(&stored).unwrap(),
+        serde_json::json!({"allow": ["*.pythonhosted.org:443"], "deny": ["evil.example"]})
+    );
+    assert_eq!(a.egress.unwrap().allow[0].to_string(), "pypi.org");
     assert_eq!(p.idle_minutes, 60);
     assert!(!p.needs_rebuild);
     let p = store

@@ -21,6 +21,7 @@ pub struct TestServer {
     pub base: String,
     pub api_addr: SocketAddr,
     pub tunnel_addr: SocketAddr,
+    pub egress_addr: SocketAddr,
     pub lc: Arc<Lifecycle>,
     /// The server's database, to look at or to stage a state no API call makes.
     pub store: agenthold::store::Store,
@@ -37,6 +38,8 @@ pub fn test_config(dir: &std::path::Path) -> Config {
     c.server.admin_token = Some(TOKEN.to_string());
     c.sandbox.driver = DriverKind::Fake;
     c.sandbox.tunnel_listen = "127.0.0.1:0".parse().unwrap();
+    // Tests run servers side by side: each proxy on a port of its own.
+    c.sandbox.egress.port = 0;
     c
 }
 
@@ -77,6 +80,7 @@ impl TestServer {
         let server = Server::bind(config).await.unwrap();
         let api_addr = server.api_addr;
         let tunnel_addr = server.tunnel_addr;
+        let egress_addr = server.egress_addr;
         let lc = server.lifecycle.clone();
         let store = server.store.clone();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -87,6 +91,7 @@ impl TestServer {
             base: format!("http://{api_addr}"),
             api_addr,
             tunnel_addr,
+            egress_addr,
             lc,
             store,
             http: reqwest::Client::new(),

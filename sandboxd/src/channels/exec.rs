@@ -77,7 +77,7 @@ fn prepare(sb: &Sandbox, req: &ExecRequest) -> Result<Prepared, ChannelError> {
         }
         None => sb.options().home.clone(),
     };
-    let mut env = env::base(sb.account(), &sb.options().home);
+    let mut env = env::base(sb);
     env.extend(req.env.iter().cloned());
     Ok(Prepared { cwd, env })
 }

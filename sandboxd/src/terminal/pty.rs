@@ -87,7 +87,7 @@ pub fn spawn_shell(
         }
     }
     cmd.env_clear()
-        .envs(env::base(account, home))
+        .envs(env::base(sb))
         .env("TERM", term_name)
         .current_dir(home)
         .stdin(Stdio::from(term.slave.try_clone()?))

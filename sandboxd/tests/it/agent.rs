@@ -29,6 +29,7 @@ async fn run_dials_says_hello_and_cleans_up_on_cancel() {
         agent_id: "a1".into(),
         token: TOKEN.into(),
         tunnel_url: format!("ws://{addr}/tunnel"),
+        env: Default::default(),
     };
     let shutdown = CancellationToken::new();
     let agent = tokio::spawn(sandboxd::run(boot, options(home.path()), shutdown.clone()));
@@ -117,6 +118,7 @@ async fn names_in_the_tunnel_url_are_refused() {
         agent_id: "a1".into(),
         token: TOKEN.into(),
         tunnel_url: "ws://server.example:8090/tunnel".into(),
+        env: Default::default(),
     };
     let home = tempfile::tempdir().unwrap();
     let err = sandboxd::run(boot, options(home.path()), CancellationToken::new())

@@ -4,7 +4,7 @@ use agenthold_proto::{ErrorCode, ExecRequest, Frame, FrameCodec, Request};
 use futures::{SinkExt, StreamExt};
 use tokio_util::codec::Framed;
 
-use crate::harness::{collect, eventually, exec_req, group_alive, Harness};
+use crate::harness::{collect, eventually, exec_req, group_alive, Harness, BOOT_ENV};
 
 #[tokio::test]
 async fn stdout_stderr_stdin_and_exit_code() {
@@ -27,9 +27,13 @@ async fn runs_in_the_home_with_a_clean_environment() {
     let mut req = exec_req(&[
         "sh",
         "-c",
-        "pwd; echo $HOME; echo $LANG; echo ${CARGO:-unset}; echo $EXTRA",
+        "pwd; echo $HOME; echo $LANG; echo ${CARGO:-unset}; echo $EXTRA; echo $HTTP_PROXY; echo $FROM_BOOT_TOO",
     ]);
-    req.env = vec![("EXTRA".into(), "yes".into())];
+    // The request's own variables come after boot.json's, so they win.
+    req.env = vec![
+        ("EXTRA".into(), "yes".into()),
+        ("FROM_BOOT_TOO".into(), "request".into()),
+    ];
     let out = h.exec(req, b"").await;
     let home = h.home.path().canonicalize().unwrap();
     let lines: Vec<String> = out.stdout_str().lines().map(String::from).collect();
@@ -37,7 +41,10 @@ async fn runs_in_the_home_with_a_clean_environment() {
         std::path::Path::new(&lines[0]).canonicalize().unwrap(),
         home
     );
-    assert_eq!(lines[2..], ["C.UTF-8", "unset", "yes"]);
+    assert_eq!(
+        lines[2..],
+        ["C.UTF-8", "unset", "yes", BOOT_ENV.1, "request"]
+    );
 
     std::fs::create_dir(h.home.path().join("sub")).unwrap();
     let mut req = exec_req(&["pwd"]);

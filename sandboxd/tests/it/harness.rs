@@ -38,8 +38,12 @@ pub fn options(home: &std::path::Path) -> SandboxOptions {
         activity_interval: Duration::from_millis(100),
         ping_interval: Duration::from_secs(1),
         upload_records: None,
+        env: vec![(BOOT_ENV.0.into(), BOOT_ENV.1.into())],
     }
 }
+
+/// A variable the harness hands sandboxd as boot.json's `env` would.
+pub const BOOT_ENV: (&str, &str) = ("HTTP_PROXY", "http://10.213.0.1:8091");
 
 impl Harness {
     pub async fn start() -> Harness {

@@ -5,15 +5,17 @@ use agenthold_proto::boot::BootConfig;
 use bollard::models::ContainerStateStatusEnum;
 use bollard::query_parameters::UploadToContainerOptionsBuilder;
 
+use super::subnet::AgentNet;
 use super::{files, log_step, DockerDriver, DockerError};
 use crate::driver::SandboxSpec;
 
 impl DockerDriver {
-    /// Writes boot.json (the agent, the server's tunnel address, `token`) into the container.
+    /// Writes boot.json (the agent, the server's tunnel and proxy addresses on `net`,
+    /// `token`) into the container.
     pub(super) async fn upload_boot(
         &self,
         id: &str,
-        tunnel_url: &str,
+        net: &AgentNet,
         token: &str,
     ) -> Result<(), DockerError> {
         let name = self.names.container(id);
@@ -21,7 +23,8 @@ impl DockerDriver {
         let boot = BootConfig {
             agent_id: id.to_string(),
             token: token.to_string(),
-            tunnel_url: tunnel_url.to_string(),
+            tunnel_url: self.tunnel_url(net),
+            env: self.proxy_env(net),
         };
         let tar = files::boot_tar(&boot)
             .map_err(|e| DockerError::Other(format!("packing boot.json: {e}")))?;
@@ -70,7 +73,7 @@ impl DockerDriver {
             return Ok(false);
         };
         let net = self.ensure_network(id).await?.net;
-        self.upload_boot(id, &self.tunnel_url(&net), token).await?;
+        self.upload_boot(id, &net, token).await?;
         self.staged
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -97,6 +97,7 @@ mod tests {
             agent_id: "abc".into(),
             token: "secret".into(),
             tunnel_url: "ws://10.213.0.1:8090/tunnel".into(),
+            env: Default::default(),
         };
         let raw = boot_tar(&boot).expect("tar");
         let mut ar = tar::Archive::new(raw.as_slice());

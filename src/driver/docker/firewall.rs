@@ -3,9 +3,9 @@
 //! Docker's `--internal` networks drop forwarded traffic, but a packet to any of the host's own
 //! addresses (its LAN address, other bridges' gateways, the API if it listens on them) is not
 //! forwarded: it goes to the host's INPUT chain, which Docker leaves alone. So for every agent
-//! bridge the driver puts rules at the top of INPUT: accept TCP to the gateway's tunnel port and
-//! replies to connections the host opened, drop everything else coming in on that bridge. Each
-//! rule carries a comment naming the installation and agent, so destroy and orphan cleanup find
+//! bridge the driver puts rules at the top of INPUT: accept TCP to the gateway's tunnel and egress
+//! proxy ports and replies to connections the host opened, drop everything else coming in on that
+//! bridge. Each rule carries a comment naming the installation and agent, so destroy and orphan cleanup find
 //! them again.
 //!
 //! Only used when the server runs on the host. A server in a container cannot touch the host's
@@ -22,13 +22,16 @@ use super::error::DockerError;
 
 const CHAIN: &str = "INPUT";
 
-/// One agent's rules: (agent, bridge, gateway, tunnel port).
-type RuleKey = (String, String, Ipv4Addr, u16);
+/// The server's ports a sandbox may reach on its gateway: the tunnel and the egress proxy.
+pub type Ports = [u16; 2];
+
+/// One agent's rules: (agent, bridge, gateway, ports).
+type RuleKey = (String, String, Ipv4Addr, Ports);
 
 #[derive(Debug, Clone)]
 pub struct Firewall {
     prefix: String,
-    /// Rules this process has put in place or checked, as (agent, bridge, gateway, port): a start
+    /// Rules this process has put in place or checked, as (agent, bridge, gateway, ports): a start
     /// then costs no iptables call. Empty at every server start, so each agent's rules are
     /// checked again once per server lifetime.
     ensured: Arc<Mutex<HashSet<RuleKey>>>,
@@ -42,7 +45,7 @@ impl Firewall {
         }
     }
 
-    fn ensured(&self) -> std::sync::MutexGuard<'_, HashSet<(String, String, Ipv4Addr, u16)>> {
+    fn ensured(&self) -> std::sync::MutexGuard<'_, HashSet<RuleKey>> {
         self.ensured.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -51,19 +54,22 @@ impl Firewall {
         format!("agenthold:{}:{id}", self.prefix)
     }
 
-    /// In chain order: the tunnel, answers to connections the host opened, drop the rest.
-    fn rules(&self, id: &str, bridge: &str, gateway: Ipv4Addr, port: u16) -> [Vec<String>; 3] {
+    /// In chain order: the tunnel and the egress proxy, answers to connections the host
+    /// opened, drop the rest.
+    fn rules(&self, id: &str, bridge: &str, gateway: Ipv4Addr, ports: Ports) -> [Vec<String>; 4] {
         let tag = self.tag(id);
-        let tunnel = format!(
-            "-i {bridge} -d {gateway}/32 -p tcp -m tcp --dport {port} -m comment --comment {tag} -j ACCEPT"
-        );
+        let [tunnel, proxy] = ports.map(|port| {
+            format!(
+                "-i {bridge} -d {gateway}/32 -p tcp -m tcp --dport {port} -m comment --comment {tag} -j ACCEPT"
+            )
+        });
         // Lets the host talk to a sandbox (replies come back on the bridge); a sandbox still
         // cannot open anything itself.
         let replies = format!(
             "-i {bridge} -m conntrack --ctstate RELATED,ESTABLISHED -m comment --comment {tag} -j ACCEPT"
         );
         let drop = format!("-i {bridge} -m comment --comment {tag} -j DROP");
-        [tunnel, replies, drop].map(|r| r.split_whitespace().map(String::from).collect())
+        [tunnel, proxy, replies, drop].map(|r| r.split_whitespace().map(String::from).collect())
     }
 
     /// Makes sure exactly this agent's rules are in place, in order.
@@ -72,13 +78,13 @@ impl Firewall {
         id: &str,
         bridge: &str,
         gateway: Ipv4Addr,
-        port: u16,
+        ports: Ports,
     ) -> Result<(), DockerError> {
-        let key = (id.to_string(), bridge.to_string(), gateway, port);
+        let key = (id.to_string(), bridge.to_string(), gateway, ports);
         if self.ensured().contains(&key) {
             return Ok(());
         }
-        let wanted = self.rules(id, bridge, gateway, port);
+        let wanted = self.rules(id, bridge, gateway, ports);
         let present = self.present(id).await?;
         let mut ok = present.len() == wanted.len();
         for rule in &wanted {
@@ -93,7 +99,7 @@ impl Firewall {
             self.ensured().insert(key);
             return Ok(());
         }
-        // Something is missing or stale (another tunnel port, another bridge): start over. Each
+        // Something is missing or stale (another port, another bridge): start over. Each
         // goes in at the top, last first, so the chain reads in `rules` order.
         if !present.is_empty() {
             self.remove(id).await?;
@@ -101,7 +107,7 @@ impl Firewall {
         for rule in wanted.iter().rev() {
             iptables(&[&["-I", CHAIN, "1"], &str_refs(rule)[..]].concat()).await?;
         }
-        tracing::debug!(agent = id, bridge, %gateway, port, "host firewall rules in place");
+        tracing::debug!(agent = id, bridge, %gateway, ?ports, "host firewall rules in place");
         self.ensured().insert(key);
         Ok(())
     }
@@ -183,15 +189,19 @@ mod tests {
     #[test]
     fn rules_are_tagged_and_ordered() {
         let fw = Firewall::new("ah");
-        let [accept, replies, drop] =
-            fw.rules("abc", "br-0123", Ipv4Addr::new(10, 213, 0, 1), 8090);
+        let [accept, proxy, replies, drop] =
+            fw.rules("abc", "br-0123", Ipv4Addr::new(10, 213, 0, 1), [8090, 8091]);
         assert!(accept
             .join(" ")
             .contains("-d 10.213.0.1/32 -p tcp -m tcp --dport 8090"));
+        assert!(proxy
+            .join(" ")
+            .contains("-d 10.213.0.1/32 -p tcp -m tcp --dport 8091"));
         assert_eq!(accept.last().map(String::as_str), Some("ACCEPT"));
+        assert_eq!(proxy.last().map(String::as_str), Some("ACCEPT"));
         assert!(replies.join(" ").contains("--ctstate RELATED,ESTABLISHED"));
         assert_eq!(drop.last().map(String::as_str), Some("DROP"));
-        for r in [&accept, &replies, &drop] {
+        for r in [&accept, &proxy, &replies, &drop] {
             assert!(r.iter().any(|w| w == "agenthold:ah:abc"));
             assert!(r.windows(2).any(|w| w[0] == "-i" && w[1] == "br-0123"));
         }

@@ -85,6 +85,8 @@ pub struct DockerDriver {
     /// Host mode only: keeps sandboxes away from the host's own addresses.
     firewall: Option<Firewall>,
     tunnel_port: u16,
+    /// The egress proxy's port, on the same addresses as the tunnel.
+    egress_port: u16,
     /// Serialises subnet allocation within this server (the store's unique index guards the
     /// rest).
     alloc: tokio::sync::Mutex<()>,
@@ -141,6 +143,7 @@ impl DockerDriver {
         config: &Config,
         subnets: std::sync::Arc<dyn SubnetBook>,
         tunnel: SocketAddr,
+        egress_port: u16,
         repairs: Repairs,
     ) -> Result<DockerDriver, DockerError> {
         let cfg = config.sandbox.docker.clone();
@@ -221,6 +224,7 @@ impl DockerDriver {
             placement,
             firewall,
             tunnel_port: tunnel.port(),
+            egress_port,
             cfg,
             alloc: tokio::sync::Mutex::new(()),
             ops: OwnOps::default(),
@@ -781,16 +785,34 @@ impl DockerDriver {
         }
     }
 
-    fn tunnel_url(&self, net: &AgentNet) -> String {
-        let host = match self.placement {
+    /// The server's address on the agent's network: the bridge's own address when the server
+    /// runs on the host, its container's when it runs in one.
+    fn server_on(&self, net: &AgentNet) -> std::net::Ipv4Addr {
+        match self.placement {
             Placement::Host { .. } => net.gateway(),
             Placement::Container { .. } => net.server_addr(),
-        };
+        }
+    }
+
+    fn tunnel_url(&self, net: &AgentNet) -> String {
         format!(
-            "ws://{host}:{}{}",
+            "ws://{}:{}{}",
+            self.server_on(net),
             self.tunnel_port,
             agenthold_proto::boot::TUNNEL_PATH
         )
+    }
+
+    /// The proxy variables every program in the sandbox starts with: both spellings, since
+    /// tools read one or the other.
+    fn proxy_env(&self, net: &AgentNet) -> std::collections::BTreeMap<String, String> {
+        let url = format!("http://{}:{}", self.server_on(net), self.egress_port);
+        let local = "localhost,127.0.0.1,::1".to_string();
+        ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"]
+            .into_iter()
+            .map(|k| (k.to_string(), url.clone()))
+            .chain(["NO_PROXY", "no_proxy"].map(|k| (k.to_string(), local.clone())))
+            .collect()
     }
 
     async fn start_inner(
@@ -810,8 +832,13 @@ impl DockerDriver {
         let firewall = async {
             let t = std::time::Instant::now();
             if let Some(fw) = &self.firewall {
-                fw.ensure(id, &bridge, net.gateway(), self.tunnel_port)
-                    .await?;
+                fw.ensure(
+                    id,
+                    &bridge,
+                    net.gateway(),
+                    [self.tunnel_port, self.egress_port],
+                )
+                .await?;
                 log_step(id, "firewall", t);
             }
             Ok::<_, DockerError>(())
@@ -830,7 +857,7 @@ impl DockerDriver {
                     .as_ref()
                     .is_some_and(|c| self.take_staged(id, &c.id, token));
             if !staged {
-                self.upload_boot(id, &tunnel_url, token).await?;
+                self.upload_boot(id, &net, token).await?;
             }
             Ok::<_, DockerError>(())
         };
@@ -1033,6 +1060,29 @@ async fn connect_engine(cfg: &DockerConfig) -> Result<Docker, DockerError> {
 impl Driver for DockerDriver {
     fn kind(&self) -> &'static str {
         "docker"
+    }
+
+    async fn sandbox_at(&self, local: std::net::IpAddr, peer: std::net::IpAddr) -> Option<String> {
+        let (std::net::IpAddr::V4(local), std::net::IpAddr::V4(peer)) = (
+            crate::egress::canonical(local),
+            crate::egress::canonical(peer),
+        ) else {
+            return None;
+        };
+        let holders = match self.subnets.holders().await {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::warn!("egress proxy: cannot read the agents' subnets: {e}");
+                return None;
+            }
+        };
+        // Each agent network is the agent's alone: a peer inside it that came in on the
+        // server's own address there is that agent's sandbox.
+        holders.into_iter().find_map(|(id, subnet)| {
+            let net = AgentNet::new(subnet.parse().ok()?);
+            (net.subnet.contains(&peer) && self.server_on(&net) == local && peer != local)
+                .then_some(id)
+        })
     }
 
     fn disk_limits_unavailable(&self) -> Option<String> {

@@ -1,0 +1,112 @@
+//! `agenthold egress AGENT`: what an agent may reach, shown or changed.
+
+use std::io::Write;
+
+use super::client::ApiClient;
+use super::output;
+use crate::api::types::UpdateAgent;
+use crate::egress::{EgressRules, Rule};
+
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct EgressArgs {
+    /// Agent id or name
+    pub agent: String,
+    /// Add a destination the sandbox may reach (pypi.org, *.pythonhosted.org, 203.0.113.0/24,
+    /// *; optionally :PORT); repeat for more
+    #[arg(long, value_name = "RULE")]
+    pub allow: Vec<Rule>,
+    /// Add a destination the sandbox may not reach even when allowed; repeat for more
+    #[arg(long, value_name = "RULE")]
+    pub deny: Vec<Rule>,
+    /// Remove a rule from both lists; repeat for more
+    #[arg(long, value_name = "RULE")]
+    pub remove: Vec<Rule>,
+}
+
+impl EgressArgs {
+    fn changes(&self) -> bool {
+        !(self.allow.is_empty() && self.deny.is_empty() && self.remove.is_empty())
+    }
+}
+
+/// The rules after the changes `args` asks for: removals first, then additions (each once).
+pub fn apply(mut rules: EgressRules, args: &EgressArgs) -> EgressRules {
+    rules.allow.retain(|r| !args.remove.contains(r));
+    rules.deny.retain(|r| !args.remove.contains(r));
+    for (list, add) in [
+        (&mut rules.allow, &args.allow),
+        (&mut rules.deny, &args.deny),
+    ] {
+        for rule in add {
+            if !list.contains(rule) {
+                list.push(rule.clone());
+            }
+        }
+    }
+    rules
+}
+
+pub(super) async fn run(client: &ApiClient, json: bool, args: EgressArgs) -> anyhow::Result<i32> {
+    let mut agent = client.find_agent(&args.agent).await?;
+    if args.changes() {
+        let rules = apply(agent.egress.clone().unwrap_or_default(), &args);
+        let req = UpdateAgent {
+            egress: Some(rules),
+            ..UpdateAgent::default()
+        };
+        agent = client.update_agent(&agent.id, &req).await?;
+    }
+    let rules = agent.egress.unwrap_or_default();
+    let text = if json {
+        output::json(&rules)?
+    } else {
+        show(&rules)
+    };
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(0)
+}
+
+fn show(rules: &EgressRules) -> String {
+    let list = |rules: &[Rule]| {
+        if rules.is_empty() {
+            "  (none)\n".to_string()
+        } else {
+            rules.iter().map(|r| format!("  {r}\n")).collect()
+        }
+    };
+    let mut text = format!("allow:\n{}deny:\n{}", list(&rules.allow), list(&rules.deny));
+    if rules.allow.is_empty() {
+        text.push_str("nothing is allowed: the sandbox reaches no destination outside\n");
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(list: &[&str]) -> Vec<Rule> {
+        list.iter().map(|r| r.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn changes_remove_first_then_add_each_rule_once() {
+        let before = EgressRules {
+            allow: rules(&["pypi.org", "github.com"]),
+            deny: rules(&["evil.example"]),
+        };
+        let args = EgressArgs {
+            agent: "a".into(),
+            allow: rules(&["pypi.org", "*.pythonhosted.org"]),
+            deny: vec![],
+            remove: rules(&["github.com", "evil.example"]),
+        };
+        let after = apply(before, &args);
+        assert_eq!(after.allow, rules(&["pypi.org", "*.pythonhosted.org"]));
+        assert!(after.deny.is_empty());
+        assert!(show(&after).contains("  *.pythonhosted.org\n"));
+        assert!(show(&EgressRules::default()).contains("nothing is allowed"));
+    }
+}

@@ -1,0 +1,26 @@
+//! The `egress` event: one per decision, and one more when an allowed connection closes.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EgressEvent {
+    /// The agent.
+    pub id: String,
+    /// The destination as the sandbox named it (a host name or an address).
+    pub host: String,
+    pub port: u16,
+    pub allowed: bool,
+    /// The rule that decided, or null when no rule matched (so it was refused).
+    pub rule: Option<String>,
+    /// Why it was refused (or could not be reached), for a person to read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// True on the event sent when an allowed connection closes; the byte counts are then final.
+    pub closed: bool,
+    /// Bytes sent from the sandbox to the destination.
+    pub bytes_up: u64,
+    /// Bytes sent from the destination to the sandbox.
+    pub bytes_down: u64,
+}

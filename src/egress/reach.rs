@@ -1,0 +1,156 @@
+//! Addresses the proxy never connects to, whatever the rules say: `*` means any *public*
+//! destination. Checked on the address actually dialled, after resolving, so a public name that
+//! resolves to `10.0.0.5` (or `localhost`) is refused too.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use ipnet::IpNet;
+
+use super::rules::canonical;
+
+/// Whether `addr` is an address of the public internet: not loopback, private, shared (CGNAT),
+/// link-local, multicast, broadcast, unspecified, reserved, nor an
+/// IPv6 form of one of those.
+pub fn is_public(addr: IpAddr) -> bool {
+    match canonical(addr) {
+        IpAddr::V4(v4) => is_public_v4(v4),
+        IpAddr::V6(v6) => is_public_v6(v6),
+    }
+}
+
+fn is_public_v4(a: Ipv4Addr) -> bool {
+    let [b0, b1, ..] = a.octets();
+    !(a.is_unspecified()
+        || a.is_loopback()
+        || a.is_private()
+        || a.is_link_local()
+        || a.is_multicast()
+        || a.is_broadcast()
+        || b0 == 0
+        // 100.64.0.0/10, shared address space (carrier-grade NAT).
+        || (b0 == 100 && (64..128).contains(&b1))
+        // 192.0.0.0/24, protocol assignments.
+        || (b0 == 192 && b1 == 0 && a.octets()[2] == 0)
+        // 198.18.0.0/15, benchmarking.
+        || (b0 == 198 && (b1 == 18 || b1 == 19))
+        // 240.0.0.0/4, reserved.
+        || b0 >= 240)
+}
+
+fn is_public_v6(a: Ipv6Addr) -> bool {
+    let seg = a.segments();
+    // NAT64 (64:ff9b::/96) and 6to4 (2002::/16) carry an IPv4 address: judge that one.
+    if seg[0] == 0x64 && seg[1] == 0xff9b && seg[2..6] == [0, 0, 0, 0] {
+        let [a, b, c, d] =
+            [seg[6] >> 8, seg[6] & 0xff, seg[7] >> 8, seg[7] & 0xff].map(|x| x as u8);
+        return is_public_v4(Ipv4Addr::new(a, b, c, d));
+    }
+    if seg[0] == 0x2002 {
+        let [a, b, c, d] =
+            [seg[1] >> 8, seg[1] & 0xff, seg[2] >> 8, seg[2] & 0xff].map(|x| x as u8);
+        return is_public_v4(Ipv4Addr::new(a, b, c, d));
+    }
+    !(a.is_unspecified()
+        || a.is_loopback()
+        || a.is_multicast()
+        // fc00::/7, unique local.
+        || (seg[0] & 0xfe00) == 0xfc00
+        // fe80::/10, link-local.
+        || (seg[0] & 0xffc0) == 0xfe80
+        // ::/96, the deprecated IPv4-compatible form, and the other reserved low addresses.
+        || seg[..6] == [0, 0, 0, 0, 0, 0])
+}
+
+/// Whether the proxy may dial `addr`: public, in none of `never` (the agent networks, which an
+/// operator may have put in a public range), and not one of this host's own addresses (a host
+/// with a public address would otherwise hand a sandbox its own API).
+pub fn reachable(addr: IpAddr, never: &[IpNet]) -> bool {
+    let addr = canonical(addr);
+    is_public(addr) && !never.iter().any(|n| n.contains(&addr)) && !is_own(addr)
+}
+
+/// Whether `addr` is an address of one of this host's interfaces (or loopback), read at each
+/// call: addresses come and go. Unreadable counts as own, so a failure refuses.
+pub fn is_own(addr: IpAddr) -> bool {
+    let addr = canonical(addr);
+    if addr.is_loopback() || addr.is_unspecified() {
+        return true;
+    }
+    let Ok(ifaces) = nix::ifaddrs::getifaddrs() else {
+        return true;
+    };
+    ifaces.filter_map(|i| i.address).any(|sa| {
+        let found = if let Some(v4) = sa.as_sockaddr_in() {
+            IpAddr::V4(v4.ip())
+        } else if let Some(v6) = sa.as_sockaddr_in6() {
+            IpAddr::V6(v6.ip())
+        } else {
+            return false;
+        };
+        canonical(found) == addr
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_public_addresses_are_public() {
+        for private in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "0.1.2.3",
+            "224.0.0.1",
+            "255.255.255.255",
+            "240.0.0.1",
+            "::1",
+            "::",
+            "fd00::1",
+            "fe80::1",
+            "ff02::1",
+            "::ffff:127.0.0.1",
+            "::ffff:10.0.0.1",
+            "64:ff9b::a00:1",
+            "2002:a00:1::1",
+            "::10.0.0.1",
+        ] {
+            assert!(!is_public(private.parse().unwrap()), "{private}");
+        }
+        for public in [
+            "8.8.8.8",
+            "203.0.113.1",
+            "2606:4700::1111",
+            "64:ff9b::808:808",
+        ] {
+            assert!(is_public(public.parse().unwrap()), "{public}");
+        }
+    }
+
+    #[test]
+    fn this_hosts_own_addresses_are_never_reachable() {
+        let own: Vec<IpAddr> = nix::ifaddrs::getifaddrs()
+            .unwrap()
+            .filter_map(|i| i.address)
+            .filter_map(|a| a.as_sockaddr_in().map(|v4| IpAddr::V4(v4.ip())))
+            .collect();
+        assert!(!own.is_empty());
+        for addr in own {
+            assert!(is_own(addr), "{addr}");
+            assert!(!reachable(addr, &[]), "{addr}");
+        }
+        assert!(!is_own("203.0.113.77".parse().unwrap()));
+    }
+
+    #[test]
+    fn the_never_list_holds_even_for_public_addresses() {
+        let never: Vec<IpNet> = vec!["198.51.100.0/24".parse().unwrap()];
+        assert!(!reachable("198.51.100.7".parse().unwrap(), &never));
+        assert!(reachable("198.51.101.7".parse().unwrap(), &never));
+    }
+}

@@ -1,0 +1,486 @@
+//! The proxy on real sockets, in-process: "the internet" is servers on loopback under made-up
+//! names (`resolve`), and every connection from loopback is agent `a1`'s sandbox.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::config::{EgressConfig, SocketAddrOrName};
+use crate::events::{AgentEvent, EventHub};
+
+const AGENT: &str = "a1";
+const DEADLINE: Duration = Duration::from_secs(10);
+
+struct OneSandbox {
+    rules: Mutex<EgressRules>,
+}
+
+#[async_trait::async_trait]
+impl Sandboxes for OneSandbox {
+    async fn agent_at(&self, _local: IpAddr, peer: IpAddr) -> Option<String> {
+        peer.is_loopback().then(|| AGENT.to_string())
+    }
+    async fn rules(&self, id: &str) -> Option<(String, EgressRules)> {
+        let rules = self.rules.lock().unwrap().clone();
+        (id == AGENT).then(|| ("builder".to_string(), rules))
+    }
+}
+
+struct Setup {
+    proxy: Arc<Proxy>,
+    addr: SocketAddr,
+    sandbox: Arc<OneSandbox>,
+    events: broadcast::Receiver<AgentEvent>,
+    shutdown: CancellationToken,
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+fn rules(allow: &[&str], deny: &[&str]) -> EgressRules {
+    let parse = |l: &[&str]| l.iter().map(|r| r.parse().unwrap()).collect();
+    EgressRules {
+        allow: parse(allow),
+        deny: parse(deny),
+    }
+}
+
+async fn setup(allow: &[&str], deny: &[&str], tune: impl FnOnce(&mut EgressConfig)) -> Setup {
+    let mut config = EgressConfig {
+        resolve: BTreeMap::from([
+            ("pypi.test".to_string(), IpAddr::V4(Ipv4Addr::LOCALHOST)),
+            (
+                "files.hosted.test".to_string(),
+                IpAddr::V4(Ipv4Addr::LOCALHOST),
+            ),
+            ("hosted.test".to_string(), IpAddr::V4(Ipv4Addr::LOCALHOST)),
+            ("evil.test".to_string(), IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        ]),
+        ..EgressConfig::default()
+    };
+    tune(&mut config);
+    let sandbox = Arc::new(OneSandbox {
+        rules: Mutex::new(rules(allow, deny)),
+    });
+    let hub = EventHub::default();
+    let events = hub.subscribe();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let proxy = Proxy::new(
+        sandbox.clone(),
+        // The proxy's own port stands for the server's ports.
+        Dialer::new(&config, vec![], vec![addr.port()]),
+        hub,
+        ProxySettings {
+            max_connections: config.max_connections,
+            header_timeout: config.header_timeout,
+        },
+    );
+    let shutdown = CancellationToken::new();
+    tokio::spawn(proxy.clone().serve(listener, shutdown.clone()));
+    Setup {
+        proxy,
+        addr,
+        sandbox,
+        events,
+        shutdown,
+    }
+}
+
+impl Setup {
+    /// Sets new rules and does what the server does on a PATCH: checks open connections.
+    fn set_rules(&self, new: EgressRules) {
+        *self.sandbox.rules.lock().unwrap() = new.clone();
+        self.proxy.connections().recheck(AGENT, &new);
+    }
+
+    async fn next_egress(&mut self) -> EgressEvent {
+        loop {
+            let ev = tokio::time::timeout(DEADLINE, self.events.recv())
+                .await
+                .expect("an egress event in time")
+                .expect("event hub open");
+            if let AgentEvent::Egress(e) = ev {
+                return *e;
+            }
+        }
+    }
+}
+
+/// An HTTP server that answers every request with `hello from HOST` (its Host header).
+async fn http_server() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let app = axum::Router::new().fallback(|headers: axum::http::HeaderMap| async move {
+        let host = headers
+            .get("host")
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        format!("hello from {host}")
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    port
+}
+
+/// A TCP server that echoes each connection back.
+async fn echo_server() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    port
+}
+
+/// Sends `head` and reads the answer's status line and, for a refusal, its body.
+async fn ask(proxy: SocketAddr, head: &str) -> (TcpStream, u16, String) {
+    let mut s = TcpStream::connect(proxy).await.unwrap();
+    s.write_all(head.as_bytes()).await.unwrap();
+    let mut reader = BufReader::new(s);
+    let mut line = String::new();
+    tokio::time::timeout(DEADLINE, reader.read_line(&mut line))
+        .await
+        .expect("an answer in time")
+        .unwrap();
+    let status: u16 = line
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or("0")
+        .parse()
+        .unwrap();
+    let mut length = 0usize;
+    loop {
+        let mut h = String::new();
+        reader.read_line(&mut h).await.unwrap();
+        if h == "\r\n" || h.is_empty() {
+            break;
+        }
+        if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = v.trim().parse().unwrap();
+        }
+    }
+    let mut body = vec![0u8; length];
+    reader.read_exact(&mut body).await.unwrap();
+    (
+        reader.into_inner(),
+        status,
+        String::from_utf8_lossy(&body).into_owned(),
+    )
+}
+
+async fn get_via_proxy(proxy: SocketAddr, url: &str) -> (u16, String) {
+    let client = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::http(format!("http://{proxy}")).unwrap())
+        .build()
+        .unwrap();
+    let resp = client.get(url).send().await.unwrap();
+    (resp.status().as_u16(), resp.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn an_allowed_name_is_forwarded_and_others_get_403_naming_the_fix() {
+    let mut s = setup(&["pypi.test"], &[], |_| {}).await;
+    let port = http_server().await;
+    let (status, body) = get_via_proxy(s.addr, &format!("http://pypi.test:{port}/simple/")).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (200, format!("hello from pypi.test:{port}").as_str())
+    );
+    let opened = s.next_egress().await;
+    assert!(opened.allowed && !opened.closed, "{opened:?}");
+    assert_eq!((opened.host.as_str(), opened.port), ("pypi.test", port));
+    assert_eq!(opened.rule.as_deref(), Some("pypi.test"));
+    let closed = s.next_egress().await;
+    assert!(
+        closed.closed && closed.bytes_down > 0 && closed.bytes_up > 0,
+        "{closed:?}"
+    );
+
+    let (status, body) = get_via_proxy(s.addr, &format!("http://evil.test:{port}/")).await;
+    assert_eq!(status, 403);
+    assert_eq!(body.lines().count(), 1, "{body}");
+    for part in [
+        "builder",
+        AGENT,
+        &format!("evil.test:{port}"),
+        "no allow rule",
+        "agenthold egress a1 --allow evil.test",
+    ] {
+        assert!(body.contains(part), "{part} missing in {body}");
+    }
+    let refused = s.next_egress().await;
+    assert!(!refused.allowed && refused.rule.is_none(), "{refused:?}");
+}
+
+#[tokio::test]
+async fn wildcards_deny_cidr_and_port_rules_decide_as_written() {
+    let port = http_server().await;
+    let other = http_server().await;
+    let s = setup(
+        &["*.hosted.test", &format!("127.0.0.0/8:{port}")],
+        &["evil.test"],
+        |_| {},
+    )
+    .await;
+    let get = |host: &'static str, p: u16| {
+        let addr = s.addr;
+        async move { get_via_proxy(addr, &format!("http://{host}:{p}/")).await.0 }
+    };
+    assert_eq!(
+        get("files.hosted.test", other).await,
+        200,
+        "a subdomain matches the wildcard"
+    );
+    assert_eq!(get("hosted.test", other).await, 403, "the apex does not");
+    // The CIDR rule allows the loopback address given as an address, on its port only. (An
+    // address is refused as not public unless the operator's own resolve map gave it, so the
+    // names here are mapped ones.)
+    assert_eq!(
+        get("pypi.test", port).await,
+        200,
+        "the CIDR rule matches the address"
+    );
+    assert_eq!(get("pypi.test", other).await, 403, "but only on its port");
+    assert_eq!(
+        get("evil.test", port).await,
+        403,
+        "deny wins over the CIDR allow"
+    );
+}
+
+#[tokio::test]
+async fn connect_tunnels_and_a_rule_change_closes_it() {
+    let echo = echo_server().await;
+    let mut s = setup(&["pypi.test"], &[], |_| {}).await;
+    let (stream, status, _) = ask(
+        s.addr,
+        &format!("CONNECT pypi.test:{echo} HTTP/1.1\r\nHost: pypi.test:{echo}\r\n\r\n"),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let mut stream = stream;
+    stream.write_all(b"ping").await.unwrap();
+    let mut buf = [0u8; 4];
+    tokio::time::timeout(DEADLINE, stream.read_exact(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&buf, b"ping");
+    assert!(s.next_egress().await.allowed);
+
+    s.set_rules(rules(&["other.test"], &[]));
+    let closed = s.next_egress().await;
+    assert!(
+        closed.closed && closed.bytes_up == 4 && closed.bytes_down == 4,
+        "{closed:?}"
+    );
+    assert!(closed
+        .reason
+        .unwrap_or_default()
+        .contains("no longer allow"));
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(1), stream.read_to_end(&mut rest)).await;
+    assert!(read.is_ok(), "the tunnel is closed within a second");
+
+    // A new connection follows the new rules at once.
+    let (_, status, _) = ask(
+        s.addr,
+        &format!("CONNECT pypi.test:{echo} HTTP/1.1\r\n\r\n"),
+    )
+    .await;
+    assert_eq!(status, 403);
+}
+
+#[tokio::test]
+async fn star_never_reaches_loopback_or_private_addresses() {
+    let echo = echo_server().await;
+    let s = setup(&["*"], &[], |_| {}).await;
+    for target in [
+        format!("127.0.0.1:{echo}"),
+        format!("localhost:{echo}"),
+        format!("[::1]:{echo}"),
+        "10.0.0.5:80".to_string(),
+        "169.254.169.254:80".to_string(),
+        format!("[::ffff:127.0.0.1]:{echo}"),
+        // The server's own port, even under a name the operator mapped to this host.
+        format!("pypi.test:{}", s.addr.port()),
+    ] {
+        let (_, status, body) = ask(s.addr, &format!("CONNECT {target} HTTP/1.1\r\n\r\n")).await;
+        assert_eq!(status, 403, "{target}: {body}");
+        assert!(body.contains("not a public address"), "{target}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn hostile_requests_get_clear_errors_and_limits() {
+    let s = setup(&["pypi.test"], &[], |c| {
+        c.max_connections = 4;
+        c.header_timeout = Duration::from_millis(500);
+    })
+    .await;
+    // A 100 KiB CONNECT line.
+    let huge = format!(
+        "CONNECT {}.test:443 HTTP/1.1\r\n\r\n",
+        "a".repeat(100 * 1024)
+    );
+    let mut st = TcpStream::connect(s.addr).await.unwrap();
+    let _ = st.write_all(huge.as_bytes()).await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(DEADLINE, st.read_to_end(&mut answer))
+        .await
+        .expect("closed in time");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.starts_with("HTTP/1.1 414") || answer.starts_with("HTTP/1.1 431"),
+        "{answer}"
+    );
+
+    // Headers that never finish: closed after the header timeout.
+    let mut slow = TcpStream::connect(s.addr).await.unwrap();
+    slow.write_all(b"CONNECT pypi.test:443 HTTP/1.1\r\nX-A: 1\r\n")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    tokio::time::timeout(DEADLINE, slow.read_to_end(&mut buf))
+        .await
+        .expect("closed in time")
+        .ok();
+
+    // Not a destination at all.
+    let (_, status, body) = ask(s.addr, "CONNECT nothing HTTP/1.1\r\n\r\n").await;
+    assert_eq!(status, 400, "{body}");
+    let (_, status, body) = ask(
+        s.addr,
+        "GET https://pypi.test/ HTTP/1.1\r\nHost: pypi.test\r\n\r\n",
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("CONNECT"), "{body}");
+
+    // The cap on one agent's connections: the fifth is refused with 429 at once.
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut c = TcpStream::connect(s.addr).await.unwrap();
+        // A request in progress proves the proxy took the connection (and counted it).
+        c.write_all(b"GET http://pypi.test:1/ HTTP/1.1\r\n")
+            .await
+            .unwrap();
+        held.push(c);
+    }
+    let counted = async {
+        loop {
+            let mut c = TcpStream::connect(s.addr).await.unwrap();
+            let mut line = String::new();
+            let mut r = BufReader::new(&mut c);
+            let _ = r.read_line(&mut line).await;
+            if line.contains("429") {
+                return line;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let line = tokio::time::timeout(DEADLINE, counted)
+        .await
+        .expect("a 429 once four are held");
+    assert!(line.starts_with("HTTP/1.1 429"), "{line}");
+}
+
+#[tokio::test]
+async fn an_upstream_proxy_carries_allowed_connections() {
+    let echo = echo_server().await;
+    // A minimal upstream: records the CONNECT target, then splices to the echo server (so no
+    // packet goes to the public address the sandbox named).
+    let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up_port = upstream.local_addr().unwrap().port();
+    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen_by_upstream = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = upstream.accept().await {
+            let seen = seen_by_upstream.clone();
+            tokio::spawn(async move {
+                let mut reader = BufReader::new(s);
+                let mut line = String::new();
+                reader.read_line(&mut line).await.unwrap();
+                seen.lock().unwrap().push(line.trim().to_string());
+                loop {
+                    let mut h = String::new();
+                    reader.read_line(&mut h).await.unwrap();
+                    if h == "\r\n" {
+                        break;
+                    }
+                }
+                let mut client = reader.into_inner();
+                client
+                    .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    .await
+                    .unwrap();
+                let mut target = TcpStream::connect(("127.0.0.1", echo)).await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut target).await;
+            });
+        }
+    });
+    let s = setup(&["203.0.113.0/24:443"], &[], |c| {
+        c.upstream_proxy = Some(SocketAddrOrName {
+            host: "127.0.0.1".into(),
+            port: up_port,
+        });
+    })
+    .await;
+    let (mut stream, status, body) = ask(s.addr, "CONNECT 203.0.113.9:443 HTTP/1.1\r\n\r\n").await;
+    assert_eq!(status, 200, "{body}");
+    stream.write_all(b"via").await.unwrap();
+    let mut buf = [0u8; 3];
+    tokio::time::timeout(DEADLINE, stream.read_exact(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&buf, b"via");
+    assert_eq!(
+        seen.lock().unwrap().as_slice(),
+        ["CONNECT 203.0.113.9:443 HTTP/1.1"]
+    );
+}
+
+#[tokio::test]
+async fn open_tunnels_count_against_the_cap_until_they_close() {
+    let echo = echo_server().await;
+    let s = setup(&["pypi.test"], &[], |c| c.max_connections = 2).await;
+    let connect = format!("CONNECT pypi.test:{echo} HTTP/1.1\r\n\r\n");
+    let (first, status, _) = ask(s.addr, &connect).await;
+    assert_eq!(status, 200);
+    let (_second, status, _) = ask(s.addr, &connect).await;
+    assert_eq!(status, 200);
+    // Both tunnels are past hyper's part of their connections, and still count.
+    let (_, status, body) = ask(s.addr, &connect).await;
+    assert_eq!(status, 429, "{body}");
+    assert!(body.contains("max_connections"), "{body}");
+    drop(first);
+    let freed = async {
+        loop {
+            let (_, status, _) = ask(s.addr, &connect).await;
+            if status == 200 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(DEADLINE, freed)
+        .await
+        .expect("a closed tunnel frees its place");
+}

@@ -1,0 +1,367 @@
+//! The egress proxy from inside real Docker sandboxes. "The internet" is servers this test runs
+//! on this machine under made-up names (`sandbox.egress.resolve`); nothing is sent anywhere else.
+//! Needs Docker; fails, never skips, under scripts/test.
+
+mod common;
+#[path = "common/docker.rs"]
+mod dk;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
+
+use agenthold::egress::EgressEvent;
+use agenthold::events::AgentEvent;
+use common::{read_until, send_keys};
+use dk::*;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::sync::broadcast;
+
+/// The names "the internet" has in these tests; all are this machine.
+const NAMES: [&str; 4] = [
+    "pypi.test",
+    "hosted.test",
+    "files.hosted.test",
+    "blocked.test",
+];
+
+/// An HTTP server on every address (so that a sandbox could reach it directly if the firewall
+/// let it) answering `hello from HOST`.
+async fn http_server() -> u16 {
+    let listener = TcpListener::bind("0.0.0.0:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let app = axum::Router::new().fallback(|headers: axum::http::HeaderMap| async move {
+        let host = headers
+            .get("host")
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        format!("hello from {host}\n")
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    port
+}
+
+/// A TCP echo server on loopback.
+async fn echo_server() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    port
+}
+
+async fn server(
+    env: &DockerEnv,
+    tweak: impl FnOnce(&mut agenthold::config::Config),
+) -> common::TestServer {
+    env.server_with(true, |c| {
+        c.sandbox.egress.resolve = NAMES
+            .iter()
+            .map(|n| (n.to_string(), IpAddr::V4(Ipv4Addr::LOCALHOST)))
+            .collect::<BTreeMap<_, _>>();
+        tweak(c);
+    })
+    .await
+}
+
+async fn agent_with_rules(s: &common::TestServer, name: &str, egress: Value) -> String {
+    let r = s
+        .post("/api/v1/agents")
+        .json(&json!({"name": name, "egress": egress}))
+        .send()
+        .await
+        .expect("create");
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
+    let id = r.json::<Value>().await.expect("json")["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    s.wait_state(&id, "running").await;
+    id
+}
+
+/// A bash function in the sandbox that speaks to the proxy named by `$HTTP_PROXY` over
+/// /dev/tcp (the test image has no curl): `proxy_get URL` prints the answer's status line and
+/// body; `proxy_connect HOST:PORT` prints the status line and leaves the tunnel on fd 3.
+const PROXY_FNS: &str = r#"
+proxy_addr() { local hp="${HTTP_PROXY#http://}"; PH="${hp%:*}"; PP="${hp##*:}"; }
+proxy_get() {
+    proxy_addr
+    exec 3<>"/dev/tcp/$PH/$PP" || return 1
+    printf 'GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' "$1" >&3
+    local status; IFS= read -r status <&3; echo "${status%$'\r'}"
+    while IFS= read -r line <&3; do [ "${line%$'\r'}" = "" ] && break; done
+    cat <&3
+    exec 3<&-
+}
+proxy_connect() {
+    proxy_addr
+    exec 3<>"/dev/tcp/$PH/$PP" || return 1
+    printf 'CONNECT %s HTTP/1.1\r\n\r\n' "$1" >&3
+    local status; IFS= read -r status <&3; echo "${status%$'\r'}"
+    while IFS= read -r line <&3; do [ "${line%$'\r'}" = "" ] && break; done
+}
+"#;
+
+async fn sh(s: &common::TestServer, id: &str, script: &str) -> String {
+    let script = format!("{PROXY_FNS}\n{script}");
+    let out = exec(s, id, &["bash", "-c", &script]).await;
+    assert_eq!(out["exitCode"], 0, "{script}: {out}");
+    out["stdout"].as_str().unwrap_or_default().to_string()
+}
+
+/// The next `egress` event about agent `id` for which `want` holds.
+async fn egress_event(
+    rx: &mut broadcast::Receiver<AgentEvent>,
+    id: &str,
+    want: impl Fn(&EgressEvent) -> bool,
+) -> EgressEvent {
+    let deadline = tokio::time::Instant::now() + common::DEADLINE;
+    loop {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Ok(AgentEvent::Egress(e))) if e.id == id && want(&e) => return *e,
+            Ok(Ok(_)) => {}
+            Ok(Err(broadcast::error::RecvError::Lagged(_))) => {}
+            Ok(Err(e)) => panic!("events ended: {e}"),
+            Err(_) => panic!("no matching egress event in time"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowed_names_work_through_the_proxy_and_the_rest_get_403() {
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
+    let s = server(&env, |_| {}).await;
+    let web = http_server().await;
+    let echo = echo_server().await;
+    let a = agent_with_rules(&s, "a", json!({"allow": ["pypi.test", "*.hosted.test"]})).await;
+    let gw = network_gateway(&env.network(&a));
+    let proxy = format!("http://{gw}:{}", s.egress_addr.port());
+
+    // Every exec has the proxy variables, both spellings.
+    let env_out = exec_ok(&s, &a, &["env"]).await;
+    for var in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+        assert!(
+            env_out.contains(&format!("{var}={proxy}\n")),
+            "{var} in {env_out}"
+        );
+    }
+    assert!(
+        env_out.contains("NO_PROXY=localhost,127.0.0.1,::1\n"),
+        "{env_out}"
+    );
+
+    // ...and so does a terminal.
+    let mut term = s.terminal(&a, 120, 40).await;
+    send_keys(&mut term, "echo \"P=$HTTPS_PROXY=\"\r").await;
+    read_until(&mut term, &format!("P={proxy}=")).await;
+
+    let mut events = s.lc.subscribe();
+    // HTTP forward: an allowed name, a subdomain under the wildcard.
+    let out = sh(
+        &s,
+        &a,
+        &format!(
+            "proxy_get http://pypi.test:{web}/simple/; proxy_get http://files.hosted.test:{web}/x"
+        ),
+    )
+    .await;
+    assert_eq!(
+        out,
+        format!("HTTP/1.1 200 OK\nhello from pypi.test:{web}\nHTTP/1.1 200 OK\nhello from files.hosted.test:{web}\n")
+    );
+    let ok = egress_event(&mut events, &a, |e| e.host == "pypi.test" && e.closed).await;
+    assert!(ok.allowed && ok.bytes_down > 0, "{ok:?}");
+
+    // Not allowed (the wildcard's apex, a name no rule names): 403 at once, saying how to fix it.
+    let asked = Instant::now();
+    let out = sh(&s, &a, &format!("proxy_get http://hosted.test:{web}/")).await;
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("HTTP/1.1 403 Forbidden"), "{out}");
+    let body = lines.next().unwrap_or_default();
+    for part in [
+        &format!("agent a ({a})"),
+        &format!("hosted.test:{web}"),
+        &format!("agenthold egress {a} --allow hosted.test"),
+    ] {
+        assert!(body.contains(part.as_str()), "{part} in {body}");
+    }
+    assert!(asked.elapsed() < common::DEADLINE);
+    let refused = egress_event(&mut events, &a, |e| e.host == "hosted.test").await;
+    assert!(!refused.allowed && refused.rule.is_none(), "{refused:?}");
+
+    // CONNECT: a tunnel to an allowed name carries any TCP.
+    let out = sh(
+        &s,
+        &a,
+        &format!(
+            "proxy_connect pypi.test:{echo}; echo ping >&3; IFS= read -r back <&3; echo \"$back\""
+        ),
+    )
+    .await;
+    assert_eq!(out, "HTTP/1.1 200 OK\nping\n");
+
+    // Without the proxy, the test servers are out of reach: the sandbox has no way out.
+    let direct = reachable(&s, &a, &[format!("{gw}:{web}")]).await;
+    assert_eq!(
+        direct,
+        [false],
+        "the web server straight through the gateway"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_patch_applies_at_once_and_closes_what_it_no_longer_allows() {
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
+    let s = server(&env, |_| {}).await;
+    let echo = echo_server().await;
+    let a = agent_with_rules(&s, "a", json!({"allow": ["pypi.test"]})).await;
+    let mut events = s.lc.subscribe();
+
+    // A tunnel that stays open until the proxy closes it.
+    let held = {
+        let (base, id) = (s.url(&format!("/api/v1/agents/{a}/exec")), a.clone());
+        let http = s.http.clone();
+        let script =
+            format!("{PROXY_FNS}\nproxy_connect pypi.test:{echo}; cat <&3 >/dev/null; echo closed");
+        tokio::spawn(async move {
+            let r = http
+                .post(base)
+                .bearer_auth(common::TOKEN)
+                .json(&json!({"command": ["bash", "-c", script], "timeoutMs": 60000}))
+                .send()
+                .await
+                .expect("exec");
+            let _ = id;
+            r.json::<Value>().await.expect("exec json")
+        })
+    };
+    egress_event(&mut events, &a, |e| {
+        e.allowed && !e.closed && e.host == "pypi.test"
+    })
+    .await;
+
+    let patched = Instant::now();
+    let r = s
+        .patch(&format!("/api/v1/agents/{a}"))
+        .json(&json!({"egress": {"allow": ["other.test"]}}))
+        .send()
+        .await
+        .expect("patch");
+    assert_eq!(r.status(), 200);
+    let agent: Value = r.json().await.expect("json");
+    assert_eq!(
+        agent["egress"],
+        json!({"allow": ["other.test"], "deny": []})
+    );
+    assert_eq!(agent["needsRebuild"], false);
+    let closed = egress_event(&mut events, &a, |e| e.closed && e.host == "pypi.test").await;
+    let took = patched.elapsed();
+    assert!(
+        took < Duration::from_secs(1),
+        "closed {took:?} after the PATCH: {closed:?}"
+    );
+    let out = tokio::time::timeout(common::DEADLINE, held)
+        .await
+        .expect("exec ends")
+        .expect("task");
+    assert_eq!(out["stdout"], "HTTP/1.1 200 OK\nclosed\n", "{out}");
+
+    // New connections follow the new rules, with no restart.
+    let out = sh(&s, &a, &format!("proxy_connect pypi.test:{echo}")).await;
+    assert_eq!(out, "HTTP/1.1 403 Forbidden\n");
+    assert_eq!(s.state(&a).await, "running");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn star_reaches_no_private_address_and_no_rules_reach_nothing() {
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
+    let s = server(&env, |_| {}).await;
+    let web = http_server().await;
+    let a = agent_with_rules(&s, "a", json!({"allow": ["*"]})).await;
+    // Made with no egress: the server's default, which allows nothing.
+    let b = running_agent_with(&s, "b", AGENT_IMAGE).await;
+    assert_eq!(
+        s.agent(&b).await["egress"],
+        json!({"allow": [], "deny": []})
+    );
+    let gw = network_gateway(&env.network(&a));
+    let ip_b = container_ip(&env.container(&b));
+    let api = s.api_addr.port();
+    let tunnel = s.tunnel_addr.port();
+    let mut targets = vec![
+        format!("{gw}:{api}"),
+        format!("{gw}:{tunnel}"),
+        format!("127.0.0.1:{api}"),
+        format!("localhost:{tunnel}"),
+        format!("{ip_b}:22"),
+        "169.254.169.254:80".to_string(),
+        format!("{gw}:{web}"),
+    ];
+    targets.extend(host_addresses().into_iter().map(|h| format!("{h}:{api}")));
+    let script: String = targets
+        .iter()
+        .map(|t| format!("proxy_connect {t}; exec 3<&-\n"))
+        .collect();
+    let out = sh(&s, &a, &script).await;
+    let statuses: Vec<&str> = out.lines().collect();
+    assert_eq!(statuses.len(), targets.len(), "{out}");
+    for (t, st) in targets.iter().zip(&statuses) {
+        assert_eq!(*st, "HTTP/1.1 403 Forbidden", "{t}");
+    }
+
+    let out = sh(&s, &b, &format!("proxy_get http://pypi.test:{web}/")).await;
+    assert!(out.starts_with("HTTP/1.1 403 Forbidden\n"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_connections_from_one_sandbox_hit_its_cap_and_nothing_else() {
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
+    let s = server(&env, |c| c.sandbox.egress.max_connections = 64).await;
+    let a = agent_with_rules(&s, "a", json!({"allow": ["pypi.test"]})).await;
+    let b = running_agent_with(&s, "b", AGENT_IMAGE).await;
+    // 1,000 connections held open at once; the ones past the cap are answered 429 and closed.
+    let flood = format!(
+        "{PROXY_FNS}\nproxy_addr; ulimit -n 4096\n\
+         for i in $(seq 1000); do exec {{fd}}<>\"/dev/tcp/$PH/$PP\" || {{ echo failed $i; break; }}; last=$fd; done\n\
+         IFS= read -r status <&$last; echo \"last: ${{status%$'\\r'}}\"\n"
+    );
+    let command = ["bash", "-c", flood.as_str()];
+    let (flooded, other) = tokio::join!(exec(&s, &a, &command), async {
+        // Another agent's exec and the API keep answering while the flood is held.
+        let started = Instant::now();
+        let out = exec_ok(&s, &b, &["echo", "fine"]).await;
+        (out, started.elapsed())
+    });
+    let stdout = flooded["stdout"].as_str().unwrap_or_default();
+    assert!(
+        stdout.contains("last: HTTP/1.1 429 Too Many Requests"),
+        "{flooded}"
+    );
+    assert!(!stdout.contains("failed"), "{flooded}");
+    assert_eq!(other.0, "fine\n");
+    assert_eq!(
+        s.get("/api/v1/health")
+            .send()
+            .await
+            .expect("health")
+            .status(),
+        200
+    );
+}
