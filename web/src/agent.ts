@@ -6,6 +6,7 @@ import { filesView } from './files';
 import { linkHandler, navigate, type Page } from './nav';
 import { store } from './store';
 import { settingsForm } from './settings';
+import { egressCard } from './egress';
 import { terminalView } from './terminal';
 
 type Tab = 'terminal' | 'files';
@@ -40,12 +41,32 @@ export function agentPage(id: string): Page {
       settings.el.querySelector('input')?.focus();
     }
   });
+  const egressBtn = h('button', { type: 'button', class: 'btn btn-small', 'aria-expanded': 'false', 'data-testid': 'egress' }, 'Internet');
+  const egress = egressCard(
+    () => agent,
+    () => {
+      egress.el.hidden = true;
+      egressBtn.setAttribute('aria-expanded', 'false');
+      egressBtn.focus();
+    },
+  );
+  egress.el.hidden = true;
+  egressBtn.addEventListener('click', () => {
+    const open = egress.el.hidden;
+    egress.el.hidden = !open;
+    egressBtn.setAttribute('aria-expanded', String(open));
+    if (open && agent) {
+      egress.fill(agent);
+      egress.el.querySelector('textarea')?.focus();
+    }
+  });
   const head = h(
     'div',
     { class: 'agent-head' },
-    h('div', { class: 'agent-head-line' }, back, title, idText, b.el, h('span', { class: 'spacer' }), settingsBtn, acts.el),
+    h('div', { class: 'agent-head-line' }, back, title, idText, b.el, h('span', { class: 'spacer' }), egressBtn, settingsBtn, acts.el),
     h('div', { class: 'agent-head-line agent-line2' }, meta, status.el),
     settings.el,
+    egress.el,
   );
 
   const term = terminalView(id, () => agent?.name ?? id);
@@ -133,6 +154,7 @@ export function agentPage(id: string): Page {
     acts.update(a);
     replace(meta, h('span', { class: 'mono agent-image' }, a.image), h('span', { class: 'sep', 'aria-hidden': 'true' }, '·'), h('span', null, resources(a)));
     status.update(a);
+    if (!egress.el.hidden) egress.update(a);
     const running = a.state === 'running';
     files.setAvailable(
       running,

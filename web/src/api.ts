@@ -19,6 +19,8 @@ export interface Agent {
   /** The home's size limit in MiB; null for a home without one (it shares the host's disk). */
   diskMb: number | null;
   idleMinutes: number;
+  /** What the sandbox may reach through the egress proxy. */
+  egress?: EgressRules;
   state: AgentState;
   error: string | null;
   needsRebuild: boolean;
@@ -50,6 +52,25 @@ export interface FsEntry {
   mtime: string | number;
 }
 
+/** An agent's `egress`: RULEs are host names, `*.` wildcards, IPs or CIDRs, or `*`, each optionally `:PORT`. */
+export interface EgressRules {
+  allow: string[];
+  deny: string[];
+}
+
+/** The `egress` SSE event: one per decision of the proxy, and one when an allowed connection closes. */
+export interface EgressEvent {
+  id: string;
+  host: string;
+  port: number;
+  allowed: boolean;
+  rule: string | null;
+  reason?: string;
+  closed: boolean;
+  bytesUp: number;
+  bytesDown: number;
+}
+
 export interface NewAgent {
   name: string;
   image?: string;
@@ -57,6 +78,7 @@ export interface NewAgent {
   memoryMb?: number;
   diskMb?: number;
   idleMinutes?: number;
+  egress?: EgressRules;
 }
 
 /** A terminal session living in the sandbox (`GET /api/v1/agents/{id}/terminals`). */

@@ -1,5 +1,8 @@
 // Live agent state: one list fetch, then the SSE stream `GET /api/v1/events`. No polling.
-import { api, ApiError, BASE, type Agent, type PullProgress } from './api';
+import { api, ApiError, BASE, type Agent, type EgressEvent, type PullProgress } from './api';
+
+/** Refusals kept per agent for its page (newest first), from the event stream since it opened. */
+const BLOCKED_KEPT = 20;
 
 type Listener = () => void;
 
@@ -12,6 +15,8 @@ class AgentStore {
   loaded = false;
   status: StreamStatus = 'connecting';
   loadError: string | null = null;
+  /** Each agent's recent refusals by the egress proxy, newest first, one per destination. */
+  readonly blocked = new Map<string, EgressEvent[]>();
   private listeners = new Set<Listener>();
   private source: EventSource | null = null;
   private pending: Array<(m: Map<string, Agent>) => void> | null = null;
@@ -65,6 +70,14 @@ class AgentStore {
     if (this.pending) this.pending.push(apply);
     if (this.deleted.has(id) || !this.agents.has(id)) return;
     apply(this.agents);
+    this.emit();
+  }
+
+  private onEgress(e: EgressEvent): void {
+    if (e.allowed) return;
+    const list = (this.blocked.get(e.id) ?? []).filter((b) => b.host !== e.host || b.port !== e.port);
+    list.unshift(e);
+    this.blocked.set(e.id, list.slice(0, BLOCKED_KEPT));
     this.emit();
   }
 
@@ -128,6 +141,14 @@ class AgentStore {
       try {
         const { id, ...progress } = JSON.parse((ev as MessageEvent<string>).data) as PullProgress & { id: string };
         if (id) this.onPull(id, progress);
+      } catch {
+        /* ignore a malformed event */
+      }
+    });
+    es.addEventListener('egress', (ev) => {
+      try {
+        const e = JSON.parse((ev as MessageEvent<string>).data) as EgressEvent;
+        if (e.id) this.onEgress(e);
       } catch {
         /* ignore a malformed event */
       }

@@ -1,0 +1,105 @@
+// An agent's internet access: its egress rules (editable; they apply at once, no restart) and the
+// destinations its sandbox was refused lately, each with a button that allows it.
+import { api, ApiError, type Agent, type EgressRules } from './api';
+import { h, replace, toast } from './dom';
+import { store } from './store';
+
+const lines = (text: string): string[] =>
+  text
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l !== '');
+
+export function egressCard(getAgent: () => Agent | null, onDone: () => void): {
+  el: HTMLElement;
+  fill: (a: Agent) => void;
+  update: (a: Agent) => void;
+} {
+  const allow = h('textarea', { id: 'egress-allow', name: 'allow', rows: 4, spellcheck: 'false', 'data-testid': 'egress-allow' });
+  const deny = h('textarea', { id: 'egress-deny', name: 'deny', rows: 2, spellcheck: 'false', 'data-testid': 'egress-deny' });
+  const error = h('p', { class: 'form-error', role: 'alert', 'data-testid': 'egress-error' });
+  const save = h('button', { type: 'submit', class: 'btn btn-primary btn-small' }, 'Save rules');
+  const close = h('button', { type: 'button', class: 'btn btn-small' }, 'Close');
+  const blocked = h('ul', { class: 'egress-blocked', 'data-testid': 'egress-blocked' });
+  const el = h(
+    'form',
+    { class: 'settings card egress', novalidate: true, 'aria-label': 'Internet access', 'data-testid': 'egress-form' },
+    h('p', { class: 'muted settings-note' }, 'One rule per line: pypi.org, *.pythonhosted.org (names below it), 203.0.113.0/24, or * (any public destination); add :PORT to match one port. Deny wins. No rule: nothing is reachable. Changes apply at once.'),
+    h(
+      'div',
+      { class: 'settings-fields' },
+      h('div', { class: 'field' }, h('label', { for: 'egress-allow' }, 'Allow'), allow),
+      h('div', { class: 'field' }, h('label', { for: 'egress-deny' }, 'Deny'), deny),
+      h('div', { class: 'field field-submit settings-buttons' }, h('div', null, save, ' ', close)),
+    ),
+    error,
+    h('h3', { class: 'egress-blocked-title' }, 'Blocked lately'),
+    blocked,
+  );
+  close.addEventListener('click', onDone);
+  el.addEventListener('keydown', (e) => {
+    if (e.key === 'Escape') onDone();
+  });
+
+  const patch = async (rules: EgressRules): Promise<boolean> => {
+    const a = getAgent();
+    if (!a) return false;
+    error.textContent = '';
+    save.disabled = true;
+    try {
+      store.put(await api.update(a.id, { egress: rules }));
+      return true;
+    } catch (err) {
+      const msg = err instanceof ApiError ? err.message : String(err);
+      if (err instanceof ApiError && err.status === 0) toast(msg);
+      else error.textContent = msg;
+      return false;
+    } finally {
+      save.disabled = false;
+    }
+  };
+
+  el.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    if (await patch({ allow: lines(allow.value), deny: lines(deny.value) })) toast('Egress rules saved');
+  });
+
+  const fill = (a: Agent) => {
+    allow.value = (a.egress?.allow ?? []).join('\n');
+    deny.value = (a.egress?.deny ?? []).join('\n');
+    error.textContent = '';
+    update(a);
+  };
+
+  const update = (a: Agent) => {
+    const recent = store.blocked.get(a.id) ?? [];
+    if (recent.length === 0) {
+      replace(blocked, h('li', { class: 'muted' }, 'Nothing was blocked since this page opened.'));
+      return;
+    }
+    replace(
+      blocked,
+      recent.map((b) => {
+        const allowIt = h('button', { type: 'button', class: 'btn btn-small', 'data-allow': b.host }, 'Allow');
+        allowIt.addEventListener('click', async () => {
+          const cur = getAgent()?.egress ?? { allow: [], deny: [] };
+          if (cur.allow.includes(b.host)) return;
+          if (await patch({ allow: [...cur.allow, b.host], deny: cur.deny })) {
+            allow.value = [...cur.allow, b.host].join('\n');
+            toast(`${b.host} allowed`);
+          }
+        });
+        return h(
+          'li',
+          { 'data-blocked': `${b.host}:${b.port}` },
+          h('span', { class: 'mono' }, `${b.host}:${b.port}`),
+          ' ',
+          h('span', { class: 'muted' }, b.reason ?? ''),
+          ' ',
+          allowIt,
+        );
+      }),
+    );
+  };
+  return { el, fill, update };
+}
