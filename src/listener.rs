@@ -433,17 +433,17 @@ pub fn raise_nofile_limit() -> Result<u64, nix::Error> {
     Ok(target)
 }
 
-/// The API's and the tunnel's connection caps, shrunk in proportion when together with
-/// [`FD_RESERVE`] they would pass `nofile`: past it accepts fail with EMFILE for both
-/// listeners alike, and the server cannot open its own files either.
-pub fn fit_to_budget(nofile: u64, api: usize, tunnel: usize) -> (usize, usize) {
-    let wanted = api as u64 + tunnel as u64;
+/// File-handle counts wanted by each listener (the API's and the tunnel's connections, the
+/// egress proxy's two handles per connection), shrunk in proportion when together with
+/// [`FD_RESERVE`] they would pass `nofile`: past it accepts fail with EMFILE for every
+/// listener alike, and the server cannot open its own files either.
+pub fn fit_to_budget<const N: usize>(nofile: u64, wanted: [usize; N]) -> [usize; N] {
+    let total: u64 = wanted.iter().map(|&n| n as u64).sum();
     let budget = nofile.saturating_sub(FD_RESERVE);
-    if wanted <= budget {
-        return (api, tunnel);
+    if total <= budget {
+        return wanted;
     }
-    let share = |n: usize| ((n as u64 * budget / wanted) as usize).max(1);
-    (share(api), share(tunnel))
+    wanted.map(|n| ((n as u64 * budget / total) as usize).max(1))
 }
 
 #[cfg(test)]
@@ -502,11 +502,13 @@ mod tests {
 
     #[test]
     fn budget_keeps_the_reserve() {
-        assert_eq!(fit_to_budget(1 << 20, 4096, 2048), (4096, 2048));
-        let (api, tunnel) = fit_to_budget(1024, 4096, 2048);
+        assert_eq!(fit_to_budget(1 << 20, [4096, 2048]), [4096, 2048]);
+        let [api, tunnel] = fit_to_budget(1024, [4096, 2048]);
         assert!(api + tunnel <= (1024 - FD_RESERVE) as usize);
         assert_eq!((api, tunnel), (341, 170));
-        assert_eq!(fit_to_budget(10, 4096, 2048), (1, 1));
+        assert_eq!(fit_to_budget(10, [4096, 2048]), [1, 1]);
+        let [_, _, egress] = fit_to_budget(1024, [4096, 2048, 2048]);
+        assert_eq!(egress, 128);
     }
 
     #[test]

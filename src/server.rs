@@ -63,7 +63,11 @@ impl Server {
         for warning in config.warnings() {
             tracing::warn!("{warning}");
         }
-        let (api_connections, tunnel_connections) = connection_limiters(&config);
+        let Caps {
+            api: api_connections,
+            tunnel: tunnel_connections,
+            egress: egress_total,
+        } = connection_limiters(&config);
         tokio::fs::create_dir_all(&config.server.data_dir)
             .await
             .with_context(|| format!("creating {}", config.server.data_dir.display()))?;
@@ -129,6 +133,7 @@ impl Server {
             &config,
             &lifecycle,
             [api_addr.port(), tunnel_addr.port(), egress_addr.port()],
+            egress_total,
         );
         let state = AppState {
             lc: lifecycle.clone(),
@@ -215,7 +220,12 @@ impl Server {
 
 /// The egress proxy (its listener is bound with the tunnel's, before the driver, which tells
 /// sandboxes its port).
-fn egress_proxy(config: &Config, lifecycle: &Arc<Lifecycle>, own_ports: [u16; 3]) -> Arc<Proxy> {
+fn egress_proxy(
+    config: &Config,
+    lifecycle: &Arc<Lifecycle>,
+    own_ports: [u16; 3],
+    max_total: usize,
+) -> Arc<Proxy> {
     let e = &config.sandbox.egress;
     // Never dialled whatever the rules: the agent networks (a public pool is possible). The
     // host's own addresses are refused too, looked up at each dial.
@@ -226,6 +236,7 @@ fn egress_proxy(config: &Config, lifecycle: &Arc<Lifecycle>, own_ports: [u16; 3]
         lifecycle.hub().clone(),
         ProxySettings {
             max_connections: e.max_connections,
+            max_total_connections: max_total,
             header_timeout: e.header_timeout,
         },
     )
@@ -243,44 +254,58 @@ fn fake_sandboxes_source(config: &Config) -> Vec<ipnet::IpNet> {
     }
 }
 
-/// Raises the open-file limit and sizes both listeners' caps to fit under it.
-fn connection_limiters(config: &Config) -> (Arc<ConnectionLimiter>, Arc<ConnectionLimiter>) {
+/// Each listener's share of the process's file handles.
+struct Caps {
+    api: Arc<ConnectionLimiter>,
+    tunnel: Arc<ConnectionLimiter>,
+    /// Connections the egress proxy holds at once, all agents together.
+    egress: usize,
+}
+
+/// Raises the open-file limit and sizes every listener's cap to fit under it.
+fn connection_limiters(config: &Config) -> Caps {
     let api = config.server.max_connections as usize;
     let tunnel = config.sandbox.tunnel_max_connections as usize;
-    let (api, tunnel) = match listener::raise_nofile_limit() {
+    let egress = config.sandbox.egress.max_total_connections;
+    // A proxied connection holds two handles: the sandbox's and the destination's.
+    let wanted = [api, tunnel, egress.saturating_mul(2)];
+    let [api, tunnel, egress_fds] = match listener::raise_nofile_limit() {
         Ok(nofile) => {
-            let fitted = listener::fit_to_budget(nofile, api, tunnel);
-            if fitted != (api, tunnel) {
+            let fitted = listener::fit_to_budget(nofile, wanted);
+            if fitted != wanted {
                 tracing::warn!(
                     nofile,
                     "the open-file limit (RLIMIT_NOFILE) cannot hold server.max_connections \
-                     ({api}) and sandbox.tunnel_max_connections ({tunnel}) with {} to spare; \
-                     holding at most {} and {}; raise the hard limit (ulimit -Hn, LimitNOFILE=)",
+                     ({api}), sandbox.tunnel_max_connections ({tunnel}) and \
+                     sandbox.egress.max_total_connections ({egress}) with {} to spare; \
+                     holding at most {}, {} and {}; raise the hard limit (ulimit -Hn, LimitNOFILE=)",
                     listener::FD_RESERVE,
-                    fitted.0,
-                    fitted.1
+                    fitted[0],
+                    fitted[1],
+                    (fitted[2] / 2).max(1)
                 );
             }
             fitted
         }
         Err(e) => {
             tracing::warn!("could not raise the open-file limit (RLIMIT_NOFILE): {e}");
-            (api, tunnel)
+            wanted
         }
     };
     let c = &config.server;
-    (
-        ConnectionLimiter::new(
+    Caps {
+        egress: (egress_fds / 2).max(1),
+        api: ConnectionLimiter::new(
             "api",
             api,
             c.max_connections_per_ip as usize,
             c.trusted_proxies.clone(),
         ),
-        ConnectionLimiter::new(
+        tunnel: ConnectionLimiter::new(
             "tunnel",
             tunnel,
             config.sandbox.tunnel_max_connections_per_ip as usize,
             fake_sandboxes_source(config),
         ),
-    )
+    }
 }

@@ -242,6 +242,9 @@ pub struct EgressConfig {
     pub resolve: BTreeMap<String, IpAddr>,
     /// Connections through the proxy one agent may hold at once; more are refused with `429`.
     pub max_connections: usize,
+    /// Connections the proxy holds at once for all agents together (each takes two file
+    /// handles); more are refused with `503`.
+    pub max_total_connections: usize,
     /// How long a sandbox may take to send a proxy request's headers.
     #[serde(deserialize_with = "de_duration")]
     pub header_timeout: Duration,
@@ -258,6 +261,7 @@ impl Default for EgressConfig {
             upstream_proxy: None,
             resolve: BTreeMap::new(),
             max_connections: 256,
+            max_total_connections: 4096,
             header_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(10),
         }

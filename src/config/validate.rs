@@ -97,6 +97,15 @@ fn egress(e: &EgressConfig, sb: &SandboxConfig, fail: &Fail) -> Result<(), Confi
             format!("({}) is the tunnel's port too; pick another", e.port),
         ));
     }
+    if e.max_total_connections < e.max_connections {
+        return Err(fail(
+            "sandbox.egress.max_total_connections",
+            format!(
+                "({}) is below sandbox.egress.max_connections ({})",
+                e.max_total_connections, e.max_connections
+            ),
+        ));
+    }
     if e.max_connections == 0 {
         return Err(fail(
             "sandbox.egress.max_connections",

@@ -97,6 +97,19 @@ pub struct Dialer {
     /// The server's own ports (API, tunnel, proxy): never dialled on this host, even at an
     /// address the operator's `resolve` map gives.
     own_ports: Vec<u16>,
+    /// DNS lookups under way at once, for every agent together.
+    lookups: tokio::sync::Semaphore,
+}
+
+/// DNS lookups the proxy makes at once (each holds a thread of the blocking pool).
+const MAX_LOOKUPS: usize = 32;
+
+/// Whether, behind an upstream proxy, a name the server cannot resolve may be handed to the
+/// upstream as a name: only when an explicit name rule allowed it, and no deny rule is about
+/// addresses. `*` and address rules need an address the server checked itself: the upstream
+/// reaches whatever its own network does, the LAN included.
+fn upstream_may_resolve(rule: &Rule, rules: &EgressRules) -> bool {
+    rule.is_name_rule() && !rules.denies_addresses()
 }
 
 impl Dialer {
@@ -107,6 +120,7 @@ impl Dialer {
             connect_timeout: config.connect_timeout,
             never,
             own_ports,
+            lookups: tokio::sync::Semaphore::new(MAX_LOOKUPS),
         }
     }
 
@@ -128,9 +142,11 @@ impl Dialer {
                     None => match self.lookup(dest).await {
                         Ok(addrs) => (by_name, addrs, false),
                         // Behind an upstream proxy the server may not resolve outside names at
-                        // all; a name the rules allow as a name is then the upstream's to find.
+                        // all; a name an explicit name rule allows is then the upstream's to
+                        // find. Never under `*` or with address deny rules: those need an
+                        // address the server checked itself (the upstream reaches the LAN).
                         Err(e) => match (&self.upstream, by_name) {
-                            (Some(_), Some(rule)) => {
+                            (Some(_), Some(rule)) if upstream_may_resolve(&rule, rules) => {
                                 let stream = self.through_upstream(dest).await?;
                                 let addr = stream
                                     .peer_addr()
@@ -154,8 +170,11 @@ impl Dialer {
                     continue;
                 }
             };
+            // The operator's own addresses are reached only through a rule that names them
+            // (a name, a wildcard, an address): `*` means public destinations alone.
+            let public_only = !trusted || rule.is_any();
             let own_service = self.own_ports.contains(&dest.port) && super::is_own(addr);
-            if own_service || (!trusted && !super::reachable(addr, &self.never)) {
+            if own_service || (public_only && !super::reachable(addr, &self.never)) {
                 refusal = Some(Refusal::NotPublic { addr });
                 continue;
             }
@@ -164,24 +183,38 @@ impl Dialer {
                     host: addr.to_string(),
                     port: dest.port,
                 };
-                self.through_upstream(&target).await?
+                self.through_upstream(&target).await
             } else {
-                self.connect(SocketAddr::new(addr, dest.port)).await?
+                self.connect(SocketAddr::new(addr, dest.port)).await
             };
-            return Ok(Opened { stream, addr, rule });
+            match stream {
+                Ok(stream) => return Ok(Opened { stream, addr, rule }),
+                // The next address may answer; the last failure is the one reported.
+                Err(e) => refusal = Some(e),
+            }
         }
         Err(refusal
             .unwrap_or_else(|| Refusal::Unreachable(format!("{} has no address", dest.host))))
     }
 
     async fn lookup(&self, dest: &Destination) -> Result<Vec<IpAddr>, Refusal> {
-        let found = tokio::time::timeout(
-            self.connect_timeout,
-            tokio::net::lookup_host((dest.host.as_str(), dest.port)),
-        )
-        .await
-        .map_err(|_| Refusal::Unreachable(format!("looking up {} timed out", dest.host)))?
-        .map_err(|e| Refusal::Unreachable(format!("cannot resolve {}: {e}", dest.host)))?;
+        let timed_out = || Refusal::Unreachable(format!("looking up {} timed out", dest.host));
+        let lookup = async {
+            // The system resolver blocks a thread per lookup, for its own timeout even after
+            // ours: a bounded number at once keeps a sandbox's slow names from taking the
+            // threads the database needs.
+            let _permit = self
+                .lookups
+                .acquire()
+                .await
+                .map_err(|_| Refusal::Unreachable("the server is stopping".into()))?;
+            tokio::net::lookup_host((dest.host.as_str(), dest.port))
+                .await
+                .map_err(|e| Refusal::Unreachable(format!("cannot resolve {}: {e}", dest.host)))
+        };
+        let found = tokio::time::timeout(self.connect_timeout, lookup)
+            .await
+            .map_err(|_| timed_out())??;
         Ok(found.map(|a| super::canonical(a.ip())).collect())
     }
 
@@ -243,6 +276,28 @@ impl Dialer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_explicit_names_go_to_the_upstream_unresolved() {
+        let rules = |allow: &[&str], deny: &[&str]| EgressRules {
+            allow: allow.iter().map(|r| r.parse().unwrap()).collect(),
+            deny: deny.iter().map(|r| r.parse().unwrap()).collect(),
+        };
+        let rule = |r: &str| r.parse::<Rule>().unwrap();
+        assert!(upstream_may_resolve(
+            &rule("pypi.org"),
+            &rules(&["pypi.org"], &[])
+        ));
+        assert!(upstream_may_resolve(
+            &rule("*.pypi.org"),
+            &rules(&["*.pypi.org"], &["evil.example"])
+        ));
+        assert!(!upstream_may_resolve(&rule("*"), &rules(&["*"], &[])));
+        assert!(!upstream_may_resolve(
+            &rule("pypi.org"),
+            &rules(&["pypi.org"], &["10.0.0.0/8"])
+        ));
+    }
 
     #[test]
     fn destinations_parse_from_authorities() {

@@ -10,7 +10,7 @@ mod rules;
 
 pub use dial::{Destination, Dialer, Refusal};
 pub use event::EgressEvent;
-pub use open::Connections;
+pub use open::{Connections, Full};
 pub use proxy::{Proxy, ProxySettings, Sandboxes};
 pub use reach::{is_own, is_public, reachable};
 pub use rules::{

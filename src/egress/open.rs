@@ -26,9 +26,25 @@ struct Upstream {
     cancel: CancellationToken,
 }
 
+#[derive(Default)]
+struct Inner {
+    agents: HashMap<String, AgentConns>,
+    /// Sandbox connections of every agent together.
+    clients: usize,
+}
+
 #[derive(Clone, Default)]
 pub struct Connections {
-    agents: Arc<Mutex<HashMap<String, AgentConns>>>,
+    inner: Arc<Mutex<Inner>>,
+}
+
+/// Why a sandbox connection was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Full {
+    /// The agent holds its most (`sandbox.egress.max_connections`).
+    Agent(usize),
+    /// The proxy holds its most for everyone (`sandbox.egress.max_total_connections`).
+    All(usize),
 }
 
 /// One sandbox connection to the proxy; counted until dropped.
@@ -39,6 +55,10 @@ pub struct ClientSlot {
 
 impl Drop for ClientSlot {
     fn drop(&mut self) {
+        {
+            let mut inner = self.conns.lock();
+            inner.clients = inner.clients.saturating_sub(1);
+        }
         self.conns
             .change(&self.agent, |a| a.clients = a.clients.saturating_sub(1));
     }
@@ -62,13 +82,13 @@ impl Drop for UpstreamSlot {
 }
 
 impl Connections {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, AgentConns>> {
-        self.agents.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Applies `f` to the agent's entry, and forgets the entry once it holds nothing.
     fn change(&self, agent: &str, f: impl FnOnce(&mut AgentConns)) {
-        let mut agents = self.lock();
+        let agents = &mut self.lock().agents;
         if let Some(a) = agents.get_mut(agent) {
             f(a);
             if a.clients == 0 && a.upstream.is_empty() {
@@ -77,15 +97,20 @@ impl Connections {
         }
     }
 
-    /// Counts a new sandbox connection, unless the agent already holds `max`.
-    pub fn admit(&self, agent: &str, max: usize) -> Option<ClientSlot> {
-        let mut agents = self.lock();
-        let a = agents.entry(agent.to_string()).or_default();
+    /// Counts a new sandbox connection, unless the agent already holds `max` or everyone
+    /// together `max_total`.
+    pub fn admit(&self, agent: &str, max: usize, max_total: usize) -> Result<ClientSlot, Full> {
+        let mut inner = self.lock();
+        if inner.clients >= max_total {
+            return Err(Full::All(max_total));
+        }
+        let a = inner.agents.entry(agent.to_string()).or_default();
         if a.clients >= max {
-            return None;
+            return Err(Full::Agent(max));
         }
         a.clients += 1;
-        Some(ClientSlot {
+        inner.clients += 1;
+        Ok(ClientSlot {
             conns: self.clone(),
             agent: agent.to_string(),
         })
@@ -100,8 +125,8 @@ impl Connections {
         port: u16,
     ) -> UpstreamSlot {
         let cancel = CancellationToken::new();
-        let mut agents = self.lock();
-        let a = agents.entry(agent.to_string()).or_default();
+        let mut inner = self.lock();
+        let a = inner.agents.entry(agent.to_string()).or_default();
         let key = a.next;
         a.next += 1;
         a.upstream.insert(
@@ -123,8 +148,8 @@ impl Connections {
 
     /// Closes the agent's connections that `rules` no longer allow; returns how many.
     pub fn recheck(&self, agent: &str, rules: &EgressRules) -> usize {
-        let agents = self.lock();
-        let Some(a) = agents.get(agent) else {
+        let inner = self.lock();
+        let Some(a) = inner.agents.get(agent) else {
             return 0;
         };
         let mut closed = 0;
@@ -140,19 +165,22 @@ impl Connections {
 
     /// Closes every connection the proxy opened for `agent` (it is gone).
     pub fn close_all(&self, agent: &str) {
-        if let Some(a) = self.lock().get(agent) {
+        if let Some(a) = self.lock().agents.get(agent) {
             a.upstream.values().for_each(|up| up.cancel.cancel());
         }
     }
 
     /// Agents with connections open now.
     pub fn agents(&self) -> Vec<String> {
-        self.lock().keys().cloned().collect()
+        self.lock().agents.keys().cloned().collect()
     }
 
     /// Connections the proxy holds open for `agent` now.
     pub fn upstream_count(&self, agent: &str) -> usize {
-        self.lock().get(agent).map_or(0, |a| a.upstream.len())
+        self.lock()
+            .agents
+            .get(agent)
+            .map_or(0, |a| a.upstream.len())
     }
 }
 
@@ -183,11 +211,12 @@ mod tests {
     #[test]
     fn admission_stops_at_the_cap_and_frees_on_drop() {
         let conns = Connections::default();
-        let a = conns.admit("a", 2).unwrap();
-        let _b = conns.admit("a", 2).unwrap();
-        assert!(conns.admit("a", 2).is_none());
-        assert!(conns.admit("other", 2).is_some());
+        let a = conns.admit("a", 2, 3).unwrap();
+        let _b = conns.admit("a", 2, 3).unwrap();
+        assert_eq!(conns.admit("a", 2, 3).err(), Some(Full::Agent(2)));
+        let _c = conns.admit("other", 2, 3).unwrap();
+        assert_eq!(conns.admit("third", 2, 3).err(), Some(Full::All(3)));
         drop(a);
-        assert!(conns.admit("a", 2).is_some());
+        assert!(conns.admit("a", 2, 3).is_ok());
     }
 }

@@ -20,8 +20,8 @@ use tokio_util::sync::CancellationToken;
 use super::counted::{Counted, Tally};
 use super::dial::{Destination, Dialer, Refusal};
 use super::event::EgressEvent;
-use super::open::{ClientSlot, Connections, UpstreamSlot};
-use super::rules::EgressRules;
+use super::open::{ClientSlot, Connections, Full, UpstreamSlot};
+use super::rules::{EgressRules, Verdict};
 use crate::events::{AgentEvent, EventHub};
 use crate::model::AgentState;
 
@@ -30,6 +30,9 @@ use crate::model::AgentState;
 const MAX_HEAD: usize = 64 * 1024;
 /// Bytes buffered each way while a tunnel copies: bounded memory per connection.
 const SPLICE_BUF: usize = 64 * 1024;
+/// How long a connection refused before its request was read stays open for the client to
+/// read the answer.
+const REFUSAL_LINGER: Duration = Duration::from_secs(1);
 /// Pauses of the accept loop when the process is out of file handles.
 const MIN_BACKOFF: Duration = Duration::from_millis(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
@@ -45,10 +48,12 @@ pub trait Sandboxes: Send + Sync + 'static {
 
 pub struct ProxySettings {
     pub max_connections: usize,
+    pub max_total_connections: usize,
     pub header_timeout: Duration,
 }
 
 pub struct Proxy {
+    refusals: RefusalEvents,
     sandboxes: Arc<dyn Sandboxes>,
     dialer: Dialer,
     conns: Connections,
@@ -73,6 +78,7 @@ impl Proxy {
         settings: ProxySettings,
     ) -> Arc<Proxy> {
         Arc::new(Proxy {
+            refusals: RefusalEvents::default(),
             sandboxes,
             dialer,
             conns: Connections::default(),
@@ -119,21 +125,33 @@ impl Proxy {
         let Ok(local) = tcp.local_addr() else { return };
         let Some(id) = self.sandboxes.agent_at(local.ip(), peer.ip()).await else {
             tracing::debug!(%peer, %local, "egress proxy: a connection from no sandbox, refused");
-            let _ = tcp.try_write(&plain_response(
+            refuse_unread(
+                tcp,
                 StatusCode::FORBIDDEN,
-                "agenthold: this proxy serves agent sandboxes only\n",
-            ));
+                "agenthold: this proxy serves agent sandboxes only\n".into(),
+            );
             return;
         };
-        let Some(slot) = self.conns.admit(&id, self.settings.max_connections) else {
-            let _ = tcp.try_write(&plain_response(
-                StatusCode::TOO_MANY_REQUESTS,
-                &format!(
-                    "agenthold: agent {id} holds its most connections through the proxy ({}, sandbox.egress.max_connections)\n",
-                    self.settings.max_connections
-                ),
-            ));
-            return;
+        let s = &self.settings;
+        let slot = match self
+            .conns
+            .admit(&id, s.max_connections, s.max_total_connections)
+        {
+            Ok(slot) => slot,
+            Err(Full::Agent(n)) => {
+                let why = format!(
+                    "agenthold: agent {id} holds its most connections through the proxy ({n}, sandbox.egress.max_connections)\n"
+                );
+                refuse_unread(tcp, StatusCode::TOO_MANY_REQUESTS, why);
+                return;
+            }
+            Err(Full::All(n)) => {
+                let why = format!(
+                    "agenthold: the proxy holds its most connections for all agents ({n}, sandbox.egress.max_total_connections)\n"
+                );
+                refuse_unread(tcp, StatusCode::SERVICE_UNAVAILABLE, why);
+                return;
+            }
         };
         let _ = tcp.set_nodelay(true);
         let caller = Arc::new(Caller { id, _slot: slot });
@@ -170,7 +188,7 @@ impl Proxy {
             Ok(d) => d,
             Err(why) => return text(StatusCode::BAD_REQUEST, format!("agenthold: {why}\n")),
         };
-        let Some((name, rules)) = self.sandboxes.rules(&caller.id).await else {
+        let Some((agent_name, rules)) = self.sandboxes.rules(&caller.id).await else {
             return text(
                 StatusCode::FORBIDDEN,
                 "agenthold: this agent is gone\n".into(),
@@ -178,19 +196,28 @@ impl Proxy {
         };
         let opened = match self.dialer.open(&rules, &dest).await {
             Ok(o) => o,
-            Err(refusal) => return self.refuse(&caller, &name, &dest, refusal),
+            Err(refusal) => return self.refuse(&caller, &agent_name, &dest, refusal),
         };
+        let name = dest
+            .host
+            .parse::<IpAddr>()
+            .is_err()
+            .then(|| dest.host.clone());
+        let slot = self
+            .conns
+            .opened(&caller.id, name.clone(), opened.addr, dest.port);
+        // The rules may have changed while the dial was under way, before the connection was
+        // registered for rechecks: decide once more, now that every later change will see it.
+        let still = match self.sandboxes.rules(&caller.id).await {
+            Some((_, now)) => now.decide(name.as_deref(), opened.addr, dest.port),
+            None => Verdict::Denied(None),
+        };
+        if let Verdict::Denied(rule) = still {
+            drop(slot);
+            return self.refuse(&caller, &agent_name, &dest, Refusal::Denied { rule });
+        }
         let rule = opened.rule.to_string();
         self.publish(&caller, &dest, true, Some(rule.clone()), None, None);
-        let slot = self.conns.opened(
-            &caller.id,
-            dest.host
-                .parse::<IpAddr>()
-                .is_err()
-                .then(|| dest.host.clone()),
-            opened.addr,
-            dest.port,
-        );
         let tally = Arc::new(Tally::default());
         let upstream = Counted::new(opened.stream, tally.clone());
         let ended = Ended {
@@ -308,7 +335,9 @@ impl Proxy {
         };
         let reason = refusal.to_string();
         if refusal.is_policy() {
-            self.publish(caller, dest, false, rule, Some(reason.clone()), None);
+            if self.refusals.worth_telling(&caller.id, dest) {
+                self.publish(caller, dest, false, rule, Some(reason.clone()), None);
+            }
             let hint = match refusal {
                 Refusal::Denied { rule: None } => format!(
                     "; to allow it: agenthold egress {} --allow {}",
@@ -388,6 +417,50 @@ impl Proxy {
                 Err(RecvError::Closed) => break,
             }
         }
+    }
+}
+
+/// Refusals cost the sandbox nothing (no DNS, no dial), so a loop of them would flood the event
+/// hub that every agent's changes share: each agent gets at most [`REFUSAL_EVENTS_PER_SEC`]
+/// refusal events a second, and one per destination in that second.
+#[derive(Default)]
+struct RefusalEvents {
+    agents: std::sync::Mutex<std::collections::HashMap<String, RefusalWindow>>,
+}
+
+struct RefusalWindow {
+    started: std::time::Instant,
+    told: Vec<Destination>,
+}
+
+const REFUSAL_EVENTS_PER_SEC: usize = 20;
+
+impl RefusalEvents {
+    fn worth_telling(&self, agent: &str, dest: &Destination) -> bool {
+        self.worth_telling_at(agent, dest, std::time::Instant::now())
+    }
+
+    fn worth_telling_at(&self, agent: &str, dest: &Destination, now: std::time::Instant) -> bool {
+        let mut agents = self.agents.lock().unwrap_or_else(|e| e.into_inner());
+        // Windows of agents quiet for a second are dropped, so this holds only the noisy ones.
+        if agents.len() > 1024 {
+            agents.retain(|_, w| now.duration_since(w.started) < Duration::from_secs(1));
+        }
+        let w = agents
+            .entry(agent.to_string())
+            .or_insert_with(|| RefusalWindow {
+                started: now,
+                told: Vec::new(),
+            });
+        if now.duration_since(w.started) >= Duration::from_secs(1) {
+            w.started = now;
+            w.told.clear();
+        }
+        if w.told.len() >= REFUSAL_EVENTS_PER_SEC || w.told.contains(dest) {
+            return false;
+        }
+        w.told.push(dest.clone());
+        true
     }
 }
 
@@ -480,6 +553,24 @@ fn text(status: StatusCode, body: String) -> Response<Body> {
     resp
 }
 
+/// Answers a connection refused before any of its request was read, then closes it gently:
+/// closing with unread bytes would reset it, and the client might never see the answer. The
+/// wait for the client to finish is short and the answer small, so a flood costs little.
+fn refuse_unread(mut tcp: TcpStream, status: StatusCode, body: String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    tokio::spawn(async move {
+        let answer = plain_response(status, &body);
+        let polite = async {
+            tcp.write_all(&answer).await?;
+            tcp.shutdown().await?;
+            let mut sink = [0u8; 4096];
+            while tcp.read(&mut sink).await? > 0 {}
+            Ok::<_, std::io::Error>(())
+        };
+        let _ = tokio::time::timeout(REFUSAL_LINGER, polite).await;
+    });
+}
+
 /// A whole answer as bytes, for connections refused before any HTTP is read.
 fn plain_response(status: StatusCode, body: &str) -> Vec<u8> {
     format!(
@@ -489,4 +580,37 @@ fn plain_response(status: StatusCode, body: &str) -> Vec<u8> {
         body.len()
     )
     .into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusal_events_are_one_per_destination_and_bounded_per_agent() {
+        let r = RefusalEvents::default();
+        let d = |h: &str| Destination {
+            host: h.into(),
+            port: 443,
+        };
+        let t0 = std::time::Instant::now();
+        assert!(r.worth_telling_at("a", &d("x.example"), t0));
+        assert!(
+            !r.worth_telling_at("a", &d("x.example"), t0),
+            "the same one again in the second"
+        );
+        assert!(
+            r.worth_telling_at("b", &d("x.example"), t0),
+            "another agent's is its own"
+        );
+        let told = (0..100)
+            .filter(|i| r.worth_telling_at("a", &d(&format!("h{i}.example")), t0))
+            .count();
+        assert_eq!(told, REFUSAL_EVENTS_PER_SEC - 1);
+        let later = t0 + Duration::from_secs(1);
+        assert!(
+            r.worth_telling_at("a", &d("x.example"), later),
+            "a new second, a new window"
+        );
+    }
 }

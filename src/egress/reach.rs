@@ -40,6 +40,10 @@ fn is_public_v4(a: Ipv4Addr) -> bool {
 fn is_public_v6(a: Ipv6Addr) -> bool {
     let seg = a.segments();
     // NAT64 (64:ff9b::/96) and 6to4 (2002::/16) carry an IPv4 address: judge that one.
+    // 64:ff9b:1::/48, NAT64 for local use: whatever it maps to is the operator's network.
+    if seg[0] == 0x64 && seg[1] == 0xff9b && seg[2] == 1 {
+        return false;
+    }
     if seg[0] == 0x64 && seg[1] == 0xff9b && seg[2..6] == [0, 0, 0, 0] {
         let [a, b, c, d] =
             [seg[6] >> 8, seg[6] & 0xff, seg[7] >> 8, seg[7] & 0xff].map(|x| x as u8);
@@ -119,6 +123,7 @@ mod tests {
             "64:ff9b::a00:1",
             "2002:a00:1::1",
             "::10.0.0.1",
+            "64:ff9b:1::808:808",
         ] {
             assert!(!is_public(private.parse().unwrap()), "{private}");
         }

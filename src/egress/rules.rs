@@ -219,6 +219,17 @@ impl Rule {
             }
     }
 
+    /// Whether this rule names destinations by name (`pypi.org`, `*.pythonhosted.org`), as
+    /// opposed to `*` or an address.
+    pub fn is_name_rule(&self) -> bool {
+        matches!(self.target, Target::Name(_) | Target::Below(_))
+    }
+
+    /// `*`: any public destination.
+    pub fn is_any(&self) -> bool {
+        matches!(self.target, Target::Any)
+    }
+
     /// Only an address rule (or `*`) can allow a name through its addresses.
     fn is_address_rule(&self) -> bool {
         matches!(self.target, Target::Any | Target::Net(_))
@@ -327,6 +338,12 @@ impl EgressRules {
             Some(rule) => Verdict::Allowed(rule.clone()),
             None => Verdict::Denied(None),
         }
+    }
+
+    /// Whether some deny rule is about addresses (a CIDR, an address, `*`), which only an
+    /// address the server itself resolved can be checked against.
+    pub fn denies_addresses(&self) -> bool {
+        self.deny.iter().any(Rule::is_address_rule)
     }
 
     /// The whole decision for a destination whose name (if any) and address are both known:

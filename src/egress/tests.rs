@@ -83,6 +83,7 @@ async fn setup(allow: &[&str], deny: &[&str], tune: impl FnOnce(&mut EgressConfi
         hub,
         ProxySettings {
             max_connections: config.max_connections,
+            max_total_connections: config.max_total_connections,
             header_timeout: config.header_timeout,
         },
     );
@@ -318,7 +319,9 @@ async fn star_never_reaches_loopback_or_private_addresses() {
         "10.0.0.5:80".to_string(),
         "169.254.169.254:80".to_string(),
         format!("[::ffff:127.0.0.1]:{echo}"),
-        // The server's own port, even under a name the operator mapped to this host.
+        // The operator's own names are public destinations to no one: `*` does not reach them
+        // (an explicit rule does, see the tests above), nor the server's own port.
+        format!("pypi.test:{echo}"),
         format!("pypi.test:{}", s.addr.port()),
     ] {
         let (_, status, body) = ask(s.addr, &format!("CONNECT {target} HTTP/1.1\r\n\r\n")).await;

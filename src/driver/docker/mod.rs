@@ -1069,6 +1069,11 @@ impl Driver for DockerDriver {
         ) else {
             return None;
         };
+        // Anyone may knock (the proxy listens where the tunnel does): only the agent networks
+        // cost a look at the database.
+        if !self.cfg.network_pool.contains(&peer) {
+            return None;
+        }
         let holders = match self.subnets.holders().await {
             Ok(h) => h,
             Err(e) => {
