@@ -652,6 +652,45 @@ async fn an_agent_from_before_disk_limits_keeps_its_unlimited_home() {
 }
 
 #[tokio::test]
+async fn an_agent_from_before_egress_rules_has_none_until_given_some() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agenthold.db");
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        for step in &migrations::MIGRATIONS[..3] {
+            c.execute_batch(step).unwrap();
+        }
+        c.pragma_update(None, "user_version", 3).unwrap();
+        c.execute(
+            "INSERT INTO agents (id, name, image, cpus, memory_mb, idle_minutes, state,
+                                 created_at, updated_at, disk_mb)
+             VALUES ('old1', 'old', 'debian', 1.0, 512, 15, 'running',
+                     '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z', 1024)",
+            [],
+        )
+        .unwrap();
+    }
+    let store = Store::open(&path).await.unwrap();
+    // None: the lifecycle shows (and the proxy applies) `sandbox.egress.default` for it.
+    assert_eq!(store.get_agent("old1").await.unwrap().egress, None);
+    let rules: crate::egress::EgressRules =
+        serde_json::from_value(serde_json::json!({"allow": ["pypi.org"]})).unwrap();
+    let patched = store
+        .patch_agent(
+            "old1",
+            AgentPatch {
+                egress: Some(rules.clone()),
+                ..Default::default()
+            },
+            &AgentState::ALL,
+        )
+        .await
+        .unwrap();
+    assert_eq!(patched.egress, Some(rules));
+    assert!(!patched.needs_rebuild);
+}
+
+#[tokio::test]
 async fn a_disk_limit_grows_and_never_shrinks() {
     let store = Store::open_in_memory().await.unwrap();
     let a = store.insert_agent(new_agent("disk")).await.unwrap();
