@@ -31,6 +31,8 @@ pub struct Server {
     /// The egress proxy and its listener.
     egress: (Arc<Proxy>, TcpListener),
     pub egress_addr: SocketAddr,
+    /// The egress resolver's socket, in transparent mode.
+    resolver: Option<tokio::net::UdpSocket>,
     /// Each listener's own caps, so a flood on one leaves the other its file handles.
     pub api_connections: Arc<ConnectionLimiter>,
     pub tunnel_connections: Arc<ConnectionLimiter>,
@@ -98,6 +100,18 @@ impl Server {
             format!("binding the egress proxy at {egress_addr} (sandbox.egress.port)")
         })?;
         let egress_addr = egress_listener.local_addr()?;
+        let resolver = if config.sandbox.egress.transparent {
+            let addr = SocketAddr::new(tunnel_addr.ip(), config.sandbox.egress.dns_port);
+            Some(tokio::net::UdpSocket::bind(addr).await.with_context(|| {
+                format!("binding the egress resolver at {addr} (sandbox.egress.dns_port)")
+            })?)
+        } else {
+            None
+        };
+        let dns_port = resolver
+            .as_ref()
+            .and_then(|s| s.local_addr().ok())
+            .map(|a| a.port());
         let api = TcpListener::bind(config.server.listen)
             .await
             .with_context(|| format!("binding server.listen {}", config.server.listen))?;
@@ -117,6 +131,7 @@ impl Server {
                     Arc::new(store.clone()),
                     tunnel_addr,
                     egress_addr.port(),
+                    dns_port,
                     metrics.repairs(),
                 )
                 .await
@@ -149,6 +164,7 @@ impl Server {
             tunnel,
             egress: (egress, egress_listener),
             egress_addr,
+            resolver,
             api_connections,
             tunnel_connections,
             state,
@@ -183,6 +199,13 @@ impl Server {
                 .serve(egress_listener, egress_shutdown.clone()),
         );
         let egress_follow = tokio::spawn(proxy.follow_rule_changes());
+        let resolver_task = self.resolver.map(|socket| {
+            tokio::spawn(crate::egress::dns::serve(
+                socket,
+                lc.clone(),
+                egress_shutdown.clone(),
+            ))
+        });
         crate::lifecycle::reconcile::reconcile(&lc)
             .await
             .context("reconciling at startup")?;
@@ -210,6 +233,9 @@ impl Server {
         egress_shutdown.cancel();
         egress_follow.abort();
         let _ = egress_serve.await;
+        if let Some(task) = resolver_task {
+            let _ = task.await;
+        }
         trim_task.abort();
         events_task.abort();
         sleeper_task.abort();

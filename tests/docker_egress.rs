@@ -365,3 +365,116 @@ async fn a_thousand_connections_from_one_sandbox_hit_its_cap_and_nothing_else() 
         200
     );
 }
+
+/// A TCP server on `ip:port` that answers each connection with `greeting` and then echoes.
+async fn greeter_on(ip: &str, port: u16, greeting: &'static str) {
+    let listener = TcpListener::bind((ip, port))
+        .await
+        .expect("bind the transparent test server");
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                use tokio::io::AsyncWriteExt;
+                let _ = s.write_all(greeting.as_bytes()).await;
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn programs_that_ignore_the_proxy_are_caught_by_transparent_mode() {
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
+    // "The internet" on ports 80 and 443 of a loopback address of this test's own (ports 80
+    // and 443 are the point, and other tests may hold them on other addresses).
+    let ip = format!(
+        "127.{}.{}.{}",
+        1 + rand::random::<u8>() % 250,
+        rand::random::<u8>(),
+        1 + rand::random::<u8>() % 250
+    );
+    let web = TcpListener::bind((ip.as_str(), 80))
+        .await
+        .expect("bind :80");
+    let app = axum::Router::new().fallback(|headers: axum::http::HeaderMap| async move {
+        let host = headers
+            .get("host")
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        format!("hello from {host}\n")
+    });
+    tokio::spawn(async move { axum::serve(web, app).await });
+    // Plays a TLS server: the proxy only reads the ClientHello's server name and passes every
+    // byte on, so an echo that says hello first shows the bytes arrived.
+    greeter_on(&ip, 443, "tls-side\n").await;
+    let addr: IpAddr = ip.parse().expect("ip");
+    let s = env
+        .server_with(true, |c| {
+            c.sandbox.egress.resolve = NAMES.iter().map(|n| (n.to_string(), addr)).collect();
+        })
+        .await;
+    let a = agent_with_rules(&s, "a", json!({"allow": ["pypi.test", "*.hosted.test"]})).await;
+    let gw = network_gateway(&env.network(&a));
+
+    // The sandbox's resolver answers allowed names (with the server's address) and nothing else,
+    // at once.
+    let out = sh(
+        &s,
+        &a,
+        "set -o pipefail; for n in pypi.test files.hosted.test hosted.test blocked.test; do \
+         getent hosts $n | awk '{print $2, $1}' || echo \"$n: $?\"; done",
+    )
+    .await;
+    assert_eq!(
+        out,
+        format!("pypi.test {gw}\nfiles.hosted.test {gw}\nhosted.test: 2\nblocked.test: 2\n"),
+        "getent output"
+    );
+
+    let mut events = s.lc.subscribe();
+    // Port 80, with no proxy in sight: checked on the Host header.
+    let plain = "unset HTTP_PROXY http_proxy; exec 3<>/dev/tcp/pypi.test/80; \
+                 printf 'GET / HTTP/1.1\\r\\nHost: pypi.test\\r\\nConnection: close\\r\\n\\r\\n' >&3; \
+                 IFS= read -r status <&3; echo \"${status%$'\\r'}\"; tail -n 1 <&3";
+    assert_eq!(
+        sh(&s, &a, plain).await,
+        "HTTP/1.1 200 OK\nhello from pypi.test\n"
+    );
+    let sneaky = format!(
+        "exec 3<>/dev/tcp/{gw}/80; printf 'GET / HTTP/1.1\\r\\nHost: blocked.test\\r\\nConnection: close\\r\\n\\r\\n' >&3; \
+         IFS= read -r status <&3; echo \"${{status%$'\\r'}}\""
+    );
+    assert_eq!(sh(&s, &a, &sneaky).await, "HTTP/1.1 403 Forbidden\n");
+
+    // Port 443: checked on the TLS server name, and the ClientHello goes on unchanged.
+    let hello = |name: &str| {
+        agenthold::egress::client_hello(name)
+            .iter()
+            .map(|b| format!("\\x{b:02x}"))
+            .collect::<String>()
+    };
+    let tls = format!(
+        "exec 3<>/dev/tcp/pypi.test/443; printf '{}' >&3; IFS= read -r first <&3; echo \"$first\"; \
+         head -c 3 <&3 | od -An -tx1 | tr -d ' \\n'; echo",
+        hello("pypi.test")
+    );
+    assert_eq!(sh(&s, &a, &tls).await, "tls-side\n160301\n");
+    let ok = egress_event(&mut events, &a, |e| e.host == "pypi.test" && e.port == 443).await;
+    assert!(ok.allowed, "{ok:?}");
+
+    // A server name no rule allows: the connection closes without a byte, and the event says so.
+    let denied = format!(
+        "exec 3<>/dev/tcp/{gw}/443; printf '{}' >&3; n=$(head -c 100 <&3 | wc -c); echo \"got $n\"",
+        hello("blocked.test")
+    );
+    assert_eq!(sh(&s, &a, &denied).await, "got 0\n");
+    let refused = egress_event(&mut events, &a, |e| {
+        e.host == "blocked.test" && e.port == 443
+    })
+    .await;
+    assert!(!refused.allowed, "{refused:?}");
+}

@@ -248,6 +248,14 @@ pub struct EgressConfig {
     /// How long a sandbox may take to send a proxy request's headers.
     #[serde(deserialize_with = "de_duration")]
     pub header_timeout: Duration,
+    /// Transparent mode: the firewall sends a sandbox's DNS to the server's resolver (which
+    /// answers allowed names only) and its TCP to ports 80 and 443 to the proxy (which decides
+    /// on the Host header or the TLS server name), for programs that ignore the proxy
+    /// variables. Needs the server on the host.
+    pub transparent: bool,
+    /// The resolver's UDP port (on the tunnel's addresses) in transparent mode; 0 picks a free
+    /// one at startup.
+    pub dns_port: u16,
     /// How long the proxy waits for a destination to accept a connection.
     #[serde(deserialize_with = "de_duration")]
     pub connect_timeout: Duration,
@@ -262,6 +270,8 @@ impl Default for EgressConfig {
             resolve: BTreeMap::new(),
             max_connections: 256,
             max_total_connections: 4096,
+            transparent: true,
+            dns_port: 8053,
             header_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(10),
         }

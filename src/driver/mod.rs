@@ -135,4 +135,9 @@ pub trait Driver: Send + Sync + 'static {
     ) -> Option<String> {
         None
     }
+    /// The agent whose sandbox sends from `peer` (a DNS query, which carries no server address
+    /// of its own), and the server's address on that agent's network.
+    async fn sandbox_from(&self, _peer: std::net::IpAddr) -> Option<(String, std::net::IpAddr)> {
+        None
+    }
 }

@@ -2,11 +2,13 @@
 
 mod counted;
 mod dial;
+pub mod dns;
 mod event;
 mod open;
 mod proxy;
 mod reach;
 mod rules;
+mod sni;
 
 pub use dial::{Destination, Dialer, Refusal};
 pub use event::EgressEvent;
@@ -16,6 +18,7 @@ pub use reach::{is_own, is_public, reachable};
 pub use rules::{
     canonical, normalize_name, EgressRules, NameVerdict, Rule, RuleError, Verdict, MAX_RULES,
 };
+pub use sni::client_hello;
 
 #[cfg(test)]
 mod tests;

@@ -67,6 +67,9 @@ pub struct Proxy {
 /// keeps its caller (and the place) until it closes.
 struct Caller {
     id: String,
+    /// The port a request naming no port goes to: 80, or the port the sandbox aimed at when
+    /// the firewall redirected it here (transparent mode).
+    default_port: u16,
     _slot: ClientSlot,
 }
 
@@ -154,7 +157,18 @@ impl Proxy {
             }
         };
         let _ = tcp.set_nodelay(true);
-        let caller = Arc::new(Caller { id, _slot: slot });
+        // In transparent mode the firewall hands the proxy connections aimed elsewhere; the
+        // port they were aimed at says what they carry.
+        let redirected = original_port(&tcp).filter(|&p| p != local.port());
+        let caller = Arc::new(Caller {
+            id,
+            default_port: redirected.unwrap_or(80),
+            _slot: slot,
+        });
+        if redirected == Some(443) {
+            self.transparent_tls(tcp, caller).await;
+            return;
+        }
         let proxy = self.clone();
         let service = hyper::service::service_fn(move |req: Request<Incoming>| {
             let (proxy, caller) = (proxy.clone(), caller.clone());
@@ -184,19 +198,74 @@ impl Proxy {
         req: Request<Incoming>,
     ) -> Response<Body> {
         let connect = req.method() == Method::CONNECT;
-        let dest = match destination(&req) {
+        let dest = match destination(&req, caller.default_port) {
             Ok(d) => d,
             Err(why) => return text(StatusCode::BAD_REQUEST, format!("agenthold: {why}\n")),
         };
+        let (upstream, slot, ended) = match self.open_for(caller, &dest).await {
+            Ok(opened) => opened,
+            Err(refusal) => return refusal,
+        };
+        if connect {
+            self.tunnel(req, upstream, slot, ended)
+        } else {
+            self.forward(req, upstream, slot, ended).await
+        }
+    }
+
+    /// A TLS connection the firewall redirected from port 443: decided on the server name in
+    /// its ClientHello, which then goes on to the destination unchanged. A refusal closes the
+    /// connection (no HTTP answer can be read inside TLS); the event says why.
+    async fn transparent_tls(self: &Arc<Self>, mut tcp: TcpStream, caller: Arc<Caller>) {
+        use tokio::io::AsyncWriteExt;
+        let (name, hello) = match super::sni::read_client_hello(
+            &mut tcp,
+            self.settings.header_timeout,
+        )
+        .await
+        {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::debug!(agent = %caller.id, "egress proxy: port 443 without a usable ClientHello: {e}");
+                return;
+            }
+        };
+        let Some(dest) = Destination::parse(&name, Some(443)).filter(|d| d.port == 443) else {
+            return;
+        };
+        let Ok((mut upstream, slot, ended)) = self.open_for(caller, &dest).await else {
+            return;
+        };
+        if upstream.write_all(&hello).await.is_err() {
+            ended.report(Some("the destination closed at once".into()));
+            return;
+        }
+        let closing = self.closing.clone();
+        tokio::spawn(async move {
+            let mut tcp = tcp;
+            let reason = splice(&mut tcp, &mut upstream, &slot, &closing).await;
+            drop(slot);
+            ended.report(reason);
+        });
+    }
+
+    /// Decides on `dest` for `caller` and connects: the connection, registered for rechecks,
+    /// and what reports its end; or the answer that refuses it (already told as an event).
+    async fn open_for(
+        self: &Arc<Self>,
+        caller: Arc<Caller>,
+        dest: &Destination,
+    ) -> Result<(Counted<TcpStream>, UpstreamSlot, Ended), Response<Body>> {
+        let dest = dest.clone();
         let Some((agent_name, rules)) = self.sandboxes.rules(&caller.id).await else {
-            return text(
+            return Err(text(
                 StatusCode::FORBIDDEN,
                 "agenthold: this agent is gone\n".into(),
-            );
+            ));
         };
         let opened = match self.dialer.open(&rules, &dest).await {
             Ok(o) => o,
-            Err(refusal) => return self.refuse(&caller, &agent_name, &dest, refusal),
+            Err(refusal) => return Err(self.refuse(&caller, &agent_name, &dest, refusal)),
         };
         let name = dest
             .host
@@ -214,7 +283,7 @@ impl Proxy {
         };
         if let Verdict::Denied(rule) = still {
             drop(slot);
-            return self.refuse(&caller, &agent_name, &dest, Refusal::Denied { rule });
+            return Err(self.refuse(&caller, &agent_name, &dest, Refusal::Denied { rule }));
         }
         let rule = opened.rule.to_string();
         self.publish(&caller, &dest, true, Some(rule.clone()), None, None);
@@ -223,15 +292,11 @@ impl Proxy {
         let ended = Ended {
             proxy: self.clone(),
             caller,
-            dest: dest.clone(),
+            dest,
             rule,
             tally,
         };
-        if connect {
-            self.tunnel(req, upstream, slot, ended)
-        } else {
-            self.forward(req, upstream, slot, ended).await
-        }
+        Ok((upstream, slot, ended))
     }
 
     /// Answers `200` and, once the client has the answer, copies both ways until either side
@@ -245,22 +310,12 @@ impl Proxy {
     ) -> Response<Body> {
         let closing = self.closing.clone();
         tokio::spawn(async move {
-            let splice = async {
-                let upgraded = hyper::upgrade::on(req).await?;
-                let mut client = TokioIo::new(upgraded);
-                tokio::io::copy_bidirectional_with_sizes(
-                    &mut client,
-                    &mut upstream,
-                    SPLICE_BUF,
-                    SPLICE_BUF,
-                )
-                .await?;
-                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
-            };
-            let reason = tokio::select! {
-                r = splice => r.err().map(|e| e.to_string()),
-                () = slot.cancelled.cancelled() => Some("closed: the agent's egress rules no longer allow it".into()),
-                () = closing.cancelled() => Some("closed: the server is shutting down".into()),
+            let reason = match hyper::upgrade::on(req).await {
+                Ok(upgraded) => {
+                    let mut client = TokioIo::new(upgraded);
+                    splice(&mut client, &mut upstream, &slot, &closing).await
+                }
+                Err(e) => Some(e.to_string()),
             };
             drop(slot);
             ended.report(reason);
@@ -464,6 +519,32 @@ impl RefusalEvents {
     }
 }
 
+/// Copies both ways between a sandbox and its destination until either closes, the rules no
+/// longer allow it, or the server stops; returns why it ended early, if it did.
+async fn splice<C>(
+    client: &mut C,
+    upstream: &mut Counted<TcpStream>,
+    slot: &UpstreamSlot,
+    closing: &CancellationToken,
+) -> Option<String>
+where
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let copy = tokio::io::copy_bidirectional_with_sizes(client, upstream, SPLICE_BUF, SPLICE_BUF);
+    tokio::select! {
+        r = copy => r.err().map(|e| e.to_string()),
+        () = slot.cancelled.cancelled() => Some("closed: the agent's egress rules no longer allow it".into()),
+        () = closing.cancelled() => Some("closed: the server is shutting down".into()),
+    }
+}
+
+/// The port a connection was aimed at before the firewall redirected it here; `None` for one
+/// that came straight to the proxy (or from where the server cannot tell).
+fn original_port(tcp: &TcpStream) -> Option<u16> {
+    let addr = nix::sys::socket::getsockopt(tcp, nix::sys::socket::sockopt::OriginalDst).ok()?;
+    Some(u16::from_be(addr.sin_port))
+}
+
 /// Reports an allowed connection's end, with its byte counts; until then it holds the caller's
 /// place in the agent's connection count.
 struct Ended {
@@ -489,7 +570,7 @@ impl Ended {
 
 /// Where a request wants to go: the `CONNECT` target, an absolute URI's host, or the `Host`
 /// header of an origin-form request.
-fn destination(req: &Request<Incoming>) -> Result<Destination, String> {
+fn destination(req: &Request<Incoming>, default_port: u16) -> Result<Destination, String> {
     if req.method() == Method::CONNECT {
         let target = req
             .uri()
@@ -510,7 +591,8 @@ fn destination(req: &Request<Incoming>) -> Result<Destination, String> {
     }
     let host = header_str(req.headers(), header::HOST)
         .ok_or("the request names no destination: send it through the proxy with an absolute URL, or with a Host header")?;
-    Destination::parse(host, Some(80)).ok_or_else(|| format!("\"{host}\" is not a host to reach"))
+    Destination::parse(host, Some(default_port))
+        .ok_or_else(|| format!("\"{host}\" is not a host to reach"))
 }
 
 fn header_str(headers: &HeaderMap, name: HeaderName) -> Option<&str> {

@@ -340,6 +340,27 @@ impl EgressRules {
         }
     }
 
+    /// Whether the resolver answers `name` (normalized): a deny rule for the name on every port
+    /// refuses it; an allow rule for the name on some port, or any address rule (the proxy
+    /// decides on its addresses at connect time), lets it resolve.
+    pub fn may_resolve(&self, name: &str) -> bool {
+        if self
+            .deny
+            .iter()
+            .any(|r| r.port.is_none() && r.matches_name(name, 0))
+        {
+            return false;
+        }
+        self.allow.iter().any(|r| {
+            r.is_address_rule()
+                || Rule {
+                    target: r.target.clone(),
+                    port: None,
+                }
+                .matches_name(name, 0)
+        })
+    }
+
     /// Whether some deny rule is about addresses (a CIDR, an address, `*`), which only an
     /// address the server itself resolved can be checked against.
     pub fn denies_addresses(&self) -> bool {
@@ -488,6 +509,25 @@ mod tests {
         assert_eq!(r.decide_name("example.org", 443), NameVerdict::ByAddress);
         assert!(allowed(&r, "example.org", "203.0.113.4", 443));
         assert!(!allowed(&r, "example.org", "198.51.100.4", 443));
+    }
+
+    #[test]
+    fn names_resolve_when_some_port_of_them_may_be_reached() {
+        let r = rules(
+            &["pypi.org:443", "*.hosted.test"],
+            &["evil.hosted.test", "pypi.org:80"],
+        );
+        assert!(
+            r.may_resolve("pypi.org"),
+            "allowed on 443, denied on 80 only"
+        );
+        assert!(r.may_resolve("files.hosted.test"));
+        assert!(!r.may_resolve("evil.hosted.test"), "denied on every port");
+        assert!(!r.may_resolve("hosted.test"), "the wildcard's apex");
+        assert!(!r.may_resolve("example.org"));
+        assert!(rules(&["203.0.113.0/24"], &[]).may_resolve("example.org"));
+        assert!(!rules(&["*"], &["*"]).may_resolve("example.org"));
+        assert!(!EgressRules::default().may_resolve("pypi.org"));
     }
 
     #[test]

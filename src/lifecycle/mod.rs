@@ -75,6 +75,20 @@ impl crate::egress::Sandboxes for Lifecycle {
     }
 }
 
+/// What the egress resolver asks about agents.
+#[async_trait::async_trait]
+impl crate::egress::dns::Askers for Lifecycle {
+    async fn asker(&self, peer: std::net::IpAddr) -> Option<(String, std::net::IpAddr)> {
+        self.driver.sandbox_from(peer).await
+    }
+
+    async fn rules_of(&self, id: &str) -> Option<crate::egress::EgressRules> {
+        crate::egress::Sandboxes::rules(self, id)
+            .await
+            .map(|(_, rules)| rules)
+    }
+}
+
 impl LifecycleError {
     fn from_store(e: StoreError, op: &'static str) -> LifecycleError {
         match e {

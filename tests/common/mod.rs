@@ -40,6 +40,7 @@ pub fn test_config(dir: &std::path::Path) -> Config {
     c.sandbox.tunnel_listen = "127.0.0.1:0".parse().unwrap();
     // Tests run servers side by side: each proxy on a port of its own.
     c.sandbox.egress.port = 0;
+    c.sandbox.egress.dns_port = 0;
     c
 }
 

@@ -59,7 +59,7 @@ impl ServerConfig {
         let tunnel = free_port();
         let yaml = format!(
             "server:\n  listen: 127.0.0.1:{api}\n  data_dir: {data}\n  admin_token: {TOKEN}\n\
-             sandbox:\n  tunnel_listen: {tunnel_ip}:{tunnel}\n  egress:\n    port: 0\n{sandbox}",
+             sandbox:\n  tunnel_listen: {tunnel_ip}:{tunnel}\n  egress:\n    port: 0\n    dns_port: 0\n{sandbox}",
             data = dir.join("data").display(),
         );
         let path = dir.join("config.yaml");

@@ -74,7 +74,7 @@ export async function startServer({ maxFileMb } = {}) {
     `  data_dir: ${JSON.stringify(path.join(dir, 'data'))}`,
   ];
   if (maxFileMb) lines.push(`  max_file_mb: ${maxFileMb}`);
-  lines.push('sandbox:', '  driver: fake', `  tunnel_listen: 127.0.0.1:${tunnel}`, '  egress:', '    port: 0', '  idle_check_interval: 5s', '');
+  lines.push('sandbox:', '  driver: fake', `  tunnel_listen: 127.0.0.1:${tunnel}`, '  egress:', '    port: 0', '    dns_port: 0', '  idle_check_interval: 5s', '');
   const config = path.join(dir, 'config.yaml');
   await writeFile(config, lines.join('\n'));
   const logPath = path.join(dir, 'server.log');

@@ -20,13 +20,26 @@ use tokio::process::Command;
 
 use super::error::DockerError;
 
-const CHAIN: &str = "INPUT";
+/// Where each kind of rule goes: (table, chain).
+const FILTER: (&str, &str) = ("filter", "INPUT");
+const NAT: (&str, &str) = ("nat", "PREROUTING");
 
-/// The server's ports a sandbox may reach on its gateway: the tunnel and the egress proxy.
-pub type Ports = [u16; 2];
+/// The server's ports a sandbox reaches on its gateway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Ports {
+    pub tunnel: u16,
+    /// The egress proxy (TCP).
+    pub proxy: u16,
+    /// The egress resolver (UDP), when transparent mode is on: then the sandbox's DNS and its
+    /// TCP to ports 80 and 443 are redirected to the server.
+    pub transparent_dns: Option<u16>,
+}
 
 /// One agent's rules: (agent, bridge, gateway, ports).
 type RuleKey = (String, String, Ipv4Addr, Ports);
+
+/// A rule: its table and chain, and its specification.
+type Rule = ((&'static str, &'static str), Vec<String>);
 
 #[derive(Debug, Clone)]
 pub struct Firewall {
@@ -54,22 +67,41 @@ impl Firewall {
         format!("agenthold:{}:{id}", self.prefix)
     }
 
-    /// In chain order: the tunnel and the egress proxy, answers to connections the host
-    /// opened, drop the rest.
-    fn rules(&self, id: &str, bridge: &str, gateway: Ipv4Addr, ports: Ports) -> [Vec<String>; 4] {
+    /// In chain order: in INPUT the tunnel, the proxy (and the resolver), answers to
+    /// connections the host opened, drop the rest; in the nat table's PREROUTING (transparent
+    /// mode) DNS to the resolver and TCP to ports 80 and 443 to the proxy, whatever address the
+    /// sandbox aimed at.
+    fn rules(&self, id: &str, bridge: &str, gateway: Ipv4Addr, ports: Ports) -> Vec<Rule> {
         let tag = self.tag(id);
-        let [tunnel, proxy] = ports.map(|port| {
+        let accept = |proto: &str, port: u16| {
             format!(
-                "-i {bridge} -d {gateway}/32 -p tcp -m tcp --dport {port} -m comment --comment {tag} -j ACCEPT"
+                "-i {bridge} -d {gateway}/32 -p {proto} -m {proto} --dport {port} -m comment --comment {tag} -j ACCEPT"
             )
-        });
+        };
+        let mut filter = vec![accept("tcp", ports.tunnel), accept("tcp", ports.proxy)];
+        let mut nat = Vec::new();
+        if let Some(dns) = ports.transparent_dns {
+            filter.push(accept("udp", dns));
+            nat.push(format!(
+                "-i {bridge} -p udp -m udp --dport 53 -m comment --comment {tag} -j DNAT --to-destination {gateway}:{dns}"
+            ));
+            nat.push(format!(
+                "-i {bridge} -p tcp -m multiport --dports 80,443 -m comment --comment {tag} -j DNAT --to-destination {gateway}:{}",
+                ports.proxy
+            ));
+        }
         // Lets the host talk to a sandbox (replies come back on the bridge); a sandbox still
         // cannot open anything itself.
-        let replies = format!(
+        filter.push(format!(
             "-i {bridge} -m conntrack --ctstate RELATED,ESTABLISHED -m comment --comment {tag} -j ACCEPT"
-        );
-        let drop = format!("-i {bridge} -m comment --comment {tag} -j DROP");
-        [tunnel, proxy, replies, drop].map(|r| r.split_whitespace().map(String::from).collect())
+        ));
+        filter.push(format!("-i {bridge} -m comment --comment {tag} -j DROP"));
+        let words = |r: String| r.split_whitespace().map(String::from).collect::<Vec<_>>();
+        filter
+            .into_iter()
+            .map(|r| (FILTER, words(r)))
+            .chain(nat.into_iter().map(|r| (NAT, words(r))))
+            .collect()
     }
 
     /// Makes sure exactly this agent's rules are in place, in order.
@@ -87,11 +119,11 @@ impl Firewall {
         let wanted = self.rules(id, bridge, gateway, ports);
         let present = self.present(id).await?;
         let mut ok = present.len() == wanted.len();
-        for rule in &wanted {
+        for ((table, chain), rule) in &wanted {
             if !ok {
                 break;
             }
-            ok = iptables(&[&["-C", CHAIN], &str_refs(rule)[..]].concat())
+            ok = iptables(&[&["-t", table, "-C", chain], &str_refs(rule)[..]].concat())
                 .await
                 .is_ok();
         }
@@ -100,12 +132,12 @@ impl Firewall {
             return Ok(());
         }
         // Something is missing or stale (another port, another bridge): start over. Each
-        // goes in at the top, last first, so the chain reads in `rules` order.
+        // goes in at the top of its chain, last first, so the chains read in `rules` order.
         if !present.is_empty() {
             self.remove(id).await?;
         }
-        for rule in wanted.iter().rev() {
-            iptables(&[&["-I", CHAIN, "1"], &str_refs(rule)[..]].concat()).await?;
+        for ((table, chain), rule) in wanted.iter().rev() {
+            iptables(&[&["-t", table, "-I", chain, "1"], &str_refs(rule)[..]].concat()).await?;
         }
         tracing::debug!(agent = id, bridge, %gateway, ?ports, "host firewall rules in place");
         self.ensured().insert(key);
@@ -115,8 +147,8 @@ impl Firewall {
     /// Removes every rule of this agent; none is fine.
     pub async fn remove(&self, id: &str) -> Result<(), DockerError> {
         self.ensured().retain(|(agent, ..)| agent != id);
-        for spec in self.present(id).await? {
-            let Some(rest) = spec.strip_prefix(&format!("-A {CHAIN} ")) else {
+        for ((table, chain), spec) in self.present(id).await? {
+            let Some(rest) = spec.strip_prefix(&format!("-A {chain} ")) else {
                 continue;
             };
             // iptables-nft prints the comment in quotes; the argument must go back without them.
@@ -124,7 +156,7 @@ impl Firewall {
                 .split_whitespace()
                 .map(|w| w.trim_matches('"'))
                 .collect();
-            iptables(&[&["-D", CHAIN], &args[..]].concat()).await?;
+            iptables(&[&["-t", table, "-D", chain], &args[..]].concat()).await?;
         }
         Ok(())
     }
@@ -132,19 +164,30 @@ impl Firewall {
     /// The agents of this installation that have rules: a server killed between removing a
     /// sandbox's objects and its rules leaves rules that only this finds again.
     pub async fn agents(&self) -> Result<HashSet<String>, DockerError> {
-        let out = iptables(&["-S", CHAIN]).await?;
-        Ok(agents_tagged(&out, &self.prefix))
+        let mut found = HashSet::new();
+        for (table, chain) in [FILTER, NAT] {
+            let out = iptables(&["-t", table, "-S", chain]).await?;
+            found.extend(agents_tagged(&out, &self.prefix));
+        }
+        Ok(found)
     }
 
-    /// The `iptables -S` lines of this agent's rules.
-    async fn present(&self, id: &str) -> Result<Vec<String>, DockerError> {
-        let out = iptables(&["-S", CHAIN]).await?;
+    /// The `iptables -S` lines of this agent's rules, with their table and chain.
+    async fn present(
+        &self,
+        id: &str,
+    ) -> Result<Vec<((&'static str, &'static str), String)>, DockerError> {
         let tag = self.tag(id);
-        Ok(out
-            .lines()
-            .filter(|l| l.split_whitespace().any(|w| w.trim_matches('"') == tag))
-            .map(str::to_string)
-            .collect())
+        let mut found = Vec::new();
+        for (table, chain) in [FILTER, NAT] {
+            let out = iptables(&["-t", table, "-S", chain]).await?;
+            found.extend(
+                out.lines()
+                    .filter(|l| l.split_whitespace().any(|w| w.trim_matches('"') == tag))
+                    .map(|l| ((table, chain), l.to_string())),
+            );
+        }
+        Ok(found)
     }
 }
 
@@ -189,22 +232,54 @@ mod tests {
     #[test]
     fn rules_are_tagged_and_ordered() {
         let fw = Firewall::new("ah");
-        let [accept, proxy, replies, drop] =
-            fw.rules("abc", "br-0123", Ipv4Addr::new(10, 213, 0, 1), [8090, 8091]);
-        assert!(accept
-            .join(" ")
+        let gw = Ipv4Addr::new(10, 213, 0, 1);
+        let ports = Ports {
+            tunnel: 8090,
+            proxy: 8091,
+            transparent_dns: Some(8053),
+        };
+        let rules = fw.rules("abc", "br-0123", gw, ports);
+        let text: Vec<(&str, String)> = rules.iter().map(|((t, _), r)| (*t, r.join(" "))).collect();
+        assert_eq!(text.len(), 7);
+        assert!(text[0]
+            .1
             .contains("-d 10.213.0.1/32 -p tcp -m tcp --dport 8090"));
-        assert!(proxy
-            .join(" ")
+        assert!(text[1]
+            .1
             .contains("-d 10.213.0.1/32 -p tcp -m tcp --dport 8091"));
-        assert_eq!(accept.last().map(String::as_str), Some("ACCEPT"));
-        assert_eq!(proxy.last().map(String::as_str), Some("ACCEPT"));
-        assert!(replies.join(" ").contains("--ctstate RELATED,ESTABLISHED"));
-        assert_eq!(drop.last().map(String::as_str), Some("DROP"));
-        for r in [&accept, &proxy, &replies, &drop] {
+        assert!(text[2]
+            .1
+            .contains("-d 10.213.0.1/32 -p udp -m udp --dport 8053"));
+        assert!(text[3].1.contains("--ctstate RELATED,ESTABLISHED"));
+        assert!(text[4].1.ends_with("-j DROP"));
+        assert_eq!(text[5].0, "nat");
+        assert!(
+            text[5].1.contains("-p udp -m udp --dport 53")
+                && text[5].1.ends_with("--to-destination 10.213.0.1:8053")
+        );
+        assert!(
+            text[6].1.contains("--dports 80,443")
+                && text[6].1.ends_with("--to-destination 10.213.0.1:8091")
+        );
+        for (_, r) in &rules {
             assert!(r.iter().any(|w| w == "agenthold:ah:abc"));
             assert!(r.windows(2).any(|w| w[0] == "-i" && w[1] == "br-0123"));
         }
+        let plain = fw.rules(
+            "abc",
+            "br-0123",
+            gw,
+            Ports {
+                transparent_dns: None,
+                ..ports
+            },
+        );
+        assert_eq!(
+            plain.len(),
+            4,
+            "without transparent mode: no resolver, no redirection"
+        );
+        assert!(plain.iter().all(|((t, _), _)| *t == "filter"));
     }
 
     #[test]

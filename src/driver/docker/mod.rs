@@ -87,6 +87,8 @@ pub struct DockerDriver {
     tunnel_port: u16,
     /// The egress proxy's port, on the same addresses as the tunnel.
     egress_port: u16,
+    /// The egress resolver's (UDP) port when transparent mode is on.
+    dns_port: Option<u16>,
     /// Serialises subnet allocation within this server (the store's unique index guards the
     /// rest).
     alloc: tokio::sync::Mutex<()>,
@@ -144,6 +146,7 @@ impl DockerDriver {
         subnets: std::sync::Arc<dyn SubnetBook>,
         tunnel: SocketAddr,
         egress_port: u16,
+        dns_port: Option<u16>,
         repairs: Repairs,
     ) -> Result<DockerDriver, DockerError> {
         let cfg = config.sandbox.docker.clone();
@@ -225,6 +228,7 @@ impl DockerDriver {
             firewall,
             tunnel_port: tunnel.port(),
             egress_port,
+            dns_port,
             cfg,
             alloc: tokio::sync::Mutex::new(()),
             ops: OwnOps::default(),
@@ -832,13 +836,12 @@ impl DockerDriver {
         let firewall = async {
             let t = std::time::Instant::now();
             if let Some(fw) = &self.firewall {
-                fw.ensure(
-                    id,
-                    &bridge,
-                    net.gateway(),
-                    [self.tunnel_port, self.egress_port],
-                )
-                .await?;
+                let ports = firewall::Ports {
+                    tunnel: self.tunnel_port,
+                    proxy: self.egress_port,
+                    transparent_dns: self.dns_port,
+                };
+                fw.ensure(id, &bridge, net.gateway(), ports).await?;
                 log_step(id, "firewall", t);
             }
             Ok::<_, DockerError>(())
@@ -1060,6 +1063,21 @@ async fn connect_engine(cfg: &DockerConfig) -> Result<Docker, DockerError> {
 impl Driver for DockerDriver {
     fn kind(&self) -> &'static str {
         "docker"
+    }
+
+    async fn sandbox_from(&self, peer: std::net::IpAddr) -> Option<(String, std::net::IpAddr)> {
+        let std::net::IpAddr::V4(peer) = crate::egress::canonical(peer) else {
+            return None;
+        };
+        if !self.cfg.network_pool.contains(&peer) {
+            return None;
+        }
+        let holders = self.subnets.holders().await.ok()?;
+        holders.into_iter().find_map(|(id, subnet)| {
+            let net = AgentNet::new(subnet.parse().ok()?);
+            let server = self.server_on(&net);
+            (net.subnet.contains(&peer) && peer != server).then_some((id, server.into()))
+        })
     }
 
     async fn sandbox_at(&self, local: std::net::IpAddr, peer: std::net::IpAddr) -> Option<String> {
