@@ -419,6 +419,15 @@ async fn programs_that_ignore_the_proxy_are_caught_by_transparent_mode() {
         .await;
     let a = agent_with_rules(&s, "a", json!({"allow": ["pypi.test", "*.hosted.test"]})).await;
     let gw = network_gateway(&env.network(&a));
+    // The sandbox's resolver is the server, on its gateway (inside the subnet: routable even
+    // where Docker gives internal networks no default route).
+    let dns = docker(&[
+        "inspect",
+        "-f",
+        "{{json .HostConfig.Dns}}",
+        &env.container(&a),
+    ]);
+    assert_eq!(dns.trim(), format!("[\"{gw}\"]"));
 
     // The sandbox's resolver answers allowed names (with the server's address) and nothing else,
     // at once.

@@ -23,6 +23,33 @@ const TTL_SECS: u32 = 5;
 const MAX_IN_FLIGHT: usize = 64;
 /// A query larger than this is not a question a sandbox needs answered.
 const MAX_QUERY: usize = 2048;
+/// Queries one source address may have answered a second; the rest are dropped before they
+/// cost a look at the database, so one sandbox's flood leaves the others their answers.
+const PER_SOURCE_PER_SEC: u32 = 200;
+/// How long an answer may take (it reads the agent's rules); past it the query is dropped.
+const ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Counts each source's queries in the current second.
+#[derive(Default)]
+struct PerSource {
+    window: Option<std::time::Instant>,
+    counts: std::collections::HashMap<IpAddr, u32>,
+}
+
+impl PerSource {
+    fn admit(&mut self, source: IpAddr, now: std::time::Instant) -> bool {
+        if self
+            .window
+            .is_none_or(|w| now.duration_since(w) >= std::time::Duration::from_secs(1))
+        {
+            self.window = Some(now);
+            self.counts.clear();
+        }
+        let n = self.counts.entry(source).or_insert(0);
+        *n += 1;
+        *n <= PER_SOURCE_PER_SEC
+    }
+}
 
 /// What the responder needs to know about the asker.
 #[async_trait::async_trait]
@@ -37,6 +64,7 @@ pub trait Askers: Send + Sync + 'static {
 pub async fn serve(socket: UdpSocket, askers: Arc<dyn Askers>, shutdown: CancellationToken) {
     let socket = Arc::new(socket);
     let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
+    let mut per_source = PerSource::default();
     let mut buf = vec![0u8; MAX_QUERY];
     loop {
         let (len, peer) = tokio::select! {
@@ -49,6 +77,9 @@ pub async fn serve(socket: UdpSocket, askers: Arc<dyn Askers>, shutdown: Cancell
                 }
             },
         };
+        if !per_source.admit(peer.ip(), std::time::Instant::now()) {
+            continue;
+        }
         let Ok(permit) = in_flight.clone().acquire_owned().await else {
             return;
         };
@@ -56,7 +87,9 @@ pub async fn serve(socket: UdpSocket, askers: Arc<dyn Askers>, shutdown: Cancell
         let (socket, askers) = (socket.clone(), askers.clone());
         tokio::spawn(async move {
             let _permit = permit;
-            if let Some(reply) = reply_to(&query, peer, askers.as_ref()).await {
+            let reply =
+                tokio::time::timeout(ANSWER_WITHIN, reply_to(&query, peer, askers.as_ref()));
+            if let Ok(Some(reply)) = reply.await {
                 let _ = socket.send_to(&reply, peer).await;
             }
         });
@@ -176,6 +209,21 @@ mod tests {
             );
             assert!(got.answers.is_empty());
         }
+    }
+
+    #[test]
+    fn one_source_gets_its_share_a_second() {
+        let mut p = PerSource::default();
+        let t0 = std::time::Instant::now();
+        let a: IpAddr = "10.213.0.18".parse().unwrap();
+        let b: IpAddr = "10.213.0.34".parse().unwrap();
+        let admitted = (0..500).filter(|_| p.admit(a, t0)).count();
+        assert_eq!(admitted, PER_SOURCE_PER_SEC as usize);
+        assert!(p.admit(b, t0), "another source has its own share");
+        assert!(
+            p.admit(a, t0 + std::time::Duration::from_secs(1)),
+            "a new second"
+        );
     }
 
     #[test]

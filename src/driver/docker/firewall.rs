@@ -166,7 +166,7 @@ impl Firewall {
     pub async fn agents(&self) -> Result<HashSet<String>, DockerError> {
         let mut found = HashSet::new();
         for (table, chain) in [FILTER, NAT] {
-            let out = iptables(&["-t", table, "-S", chain]).await?;
+            let out = list(table, chain).await?;
             found.extend(agents_tagged(&out, &self.prefix));
         }
         Ok(found)
@@ -180,7 +180,7 @@ impl Firewall {
         let tag = self.tag(id);
         let mut found = Vec::new();
         for (table, chain) in [FILTER, NAT] {
-            let out = iptables(&["-t", table, "-S", chain]).await?;
+            let out = list(table, chain).await?;
             found.extend(
                 out.lines()
                     .filter(|l| l.split_whitespace().any(|w| w.trim_matches('"') == tag))
@@ -188,6 +188,19 @@ impl Firewall {
             );
         }
         Ok(found)
+    }
+}
+
+/// `iptables -S` of one chain. A host whose nat table cannot be read (no `iptable_nat`) has
+/// no transparent-mode rules in it either: that reads as empty, so agents can still be
+/// destroyed there; the filter table must be readable.
+async fn list(table: &str, chain: &str) -> Result<String, DockerError> {
+    match iptables(&["-t", table, "-S", chain]).await {
+        Err(e) if (table, chain) == NAT => {
+            tracing::debug!("cannot read the nat table: {e}");
+            Ok(String::new())
+        }
+        other => other,
     }
 }
 

@@ -431,11 +431,17 @@ impl DockerDriver {
         &self,
         spec: &SandboxSpec,
         image: &pull::ImageFacts,
-        network: &str,
+        net: &NetRef,
         storage_opt: Option<HashMap<String, String>>,
     ) -> ContainerCreateBody {
         let id = &spec.id;
-        let network = network.to_string();
+        let network = net.id.clone();
+        // In transparent mode the sandbox's resolver is the server, on the gateway (inside the
+        // subnet, so it is routable even where Docker gives internal networks no default
+        // route); the firewall hands its port 53 to the egress resolver. Docker's embedded
+        // resolver forwards there.
+        let dns = (self.dns_port.is_some() && self.firewall.is_some())
+            .then(|| vec![net.net.gateway().to_string()]);
         let mut mounts = vec![
             Mount {
                 target: Some(agenthold_proto::LOGICAL_HOME.to_string()),
@@ -494,6 +500,7 @@ impl DockerDriver {
                 security_opt: Some(security_opt),
                 cap_drop: Some(self.cfg.cap_drop.clone()),
                 network_mode: Some(network.clone()),
+                dns,
                 // Sleeping sandboxes must stay stopped, whatever happens to the engine.
                 restart_policy: Some(RestartPolicy {
                     name: Some(RestartPolicyNameEnum::NO),
@@ -680,7 +687,7 @@ impl DockerDriver {
             let create = |storage_opt| {
                 self.docker.create_container(
                     Some(CreateContainerOptionsBuilder::default().name(&name).build()),
-                    self.container_body(spec, &image, &net.id, storage_opt),
+                    self.container_body(spec, &image, &net, storage_opt),
                 )
             };
             let size = self.layer.storage_opt();
