@@ -10,12 +10,12 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
+use agenthold::bench::servers::{echo_server, hello_server};
 use agenthold::egress::EgressEvent;
 use agenthold::events::AgentEvent;
 use common::{read_until, send_keys};
 use dk::*;
 use serde_json::{json, Value};
-use tokio::net::TcpListener;
 use tokio::sync::broadcast;
 
 /// The names "the internet" has in these tests; all are this machine.
@@ -25,38 +25,6 @@ const NAMES: [&str; 4] = [
     "files.hosted.test",
     "blocked.test",
 ];
-
-/// An HTTP server on every address (so that a sandbox could reach it directly if the firewall
-/// let it) answering `hello from HOST`.
-async fn http_server() -> u16 {
-    let listener = TcpListener::bind("0.0.0.0:0").await.expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    let app = axum::Router::new().fallback(|headers: axum::http::HeaderMap| async move {
-        let host = headers
-            .get("host")
-            .and_then(|h| h.to_str().ok())
-            .unwrap_or("")
-            .to_string();
-        format!("hello from {host}\n")
-    });
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    port
-}
-
-/// A TCP echo server on loopback.
-async fn echo_server() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let (mut r, mut w) = s.split();
-                let _ = tokio::io::copy(&mut r, &mut w).await;
-            });
-        }
-    });
-    port
-}
 
 async fn server(
     env: &DockerEnv,
@@ -142,8 +110,10 @@ async fn allowed_names_work_through_the_proxy_and_the_rest_get_403() {
         return;
     };
     let s = server(&env, |_| {}).await;
-    let web = http_server().await;
-    let echo = echo_server().await;
+    let web = hello_server("0.0.0.0:0").await.expect("the web server");
+    let echo = echo_server("127.0.0.1:0", b"")
+        .await
+        .expect("the echo server");
     let a = agent_with_rules(&s, "a", json!({"allow": ["pypi.test", "*.hosted.test"]})).await;
     let gw = network_gateway(&env.network(&a));
     let proxy = format!("http://{gw}:{}", s.egress_addr.port());
@@ -226,7 +196,9 @@ async fn a_patch_applies_at_once_and_closes_what_it_no_longer_allows() {
         return;
     };
     let s = server(&env, |_| {}).await;
-    let echo = echo_server().await;
+    let echo = echo_server("127.0.0.1:0", b"")
+        .await
+        .expect("the echo server");
     let a = agent_with_rules(&s, "a", json!({"allow": ["pypi.test"]})).await;
     let mut events = s.lc.subscribe();
 
@@ -291,7 +263,7 @@ async fn star_reaches_no_private_address_and_no_rules_reach_nothing() {
         return;
     };
     let s = server(&env, |_| {}).await;
-    let web = http_server().await;
+    let web = hello_server("0.0.0.0:0").await.expect("the web server");
     let a = agent_with_rules(&s, "a", json!({"allow": ["*"]})).await;
     // Made with no egress: the server's default, which allows nothing.
     let b = running_agent_with(&s, "b", AGENT_IMAGE).await;
@@ -366,23 +338,6 @@ async fn a_thousand_connections_from_one_sandbox_hit_its_cap_and_nothing_else() 
     );
 }
 
-/// A TCP server on `ip:port` that answers each connection with `greeting` and then echoes.
-async fn greeter_on(ip: &str, port: u16, greeting: &'static str) {
-    let listener = TcpListener::bind((ip, port))
-        .await
-        .expect("bind the transparent test server");
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                use tokio::io::AsyncWriteExt;
-                let _ = s.write_all(greeting.as_bytes()).await;
-                let (mut r, mut w) = s.split();
-                let _ = tokio::io::copy(&mut r, &mut w).await;
-            });
-        }
-    });
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn programs_that_ignore_the_proxy_are_caught_by_transparent_mode() {
     let Some(env) = DockerEnv::new_or_skip() else {
@@ -396,21 +351,12 @@ async fn programs_that_ignore_the_proxy_are_caught_by_transparent_mode() {
         rand::random::<u8>(),
         1 + rand::random::<u8>() % 250
     );
-    let web = TcpListener::bind((ip.as_str(), 80))
-        .await
-        .expect("bind :80");
-    let app = axum::Router::new().fallback(|headers: axum::http::HeaderMap| async move {
-        let host = headers
-            .get("host")
-            .and_then(|h| h.to_str().ok())
-            .unwrap_or("")
-            .to_string();
-        format!("hello from {host}\n")
-    });
-    tokio::spawn(async move { axum::serve(web, app).await });
+    hello_server((ip.as_str(), 80)).await.expect("bind :80");
     // Plays a TLS server: the proxy only reads the ClientHello's server name and passes every
     // byte on, so an echo that says hello first shows the bytes arrived.
-    greeter_on(&ip, 443, "tls-side\n").await;
+    echo_server((ip.as_str(), 443), b"tls-side\n")
+        .await
+        .expect("bind :443");
     let addr: IpAddr = ip.parse().expect("ip");
     let s = env
         .server_with(true, |c| {

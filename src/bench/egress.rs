@@ -9,6 +9,7 @@ use anyhow::{bail, Context};
 use tokio::net::TcpListener;
 
 use super::cases::{create_all_running_with, Ctx, RssWatch};
+use super::servers::echo_server;
 use super::stats::{ms, percentile, Row};
 use crate::cli::ExecBody;
 use crate::egress::EgressRules;
@@ -29,7 +30,7 @@ get() { exec 3<>"/dev/tcp/$1/$2" || exit 1; printf 'GET %s HTTP/1.1\r\nHost: %s\
 pub async fn egress(cx: &mut Ctx<'_>) -> anyhow::Result<Vec<Row>> {
     let mib: u64 = if cx.quick { 64 } else { 1024 };
     let web = zeros_server(mib << 20).await?;
-    let echo = echo_server().await?;
+    let echo = echo_server("127.0.0.1:0", b"").await?;
     let client = cx.server.client.clone();
     let rules = EgressRules {
         allow: vec![NAME.parse()?],
@@ -179,20 +180,5 @@ async fn zeros_server(bytes: u64) -> anyhow::Result<u16> {
         }
     });
     tokio::spawn(async move { axum::serve(listener, app).await });
-    Ok(port)
-}
-
-/// A TCP echo server on loopback.
-async fn echo_server() -> anyhow::Result<u16> {
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let port = listener.local_addr()?.port();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let (mut r, mut w) = s.split();
-                let _ = tokio::io::copy(&mut r, &mut w).await;
-            });
-        }
-    });
     Ok(port)
 }

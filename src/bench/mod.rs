@@ -7,6 +7,7 @@ mod cases;
 mod docker_cli;
 mod egress;
 mod server_proc;
+pub mod servers;
 mod stats;
 
 use std::time::Duration;

@@ -12,6 +12,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
+use crate::bench::servers::{echo_server, hello_server};
 use crate::config::{EgressConfig, SocketAddrOrName};
 use crate::events::{AgentEvent, EventHub};
 
@@ -118,37 +119,6 @@ impl Setup {
     }
 }
 
-/// An HTTP server that answers every request with `hello from HOST` (its Host header).
-async fn http_server() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let app = axum::Router::new().fallback(|headers: axum::http::HeaderMap| async move {
-        let host = headers
-            .get("host")
-            .and_then(|h| h.to_str().ok())
-            .unwrap_or("")
-            .to_string();
-        format!("hello from {host}")
-    });
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    port
-}
-
-/// A TCP server that echoes each connection back.
-async fn echo_server() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let (mut r, mut w) = s.split();
-                let _ = tokio::io::copy(&mut r, &mut w).await;
-            });
-        }
-    });
-    port
-}
-
 /// Sends `head` and reads the answer's status line and, for a refusal, its body.
 async fn ask(proxy: SocketAddr, head: &str) -> (TcpStream, u16, String) {
     let mut s = TcpStream::connect(proxy).await.unwrap();
@@ -197,11 +167,11 @@ async fn get_via_proxy(proxy: SocketAddr, url: &str) -> (u16, String) {
 #[tokio::test]
 async fn an_allowed_name_is_forwarded_and_others_get_403_naming_the_fix() {
     let mut s = setup(&["pypi.test"], &[], |_| {}).await;
-    let port = http_server().await;
+    let port = hello_server("127.0.0.1:0").await.unwrap();
     let (status, body) = get_via_proxy(s.addr, &format!("http://pypi.test:{port}/simple/")).await;
     assert_eq!(
         (status, body.as_str()),
-        (200, format!("hello from pypi.test:{port}").as_str())
+        (200, format!("hello from pypi.test:{port}\n").as_str())
     );
     let opened = s.next_egress().await;
     assert!(opened.allowed && !opened.closed, "{opened:?}");
@@ -231,8 +201,8 @@ async fn an_allowed_name_is_forwarded_and_others_get_403_naming_the_fix() {
 
 #[tokio::test]
 async fn wildcards_deny_cidr_and_port_rules_decide_as_written() {
-    let port = http_server().await;
-    let other = http_server().await;
+    let port = hello_server("127.0.0.1:0").await.unwrap();
+    let other = hello_server("127.0.0.1:0").await.unwrap();
     let s = setup(
         &["*.hosted.test", &format!("127.0.0.0/8:{port}")],
         &["evil.test"],
@@ -267,7 +237,7 @@ async fn wildcards_deny_cidr_and_port_rules_decide_as_written() {
 
 #[tokio::test]
 async fn connect_tunnels_and_a_rule_change_closes_it() {
-    let echo = echo_server().await;
+    let echo = echo_server("127.0.0.1:0", b"").await.unwrap();
     let mut s = setup(&["pypi.test"], &[], |_| {}).await;
     let (stream, status, _) = ask(
         s.addr,
@@ -310,7 +280,7 @@ async fn connect_tunnels_and_a_rule_change_closes_it() {
 
 #[tokio::test]
 async fn star_never_reaches_loopback_or_private_addresses() {
-    let echo = echo_server().await;
+    let echo = echo_server("127.0.0.1:0", b"").await.unwrap();
     let s = setup(&["*"], &[], |_| {}).await;
     for target in [
         format!("127.0.0.1:{echo}"),
@@ -406,7 +376,7 @@ async fn hostile_requests_get_clear_errors_and_limits() {
 
 #[tokio::test]
 async fn an_upstream_proxy_carries_allowed_connections() {
-    let echo = echo_server().await;
+    let echo = echo_server("127.0.0.1:0", b"").await.unwrap();
     // A minimal upstream: records the CONNECT target, then splices to the echo server (so no
     // packet goes to the public address the sandbox named).
     let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -462,7 +432,7 @@ async fn an_upstream_proxy_carries_allowed_connections() {
 
 #[tokio::test]
 async fn open_tunnels_count_against_the_cap_until_they_close() {
-    let echo = echo_server().await;
+    let echo = echo_server("127.0.0.1:0", b"").await.unwrap();
     let s = setup(&["pypi.test"], &[], |c| c.max_connections = 2).await;
     let connect = format!("CONNECT pypi.test:{echo} HTTP/1.1\r\n\r\n");
     let (first, status, _) = ask(s.addr, &connect).await;

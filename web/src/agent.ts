@@ -22,44 +22,35 @@ export function agentPage(id: string): Page {
   const acts = actions({ onDestroyed: () => navigate('/') });
   const meta = h('div', { class: 'agent-meta' });
   const status = statusLine();
+  /** A panel under the header that `button` opens (filled from the agent) and closes. */
+  const disclosure = <P extends { el: HTMLElement; fill: (a: Agent) => void }>(
+    button: HTMLButtonElement,
+    make: (getAgent: () => Agent | null, onDone: () => void) => P,
+  ): P => {
+    const panel: P = make(
+      () => agent,
+      () => {
+        panel.el.hidden = true;
+        button.setAttribute('aria-expanded', 'false');
+        button.focus();
+      },
+    );
+    panel.el.hidden = true;
+    button.addEventListener('click', () => {
+      const open = panel.el.hidden;
+      panel.el.hidden = !open;
+      button.setAttribute('aria-expanded', String(open));
+      if (open && agent) {
+        panel.fill(agent);
+        panel.el.querySelector<HTMLElement>('input, textarea')?.focus();
+      }
+    });
+    return panel;
+  };
   const settingsBtn = h('button', { type: 'button', class: 'btn btn-small', 'aria-expanded': 'false', 'data-testid': 'settings' }, 'Settings');
-  const settings = settingsForm(
-    () => agent,
-    () => {
-      settings.el.hidden = true;
-      settingsBtn.setAttribute('aria-expanded', 'false');
-      settingsBtn.focus();
-    },
-  );
-  settings.el.hidden = true;
-  settingsBtn.addEventListener('click', () => {
-    const open = settings.el.hidden;
-    settings.el.hidden = !open;
-    settingsBtn.setAttribute('aria-expanded', String(open));
-    if (open && agent) {
-      settings.fill(agent);
-      settings.el.querySelector('input')?.focus();
-    }
-  });
+  const settings = disclosure(settingsBtn, settingsForm);
   const egressBtn = h('button', { type: 'button', class: 'btn btn-small', 'aria-expanded': 'false', 'data-testid': 'egress' }, 'Internet');
-  const egress = egressCard(
-    () => agent,
-    () => {
-      egress.el.hidden = true;
-      egressBtn.setAttribute('aria-expanded', 'false');
-      egressBtn.focus();
-    },
-  );
-  egress.el.hidden = true;
-  egressBtn.addEventListener('click', () => {
-    const open = egress.el.hidden;
-    egress.el.hidden = !open;
-    egressBtn.setAttribute('aria-expanded', String(open));
-    if (open && agent) {
-      egress.fill(agent);
-      egress.el.querySelector('textarea')?.focus();
-    }
-  });
+  const egress = disclosure(egressBtn, egressCard);
   const head = h(
     'div',
     { class: 'agent-head' },
