@@ -16,6 +16,8 @@ struct Entry {
     terminals: usize,
     execs: usize,
     cpu: Option<(u64, DateTime<Utc>)>,
+    /// sandboxd's last report said a process started with `keepAwake` runs.
+    kept_awake: bool,
 }
 
 impl Entry {
@@ -25,6 +27,7 @@ impl Entry {
             terminals: 0,
             execs: 0,
             cpu: None,
+            kept_awake: false,
         }
     }
 }
@@ -38,7 +41,8 @@ pub struct ActivityTracker {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ActivityView {
     pub last_activity_at: DateTime<Utc>,
-    /// A terminal is open or a command runs: the agent is in use whatever the clock says.
+    /// A terminal is open, a command runs, or a background process that keeps its agent awake
+    /// runs: the agent is in use whatever the clock says.
     pub busy: bool,
 }
 
@@ -79,9 +83,17 @@ impl ActivityTracker {
         }
     }
 
-    /// A CPU-time report from sandboxd (milliseconds used since it started).
-    pub fn cpu_sample(&self, id: &str, cpu_ms: u64) {
-        self.cpu_sample_at(id, cpu_ms, Utc::now());
+    /// A report from sandboxd: CPU milliseconds used since it started, and whether a process
+    /// started with `keepAwake` runs.
+    pub fn sample(&self, id: &str, cpu_ms: u64, keep_awake: bool) {
+        let now = Utc::now();
+        self.cpu_sample_at(id, cpu_ms, now);
+        self.with(id, |e| {
+            if keep_awake {
+                e.last = now;
+            }
+            e.kept_awake = keep_awake;
+        });
     }
 
     fn cpu_sample_at(&self, id: &str, cpu_ms: u64, now: DateTime<Utc>) {
@@ -100,15 +112,24 @@ impl ActivityTracker {
         });
     }
 
-    /// Forgets the CPU baseline, for a sandbox that was stopped or restarted.
+    /// sandboxd's reports stopped (its tunnel went): what they said keeps nothing awake now.
+    pub fn sample_ended(&self, id: &str) {
+        self.with(id, |e| e.kept_awake = false);
+    }
+
+    /// Forgets the CPU baseline and the keep-awake mark, for a sandbox that was stopped or
+    /// restarted.
     pub fn reset_cpu(&self, id: &str) {
-        self.with(id, |e| e.cpu = None);
+        self.with(id, |e| {
+            e.cpu = None;
+            e.kept_awake = false;
+        });
     }
 
     pub fn view(&self, id: &str) -> ActivityView {
         self.with(id, |e| ActivityView {
             last_activity_at: e.last,
-            busy: e.terminals > 0 || e.execs > 0,
+            busy: e.terminals > 0 || e.execs > 0 || e.kept_awake,
         })
     }
 
@@ -165,5 +186,17 @@ mod tests {
         let t2 = t0 + Duration::seconds(20);
         t.cpu_sample_at("a", 5100, t2);
         assert_eq!(t.view("a").last_activity_at, t2);
+    }
+
+    #[test]
+    fn a_process_that_keeps_its_agent_awake_makes_it_busy_until_reported_gone() {
+        let t = ActivityTracker::default();
+        t.sample("a", 0, true);
+        assert!(t.view("a").busy);
+        t.sample("a", 0, false);
+        assert!(!t.view("a").busy);
+        t.sample("a", 0, true);
+        t.reset_cpu("a");
+        assert!(!t.view("a").busy, "a stopped sandbox keeps nothing awake");
     }
 }

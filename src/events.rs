@@ -5,9 +5,16 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::broadcast;
 
+use agenthold_proto::{ProcessInfo, ProcessState};
+
+use crate::api::types::process::ProcessEvent;
 use crate::driver::PullSink;
 use crate::model::Agent;
 use crate::model::{PullProgress, PullStatus};
+
+/// Processes remembered per agent before the finished ones are dropped from the memory of
+/// what was announced.
+const MAX_PROCESSES_SEEN: usize = 4096;
 
 #[derive(Debug, Clone)]
 pub enum AgentEvent {
@@ -20,6 +27,8 @@ pub enum AgentEvent {
     },
     /// The egress proxy decided on a destination, or an allowed connection closed.
     Egress(Box<crate::egress::EgressEvent>),
+    /// A background process started or ended.
+    Process(Box<ProcessEvent>),
 }
 
 /// A broadcast of [`AgentEvent`]s; a slow subscriber loses old events and is told so. It also
@@ -28,6 +37,9 @@ pub enum AgentEvent {
 pub struct EventHub {
     tx: broadcast::Sender<AgentEvent>,
     pulls: Arc<Mutex<HashMap<String, PullProgress>>>,
+    /// Each agent's processes as last announced (process id → state), so that the report of
+    /// every process sandboxd sends at each (re)connection announces only what changed.
+    processes: Arc<Mutex<HashMap<String, HashMap<String, ProcessState>>>>,
 }
 
 impl Default for EventHub {
@@ -35,6 +47,7 @@ impl Default for EventHub {
         EventHub {
             tx: broadcast::channel(1024).0,
             pulls: Arc::default(),
+            processes: Arc::default(),
         }
     }
 }
@@ -79,6 +92,35 @@ impl EventHub {
     /// or not the driver said how the pull ended.
     pub fn forget_pull(&self, id: &str) {
         self.pulls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
+    }
+
+    /// sandboxd reported agent `id`'s process `info`: announced when it is new or its state
+    /// changed.
+    pub fn process(&self, id: &str, info: ProcessInfo) {
+        {
+            let mut all = self.processes.lock().unwrap_or_else(|e| e.into_inner());
+            let seen = all.entry(id.to_string()).or_default();
+            if seen.insert(info.id.clone(), info.state) == Some(info.state) {
+                return;
+            }
+            // A process that ended is not reported again (a forgotten one is simply gone):
+            // keep the map from growing with every process an agent ever ran.
+            if seen.len() > MAX_PROCESSES_SEEN {
+                seen.retain(|_, s| s.is_running());
+            }
+        }
+        self.publish(AgentEvent::Process(Box::new(ProcessEvent {
+            id: id.to_string(),
+            process: info.into(),
+        })));
+    }
+
+    /// Forgets what was announced of agent `id`'s processes (it was destroyed or rebuilt).
+    pub fn forget_processes(&self, id: &str) {
+        self.processes
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(id);
@@ -132,5 +174,57 @@ mod tests {
         hub.pull("a2", progress(PullStatus::Pulling, 3));
         hub.forget_pull("a2");
         assert_eq!(hub.pull_of("a2"), None);
+    }
+
+    fn info(id: &str, state: ProcessState) -> ProcessInfo {
+        ProcessInfo {
+            id: id.into(),
+            tag: None,
+            command: vec!["true".into()],
+            pid: Some(1),
+            state,
+            exit_code: None,
+            signal: None,
+            timed_out: false,
+            started_at_ms: 0,
+            ended_at_ms: None,
+            output_bytes: 0,
+            output_start: 0,
+            keep_awake: false,
+            stdin_open: false,
+        }
+    }
+
+    #[test]
+    fn a_process_is_announced_once_per_state_across_reports() {
+        let hub = EventHub::default();
+        let mut rx = hub.subscribe();
+        // sandboxd reports every process at each connection: only changes are announced.
+        for report in [
+            vec![info("p1", ProcessState::Running)],
+            vec![info("p1", ProcessState::Running)],
+            vec![
+                info("p1", ProcessState::Exited),
+                info("p2", ProcessState::Running),
+            ],
+            vec![
+                info("p1", ProcessState::Exited),
+                info("p2", ProcessState::Running),
+            ],
+        ] {
+            for p in report {
+                hub.process("a", p);
+            }
+        }
+        let mut seen = Vec::new();
+        while let Ok(AgentEvent::Process(e)) = rx.try_recv() {
+            assert_eq!(e.id, "a");
+            seen.push((e.process.id, e.process.state.as_str()));
+        }
+        let expected = [("p1", "running"), ("p1", "exited"), ("p2", "running")];
+        assert_eq!(seen, expected.map(|(a, b)| (a.to_string(), b)));
+        hub.forget_processes("a");
+        hub.process("a", info("p1", ProcessState::Exited));
+        assert!(matches!(rx.try_recv(), Ok(AgentEvent::Process(_))));
     }
 }

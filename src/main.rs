@@ -69,8 +69,23 @@ async fn serve(config: Option<PathBuf>) -> anyhow::Result<()> {
     server.run(shutdown_signal()).await
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    // The fake driver's sandboxes run in this process; their background processes are held by
+    // this binary started as a shim. Before any runtime: the shim waits for signals on its one
+    // thread, and a runtime's threads would take them.
+    if let Some(code) = sandboxd::process::shim::run_if_invoked() {
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
+    match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt.block_on(run()),
+        Err(e) => {
+            eprintln!("agenthold: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve { config } => {

@@ -13,6 +13,10 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::header::{read_message, write_request, ProtoError, MAX_EXEC_ARGS_LEN, MAX_EXEC_ARG_LEN};
+use crate::process::{
+    ProcessGet, ProcessInfo, ProcessList, ProcessOutput, ProcessRemove, ProcessSignal,
+    ProcessStart, ProcessStdin, ProcessWait, ProcessWatch,
+};
 use crate::MAX_PATH_LEN;
 
 /// A channel's header type: it names the channel and the shape of its `ok` reply.
@@ -83,13 +87,29 @@ channels! {
     "terminal.list" => TerminalList(TerminalList) -> Vec<TerminalInfo>;
     /// Ends a terminal session (SIGHUP, then SIGKILL).
     "terminal.kill" => TerminalKill(TerminalKill) -> Empty;
+    /// Starts a background process (see [`crate::process`]).
+    "process.start" => ProcessStart(ProcessStart) -> ProcessInfo;
+    /// Lists the processes, running and finished, as frames after the reply.
+    "process.list" => ProcessList(ProcessList) -> Empty;
+    "process.get" => ProcessGet(ProcessGet) -> ProcessInfo;
+    /// A process's output from an offset; frames follow.
+    "process.output" => ProcessOutput(ProcessOutput) -> ProcessInfo;
+    /// Bytes for a process's stdin follow the reply.
+    "process.stdin" => ProcessStdin(ProcessStdin) -> Empty;
+    "process.signal" => ProcessSignal(ProcessSignal) -> Empty;
+    /// Answers once the process has ended or the wait is up.
+    "process.wait" => ProcessWait(ProcessWait) -> ProcessInfo;
+    /// Kills the process's tree if it runs, then forgets it.
+    "process.remove" => ProcessRemove(ProcessRemove) -> Empty;
+    /// sandboxd's stream of process starts and ends, towards the server.
+    "process.watch" => ProcessWatch(ProcessWatch) -> Empty;
 }
 
 impl Request {
     /// The largest header this request may be sent in.
     pub fn header_limit(&self) -> usize {
         match self {
-            Request::Exec(_) => crate::header::MAX_EXEC_HEADER_LEN,
+            Request::Exec(_) | Request::ProcessStart(_) => crate::header::MAX_EXEC_HEADER_LEN,
             _ => crate::header::MAX_HEADER_LEN,
         }
     }

@@ -1,4 +1,4 @@
-//! [`Frame`]s: the messages inside the `exec`, `activity` and `terminal.open` channels once they
+//! [`Frame`]s: the messages inside the `exec`, `activity`, `terminal.open` and `process.*` channels once they
 //! are open, as `u32` length + kind byte + payload, with [`MAX_FRAME_LEN`] enforced on both sides.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -6,6 +6,7 @@ use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec};
 
 use crate::channel::ExecExit;
 use crate::header::ProtoError;
+use crate::process::ProcessInfo;
 
 /// Largest frame payload accepted, in bytes.
 pub const MAX_FRAME_LEN: usize = 1024 * 1024;
@@ -27,9 +28,11 @@ pub enum Frame {
     PtyExit(i32),
     /// The last frame of an `exec` channel.
     ExecExit(ExecExit),
-    /// CPU time used by the sandbox's processes since sandboxd started, in milliseconds.
+    /// CPU time used by the sandbox's processes since sandboxd started, in milliseconds, and
+    /// whether a process started with `keep_awake` runs (a trailing byte; absent is false).
     Activity {
         cpu_ms: u64,
+        keep_awake: bool,
     },
     /// `terminal.open`: the next `len` bytes of `Data` frames redraw the screen as it was at
     /// output offset `offset`; the live output from `offset` follows them.
@@ -37,6 +40,15 @@ pub enum Frame {
         offset: u64,
         len: u32,
     },
+    /// `process.output`: the output from `from` to `to` has left the buffer; what follows
+    /// starts at `to`.
+    Gap {
+        from: u64,
+        to: u64,
+    },
+    /// A process as it now is: the end of `process.output`, each entry of `process.list`,
+    /// each change on `process.watch`.
+    Process(Box<ProcessInfo>),
 }
 
 pub(crate) const K_DATA: u8 = 1;
@@ -48,6 +60,8 @@ pub(crate) const K_PTY_EXIT: u8 = 6;
 pub(crate) const K_EXEC_EXIT: u8 = 7;
 pub(crate) const K_ACTIVITY: u8 = 8;
 pub(crate) const K_REDRAW: u8 = 9;
+pub(crate) const K_GAP: u8 = 10;
+pub(crate) const K_PROCESS: u8 = 11;
 
 /// Encodes [`Frame`]s as `u32` length + kind byte + payload, with [`MAX_FRAME_LEN`] enforced
 /// on both sides.
@@ -125,6 +139,7 @@ fn decode_payload(mut raw: Bytes) -> Result<Frame, ProtoError> {
             }
             Frame::Activity {
                 cpu_ms: raw.get_u64(),
+                keep_awake: raw.first().is_some_and(|b| *b == 1),
             }
         }
         K_REDRAW => {
@@ -136,6 +151,18 @@ fn decode_payload(mut raw: Bytes) -> Result<Frame, ProtoError> {
                 len: raw.get_u32(),
             }
         }
+        K_GAP => {
+            if raw.len() < 16 {
+                return Err(short());
+            }
+            Frame::Gap {
+                from: raw.get_u64(),
+                to: raw.get_u64(),
+            }
+        }
+        K_PROCESS => Frame::Process(Box::new(
+            serde_json::from_slice(&raw).map_err(|e| ProtoError::Malformed(e.to_string()))?,
+        )),
         other => return Err(ProtoError::UnknownFrame(other)),
     })
 }
@@ -159,21 +186,23 @@ impl Encoder<Frame> for FrameCodec {
                 payload.put_u8(K_PTY_EXIT);
                 payload.put_i32(code);
             }
-            Frame::ExecExit(exit) => {
-                payload.put_u8(K_EXEC_EXIT);
-                let json =
-                    serde_json::to_vec(&exit).map_err(|e| ProtoError::Malformed(e.to_string()))?;
-                payload.put_slice(&json);
-            }
-            Frame::Activity { cpu_ms } => {
+            Frame::ExecExit(exit) => put_json(&mut payload, K_EXEC_EXIT, &exit)?,
+            Frame::Activity { cpu_ms, keep_awake } => {
                 payload.put_u8(K_ACTIVITY);
                 payload.put_u64(cpu_ms);
+                payload.put_u8(u8::from(keep_awake));
             }
             Frame::Redraw { offset, len } => {
                 payload.put_u8(K_REDRAW);
                 payload.put_u64(offset);
                 payload.put_u32(len);
             }
+            Frame::Gap { from, to } => {
+                payload.put_u8(K_GAP);
+                payload.put_u64(from);
+                payload.put_u64(to);
+            }
+            Frame::Process(info) => put_json(&mut payload, K_PROCESS, &info)?,
         }
         if payload.len() > MAX_FRAME_LEN + 1 {
             return Err(ProtoError::FrameTooLarge(payload.len()));
@@ -182,6 +211,17 @@ impl Encoder<Frame> for FrameCodec {
             .encode(payload.freeze(), dst)
             .map_err(ProtoError::Io)
     }
+}
+
+fn put_json<T: serde::Serialize>(
+    payload: &mut BytesMut,
+    kind: u8,
+    value: &T,
+) -> Result<(), ProtoError> {
+    let json = serde_json::to_vec(value).map_err(|e| ProtoError::Malformed(e.to_string()))?;
+    payload.put_u8(kind);
+    payload.put_slice(&json);
+    Ok(())
 }
 
 fn put_bytes(payload: &mut BytesMut, kind: u8, b: &[u8]) {

@@ -16,11 +16,16 @@ pub mod channel;
 pub mod frame;
 pub mod header;
 pub mod mux;
+pub mod process;
 pub mod wsio;
 
 pub use channel::*;
 pub use frame::{Frame, FrameCodec, DATA_CHUNK, MAX_FRAME_LEN};
 pub use header::*;
+pub use process::{
+    ProcessGet, ProcessInfo, ProcessList, ProcessOutput, ProcessRemove, ProcessSignal,
+    ProcessStart, ProcessState, ProcessStdin, ProcessWait, ProcessWatch,
+};
 
 /// The agent's home, as paths in the API and inside the sandbox name it.
 pub const LOGICAL_HOME: &str = "/home/agent";

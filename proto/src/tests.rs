@@ -1,6 +1,6 @@
 //! Hostile and honest peers against the header, channel and frame codecs.
 
-use crate::frame::{K_REDRAW, K_RESIZE};
+use crate::frame::{K_GAP, K_PROCESS, K_REDRAW, K_RESIZE};
 use crate::*;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
@@ -251,11 +251,38 @@ async fn frames_round_trip() {
             duration_ms: 5,
             truncated: false,
         }),
-        Frame::Activity { cpu_ms: 1 << 40 },
+        Frame::Activity {
+            cpu_ms: 1 << 40,
+            keep_awake: false,
+        },
+        Frame::Activity {
+            cpu_ms: 3,
+            keep_awake: true,
+        },
         Frame::Redraw {
             offset: u64::MAX - 1,
             len: 70_000,
         },
+        Frame::Gap {
+            from: 3,
+            to: 1 << 33,
+        },
+        Frame::Process(Box::new(ProcessInfo {
+            id: "p".into(),
+            tag: Some("t".into()),
+            command: vec!["sleep".into(), "1".into()],
+            pid: Some(42),
+            state: ProcessState::Killed,
+            exit_code: None,
+            signal: Some("TERM".into()),
+            timed_out: true,
+            started_at_ms: 1,
+            ended_at_ms: Some(2),
+            output_bytes: 10,
+            output_start: 4,
+            keep_awake: true,
+            stdin_open: false,
+        })),
     ];
     for f in frames.clone() {
         w.send(f).await.unwrap();
@@ -272,6 +299,8 @@ async fn hostile_frames_are_errors() {
         vec![0, 0, 0, 1, 99],
         vec![0, 0, 0, 2, K_RESIZE, 1],
         vec![0, 0, 0, 5, K_REDRAW, 0, 0, 0, 1],
+        vec![0, 0, 0, 9, K_GAP, 0, 0, 0, 0, 0, 0, 0, 1],
+        vec![0, 0, 0, 3, K_PROCESS, b'{', b'}'],
         vec![0, 0, 0, 0],
     ] {
         let mut r = FramedRead::new(&raw[..], FrameCodec::default());
@@ -298,8 +327,11 @@ fn every_channel_is_named_once_and_keeps_its_wire_form() {
         assert_eq!(Request::parse(json.as_bytes()).unwrap(), req);
     }
     // Every name in the table parses as its own channel (with the fields it needs).
-    let fields =
-        r#""path":"p","session":"s","agentId":"a","version":"v","user":"u","uid":1,"home":"/h""#;
+    let fields = concat!(
+        r#""path":"p","session":"s","agentId":"a","version":"v","user":"u","uid":1,"home":"/h","#,
+        r#""process":"p","signal":"TERM","timeoutMs":1,"outputBytes":1,"maxRunning":1,"#,
+        r#""run":{"command":["true"]}"#
+    );
     for name in CHANNELS {
         let command = if *name == "exec" {
             r#","command":["true"]"#

@@ -14,7 +14,7 @@ use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
-use crate::channels::activity;
+use crate::channels::{activity, process};
 use crate::dial::{self, DialError, Target};
 use crate::sandbox::Sandbox;
 use crate::serve;
@@ -141,6 +141,7 @@ pub async fn run_session(
         interval,
         stop.clone(),
     ));
+    tokio::spawn(process::report(sb.clone(), handle.clone(), stop.clone()));
     let serving = tokio::spawn(serve::serve_inbound(sb.clone(), inbound));
     let mut pinger = tokio::spawn(ping_until_missed(handle, sb.options().ping_interval));
     let end = tokio::select! {

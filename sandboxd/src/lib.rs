@@ -12,6 +12,7 @@ pub mod duplex;
 pub mod fsid;
 pub mod fspath;
 pub mod paths;
+pub mod process;
 pub mod procs;
 pub mod sandbox;
 pub mod serve;

@@ -9,6 +9,9 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
 fn main() -> anyhow::Result<()> {
+    if let Some(code) = sandboxd::process::shim::run_if_invoked() {
+        std::process::exit(code);
+    }
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(

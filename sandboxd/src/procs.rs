@@ -14,6 +14,7 @@ use nix::unistd::Pid;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProcStat {
     pub pid: i32,
+    pub ppid: i32,
     pub pgid: i32,
     pub sid: i32,
     pub zombie: bool,
@@ -38,6 +39,7 @@ fn parse_stat(pid: i32, text: &str) -> Option<ProcStat> {
     Some(ProcStat {
         pid,
         zombie: field(3)? == "Z",
+        ppid: field(4)?.parse().ok()?,
         pgid: field(5)?.parse().ok()?,
         sid: field(6)?.parse().ok()?,
         cpu_ticks: num(14)? + num(15)?,
@@ -131,6 +133,25 @@ impl ProcessTable {
     }
 }
 
+/// Every process below `root` in the process tree (children, their children, …), zombies
+/// included, as `snapshot` has them.
+pub fn descendants(root: i32, snapshot: &[ProcStat]) -> Vec<ProcStat> {
+    let mut out: Vec<ProcStat> = Vec::new();
+    let mut parents = vec![root];
+    while let Some(parent) = parents.pop() {
+        for p in snapshot
+            .iter()
+            .filter(|p| p.ppid == parent && p.pid != root)
+        {
+            if !out.iter().any(|o| o.pid == p.pid) {
+                out.push(*p);
+                parents.push(p.pid);
+            }
+        }
+    }
+    out
+}
+
 /// Live (non-zombie) processes of process group `pgid`.
 pub fn group_members(pgid: i32) -> Vec<ProcStat> {
     all_processes()
@@ -148,10 +169,28 @@ mod tests {
         let line = "42 (a) b (c)) S 1 40 41 0 -1 4194560 100 0 0 0 7 3 0 0 20 0 1 0 555 0 0";
         let s = parse_stat(42, line).unwrap();
         assert_eq!(
-            (s.pgid, s.sid, s.cpu_ticks, s.start_time),
-            (40, 41, 10, 555)
+            (s.ppid, s.pgid, s.sid, s.cpu_ticks, s.start_time),
+            (1, 40, 41, 10, 555)
         );
         assert!(!s.zombie);
+    }
+
+    #[test]
+    fn descendants_are_the_whole_subtree() {
+        let p = |pid, ppid| ProcStat {
+            pid,
+            ppid,
+            pgid: pid,
+            sid: pid,
+            zombie: false,
+            cpu_ticks: 0,
+            start_time: 0,
+        };
+        let snap = [p(1, 0), p(10, 1), p(11, 10), p(12, 11), p(13, 10), p(20, 1)];
+        let mut got: Vec<i32> = descendants(10, &snap).iter().map(|p| p.pid).collect();
+        got.sort();
+        assert_eq!(got, [11, 12, 13]);
+        assert!(descendants(12, &snap).is_empty());
     }
 
     #[test]

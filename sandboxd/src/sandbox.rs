@@ -13,6 +13,7 @@ use crate::account::{Account, UnknownUser};
 use crate::channels::activity::CpuMeter;
 use crate::fsid::FsIdentity;
 use crate::paths::PathMap;
+use crate::process::Processes;
 use crate::procs::ProcessTable;
 use crate::terminal::Terminals;
 use crate::uploads::Uploads;
@@ -43,6 +44,12 @@ pub struct SandboxOptions {
     /// Variables every shell and command starts with, after the account's own (boot.json's
     /// `env`).
     pub env: Vec<(String, String)>,
+    /// Where background processes keep their records and output, outside the home and out of
+    /// the account's reach; `None` runs none.
+    pub process_dir: Option<PathBuf>,
+    /// The program that holds each background process's tree ([`crate::process::shim`]);
+    /// `None` starts them in a process group of their own instead.
+    pub shim: Option<PathBuf>,
 }
 
 pub const DEFAULT_ACTIVITY_INTERVAL: Duration = Duration::from_secs(5);
@@ -50,6 +57,8 @@ pub const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(15);
 /// The container's record directory: in the container's own filesystem, which a wake keeps
 /// (a rebuild does not, and what its records named stays).
 pub const CONTAINER_UPLOAD_RECORDS: &str = "/var/lib/agenthold/uploads";
+/// The container's process directory, beside the upload records and for the same reasons.
+pub const CONTAINER_PROCESS_DIR: &str = "/var/lib/agenthold/processes";
 
 impl SandboxOptions {
     /// Inside a sandbox container: the real `/home/agent`, the whole container's CPU, the
@@ -64,6 +73,8 @@ impl SandboxOptions {
             ping_interval: DEFAULT_PING_INTERVAL,
             upload_records: Some(PathBuf::from(CONTAINER_UPLOAD_RECORDS)),
             env: Vec::new(),
+            process_dir: Some(PathBuf::from(CONTAINER_PROCESS_DIR)),
+            shim: crate::process::shim::self_exe(),
         })
     }
 
@@ -79,6 +90,8 @@ impl SandboxOptions {
             ping_interval: DEFAULT_PING_INTERVAL,
             upload_records: None,
             env: Vec::new(),
+            process_dir: None,
+            shim: crate::process::shim::self_exe(),
         }
     }
 }
@@ -102,6 +115,9 @@ struct Inner {
     cpu: Mutex<CpuMeter>,
     /// Terminal sessions: they outlive tunnel reconnects and end with the sandbox.
     terminals: Terminals,
+    /// Background processes: they outlive tunnel reconnects; the sandbox's end makes them
+    /// `lost`.
+    processes: Processes,
     tasks: TaskTracker,
     cancel: CancellationToken,
 }
@@ -119,6 +135,7 @@ impl Sandbox {
             opts.account.uid,
         );
         let fs_identity = FsIdentity::of(&opts.account);
+        let processes = Processes::load(opts.process_dir.clone());
         Sandbox {
             inner: Arc::new(Inner {
                 fs_identity,
@@ -128,6 +145,7 @@ impl Sandbox {
                 uploads,
                 cpu,
                 terminals: Terminals::default(),
+                processes,
                 tasks: TaskTracker::new(),
                 cancel: CancellationToken::new(),
             }),
@@ -161,6 +179,10 @@ impl Sandbox {
 
     pub fn terminals(&self) -> &Terminals {
         &self.inner.terminals
+    }
+
+    pub fn processes(&self) -> &Processes {
+        &self.inner.processes
     }
 
     /// Cancelled when the sandbox shuts down; channels kill their processes then.

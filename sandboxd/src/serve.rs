@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use agenthold_proto::mux::MuxStream;
 use agenthold_proto::{
-    self as proto, ChannelError, ErrorCode, FsList, FsMkdir, FsRead, FsRemove, FsWrite, ProtoError,
-    Reply, Request, TerminalKill,
+    self as proto, ChannelError, ErrorCode, FsList, FsMkdir, FsRead, FsRemove, FsWrite, ProcessGet,
+    ProcessRemove, ProtoError, Reply, Request, TerminalKill,
 };
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
-use crate::channels::{self, exec, fs, terminal};
+use crate::channels::{self, exec, fs, process, terminal};
 use crate::sandbox::Sandbox;
 
 /// How long a peer may take to send a stream's header.
@@ -58,7 +58,15 @@ async fn handle(sb: Sandbox, mut s: MuxStream) {
         Request::TerminalOpen(req) => terminal::open(sb, s, req).await,
         Request::TerminalList(_) => terminal::list(sb, s).await,
         Request::TerminalKill(TerminalKill { session }) => terminal::kill(sb, s, session).await,
-        Request::Hello(_) | Request::Activity(_) => {
+        Request::ProcessStart(req) => process::start(sb, s, req).await,
+        Request::ProcessList(req) => process::list(sb, s, req).await,
+        Request::ProcessGet(ProcessGet { process: p }) => process::get(sb, s, p).await,
+        Request::ProcessOutput(req) => process::output(sb, s, req).await,
+        Request::ProcessStdin(req) => process::stdin(sb, s, req).await,
+        Request::ProcessSignal(req) => process::signal(sb, s, req).await,
+        Request::ProcessWait(req) => process::wait(sb, s, req).await,
+        Request::ProcessRemove(ProcessRemove { process: p }) => process::remove(sb, s, p).await,
+        Request::Hello(_) | Request::Activity(_) | Request::ProcessWatch(_) => {
             let err = ChannelError::new(
                 ErrorCode::Invalid,
                 "this channel is opened by sandboxd, not by the server",

@@ -1,6 +1,7 @@
 //! `GET /api/v1/events`: Server-Sent Events, one `agent` event per change (and a snapshot of
 //! every agent when the stream opens or after it fell behind), `deleted` when one is gone, and
-//! `pull` events while an agent's image is being pulled.
+//! `pull` events while an agent's image is being pulled, `egress` events for the egress proxy's
+//! decisions, and `process` events when a background process starts or ends.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -39,7 +40,7 @@ fn pull_event(id: &str, progress: &PullProgress) -> Event {
 
 /// A stream of agent changes.
 #[utoipa::path(get, path = "/api/v1/events", tag = "agents",
-    responses((status = 200, content_type = "text/event-stream", description = "`agent` events carry an Agent; `deleted` events carry {\"id\"}; `pull` events carry {\"id\"} and a PullProgress; `egress` events carry an EgressEvent")))]
+    responses((status = 200, content_type = "text/event-stream", description = "`agent` events carry an Agent; `deleted` events carry {\"id\"}; `pull` events carry {\"id\"} and a PullProgress; `egress` events carry an EgressEvent; `process` events carry a ProcessEvent when a background process starts or ends")))]
 pub async fn events(
     State(st): State<AppState>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
@@ -69,6 +70,10 @@ pub async fn events(
                     .event("egress")
                     .json_data(&e)
                     .unwrap_or_else(|_| Event::default().comment("unencodable egress event"))),
+                Ok(AgentEvent::Process(e)) => yield Ok(Event::default()
+                    .event("process")
+                    .json_data(&e)
+                    .unwrap_or_else(|_| Event::default().comment("unencodable process event"))),
                 Err(RecvError::Lagged(_)) => snapshot = true,
                 Err(RecvError::Closed) => break,
             }

@@ -1,6 +1,8 @@
 //! `POST /api/v1/agents/{id}/exec`: one command without a terminal, the way an AI agent's tool
 //! call runs one. Answers with the whole result, or streams NDJSON when asked to.
 
+use std::collections::BTreeMap;
+
 use agenthold_proto::{self as proto, ExecExit, ExecRequest, ExecTooLarge, Frame, FrameCodec};
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -19,28 +21,75 @@ use crate::utf8::Utf8Decoder;
 
 pub const NDJSON: &str = "application/x-ndjson";
 
-fn validate(st: &AppState, body: &ExecBody) -> Result<ExecRequest, ApiError> {
-    if body.command.is_empty() || body.command[0].is_empty() {
+/// Most variables an `env` may name (exec and background processes alike).
+pub const MAX_ENV_ENTRIES: usize = 4096;
+
+/// Checks a command line, its cwd and env the way every command the API runs is checked, and
+/// makes the request sandboxd takes (with `timeout_ms` as given, already checked).
+pub(super) fn command_request(
+    command: &[String],
+    cwd: Option<&str>,
+    env: Option<&BTreeMap<String, String>>,
+    timeout_ms: Option<u64>,
+) -> Result<ExecRequest, ApiError> {
+    if command.is_empty() || command[0].is_empty() {
         return Err(ApiError::invalid_field(
             "command",
             "command must name a program",
         ));
     }
-    if body.command.iter().any(|a| a.contains('\0')) {
+    if command.iter().any(|a| a.contains('\0')) {
         return Err(ApiError::invalid_field(
             "command",
             "command may not contain NUL bytes",
         ));
     }
-    let env = body.env.clone().unwrap_or_default();
+    let env = env.cloned().unwrap_or_default();
+    if env.len() > MAX_ENV_ENTRIES {
+        return Err(ApiError::invalid_field(
+            "env",
+            format!(
+                "env names {} variables; at most {MAX_ENV_ENTRIES} are allowed",
+                env.len()
+            ),
+        ));
+    }
     for (k, v) in &env {
         if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
             return Err(ApiError::invalid_field(
                 "env",
-                format!("{k:?} is not a valid environment variable"),
+                format!(
+                    "{:?} is not a valid environment variable",
+                    k.chars().take(80).collect::<String>()
+                ),
             ));
         }
     }
+    if cwd.is_some_and(|c| c.contains('\0')) {
+        return Err(ApiError::invalid_field(
+            "cwd",
+            "cwd may not contain NUL bytes",
+        ));
+    }
+    let req = ExecRequest {
+        command: command.to_vec(),
+        cwd: cwd.map(str::to_string),
+        env: env.into_iter().collect(),
+        timeout_ms,
+        output_cap: None,
+    };
+    // Here, before waking the agent: past this limit the header would not be accepted.
+    req.check_size().map_err(|e| match e {
+        ExecTooLarge::Cwd(_) => ApiError::invalid_field(e.field(), e.to_string()),
+        _ => ApiError {
+            field: Some(e.field()),
+            ..ApiError::too_large(e.to_string())
+        },
+    })?;
+    Ok(req)
+}
+
+fn validate(st: &AppState, body: &ExecBody) -> Result<ExecRequest, ApiError> {
     let server = &st.config.server;
     let max = server.exec_max_timeout.as_millis() as u64;
     let timeout_ms = body
@@ -52,30 +101,12 @@ fn validate(st: &AppState, body: &ExecBody) -> Result<ExecRequest, ApiError> {
             format!("timeoutMs must be between 1 and {max}"),
         ));
     }
-    if let Some(cwd) = &body.cwd {
-        if cwd.contains('\0') {
-            return Err(ApiError::invalid_field(
-                "cwd",
-                "cwd may not contain NUL bytes",
-            ));
-        }
-    }
-    let req = ExecRequest {
-        command: body.command.clone(),
-        cwd: body.cwd.clone(),
-        env: env.into_iter().collect(),
-        timeout_ms: Some(timeout_ms),
-        output_cap: None,
-    };
-    // Here, before waking the agent: past this limit the exec header would not be accepted.
-    req.check_size().map_err(|e| match e {
-        ExecTooLarge::Cwd(_) => ApiError::invalid_field(e.field(), e.to_string()),
-        _ => ApiError {
-            field: Some(e.field()),
-            ..ApiError::too_large(e.to_string())
-        },
-    })?;
-    Ok(req)
+    command_request(
+        &body.command,
+        body.cwd.as_deref(),
+        body.env.as_ref(),
+        Some(timeout_ms),
+    )
 }
 
 /// Runs one command; wakes a sleeping agent first.
@@ -151,7 +182,7 @@ impl<S: Stream<Item = Result<Frame, proto::ProtoError>> + Unpin> Frames<S> {
     }
 }
 
-fn lost() -> ApiError {
+pub(super) fn lost() -> ApiError {
     ApiError::unavailable("the sandbox connection was lost while the command ran")
 }
 
@@ -181,7 +212,7 @@ where
     Err(lost())
 }
 
-fn line<T: Serialize>(value: &T) -> Bytes {
+pub(super) fn line<T: Serialize>(value: &T) -> Bytes {
     let mut v = serde_json::to_vec(value).unwrap_or_default();
     v.push(b'\n');
     Bytes::from(v)

@@ -8,6 +8,8 @@ pub mod exec;
 pub mod files;
 pub mod metrics;
 pub mod origin;
+pub mod output_lines;
+pub mod processes;
 pub mod session;
 pub mod terminal;
 pub mod terminals;
@@ -42,6 +44,8 @@ pub struct AppState {
         agents::start, agents::stop, agents::rebuild, events::events,
         files::list, files::read, files::write, files::mkdir, files::remove,
         terminal::terminal, terminals::list, terminals::kill, exec::exec,
+        processes::start, processes::list, processes::get, processes::output, processes::stdin,
+        processes::signal, processes::wait, processes::remove,
         session::sign_in, session::status, session::sign_out,
     ),
     components(schemas(
@@ -49,6 +53,9 @@ pub struct AppState {
         types::Health, types::Limits, files::DirEntry, types::ExecBody, types::ExecResult, error::ErrorBody,
         error::ErrorDetail, session::SignIn, session::SessionStatus, terminals::TerminalSession,
         crate::egress::EgressRules, crate::egress::EgressEvent,
+        types::process::StartProcess, types::process::Process, types::process::ProcessState,
+        types::process::SignalBody, types::process::StdinWritten, types::process::ProcessEvent,
+        types::process::Gap,
     )),
     modifiers(&BearerAuth),
     security(("bearer" = [])),
@@ -95,6 +102,24 @@ pub fn router(state: AppState) -> Router {
         .route("/agents/{id}/stop", post(agents::stop))
         .route("/agents/{id}/rebuild", post(agents::rebuild))
         .route("/agents/{id}/exec", post(exec::exec))
+        .route(
+            "/agents/{id}/processes",
+            get(processes::list).post(processes::start),
+        )
+        .route(
+            "/agents/{id}/processes/{pid}",
+            get(processes::get).delete(processes::remove),
+        )
+        .route(
+            "/agents/{id}/processes/{pid}/output",
+            get(processes::output),
+        )
+        .route("/agents/{id}/processes/{pid}/stdin", post(processes::stdin))
+        .route(
+            "/agents/{id}/processes/{pid}/signal",
+            post(processes::signal),
+        )
+        .route("/agents/{id}/processes/{pid}/wait", get(processes::wait))
         .route("/agents/{id}/terminal", get(terminal::terminal))
         .route("/agents/{id}/terminals", get(terminals::list))
         .route("/agents/{id}/terminals/{sid}", delete(terminals::kill))

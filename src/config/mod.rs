@@ -184,6 +184,16 @@ pub struct SandboxConfig {
     pub terminal_detach_minutes: u64,
     /// Output each terminal session keeps for exact replay on reattach, in KiB.
     pub terminal_buffer_kb: u64,
+    /// Output each background process keeps for readers, in KiB (on the sandbox's own disk,
+    /// not in memory); older output reads as a gap.
+    pub process_output_kb: u64,
+    /// How long a finished background process stays listed (with its output) before it is
+    /// forgotten.
+    #[serde(deserialize_with = "de_duration")]
+    pub process_retention: Duration,
+    /// Background processes one agent may run at once; more get `409`. Finished ones count
+    /// towards no limit but this many are kept at most.
+    pub max_processes: u32,
     /// Streams (terminal viewers, exec calls, file transfers, terminal list and kill) the
     /// server may have open to one agent's sandbox at once; more get `429`. Kept below the
     /// tunnel's own limit, which ends the whole tunnel when reached.
@@ -217,6 +227,9 @@ impl Default for SandboxConfig {
             ping_interval: Duration::from_secs(15),
             terminal_detach_minutes: 30,
             terminal_buffer_kb: 1024,
+            process_output_kb: 4096,
+            process_retention: Duration::from_secs(60 * 60),
+            max_processes: 128,
             max_streams_per_agent: 128,
             egress: EgressConfig::default(),
             docker: DockerConfig::default(),

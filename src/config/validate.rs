@@ -249,6 +249,25 @@ fn sandbox(sb: &SandboxConfig, fail: &Fail) -> Result<(), ConfigError> {
             ),
         ));
     }
+    let (min_out, max_out) = (
+        agenthold_proto::process::MIN_OUTPUT / 1024,
+        agenthold_proto::process::MAX_OUTPUT / 1024,
+    );
+    if !(min_out..=max_out).contains(&sb.process_output_kb) {
+        return Err(fail(
+            "sandbox.process_output_kb",
+            format!(
+                "({}) must be between {min_out} and {max_out} (1 GiB)",
+                sb.process_output_kb
+            ),
+        ));
+    }
+    if !(1..=1024).contains(&sb.max_processes) {
+        return Err(fail(
+            "sandbox.max_processes",
+            format!("({}) must be between 1 and 1024", sb.max_processes),
+        ));
+    }
     let max_streams = crate::tunnel::registry::MAX_STREAMS_PER_AGENT;
     if !(1..=max_streams).contains(&sb.max_streams_per_agent) {
         return Err(fail(

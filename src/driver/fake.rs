@@ -196,6 +196,7 @@ impl Driver for FakeDriver {
             ping_interval: self.ping_interval,
             // Beside the home, out of the commands' reach as a container's would be.
             upload_records: Some(self.dir(&spec.id).join("uploads")),
+            process_dir: Some(self.dir(&spec.id).join("processes")),
             ..sandboxd::SandboxOptions::fake(self.home(&spec.id))
         };
         let cancel = CancellationToken::new();
@@ -223,6 +224,12 @@ impl Driver for FakeDriver {
 
     async fn rebuild(&self, spec: &SandboxSpec, pull: &PullSink) -> Result<(), DriverError> {
         self.stop(&spec.id).await?;
+        // A new container starts with no background processes.
+        match tokio::fs::remove_dir_all(self.dir(&spec.id).join("processes")).await {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("removing the sandbox's processes", e)),
+        }
         self.create(spec, pull).await
     }
 

@@ -647,6 +647,8 @@ impl Lifecycle {
             .rebuild(&SandboxSpec::of(&agent), &self.hub.pull_sink(&id))
             .await;
         self.hub.forget_pull(&id);
+        // The new container starts with no processes.
+        self.hub.forget_processes(&id);
         if let Err(e) = rebuilt {
             return self
                 .fail(
@@ -688,6 +690,7 @@ impl Lifecycle {
                     .remove(&id);
                 self.driver_starts_lock().remove(&id);
                 self.activity.forget(&id);
+                self.hub.forget_processes(&id);
                 self.hub.publish(AgentEvent::Deleted(id));
             }
             Err(e) => {

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use agenthold_proto::mux::{self, Mode, MuxHandle, MuxStream};
 use agenthold_proto::{
-    self as proto, Activity, ChannelError, ErrorCode, Frame, FrameCodec, Ping, Reply, Request,
+    self as proto, Activity, ChannelError, ErrorCode, Frame, FrameCodec, Ping, ProcessWatch, Reply,
+    Request,
 };
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
@@ -203,8 +204,24 @@ async fn serve_inbound(lc: Arc<Lifecycle>, id: String, mut stream: MuxStream) {
             }
             let mut frames = FramedRead::new(stream, FrameCodec::default());
             while let Some(Ok(frame)) = frames.next().await {
-                if let Frame::Activity { cpu_ms } = frame {
-                    lc.activity().cpu_sample(&id, cpu_ms);
+                if let Frame::Activity { cpu_ms, keep_awake } = frame {
+                    lc.activity().sample(&id, cpu_ms, keep_awake);
+                }
+            }
+            // No reports means nothing known to keep the agent awake.
+            lc.activity().sample_ended(&id);
+        }
+        Request::ProcessWatch(ProcessWatch {}) => {
+            if proto::write_message(&mut stream, &Reply::ok())
+                .await
+                .is_err()
+            {
+                return;
+            }
+            let mut frames = FramedRead::new(stream, FrameCodec::default());
+            while let Some(Ok(frame)) = frames.next().await {
+                if let Frame::Process(info) = frame {
+                    lc.hub().process(&id, *info);
                 }
             }
         }

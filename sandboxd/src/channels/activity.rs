@@ -111,7 +111,8 @@ pub async fn report(sb: Sandbox, handle: MuxHandle, interval: Duration, stop: Ca
             _ = stop.cancelled() => break,
         }
         let cpu_ms = sb.cpu_ms().await;
-        if let Err(e) = out.send(Frame::Activity { cpu_ms }).await {
+        let keep_awake = sb.processes().keep_awake();
+        if let Err(e) = out.send(Frame::Activity { cpu_ms, keep_awake }).await {
             tracing::debug!(error = %e, "activity channel closed");
             return;
         }
@@ -136,6 +137,7 @@ mod tests {
         m.ticks_per_sec = 100;
         let p = |pid, ticks| ProcStat {
             pid,
+            ppid: 1,
             pgid: pid,
             sid: pid,
             zombie: false,

@@ -29,12 +29,14 @@ use crate::sandbox::Sandbox;
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 const SIGKILL_EXIT: i32 = 128 + 9;
 
-struct Prepared {
-    cwd: std::path::PathBuf,
-    env: Vec<(String, String)>,
+/// Where a command runs and what environment it gets, checked.
+pub struct Prepared {
+    pub cwd: std::path::PathBuf,
+    pub env: Vec<(String, String)>,
 }
 
-fn prepare(sb: &Sandbox, req: &ExecRequest) -> Result<Prepared, ChannelError> {
+/// Checks a command line, its cwd and env the way every command of the sandbox is checked.
+pub(crate) fn prepare(sb: &Sandbox, req: &ExecRequest) -> Result<Prepared, ChannelError> {
     let invalid = |m: String| ChannelError::new(ErrorCode::Invalid, m);
     match req.command.first() {
         None => return Err(invalid("the command is empty".into())),

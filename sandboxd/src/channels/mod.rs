@@ -3,6 +3,7 @@
 pub mod activity;
 pub mod exec;
 pub mod fs;
+pub mod process;
 pub mod terminal;
 
 pub(crate) mod env;

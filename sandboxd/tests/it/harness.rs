@@ -235,7 +235,7 @@ async fn fake_server(
                 }
                 Request::Activity(Activity {}) => {
                     let mut frames = tokio_util::codec::FramedRead::new(s, FrameCodec::default());
-                    while let Some(Ok(Frame::Activity { cpu_ms })) = frames.next().await {
+                    while let Some(Ok(Frame::Activity { cpu_ms, .. })) = frames.next().await {
                         let _ = activity.send(cpu_ms);
                     }
                 }

@@ -9,6 +9,8 @@ use utoipa::ToSchema;
 
 use crate::egress::EgressRules;
 
+pub mod process;
+
 /// `POST /api/v1/agents`; fields left out take the server's defaults.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -1,0 +1,229 @@
+//! The `process.*` channels: the wire side of [`crate::process`].
+
+use std::time::Duration;
+
+use agenthold_proto::mux::{MuxHandle, MuxStream};
+use agenthold_proto::process::{
+    parse_signal, ProcessList, ProcessOutput, ProcessSignal, ProcessStart, ProcessStdin,
+    ProcessWait, ProcessWatch,
+};
+use agenthold_proto::{self as proto, ChannelError, ErrorCode, Frame, FrameCodec, Reply, Size};
+use futures::SinkExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::broadcast::error::RecvError;
+use tokio_util::codec::FramedWrite;
+use tokio_util::sync::CancellationToken;
+
+use super::{frame_writer, refuse, reply};
+use crate::duplex;
+use crate::process::log::{Cursor, Piece, Stream};
+use crate::sandbox::Sandbox;
+
+/// The longest wait a `process.wait` may ask for.
+const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
+
+async fn answer<T: serde::Serialize>(mut s: MuxStream, result: Result<T, ChannelError>) {
+    match result {
+        Ok(v) => {
+            if reply(&mut s, &Reply::ok_with(&v)).await {
+                let _ = s.shutdown().await;
+            }
+        }
+        Err(e) => refuse(s, e).await,
+    }
+}
+
+pub async fn start(sb: Sandbox, s: MuxStream, req: ProcessStart) {
+    let r = crate::process::start(&sb, req).await;
+    answer(s, r).await
+}
+
+pub async fn get(sb: Sandbox, s: MuxStream, name: String) {
+    answer(s, sb.processes().resolve(&name).map(|p| p.info())).await
+}
+
+pub async fn list(sb: Sandbox, mut s: MuxStream, req: ProcessList) {
+    if req.retention_ms.is_some() {
+        sb.processes().evict_finished(usize::MAX, req.retention_ms);
+    }
+    if !reply(&mut s, &Reply::ok()).await {
+        return;
+    }
+    let mut out = FramedWrite::new(s, FrameCodec::default());
+    for info in sb.processes().list() {
+        if out.send(Frame::Process(Box::new(info))).await.is_err() {
+            return;
+        }
+    }
+    let _ = out.get_mut().shutdown().await;
+}
+
+pub async fn signal(sb: Sandbox, s: MuxStream, req: ProcessSignal) {
+    let r = parse_signal(&req.signal)
+        .ok_or_else(|| {
+            ChannelError::new(
+                ErrorCode::Invalid,
+                format!(
+                    "{:?} is not a signal: give a name such as TERM, INT, KILL or HUP, or a number",
+                    req.signal.chars().take(32).collect::<String>()
+                ),
+            )
+        })
+        .and_then(|sig| sb.processes().resolve(&req.process)?.signal(sig))
+        .map(|()| proto::Empty {});
+    answer(s, r).await
+}
+
+pub async fn wait(sb: Sandbox, s: MuxStream, req: ProcessWait) {
+    let p = match sb.processes().resolve(&req.process) {
+        Ok(p) => p,
+        Err(e) => return refuse(s, e).await,
+    };
+    p.wait_done(Duration::from_millis(req.timeout_ms).min(MAX_WAIT))
+        .await;
+    answer(s, Ok(p.info())).await
+}
+
+pub async fn remove(sb: Sandbox, s: MuxStream, name: String) {
+    let r = sb.processes().remove(&name).await.map(|()| proto::Empty {});
+    answer(s, r).await
+}
+
+/// `process.stdin`: the bytes the server sends until it half-closes go to the process.
+pub async fn stdin(sb: Sandbox, mut s: MuxStream, req: ProcessStdin) {
+    let p = match sb.processes().resolve(&req.process) {
+        Ok(p) => p,
+        Err(e) => return refuse(s, e).await,
+    };
+    if !reply(&mut s, &Reply::ok()).await {
+        return;
+    }
+    let result = p.write_stdin(&mut s, req.eof).await;
+    if duplex::was_reset(&s) {
+        return;
+    }
+    let second = match result {
+        Ok(size) => Reply::ok_with(&Size { size }),
+        Err(e) => Reply::Error(e),
+    };
+    if reply(&mut s, &second).await {
+        let _ = s.shutdown().await;
+    }
+}
+
+/// `process.output`: the output from an offset, and with `follow` what comes after it until
+/// the process's end.
+pub async fn output(sb: Sandbox, mut s: MuxStream, req: ProcessOutput) {
+    let p = match sb.processes().resolve(&req.process) {
+        Ok(p) => p,
+        Err(e) => return refuse(s, e).await,
+    };
+    let end = p.output_end();
+    if req.offset > end {
+        let err = ChannelError::new(
+            ErrorCode::Invalid,
+            format!(
+                "offset {} is past the process's output so far ({end} bytes)",
+                req.offset
+            ),
+        );
+        return refuse(s, err).await;
+    }
+    if !reply(&mut s, &Reply::ok_with(&p.info())).await {
+        return;
+    }
+    let (mut r, w, _) = duplex::split(s);
+    let (tx, writer) = frame_writer(w);
+    // The server sends nothing on this channel: its end (or a reset) is the reader leaving.
+    let gone = CancellationToken::new();
+    let watcher = tokio::spawn({
+        let gone = gone.clone();
+        async move {
+            let mut sink = [0u8; 64];
+            while matches!(r.read(&mut sink).await, Ok(n) if n > 0) {}
+            gone.cancel();
+        }
+    });
+    let mut cursor = Cursor::at(req.offset);
+    let mut changed = p.subscribe();
+    loop {
+        changed.borrow_and_update();
+        let (piece, done) = match p.read(&mut cursor, proto::DATA_CHUNK) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(process = %p.id(), error = %e, "cannot read the process's output");
+                break;
+            }
+        };
+        let frame = match piece {
+            Piece::Data { stream, bytes, .. } => match stream {
+                Stream::Stdout => Frame::Stdout(bytes.into()),
+                Stream::Stderr => Frame::Stderr(bytes.into()),
+            },
+            Piece::Gap { from, to } => Frame::Gap { from, to },
+            Piece::End if done => {
+                let _ = tx.send(Frame::Process(Box::new(p.info()))).await;
+                break;
+            }
+            Piece::End if !req.follow => break,
+            Piece::End => {
+                tokio::select! {
+                    r = changed.changed() => if r.is_err() { break },
+                    _ = gone.cancelled() => break,
+                    _ = tx.closed() => break,
+                }
+                continue;
+            }
+        };
+        if tx.send(frame).await.is_err() {
+            break;
+        }
+    }
+    drop(tx);
+    watcher.abort();
+    let _ = writer.await;
+}
+
+/// Opens `process.watch` towards the server and reports every process, then each start and
+/// end, until `stop`.
+pub async fn report(sb: Sandbox, handle: MuxHandle, stop: CancellationToken) {
+    let mut stream = match handle.open().await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot open the process watch channel");
+            return;
+        }
+    };
+    if let Err(e) = proto::open(&mut stream, ProcessWatch {}).await {
+        tracing::warn!(error = %e, "the server refused the process watch channel");
+        return;
+    }
+    let mut out = FramedWrite::new(stream, FrameCodec::default());
+    // Subscribed before the snapshot, so nothing between the two is missed.
+    let mut events = sb.processes().subscribe();
+    let mut snapshot = true;
+    loop {
+        if std::mem::take(&mut snapshot) {
+            for info in sb.processes().list() {
+                if out.send(Frame::Process(Box::new(info))).await.is_err() {
+                    return;
+                }
+            }
+        }
+        let info = tokio::select! {
+            _ = stop.cancelled() => break,
+            e = events.recv() => match e {
+                Ok(info) => info,
+                Err(RecvError::Lagged(_)) => {
+                    snapshot = true;
+                    continue;
+                }
+                Err(RecvError::Closed) => break,
+            },
+        };
+        if out.send(Frame::Process(Box::new(info))).await.is_err() {
+            return;
+        }
+    }
+    let _ = out.get_mut().shutdown().await;
+}
