@@ -243,3 +243,94 @@ async fn create_wait_draws_a_progress_bar_on_a_terminal() {
     );
     assert!(screen.contains("barred: running"), "{screen:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn background_processes_from_the_command_line() {
+    let s = TestServer::start().await;
+    let (code, _, err) = run(&s, &["agents", "create", "bg", "--wait"]).await;
+    assert_eq!(code, 0, "{err}");
+    let script = "echo started; echo warn >&2; read line; echo got $line; exit 5";
+    // --detach prints the id and returns at once; the command runs on.
+    let (code, out, err) = run(
+        &s,
+        &[
+            "exec",
+            "--detach",
+            "--tag",
+            "job",
+            "bg",
+            "--",
+            "sh",
+            "-c",
+            "sleep 1000",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let id = out.trim().to_string();
+    assert!(agenthold_proto::is_session_id(&id), "{out}");
+    let (code, out, _) = run(&s, &["ps", "bg"]).await;
+    assert_eq!(code, 0);
+    assert!(
+        out.contains(&id) && out.contains("job") && out.contains("running"),
+        "{out}"
+    );
+    let (code, _, err) = run(&s, &["kill", "bg", "job"]).await;
+    assert_eq!(code, 0, "{err}");
+    // wait exits as a shell says a TERM'd command did.
+    let (code, _, err) = run(&s, &["wait", "bg", &id]).await;
+    assert_eq!(code, 143, "{err}");
+    let (code, _, err) = run(&s, &["kill", "-s", "NOPE", "bg", &id]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("not a signal"), "{err}");
+
+    // logs -f follows to the end and exits with the process's code; streams stay apart.
+    let (code, out, _) = run(&s, &["exec", "-d", "bg", "--", "sh", "-c", script]).await;
+    assert_eq!(code, 0);
+    let id = out.trim().to_string();
+    let follower = tokio::spawn({
+        let mut c = cli(&s);
+        c.args(["logs", "-f", "bg", &id]);
+        async move { tokio::time::timeout(common::DEADLINE, c.output()).await }
+    });
+    // The process has no stdin pipe (exec -d starts it without), so `read` gets EOF at once.
+    let out = follower.await.unwrap().expect("logs -f hung").unwrap();
+    assert_eq!(out.status.code(), Some(5));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "started\ngot\n");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "warn\n");
+    // From an offset, without -f: the rest so far, exit 0. (Where "got" starts depends on
+    // when each pipe was read, so the API says.)
+    let agents: Vec<Value> = s
+        .get("/api/v1/agents")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let agent_id = agents[0]["id"].as_str().unwrap();
+    let lines = s
+        .get(&format!("/api/v1/agents/{agent_id}/processes/{id}/output"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let offset = lines
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find_map(|l| {
+            let at = l["data"].as_str()?.find("got")?;
+            Some(l["offset"].as_u64()? + at as u64)
+        })
+        .unwrap_or_else(|| panic!("no line with got: {lines}"))
+        .to_string();
+    let (code, out, _) = run(&s, &["logs", "--offset", &offset, "bg", &id]).await;
+    assert_eq!((code, out.as_str()), (0, "got\n"));
+    let (code, out, _) = run(&s, &["--json", "ps", "bg"]).await;
+    assert_eq!(code, 0);
+    let list: Vec<Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(list.len(), 2);
+    assert_eq!(list[1]["exitCode"], 5);
+}

@@ -259,11 +259,11 @@ impl ApiClient {
     }
 
     /// The server URL as a person typed it, for messages.
-    fn shown(&self) -> String {
+    pub(super) fn shown(&self) -> String {
         self.base.as_str().trim_end_matches('/').to_string()
     }
 
-    fn request(&self, method: Method, segments: &[&str]) -> RequestBuilder {
+    pub(super) fn request(&self, method: Method, segments: &[&str]) -> RequestBuilder {
         self.authed(self.http.request(method, self.api_url(segments)))
     }
 
@@ -275,7 +275,7 @@ impl ApiClient {
     }
 
     /// Sends, and turns any non-2xx answer into the API's error.
-    async fn send(&self, rb: RequestBuilder) -> Result<Response, ClientError> {
+    pub(super) async fn send(&self, rb: RequestBuilder) -> Result<Response, ClientError> {
         let resp = rb
             .send()
             .await
@@ -288,7 +288,10 @@ impl ApiClient {
         Err(ClientError::from_status(status.as_u16(), &body))
     }
 
-    async fn json<T: DeserializeOwned>(&self, rb: RequestBuilder) -> Result<T, ClientError> {
+    pub(super) async fn json<T: DeserializeOwned>(
+        &self,
+        rb: RequestBuilder,
+    ) -> Result<T, ClientError> {
         let resp = self.send(rb).await?;
         let body = resp
             .bytes()
@@ -297,7 +300,10 @@ impl ApiClient {
         serde_json::from_slice(&body).map_err(|e| ClientError::Protocol(e.to_string()))
     }
 
-    fn line_stream(&self, resp: Response) -> BoxStream<'static, Result<Bytes, ClientError>> {
+    pub(super) fn line_stream(
+        &self,
+        resp: Response,
+    ) -> BoxStream<'static, Result<Bytes, ClientError>> {
         let server = self.shown();
         Box::pin(async_stream::try_stream! {
             let mut body = resp.bytes_stream();

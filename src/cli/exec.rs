@@ -9,6 +9,7 @@ use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::client::ApiClient;
 use super::types::ExecEvent;
+use crate::api::types::process::StartProcess;
 use crate::api::types::{ExecBody, ExecExit, OutputStream};
 
 /// What coreutils `timeout` exits with, so scripts can tell a timeout from a failure.
@@ -32,6 +33,15 @@ pub struct ExecArgs {
     /// Never send our stdin, even when it is not a terminal
     #[arg(short = 'n', long)]
     pub no_stdin: bool,
+    /// Start it as a background process and print its id (see `ps`, `logs`, `kill`, `wait`)
+    #[arg(short = 'd', long)]
+    pub detach: bool,
+    /// With --detach: a tag to name the process by
+    #[arg(long, requires = "detach")]
+    pub tag: Option<String>,
+    /// With --detach: the agent does not sleep while the process runs
+    #[arg(long, requires = "detach")]
+    pub keep_awake: bool,
     /// The command and its arguments
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -59,6 +69,18 @@ pub fn exit_status(exit: &ExecExit) -> i32 {
 }
 
 pub(super) async fn run(client: &ApiClient, args: ExecArgs) -> anyhow::Result<i32> {
+    if args.detach {
+        let req = StartProcess {
+            command: args.command,
+            cwd: args.cwd,
+            env: (!args.env.is_empty()).then(|| args.env.into_iter().collect()),
+            tag: args.tag,
+            stdin: false,
+            keep_awake: args.keep_awake,
+            timeout_ms: args.timeout.map(|s| s.saturating_mul(1000)),
+        };
+        return super::processes::start_detached(client, &args.agent, req).await;
+    }
     let agent = client.find_agent(&args.agent).await?;
     let stdin = if args.no_stdin || std::io::stdin().is_terminal() {
         None

@@ -1,4 +1,4 @@
-//! The command-line client: `agenthold agents|exec|shell|cp`, speaking the HTTP API of docs/api.md.
+//! The command-line client: `agenthold agents|exec|ps|logs|kill|wait|shell|cp|egress`, speaking the HTTP API of docs/api.md.
 
 mod agents;
 mod client;
@@ -8,6 +8,8 @@ mod error;
 mod exec;
 mod lines;
 mod output;
+mod process_client;
+mod processes;
 mod shell;
 mod sse;
 mod types;
@@ -22,6 +24,8 @@ pub use cp::{CpArgs, Location};
 pub use egress::EgressArgs;
 pub use error::ClientError;
 pub use exec::{exit_status, ExecArgs};
+pub use process_client::OutputEvent;
+pub use processes::{process_status, KillArgs, LogsArgs, PsArgs, WaitArgs};
 pub use shell::ShellArgs;
 pub use sse::{SseEvent, SseParser};
 pub use types::{decode_exec_line, AgentAction, ExecEvent, ServerEvent};
@@ -50,8 +54,16 @@ pub enum ClientCommand {
     /// Manage agents
     #[command(subcommand)]
     Agents(AgentsCommand),
-    /// Run a command in an agent: agenthold exec AGENT -- CMD...
+    /// Run a command in an agent: agenthold exec AGENT -- CMD... (--detach: in the background)
     Exec(ExecArgs),
+    /// List an agent's background processes
+    Ps(PsArgs),
+    /// Print a background process's output: agenthold logs [-f] AGENT ID|TAG
+    Logs(LogsArgs),
+    /// Send a signal to a background process (TERM by default)
+    Kill(KillArgs),
+    /// Wait for a background process to end, and exit with its exit code
+    Wait(WaitArgs),
     /// Open an interactive terminal in an agent
     Shell(ShellArgs),
     /// Copy files: agenthold cp LOCAL AGENT:PATH  |  agenthold cp AGENT:PATH LOCAL
@@ -68,6 +80,10 @@ pub async fn run(opts: ClientOpts, cmd: ClientCommand) -> anyhow::Result<i32> {
         match cmd {
             ClientCommand::Agents(cmd) => agents::run(&client, opts.json, cmd).await,
             ClientCommand::Exec(args) => exec::run(&client, args).await,
+            ClientCommand::Ps(args) => processes::ps(&client, opts.json, args).await,
+            ClientCommand::Logs(args) => processes::logs(&client, args).await,
+            ClientCommand::Kill(args) => processes::kill(&client, args).await,
+            ClientCommand::Wait(args) => processes::wait(&client, args).await,
             ClientCommand::Shell(args) => shell::run(&client, args).await,
             ClientCommand::Cp(args) => cp::run(&client, args).await,
             ClientCommand::Egress(args) => egress::run(&client, opts.json, args).await,

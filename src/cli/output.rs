@@ -71,7 +71,7 @@ pub fn json<T: serde::Serialize + ?Sized>(value: &T) -> anyhow::Result<String> {
     Ok(serde_json::to_string_pretty(value)?)
 }
 
-fn plain_table() -> Table {
+pub(super) fn plain_table() -> Table {
     let mut table = Table::new();
     // Columns separated by spaces and nothing else, so the output greps and cuts like `ps`.
     table.load_preset(presets::NOTHING);
@@ -79,7 +79,7 @@ fn plain_table() -> Table {
     table
 }
 
-fn render(table: &Table) -> String {
+pub(super) fn render(table: &Table) -> String {
     let mut out = String::new();
     for line in table.lines() {
         let line = line.trim_end();
