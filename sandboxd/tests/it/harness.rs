@@ -39,6 +39,8 @@ pub fn options(home: &std::path::Path) -> SandboxOptions {
         ping_interval: Duration::from_secs(1),
         upload_records: None,
         env: vec![(BOOT_ENV.0.into(), BOOT_ENV.1.into())],
+        process_dir: None,
+        shim: None,
     }
 }
 
