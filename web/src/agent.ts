@@ -1,15 +1,16 @@
-// One agent: header with state and actions, then Terminal and Files tabs.
+// One agent: header with state and actions, then Terminal, Files and Processes tabs.
 import { api, ApiError, type Agent } from './api';
 import { actions, badge, resources, statusLine } from './agentui';
 import { h, replace, setText } from './dom';
 import { filesView } from './files';
 import { linkHandler, navigate, type Page } from './nav';
+import { processesView } from './processes';
 import { store } from './store';
 import { settingsForm } from './settings';
 import { egressCard } from './egress';
 import { terminalView } from './terminal';
 
-type Tab = 'terminal' | 'files';
+type Tab = 'terminal' | 'files' | 'processes';
 
 export function agentPage(id: string): Page {
   let agent: Agent | null = store.agents.get(id) ?? null;
@@ -62,6 +63,7 @@ export function agentPage(id: string): Page {
 
   const term = terminalView(id, () => agent?.name ?? id);
   const files = filesView(id);
+  const procs = processesView(id);
 
   const tabs: Record<Tab, { button: HTMLButtonElement; panel: HTMLElement }> = {
     terminal: {
@@ -72,9 +74,13 @@ export function agentPage(id: string): Page {
       button: h('button', { type: 'button', role: 'tab', id: 'tab-files', 'aria-controls': 'panel-files', class: 'tab' }, 'Files'),
       panel: h('section', { role: 'tabpanel', id: 'panel-files', 'aria-labelledby': 'tab-files', class: 'panel panel-files' }, files.el),
     },
+    processes: {
+      button: h('button', { type: 'button', role: 'tab', id: 'tab-processes', 'aria-controls': 'panel-processes', class: 'tab' }, 'Processes'),
+      panel: h('section', { role: 'tabpanel', id: 'panel-processes', 'aria-labelledby': 'tab-processes', class: 'panel panel-processes' }, procs.el),
+    },
   };
-  const tabOrder: Tab[] = ['terminal', 'files'];
-  let active: Tab = location.hash === '#files' ? 'files' : 'terminal';
+  const tabOrder: Tab[] = ['terminal', 'files', 'processes'];
+  let active: Tab = tabOrder.find((t) => t !== 'terminal' && location.hash === `#${t}`) ?? 'terminal';
   const select = (t: Tab, focus = false) => {
     active = t;
     for (const k of tabOrder) {
@@ -83,8 +89,11 @@ export function agentPage(id: string): Page {
       tabs[k].button.tabIndex = on ? 0 : -1;
       tabs[k].panel.hidden = !on;
     }
-    history.replaceState(null, '', t === 'files' ? '#files' : location.pathname);
+    history.replaceState(null, '', t === 'terminal' ? location.pathname : `#${t}`);
     if (focus) tabs[t].button.focus();
+    // Listing processes wakes a sleeping agent: only while their tab is open.
+    if (t === 'processes') procs.shown();
+    else procs.hidden();
     if (t === 'terminal') {
       term.shown();
       maybeConnect();
@@ -101,7 +110,7 @@ export function agentPage(id: string): Page {
   for (const t of tabOrder) tabs[t].button.addEventListener('click', () => select(t));
 
   const gone = h('div', { class: 'gone card', hidden: true, role: 'alert' });
-  const body = h('div', { class: 'agent-body' }, tablist, tabs.terminal.panel, tabs.files.panel);
+  const body = h('div', { class: 'agent-body' }, tablist, tabOrder.map((t) => tabs[t].panel));
   const el = h('div', { class: 'page agent-page', 'data-agent-id': id }, head, gone, body);
 
   /** The terminal opens by itself once, when the agent can take one (that wakes a sleeping agent). */
@@ -151,6 +160,7 @@ export function agentPage(id: string): Page {
       running,
       running ? '' : a.state === 'sleeping' ? 'The agent is asleep. Start it (or open the terminal) to browse its files.' : `Files are available while the agent is running (now: ${a.state}).`,
     );
+    procs.setAgent(a);
     maybeConnect();
   };
 
@@ -194,6 +204,7 @@ export function agentPage(id: string): Page {
       clearInterval(tick);
       term.dispose();
       files.dispose();
+      procs.dispose();
       document.title = 'agenthold';
     },
   };

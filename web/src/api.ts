@@ -95,6 +95,61 @@ export interface TerminalSession {
   exitCode: number | null;
 }
 
+export type ProcessState = 'running' | 'exited' | 'killed' | 'lost';
+
+/** A background process (`/api/v1/agents/{id}/processes…`). */
+export interface Process {
+  /** Made by the server; the id or the tag names the process in its URLs. */
+  id: string;
+  tag: string | null;
+  command: string[];
+  pid: number | null;
+  /** `lost`: it was running when its sandbox stopped (the agent slept, or was stopped). */
+  state: ProcessState;
+  exitCode: number | null;
+  /** The signal that ended it, without `SIG` (`TERM`, `KILL`). */
+  signal: string | null;
+  timedOut: boolean;
+  startedAt: string;
+  endedAt: string | null;
+  /** Output so far, both streams together, in bytes: the offset of the next byte. */
+  outputBytes: number;
+  /** The oldest offset still kept. */
+  outputStart: number;
+  keepAwake: boolean;
+  stdinOpen: boolean;
+}
+
+/** `POST /api/v1/agents/{id}/processes`. */
+export interface StartProcess {
+  command: string[];
+  cwd?: string;
+  env?: Record<string, string>;
+  tag?: string;
+  stdin?: boolean;
+  keepAwake?: boolean;
+  timeoutMs?: number;
+}
+
+export type OutputStream = 'stdout' | 'stderr';
+
+/** One line of `GET …/processes/{pid}/output` (NDJSON). */
+export type ProcessOutputLine =
+  | { offset: number; stream: OutputStream; data: string }
+  | { offset: number; stream: OutputStream; data64: string }
+  /** `from..to` has left the buffer; what follows starts at `to`. */
+  | { gap: { from: number; to: number } }
+  /** The last line: the process has ended and all its output was sent. */
+  | { exit: Process }
+  /** The stream was cut short: read again from the last offset. */
+  | { error: { code: string; message: string } };
+
+/** The `process` SSE event: agent `id`'s process started or ended. */
+export interface ProcessEvent {
+  id: string;
+  process: Process;
+}
+
 /** `GET /api/v1/limits`: defaults and maxima, so forms can say them up front. */
 export interface Limits {
   defaultImage: string;
@@ -151,12 +206,12 @@ export function errorFrom(status: number, bodyText: string, statusText = ''): Ap
   return new ApiError(status, 'http_' + status, fallback);
 }
 
-async function request(method: string, path: string, body?: BodyInit | null, json = false): Promise<Response> {
+async function request(method: string, path: string, body?: BodyInit | null, json = false, signal?: AbortSignal): Promise<Response> {
   const headers: Record<string, string> = { Accept: 'application/json' };
   if (json) headers['Content-Type'] = 'application/json';
   let res: Response;
   try {
-    res = await fetch(BASE + path, { method, body, headers, credentials: 'same-origin' });
+    res = await fetch(BASE + path, { method, body, headers, credentials: 'same-origin', signal });
   } catch {
     throw new ApiError(0, 'network', 'Cannot reach the agenthold server. Check that it is running.');
   }
@@ -176,6 +231,36 @@ async function sendJson<T>(method: string, path: string, body?: unknown): Promis
   const res = await request(method, path, body === undefined ? null : JSON.stringify(body), body !== undefined);
   const text = await res.text();
   return (text ? JSON.parse(text) : undefined) as T;
+}
+
+/**
+ * The lines of an NDJSON answer as they arrive. A last line cut off mid-way is dropped (the
+ * stream was cut); a cut connection throws.
+ */
+async function* ndjson<T>(res: Response): AsyncGenerator<T> {
+  if (!res.body) return;
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = '';
+  let finished = false;
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) {
+        finished = true;
+        break;
+      }
+      buf += value;
+      let nl: number;
+      while ((nl = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, nl).trim();
+        buf = buf.slice(nl + 1);
+        if (line) yield JSON.parse(line) as T;
+      }
+    }
+  } finally {
+    // The reader stopped early: close the connection.
+    if (!finished) void reader.cancel().catch(() => {});
+  }
 }
 
 const q = (path: string) => encodeURIComponent(path);
@@ -234,6 +319,18 @@ export const api = {
   /** The agent's terminal sessions (does not wake a sleeping agent: it simply has none). */
   terminals: (id: string) => getJson<TerminalSession[]>(`${a(id)}/terminals`),
   killTerminal: (id: string, sid: string) => sendJson<void>('DELETE', `${a(id)}/terminals/${q(sid)}`),
+
+  /** The agent's background processes, oldest first (wakes a sleeping agent). */
+  processes: (id: string) => getJson<Process[]>(`${a(id)}/processes`),
+  startProcess: (id: string, body: StartProcess) => sendJson<Process>('POST', `${a(id)}/processes`, body),
+  signalProcess: (id: string, pid: string, signal: string) => sendJson<void>('POST', `${a(id)}/processes/${q(pid)}/signal`, { signal }),
+  /** Kills the process if it runs, and forgets it and its output. */
+  removeProcess: (id: string, pid: string) => sendJson<void>('DELETE', `${a(id)}/processes/${q(pid)}`),
+  /** The process's output from `offset`, following it until it ends; `signal` stops reading. */
+  async *processOutput(id: string, pid: string, offset: number, signal: AbortSignal): AsyncGenerator<ProcessOutputLine> {
+    const res = await request('GET', `${a(id)}/processes/${q(pid)}/output?offset=${offset}&follow=true`, null, false, signal);
+    yield* ndjson<ProcessOutputLine>(res);
+  },
 };
 
 /** Upload one file with progress; the File object is the body, so the browser streams it. */

@@ -95,6 +95,21 @@ export function formatFuture(iso: string, now = Date.now()): string {
   return rest ? `in ${hours} h ${rest} min` : `in ${hours} h`;
 }
 
+/** "350 ms", "4.2 s", "12 s", "3 min 12 s", "2 h 5 min". */
+export function formatDuration(ms: number): string {
+  if (!Number.isFinite(ms)) return '—';
+  ms = Math.max(0, ms);
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  if (ms < 10_000) return `${(Math.floor(ms / 100) / 10).toFixed(1)} s`;
+  const s = Math.floor(ms / 1000);
+  if (s < 60) return `${s} s`;
+  const min = Math.floor(s / 60);
+  if (min < 60) return s % 60 ? `${min} min ${s % 60} s` : `${min} min`;
+  const hours = Math.floor(min / 60);
+  if (hours < 48) return min % 60 ? `${hours} h ${min % 60} min` : `${hours} h`;
+  return `${Math.floor(hours / 24)} d ${hours % 24} h`;
+}
+
 let toastHost: HTMLElement | null = null;
 
 /** A short message at the bottom of the screen, read out by screen readers. */

@@ -1,10 +1,11 @@
 // Live agent state: one list fetch, then the SSE stream `GET /api/v1/events`. No polling.
-import { api, ApiError, BASE, type Agent, type EgressEvent, type PullProgress } from './api';
+import { api, ApiError, BASE, type Agent, type EgressEvent, type ProcessEvent, type PullProgress } from './api';
 
 /** Refusals kept per agent for its page (newest first), from the event stream since it opened. */
 const BLOCKED_KEPT = 20;
 
 type Listener = () => void;
+type ProcessListener = (e: ProcessEvent) => void;
 
 export type StreamStatus = 'connecting' | 'live' | 'reconnecting';
 
@@ -18,6 +19,7 @@ class AgentStore {
   /** Each agent's recent refusals by the egress proxy, newest first, one per destination. */
   readonly blocked = new Map<string, EgressEvent[]>();
   private listeners = new Set<Listener>();
+  private processListeners = new Set<ProcessListener>();
   private source: EventSource | null = null;
   private pending: Array<(m: Map<string, Agent>) => void> | null = null;
   private generation = 0;
@@ -25,6 +27,15 @@ class AgentStore {
   subscribe(fn: Listener): () => void {
     this.listeners.add(fn);
     return () => this.listeners.delete(fn);
+  }
+
+  /**
+   * `process` events (a background process started or ended), as they come: the store keeps
+   * no processes, since listing them wakes a sleeping agent; a page that lists them merges these.
+   */
+  subscribeProcesses(fn: ProcessListener): () => void {
+    this.processListeners.add(fn);
+    return () => this.processListeners.delete(fn);
   }
 
   private emit(): void {
@@ -152,6 +163,16 @@ class AgentStore {
       } catch {
         /* ignore a malformed event */
       }
+    });
+    es.addEventListener('process', (ev) => {
+      let e: ProcessEvent;
+      try {
+        e = JSON.parse((ev as MessageEvent<string>).data) as ProcessEvent;
+      } catch {
+        return; /* ignore a malformed event */
+      }
+      if (!e.id || !e.process?.id) return;
+      for (const fn of [...this.processListeners]) fn(e);
     });
     es.addEventListener('deleted', (ev) => {
       try {

@@ -571,13 +571,14 @@ pub async fn start(sb: &Sandbox, req: ProcessStart) -> Result<ProcessInfo, Chann
     procs.map().insert(id, process.clone());
     procs.evict_finished(req.max_running as usize, req.retention_ms);
     process.persist();
+    // Announced before its supervisor runs, so a start is always told before its end.
+    let info = process.info();
+    procs.publish(info.clone());
     if let Some(mut launched) = launched {
         *process.stdin.lock().await = launched.stdin.take();
         let timeout = req.run.timeout_ms.map(Duration::from_millis);
-        sb.spawn(supervise(sb.clone(), process.clone(), launched, timeout));
+        sb.spawn(supervise(sb.clone(), process.clone(), *launched, timeout));
     }
-    let info = process.info();
-    procs.publish(info.clone());
     Ok(info)
 }
 

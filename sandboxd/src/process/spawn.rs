@@ -25,7 +25,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What starting a process gave.
 pub enum Start {
-    Running(Launched),
+    Running(Box<Launched>),
     /// The command could not be run: exit code 127 (not found) or 126, and why.
     CannotStart {
         code: i32,
@@ -86,7 +86,7 @@ pub async fn launch(
                 });
             }
             match cmd.spawn() {
-                Ok(child) => Ok(Start::Running(Launched::from_child(child, None))),
+                Ok(child) => Ok(Start::Running(Box::new(Launched::from_child(child, None)))),
                 Err(e) => Ok(cannot_start(&command[0], &e)),
             }
         }
@@ -155,7 +155,7 @@ async fn launch_shim(
             Some(StatusLine::Pid(pid)) => {
                 let mut l = Launched::from_child(child, Some(lines));
                 l.pid = pid;
-                Ok(Start::Running(l))
+                Ok(Start::Running(Box::new(l)))
             }
             Some(StatusLine::CannotStart { code, message }) => {
                 let _ = child.wait().await;
