@@ -37,9 +37,10 @@ pub enum AgentEvent {
 pub struct EventHub {
     tx: broadcast::Sender<AgentEvent>,
     pulls: Arc<Mutex<HashMap<String, PullProgress>>>,
-    /// Each agent's processes as last announced (process id → state), so that the report of
-    /// every process sandboxd sends at each (re)connection announces only what changed.
-    processes: Arc<Mutex<HashMap<String, HashMap<String, ProcessState>>>>,
+    /// Each agent's processes as last announced, so that the report of every process sandboxd
+    /// sends at each (re)connection announces only what changed, and a stop can announce what
+    /// it ended.
+    processes: Arc<Mutex<HashMap<String, HashMap<String, ProcessInfo>>>>,
 }
 
 impl Default for EventHub {
@@ -103,19 +104,43 @@ impl EventHub {
         {
             let mut all = self.processes.lock().unwrap_or_else(|e| e.into_inner());
             let seen = all.entry(id.to_string()).or_default();
-            if seen.insert(info.id.clone(), info.state) == Some(info.state) {
+            let before = seen.insert(info.id.clone(), info.clone());
+            if before.is_some_and(|b| b.state == info.state) {
                 return;
             }
             // A process that ended is not reported again (a forgotten one is simply gone):
             // keep the map from growing with every process an agent ever ran.
             if seen.len() > MAX_PROCESSES_SEEN {
-                seen.retain(|_, s| s.is_running());
+                seen.retain(|_, p| p.state.is_running());
             }
         }
         self.publish(AgentEvent::Process(Box::new(ProcessEvent {
             id: id.to_string(),
             process: info.into(),
         })));
+    }
+
+    /// Agent `id`'s sandbox stopped: the processes last seen running ended with it. Announced
+    /// now (sandboxd records the same when it next starts, and that report is then no news).
+    pub fn sandbox_stopped(&self, id: &str) {
+        let now = chrono::Utc::now().timestamp_millis().max(0) as u64;
+        let lost: Vec<ProcessInfo> = {
+            let all = self.processes.lock().unwrap_or_else(|e| e.into_inner());
+            all.get(id)
+                .into_iter()
+                .flat_map(|seen| seen.values())
+                .filter(|p| p.state.is_running())
+                .map(|p| ProcessInfo {
+                    state: ProcessState::Lost,
+                    ended_at_ms: Some(now),
+                    stdin_open: false,
+                    ..p.clone()
+                })
+                .collect()
+        };
+        for info in lost {
+            self.process(id, info);
+        }
     }
 
     /// Forgets what was announced of agent `id`'s processes (it was destroyed or rebuilt).
@@ -226,5 +251,28 @@ mod tests {
         hub.forget_processes("a");
         hub.process("a", info("p1", ProcessState::Exited));
         assert!(matches!(rx.try_recv(), Ok(AgentEvent::Process(_))));
+    }
+
+    #[test]
+    fn a_stop_announces_the_running_processes_lost_once() {
+        let hub = EventHub::default();
+        hub.process("a", info("p1", ProcessState::Running));
+        hub.process("a", info("p2", ProcessState::Exited));
+        let mut rx = hub.subscribe();
+        hub.sandbox_stopped("a");
+        match rx.try_recv() {
+            Ok(AgentEvent::Process(e)) => {
+                assert_eq!(
+                    (e.process.id.as_str(), e.process.state.as_str()),
+                    ("p1", "lost")
+                );
+                assert!(e.process.ended_at.is_some());
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(rx.try_recv().is_err(), "only the running one");
+        // sandboxd's report of the same after the wake is no news.
+        hub.process("a", info("p1", ProcessState::Lost));
+        assert!(rx.try_recv().is_err());
     }
 }

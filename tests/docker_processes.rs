@@ -13,6 +13,8 @@ mod dk;
 mod process;
 #[path = "common/procs.rs"]
 mod procs;
+#[path = "common/sse.rs"]
+mod sse;
 
 use std::time::{Duration, Instant};
 
@@ -340,6 +342,7 @@ async fn a_quiet_process_lets_its_agent_sleep_and_is_lost_unless_it_keeps_it_awa
     let awake_id = idle_agent(&s, "awake", idle).await;
     let quiet = Procs::new(s.http.clone(), &s.base, &quiet_id);
     let awake = Procs::new(s.http.clone(), &s.base, &awake_id);
+    let mut events = sse::Events::open(&s).await;
     let q = quiet.sh("echo waiting; exec sleep 1000").await;
     let k = awake
         .start(json!({"command": ["sh", "-c", "exec sleep 1000"], "keepAwake": true}))
@@ -347,6 +350,14 @@ async fn a_quiet_process_lets_its_agent_sleep_and_is_lost_unless_it_keeps_it_awa
     assert!(k.keep_awake);
 
     wait_states(&s, &quiet_id, &["sleeping"]).await;
+    // Its sleep was announced as the process's end, without waking anything.
+    events
+        .about_until(&quiet_id, |kind, data| {
+            kind == "process"
+                && data["process"]["id"] == q.id.as_str()
+                && data["process"]["state"] == "lost"
+        })
+        .await;
     // The keep-awake one stays up, poll after poll, for longer than its idle time again (the
     // state is read from the server, which is no use of the agent).
     let window = Instant::now() + Duration::from_secs(idle as u64 + 3);

@@ -6,6 +6,7 @@
 mod cases;
 mod docker_cli;
 mod egress;
+mod processes;
 mod server_proc;
 pub mod servers;
 mod stats;
@@ -57,6 +58,9 @@ pub enum Case {
     Burst,
     /// server restart with a fleet of agents
     Restart,
+    /// background processes: start → first output byte, following 1 GiB of output, sandboxd's
+    /// RSS with 100 processes
+    Processes,
     /// the egress proxy: download throughput, connection overhead, many tunnels at once
     Egress,
 }
@@ -174,6 +178,10 @@ async fn measure(
     if args.wants(Case::Wake) {
         progress("wake → first byte");
         rows.push(cases::wake_to_first_byte(&mut cx, &main).await?);
+    }
+    if args.wants(Case::Processes) {
+        progress("background processes");
+        rows.extend(processes::processes(&mut cx, &main).await?);
     }
 
     if args.wants(Case::Egress) {

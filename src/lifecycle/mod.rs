@@ -586,6 +586,7 @@ impl Lifecycle {
                 .await;
         }
         self.tunnels.disconnect(&id);
+        self.hub.sandbox_stopped(&id);
         self.stage_next_boot(&id).await;
         // The token the sandbox now holds (the staged one, or else its last boot's) stays valid:
         // a sandbox started again from outside (`docker start`) presents it, and the tunnel
