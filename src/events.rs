@@ -12,8 +12,8 @@ use crate::driver::PullSink;
 use crate::model::Agent;
 use crate::model::{PullProgress, PullStatus};
 
-/// Processes remembered per agent before the finished ones are dropped from the memory of
-/// what was announced.
+/// Processes remembered per agent (sandboxd runs at most `sandbox.max_processes`, 1024 at
+/// most, and keeps as many finished ones); finished ones are dropped first.
 const MAX_PROCESSES_SEEN: usize = 4096;
 
 #[derive(Debug, Clone)]
@@ -100,19 +100,43 @@ impl EventHub {
 
     /// sandboxd reported agent `id`'s process `info`: announced when it is new or its state
     /// changed.
-    pub fn process(&self, id: &str, info: ProcessInfo) {
+    pub fn process(&self, id: &str, mut info: ProcessInfo) {
+        // What a sandbox reports is cut to the shapes sandboxd makes, whatever it sends.
+        if !agenthold_proto::is_session_id(&info.id) {
+            return;
+        }
+        info.command = agenthold_proto::process::shown_command(&info.command);
+        if info
+            .tag
+            .as_deref()
+            .is_some_and(|t| agenthold_proto::process::tag_problem(t).is_some())
+        {
+            info.tag = None;
+        }
+        if info.signal.as_ref().is_some_and(|s| s.len() > 16) {
+            info.signal = None;
+        }
         {
             let mut all = self.processes.lock().unwrap_or_else(|e| e.into_inner());
             let seen = all.entry(id.to_string()).or_default();
-            let before = seen.insert(info.id.clone(), info.clone());
-            if before.is_some_and(|b| b.state == info.state) {
+            let known = seen.get(&info.id);
+            if known.is_some_and(|b| b.state == info.state) {
                 return;
             }
-            // A process that ended is not reported again (a forgotten one is simply gone):
-            // keep the map from growing with every process an agent ever ran.
-            if seen.len() > MAX_PROCESSES_SEEN {
+            // sandboxd is the sandbox's own program, so its reports are bounded like any input
+            // from a sandbox: a process that ended is not reported again (a forgotten one is
+            // simply gone), and past the cap news of unknown processes is dropped.
+            if known.is_none() && seen.len() >= MAX_PROCESSES_SEEN {
                 seen.retain(|_, p| p.state.is_running());
+                if seen.len() >= MAX_PROCESSES_SEEN {
+                    tracing::warn!(
+                        agent = id,
+                        "sandboxd reports more processes than it may run; ignoring the rest"
+                    );
+                    return;
+                }
             }
+            seen.insert(info.id.clone(), info.clone());
         }
         self.publish(AgentEvent::Process(Box::new(ProcessEvent {
             id: id.to_string(),
@@ -226,15 +250,15 @@ mod tests {
         let mut rx = hub.subscribe();
         // sandboxd reports every process at each connection: only changes are announced.
         for report in [
-            vec![info("p1", ProcessState::Running)],
-            vec![info("p1", ProcessState::Running)],
+            vec![info("p1pppppppppppppp", ProcessState::Running)],
+            vec![info("p1pppppppppppppp", ProcessState::Running)],
             vec![
-                info("p1", ProcessState::Exited),
-                info("p2", ProcessState::Running),
+                info("p1pppppppppppppp", ProcessState::Exited),
+                info("p2pppppppppppppp", ProcessState::Running),
             ],
             vec![
-                info("p1", ProcessState::Exited),
-                info("p2", ProcessState::Running),
+                info("p1pppppppppppppp", ProcessState::Exited),
+                info("p2pppppppppppppp", ProcessState::Running),
             ],
         ] {
             for p in report {
@@ -246,25 +270,60 @@ mod tests {
             assert_eq!(e.id, "a");
             seen.push((e.process.id, e.process.state.as_str()));
         }
-        let expected = [("p1", "running"), ("p1", "exited"), ("p2", "running")];
+        let expected = [
+            ("p1pppppppppppppp", "running"),
+            ("p1pppppppppppppp", "exited"),
+            ("p2pppppppppppppp", "running"),
+        ];
         assert_eq!(seen, expected.map(|(a, b)| (a.to_string(), b)));
         hub.forget_processes("a");
-        hub.process("a", info("p1", ProcessState::Exited));
+        hub.process("a", info("p1pppppppppppppp", ProcessState::Exited));
         assert!(matches!(rx.try_recv(), Ok(AgentEvent::Process(_))));
+    }
+
+    #[test]
+    fn reports_from_a_hostile_sandboxd_are_bounded() {
+        let hub = EventHub::default();
+        let mut rx = hub.subscribe();
+        // Not an id sandboxd makes: ignored.
+        hub.process("a", info("../x", ProcessState::Running));
+        assert!(rx.try_recv().is_err());
+        // A huge command line and a bad tag are cut.
+        let mut big = info("bbbbbbbbbbbbbbbb", ProcessState::Running);
+        big.command = vec!["x".repeat(1 << 20)];
+        big.tag = Some("no spaces allowed".into());
+        hub.process("a", big);
+        match rx.try_recv() {
+            Ok(AgentEvent::Process(e)) => {
+                assert!(e.process.command[0].len() <= 8 * 1024 + 4);
+                assert_eq!(e.process.tag, None);
+            }
+            other => panic!("{other:?}"),
+        }
+        // More running processes than any sandbox may run: the rest is dropped.
+        let mut announced = 1;
+        let mut rx = hub.subscribe();
+        for n in 0..(MAX_PROCESSES_SEEN + 100) {
+            hub.process("a", info(&format!("{n:016}"), ProcessState::Running));
+            while rx.try_recv().is_ok() {
+                announced += 1;
+            }
+        }
+        assert_eq!(announced, MAX_PROCESSES_SEEN);
     }
 
     #[test]
     fn a_stop_announces_the_running_processes_lost_once() {
         let hub = EventHub::default();
-        hub.process("a", info("p1", ProcessState::Running));
-        hub.process("a", info("p2", ProcessState::Exited));
+        hub.process("a", info("p1pppppppppppppp", ProcessState::Running));
+        hub.process("a", info("p2pppppppppppppp", ProcessState::Exited));
         let mut rx = hub.subscribe();
         hub.sandbox_stopped("a");
         match rx.try_recv() {
             Ok(AgentEvent::Process(e)) => {
                 assert_eq!(
                     (e.process.id.as_str(), e.process.state.as_str()),
-                    ("p1", "lost")
+                    ("p1pppppppppppppp", "lost")
                 );
                 assert!(e.process.ended_at.is_some());
             }
@@ -272,7 +331,7 @@ mod tests {
         }
         assert!(rx.try_recv().is_err(), "only the running one");
         // sandboxd's report of the same after the wake is no news.
-        hub.process("a", info("p1", ProcessState::Lost));
+        hub.process("a", info("p1pppppppppppppp", ProcessState::Lost));
         assert!(rx.try_recv().is_err());
     }
 }
