@@ -100,32 +100,22 @@ impl EventHub {
 
     /// sandboxd reported agent `id`'s process `info`: announced when it is new or its state
     /// changed.
-    pub fn process(&self, id: &str, mut info: ProcessInfo) {
+    pub fn process(&self, id: &str, info: ProcessInfo) {
         // What a sandbox reports is cut to the shapes sandboxd makes, whatever it sends.
-        if !agenthold_proto::is_session_id(&info.id) {
+        let Some(info) = info.sanitized() else {
             return;
-        }
-        info.command = agenthold_proto::process::shown_command(&info.command);
-        if info
-            .tag
-            .as_deref()
-            .is_some_and(|t| agenthold_proto::process::tag_problem(t).is_some())
-        {
-            info.tag = None;
-        }
-        if info.signal.as_ref().is_some_and(|s| s.len() > 16) {
-            info.signal = None;
-        }
+        };
         {
             let mut all = self.processes.lock().unwrap_or_else(|e| e.into_inner());
             let seen = all.entry(id.to_string()).or_default();
             let known = seen.get(&info.id);
-            if known.is_some_and(|b| b.state == info.state) {
+            // Each state once, and an ended process never runs again: a report that says so
+            // is stale (or hostile).
+            if known.is_some_and(|b| b.state == info.state || !b.state.is_running()) {
                 return;
             }
             // sandboxd is the sandbox's own program, so its reports are bounded like any input
-            // from a sandbox: a process that ended is not reported again (a forgotten one is
-            // simply gone), and past the cap news of unknown processes is dropped.
+            // from a sandbox: past the cap news of unknown processes is dropped.
             if known.is_none() && seen.len() >= MAX_PROCESSES_SEEN {
                 seen.retain(|_, p| p.state.is_running());
                 if seen.len() >= MAX_PROCESSES_SEEN {

@@ -218,7 +218,7 @@ async fn output_past_the_budget_reads_as_a_gap_never_a_wrong_byte() {
 async fn limits_tags_and_retention() {
     let s = TestServer::start_with(|c| {
         c.sandbox.max_processes = 3;
-        c.sandbox.process_retention = Duration::from_millis(200);
+        c.sandbox.process_retention = Duration::from_secs(1);
     })
     .await;
     let p = agent(&s, "limits").await;
@@ -406,4 +406,109 @@ async fn hostile_input_gets_clear_errors_and_nothing_of_another_agent() {
     // Nothing of that started anything, and the server still answers.
     assert_eq!(p.list().await.len(), 1);
     assert_eq!(other.list().await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tag_one_running_process_even_when_started_at_once() {
+    let s = TestServer::start().await;
+    let p = agent(&s, "tagrace").await;
+    let answers = futures::future::join_all((0..10).map(|_| {
+        let p = p.clone();
+        async move {
+            p.start_raw(json!({"command": ["sleep", "1000"], "tag": "dup"}))
+                .await
+                .0
+        }
+    }))
+    .await;
+    assert_eq!(
+        answers.iter().filter(|s| **s == 201).count(),
+        1,
+        "{answers:?}"
+    );
+    assert!(
+        answers.iter().all(|s| [201, 409].contains(s)),
+        "{answers:?}"
+    );
+    let running = p.list().await;
+    assert_eq!(running.len(), 1);
+}
+
+/// A request body that sends `first` and then never ends.
+fn endless_body(first: &'static [u8]) -> reqwest::Body {
+    let once = futures::stream::once(async move { Ok::<_, std::io::Error>(first.to_vec()) });
+    reqwest::Body::wrap_stream(futures::StreamExt::chain(once, futures::stream::pending()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdin_write_that_never_ends_does_not_hide_the_end_or_block_others() {
+    let s = TestServer::start().await;
+    let p = agent(&s, "stdin").await;
+    // It never reads its stdin and ends by itself while an upload to it is still open.
+    let quick = p
+        .start(json!({"command": ["sh", "-c", "sleep 0.5; echo bye"], "stdin": true}))
+        .await;
+    let upload = tokio::spawn(
+        s.http
+            .post(p.url(&format!("/{}/stdin", quick.id)))
+            .bearer_auth(common::TOKEN)
+            .body(endless_body(b"hello"))
+            .send(),
+    );
+    let ended = p.ended(&quick.id).await;
+    assert_eq!(
+        (ended.state, ended.exit_code),
+        (ProcessState::Exited, Some(0))
+    );
+    let answer = upload.await.unwrap().unwrap();
+    assert_eq!(answer.status(), 400, "the write ends with the process");
+
+    // A write the process does not take holds no one else up: a second is refused at once,
+    // and removing the process ends the first.
+    let deaf = p
+        .start(json!({"command": ["sleep", "1000"], "stdin": true}))
+        .await;
+    let big: &'static [u8] = Box::leak(vec![b'x'; 1 << 20].into_boxed_slice());
+    let stuck = tokio::spawn(
+        s.http
+            .post(p.url(&format!("/{}/stdin", deaf.id)))
+            .bearer_auth(common::TOKEN)
+            .body(endless_body(big))
+            .send(),
+    );
+    wait_for("a second write to be refused while the first waits", || {
+        let p = p.clone();
+        let id = deaf.id.clone();
+        // An empty write that does not close stdin: it goes through until the first holds on.
+        async move { p.stdin(&id, b"", false).await.0 == 409 }
+    })
+    .await;
+    assert_eq!(p.remove(&deaf.id).await, 204);
+    let answer = stuck.await.unwrap().unwrap();
+    assert_eq!(answer.status(), 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_their_callers_gave_up_on_cost_the_tunnel_nothing() {
+    let s = TestServer::start().await;
+    let p = agent(&s, "waits").await;
+    let long = p.sh("exec sleep 1000").await;
+    // Far more than the tunnel's 256 streams, each abandoned by its caller.
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    for _ in 0..6 {
+        futures::future::join_all((0..50).map(|_| {
+            impatient
+                .get(p.url(&format!("/{}/wait?timeoutMs=3600000", long.id)))
+                .bearer_auth(common::TOKEN)
+                .send()
+        }))
+        .await;
+    }
+    // The agent's tunnel is the one it had: an exec and the process still answer.
+    let r = common::exec(&s, &p.agent, &["echo", "still here"]).await;
+    assert_eq!(r["stdout"], "still here\n");
+    assert_eq!(p.get(&long.id).await.1["state"], "running");
 }

@@ -89,8 +89,8 @@ channels! {
     "terminal.kill" => TerminalKill(TerminalKill) -> Empty;
     /// Starts a background process (see [`crate::process`]).
     "process.start" => ProcessStart(ProcessStart) -> ProcessInfo;
-    /// Lists the processes, running and finished, as frames after the reply.
-    "process.list" => ProcessList(ProcessList) -> Empty;
+    /// Lists the processes, running and finished: the reply says how many frames follow.
+    "process.list" => ProcessList(ProcessList) -> Size;
     "process.get" => ProcessGet(ProcessGet) -> ProcessInfo;
     /// A process's output from an offset; frames follow.
     "process.output" => ProcessOutput(ProcessOutput) -> ProcessInfo;

@@ -12,8 +12,11 @@ use crate::channel::ExecRequest;
 /// Longest tag, in bytes.
 pub const MAX_TAG_LEN: usize = 64;
 /// Most bytes of a process's command line that its [`ProcessInfo`] repeats: what a list shows,
-/// so a 1 MiB script is not echoed back in every answer.
+/// so a 1 MiB script is not echoed back in every answer. Each argument counts one byte more,
+/// as `execve` counts its NUL, so that a line of empty arguments is bounded too.
 pub const MAX_SHOWN_COMMAND: usize = 8 * 1024;
+/// Longest signal name a [`ProcessInfo`] may carry.
+const MAX_SIGNAL_NAME: usize = 16;
 /// Bounds on the output a server may ask each process to keep, in bytes.
 pub const MIN_OUTPUT: u64 = 64 * 1024;
 pub const MAX_OUTPUT: u64 = 1 << 30;
@@ -50,12 +53,12 @@ pub fn shown_command(command: &[String]) -> Vec<String> {
     let mut out = Vec::new();
     let mut room = MAX_SHOWN_COMMAND;
     for arg in command {
-        if arg.len() <= room {
-            room -= arg.len();
+        if arg.len() < room {
+            room -= arg.len() + 1;
             out.push(arg.clone());
             continue;
         }
-        let mut end = room;
+        let mut end = room.min(arg.len());
         while !arg.is_char_boundary(end) {
             end -= 1;
         }
@@ -63,6 +66,32 @@ pub fn shown_command(command: &[String]) -> Vec<String> {
         break;
     }
     out
+}
+
+impl ProcessInfo {
+    /// The report as sandboxd makes it, or `None` when it cannot be one: what the server does
+    /// with every report, since sandboxd is a program inside the sandbox.
+    pub fn sanitized(mut self) -> Option<ProcessInfo> {
+        if !crate::is_session_id(&self.id) {
+            return None;
+        }
+        self.command = shown_command(&self.command);
+        if self
+            .tag
+            .as_deref()
+            .is_some_and(|t| tag_problem(t).is_some())
+        {
+            self.tag = None;
+        }
+        if self
+            .signal
+            .as_ref()
+            .is_some_and(|s| s.len() > MAX_SIGNAL_NAME)
+        {
+            self.signal = None;
+        }
+        Some(self)
+    }
 }
 
 /// `process.start`: runs `run.command` in the background.
@@ -150,8 +179,9 @@ macro_rules! about_a_process {
 }
 about_a_process!(ProcessGet, ProcessRemove);
 
-/// `process.list`: one [`crate::Frame::Process`] per process follows the reply, oldest first,
-/// then the stream ends. Finished processes older than `retention_ms` are forgotten first.
+/// `process.list`: the reply says how many processes there are; one [`crate::Frame::Process`]
+/// per process follows it, oldest first (fewer means the stream was cut). Finished processes
+/// older than `retention_ms` are forgotten first.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ProcessList {
@@ -165,10 +195,10 @@ pub struct ProcessList {
 pub struct ProcessWatch {}
 
 /// `process.output`: the output from `offset`. The reply is the process as it is; then
-/// `Stdout`/`Stderr` frames carry the bytes contiguously from `offset` (a `Gap` frame first
-/// when `offset` has left the buffer), and once everything up to the process's end has been
-/// sent, a `Process` frame with how it ended. Without `follow` the stream ends at the output
-/// produced so far.
+/// `Stdout`/`Stderr` frames carry the bytes from `offset` (a `Gap` frame wherever bytes have
+/// left the buffer), and last a `Process` frame: how it ended, once everything up to its end
+/// has been sent, or (without `follow`) the process still running, after the output produced
+/// so far. A stream that ends without that frame was cut.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ProcessOutput {
     pub process: String,
@@ -301,5 +331,8 @@ mod tests {
         assert!(shown[2].ends_with(CUT_MARK));
         let bytes: usize = shown.iter().map(|a| a.len()).sum();
         assert!(bytes <= MAX_SHOWN_COMMAND + CUT_MARK.len(), "{bytes}");
+        // A million empty arguments are bounded too.
+        let empties = vec![String::new(); 1 << 20];
+        assert!(shown_command(&empties).len() <= MAX_SHOWN_COMMAND + 1);
     }
 }

@@ -23,7 +23,7 @@ use utoipa::IntoParams;
 use super::error::{ApiError, ApiJson, ApiQuery, ErrorBody, ErrorDetail};
 use super::exec::{command_request, line, lost, NDJSON};
 use super::output_lines::OutputLines;
-use super::types::process::{Process, SignalBody, StartProcess, StdinWritten};
+use super::types::process::{Process, ProcessState, SignalBody, StartProcess, StdinWritten};
 use super::AppState;
 use crate::tunnel::registry::LinkStream;
 
@@ -33,6 +33,19 @@ pub const MAX_PROCESS_TIMEOUT_MS: u64 = 30 * 24 * 3600 * 1000;
 const DEFAULT_WAIT_MS: u64 = 30_000;
 /// Processes read from one `process.list` at most (running and finished together).
 const MAX_LISTED: usize = 4096;
+
+/// How long a list may take to arrive once sandboxd has answered.
+const LIST_TIME: Duration = Duration::from_secs(30);
+
+/// A process as sandboxd reported it, cut to the shapes sandboxd makes (it runs in the
+/// sandbox: its reports are input like any other).
+fn shown(info: ProcessInfo) -> Result<Process, ApiError> {
+    info.sanitized().map(Process::from).ok_or_else(malformed)
+}
+
+fn malformed() -> ApiError {
+    ApiError::unavailable("the sandbox sent a malformed process report")
+}
 
 fn not_found(name: &str) -> ApiError {
     ApiError::not_found(format!(
@@ -64,8 +77,8 @@ async fn open<C: proto::Channel>(
 }
 
 /// Starts a background process; wakes a sleeping agent first.
-#[utoipa::path(post, path = "/api/v1/agents/{id}/processes", tag = "processes",
-    request_body = StartProcess, params(("id" = String, Path)),
+#[utoipa::path(post, path = "/api/v1/agents/{id}/processes", tag = "processes", operation_id = "startProcess",
+    request_body = StartProcess, params(("id" = String, Path, description = "The agent's id")),
     responses((status = 201, body = Process, description = "It runs (or, when its program could not be run, it has already exited with 127 or 126 and says why on stderr)"),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody, description = "The agent cannot be woken, runs `sandbox.max_processes` processes already, or a running process has this tag"),
@@ -104,12 +117,12 @@ pub async fn start(
         retention_ms: Some(sb.process_retention.as_millis() as u64),
     };
     let (_, info) = open(&st, &id, header).await?;
-    Ok((StatusCode::CREATED, Json(info.into())))
+    Ok((StatusCode::CREATED, Json(shown(info)?)))
 }
 
 /// Lists the agent's processes, running and finished, oldest first.
-#[utoipa::path(get, path = "/api/v1/agents/{id}/processes", tag = "processes",
-    params(("id" = String, Path)),
+#[utoipa::path(get, path = "/api/v1/agents/{id}/processes", tag = "processes", operation_id = "listProcesses",
+    params(("id" = String, Path, description = "The agent's id")),
     responses((status = 200, body = [Process]), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn list(
@@ -117,22 +130,33 @@ pub async fn list(
     Path(id): Path<String>,
 ) -> Result<Json<Vec<Process>>, ApiError> {
     let retention_ms = Some(st.config.sandbox.process_retention.as_millis() as u64);
-    let (stream, _) = open(&st, &id, ProcessList { retention_ms }).await?;
-    let mut frames = FramedRead::new(stream, FrameCodec::default());
-    let mut out = Vec::new();
-    while let Some(frame) = frames.next().await {
-        match frame.map_err(|_| lost())? {
-            Frame::Process(info) if out.len() < MAX_LISTED => out.push(Process::from(*info)),
-            _ => {}
-        }
+    let (stream, count) = open(&st, &id, ProcessList { retention_ms }).await?;
+    if count.size > MAX_LISTED as u64 {
+        return Err(malformed());
     }
+    let mut frames = FramedRead::new(stream, FrameCodec::default());
+    let mut out = Vec::with_capacity(count.size as usize);
+    // Exactly as many as sandboxd said: fewer is a cut stream, not a shorter list.
+    let read_all = async {
+        while out.len() < count.size as usize {
+            match frames.next().await {
+                Some(Ok(Frame::Process(info))) => out.push(shown(*info)?),
+                Some(Ok(_)) => return Err(malformed()),
+                Some(Err(_)) | None => return Err(lost()),
+            }
+        }
+        Ok(())
+    };
+    tokio::time::timeout(LIST_TIME, read_all)
+        .await
+        .map_err(|_| lost())??;
     Ok(Json(out))
 }
 
 /// One process, by id or tag (a tag names the running process with it, else the one started
 /// last).
-#[utoipa::path(get, path = "/api/v1/agents/{id}/processes/{pid}", tag = "processes",
-    params(("id" = String, Path), ("pid" = String, Path, description = "The process's id or tag")),
+#[utoipa::path(get, path = "/api/v1/agents/{id}/processes/{pid}", tag = "processes", operation_id = "getProcess",
+    params(("id" = String, Path, description = "The agent's id"), ("pid" = String, Path, description = "The process's id or tag", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")),
     responses((status = 200, body = Process), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn get(
@@ -141,11 +165,12 @@ pub async fn get(
 ) -> Result<Json<Process>, ApiError> {
     check_name(&pid)?;
     let (_, info) = open(&st, &id, ProcessGet { process: pid }).await?;
-    Ok(Json(info.into()))
+    Ok(Json(shown(info)?))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct OutputQuery {
     /// The byte offset to start from (over both streams); at most the output so far.
     #[serde(default)]
@@ -156,8 +181,8 @@ pub struct OutputQuery {
 }
 
 /// The process's output from a byte offset, as NDJSON.
-#[utoipa::path(get, path = "/api/v1/agents/{id}/processes/{pid}/output", tag = "processes",
-    params(("id" = String, Path), ("pid" = String, Path, description = "The process's id or tag"), OutputQuery),
+#[utoipa::path(get, path = "/api/v1/agents/{id}/processes/{pid}/output", tag = "processes", operation_id = "processOutput",
+    params(("id" = String, Path, description = "The agent's id"), ("pid" = String, Path, description = "The process's id or tag", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"), OutputQuery),
     responses((status = 200, content_type = "application/x-ndjson", description = "One line per piece: `{offset, stream, data}` (UTF-8 text) or `{offset, stream, data64}` (base64, for bytes that are not text), `{gap: {from, to}}` where output left the buffer, and a last `{exit: Process}` once the process has ended and all its output was sent. Without `follow` the response ends at the output so far. A stream cut short ends with an error line; read again from the last offset you got."),
         (status = 400, body = ErrorBody, description = "The offset is past the output so far"),
         (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
@@ -175,7 +200,6 @@ pub async fn output(
     };
     let (stream, _) = open(&st, &id, header).await?;
     let mut frames = FramedRead::new(stream, FrameCodec::default());
-    let follow = q.follow;
     let mut lines = OutputLines::new(q.offset);
     let body = async_stream::stream! {
         loop {
@@ -183,9 +207,14 @@ pub async fn output(
                 Some(Ok(Frame::Stdout(b))) => (lines.stdout(&b), false),
                 Some(Ok(Frame::Stderr(b))) => (lines.stderr(&b), false),
                 Some(Ok(Frame::Gap { from, to })) => (lines.gap(from, to), false),
-                Some(Ok(Frame::Process(info))) => (lines.exit(Process::from(*info)), true),
+                // The last frame: the process as it now is. An exit line only if it has ended.
+                Some(Ok(Frame::Process(info))) => match shown(*info) {
+                    Ok(p) if p.state != ProcessState::Running => (lines.exit(p), true),
+                    Ok(_) => (lines.finish(), true),
+                    Err(_) => (Vec::new(), true),
+                },
                 Some(Ok(_)) => continue,
-                None if !follow => (lines.finish(), true),
+                // Ended without its last frame: cut.
                 Some(Err(_)) | None => {
                     for l in lines.finish() {
                         yield Ok::<_, std::io::Error>(line(&l));
@@ -213,6 +242,7 @@ pub async fn output(
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct StdinQuery {
     /// Close the process's stdin after the body.
     #[serde(default)]
@@ -220,8 +250,8 @@ pub struct StdinQuery {
 }
 
 /// Writes the raw request body to the process's stdin (started with `"stdin": true`).
-#[utoipa::path(post, path = "/api/v1/agents/{id}/processes/{pid}/stdin", tag = "processes",
-    params(("id" = String, Path), ("pid" = String, Path, description = "The process's id or tag"), StdinQuery),
+#[utoipa::path(post, path = "/api/v1/agents/{id}/processes/{pid}/stdin", tag = "processes", operation_id = "writeProcessStdin",
+    params(("id" = String, Path, description = "The agent's id"), ("pid" = String, Path, description = "The process's id or tag", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"), StdinQuery),
     request_body(content = String, content_type = "application/octet-stream", description = "Bytes for the process's stdin; may be empty (with `eof=true`, to close it)"),
     responses((status = 200, body = StdinWritten), (status = 400, body = ErrorBody, description = "The process has ended, was started without stdin, or no longer reads it"),
         (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
@@ -266,9 +296,9 @@ pub async fn stdin(
 }
 
 /// Sends a signal to the process's whole process group.
-#[utoipa::path(post, path = "/api/v1/agents/{id}/processes/{pid}/signal", tag = "processes",
+#[utoipa::path(post, path = "/api/v1/agents/{id}/processes/{pid}/signal", tag = "processes", operation_id = "signalProcess",
     request_body = SignalBody,
-    params(("id" = String, Path), ("pid" = String, Path, description = "The process's id or tag")),
+    params(("id" = String, Path, description = "The agent's id"), ("pid" = String, Path, description = "The process's id or tag", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")),
     responses((status = 204, description = "Sent"), (status = 400, body = ErrorBody, description = "Not a signal, or the process has ended"),
         (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
         (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
@@ -297,6 +327,7 @@ pub async fn signal(
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct WaitQuery {
     /// How long to wait, in milliseconds (30000 by default, at most `server.exec_max_timeout`).
     #[serde(default)]
@@ -304,8 +335,8 @@ pub struct WaitQuery {
 }
 
 /// Waits for the process to end.
-#[utoipa::path(get, path = "/api/v1/agents/{id}/processes/{pid}/wait", tag = "processes",
-    params(("id" = String, Path), ("pid" = String, Path, description = "The process's id or tag"), WaitQuery),
+#[utoipa::path(get, path = "/api/v1/agents/{id}/processes/{pid}/wait", tag = "processes", operation_id = "waitProcess",
+    params(("id" = String, Path, description = "The agent's id"), ("pid" = String, Path, description = "The process's id or tag", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"), WaitQuery),
     responses((status = 200, body = Process, description = "It has ended"),
         (status = 408, body = Process, description = "The time was up first: the process as it is, still running"),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
@@ -328,25 +359,28 @@ pub async fn wait(
         process: pid,
         timeout_ms,
     };
-    // sandboxd answers at the end or when the time is up; a little slack for the trip.
-    let waited = tokio::time::timeout(
+    // The wait starts once the agent is awake; sandboxd answers at the end or when the time
+    // is up, and a little slack covers the trip.
+    let link = st.lc.wake(&id, || {}).await?;
+    let mut stream = link.open().await?;
+    let info: ProcessInfo = tokio::time::timeout(
         Duration::from_millis(timeout_ms) + Duration::from_secs(10),
-        open(&st, &id, header),
+        proto::open(&mut stream, header),
     )
     .await
     .map_err(|_| lost())??;
-    let info: ProcessInfo = waited.1;
-    let status = if info.state.is_running() {
+    let p = shown(info)?;
+    let status = if p.state == ProcessState::Running {
         StatusCode::REQUEST_TIMEOUT
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(Process::from(info))).into_response())
+    Ok((status, Json(p)).into_response())
 }
 
 /// Kills the process's whole tree if it runs, then forgets it and its output.
-#[utoipa::path(delete, path = "/api/v1/agents/{id}/processes/{pid}", tag = "processes",
-    params(("id" = String, Path), ("pid" = String, Path, description = "The process's id or tag")),
+#[utoipa::path(delete, path = "/api/v1/agents/{id}/processes/{pid}", tag = "processes", operation_id = "removeProcess",
+    params(("id" = String, Path, description = "The agent's id"), ("pid" = String, Path, description = "The process's id or tag", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")),
     responses((status = 204, description = "Gone"), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn remove(

@@ -8,6 +8,7 @@ use futures::StreamExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use super::client::ApiClient;
+use super::error::ClientError;
 use super::exec::EXIT_TIMED_OUT;
 use super::output::{plain_table, render};
 use super::process_client::OutputEvent;
@@ -15,7 +16,7 @@ use crate::api::output_lines::line_bytes;
 use crate::api::types::process::{OutputLine, Process, ProcessState, StartProcess};
 use crate::api::types::OutputStream;
 
-/// How often `logs -f` tries again after its stream was cut before it gives up.
+/// How often in a row `logs -f` tries again after its stream was cut before it gives up.
 const MAX_RESUMES: u32 = 30;
 
 #[derive(clap::Args, Debug, Clone, PartialEq)]
@@ -144,63 +145,90 @@ fn shown_command(command: &[String]) -> String {
 
 pub(super) async fn logs(client: &ApiClient, args: LogsArgs) -> anyhow::Result<i32> {
     let agent = client.find_agent(&args.agent).await?;
+    // A tag may name a newer process by the time a cut stream is resumed: follow the id.
+    let pid = client.get_process(&agent.id, &args.process).await?.id;
     let mut stdout = tokio::io::stdout();
     let mut stderr = tokio::io::stderr();
     let mut at = args.offset;
-    let mut resumes = 0;
+    // Failed tries in a row; any output read starts the count again.
+    let mut failures = 0;
     loop {
-        let mut lines = client
-            .process_output(&agent.id, &args.process, at, args.follow)
-            .await?;
         let mut cut = None;
-        while let Some(ev) = lines.next().await {
-            match ev {
-                Ok(OutputEvent::Line(OutputLine::Exit { exit })) => {
-                    stdout.flush().await.ok();
-                    return Ok(if args.follow {
-                        process_status(&exit)
-                    } else {
-                        0
-                    });
-                }
-                Ok(OutputEvent::Line(OutputLine::Gap { gap })) => {
-                    eprintln!(
-                        "[agenthold: {} bytes of output left the buffer before they were read]",
-                        gap.to - gap.from
-                    );
-                    at = gap.to;
-                }
-                Ok(OutputEvent::Line(line)) => {
-                    let Some((offset, stream, bytes)) = line_bytes(&line) else {
-                        continue;
-                    };
-                    let out: &mut (dyn AsyncWrite + Unpin) = match stream {
-                        OutputStream::Stdout => &mut stdout,
-                        OutputStream::Stderr => &mut stderr,
-                    };
-                    match write_flushed(out, &bytes).await {
-                        Ok(()) => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(0),
-                        Err(e) => return Err(e).context("writing the output"),
+        match client
+            .process_output(&agent.id, &pid, at, args.follow)
+            .await
+        {
+            Ok(mut lines) => {
+                while let Some(ev) = lines.next().await {
+                    match ev {
+                        Ok(OutputEvent::Line(OutputLine::Exit { exit })) => {
+                            stdout.flush().await.ok();
+                            return Ok(if args.follow {
+                                process_status(&exit)
+                            } else {
+                                0
+                            });
+                        }
+                        Ok(OutputEvent::Line(OutputLine::Gap { gap })) => {
+                            eprintln!(
+                                "[agenthold: {} bytes of output left the buffer before they were read]",
+                                gap.to - gap.from
+                            );
+                            at = gap.to;
+                            failures = 0;
+                        }
+                        Ok(OutputEvent::Line(line)) => {
+                            let Some((offset, stream, bytes)) = line_bytes(&line) else {
+                                continue;
+                            };
+                            let out: &mut (dyn AsyncWrite + Unpin) = match stream {
+                                OutputStream::Stdout => &mut stdout,
+                                OutputStream::Stderr => &mut stderr,
+                            };
+                            match write_flushed(out, &bytes).await {
+                                Ok(()) => {}
+                                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                                    return Ok(0)
+                                }
+                                Err(e) => return Err(e).context("writing the output"),
+                            }
+                            at = offset + bytes.len() as u64;
+                            failures = 0;
+                        }
+                        Ok(OutputEvent::Cut(why)) => cut = Some(why),
+                        Err(e) => cut = Some(e.to_string()),
                     }
-                    at = offset + bytes.len() as u64;
                 }
-                Ok(OutputEvent::Cut(why)) => cut = Some(why),
-                Err(e) => cut = Some(e.to_string()),
+                if cut.is_none() {
+                    // The whole answer of a process still running, without --follow.
+                    return Ok(0);
+                }
             }
+            // The agent is reconnecting or busy: worth another try when following.
+            Err(
+                e @ ClientError::Api {
+                    status: 409 | 429 | 503,
+                    ..
+                },
+            ) if args.follow => {
+                cut = Some(e.to_string());
+            }
+            Err(e) => return Err(e.into()),
         }
         if !args.follow {
-            return Ok(0);
-        }
-        // Cut off (the sandbox reconnected, or the server restarted): go on from the offset.
-        resumes += 1;
-        if resumes > MAX_RESUMES {
             anyhow::bail!(
-                "the output stream keeps breaking off ({}); resume with --offset {at}",
-                cut.unwrap_or_else(|| "it ended early".into())
+                "the output stream broke off ({}); resume with --offset {at}",
+                cut.unwrap_or_default()
             );
         }
-        tokio::time::sleep(Duration::from_millis(200 * u64::from(resumes.min(10)))).await;
+        failures += 1;
+        if failures > MAX_RESUMES {
+            anyhow::bail!(
+                "the output stream keeps breaking off ({}); resume with --offset {at}",
+                cut.unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200 * u64::from(failures.min(10)))).await;
     }
 }
 

@@ -406,6 +406,18 @@ fn impossible_values_are_refused_with_one_message() {
             "config.yaml: sandbox.max_cpus (NaN) must be a number above 0",
         ),
         (
+            "sandbox:\n  process_output_kb: 1\n",
+            "config.yaml: sandbox.process_output_kb (1) must be between 64 and 1048576 (1 GiB)",
+        ),
+        (
+            "sandbox:\n  process_retention: 0s\n",
+            "config.yaml: sandbox.process_retention (0ns) must be at least 1s: a finished process must stay long enough to be read",
+        ),
+        (
+            "sandbox:\n  max_processes: 0\n",
+            "config.yaml: sandbox.max_processes (0) must be between 1 and 1024",
+        ),
+        (
             "sandbox:\n  terminal_buffer_kb: 0\n",
             "config.yaml: sandbox.terminal_buffer_kb (0) must be between 1 and 262144 (256 MiB)",
         ),

@@ -262,6 +262,15 @@ fn sandbox(sb: &SandboxConfig, fail: &Fail) -> Result<(), ConfigError> {
             ),
         ));
     }
+    if sb.process_retention < std::time::Duration::from_secs(1) {
+        return Err(fail(
+            "sandbox.process_retention",
+            format!(
+                "({:?}) must be at least 1s: a finished process must stay long enough to be read",
+                sb.process_retention
+            ),
+        ));
+    }
     if !(1..=1024).contains(&sb.max_processes) {
         return Err(fail(
             "sandbox.max_processes",

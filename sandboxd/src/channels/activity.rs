@@ -108,6 +108,9 @@ pub async fn report(sb: Sandbox, handle: MuxHandle, interval: Duration, stop: Ca
     loop {
         tokio::select! {
             _ = tick.tick() => {}
+            // A process that keeps the agent awake started or ended: said at once, not at the
+            // next tick, so that a short idle time cannot slip in between.
+            _ = sb.processes().keep_awake_changed() => {}
             _ = stop.cancelled() => break,
         }
         let cpu_ms = sb.cpu_ms().await;

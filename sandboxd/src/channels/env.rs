@@ -44,13 +44,9 @@ pub fn drop_privileges(
 /// Only async-signal-safe calls.
 pub fn default_signals() -> std::io::Result<()> {
     use nix::sys::signal::{signal, sigprocmask, SigHandler, SigSet, SigmaskHow, Signal};
-    for sig in [
-        Signal::SIGHUP,
-        Signal::SIGINT,
-        Signal::SIGQUIT,
-        Signal::SIGTERM,
-        Signal::SIGPIPE,
-    ] {
+    // Every one: a background process's shim ignores all it can, and nohup (sandboxd's own
+    // start) leaves SIGHUP ignored.
+    for sig in Signal::iterator().filter(|s| !matches!(s, Signal::SIGKILL | Signal::SIGSTOP)) {
         // SAFETY: restores a default disposition; no handler of ours is installed.
         unsafe { signal(sig, SigHandler::SigDfl) }?;
     }

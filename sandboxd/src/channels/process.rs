@@ -46,11 +46,15 @@ pub async fn list(sb: Sandbox, mut s: MuxStream, req: ProcessList) {
     if req.retention_ms.is_some() {
         sb.processes().evict_finished(usize::MAX, req.retention_ms);
     }
-    if !reply(&mut s, &Reply::ok()).await {
+    let all = sb.processes().list();
+    let count = Size {
+        size: all.len() as u64,
+    };
+    if !reply(&mut s, &Reply::ok_with(&count)).await {
         return;
     }
     let mut out = FramedWrite::new(s, FrameCodec::default());
-    for info in sb.processes().list() {
+    for info in all {
         if out.send(Frame::Process(Box::new(info))).await.is_err() {
             return;
         }
@@ -79,9 +83,21 @@ pub async fn wait(sb: Sandbox, s: MuxStream, req: ProcessWait) {
         Ok(p) => p,
         Err(e) => return refuse(s, e).await,
     };
-    p.wait_done(Duration::from_millis(req.timeout_ms).min(MAX_WAIT))
-        .await;
-    answer(s, Ok(p.info())).await
+    // The server sends nothing here: the stream's end is the caller giving up, and then the
+    // stream is let go at once (a wait must not hold one of the session's streams for hours).
+    let (mut r, w, _) = duplex::split(s);
+    let caller_gone = async {
+        let mut sink = [0u8; 64];
+        while matches!(r.read(&mut sink).await, Ok(n) if n > 0) {}
+    };
+    tokio::select! {
+        _ = p.wait_done(Duration::from_millis(req.timeout_ms).min(MAX_WAIT)) => {}
+        _ = caller_gone => return,
+    }
+    let mut w = w;
+    if reply(&mut w, &Reply::ok_with(&p.info())).await {
+        let _ = w.shutdown().await;
+    }
 }
 
 pub async fn remove(sb: Sandbox, s: MuxStream, name: String) {
@@ -98,16 +114,17 @@ pub async fn stdin(sb: Sandbox, mut s: MuxStream, req: ProcessStdin) {
     if !reply(&mut s, &Reply::ok()).await {
         return;
     }
-    let result = p.write_stdin(&mut s, req.eof).await;
-    if duplex::was_reset(&s) {
+    let (mut r, mut w, probe) = duplex::split(s);
+    let result = p.write_stdin(&mut r, req.eof, || probe.was_reset()).await;
+    if probe.was_reset() {
         return;
     }
     let second = match result {
         Ok(size) => Reply::ok_with(&Size { size }),
         Err(e) => Reply::Error(e),
     };
-    if reply(&mut s, &second).await {
-        let _ = s.shutdown().await;
+    if reply(&mut w, &second).await {
+        let _ = w.shutdown().await;
     }
 }
 
@@ -161,11 +178,11 @@ pub async fn output(sb: Sandbox, mut s: MuxStream, req: ProcessOutput) {
                 Stream::Stderr => Frame::Stderr(bytes.into()),
             },
             Piece::Gap { from, to } => Frame::Gap { from, to },
-            Piece::End if done => {
+            // The last frame says how the process stands; a stream without it was cut.
+            Piece::End if done || !req.follow => {
                 let _ = tx.send(Frame::Process(Box::new(p.info()))).await;
                 break;
             }
-            Piece::End if !req.follow => break,
             Piece::End => {
                 tokio::select! {
                     r = changed.changed() => if r.is_err() { break },
@@ -215,6 +232,9 @@ pub async fn report(sb: Sandbox, handle: MuxHandle, stop: CancellationToken) {
             e = events.recv() => match e {
                 Ok(info) => info,
                 Err(RecvError::Lagged(_)) => {
+                    // What was missed is in the snapshot; what is still queued is older than
+                    // it and would undo it.
+                    events = events.resubscribe();
                     snapshot = true;
                     continue;
                 }

@@ -13,7 +13,7 @@
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Bytes in front of each record: the stream and the length.
@@ -90,7 +90,7 @@ pub struct OutputLog {
 impl OutputLog {
     /// A new, empty log in `dir` (made if missing), keeping about `budget` bytes.
     pub fn create(dir: &Path, budget: u64) -> std::io::Result<OutputLog> {
-        std::fs::create_dir_all(dir)?;
+        private_dir(dir)?;
         Ok(OutputLog::empty(dir, budget, 0))
     }
 
@@ -123,7 +123,8 @@ impl OutputLog {
         starts.sort();
         let mut log = OutputLog::empty(dir, budget, 0);
         for (start, path) in starts {
-            if !log.segments.is_empty() && start != log.end {
+            // A later start is a hole (output lost to a full disk); an earlier one is damage.
+            if !log.segments.is_empty() && start < log.end {
                 break;
             }
             let Some((records_end, len)) = scan_whole_records(&path, start) else {
@@ -166,6 +167,7 @@ impl OutputLog {
                 .create(true)
                 .truncate(true)
                 .write(true)
+                .mode(0o600)
                 .open(&path)?;
             self.segments.push_back(Segment {
                 start: self.end,
@@ -184,13 +186,13 @@ impl OutputLog {
         record.extend_from_slice(data);
         if let Err(e) = file.write_all(&record) {
             // Whatever part of the record reached the disk lies past `seg.len`, where no
-            // reader looks (and a later scan stops at it); the next append starts a new
-            // segment at the same offset.
+            // reader looks (and a later scan stops at it).
             self.writing = None;
             if seg.len == 0 {
                 let _ = std::fs::remove_file(&seg.path);
                 self.segments.pop_back();
             }
+            self.skip(data.len() as u64);
             return Err(e);
         }
         seg.len += record.len() as u64;
@@ -198,6 +200,13 @@ impl OutputLog {
         self.end += data.len() as u64;
         self.trim();
         Ok(())
+    }
+
+    /// `len` bytes of output could not be kept: they read as a gap, never as other bytes, and
+    /// the next append starts a segment of its own after them.
+    pub fn skip(&mut self, len: u64) {
+        self.writing = None;
+        self.end += len;
     }
 
     fn trim(&mut self) {
@@ -244,7 +253,20 @@ impl OutputLog {
             .iter()
             .find(|s| s.start <= cursor.at && cursor.at < s.end)
         else {
-            return Ok(Piece::End);
+            // In a hole: the bytes up to the next kept ones were lost.
+            let to = self
+                .segments
+                .iter()
+                .map(|s| s.start)
+                .find(|start| *start > cursor.at)
+                .unwrap_or(self.end);
+            let gap = Piece::Gap {
+                from: cursor.at,
+                to,
+            };
+            cursor.at = to;
+            cursor.open = None;
+            return Ok(gap);
         };
         let reuse = cursor
             .open
@@ -292,6 +314,16 @@ impl OutputLog {
             });
         }
     }
+}
+
+/// Makes `dir` (and its parents) with only its owner let in: what a process wrote is not the
+/// sandbox account's to read back from here, nor to change.
+pub fn private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }
 
 fn damaged() -> std::io::Error {
@@ -512,6 +544,40 @@ mod tests {
         std::fs::write(&last, [1u8, 255, 255, 255, 255]).unwrap();
         let again = OutputLog::open_finished(dir.path(), MIN_SEGMENT * 8);
         assert!(again.end() < end);
+    }
+
+    #[test]
+    fn bytes_that_could_not_be_kept_read_as_a_gap_also_after_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = OutputLog::create(dir.path(), 1 << 20).unwrap();
+        log.append(Stream::Stdout, b"before").unwrap();
+        log.skip(10);
+        log.append(Stream::Stderr, b"after").unwrap();
+        log.skip(3);
+        assert_eq!(log.end(), 24);
+        let expect = vec![
+            Piece::Data {
+                offset: 0,
+                stream: Stream::Stdout,
+                bytes: b"before".to_vec(),
+            },
+            Piece::Gap { from: 6, to: 16 },
+            Piece::Data {
+                offset: 16,
+                stream: Stream::Stderr,
+                bytes: b"after".to_vec(),
+            },
+            Piece::Gap { from: 21, to: 24 },
+        ];
+        assert_eq!(read_all(&log, 0), (expect, 24));
+        drop(log);
+        let again = OutputLog::open_finished(dir.path(), 1 << 20);
+        // The lost bytes at the very end left no trace on disk; the hole between is kept.
+        let (pieces, end) = read_all(&again, 0);
+        assert_eq!(end, 21);
+        assert_eq!(pieces[1], Piece::Gap { from: 6, to: 16 });
+        let mode = std::fs::metadata(dir.path()).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
     }
 
     #[test]

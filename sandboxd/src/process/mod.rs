@@ -38,6 +38,8 @@ use crate::terminal::{new_id, session::now_ms};
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 /// How long a removal waits for a running process's tree to be killed and reaped.
 const KILL_WAIT: Duration = Duration::from_secs(10);
+/// How often a stdin write the process does not take checks whether its caller went away.
+const STDIN_CHECK: Duration = Duration::from_millis(500);
 const RECORD: &str = "process.json";
 
 /// What a process's folder records about it.
@@ -58,6 +60,8 @@ pub struct Process {
     stdin: tokio::sync::Mutex<Option<ChildStdin>>,
     /// Cancelled to kill the tree (a removal).
     kill: CancellationToken,
+    /// Cancelled once the tree is gone: a stdin write still waiting gives up.
+    ended: CancellationToken,
     control: Option<Control>,
 }
 
@@ -165,14 +169,25 @@ impl Process {
         }
     }
 
-    /// Writes `data` to the process's stdin, then closes it when `eof`.
+    /// Writes `data` to the process's stdin, then closes it when `eof`. One write at a time: a
+    /// second is refused at once rather than queued behind one the process does not read.
+    /// `gone` says the caller went away; a write the process does not take is given up then,
+    /// or when the process ends.
     pub async fn write_stdin<R: AsyncRead + Unpin>(
         &self,
         data: &mut R,
         eof: bool,
+        gone: impl Fn() -> bool,
     ) -> Result<u64, ChannelError> {
         use tokio::io::AsyncWriteExt;
-        let mut stdin = self.stdin.lock().await;
+        let ended = || ChannelError::new(ErrorCode::Invalid, "the process has ended");
+        let Ok(mut stdin) = self.stdin.try_lock() else {
+            return Err(ChannelError::new(
+                ErrorCode::Busy,
+                "another write to this process's stdin is under way (the process may not be \
+                 reading it); try again once it is done",
+            ));
+        };
         let Some(pipe) = stdin.as_mut() else {
             let why = if self.lock().info.state.is_running() {
                 "the process's stdin is not open: start it with \"stdin\": true (and it was not \
@@ -185,14 +200,32 @@ impl Process {
         let mut buf = vec![0u8; DATA_CHUNK];
         let mut written = 0u64;
         loop {
-            let n = data
-                .read(&mut buf)
-                .await
-                .map_err(|e| ChannelError::from_io(&e, "reading the input"))?;
+            let n = tokio::select! {
+                r = data.read(&mut buf) => r.map_err(|e| ChannelError::from_io(&e, "reading the input"))?,
+                _ = self.ended.cancelled() => {
+                    *stdin = None;
+                    return Err(ended());
+                }
+            };
             if n == 0 {
                 break;
             }
-            if let Err(e) = pipe.write_all(&buf[..n]).await {
+            let write = pipe.write_all(&buf[..n]);
+            tokio::pin!(write);
+            let mut check = tokio::time::interval(STDIN_CHECK);
+            let outcome = loop {
+                tokio::select! {
+                    r = &mut write => break r,
+                    _ = self.ended.cancelled() => {
+                        *stdin = None;
+                        return Err(ended());
+                    }
+                    _ = check.tick() => if gone() {
+                        return Err(ChannelError::new(ErrorCode::Invalid, "the caller went away"));
+                    }
+                }
+            };
+            if let Err(e) = outcome {
                 *stdin = None;
                 self.lock().info.stdin_open = false;
                 return Err(ChannelError::new(
@@ -229,9 +262,17 @@ impl Process {
 }
 
 fn write_record(dir: &Path, record: &Record) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let json = serde_json::to_vec(record).map_err(std::io::Error::other)?;
     let tmp = dir.join(format!("{RECORD}.tmp"));
-    std::fs::write(&tmp, json)?;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(&json)?;
     std::fs::rename(&tmp, dir.join(RECORD))
 }
 
@@ -244,10 +285,13 @@ pub struct Processes {
 struct Inner {
     dir: Option<PathBuf>,
     map: Mutex<HashMap<String, Arc<Process>>>,
-    /// Starts past their check and not yet in `map`: they count against the limit.
-    starting: std::sync::atomic::AtomicUsize,
+    /// Starts past their check and not yet in `map`: they count against the limit, and their
+    /// tags are taken. Changed only with `map` locked.
+    starting: Mutex<Vec<Option<String>>>,
     /// Every start and end, for the `process.watch` channel.
     events: broadcast::Sender<ProcessInfo>,
+    /// Told when a process started with `keep_awake` starts or ends.
+    keep_awake_changed: tokio::sync::Notify,
 }
 
 impl Processes {
@@ -256,7 +300,7 @@ impl Processes {
     pub fn load(dir: Option<PathBuf>) -> Processes {
         let mut map = HashMap::new();
         if let Some(dir) = &dir {
-            if let Err(e) = std::fs::create_dir_all(dir) {
+            if let Err(e) = log::private_dir(dir) {
                 tracing::warn!(dir = %dir.display(), error = %e, "cannot make the process directory");
             }
             for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
@@ -277,6 +321,7 @@ impl Processes {
                 map: Mutex::new(map),
                 starting: Default::default(),
                 events: broadcast::channel(256).0,
+                keep_awake_changed: tokio::sync::Notify::new(),
             }),
         }
     }
@@ -335,7 +380,16 @@ impl Processes {
         self.inner.events.subscribe()
     }
 
+    /// Resolves when a process started with `keep_awake` has started or ended since the last
+    /// call (the activity report then goes out at once).
+    pub async fn keep_awake_changed(&self) {
+        self.inner.keep_awake_changed.notified().await
+    }
+
     fn publish(&self, info: ProcessInfo) {
+        if info.keep_awake {
+            self.inner.keep_awake_changed.notify_one();
+        }
         let _ = self.inner.events.send(info);
     }
 
@@ -345,6 +399,16 @@ impl Processes {
         if !p.is_done() {
             p.kill.cancel();
             p.wait_done(KILL_WAIT).await;
+            if !p.is_done() {
+                // Kept, so that it still counts and can be asked about until it has ended.
+                return Err(ChannelError::new(
+                    ErrorCode::Busy,
+                    format!(
+                        "process {} did not end within {KILL_WAIT:?} of being killed; try again",
+                        p.id
+                    ),
+                ));
+            }
         }
         self.map().remove(&p.id);
         p.lock().log.remove_all();
@@ -417,6 +481,7 @@ fn load_one(dir: &Path) -> Option<Process> {
         changed,
         stdin: tokio::sync::Mutex::new(None),
         kill: CancellationToken::new(),
+        ended: cancelled(),
         control: None,
     };
     p.persist();
@@ -437,27 +502,38 @@ fn invalid(m: impl Into<String>) -> ChannelError {
     ChannelError::new(ErrorCode::Invalid, m)
 }
 
-/// A start under way, counted against the limit until it is in the map or has failed.
-struct StartSlot<'a>(&'a Processes);
+fn cancelled() -> CancellationToken {
+    let t = CancellationToken::new();
+    t.cancel();
+    t
+}
+
+/// A start under way: counted against the limit, its tag taken, until it is in the map or has
+/// failed.
+struct StartSlot<'a> {
+    procs: &'a Processes,
+    tag: Option<String>,
+}
 
 impl<'a> StartSlot<'a> {
     /// Taken while the map is locked, so the check and the count are one step.
-    fn take(procs: &'a Processes) -> StartSlot<'a> {
-        procs
-            .inner
-            .starting
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        StartSlot(procs)
+    fn take(procs: &'a Processes, tag: Option<String>) -> StartSlot<'a> {
+        lock(&procs.inner.starting).push(tag.clone());
+        StartSlot { procs, tag }
     }
 }
 
 impl Drop for StartSlot<'_> {
     fn drop(&mut self) {
-        self.0
-            .inner
-            .starting
-            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        let mut starting = lock(&self.procs.inner.starting);
+        if let Some(i) = starting.iter().position(|t| *t == self.tag) {
+            starting.swap_remove(i);
+        }
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Starts a process for `process.start`.
@@ -472,39 +548,45 @@ pub async fn start(sb: &Sandbox, req: ProcessStart) -> Result<ProcessInfo, Chann
         }
     }
     let prepared = prepare(sb, &req.run)?;
-    let _slot = {
+    let slot = {
         let map = procs.map();
         let running: Vec<ProcessInfo> = map
             .values()
             .map(|p| p.lock().info.clone())
             .filter(|i| i.state.is_running())
             .collect();
-        let starting = procs
-            .inner
-            .starting
-            .load(std::sync::atomic::Ordering::SeqCst);
-        if running.len() + starting >= req.max_running as usize {
+        let starting = lock(&procs.inner.starting).clone();
+        if running.len() + starting.len() >= req.max_running as usize {
             return Err(ChannelError::new(
                 ErrorCode::Busy,
                 format!(
                     "this sandbox already runs {} background processes, the most it may \
                      (sandbox.max_processes); end one first",
-                    running.len()
+                    running.len() + starting.len()
                 ),
             ));
         }
         if let Some(tag) = &req.tag {
-            if let Some(other) = running.iter().find(|i| i.tag.as_deref() == Some(tag)) {
+            let taken = running
+                .iter()
+                .find(|i| i.tag.as_deref() == Some(tag))
+                .map(|i| i.id.clone())
+                .or_else(|| {
+                    starting
+                        .iter()
+                        .any(|t| t.as_deref() == Some(tag))
+                        .then(|| "being started".to_string())
+                });
+            if let Some(other) = taken {
                 return Err(ChannelError::new(
                     ErrorCode::Exists,
                     format!(
-                        "process {} with tag {tag:?} is still running; end it or pick another tag",
-                        other.id
+                        "process {other} with tag {tag:?} is still running; end it or pick another tag"
                     ),
                 ));
             }
         }
-        StartSlot::take(procs)
+        StartSlot::take(procs, req.tag.clone())
     };
     let id = new_id();
     let dir = root.join(&id);
@@ -536,7 +618,7 @@ pub async fn start(sb: &Sandbox, req: ProcessStart) -> Result<ProcessInfo, Chann
         stdin_open: false,
     };
     let (changed, _) = watch::channel(0);
-    let (launched, failed) = match launched {
+    let (mut launched, failed) = match launched {
         Start::Running(l) => {
             info.pid = Some(l.pid);
             info.stdin_open = req.stdin;
@@ -560,22 +642,31 @@ pub async fn start(sb: &Sandbox, req: ProcessStart) -> Result<ProcessInfo, Chann
             write_failed: false,
         }),
         changed,
-        stdin: tokio::sync::Mutex::new(None),
+        stdin: tokio::sync::Mutex::new(launched.as_mut().and_then(|l| l.stdin.take())),
         kill: CancellationToken::new(),
+        ended: if launched.is_some() {
+            CancellationToken::new()
+        } else {
+            cancelled()
+        },
         control: launched.as_ref().map(|l| l.control()),
     });
     if let Some(message) = failed {
         process.append(Stream::Stderr, format!("sandboxd: {message}\n").as_bytes());
         process.lock().log.seal();
     }
-    procs.map().insert(id, process.clone());
+    {
+        let mut map = procs.map();
+        map.insert(id, process.clone());
+        // Counted in the map now, not twice.
+        drop(slot);
+    }
     procs.evict_finished(req.max_running as usize, req.retention_ms);
     process.persist();
     // Announced before its supervisor runs, so a start is always told before its end.
     let info = process.info();
     procs.publish(info.clone());
-    if let Some(mut launched) = launched {
-        *process.stdin.lock().await = launched.stdin.take();
+    if let Some(launched) = launched {
         let timeout = req.run.timeout_ms.map(Duration::from_millis);
         sb.spawn(supervise(sb.clone(), process.clone(), *launched, timeout));
     }
@@ -644,7 +735,11 @@ async fn supervise(
     for g in &groups {
         sb.procs().forget(*g);
     }
-    *p.stdin.lock().await = None;
+    // A stdin write waiting on the tree gives up; the pipe goes with it (or with this).
+    p.ended.cancel();
+    if let Ok(mut stdin) = p.stdin.try_lock() {
+        *stdin = None;
+    }
     let info = {
         let mut st = p.lock();
         st.log.seal();

@@ -183,8 +183,18 @@ fn main(args: Vec<String>) -> i32 {
     waited.add(Signal::SIGTERM);
     waited.add(Signal::SIGCHLD);
     let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&waited), None);
-    // SAFETY: only sets a disposition; no handler of ours.
-    let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigIgn) };
+    // Nothing but our own SIGTERM (and the kernel's SIGKILL) ends the shim: a tree whose
+    // holder died would leave the tree to init, unwatched. The command gets the default
+    // dispositions back before it runs.
+    for sig in Signal::iterator() {
+        if !matches!(
+            sig,
+            Signal::SIGTERM | Signal::SIGCHLD | Signal::SIGKILL | Signal::SIGSTOP
+        ) {
+            // SAFETY: only sets a disposition; no handler of ours.
+            let _ = unsafe { signal(sig, SigHandler::SigIgn) };
+        }
+    }
 
     let mut cmd = std::process::Command::new(&args.command[0]);
     cmd.args(&args.command[1..]).process_group(0);
@@ -308,7 +318,9 @@ impl Shim {
     /// SIGKILLs every process below the shim until none is left, reaping as it goes.
     fn kill_tree(&mut self) {
         let me = std::process::id() as i32;
-        loop {
+        // A process the kernel cannot kill yet (stuck in uninterruptible sleep) must not hold
+        // the shim forever: after this many rounds the shim reports and leaves it.
+        for _ in 0..KILL_ROUNDS {
             let below = procs::descendants(me, &procs::all_processes());
             for p in below.iter().filter(|p| !p.zombie) {
                 let _ = kill(Pid::from_raw(p.pid), Signal::SIGKILL);
@@ -322,6 +334,9 @@ impl Shim {
         }
     }
 }
+
+/// Rounds of `kill_tree` (2 ms apart, so about ten seconds).
+const KILL_ROUNDS: u32 = 5000;
 
 #[cfg(test)]
 mod tests {

@@ -16,15 +16,17 @@ use super::OutputStream;
 pub struct StartProcess {
     /// The program and its arguments, as `exec` takes them (no shell unless you name one; the
     /// same size limits, `413` beyond).
+    #[schema(min_items = 1, example = json!(["npm", "run", "dev"]))]
     pub command: Vec<String>,
     /// Working directory; /home/agent by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<BTreeMap<String, String>>,
-    /// A name of your own (1 to 64 of letters, digits, `.`, `_`, `-`), usable wherever an id
-    /// is; two running processes of an agent cannot share one.
+    /// A name of your own (1 to 64 of letters, digits, `.`, `_`, `-`, starting with a letter or
+    /// digit), usable wherever an id is; two running processes of an agent cannot share one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", example = "web")]
     pub tag: Option<String>,
     /// Keep a pipe to the process's stdin for `…/stdin`; without it, stdin is `/dev/null`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -32,8 +34,9 @@ pub struct StartProcess {
     /// While it runs, the agent does not fall asleep (a quiet process otherwise lets it).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub keep_awake: bool,
-    /// Kills the whole tree after this long; none by default.
+    /// Kills the whole tree after this long (at most 30 days); none by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 2592000000.0, example = 3600000)]
     pub timeout_ms: Option<u64>,
 }
 
@@ -77,7 +80,7 @@ impl ProcessState {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Process {
-    /// Made by the server; use it, or the tag, in the process's URLs.
+    /// Made by the agent's sandboxd; use it, or the tag, in the process's URLs.
     pub id: String,
     pub tag: Option<String>,
     /// The command line (an argument past the first 8 KiB in all is cut and ends in `…`).
@@ -163,7 +166,12 @@ pub struct Gap {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SignalBody {
-    /// A name (`TERM`, `SIGINT`, `kill`) or a number.
+    /// A name (`TERM`, `SIGINT`, `kill`: any case, with or without `SIG`) or a number, of the
+    /// signals Linux numbers 1 to 31 but 16.
+    #[schema(
+        pattern = r#"^[\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*(?:\+?0*(?:[1-9]|1[0-57-9]|2[0-9]|3[01])|(?:[Ss][Ii][Gg])?(?:[Hh][Uu][Pp]|[Ii][Nn][Tt]|[Qq][Uu][Ii][Tt]|[Ii][Ll][Ll]|[Tt][Rr][Aa][Pp]|[Aa][Bb][Rr][Tt]|[Bb][Uu][Ss]|[Ff][Pp][Ee]|[Kk][Ii][Ll][Ll]|[Uu][Ss][Rr]1|[Ss][Ee][Gg][Vv]|[Uu][Ss][Rr]2|[Pp][Ii][Pp][Ee]|[Aa][Ll][Rr][Mm]|[Tt][Ee][Rr][Mm]|[Cc][Hh][Ll][Dd]|[Cc][Oo][Nn][Tt]|[Ss][Tt][Oo][Pp]|[Tt][Ss][Tt][Pp]|[Tt][Tt][Ii][Nn]|[Tt][Tt][Oo][Uu]|[Uu][Rr][Gg]|[Xx][Cc][Pp][Uu]|[Xx][Ff][Ss][Zz]|[Vv][Tt][Aa][Ll][Rr][Mm]|[Pp][Rr][Oo][Ff]|[Ww][Ii][Nn][Cc][Hh]|[Ii][Oo]|[Pp][Ww][Rr]|[Ss][Yy][Ss]))[\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$"#,
+        example = "TERM"
+    )]
     pub signal: String,
 }
 
