@@ -1198,3 +1198,22 @@ async fn egress_rules_are_set_at_create_changed_by_patch_and_checked() {
         .unwrap();
     expect_error(r, 400, "invalid").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_never_sleeps_has_no_sleep_time() {
+    let s = TestServer::start().await;
+    let r = s
+        .post("/api/v1/agents")
+        .json(&json!({"name": "insomniac", "idleMinutes": 0}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let id = r.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    s.wait_state(&id, "running").await;
+    let a = s.agent(&id).await;
+    assert!(a["sleepsAt"].is_null(), "{a}");
+}

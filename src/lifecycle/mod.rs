@@ -229,7 +229,8 @@ impl Lifecycle {
         agent.pull = self.hub.pull_of(&agent.id);
         let view = self.activity.view(&agent.id);
         agent.last_activity_at = Some(view.last_activity_at);
-        agent.sleeps_at = if agent.state == Running {
+        // An agent with no idle time never sleeps.
+        agent.sleeps_at = if agent.state == Running && agent.idle_minutes > 0 {
             let idle = sleeper::idle_time(&self.config.sandbox, agent.idle_minutes);
             let from = if view.busy {
                 Utc::now()

@@ -1,0 +1,108 @@
+"""agenthold: the Python client of an agenthold server (self-hosted sandboxes for AI agents).
+
+    from agenthold import Client
+
+    ah = Client()                                  # AGENTHOLD_URL, AGENTHOLD_TOKEN
+    with ah.agents.create("scratch") as agent:     # destroyed on leaving the block
+        agent.files.write("hello.py", "print('hi')\n")
+        print(agent.commands.run("python3 hello.py").stdout)
+
+:class:`AsyncClient` has the same names, awaited.
+"""
+
+__version__ = "0.1.0"
+
+from .agents import Agent, AsyncAgent
+from .client import AsyncClient, Client
+from .errors import (
+    AgentFailed,
+    AgentholdError,
+    CommandExitError,
+    CommandTimeout,
+    Conflict,
+    Forbidden,
+    InvalidRequest,
+    NetworkError,
+    NoSpace,
+    NotFound,
+    RateLimited,
+    ServerError,
+    TooLarge,
+    Unauthorized,
+    Unavailable,
+    WaitTimeout,
+)
+from .files import AsyncFileStream, FileStream
+from .models import (
+    AgentEvent,
+    AgentInfo,
+    CommandResult,
+    DeletedEvent,
+    DirEntry,
+    EgressEvent,
+    EgressRules,
+    Event,
+    Health,
+    Limits,
+    OutputChunk,
+    OutputGap,
+    Process,
+    ProcessEvent,
+    PullEvent,
+    PullProgress,
+    TerminalSession,
+    UnknownEvent,
+)
+from .processes import AsyncProcessHandle, ProcessHandle
+from .terminals import AsyncTerminal, Terminal
+
+__all__ = [
+    "__version__",
+    "Client",
+    "AsyncClient",
+    "Agent",
+    "AsyncAgent",
+    "ProcessHandle",
+    "AsyncProcessHandle",
+    "Terminal",
+    "AsyncTerminal",
+    "FileStream",
+    "AsyncFileStream",
+    # values
+    "AgentInfo",
+    "EgressRules",
+    "PullProgress",
+    "Health",
+    "Limits",
+    "CommandResult",
+    "Process",
+    "OutputChunk",
+    "OutputGap",
+    "DirEntry",
+    "TerminalSession",
+    # events
+    "Event",
+    "AgentEvent",
+    "DeletedEvent",
+    "PullEvent",
+    "EgressEvent",
+    "ProcessEvent",
+    "UnknownEvent",
+    # errors
+    "AgentholdError",
+    "InvalidRequest",
+    "Unauthorized",
+    "Forbidden",
+    "NotFound",
+    "Conflict",
+    "TooLarge",
+    "RateLimited",
+    "NoSpace",
+    "Unavailable",
+    "ServerError",
+    "NetworkError",
+    "AgentFailed",
+    "WaitTimeout",
+    "CommandExitError",
+    "CommandTimeout",
+]

@@ -1,0 +1,413 @@
+"""``client.agents`` and the agent handle: create, find, change and drive agents.
+
+The server addresses agents by id; people name them. Every call here takes either, and the
+handle it returns always talks to the agent by id, so a rename does not lose it. Lifecycle
+calls return at once by default where the server works in the background (``stop``,
+``destroy``), and wait for the state they lead to where a caller would otherwise have to
+(``create``, ``start``, ``rebuild``), following the server's events up to ``timeout`` seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+
+from ._http import AsyncTransport, SyncTransport, seg
+from ._wait import AT_REST, Deadline, wait_async, wait_sync
+from .commands import AsyncCommands, Commands
+from .errors import Conflict, NotFound
+from .files import AsyncFiles, Files
+from .models import TRANSIENT_STATES, AgentInfo, EgressRules, PullProgress
+from .terminals import AsyncTerminals, Terminals
+
+__all__ = ["Agents", "AsyncAgents", "Agent", "AsyncAgent", "Egress", "DEFAULT_WAIT"]
+
+#: Seconds a lifecycle call waits for its state by default: an image pull can take minutes.
+DEFAULT_WAIT = 600.0
+
+Egress = EgressRules | Mapping[str, Sequence[str]]
+
+
+def _egress(value: Egress) -> dict[str, list[str]]:
+    if isinstance(value, EgressRules):
+        return value.to_json()
+    unknown = set(value) - {"allow", "deny"}
+    if unknown:
+        raise ValueError(f"egress takes allow and deny, not {', '.join(sorted(unknown))}")
+    return {k: list(v) for k, v in value.items()}
+
+
+def _settings(**fields: Any) -> dict[str, Any]:
+    """The request body: the fields given, in the API's camelCase."""
+    names = {
+        "memory_mb": "memoryMb",
+        "disk_mb": "diskMb",
+        "idle_minutes": "idleMinutes",
+    }
+    body: dict[str, Any] = {}
+    for key, value in fields.items():
+        if value is None:
+            continue
+        body[names.get(key, key)] = _egress(value) if key == "egress" else value
+    return body
+
+
+def _pick(agents: list[AgentInfo], name_or_id: str) -> AgentInfo:
+    """The agent with this id, else the one with this name (not one being destroyed, which
+    may share its name with a newer agent)."""
+    for a in agents:
+        if a.id == name_or_id:
+            return a
+    named = [a for a in agents if a.name == name_or_id]
+    named.sort(key=lambda a: a.state == "destroying")
+    if named:
+        return named[0]
+    raise NotFound(f"no agent named or with id {name_or_id!r}", code="not_found", status=404)
+
+
+def _busy(agent: AgentInfo) -> bool:
+    """An operation is under way: a destroy must wait for it (or is one)."""
+    return agent.state in TRANSIENT_STATES
+
+
+class _AgentView:
+    """The agent's fields, read from the last :class:`AgentInfo` the server sent."""
+
+    info: AgentInfo
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def state(self) -> str:
+        return self.info.state
+
+    @property
+    def image(self) -> str:
+        return self.info.image
+
+    @property
+    def cpus(self) -> float:
+        return self.info.cpus
+
+    @property
+    def memory_mb(self) -> int:
+        return self.info.memory_mb
+
+    @property
+    def disk_mb(self) -> int | None:
+        return self.info.disk_mb
+
+    @property
+    def egress(self) -> EgressRules | None:
+        return self.info.egress
+
+    @property
+    def idle_minutes(self) -> int:
+        return self.info.idle_minutes
+
+    @property
+    def error(self) -> str | None:
+        return self.info.error
+
+    @property
+    def needs_rebuild(self) -> bool:
+        return self.info.needs_rebuild
+
+    @property
+    def created_at(self) -> datetime | None:
+        return self.info.created_at
+
+    @property
+    def last_activity_at(self) -> datetime | None:
+        return self.info.last_activity_at
+
+    @property
+    def sleeps_at(self) -> datetime | None:
+        return self.info.sleeps_at
+
+    @property
+    def pull(self) -> PullProgress | None:
+        return self.info.pull
+
+    @property
+    def _path(self) -> str:
+        return f"/agents/{seg(self.info.id)}"
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.info.name} ({self.info.id}) {self.info.state}>"
+
+
+class Agent(_AgentView):
+    """One agent: its settings (as last seen), lifecycle, commands, files and terminals.
+
+    As a context manager it destroys the agent on leaving the block.
+    """
+
+    def __init__(self, transport: SyncTransport, info: AgentInfo) -> None:
+        self._t = transport
+        self.info = info
+        self.commands = Commands(transport, info.id)
+        self.files = Files(transport, info.id)
+        self.terminals = Terminals(transport, info.id)
+
+    def _set(self, body: Any) -> Agent:
+        self.info = AgentInfo.from_json(body)
+        return self
+
+    def refresh(self) -> Agent:
+        """Reads the agent again."""
+        return self._set(self._t.json("GET", self._path))
+
+    def wait_for(self, state: str, timeout: float | None = DEFAULT_WAIT) -> Agent:
+        """Waits until the agent is in ``state``; raises :class:`AgentFailed` when it ends in
+        ``error`` (with its message) or rests in another state, :class:`WaitTimeout` when
+        ``timeout`` seconds pass first."""
+        got = wait_sync(self._t, self.info.id, state, timeout)
+        if got is not None:
+            self.info = got
+        return self
+
+    def update(
+        self,
+        *,
+        name: str | None = None,
+        image: str | None = None,
+        cpus: float | None = None,
+        memory_mb: int | None = None,
+        disk_mb: int | None = None,
+        idle_minutes: int | None = None,
+        egress: Egress | None = None,
+    ) -> Agent:
+        """Changes settings (``PATCH``); those left ``None`` stay. A new image, ``cpus`` or
+        ``memory_mb`` sets ``needs_rebuild``; new ``egress`` rules apply at once."""
+        body = _settings(
+            name=name,
+            image=image,
+            cpus=cpus,
+            memory_mb=memory_mb,
+            disk_mb=disk_mb,
+            idle_minutes=idle_minutes,
+            egress=egress,
+        )
+        return self._set(self._t.json("PATCH", self._path, json=body))
+
+    def start(self, wait: bool = True, timeout: float | None = DEFAULT_WAIT) -> Agent:
+        """Starts a sleeping (or failed) agent; with ``wait``, until it runs."""
+        self._set(self._t.json("POST", f"{self._path}/start"))
+        return self.wait_for("running", timeout) if wait else self
+
+    def stop(self, wait: bool = False, timeout: float | None = DEFAULT_WAIT) -> Agent:
+        """Puts the agent to sleep (its processes end, its files stay); with ``wait``, until
+        it sleeps."""
+        self._set(self._t.json("POST", f"{self._path}/stop"))
+        return self.wait_for("sleeping", timeout) if wait else self
+
+    def rebuild(self, wait: bool = True, timeout: float | None = DEFAULT_WAIT) -> Agent:
+        """Makes the sandbox anew from the current image and resources, keeping the home."""
+        self._set(self._t.json("POST", f"{self._path}/rebuild"))
+        return self.wait_for("running", timeout) if wait else self
+
+    def destroy(self, wait: bool = False, timeout: float | None = DEFAULT_WAIT) -> None:
+        """Destroys the agent: its sandbox, home and network; with ``wait``, until it is gone.
+
+        The server destroys only an agent at rest, so one in the middle of an operation (still
+        creating, starting…) is waited for first, up to ``timeout``; one already being
+        destroyed is left to it.
+        """
+        deadline = Deadline(timeout)
+        while True:
+            try:
+                self._set(self._t.json("DELETE", self._path))
+                break
+            except Conflict:
+                if not _busy(self.refresh().info):
+                    raise
+                if self.state == "destroying":
+                    break
+                wait_sync(self._t, self.info.id, AT_REST, deadline.remaining())
+        if wait:
+            wait_sync(self._t, self.info.id, None, deadline.remaining())
+
+    def __enter__(self) -> Agent:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        with contextlib.suppress(NotFound):
+            self.destroy()
+
+
+class AsyncAgent(_AgentView):
+    """:class:`Agent` for the async client (``async with`` destroys it on leaving)."""
+
+    def __init__(self, transport: AsyncTransport, info: AgentInfo) -> None:
+        self._t = transport
+        self.info = info
+        self.commands = AsyncCommands(transport, info.id)
+        self.files = AsyncFiles(transport, info.id)
+        self.terminals = AsyncTerminals(transport, info.id)
+
+    def _set(self, body: Any) -> AsyncAgent:
+        self.info = AgentInfo.from_json(body)
+        return self
+
+    async def refresh(self) -> AsyncAgent:
+        return self._set(await self._t.json("GET", self._path))
+
+    async def wait_for(self, state: str, timeout: float | None = DEFAULT_WAIT) -> AsyncAgent:
+        got = await wait_async(self._t, self.info.id, state, timeout)
+        if got is not None:
+            self.info = got
+        return self
+
+    async def update(
+        self,
+        *,
+        name: str | None = None,
+        image: str | None = None,
+        cpus: float | None = None,
+        memory_mb: int | None = None,
+        disk_mb: int | None = None,
+        idle_minutes: int | None = None,
+        egress: Egress | None = None,
+    ) -> AsyncAgent:
+        body = _settings(
+            name=name,
+            image=image,
+            cpus=cpus,
+            memory_mb=memory_mb,
+            disk_mb=disk_mb,
+            idle_minutes=idle_minutes,
+            egress=egress,
+        )
+        return self._set(await self._t.json("PATCH", self._path, json=body))
+
+    async def start(self, wait: bool = True, timeout: float | None = DEFAULT_WAIT) -> AsyncAgent:
+        self._set(await self._t.json("POST", f"{self._path}/start"))
+        return await self.wait_for("running", timeout) if wait else self
+
+    async def stop(self, wait: bool = False, timeout: float | None = DEFAULT_WAIT) -> AsyncAgent:
+        self._set(await self._t.json("POST", f"{self._path}/stop"))
+        return await self.wait_for("sleeping", timeout) if wait else self
+
+    async def rebuild(self, wait: bool = True, timeout: float | None = DEFAULT_WAIT) -> AsyncAgent:
+        self._set(await self._t.json("POST", f"{self._path}/rebuild"))
+        return await self.wait_for("running", timeout) if wait else self
+
+    async def destroy(self, wait: bool = False, timeout: float | None = DEFAULT_WAIT) -> None:
+        """See :meth:`Agent.destroy`."""
+        deadline = Deadline(timeout)
+        while True:
+            try:
+                self._set(await self._t.json("DELETE", self._path))
+                break
+            except Conflict:
+                if not _busy((await self.refresh()).info):
+                    raise
+                if self.state == "destroying":
+                    break
+                await wait_async(self._t, self.info.id, AT_REST, deadline.remaining())
+        if wait:
+            await wait_async(self._t, self.info.id, None, deadline.remaining())
+
+    async def __aenter__(self) -> AsyncAgent:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        with contextlib.suppress(NotFound):
+            await self.destroy()
+
+
+class Agents:
+    """``client.agents``."""
+
+    def __init__(self, transport: SyncTransport) -> None:
+        self._t = transport
+
+    def list(self) -> list[AgentInfo]:
+        return [AgentInfo.from_json(a) for a in self._t.json("GET", "/agents")]
+
+    def get(self, name_or_id: str) -> Agent:
+        """The agent with this id or name (``NotFound`` if none)."""
+        return Agent(self._t, _pick(self.list(), name_or_id))
+
+    def create(
+        self,
+        name: str,
+        *,
+        image: str | None = None,
+        cpus: float | None = None,
+        memory_mb: int | None = None,
+        disk_mb: int | None = None,
+        idle_minutes: int | None = None,
+        egress: Egress | None = None,
+        wait: bool = True,
+        timeout: float | None = DEFAULT_WAIT,
+    ) -> Agent:
+        """Creates an agent; settings left ``None`` take the server's defaults. With ``wait``
+        it returns once the agent runs (raising :class:`AgentFailed` with the reason if it ends
+        in ``error``, e.g. a missing image; the agent stays, see ``AgentFailed.agent``);
+        without, at once, in ``creating``."""
+        body = _settings(
+            name=name,
+            image=image,
+            cpus=cpus,
+            memory_mb=memory_mb,
+            disk_mb=disk_mb,
+            idle_minutes=idle_minutes,
+            egress=egress,
+        )
+        agent = Agent(self._t, AgentInfo.from_json(self._t.json("POST", "/agents", json=body)))
+        return agent.wait_for("running", timeout) if wait else agent
+
+
+class AsyncAgents:
+    """``client.agents`` of the async client."""
+
+    def __init__(self, transport: AsyncTransport) -> None:
+        self._t = transport
+
+    async def list(self) -> list[AgentInfo]:
+        return [AgentInfo.from_json(a) for a in await self._t.json("GET", "/agents")]
+
+    async def get(self, name_or_id: str) -> AsyncAgent:
+        return AsyncAgent(self._t, _pick(await self.list(), name_or_id))
+
+    async def create(
+        self,
+        name: str,
+        *,
+        image: str | None = None,
+        cpus: float | None = None,
+        memory_mb: int | None = None,
+        disk_mb: int | None = None,
+        idle_minutes: int | None = None,
+        egress: Egress | None = None,
+        wait: bool = True,
+        timeout: float | None = DEFAULT_WAIT,
+    ) -> AsyncAgent:
+        """See :meth:`Agents.create`."""
+        body = _settings(
+            name=name,
+            image=image,
+            cpus=cpus,
+            memory_mb=memory_mb,
+            disk_mb=disk_mb,
+            idle_minutes=idle_minutes,
+            egress=egress,
+        )
+        info = AgentInfo.from_json(await self._t.json("POST", "/agents", json=body))
+        agent = AsyncAgent(self._t, info)
+        return await agent.wait_for("running", timeout) if wait else agent

@@ -1,0 +1,106 @@
+"""The entry points: :class:`Client` and :class:`AsyncClient`, with the same names throughout.
+
+A client holds one connection pool; make one and share it (it is safe across threads for the
+sync client, across tasks for the async one), and close it when done (or use ``with``).
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+import httpx
+
+from ._http import DEFAULT_TIMEOUT, AsyncTransport, SyncTransport
+from .agents import Agents, AsyncAgents
+from .events import AsyncEventStream, EventStream
+from .models import Health, Limits
+
+__all__ = ["Client", "AsyncClient"]
+
+
+class Client:
+    """A client of one agenthold server.
+
+    ``url`` and ``token`` default to ``AGENTHOLD_URL`` and ``AGENTHOLD_TOKEN`` (as the CLI's
+    do), and the URL to ``http://127.0.0.1:8080``. ``timeout`` bounds ordinary requests;
+    commands, transfers and waits have their own. ``http`` lets a caller bring an
+    ``httpx.Client`` of its own (proxies, certificates); it is then not closed here.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        http: httpx.Client | None = None,
+    ) -> None:
+        self._t = SyncTransport(url, token, timeout, http)
+        self.agents = Agents(self._t)
+
+    @property
+    def url(self) -> str:
+        return self._t.base_url
+
+    def health(self) -> Health:
+        """Liveness, version and driver (needs no token)."""
+        return Health.from_json(self._t.json("GET", "/health"))
+
+    def limits(self) -> Limits:
+        """The server's limits and defaults, to check input before sending it."""
+        return Limits.from_json(self._t.json("GET", "/limits"))
+
+    def events(self, read_timeout: float | None = None) -> EventStream:
+        """The server's event stream: first one ``AgentEvent`` per agent, then every change."""
+        return EventStream(self._t, read_timeout)
+
+    def close(self) -> None:
+        self._t.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class AsyncClient:
+    """:class:`Client` for ``asyncio``: the same calls, awaited."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        self._t = AsyncTransport(url, token, timeout, http)
+        self.agents = AsyncAgents(self._t)
+
+    @property
+    def url(self) -> str:
+        return self._t.base_url
+
+    async def health(self) -> Health:
+        return Health.from_json(await self._t.json("GET", "/health"))
+
+    async def limits(self) -> Limits:
+        return Limits.from_json(await self._t.json("GET", "/limits"))
+
+    def events(self, read_timeout: float | None = None) -> AsyncEventStream:
+        """``async for ev in client.events()``: see :meth:`Client.events`."""
+        return AsyncEventStream(self._t, read_timeout)
+
+    async def aclose(self) -> None:
+        await self._t.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,510 @@
+"""The API's bodies as typed, immutable values.
+
+Each class reads its JSON with ``from_json``, which is lenient on purpose: a field a newer or
+older server lacks takes its empty value and an unknown field is ignored, so one client works
+across server versions. Times become aware ``datetime`` objects (UTC).
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, ClassVar, Literal
+
+__all__ = [
+    "AgentState",
+    "EgressRules",
+    "PullProgress",
+    "AgentInfo",
+    "Health",
+    "Limits",
+    "CommandResult",
+    "Process",
+    "OutputChunk",
+    "OutputGap",
+    "DirEntry",
+    "TerminalSession",
+    "AgentEvent",
+    "DeletedEvent",
+    "PullEvent",
+    "EgressEvent",
+    "ProcessEvent",
+    "UnknownEvent",
+    "Event",
+]
+
+AgentState = Literal[
+    "creating", "starting", "running", "stopping", "sleeping", "rebuilding", "destroying", "error"
+]
+#: States an operation is under way in: a wait goes on through them.
+TRANSIENT_STATES = frozenset({"creating", "starting", "stopping", "rebuilding", "destroying"})
+
+_FRACTION = re.compile(r"\.(\d+)")
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An RFC 3339 time as the server writes it (``Z``, up to nanoseconds) or ``None``.
+
+    ``datetime.fromisoformat`` of Python 3.10 takes neither ``Z`` nor more than six fraction
+    digits, so both are normalised first.
+    """
+    if not isinstance(value, str) or not value:
+        return None
+    text = value.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    text = _FRACTION.sub(lambda m: "." + (m.group(1) + "000000")[:6], text, count=1)
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+def _str(v: Any) -> str:
+    return v if isinstance(v, str) else ""
+
+
+def _opt_str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _int(v: Any) -> int:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
+
+
+def _opt_int(v: Any) -> int | None:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _float(v: Any) -> float:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0
+
+
+def _obj(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
+@dataclass(frozen=True)
+class EgressRules:
+    """What a sandbox may reach through the egress proxy: host names, ``*.wildcards``, CIDRs,
+    ``*``, each optionally ``:PORT``. Deny wins over allow; no rule allows nothing."""
+
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, d: Any) -> EgressRules:
+        d = _obj(d)
+        return cls(
+            allow=tuple(x for x in d.get("allow") or () if isinstance(x, str)),
+            deny=tuple(x for x in d.get("deny") or () if isinstance(x, str)),
+        )
+
+    def to_json(self) -> dict[str, list[str]]:
+        return {"allow": list(self.allow), "deny": list(self.deny)}
+
+
+@dataclass(frozen=True)
+class PullProgress:
+    """An image pull under way (``status`` ``pulling``, ``done`` or ``failed``)."""
+
+    image: str
+    status: str
+    layers_done: int = 0
+    layers_total: int = 0
+    bytes_done: int = 0
+    bytes_total: int = 0
+    #: An estimate for display, 0 to 100, that never goes down.
+    percent: int = 0
+    error: str | None = None
+
+    @classmethod
+    def from_json(cls, d: Any) -> PullProgress:
+        d = _obj(d)
+        return cls(
+            image=_str(d.get("image")),
+            status=_str(d.get("status")),
+            layers_done=_int(d.get("layersDone")),
+            layers_total=_int(d.get("layersTotal")),
+            bytes_done=_int(d.get("bytesDone")),
+            bytes_total=_int(d.get("bytesTotal")),
+            percent=_int(d.get("percent")),
+            error=_opt_str(d.get("error")),
+        )
+
+
+@dataclass(frozen=True)
+class AgentInfo:
+    """An agent as the server last described it (``GET /api/v1/agents/{id}``)."""
+
+    id: str
+    name: str
+    state: str
+    image: str = ""
+    cpus: float = 0.0
+    memory_mb: int = 0
+    #: The home's size limit in MiB; ``None`` when the home has no limit.
+    disk_mb: int | None = None
+    egress: EgressRules | None = None
+    #: Minutes without use before the agent sleeps; 0 = never.
+    idle_minutes: int = 0
+    #: The last failure's message while ``state`` is ``error``.
+    error: str | None = None
+    needs_rebuild: bool = False
+    created_at: datetime | None = None
+    last_activity_at: datetime | None = None
+    sleeps_at: datetime | None = None
+    pull: PullProgress | None = None
+
+    @classmethod
+    def from_json(cls, d: Any) -> AgentInfo:
+        d = _obj(d)
+        return cls(
+            id=_str(d.get("id")),
+            name=_str(d.get("name")),
+            state=_str(d.get("state")),
+            image=_str(d.get("image")),
+            cpus=_float(d.get("cpus")),
+            memory_mb=_int(d.get("memoryMb")),
+            disk_mb=_opt_int(d.get("diskMb")),
+            egress=EgressRules.from_json(d["egress"])
+            if isinstance(d.get("egress"), dict)
+            else None,
+            idle_minutes=_int(d.get("idleMinutes")),
+            error=_opt_str(d.get("error")),
+            needs_rebuild=bool(d.get("needsRebuild")),
+            created_at=parse_time(d.get("createdAt")),
+            last_activity_at=parse_time(d.get("lastActivityAt")),
+            sleeps_at=parse_time(d.get("sleepsAt")),
+            pull=PullProgress.from_json(d["pull"]) if isinstance(d.get("pull"), dict) else None,
+        )
+
+
+@dataclass(frozen=True)
+class Health:
+    """``GET /api/v1/health``: answered without a token."""
+
+    status: str
+    version: str
+    driver: str
+
+    @classmethod
+    def from_json(cls, d: Any) -> Health:
+        d = _obj(d)
+        return cls(_str(d.get("status")), _str(d.get("version")), _str(d.get("driver")))
+
+
+@dataclass(frozen=True)
+class Limits:
+    """``GET /api/v1/limits``: what the server allows, to check input before sending it."""
+
+    default_image: str
+    default_cpus: float
+    default_memory_mb: int
+    default_idle_minutes: int
+    max_cpus: float
+    max_memory_mb: int
+    default_disk_mb: int | None
+    max_disk_mb: int | None
+    tmp_mb: int | None
+    rootfs_mb: int | None
+    max_idle_minutes: int
+    max_file_mb: int
+    exec_output_cap_kb: int
+    exec_default_timeout_ms: int
+    exec_max_timeout_ms: int
+
+    @classmethod
+    def from_json(cls, d: Any) -> Limits:
+        d = _obj(d)
+        return cls(
+            default_image=_str(d.get("defaultImage")),
+            default_cpus=_float(d.get("defaultCpus")),
+            default_memory_mb=_int(d.get("defaultMemoryMb")),
+            default_idle_minutes=_int(d.get("defaultIdleMinutes")),
+            max_cpus=_float(d.get("maxCpus")),
+            max_memory_mb=_int(d.get("maxMemoryMb")),
+            default_disk_mb=_opt_int(d.get("defaultDiskMb")),
+            max_disk_mb=_opt_int(d.get("maxDiskMb")),
+            tmp_mb=_opt_int(d.get("tmpMb")),
+            rootfs_mb=_opt_int(d.get("rootfsMb")),
+            max_idle_minutes=_int(d.get("maxIdleMinutes")),
+            max_file_mb=_int(d.get("maxFileMb")),
+            exec_output_cap_kb=_int(d.get("execOutputCapKb")),
+            exec_default_timeout_ms=_int(d.get("execDefaultTimeoutMs")),
+            exec_max_timeout_ms=_int(d.get("execMaxTimeoutMs")),
+        )
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """A finished command (``POST …/exec``). ``exit_code`` is 128 + N when signal N ended it."""
+
+    exit_code: int
+    stdout: str = ""
+    stderr: str = ""
+    #: The server killed it at its timeout (``exit_code`` is then 137).
+    timed_out: bool = False
+    duration_ms: int = 0
+    #: Output beyond the server's cap (``exec_output_cap_kb``) was cut; never with callbacks.
+    truncated: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+    @classmethod
+    def from_json(
+        cls, d: Any, stdout: str | None = None, stderr: str | None = None
+    ) -> CommandResult:
+        """The JSON answer, or a streamed exit line with the output gathered from its lines."""
+        d = _obj(d)
+        return cls(
+            exit_code=_int(d.get("exitCode")),
+            stdout=_str(d.get("stdout")) if stdout is None else stdout,
+            stderr=_str(d.get("stderr")) if stderr is None else stderr,
+            timed_out=bool(d.get("timedOut")),
+            duration_ms=_int(d.get("durationMs")),
+            truncated=bool(d.get("truncated")),
+        )
+
+
+@dataclass(frozen=True)
+class Process:
+    """A background process as the server described it.
+
+    ``state`` is ``running``, ``exited`` (see ``exit_code``), ``killed`` (see ``signal``) or
+    ``lost`` (its sandbox stopped under it). ``output_bytes`` is the offset of the next output
+    byte, ``output_start`` the oldest offset still kept.
+    """
+
+    id: str
+    state: str
+    command: tuple[str, ...] = ()
+    tag: str | None = None
+    pid: int | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    timed_out: bool = False
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    output_bytes: int = 0
+    output_start: int = 0
+    keep_awake: bool = False
+    stdin_open: bool = False
+
+    @property
+    def running(self) -> bool:
+        return self.state == "running"
+
+    @classmethod
+    def from_json(cls, d: Any) -> Process:
+        d = _obj(d)
+        return cls(
+            id=_str(d.get("id")),
+            state=_str(d.get("state")),
+            command=tuple(x for x in d.get("command") or () if isinstance(x, str)),
+            tag=_opt_str(d.get("tag")),
+            pid=_opt_int(d.get("pid")),
+            exit_code=_opt_int(d.get("exitCode")),
+            signal=_opt_str(d.get("signal")),
+            timed_out=bool(d.get("timedOut")),
+            started_at=parse_time(d.get("startedAt")),
+            ended_at=parse_time(d.get("endedAt")),
+            output_bytes=_int(d.get("outputBytes")),
+            output_start=_int(d.get("outputStart")),
+            keep_awake=bool(d.get("keepAwake")),
+            stdin_open=bool(d.get("stdinOpen")),
+        )
+
+
+@dataclass(frozen=True)
+class OutputChunk:
+    """Bytes of a background process's output, from ``offset`` (counted over both streams)."""
+
+    offset: int
+    stream: Literal["stdout", "stderr"]
+    data: bytes
+
+    @property
+    def end(self) -> int:
+        """The offset after this chunk: where to resume reading."""
+        return self.offset + len(self.data)
+
+    @property
+    def text(self) -> str:
+        """The bytes as text (invalid UTF-8 replaced)."""
+        return self.data.decode("utf-8", errors="replace")
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> OutputChunk:
+        """A ``{offset, stream, data}`` (text) or ``{offset, stream, data64}`` (base64) line."""
+        if "data64" in d:
+            data = base64.b64decode(_str(d.get("data64")))
+        else:
+            data = _str(d.get("data")).encode("utf-8")
+        stream: Literal["stdout", "stderr"] = "stderr" if d.get("stream") == "stderr" else "stdout"
+        return cls(offset=_int(d.get("offset")), stream=stream, data=data)
+
+
+@dataclass(frozen=True)
+class OutputGap:
+    """Output from ``start`` to ``end`` left the server's buffer before it was read."""
+
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class DirEntry:
+    """One entry of ``files.list``; ``type`` is ``file``, ``dir``, ``symlink`` or ``other``."""
+
+    name: str
+    type: str
+    size: int = 0
+    mode: int = 0
+    mtime: datetime | None = None
+
+    @property
+    def is_dir(self) -> bool:
+        return self.type == "dir"
+
+    @classmethod
+    def from_json(cls, d: Any) -> DirEntry:
+        d = _obj(d)
+        return cls(
+            name=_str(d.get("name")),
+            type=_str(d.get("type")),
+            size=_int(d.get("size")),
+            mode=_int(d.get("mode")),
+            mtime=parse_time(d.get("mtime")),
+        )
+
+
+@dataclass(frozen=True)
+class TerminalSession:
+    """A terminal session living in the sandbox (``GET …/terminals``)."""
+
+    id: str
+    command: str = ""
+    cols: int = 0
+    rows: int = 0
+    created_at: datetime | None = None
+    last_input_at: datetime | None = None
+    viewers: int = 0
+    #: Output so far in bytes: the offset of the next byte.
+    offset: int = 0
+    exit_code: int | None = None
+
+    @classmethod
+    def from_json(cls, d: Any) -> TerminalSession:
+        d = _obj(d)
+        return cls(
+            id=_str(d.get("id")),
+            command=_str(d.get("command")),
+            cols=_int(d.get("cols")),
+            rows=_int(d.get("rows")),
+            created_at=parse_time(d.get("createdAt")),
+            last_input_at=parse_time(d.get("lastInputAt")),
+            viewers=_int(d.get("viewers")),
+            offset=_int(d.get("offset")),
+            exit_code=_opt_int(d.get("exitCode")),
+        )
+
+
+# The events of GET /api/v1/events. Each has a fixed ``kind`` (the SSE event name) except
+# UnknownEvent, which carries whatever a newer server sends so that nothing is dropped.
+
+
+@dataclass(frozen=True)
+class AgentEvent:
+    """An agent changed (or is in the snapshot sent when the stream opens)."""
+
+    kind: ClassVar[str] = "agent"
+    agent: AgentInfo
+
+    @property
+    def id(self) -> str:
+        return self.agent.id
+
+
+@dataclass(frozen=True)
+class DeletedEvent:
+    """Agent ``id`` is gone for good."""
+
+    kind: ClassVar[str] = "deleted"
+    id: str
+
+
+@dataclass(frozen=True)
+class PullEvent:
+    """Progress of agent ``id``'s image pull."""
+
+    kind: ClassVar[str] = "pull"
+    id: str
+    progress: PullProgress
+
+
+@dataclass(frozen=True)
+class EgressEvent:
+    """A decision of the egress proxy for agent ``id`` (and one more when a connection closes)."""
+
+    kind: ClassVar[str] = "egress"
+    id: str
+    host: str
+    port: int
+    allowed: bool
+    rule: str | None = None
+    reason: str | None = None
+    closed: bool = False
+    bytes_up: int = 0
+    bytes_down: int = 0
+
+
+@dataclass(frozen=True)
+class ProcessEvent:
+    """A background process of agent ``id`` started or ended."""
+
+    kind: ClassVar[str] = "process"
+    id: str
+    process: Process
+
+
+@dataclass(frozen=True)
+class UnknownEvent:
+    """An event this client does not know (from a newer server), passed through as it came."""
+
+    kind: str
+    data: Any = field(default=None)
+
+
+Event = AgentEvent | DeletedEvent | PullEvent | EgressEvent | ProcessEvent | UnknownEvent
+
+
+def parse_event(kind: str, data: Any) -> Event:
+    """The typed event for an SSE event name and its decoded JSON data."""
+    d = _obj(data)
+    if kind == "agent" and d:
+        return AgentEvent(AgentInfo.from_json(d))
+    if kind == "deleted" and d:
+        return DeletedEvent(_str(d.get("id")))
+    if kind == "pull" and d:
+        return PullEvent(_str(d.get("id")), PullProgress.from_json(d))
+    if kind == "egress" and d:
+        return EgressEvent(
+            id=_str(d.get("id")),
+            host=_str(d.get("host")),
+            port=_int(d.get("port")),
+            allowed=bool(d.get("allowed")),
+            rule=_opt_str(d.get("rule")),
+            reason=_opt_str(d.get("reason")),
+            closed=bool(d.get("closed")),
+            bytes_up=_int(d.get("bytesUp")),
+            bytes_down=_int(d.get("bytesDown")),
+        )
+    if kind == "process" and d:
+        return ProcessEvent(_str(d.get("id")), Process.from_json(d.get("process")))
+    return UnknownEvent(kind, data)
