@@ -4,6 +4,8 @@
 //! as UTF-8; a character cut between two frames of the same stream is held back until the
 //! next one completes it, and bytes that are not UTF-8 go as base64.
 
+use std::borrow::Cow;
+
 use base64::Engine;
 
 use super::types::process::{Gap, OutputLine, Process};
@@ -36,16 +38,18 @@ impl OutputLines {
 
     fn data(&mut self, stream: OutputStream, bytes: &[u8]) -> Vec<OutputLine> {
         let mut out = Vec::new();
-        let (offset, joined) = match self.held.take() {
+        // Borrowed unless a cut character is held back: the bytes are copied once, into the
+        // line.
+        let (offset, joined): (u64, Cow<'_, [u8]>) = match self.held.take() {
             Some((offset, s, mut held)) if s == stream => {
                 held.extend_from_slice(bytes);
-                (offset, held)
+                (offset, Cow::Owned(held))
             }
             other => {
                 if let Some((offset, s, held)) = other {
                     out.push(binary(offset, s, &held));
                 }
-                (self.at, bytes.to_vec())
+                (self.at, Cow::Borrowed(bytes))
             }
         };
         self.at += bytes.len() as u64;
