@@ -32,6 +32,12 @@ enum Command {
     },
     /// Measure agenthold against plain Docker on this machine (needs Docker)
     Bench(agenthold::bench::BenchArgs),
+    /// Print the OpenAPI document a server with this config serves (as JSON), without serving
+    Openapi {
+        /// YAML config file; without one, the defaults
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     #[command(flatten)]
     Client(ClientCommand),
 }
@@ -69,6 +75,15 @@ async fn serve(config: Option<PathBuf>) -> anyhow::Result<()> {
     server.run(shutdown_signal()).await
 }
 
+/// The document as a server with `config` serves it, assuming its driver can limit disks.
+fn openapi(config: Option<PathBuf>) -> anyhow::Result<()> {
+    let config = Config::load(config.as_deref(), |k| std::env::var(k).ok())?;
+    let facts = agenthold::api::openapi::Facts { disk_limits: true };
+    let doc = agenthold::api::openapi::document(&config, facts);
+    println!("{}", serde_json::to_string_pretty(&doc)?);
+    Ok(())
+}
+
 fn main() -> ExitCode {
     // The fake driver's sandboxes run in this process; their background processes are held by
     // this binary started as a shim. Before any runtime: the shim waits for signals on its one
@@ -98,6 +113,13 @@ async fn run() -> ExitCode {
                 }
             }
         }
+        Command::Openapi { config } => match openapi(config) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("agenthold: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Bench(args) => match agenthold::bench::run(args).await {
             Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
             Err(e) => {

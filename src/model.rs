@@ -77,10 +77,15 @@ pub const MIN_DISK_MB: u64 = 64;
 #[serde(rename_all = "camelCase")]
 pub struct Agent {
     /// Short, lowercase, DNS-safe; part of the container, volume and network names.
+    #[schema(example = "k3f9x2m1q8ab")]
     pub id: String,
+    #[schema(example = "builder")]
     pub name: String,
+    #[schema(example = "debian:bookworm-slim")]
     pub image: String,
+    #[schema(example = 2)]
     pub cpus: f64,
+    #[schema(example = 4096)]
     pub memory_mb: u64,
     /// The home's size limit in MiB (`df` in the sandbox shows it); null for a home without
     /// one, which shares the host's disk (agents made before disk limits, or on a server
@@ -89,6 +94,7 @@ pub struct Agent {
     /// What the sandbox may reach through the egress proxy. Agents made before egress rules
     /// existed follow the server's `sandbox.egress.default`, which the API shows here.
     pub egress: Option<EgressRules>,
+    #[schema(example = 15)]
     pub idle_minutes: u32,
     pub state: AgentState,
     /// The last failure's message while `state` is `error`.

@@ -251,7 +251,10 @@ async fn a_hundred_processes_and_a_gigabyte_of_output_keep_memory_bounded() {
     let big = p.sh("yes abcdefghij | head -c 1073741824").await;
     // Read once it has all been written, so that most of it has surely left the buffer.
     let (status, written) = p.wait(&big.id, 240_000).await;
-    assert_eq!(status, 200, "the gigabyte is still being written: {written:?}");
+    assert_eq!(
+        status, 200,
+        "the gigabyte is still being written: {written:?}"
+    );
     let (mut data, mut gaps, mut next, mut exit) = (0u64, 0u64, 0u64, None);
     let deadline = Instant::now() + 6 * DEADLINE;
     while exit.is_none() {

@@ -17,7 +17,7 @@ const MAX_IMAGE: usize = 255;
 const MAX_IDLE_MINUTES: u32 = 7 * 24 * 60;
 
 /// The server's limits and defaults for agents, files and exec.
-#[utoipa::path(get, path = "/api/v1/limits", tag = "agents",
+#[utoipa::path(get, path = "/api/v1/limits", tag = "agents", operation_id = "getLimits",
     responses((status = 200, body = Limits)))]
 pub async fn limits(State(st): State<AppState>) -> Json<Limits> {
     let sb = &st.config.sandbox;
@@ -65,6 +65,8 @@ pub fn validate_name(name: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// An image reference is printable ASCII without spaces (Docker's references are ASCII), 1 to
+/// [`MAX_IMAGE`] characters: the pattern the OpenAPI document states.
 fn validate_image(image: &str) -> Result<(), ApiError> {
     if image.is_empty() || image.len() > MAX_IMAGE {
         return Err(ApiError::invalid_field(
@@ -72,10 +74,10 @@ fn validate_image(image: &str) -> Result<(), ApiError> {
             format!("image must be 1 to {MAX_IMAGE} characters"),
         ));
     }
-    if image.chars().any(|c| c.is_whitespace() || c.is_control()) {
+    if !image.bytes().all(|b| b.is_ascii_graphic()) {
         return Err(ApiError::invalid_field(
             "image",
-            "image may not contain spaces or control characters",
+            "image may hold only printable ASCII characters, without spaces",
         ));
     }
     Ok(())
@@ -142,7 +144,7 @@ fn validate_resources(st: &AppState, r: Resources) -> Result<(), ApiError> {
 }
 
 /// Liveness, version and driver; needs no token.
-#[utoipa::path(get, path = "/api/v1/health", tag = "agents", security(),
+#[utoipa::path(get, path = "/api/v1/health", tag = "agents", operation_id = "getHealth", security(),
     responses((status = 200, body = Health)))]
 pub async fn health(State(st): State<AppState>) -> Json<Health> {
     Json(Health {
@@ -153,15 +155,17 @@ pub async fn health(State(st): State<AppState>) -> Json<Health> {
 }
 
 /// Every agent.
-#[utoipa::path(get, path = "/api/v1/agents", tag = "agents",
+#[utoipa::path(get, path = "/api/v1/agents", tag = "agents", operation_id = "listAgents",
     responses((status = 200, body = [Agent])))]
 pub async fn list(State(st): State<AppState>) -> Result<Json<Vec<Agent>>, ApiError> {
     Ok(Json(st.lc.list().await?))
 }
 
 /// Creates an agent; it goes on to `running` in the background.
-#[utoipa::path(post, path = "/api/v1/agents", tag = "agents", request_body = CreateAgent,
-    responses((status = 201, body = Agent), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody)))]
+#[utoipa::path(post, path = "/api/v1/agents", tag = "agents", operation_id = "createAgent", request_body = CreateAgent,
+    responses((status = 201, body = Agent, description = "Created, in `creating`"),
+        (status = 400, body = ErrorBody, description = "A field breaks its constraint (`field` names it)"),
+        (status = 409, body = ErrorBody, description = "The name is taken")))]
 pub async fn create(
     State(st): State<AppState>,
     ApiJson(body): ApiJson<CreateAgent>,
@@ -197,8 +201,8 @@ pub async fn create(
 }
 
 /// One agent.
-#[utoipa::path(get, path = "/api/v1/agents/{id}", tag = "agents",
-    params(("id" = String, Path)), responses((status = 200, body = Agent), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/api/v1/agents/{id}", tag = "agents", operation_id = "getAgent",
+    params(("id" = String, Path, description = "The agent's id")), responses((status = 200, body = Agent), (status = 404, body = ErrorBody)))]
 pub async fn get(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -207,8 +211,12 @@ pub async fn get(
 }
 
 /// Changes settings; a changed image or resource sets `needsRebuild`.
-#[utoipa::path(patch, path = "/api/v1/agents/{id}", tag = "agents", request_body = UpdateAgent,
-    params(("id" = String, Path)), responses((status = 200, body = Agent), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+#[utoipa::path(patch, path = "/api/v1/agents/{id}", tag = "agents", operation_id = "updateAgent", request_body = UpdateAgent,
+    params(("id" = String, Path, description = "The agent's id")),
+    responses((status = 200, body = Agent),
+        (status = 400, body = ErrorBody, description = "A field breaks its constraint, or `diskMb` is smaller than the home's (or the home has no limit)"),
+        (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "The name is taken, or the agent's state does not allow a change")))]
 pub async fn update(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -242,8 +250,10 @@ pub async fn update(
 }
 
 /// Destroys the agent: its sandbox, home volume and network, then the agent itself.
-#[utoipa::path(delete, path = "/api/v1/agents/{id}", tag = "agents",
-    params(("id" = String, Path)), responses((status = 202, body = Agent), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+#[utoipa::path(delete, path = "/api/v1/agents/{id}", tag = "agents", operation_id = "destroyAgent",
+    params(("id" = String, Path, description = "The agent's id")),
+    responses((status = 202, body = Agent), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "The agent's state does not allow it (the message names the state)")))]
 pub async fn destroy(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -252,8 +262,10 @@ pub async fn destroy(
 }
 
 /// Starts a sleeping (or failed) agent.
-#[utoipa::path(post, path = "/api/v1/agents/{id}/start", tag = "agents",
-    params(("id" = String, Path)), responses((status = 202, body = Agent), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+#[utoipa::path(post, path = "/api/v1/agents/{id}/start", tag = "agents", operation_id = "startAgent",
+    params(("id" = String, Path, description = "The agent's id")),
+    responses((status = 202, body = Agent), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "The agent's state does not allow it (the message names the state)")))]
 pub async fn start(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -262,8 +274,10 @@ pub async fn start(
 }
 
 /// Puts a running agent to sleep: processes end, the disk stays.
-#[utoipa::path(post, path = "/api/v1/agents/{id}/stop", tag = "agents",
-    params(("id" = String, Path)), responses((status = 202, body = Agent), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+#[utoipa::path(post, path = "/api/v1/agents/{id}/stop", tag = "agents", operation_id = "stopAgent",
+    params(("id" = String, Path, description = "The agent's id")),
+    responses((status = 202, body = Agent), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "The agent's state does not allow it (the message names the state)")))]
 pub async fn stop(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -272,8 +286,10 @@ pub async fn stop(
 }
 
 /// Recreates the sandbox from the current image and resources, keeping the home.
-#[utoipa::path(post, path = "/api/v1/agents/{id}/rebuild", tag = "agents",
-    params(("id" = String, Path)), responses((status = 202, body = Agent), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+#[utoipa::path(post, path = "/api/v1/agents/{id}/rebuild", tag = "agents", operation_id = "rebuildAgent",
+    params(("id" = String, Path, description = "The agent's id")),
+    responses((status = 202, body = Agent), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "The agent's state does not allow it (the message names the state)")))]
 pub async fn rebuild(
     State(st): State<AppState>,
     Path(id): Path<String>,

@@ -167,10 +167,37 @@ impl From<QueryRejection> for ApiError {
     }
 }
 
-/// `Json` whose rejections are [`ApiError`]s.
-#[derive(axum::extract::FromRequest)]
-#[from_request(via(axum::Json), rejection(ApiError))]
+/// `Json` whose rejections are [`ApiError`]s, and which takes a JSON object only: serde reads a
+/// struct from an array too (`[null, null]` as its first two fields), which no body of the API
+/// is.
 pub struct ApiJson<T>(pub T);
+
+impl<T, S> axum::extract::FromRequest<S> for ApiJson<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        let (parts, body) = req.into_parts();
+        let bytes = bytes::Bytes::from_request(
+            axum::extract::Request::from_parts(parts.clone(), body),
+            state,
+        )
+        .await
+        .map_err(JsonRejection::from)?;
+        let again =
+            axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes.clone()));
+        let axum::Json(value) = axum::Json::<T>::from_request(again, state).await?;
+        if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return Err(ApiError::invalid(
+                "Failed to deserialize the JSON body into the target type: expected a JSON object",
+            ));
+        }
+        Ok(ApiJson(value))
+    }
+}
 
 /// `Query` whose rejections are [`ApiError`]s.
 #[derive(axum::extract::FromRequestParts)]

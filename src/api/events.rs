@@ -39,7 +39,7 @@ fn pull_event(id: &str, progress: &PullProgress) -> Event {
 }
 
 /// A stream of agent changes.
-#[utoipa::path(get, path = "/api/v1/events", tag = "agents",
+#[utoipa::path(get, path = "/api/v1/events", tag = "agents", operation_id = "events",
     responses((status = 200, content_type = "text/event-stream", description = "`agent` events carry an Agent; `deleted` events carry {\"id\"}; `pull` events carry {\"id\"} and a PullProgress; `egress` events carry an EgressEvent; `process` events carry a ProcessEvent when a background process starts or ends")))]
 pub async fn events(
     State(st): State<AppState>,

@@ -19,28 +19,59 @@ use crate::tunnel::registry::LinkStream;
 /// Largest `fs.list` answer read from a sandbox.
 const MAX_LISTING: u64 = 64 * 1024 * 1024;
 
+/// `?path=` of `fs/list`: the home when absent.
 #[derive(Deserialize, IntoParams)]
-pub struct PathQuery {
-    /// Relative to /home/agent unless absolute.
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// The directory, relative to /home/agent unless absolute; the home itself when absent or
+    /// empty.
     #[serde(default)]
+    #[param(max_length = 4096, example = "src")]
+    pub path: String,
+}
+
+/// `?path=` of a file operation.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct PathQuery {
+    /// Relative to /home/agent unless absolute; at most 4096 bytes (a relative path counted
+    /// with `/home/agent/` before it), each name at most 255, no `..`.
+    // Missing and empty are both refused by `check_path`, with the field named.
+    #[serde(default)]
+    #[param(
+        required = true,
+        min_length = 1,
+        max_length = 4096,
+        example = "src/app.py"
+    )]
     pub path: String,
 }
 
 #[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct RemoveQuery {
+    /// Relative to /home/agent unless absolute.
+    #[serde(default)]
+    #[param(required = true, min_length = 1, max_length = 4096, example = "build")]
     pub path: String,
+    /// Remove a directory that is not empty, with everything in it.
     #[serde(default)]
     pub recursive: bool,
 }
 
 #[derive(Serialize, Deserialize, ToSchema)]
 pub struct DirEntry {
+    #[schema(example = "app.py")]
     pub name: String,
     /// file, dir, symlink or other
     #[serde(rename = "type")]
+    #[schema(pattern = "^(?:file|dir|symlink|other)$", example = "file")]
     pub kind: String,
     pub size: u64,
+    /// The permission bits (and the file type's, as `st_mode` has them).
     pub mode: u32,
+    /// RFC 3339.
+    #[schema(example = "2026-11-29T07:10:00Z")]
     pub mtime: String,
 }
 
@@ -72,13 +103,14 @@ fn check_path(path: &str) -> Result<(), ApiError> {
 }
 
 /// Lists a directory.
-#[utoipa::path(get, path = "/api/v1/agents/{id}/fs/list", tag = "files",
-    params(("id" = String, Path), PathQuery),
-    responses((status = 200, body = [DirEntry]), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later")))]
+#[utoipa::path(get, path = "/api/v1/agents/{id}/fs/list", tag = "files", operation_id = "listFiles",
+    params(("id" = String, Path, description = "The agent's id"), ListQuery),
+    responses((status = 200, body = [DirEntry]), (status = 400, body = ErrorBody, description = "A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver), or a directory where a file is wanted (or the reverse)"), (status = 403, body = ErrorBody, description = "The sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network"), (status = 404, body = ErrorBody, description = "No such agent, or no such path"), (status = 409, body = ErrorBody, description = "The agent is not running"),
+        (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later"), (status = 503, body = ErrorBody, description = "The connection to the sandbox failed")))]
 pub async fn list(
     State(st): State<AppState>,
     Path(id): Path<String>,
-    ApiQuery(q): ApiQuery<PathQuery>,
+    ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<Json<Vec<DirEntry>>, ApiError> {
     let (stream, _) = open(&st, &id, FsList { path: q.path }).await?;
     let mut body = Vec::new();
@@ -93,9 +125,10 @@ pub async fn list(
 }
 
 /// Reads a file, streamed.
-#[utoipa::path(get, path = "/api/v1/agents/{id}/fs/read", tag = "files",
-    params(("id" = String, Path), PathQuery),
-    responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later")))]
+#[utoipa::path(get, path = "/api/v1/agents/{id}/fs/read", tag = "files", operation_id = "readFile",
+    params(("id" = String, Path, description = "The agent's id"), PathQuery),
+    responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>, description = "The file's bytes, streamed (with `Content-Length`)"),
+        (status = 400, body = ErrorBody, description = "A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver), or a directory where a file is wanted (or the reverse)"), (status = 403, body = ErrorBody, description = "The sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network"), (status = 404, body = ErrorBody, description = "No such agent, or no such path"), (status = 409, body = ErrorBody, description = "The agent is not running"), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later"), (status = 503, body = ErrorBody, description = "The connection to the sandbox failed")))]
 pub async fn read(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -119,10 +152,14 @@ pub async fn read(
 }
 
 /// Writes a file from the streamed body; it is replaced whole or not at all.
-#[utoipa::path(put, path = "/api/v1/agents/{id}/fs/write", tag = "files",
-    params(("id" = String, Path), PathQuery),
-    request_body(content = Vec<u8>, content_type = "application/octet-stream"),
-    responses((status = 204), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later"), (status = 507, body = ErrorBody, description = "The sandbox's disk is full (its home's `diskMb`, or `/tmp`); nothing was written")))]
+#[utoipa::path(put, path = "/api/v1/agents/{id}/fs/write", tag = "files", operation_id = "writeFile",
+    params(("id" = String, Path, description = "The agent's id"), PathQuery),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The file's bytes, streamed; at most `server.max_file_mb` MiB"),
+    responses((status = 204, description = "Written whole"), (status = 400, body = ErrorBody, description = "A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver), or a directory where a file is wanted (or the reverse)"), (status = 403, body = ErrorBody, description = "The sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network"),
+        (status = 404, body = ErrorBody, description = "No such agent, or the parent directory does not exist"), (status = 409, body = ErrorBody, description = "The agent is not running"),
+        (status = 413, body = ErrorBody, description = "Larger than `server.max_file_mb`; nothing was written"),
+        (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later"), (status = 503, body = ErrorBody, description = "The connection to the sandbox failed"),
+        (status = 507, body = ErrorBody, description = "The sandbox's disk is full (its home's `diskMb`, or `/tmp`); nothing was written")))]
 pub async fn write(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -215,9 +252,12 @@ async fn write_body(
 }
 
 /// Makes a directory and its parents.
-#[utoipa::path(post, path = "/api/v1/agents/{id}/fs/mkdir", tag = "files",
-    params(("id" = String, Path), PathQuery),
-    responses((status = 204), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later")))]
+#[utoipa::path(post, path = "/api/v1/agents/{id}/fs/mkdir", tag = "files", operation_id = "makeDir",
+    params(("id" = String, Path, description = "The agent's id"), PathQuery),
+    responses((status = 204, description = "The directory exists"), (status = 400, body = ErrorBody, description = "A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver), or a directory where a file is wanted (or the reverse)"), (status = 403, body = ErrorBody, description = "The sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network"), (status = 404, body = ErrorBody, description = "No such agent"),
+        (status = 409, body = ErrorBody, description = "The agent is not running, or a file is in the way"),
+        (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later"), (status = 503, body = ErrorBody, description = "The connection to the sandbox failed"),
+        (status = 507, body = ErrorBody, description = "The sandbox's disk is full")))]
 pub async fn mkdir(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -229,9 +269,13 @@ pub async fn mkdir(
 }
 
 /// Removes a file, or a directory (`recursive=true` for one that is not empty).
-#[utoipa::path(delete, path = "/api/v1/agents/{id}/fs/remove", tag = "files",
-    params(("id" = String, Path), RemoveQuery),
-    responses((status = 204), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later")))]
+#[utoipa::path(delete, path = "/api/v1/agents/{id}/fs/remove", tag = "files", operation_id = "removeFile",
+    params(("id" = String, Path, description = "The agent's id"), RemoveQuery),
+    responses((status = 204, description = "Removed"),
+        (status = 400, body = ErrorBody, description = "A bad path (as for the other file operations), the home itself, or a directory that is not empty without `recursive=true`"),
+        (status = 403, body = ErrorBody, description = "The sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network"), (status = 404, body = ErrorBody, description = "No such agent, or no such path"),
+        (status = 409, body = ErrorBody, description = "The agent is not running"),
+        (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later"), (status = 503, body = ErrorBody, description = "The connection to the sandbox failed")))]
 pub async fn remove(
     State(st): State<AppState>,
     Path(id): Path<String>,

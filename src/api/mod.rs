@@ -7,6 +7,7 @@ pub mod events;
 pub mod exec;
 pub mod files;
 pub mod metrics;
+pub mod openapi;
 pub mod origin;
 pub mod output_lines;
 pub mod processes;
@@ -17,13 +18,13 @@ pub mod types;
 
 use std::sync::Arc;
 
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
-use utoipa::OpenApi;
 
 use crate::config::Config;
 use crate::lifecycle::Lifecycle;
+pub use openapi::ApiDoc;
 
 /// Largest JSON body (an exec's stdin is the big one). File uploads stream and have their own
 /// limit, `server.max_file_mb`.
@@ -36,47 +37,12 @@ pub struct AppState {
     pub config: Arc<Config>,
 }
 
-#[derive(OpenApi)]
-#[openapi(
-    info(title = "agenthold", description = "Self-hosted sandboxes for AI agents: HTTP API v1"),
-    paths(
-        agents::health, agents::limits, agents::list, agents::create, agents::get, agents::update, agents::destroy,
-        agents::start, agents::stop, agents::rebuild, events::events,
-        files::list, files::read, files::write, files::mkdir, files::remove,
-        terminal::terminal, terminals::list, terminals::kill, exec::exec,
-        processes::start, processes::list, processes::get, processes::output, processes::stdin,
-        processes::signal, processes::wait, processes::remove,
-        session::sign_in, session::status, session::sign_out,
-    ),
-    components(schemas(
-        crate::model::Agent, crate::model::AgentState, types::CreateAgent, types::UpdateAgent,
-        types::Health, types::Limits, files::DirEntry, types::ExecBody, types::ExecResult, error::ErrorBody,
-        error::ErrorDetail, session::SignIn, session::SessionStatus, terminals::TerminalSession,
-        crate::egress::EgressRules, crate::egress::EgressEvent,
-        types::process::StartProcess, types::process::Process, types::process::ProcessState,
-        types::process::SignalBody, types::process::StdinWritten, types::process::ProcessEvent,
-        types::process::Gap,
-    )),
-    modifiers(&BearerAuth),
-    security(("bearer" = [])),
-)]
-pub struct ApiDoc;
-
-struct BearerAuth;
-
-impl utoipa::Modify for BearerAuth {
-    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-        let components = openapi.components.get_or_insert_with(Default::default);
-        components.add_security_scheme(
-            "bearer",
-            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
-        );
-    }
-}
-
-async fn openapi() -> Json<utoipa::openapi::OpenApi> {
-    Json(ApiDoc::openapi())
+/// The OpenAPI document, as this server stands (see [`openapi::document`]).
+async fn openapi(State(st): State<AppState>) -> Json<serde_json::Value> {
+    let facts = openapi::Facts {
+        disk_limits: st.lc.disk_limits_unavailable().is_none(),
+    };
+    Json(openapi::document(&st.config, facts))
 }
 
 pub fn router(state: AppState) -> Router {

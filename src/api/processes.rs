@@ -29,6 +29,8 @@ use crate::tunnel::registry::LinkStream;
 
 /// The longest `timeoutMs` a process may be started with (30 days).
 pub const MAX_PROCESS_TIMEOUT_MS: u64 = 30 * 24 * 3600 * 1000;
+/// Most variables a process's `env` may name.
+pub const MAX_ENV_ENTRIES: usize = 4096;
 /// How long `…/wait` waits when it is not told.
 const DEFAULT_WAIT_MS: u64 = 30_000;
 /// Processes read from one `process.list` at most (running and finished together).
@@ -99,6 +101,14 @@ pub async fn start(
     }
     if let Some(why) = body.tag.as_deref().and_then(tag_problem) {
         return Err(ApiError::invalid_field("tag", why));
+    }
+    // Exec takes any count within its 1 MiB; a process refuses a hostile number of names.
+    let vars = body.env.as_ref().map_or(0, |e| e.len());
+    if vars > MAX_ENV_ENTRIES {
+        return Err(ApiError::invalid_field(
+            "env",
+            format!("env names {vars} variables; a process may have at most {MAX_ENV_ENTRIES}"),
+        ));
     }
     let run = command_request(
         &body.command,

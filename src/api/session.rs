@@ -36,8 +36,10 @@ pub struct SessionStatus {
 }
 
 /// Signs in with a token; the answer sets the session cookie.
-#[utoipa::path(post, path = "/api/v1/session", tag = "session", request_body = SignIn,
-    responses((status = 204, description = "Signed in; cookie set"), (status = 401, body = super::error::ErrorBody)))]
+#[utoipa::path(post, path = "/api/v1/session", tag = "session", operation_id = "signIn", security(), request_body = SignIn,
+    responses((status = 204, description = "Signed in; the `agenthold_session` cookie is set",
+            headers(("Set-Cookie" = String, description = "`agenthold_session=…; Max-Age=…; Path=/; HttpOnly; SameSite=Strict` (and `Secure` over HTTPS)"))),
+        (status = 401, body = super::error::ErrorBody, description = "That token is not valid")))]
 pub async fn sign_in(
     State(st): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -66,8 +68,9 @@ pub async fn sign_in(
 }
 
 /// Tells whether the caller is signed in.
-#[utoipa::path(get, path = "/api/v1/session", tag = "session",
-    responses((status = 200, body = SessionStatus), (status = 401, body = super::error::ErrorBody)))]
+#[utoipa::path(get, path = "/api/v1/session", tag = "session", operation_id = "getSession", security(),
+    responses((status = 200, body = SessionStatus, description = "The admin token or a live session cookie came with the request"),
+        (status = 401, body = super::error::ErrorBody, description = "Neither did")))]
 pub async fn status(State(st): State<AppState>, headers: HeaderMap) -> Response {
     if st.auth.allows(&headers) {
         axum::Json(SessionStatus {
@@ -80,8 +83,9 @@ pub async fn status(State(st): State<AppState>, headers: HeaderMap) -> Response 
 }
 
 /// Signs out: the session ends and the cookie is cleared.
-#[utoipa::path(delete, path = "/api/v1/session", tag = "session",
-    responses((status = 204, description = "Signed out")))]
+#[utoipa::path(delete, path = "/api/v1/session", tag = "session", operation_id = "signOut",
+    responses((status = 204, description = "Signed out; the cookie is cleared",
+        headers(("Set-Cookie" = String, description = "`agenthold_session=; Max-Age=0; …`")))))]
 pub async fn sign_out(
     State(st): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,

@@ -67,17 +67,22 @@ later. An attach refused before the upgrade gets the matching HTTP status (400, 
 `sandbox.terminal_detach_minutes` without viewers.";
 
 #[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct TerminalQuery {
     /// Columns (1–1000); 80 for a new session.
+    #[param(minimum = 1, maximum = 1000)]
     pub cols: Option<u16>,
     /// Rows (1–1000); 24 for a new session.
+    #[param(minimum = 1, maximum = 1000)]
     pub rows: Option<u16>,
     /// Attach to this session instead of starting one.
     pub session: Option<String>,
     /// With `session`: the output offset seen so far (a whole number of bytes).
     #[param(value_type = Option<u64>)]
     pub offset: Option<String>,
-    /// For a new session: a command line for the account's shell instead of a login shell.
+    /// For a new session: a command line for the account's shell instead of a login shell (at
+    /// most 16 KiB, no NUL).
+    #[param(min_length = 1, max_length = 16384)]
     pub command: Option<String>,
 }
 
@@ -158,11 +163,11 @@ fn to_open(st: &AppState, q: TerminalQuery) -> Result<TerminalOpen, ApiError> {
 }
 
 /// A terminal session over a WebSocket (see the description for the protocol).
-#[utoipa::path(get, path = "/api/v1/agents/{id}/terminal", tag = "terminal",
+#[utoipa::path(get, path = "/api/v1/agents/{id}/terminal", tag = "terminal", operation_id = "terminal",
     description = PROTOCOL,
-    params(("id" = String, Path), TerminalQuery),
+    params(("id" = String, Path, description = "The agent's id"), TerminalQuery),
     responses((status = 101, description = "WebSocket onto the session; see the description"),
-        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody, description = "No such agent, or no such session"),
+        (status = 400, body = ErrorBody, description = "Bad `cols`, `rows`, `offset` or `command`, or not a WebSocket upgrade"), (status = 404, body = ErrorBody, description = "No such agent, or no such session"),
         (status = 409, body = ErrorBody, description = "The session has too many viewers"),
         (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later")))]
 pub async fn terminal(

@@ -75,9 +75,10 @@ async fn sandbox(st: &AppState, id: &str) -> Result<Option<Link>, ApiError> {
 }
 
 /// Lists the agent's terminal sessions (none while it sleeps).
-#[utoipa::path(get, path = "/api/v1/agents/{id}/terminals", tag = "terminal",
-    params(("id" = String, Path)),
-    responses((status = 200, body = [TerminalSession]), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later")))]
+#[utoipa::path(get, path = "/api/v1/agents/{id}/terminals", tag = "terminal", operation_id = "listTerminals",
+    params(("id" = String, Path, description = "The agent's id")),
+    responses((status = 200, body = [TerminalSession]), (status = 404, body = ErrorBody),
+        (status = 503, body = ErrorBody, description = "The agent is running but its sandbox did not reconnect in time"), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later")))]
 pub async fn list(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -91,9 +92,10 @@ pub async fn list(
 }
 
 /// Ends a terminal session: its shell gets SIGHUP (then SIGKILL); viewers get the exit.
-#[utoipa::path(delete, path = "/api/v1/agents/{id}/terminals/{sid}", tag = "terminal",
-    params(("id" = String, Path), ("sid" = String, Path)),
-    responses((status = 204, description = "Ended"), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later")))]
+#[utoipa::path(delete, path = "/api/v1/agents/{id}/terminals/{sid}", tag = "terminal", operation_id = "killTerminal",
+    params(("id" = String, Path, description = "The agent's id"), ("sid" = String, Path, description = "The session's id", pattern = "^[a-z0-9]{16}$")),
+    responses((status = 204, description = "Ended"), (status = 404, body = ErrorBody, description = "No such agent, or no such session"),
+        (status = 503, body = ErrorBody, description = "The agent is running but its sandbox did not reconnect in time"), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later")))]
 pub async fn kill(
     State(st): State<AppState>,
     Path((id, sid)): Path<(String, String)>,

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::egress::EgressRules;
+use crate::egress::{EgressRules, Rule, MAX_RULES};
 
 pub mod process;
 
@@ -16,22 +16,60 @@ pub mod process;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateAgent {
     /// Unique, DNS-safe: lowercase letters, digits and `-`, at most 63.
+    #[schema(
+        min_length = 1,
+        max_length = 63,
+        pattern = "^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$",
+        example = "builder"
+    )]
     pub name: String,
+    /// An image reference (`sandbox.default_image` when absent): printable ASCII without
+    /// spaces, at most 255 characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(
+        min_length = 1,
+        max_length = 255,
+        pattern = "^[!-~]+$",
+        example = "debian:bookworm-slim"
+    )]
     pub image: Option<String>,
+    /// CPUs, above 0 and at most `sandbox.max_cpus` (`sandbox.default_cpus` when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(exclusive_minimum = 0, example = 2)]
     pub cpus: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Memory in MiB, 16 to `sandbox.max_memory_mb` (`sandbox.default_memory_mb` when absent).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "whole::option"
+    )]
+    #[schema(minimum = 16, example = 4096)]
     pub memory_mb: Option<u64>,
-    /// The home's size in MiB (`sandbox.default_disk_mb` when absent).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The home's size in MiB, 64 to `sandbox.max_disk_mb` (`sandbox.default_disk_mb` when
+    /// absent). Not accepted by a server that cannot limit disks (`maxDiskMb` null in
+    /// `/limits`).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "whole::option"
+    )]
+    #[schema(minimum = 64, example = 10240)]
     pub disk_mb: Option<u64>,
-    /// Minutes without use before the agent sleeps; 0 = never.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Minutes without use before the agent sleeps, at most 10080 (a week); 0 = never.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "whole::option"
+    )]
+    #[schema(maximum = 10080, example = 15)]
     pub idle_minutes: Option<u32>,
     /// What the sandbox may reach through the egress proxy (`sandbox.egress.default` when
     /// absent).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "rules_object"
+    )]
     pub egress: Option<EgressRules>,
 }
 
@@ -39,23 +77,189 @@ pub struct CreateAgent {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct UpdateAgent {
+    /// A new name: unique, DNS-safe, as at create.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(
+        min_length = 1,
+        max_length = 63,
+        pattern = "^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$",
+        example = "builder"
+    )]
     pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(
+        min_length = 1,
+        max_length = 255,
+        pattern = "^[!-~]+$",
+        example = "debian:bookworm-slim"
+    )]
     pub image: Option<String>,
+    /// Above 0 and at most `sandbox.max_cpus`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(exclusive_minimum = 0, example = 2)]
     pub cpus: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// 16 to `sandbox.max_memory_mb`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "whole::option"
+    )]
+    #[schema(minimum = 16, example = 4096)]
     pub memory_mb: Option<u64>,
-    /// A larger home in MiB (it never shrinks), applied at the agent's next start.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// A larger home in MiB (it never shrinks), applied at the agent's next start; at most
+    /// `sandbox.max_disk_mb`. A smaller value, or any for an agent whose home has no limit, is
+    /// `400` with `"field": "diskMb"`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "whole::option"
+    )]
+    #[schema(minimum = 64, example = 20480)]
     pub disk_mb: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// At most 10080 (a week); 0 = never sleep.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "whole::option"
+    )]
+    #[schema(maximum = 10080, example = 15)]
     pub idle_minutes: Option<u32>,
     /// Replaces the egress rules: new connections follow them at once, and open ones they no
     /// longer allow are closed. No restart or rebuild.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "rules_object"
+    )]
     pub egress: Option<EgressRules>,
+}
+
+/// A whole number that may be written with a fraction of zero (`16.0`): JSON Schema's `integer`
+/// is a number's value, not how it is written, so the API takes what its schema allows.
+pub(crate) mod whole {
+    use serde::de::{Deserializer, Error, Visitor};
+    use std::fmt;
+    use std::marker::PhantomData;
+
+    pub fn option<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+    where
+        D: Deserializer<'de>,
+        T: TryFrom<u64>,
+    {
+        struct Whole<T>(PhantomData<T>);
+        impl<'de, T: TryFrom<u64>> Visitor<'de> for Whole<T> {
+            type Value = Option<T>;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a whole number (0 or more) or null")
+            }
+
+            fn visit_none<E>(self) -> Result<Self::Value, E> {
+                Ok(None)
+            }
+
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(None)
+            }
+
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+                d.deserialize_any(self)
+            }
+
+            fn visit_u64<E: Error>(self, n: u64) -> Result<Self::Value, E> {
+                T::try_from(n)
+                    .map(Some)
+                    .map_err(|_| E::custom(format!("{n} is too large")))
+            }
+
+            fn visit_i64<E: Error>(self, n: i64) -> Result<Self::Value, E> {
+                match u64::try_from(n) {
+                    Ok(n) => self.visit_u64(n),
+                    Err(_) => Err(E::custom(format!("{n} is below 0"))),
+                }
+            }
+
+            fn visit_f64<E: Error>(self, n: f64) -> Result<Self::Value, E> {
+                // Below 2^64, where every whole f64 is a u64.
+                if n.fract() == 0.0 && (0.0..18_446_744_073_709_551_616.0).contains(&n) {
+                    self.visit_u64(n as u64)
+                } else {
+                    Err(E::custom(format!("{n} is not a whole number of 0 or more")))
+                }
+            }
+        }
+        d.deserialize_option(Whole(PhantomData))
+    }
+}
+
+/// `egress` as a JSON object or null (serde would read the rules from an array too, which the
+/// schema does not allow), with rules of ASCII only: `Rule` would take one padded with Unicode
+/// white space, whose bytes its length limit counts, so no schema could state it.
+fn rules_object<'de, D>(d: D) -> Result<Option<EgressRules>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct RulesText {
+        #[serde(default)]
+        allow: Vec<String>,
+        #[serde(default)]
+        deny: Vec<String>,
+    }
+
+    fn parse(list: &str, rules: Vec<String>) -> Result<Vec<Rule>, String> {
+        if rules.len() > MAX_RULES {
+            return Err(format!(
+                "egress.{list} holds {} rules; at most {MAX_RULES} are allowed (a wildcard or a \
+                 CIDR covers many)",
+                rules.len()
+            ));
+        }
+        let parse_one = |(i, rule): (usize, String)| {
+            if !rule.is_ascii() {
+                let shown: String = rule.chars().take(80).collect();
+                return Err(format!(
+                    "{list}[{i}]: {shown:?} is not an egress rule: it holds characters other than \
+                     ASCII"
+                ));
+            }
+            rule.parse::<Rule>()
+                .map_err(|e| format!("{list}[{i}]: {e}"))
+        };
+        rules.into_iter().enumerate().map(parse_one).collect()
+    }
+
+    struct RulesObject;
+    impl<'de> serde::de::Visitor<'de> for RulesObject {
+        type Value = Option<EgressRules>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str(r#"an object {"allow": [..], "deny": [..]} or null"#)
+        }
+
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_map(RulesObject)
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            use serde::de::Error;
+            let text = RulesText::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+            Ok(Some(EgressRules {
+                allow: parse("allow", text.allow).map_err(A::Error::custom)?,
+                deny: parse("deny", text.deny).map_err(A::Error::custom)?,
+            }))
+        }
+    }
+    d.deserialize_option(RulesObject)
 }
 
 /// `GET /api/v1/health`.
@@ -104,6 +308,7 @@ pub struct ExecBody {
     /// The program and its arguments; no shell unless you name one. With `env`, at most 1 MiB
     /// (each argument and each `KEY=VALUE` counted with a NUL), each argument at most 131071
     /// bytes (Linux's limit): send a longer script as `stdin` (`["sh"]`). Beyond: `413`.
+    #[schema(min_items = 1, example = json!(["sh", "-c", "make test"]))]
     pub command: Vec<String>,
     /// Working directory; /home/agent by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -113,8 +318,14 @@ pub struct ExecBody {
     pub env: Option<BTreeMap<String, String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdin: Option<String>,
-    /// Kills the whole process group after this long; the server's default applies when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Kills the whole process group after this long (1 to `server.exec_max_timeout`); the
+    /// server's default applies when absent.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "whole::option"
+    )]
+    #[schema(minimum = 1, example = 300000)]
     pub timeout_ms: Option<u64>,
 }
 
@@ -212,6 +423,7 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// A machine word: invalid, unauthorized, forbidden, not_found, conflict, too_large,
     /// too_many_requests, no_space, unavailable, internal.
+    #[schema(example = "not_found")]
     pub code: String,
     /// A sentence for a person.
     pub message: String,

@@ -35,7 +35,11 @@ pub struct StartProcess {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub keep_awake: bool,
     /// Kills the whole tree after this long (at most 30 days); none by default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::whole::option"
+    )]
     #[schema(minimum = 1, maximum = 2592000000.0, example = 3600000)]
     pub timeout_ms: Option<u64>,
 }
