@@ -469,20 +469,34 @@ async fn a_stdin_write_that_never_ends_does_not_hide_the_end_or_block_others() {
         .start(json!({"command": ["sleep", "1000"], "stdin": true}))
         .await;
     let big: &'static [u8] = Box::leak(vec![b'x'; 1 << 20].into_boxed_slice());
-    let stuck = tokio::spawn(
-        s.http
-            .post(p.url(&format!("/{}/stdin", deaf.id)))
-            .bearer_auth(common::TOKEN)
-            .body(endless_body(big))
-            .send(),
-    );
-    wait_for("a second write to be refused while the first waits", || {
-        let p = p.clone();
-        let id = deaf.id.clone();
-        // An empty write that does not close stdin: it goes through until the first holds on.
-        async move { p.stdin(&id, b"", false).await.0 == 409 }
-    })
-    .await;
+    let big_write = || {
+        tokio::spawn(
+            s.http
+                .post(p.url(&format!("/{}/stdin", deaf.id)))
+                .bearer_auth(common::TOKEN)
+                .body(endless_body(big))
+                .send(),
+        )
+    };
+    let mut stuck = big_write();
+    // An empty write that does not close stdin goes through until the big one holds on. The
+    // two race for the pipe: a big write that came second is itself refused, and sent again.
+    let deadline = tokio::time::Instant::now() + common::DEADLINE;
+    loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a second write was never refused while the first waited"
+        );
+        if stuck.is_finished() {
+            let lost = stuck.await.unwrap().unwrap();
+            assert_eq!(lost.status(), 409, "a big write ended early");
+            stuck = big_write();
+        }
+        if p.stdin(&deaf.id, b"", false).await.0 == 409 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(p.remove(&deaf.id).await, 204);
     let answer = stuck.await.unwrap().unwrap();
     assert_eq!(answer.status(), 400);
