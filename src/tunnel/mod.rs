@@ -196,34 +196,24 @@ async fn serve_inbound(lc: Arc<Lifecycle>, id: String, mut stream: MuxStream) {
             let _ = proto::write_message(&mut stream, &Reply::ok()).await;
         }
         Request::Activity(Activity {}) => {
-            if proto::write_message(&mut stream, &Reply::ok())
-                .await
-                .is_err()
-            {
-                return;
-            }
-            let mut frames = FramedRead::new(stream, FrameCodec::default());
-            while let Some(Ok(frame)) = frames.next().await {
+            let reported = reports(stream, |frame| {
                 if let Frame::Activity { cpu_ms, keep_awake } = frame {
                     lc.activity().sample(&id, cpu_ms, keep_awake);
                 }
+            })
+            .await;
+            if reported {
+                // No reports means nothing known to keep the agent awake.
+                lc.activity().sample_ended(&id);
             }
-            // No reports means nothing known to keep the agent awake.
-            lc.activity().sample_ended(&id);
         }
         Request::ProcessWatch(ProcessWatch {}) => {
-            if proto::write_message(&mut stream, &Reply::ok())
-                .await
-                .is_err()
-            {
-                return;
-            }
-            let mut frames = FramedRead::new(stream, FrameCodec::default());
-            while let Some(Ok(frame)) = frames.next().await {
+            reports(stream, |frame| {
                 if let Frame::Process(info) = frame {
                     lc.hub().process(&id, *info);
                 }
-            }
+            })
+            .await;
         }
         other => {
             let msg = format!("the server does not serve {} channels", other.channel());
@@ -234,6 +224,22 @@ async fn serve_inbound(lc: Arc<Lifecycle>, id: String, mut stream: MuxStream) {
             .await;
         }
     }
+}
+
+/// Accepts a channel of reports from sandboxd and hands each frame to `each` until it ends;
+/// false when the channel could not even be accepted.
+async fn reports(mut stream: MuxStream, mut each: impl FnMut(Frame)) -> bool {
+    if proto::write_message(&mut stream, &Reply::ok())
+        .await
+        .is_err()
+    {
+        return false;
+    }
+    let mut frames = FramedRead::new(stream, FrameCodec::default());
+    while let Some(Ok(frame)) = frames.next().await {
+        each(frame);
+    }
+    true
 }
 
 async fn ping(handle: MuxHandle, missed: Arc<AtomicU32>, timeout: Duration) {
