@@ -7,17 +7,26 @@ use anyhow::Context;
 use sandboxd::SandboxOptions;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
+use tracing_subscriber::filter::{LevelFilter, Targets};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+
+/// What to log: `RUST_LOG` as a list of `target=level` and a bare default level; `info` when
+/// it is unset, empty or cannot be read.
+fn log_filter(rust_log: Option<&str>) -> Targets {
+    rust_log
+        .filter(|s| !s.trim().is_empty())
+        .and_then(|s| s.parse::<Targets>().ok())
+        .unwrap_or_else(|| Targets::new().with_default(LevelFilter::INFO))
+}
 
 fn main() -> anyhow::Result<()> {
     if let Some(code) = sandboxd::process::shim::run_if_invoked() {
         std::process::exit(code);
     }
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
+    tracing_subscriber::registry()
+        .with(log_filter(std::env::var("RUST_LOG").ok().as_deref()))
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
         .init();
     let boot_path = boot_path_from_args(std::env::args().skip(1))?;
     let boot = BootConfig::load(&boot_path)?;
@@ -77,4 +86,22 @@ fn adopt_fresh_home(opts: &SandboxOptions) -> anyhow::Result<()> {
             .with_context(|| format!("cannot hand {} to the account", opts.home.display()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_filter;
+    use tracing::Level;
+
+    #[test]
+    fn the_log_filter_reads_targets_and_levels_and_falls_back_to_info() {
+        let f = log_filter(Some("sandboxd=debug,yamux=warn"));
+        assert!(f.would_enable("sandboxd::tunnel", &Level::DEBUG));
+        assert!(!f.would_enable("yamux", &Level::INFO));
+        for unset in [None, Some("sandboxd=loud"), Some("")] {
+            let f = log_filter(unset);
+            assert!(f.would_enable("sandboxd", &Level::INFO), "{unset:?}");
+            assert!(!f.would_enable("sandboxd", &Level::DEBUG), "{unset:?}");
+        }
+    }
 }

@@ -232,8 +232,9 @@ impl OutputLog {
         }
     }
 
-    /// The next piece for `cursor`, at most `max` bytes from at most one record: one or two
-    /// positioned reads of a file, short enough to do under the lock the writer takes.
+    /// The next piece for `cursor`: at most `max` bytes of one stream, from the records that
+    /// follow each other in one segment; positioned reads of one file, short enough to do
+    /// under the lock the writer takes.
     pub fn read(&self, cursor: &mut Cursor, max: usize) -> std::io::Result<Piece> {
         let first = self.start();
         if cursor.at < first {
@@ -296,16 +297,22 @@ impl OutputLog {
                 open.logical += len;
                 continue;
             }
-            let skip = cursor.at - open.logical;
-            let n = (len - skip).min(max as u64);
-            let mut bytes = vec![0u8; n as usize];
-            open.file
-                .read_exact_at(&mut bytes, open.pos + RECORD_HEAD + skip)?;
             let offset = cursor.at;
-            cursor.at += n;
-            if skip + n == len {
-                open.pos += RECORD_HEAD + len;
-                open.logical += len;
+            let mut bytes = Vec::new();
+            take_from_record(open, &mut cursor.at, len, max, &mut bytes)?;
+            // Records are as small as the pipe reads that made them; following records of
+            // the same stream join this piece, so a reader pays one frame per `max` bytes
+            // instead of one per few KiB.
+            while bytes.len() < max && open.logical == cursor.at {
+                if open.pos + RECORD_HEAD > seg.len {
+                    break;
+                }
+                open.file.read_exact_at(&mut head, open.pos)?;
+                let (next, len) = parse_head(&head).ok_or_else(damaged)?;
+                if next != stream {
+                    break;
+                }
+                take_from_record(open, &mut cursor.at, len as u64, max, &mut bytes)?;
             }
             return Ok(Piece::Data {
                 offset,
@@ -314,6 +321,29 @@ impl OutputLog {
             });
         }
     }
+}
+
+/// Appends to `bytes` what is left of the record at `open` from offset `at` on, up to `max`
+/// bytes in all, moving `at` along, and past the record when it is used up.
+fn take_from_record(
+    open: &mut OpenSegment,
+    at: &mut u64,
+    len: u64,
+    max: usize,
+    bytes: &mut Vec<u8>,
+) -> std::io::Result<()> {
+    let skip = *at - open.logical;
+    let n = (len - skip).min(max.saturating_sub(bytes.len()) as u64);
+    let have = bytes.len();
+    bytes.resize(have + n as usize, 0);
+    open.file
+        .read_exact_at(&mut bytes[have..], open.pos + RECORD_HEAD + skip)?;
+    *at += n;
+    if skip + n == len {
+        open.pos += RECORD_HEAD + len;
+        open.logical += len;
+    }
+    Ok(())
 }
 
 /// Makes `dir` (and its parents) with only its owner let in: what a process wrote is not the
@@ -440,6 +470,51 @@ mod tests {
             }
         );
         assert_eq!(read_all(&log, 15).0, vec![]);
+    }
+
+    #[test]
+    fn records_of_one_stream_are_read_as_one_piece_up_to_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = OutputLog::create(dir.path(), 1 << 20).unwrap();
+        for i in 0..10u8 {
+            log.append(Stream::Stdout, &[i; 100]).unwrap();
+        }
+        log.append(Stream::Stderr, b"err").unwrap();
+        log.append(Stream::Stdout, b"out").unwrap();
+        let mut c = Cursor::at(50);
+        let Piece::Data {
+            offset,
+            stream,
+            bytes,
+        } = log.read(&mut c, 400).unwrap()
+        else {
+            panic!("no data");
+        };
+        assert_eq!((offset, stream, bytes.len()), (50, Stream::Stdout, 400));
+        assert_eq!(&bytes[..50], &[0u8; 50][..]);
+        assert_eq!(&bytes[350..], &[4u8; 50][..]);
+        // The rest of stdout stops at the stderr record, then each stream comes on its own.
+        let Piece::Data { offset, bytes, .. } = log.read(&mut c, 1 << 20).unwrap() else {
+            panic!("no data");
+        };
+        assert_eq!((offset, bytes.len()), (450, 550));
+        assert_eq!(
+            log.read(&mut c, 1 << 20).unwrap(),
+            Piece::Data {
+                offset: 1000,
+                stream: Stream::Stderr,
+                bytes: b"err".to_vec()
+            }
+        );
+        assert_eq!(
+            log.read(&mut c, 1 << 20).unwrap(),
+            Piece::Data {
+                offset: 1003,
+                stream: Stream::Stdout,
+                bytes: b"out".to_vec()
+            }
+        );
+        assert_eq!(log.read(&mut c, 1 << 20).unwrap(), Piece::End);
     }
 
     #[test]
