@@ -93,10 +93,10 @@ function createForm(): HTMLElement {
     set('image', l.defaultImage, undefined, `Default: ${l.defaultImage}`);
     set('cpus', String(l.defaultCpus), l.maxCpus, `Default ${l.defaultCpus}, at most ${l.maxCpus}`);
     set('memoryMb', String(l.defaultMemoryMb), l.maxMemoryMb, `Default ${l.defaultMemoryMb} MiB, at most ${l.maxMemoryMb} MiB`);
-    if (l.maxDiskMb === null) {
+    if (l.maxDiskMb == null) {
       fields.find((x) => x.key === 'diskMb')?.wrap.remove();
     } else {
-      const d = l.defaultDiskMb === null ? 'no limit' : String(l.defaultDiskMb);
+      const d = l.defaultDiskMb == null ? 'no limit' : String(l.defaultDiskMb);
       set('diskMb', d, l.maxDiskMb, `Size of the home: default ${d === 'no limit' ? 'no limit' : `${d} MiB`}, at most ${l.maxDiskMb} MiB`);
     }
     set('idleMinutes', String(l.defaultIdleMinutes), l.maxIdleMinutes, `Default ${l.defaultIdleMinutes} minutes`);

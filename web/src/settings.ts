@@ -1,5 +1,5 @@
 // Change an agent's image or resources (PATCH). The server then marks it `needsRebuild`.
-import { api, ApiError, type Agent, type NewAgent } from './api';
+import { api, ApiError, type Agent, type AgentUpdate } from './api';
 import { h, toast } from './dom';
 import { store } from './store';
 
@@ -47,9 +47,9 @@ export function settingsForm(getAgent: () => Agent | null, onDone: () => void): 
     inputs.cpus.value = String(a.cpus);
     inputs.memoryMb.value = String(a.memoryMb);
     // A home without a limit keeps it that way: nothing to edit.
-    inputs.diskMb.value = a.diskMb === null ? '' : String(a.diskMb);
-    inputs.diskMb.disabled = a.diskMb === null;
-    inputs.diskMb.placeholder = a.diskMb === null ? 'no limit' : '';
+    inputs.diskMb.value = a.diskMb == null ? '' : String(a.diskMb);
+    inputs.diskMb.disabled = a.diskMb == null;
+    inputs.diskMb.placeholder = a.diskMb == null ? 'no limit' : '';
     inputs.idleMinutes.value = String(a.idleMinutes);
     for (const k of Object.keys(errors) as Key[]) errors[k].textContent = '';
     formError.textContent = '';
@@ -63,7 +63,7 @@ export function settingsForm(getAgent: () => Agent | null, onDone: () => void): 
       inputs[k].removeAttribute('aria-invalid');
     }
     formError.textContent = '';
-    const body: Partial<NewAgent> = {};
+    const body: AgentUpdate = {};
     const image = inputs.image.value.trim();
     if (image && image !== a.image) body.image = image;
     for (const k of ['cpus', 'memoryMb', 'diskMb', 'idleMinutes'] as const) {
