@@ -22,6 +22,18 @@ after(async () => {
 
 const row = (page, name) => page.locator(`[data-testid="agent-row"][data-agent-name="${name}"]`);
 
+test('the preset choice and env rows show only when the server has presets', async () => {
+  const { page } = b;
+  const res = await server.api('GET', '/presets');
+  const presets = res.status === 200 ? await res.json() : null;
+  if (!presets) assert.equal(res.status, 404, 'no presets: 404');
+  await page.locator('#new-name').waitFor();
+  // The answer has come once the limits' placeholders are in; the presets are asked at once too.
+  await until('form filled from /limits', async () => /\(default\)$/.test((await page.locator('#new-cpus').getAttribute('placeholder')) ?? ''));
+  await until('preset choice matches the server', async () => (await page.getByTestId('preset-select').isVisible()) === !!presets?.length);
+  await until('env rows match the server', async () => (await page.getByTestId('new-env').isVisible()) === !!presets);
+});
+
 test('the server’s validation message appears at the field', async () => {
   const { page } = b;
   // Ask the server what it says about too many CPUs, then expect the same words at the field.

@@ -211,6 +211,23 @@ export const api = {
     };
   })(),
   health: () => getJson<Health>('/health'),
+  /**
+   * The server's presets, or null when it has none to offer: a server without presets answers
+   * 404 (the form then shows no preset choice). Other failures are not cached.
+   */
+  presets: (() => {
+    let cached: Promise<Preset[] | null> | null = null;
+    return (): Promise<Preset[] | null> => {
+      cached ??= getJson<Preset[]>('/presets').then(
+        (list) => (Array.isArray(list) ? list : null),
+        (e: unknown) => {
+          if (!(e instanceof ApiError && e.status === 404)) cached = null;
+          return null;
+        },
+      );
+      return cached;
+    };
+  })(),
 
   agents: () => getJson<Agent[]>('/agents'),
   agent: (id: string) => getJson<Agent>(a(id)),
@@ -220,6 +237,8 @@ export const api = {
   start: (id: string) => sendJson<Agent>('POST', `${a(id)}/start`),
   stop: (id: string) => sendJson<Agent>('POST', `${a(id)}/stop`),
   rebuild: (id: string) => sendJson<Agent>('POST', `${a(id)}/rebuild`),
+  /** Runs the preset's setup script again (409 when the agent has none). */
+  runSetup: (id: string) => sendJson<unknown>('POST', `${a(id)}/setup`),
 
   list: (id: string, path: string) => getJson<FsEntry[]>(`${a(id)}/fs/list?path=${q(path)}`),
   readText: async (id: string, path: string) => (await request('GET', `${a(id)}/fs/read?path=${q(path)}`)).arrayBuffer(),
@@ -244,6 +263,8 @@ export const api = {
 
   /** The agent's background processes, oldest first (wakes a sleeping agent). */
   processes: (id: string) => getJson<Process[]>(`${a(id)}/processes`),
+  /** One process by its id or tag. */
+  process: (id: string, pid: string) => getJson<Process>(`${a(id)}/processes/${q(pid)}`),
   startProcess: (id: string, body: StartProcess) => sendJson<Process>('POST', `${a(id)}/processes`, body),
   signalProcess: (id: string, pid: string, signal: string) => sendJson<void>('POST', `${a(id)}/processes/${q(pid)}/signal`, { signal }),
   /** Kills the process if it runs, and forgets it and its output. */
