@@ -117,6 +117,7 @@ test('create from the dropdown with env rows; the agent page shows preset, env a
   assert.equal(agent.cpus, 2, 'an empty field took the preset’s value');
   assert.equal(agent.memoryMb, 768, 'a field given overrides the preset');
   assert.deepEqual(agent.env, { GREETING: 'hello', EXTRA: 'from-form' });
+  assert.match(await r.textContent(), /preset dev/, 'the list names the preset');
   // The form is ready for the next one: no env rows left, the default preset chosen.
   assert.equal(await page.getByTestId('env-row').count(), 0);
   assert.equal(await page.getByTestId('preset-select').inputValue(), 'dev');

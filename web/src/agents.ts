@@ -19,7 +19,9 @@ function agentRow(agent: Agent): Row {
   const meta = h('div', { class: 'agent-meta' });
   const image = h('span', { class: 'mono agent-image' });
   const res = h('span', { class: 'agent-res' });
-  meta.append(image, h('span', { class: 'sep', 'aria-hidden': 'true' }, '·'), res);
+  const preset = h('span', { class: 'agent-preset', hidden: true, title: 'Preset' });
+  const presetSep = h('span', { class: 'sep', 'aria-hidden': 'true', hidden: true }, '·');
+  meta.append(preset, presetSep, image, h('span', { class: 'sep', 'aria-hidden': 'true' }, '·'), res);
   const status = statusLine();
   const acts = actions();
   const open = h('a', { class: 'btn btn-small btn-primary', href, onclick: linkHandler(href) }, 'Open');
@@ -36,6 +38,8 @@ function agentRow(agent: Agent): Row {
     setText(name, a.name);
     setText(id, a.id);
     b.update(a.state);
+    setText(preset, a.preset ? `preset ${a.preset}` : '');
+    preset.hidden = presetSep.hidden = !a.preset;
     setText(image, a.image);
     image.title = a.image;
     setText(res, resources(a));
