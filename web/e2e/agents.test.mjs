@@ -22,6 +22,61 @@ after(async () => {
 
 const row = (page, name) => page.locator(`[data-testid="agent-row"][data-agent-name="${name}"]`);
 
+test('the preset choice and env rows show only when the server has presets', async () => {
+  const { page } = b;
+  const res = await server.api('GET', '/presets');
+  const presets = res.status === 200 ? await res.json() : null;
+  if (!presets) assert.equal(res.status, 404, 'no presets: 404');
+  await page.locator('#new-name').waitFor();
+  // The answer has come once the limits' placeholders are in; the presets are asked at once too.
+  await until('form filled from /limits', async () => /\(default\)$/.test((await page.locator('#new-cpus').getAttribute('placeholder')) ?? ''));
+  await until('preset choice matches the server', async () => (await page.getByTestId('preset-select').isVisible()) === !!presets?.length);
+  await until('env rows match the server', async () => (await page.getByTestId('new-env').isVisible()) === !!presets);
+});
+
+test('the runtime choice shows only when /limits lists more than one, and creates on the chosen one', async () => {
+  const { page } = b;
+  const limits = await server.apiJson('GET', '/limits');
+  const runtimes = Array.isArray(limits.runtimes) ? limits.runtimes : [];
+  await until('form filled from /limits', async () => /\(default\)$/.test((await page.locator('#new-cpus').getAttribute('placeholder')) ?? ''));
+  assert.equal(await page.getByTestId('runtime-select').isVisible(), runtimes.length > 1);
+  if (runtimes.length < 2) return;
+  const pick = runtimes[runtimes.length - 1];
+  await page.locator('#new-name').fill('on-runtime');
+  await page.getByTestId('runtime-select').selectOption(pick);
+  await page.getByRole('button', { name: 'Create agent' }).click();
+  await row(page, 'on-runtime').waitFor();
+  const a = (await server.apiJson('GET', '/agents')).find((x) => x.name === 'on-runtime');
+  assert.equal(a.runtime, pick);
+  assert.equal(await page.getByTestId('runtime-select').inputValue(), '', 'back to the default for the next one');
+  // Changed on the agent page's settings: it then needs a rebuild.
+  await page.goto(`/agents/${a.id}`);
+  await page.getByTestId('settings').click();
+  const edit = page.getByTestId('edit-runtime');
+  await until('runtime in settings', async () => (await edit.inputValue()) === pick);
+  await edit.selectOption(runtimes[0]);
+  await page.getByRole('button', { name: 'Save settings' }).click();
+  await page.getByTestId('settings-form').waitFor({ state: 'hidden' });
+  const changed = await server.apiJson('GET', `/agents/${a.id}`);
+  assert.equal(changed.runtime, runtimes[0]);
+  assert.equal(changed.needsRebuild, true);
+  await page.goto('/');
+  assert.equal((await server.api('DELETE', `/agents/${a.id}`)).status < 300, true);
+});
+
+test('the agent page shows env and setup only when the server has them', async () => {
+  const { page } = b;
+  const agent = await server.runningAgent('plain-page');
+  await page.goto(`/agents/${agent.id}`);
+  await page.locator('.agent-page [data-testid="state"][data-state="running"]').waitFor();
+  assert.equal(await page.getByTestId('env').isVisible(), agent.env !== undefined);
+  assert.equal(await page.getByTestId('setup').isVisible(), !!agent.setup);
+  assert.equal(await page.getByTestId('agent-preset').count(), agent.preset ? 1 : 0);
+  await page.goto('/');
+  assert.equal((await server.api('DELETE', `/agents/${agent.id}`)).status < 300, true);
+  await row(page, 'plain-page').waitFor({ state: 'detached', timeout: 60_000 });
+});
+
 test('the server’s validation message appears at the field', async () => {
   const { page } = b;
   // Ask the server what it says about too many CPUs, then expect the same words at the field.

@@ -153,3 +153,64 @@ test('hostile file names render as text', async () => {
   await fileRow(page, 'notes.txt').waitFor();
   await screenshot(page, 'files.png');
 });
+
+test('the path bar and breadcrumbs reach any absolute path; a refused one shows the server’s error', async () => {
+  const { page } = b;
+  assert.equal((await server.api('POST', `/agents/${agent.id}/fs/mkdir?path=deep/er`)).status, 204);
+  assert.equal((await server.api('PUT', `/agents/${agent.id}/fs/write?path=deep/er/inside.txt`, 'x')).status, 204);
+  const crumbs = page.getByTestId('breadcrumbs');
+  const pathInput = page.getByRole('textbox', { name: 'Path' });
+  assert.equal(await pathInput.inputValue(), '/home/agent', 'the path bar shows the folder shown');
+
+  // An absolute path typed and Enter.
+  await pathInput.fill('/home/agent/deep/er');
+  await pathInput.press('Enter');
+  await fileRow(page, 'inside.txt').waitFor();
+  await crumbs.locator('[aria-current="location"]').filter({ hasText: 'er' }).waitFor();
+  assert.equal(await pathInput.inputValue(), '/home/agent/deep/er');
+  // A relative one, with `..`, resolved against the folder shown.
+  await pathInput.fill('..');
+  await pathInput.press('Enter');
+  await fileRow(page, 'er').waitFor();
+  assert.equal(await pathInput.inputValue(), '/home/agent/deep');
+  // `~` is the home.
+  await pathInput.fill('~/deep/er/');
+  await pathInput.press('Enter');
+  await fileRow(page, 'inside.txt').waitFor();
+  assert.equal(await pathInput.inputValue(), '/home/agent/deep/er');
+
+  // Above the home: `/` through the path bar. The fake driver serves nothing outside the home,
+  // so the server refuses it there; whatever it answers is what the page shows.
+  const direct = await server.api('GET', `/agents/${agent.id}/fs/list?path=${q('/')}`);
+  const body = await direct.text();
+  await pathInput.fill('/');
+  await pathInput.press('Enter');
+  await crumbs.getByRole('button', { name: 'Root folder' }).and(page.locator('[aria-current="location"]')).waitFor();
+  if (direct.ok) {
+    await fileRow(page, 'home').waitFor();
+  } else {
+    const { error } = JSON.parse(body);
+    const msg = page.getByTestId('files-message');
+    await msg.filter({ hasText: error.message }).waitFor();
+    assert.equal(await msg.getAttribute('role'), 'alert');
+    assert.match(await msg.textContent(), /Cannot open “\/”/);
+    assert.equal(await page.locator('[data-testid="files"]').getAttribute('data-state'), 'error');
+  }
+  await page.getByTestId('files-scope').filter({ hasText: 'Outside the home' }).waitFor();
+  await screenshot(page, 'files-root.png');
+
+  // The ".." row of the home goes up to /home; the home crumb comes back.
+  await crumbs.getByRole('button', { name: '/home/agent' }).waitFor({ state: 'detached' });
+  await pathInput.fill('/home/agent');
+  await pathInput.press('Enter');
+  await fileRow(page, 'deep').waitFor();
+  assert.equal(await page.getByTestId('files-scope').isHidden(), true);
+  await page.getByRole('button', { name: 'Parent folder' }).click();
+  await until('path bar at /home', async () => (await pathInput.inputValue()) === '/home');
+  await crumbs.getByRole('button', { name: 'home', exact: true }).and(page.locator('[aria-current="location"]')).waitFor();
+  await page.locator('[data-testid="files"]:is([data-state="ready"], [data-state="error"])').waitFor();
+  await pathInput.fill('~');
+  await pathInput.press('Enter');
+  await fileRow(page, 'deep').waitFor();
+  await crumbs.getByRole('button', { name: '/home/agent' }).and(page.locator('[aria-current="location"]')).waitFor();
+});

@@ -61,9 +61,10 @@ async function freePort() {
 
 /**
  * Start `agenthold serve` on free loopback ports with a temp data dir and the fake driver.
- * Returns { url, token, api(), stop(), log() }.
+ * `sandboxConfig`: more lines under `sandbox:` (indented by two); `topConfig`: more top-level
+ * lines (e.g. `presets:`). Returns { url, token, api(), stop(), log() }.
  */
-export async function startServer({ maxFileMb } = {}) {
+export async function startServer({ maxFileMb, sandboxConfig = [], topConfig = [] } = {}) {
   const dir = await mkdtemp(path.join(tmpdir(), 'agenthold-e2e-'));
   const port = await freePort();
   const tunnel = await freePort();
@@ -74,7 +75,8 @@ export async function startServer({ maxFileMb } = {}) {
     `  data_dir: ${JSON.stringify(path.join(dir, 'data'))}`,
   ];
   if (maxFileMb) lines.push(`  max_file_mb: ${maxFileMb}`);
-  lines.push('sandbox:', '  driver: fake', `  tunnel_listen: 127.0.0.1:${tunnel}`, '  egress:', '    port: 0', '    dns_port: 0', '  idle_check_interval: 5s', '');
+  lines.push('sandbox:', '  driver: fake', `  tunnel_listen: 127.0.0.1:${tunnel}`, ...sandboxConfig, '  egress:', '    port: 0', '    dns_port: 0', '  idle_check_interval: 5s');
+  lines.push(...topConfig, '');
   const config = path.join(dir, 'config.yaml');
   await writeFile(config, lines.join('\n'));
   const logPath = path.join(dir, 'server.log');

@@ -8,6 +8,8 @@ import { processesView } from './processes';
 import { store } from './store';
 import { settingsForm } from './settings';
 import { egressCard } from './egress';
+import { envCard } from './env';
+import { setupCard } from './setup';
 import { terminalView } from './terminal';
 
 type Tab = 'terminal' | 'files' | 'processes';
@@ -52,13 +54,19 @@ export function agentPage(id: string): Page {
   const settings = disclosure(settingsBtn, settingsForm);
   const egressBtn = h('button', { type: 'button', class: 'btn btn-small', 'aria-expanded': 'false', 'data-testid': 'egress' }, 'Internet');
   const egress = disclosure(egressBtn, egressCard);
+  // Env and setup: only on a server that has them (the agent then carries `env` / `setup`).
+  const envBtn = h('button', { type: 'button', class: 'btn btn-small', 'aria-expanded': 'false', 'data-testid': 'env', hidden: true }, 'Env');
+  const env = disclosure(envBtn, envCard);
+  const setup = setupCard(id);
   const head = h(
     'div',
     { class: 'agent-head' },
-    h('div', { class: 'agent-head-line' }, back, title, idText, b.el, h('span', { class: 'spacer' }), egressBtn, settingsBtn, acts.el),
+    h('div', { class: 'agent-head-line' }, back, title, idText, b.el, h('span', { class: 'spacer' }), envBtn, egressBtn, settingsBtn, acts.el),
     h('div', { class: 'agent-head-line agent-line2' }, meta, status.el),
     settings.el,
     egress.el,
+    env.el,
+    setup.el,
   );
 
   const term = terminalView(id, () => agent?.name ?? id);
@@ -152,7 +160,18 @@ export function agentPage(id: string): Page {
     setText(title, a.name);
     b.update(a.state);
     acts.update(a);
-    replace(meta, h('span', { class: 'mono agent-image' }, a.image), h('span', { class: 'sep', 'aria-hidden': 'true' }, '·'), h('span', null, resources(a)));
+    const sep = () => h('span', { class: 'sep', 'aria-hidden': 'true' }, '·');
+    replace(
+      meta,
+      a.preset ? [h('span', { class: 'agent-preset', 'data-testid': 'agent-preset', title: 'Preset' }, `preset ${a.preset}`), sep()] : null,
+      h('span', { class: 'mono agent-image' }, a.image),
+      sep(),
+      h('span', null, resources(a)),
+      a.runtime ? [sep(), h('span', { class: 'agent-runtime', 'data-testid': 'agent-runtime', title: 'Container runtime' }, `runtime ${a.runtime}`)] : null,
+      a.env && Object.keys(a.env).length ? [sep(), h('span', { class: 'agent-env mono', 'data-testid': 'agent-env', title: Object.entries(a.env).map(([k, v]) => `${k}=${v}`).join('\n') }, `env ${Object.keys(a.env).sort().join(', ')}`)] : null,
+    );
+    envBtn.hidden = a.env === undefined;
+    setup.update(a);
     status.update(a);
     if (!egress.el.hidden) egress.update(a);
     const running = a.state === 'running';
@@ -205,6 +224,7 @@ export function agentPage(id: string): Page {
       term.dispose();
       files.dispose();
       procs.dispose();
+      setup.dispose();
       document.title = 'agenthold';
     },
   };

@@ -1,7 +1,8 @@
 // The agents page: every agent with its live state, and the create form.
-import { api, ApiError, type Agent, type NewAgent } from './api';
+import { api, ApiError, type Agent, type Limits, type NewAgent, type Preset } from './api';
 import { actions, badge, resources, statusLine } from './agentui';
-import { h, replace, setText } from './dom';
+import { formatMb, h, replace, setText } from './dom';
+import { envEditor } from './env';
 import { linkHandler, type Page } from './nav';
 import { store } from './store';
 
@@ -18,7 +19,9 @@ function agentRow(agent: Agent): Row {
   const meta = h('div', { class: 'agent-meta' });
   const image = h('span', { class: 'mono agent-image' });
   const res = h('span', { class: 'agent-res' });
-  meta.append(image, h('span', { class: 'sep', 'aria-hidden': 'true' }, '·'), res);
+  const preset = h('span', { class: 'agent-preset', hidden: true, title: 'Preset' });
+  const presetSep = h('span', { class: 'sep', 'aria-hidden': 'true', hidden: true }, '·');
+  meta.append(preset, presetSep, image, h('span', { class: 'sep', 'aria-hidden': 'true' }, '·'), res);
   const status = statusLine();
   const acts = actions();
   const open = h('a', { class: 'btn btn-small btn-primary', href, onclick: linkHandler(href) }, 'Open');
@@ -35,6 +38,8 @@ function agentRow(agent: Agent): Row {
     setText(name, a.name);
     setText(id, a.id);
     b.update(a.state);
+    setText(preset, a.preset ? `preset ${a.preset}` : '');
+    preset.hidden = presetSep.hidden = !a.preset;
     setText(image, a.image);
     image.title = a.image;
     setText(res, resources(a));
@@ -52,6 +57,22 @@ interface Field {
   input: HTMLInputElement;
   error: HTMLElement;
   wrap: HTMLElement;
+}
+
+/** `python:3.12 · 2 CPUs · 4 GiB · 10 GiB disk · sleeps after 15 min idle · runtime runsc · env A, B · setup script`. */
+export function presetSummary(p: Preset): string {
+  const parts: string[] = [];
+  if (p.image) parts.push(p.image);
+  if (p.cpus != null) parts.push(`${p.cpus} CPU${p.cpus === 1 ? '' : 's'}`);
+  if (p.memoryMb != null) parts.push(formatMb(p.memoryMb));
+  if (p.diskMb != null) parts.push(`${formatMb(p.diskMb)} disk`);
+  if (p.idleMinutes != null) parts.push(p.idleMinutes === 0 ? 'never sleeps' : `sleeps after ${p.idleMinutes} min idle`);
+  if (p.runtime) parts.push(`runtime ${p.runtime}`);
+  const env = Object.keys(p.env ?? {});
+  if (env.length) parts.push(`env ${env.join(', ')}`);
+  if (p.egress) parts.push('own internet rules');
+  if (p.setup) parts.push(p.setupOnRebuild ? 'setup script (again after a rebuild)' : 'setup script');
+  return parts.join(' · ');
 }
 
 function createForm(): HTMLElement {
@@ -81,33 +102,109 @@ function createForm(): HTMLElement {
     mk('diskMb', 'Disk', { type: 'number', min: '64', step: '1', inputmode: 'numeric', placeholder: 'default' }, 'MiB'),
     mk('idleMinutes', 'Sleep after', { type: 'number', min: '1', step: '1', inputmode: 'numeric', placeholder: 'default' }, 'idle min'),
   ];
-  // Show the server's defaults and maxima when it tells them.
-  void api.limits().then((l) => {
-    if (!l) return;
-    const set = (key: keyof NewAgent, placeholder: string, max?: number, hint?: string) => {
-      const f = fields.find((x) => x.key === key)!;
-      f.input.placeholder = `${placeholder} (default)`;
+  // Preset and runtime choices, and env: shown only when the server offers them.
+  const presetSelect = h('select', { id: 'new-preset', name: 'preset', 'aria-describedby': 'new-preset-detail new-preset-error', 'data-testid': 'preset-select' });
+  const presetDetail = h('p', { id: 'new-preset-detail', class: 'preset-detail muted', 'data-testid': 'preset-detail' });
+  const presetError = h('p', { id: 'new-preset-error', class: 'field-error', 'data-field-error': 'preset', 'aria-live': 'polite' });
+  const presetWrap = h(
+    'div',
+    { class: 'field field-preset', hidden: true },
+    h('label', { for: 'new-preset' }, 'Preset', h('span', { class: 'hint' }, 'empty fields take its values')),
+    presetSelect,
+    presetDetail,
+    presetError,
+  );
+  const runtimeSelect = h('select', { id: 'new-runtime', name: 'runtime', 'aria-describedby': 'new-runtime-error', 'data-testid': 'runtime-select' });
+  const runtimeError = h('p', { id: 'new-runtime-error', class: 'field-error', 'data-field-error': 'runtime', 'aria-live': 'polite' });
+  const runtimeWrap = h(
+    'div',
+    { class: 'field field-runtime', hidden: true },
+    h('label', { for: 'new-runtime' }, 'Runtime', h('span', { class: 'hint' }, 'runsc: gVisor, stronger isolation')),
+    runtimeSelect,
+    runtimeError,
+  );
+  const env = envEditor('new');
+  env.el.hidden = true;
+  const envError = h('p', { class: 'field-error', 'data-field-error': 'env', 'aria-live': 'polite' });
+  const envWrap = h('div', { class: 'create-env', hidden: true }, env.el, envError);
+
+  let limits: Limits | null = null;
+  let presets: Preset[] = [];
+  const chosenPreset = (): Preset | undefined => (presetWrap.hidden ? undefined : presets.find((p) => p.name === presetSelect.value));
+
+  /** Placeholders say what an empty field becomes: the chosen preset's value, else the server's default. */
+  const applyPlaceholders = () => {
+    const p = chosenPreset();
+    const set = (key: keyof NewAgent, fromPreset: string | null, fallback: string | null, max?: number, hint?: string) => {
+      const f = fields.find((x) => x.key === key);
+      if (!f) return;
+      if (fromPreset !== null) f.input.placeholder = `${fromPreset} (preset)`;
+      else if (fallback !== null) f.input.placeholder = `${fallback} (default)`;
       if (max !== undefined) f.input.max = String(max);
       if (hint) f.input.title = hint;
     };
-    set('image', l.defaultImage, undefined, `Default: ${l.defaultImage}`);
-    set('cpus', String(l.defaultCpus), l.maxCpus, `Default ${l.defaultCpus}, at most ${l.maxCpus}`);
-    set('memoryMb', String(l.defaultMemoryMb), l.maxMemoryMb, `Default ${l.defaultMemoryMb} MiB, at most ${l.maxMemoryMb} MiB`);
-    if (l.maxDiskMb === null) {
+    const str = (v: number | string | null | undefined) => (v == null || v === '' ? null : String(v));
+    const l = limits;
+    set('image', str(p?.image), l ? l.defaultImage : null, undefined, l ? `Default: ${l.defaultImage}` : undefined);
+    set('cpus', str(p?.cpus), l ? String(l.defaultCpus) : null, l?.maxCpus, l ? `Default ${l.defaultCpus}, at most ${l.maxCpus}` : undefined);
+    set('memoryMb', str(p?.memoryMb), l ? String(l.defaultMemoryMb) : null, l?.maxMemoryMb, l ? `Default ${l.defaultMemoryMb} MiB, at most ${l.maxMemoryMb} MiB` : undefined);
+    if (l && l.maxDiskMb == null) {
       fields.find((x) => x.key === 'diskMb')?.wrap.remove();
-    } else {
-      const d = l.defaultDiskMb === null ? 'no limit' : String(l.defaultDiskMb);
-      set('diskMb', d, l.maxDiskMb, `Size of the home: default ${d === 'no limit' ? 'no limit' : `${d} MiB`}, at most ${l.maxDiskMb} MiB`);
+    } else if (l) {
+      const d = l.defaultDiskMb == null ? 'no limit' : String(l.defaultDiskMb);
+      set('diskMb', str(p?.diskMb), d, l.maxDiskMb ?? undefined, `Size of the home: default ${d === 'no limit' ? 'no limit' : `${d} MiB`}, at most ${l.maxDiskMb} MiB`);
     }
-    set('idleMinutes', String(l.defaultIdleMinutes), l.maxIdleMinutes, `Default ${l.defaultIdleMinutes} minutes`);
+    set('idleMinutes', str(p?.idleMinutes), l ? String(l.defaultIdleMinutes) : null, l?.maxIdleMinutes, l ? `Default ${l.defaultIdleMinutes} minutes` : undefined);
+    setText(presetDetail, p ? [p.description, presetSummary(p)].filter(Boolean).join(' — ') : presetWrap.hidden ? '' : 'The server’s defaults.');
+    const first = runtimeSelect.options[0];
+    if (first) first.textContent = p?.runtime ? `the preset’s (${p.runtime})` : 'server default';
+  };
+
+  // Show the server's defaults and maxima when it tells them.
+  void api.limits().then((l) => {
+    if (!l) return;
+    limits = l;
+    const runtimes = Array.isArray(l.runtimes) ? l.runtimes : [];
+    if (runtimes.length > 1) {
+      replace(runtimeSelect, h('option', { value: '' }, 'server default'), runtimes.map((r) => h('option', { value: r }, r)));
+      runtimeWrap.hidden = false;
+    }
+    applyPlaceholders();
   });
+  void api.presets().then((list) => {
+    // null: this server has no presets (nor agent env).
+    if (!list) return;
+    presets = list;
+    envWrap.hidden = false;
+    env.el.hidden = false;
+    if (list.length === 0) return;
+    const hasDefault = list.some((p) => p.default);
+    replace(
+      presetSelect,
+      hasDefault ? null : h('option', { value: '' }, 'none (server defaults)'),
+      list.map((p) =>
+        h('option', { value: p.name, selected: !!p.default }, `${p.name}${p.default ? ' (default)' : ''}${p.description ? ` — ${p.description}` : ''}`),
+      ),
+    );
+    const def = list.find((p) => p.default);
+    presetSelect.value = def ? def.name : '';
+    presetWrap.hidden = false;
+    applyPlaceholders();
+  });
+  presetSelect.addEventListener('change', () => {
+    presetError.textContent = '';
+    applyPlaceholders();
+  });
+  runtimeSelect.addEventListener('change', () => (runtimeError.textContent = ''));
   const formError = h('p', { class: 'form-error', role: 'alert', 'data-testid': 'create-error' });
   const submit = h('button', { type: 'submit', class: 'btn btn-primary' }, 'Create agent');
   const form = h(
     'form',
     { class: 'create card', 'data-testid': 'create-form', novalidate: true, 'aria-labelledby': 'create-title' },
     h('h2', { id: 'create-title' }, 'New agent'),
+    h('div', { class: 'create-choices' }, presetWrap, runtimeWrap),
     h('div', { class: 'create-fields' }, fields.map((f) => f.wrap), h('div', { class: 'field field-submit' }, submit)),
+    envWrap,
     formError,
   );
   const clearErrors = () => {
@@ -115,7 +212,14 @@ function createForm(): HTMLElement {
       f.error.textContent = '';
       f.input.removeAttribute('aria-invalid');
     }
+    for (const e of [presetError, runtimeError, envError]) e.textContent = '';
     formError.textContent = '';
+  };
+  /** Where the server's error about `field` goes, outside the plain inputs. */
+  const extraField: Record<string, { error: HTMLElement; input: HTMLElement }> = {
+    preset: { error: presetError, input: presetSelect },
+    runtime: { error: runtimeError, input: runtimeSelect },
+    env: { error: envError, input: env.el },
   };
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
@@ -140,6 +244,16 @@ function createForm(): HTMLElement {
         (body as unknown as Record<string, number>)[f.key] = n;
       }
     }
+    if (!presetWrap.hidden && presetSelect.value) body.preset = presetSelect.value;
+    if (!runtimeWrap.hidden && runtimeSelect.value) body.runtime = runtimeSelect.value;
+    if (!envWrap.hidden && !env.empty()) {
+      const r = env.read();
+      if ('error' in r) {
+        envError.textContent = r.error;
+        return;
+      }
+      body.env = r.env;
+    }
     if (!body.name) {
       const f = fields[0];
       f.error.textContent = 'Give the agent a name.';
@@ -153,14 +267,23 @@ function createForm(): HTMLElement {
       const agent = await api.create(body);
       store.putAnswer(agent);
       form.reset();
+      env.set({});
+      const def = presets.find((p) => p.default);
+      if (!presetWrap.hidden) presetSelect.value = def ? def.name : '';
+      applyPlaceholders();
       fields[0].input.focus();
     } catch (err) {
       const msg = err instanceof ApiError ? err.message : String(err);
       const f = err instanceof ApiError && err.field ? fields.find((x) => x.key === err.field) : undefined;
+      const x = err instanceof ApiError && err.field ? (extraField[err.field] ?? (err.field.startsWith('env') ? extraField.env : undefined)) : undefined;
       if (f) {
         f.error.textContent = msg;
         f.input.setAttribute('aria-invalid', 'true');
         f.input.focus();
+      } else if (x && !x.input.closest('[hidden]')) {
+        x.error.textContent = msg;
+        x.input.setAttribute('aria-invalid', 'true');
+        x.input.focus();
       } else {
         formError.textContent = msg;
       }

@@ -40,7 +40,7 @@ export function badge(): { el: HTMLElement; update: (s: AgentState) => void } {
 }
 
 export function resources(a: Agent): string {
-  const disk = a.diskMb === null ? '' : ` · ${formatMb(a.diskMb)} disk`;
+  const disk = a.diskMb == null ? '' : ` · ${formatMb(a.diskMb)} disk`;
   return `${a.cpus} CPU${a.cpus === 1 ? '' : 's'} · ${formatMb(a.memoryMb)}${disk} · sleeps after ${a.idleMinutes} min idle`;
 }
 

@@ -1,170 +1,92 @@
 // The HTTP client for /api/v1 (see docs/api.md). Same origin, authenticated by the session cookie.
 
-export type AgentState =
-  | 'creating'
-  | 'starting'
-  | 'running'
-  | 'stopping'
-  | 'sleeping'
-  | 'rebuilding'
-  | 'destroying'
-  | 'error';
+import type { components } from './api.gen';
 
-export interface Agent {
-  id: string;
-  name: string;
-  image: string;
-  cpus: number;
-  memoryMb: number;
-  /** The home's size limit in MiB; null for a home without one (it shares the host's disk). */
-  diskMb: number | null;
-  idleMinutes: number;
-  /** What the sandbox may reach through the egress proxy. */
-  egress?: EgressRules;
-  state: AgentState;
-  error: string | null;
-  needsRebuild: boolean;
-  createdAt: string;
-  lastActivityAt: string | null;
-  sleepsAt: string | null;
-  /** The image pull under way (creating, starting, rebuilding); null when none is. */
-  pull?: PullProgress | null;
-}
+// The API's bodies are the generated types of the OpenAPI document (api.gen.ts, issue #15); the
+// names below are aliases so the rest of the UI keeps its vocabulary. Hand-written types are
+// only what the document cannot describe (the NDJSON lines of a process's output) and the fields
+// of the presets/runtime contract (docs/api.md) that a server may not have yet: each `Pending…`
+// part is optional, so the UI works against an older server and a newer one alike.
+type Schemas = components['schemas'];
+/** A schema of the document, or `Fallback` when this server's document does not have it (yet). */
+type Gen<K extends string, Fallback> = Schemas extends { [P in K]: infer T } ? T : Fallback;
 
-/** How far an image pull has got: the `pull` field of an Agent and the `pull` SSE event. */
-export interface PullProgress {
-  image: string;
-  status: 'pulling' | 'done' | 'failed';
-  layersDone: number;
-  layersTotal: number;
-  bytesDone: number;
-  bytesTotal: number;
-  /** An estimate for display, 0–100, that never goes down during a pull. */
-  percent: number;
-  error: string | null;
-}
-
-export interface FsEntry {
-  name: string;
-  type: 'file' | 'dir' | 'symlink' | 'other';
-  size: number;
-  mode: number | string;
-  mtime: string | number;
-}
-
+export type AgentState = Schemas['AgentState'];
+export type PullProgress = Schemas['PullProgress'];
 /** An agent's `egress`: RULEs are host names, `*.` wildcards, IPs or CIDRs, or `*`, each optionally `:PORT`. */
-export interface EgressRules {
-  allow: string[];
-  deny: string[];
-}
-
+export type EgressRules = Schemas['EgressRules'];
 /** The `egress` SSE event: one per decision of the proxy, and one when an allowed connection closes. */
-export interface EgressEvent {
-  id: string;
-  host: string;
-  port: number;
-  allowed: boolean;
-  rule: string | null;
-  reason?: string;
-  closed: boolean;
-  bytesUp: number;
-  bytesDown: number;
-}
-
-export interface NewAgent {
-  name: string;
-  image?: string;
-  cpus?: number;
-  memoryMb?: number;
-  diskMb?: number;
-  idleMinutes?: number;
-  egress?: EgressRules;
-}
-
+export type EgressEvent = Schemas['EgressEvent'];
+export type FsEntry = Schemas['DirEntry'];
 /** A terminal session living in the sandbox (`GET /api/v1/agents/{id}/terminals`). */
-export interface TerminalSession {
-  id: string;
-  command: string;
-  cols: number;
-  rows: number;
-  createdAt: string;
-  lastInputAt: string;
-  viewers: number;
-  /** Output so far in bytes: the offset of the next byte. */
-  offset: number;
-  exitCode: number | null;
-}
-
-export type ProcessState = 'running' | 'exited' | 'killed' | 'lost';
-
+export type TerminalSession = Schemas['TerminalSession'];
+export type ProcessState = Schemas['ProcessState'];
 /** A background process (`/api/v1/agents/{id}/processes…`). */
-export interface Process {
-  /** Made by the server; the id or the tag names the process in its URLs. */
-  id: string;
-  tag: string | null;
-  command: string[];
-  pid: number | null;
-  /** `lost`: it was running when its sandbox stopped (the agent slept, or was stopped). */
-  state: ProcessState;
-  exitCode: number | null;
-  /** The signal that ended it, without `SIG` (`TERM`, `KILL`). */
-  signal: string | null;
-  timedOut: boolean;
-  startedAt: string;
-  endedAt: string | null;
-  /** Output so far, both streams together, in bytes: the offset of the next byte. */
-  outputBytes: number;
-  /** The oldest offset still kept. */
-  outputStart: number;
-  keepAwake: boolean;
-  stdinOpen: boolean;
-}
-
+export type Process = Schemas['Process'];
 /** `POST /api/v1/agents/{id}/processes`. */
-export interface StartProcess {
-  command: string[];
-  cwd?: string;
-  env?: Record<string, string>;
-  tag?: string;
-  stdin?: boolean;
-  keepAwake?: boolean;
-  timeoutMs?: number;
+export type StartProcess = Schemas['StartProcess'];
+/** The `process` SSE event: agent `id`'s process started or ended. */
+export type ProcessEvent = Schemas['ProcessEvent'];
+export type Health = Schemas['Health'];
+
+/** The agent's setup script (presets): how its last run went. */
+export interface SetupState {
+  state: 'running' | 'done' | 'failed';
+  exitCode?: number | null;
+  processId?: string | null;
 }
 
+/** Agent fields of the presets and runtime contract; absent on a server without them. */
+interface PendingAgentFields {
+  preset?: string | null;
+  env?: { [key: string]: string };
+  setup?: SetupState | null;
+  runtime?: string | null;
+}
+export type Agent = Schemas['Agent'] & PendingAgentFields;
+
+/** `GET /api/v1/presets` (contract shape, used until the document has a `Preset` schema). */
+interface PresetContract {
+  name: string;
+  description?: string | null;
+  image?: string | null;
+  cpus?: number | null;
+  memoryMb?: number | null;
+  diskMb?: number | null;
+  idleMinutes?: number | null;
+  env?: { [key: string]: string } | null;
+  egress?: EgressRules | null;
+  setup?: string | null;
+  setupOnRebuild?: boolean | null;
+  runtime?: string | null;
+  default?: boolean | null;
+}
+export type Preset = Gen<'Preset', PresetContract>;
+
+interface PendingCreateFields {
+  preset?: string | null;
+  env?: { [key: string]: string } | null;
+  runtime?: string | null;
+}
+export type NewAgent = Schemas['CreateAgent'] & PendingCreateFields;
+export type AgentUpdate = Schemas['UpdateAgent'] & Omit<PendingCreateFields, 'preset'>;
+
+/** `GET /api/v1/limits`: defaults and maxima, so forms can say them up front. */
+export type Limits = Schemas['Limits'] & { runtimes?: string[] | null };
+
+/** Not in the document: the NDJSON lines are described in prose there. */
 export type OutputStream = 'stdout' | 'stderr';
 
-/** One line of `GET …/processes/{pid}/output` (NDJSON). */
+/** One line of `GET …/processes/{pid}/output` (NDJSON; the document types it as text). */
 export type ProcessOutputLine =
   | { offset: number; stream: OutputStream; data: string }
   | { offset: number; stream: OutputStream; data64: string }
   /** `from..to` has left the buffer; what follows starts at `to`. */
-  | { gap: { from: number; to: number } }
+  | { gap: Schemas['Gap'] }
   /** The last line: the process has ended and all its output was sent. */
   | { exit: Process }
   /** The stream was cut short: read again from the last offset. */
   | { error: { code: string; message: string } };
-
-/** The `process` SSE event: agent `id`'s process started or ended. */
-export interface ProcessEvent {
-  id: string;
-  process: Process;
-}
-
-/** `GET /api/v1/limits`: defaults and maxima, so forms can say them up front. */
-export interface Limits {
-  defaultImage: string;
-  defaultCpus: number;
-  defaultMemoryMb: number;
-  defaultIdleMinutes: number;
-  maxCpus: number;
-  maxMemoryMb: number;
-  /** Null when new agents get no disk limit. */
-  defaultDiskMb: number | null;
-  /** Null when this server cannot limit disks. */
-  maxDiskMb: number | null;
-  maxIdleMinutes: number;
-  maxFileMb: number;
-}
 
 export const BASE = '/api/v1';
 
@@ -288,16 +210,35 @@ export const api = {
       return cached;
     };
   })(),
-  health: () => getJson<{ status: string; version: string; driver: string }>('/health'),
+  health: () => getJson<Health>('/health'),
+  /**
+   * The server's presets, or null when it has none to offer: a server without presets answers
+   * 404 (the form then shows no preset choice). Other failures are not cached.
+   */
+  presets: (() => {
+    let cached: Promise<Preset[] | null> | null = null;
+    return (): Promise<Preset[] | null> => {
+      cached ??= getJson<Preset[]>('/presets').then(
+        (list) => (Array.isArray(list) ? list : null),
+        (e: unknown) => {
+          if (!(e instanceof ApiError && e.status === 404)) cached = null;
+          return null;
+        },
+      );
+      return cached;
+    };
+  })(),
 
   agents: () => getJson<Agent[]>('/agents'),
   agent: (id: string) => getJson<Agent>(a(id)),
   create: (body: NewAgent) => sendJson<Agent>('POST', '/agents', body),
-  update: (id: string, body: Partial<NewAgent>) => sendJson<Agent>('PATCH', a(id), body),
+  update: (id: string, body: AgentUpdate) => sendJson<Agent>('PATCH', a(id), body),
   destroy: (id: string) => sendJson<Agent>('DELETE', a(id)),
   start: (id: string) => sendJson<Agent>('POST', `${a(id)}/start`),
   stop: (id: string) => sendJson<Agent>('POST', `${a(id)}/stop`),
   rebuild: (id: string) => sendJson<Agent>('POST', `${a(id)}/rebuild`),
+  /** Runs the preset's setup script again (409 when the agent has none). */
+  runSetup: (id: string) => sendJson<unknown>('POST', `${a(id)}/setup`),
 
   list: (id: string, path: string) => getJson<FsEntry[]>(`${a(id)}/fs/list?path=${q(path)}`),
   readText: async (id: string, path: string) => (await request('GET', `${a(id)}/fs/read?path=${q(path)}`)).arrayBuffer(),
@@ -322,6 +263,8 @@ export const api = {
 
   /** The agent's background processes, oldest first (wakes a sleeping agent). */
   processes: (id: string) => getJson<Process[]>(`${a(id)}/processes`),
+  /** One process by its id or tag. */
+  process: (id: string, pid: string) => getJson<Process>(`${a(id)}/processes/${q(pid)}`),
   startProcess: (id: string, body: StartProcess) => sendJson<Process>('POST', `${a(id)}/processes`, body),
   signalProcess: (id: string, pid: string, signal: string) => sendJson<void>('POST', `${a(id)}/processes/${q(pid)}/signal`, { signal }),
   /** Kills the process if it runs, and forgets it and its output. */

@@ -82,10 +82,11 @@ export function egressCard(getAgent: () => Agent | null, onDone: () => void): {
       recent.map((b) => {
         const allowIt = h('button', { type: 'button', class: 'btn btn-small', 'data-allow': b.host }, 'Allow');
         allowIt.addEventListener('click', async () => {
-          const cur = getAgent()?.egress ?? { allow: [], deny: [] };
-          if (cur.allow.includes(b.host)) return;
-          if (await patch({ allow: [...cur.allow, b.host], deny: cur.deny })) {
-            allow.value = [...cur.allow, b.host].join('\n');
+          const cur = getAgent()?.egress;
+          const allowed = cur?.allow ?? [];
+          if (allowed.includes(b.host)) return;
+          if (await patch({ allow: [...allowed, b.host], deny: cur?.deny ?? [] })) {
+            allow.value = [...allowed, b.host].join('\n');
             toast(`${b.host} allowed`);
           }
         });

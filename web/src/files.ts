@@ -1,13 +1,32 @@
-// The file browser: /home/agent and below, uploads with progress, downloads, folders, a text editor.
+// The file browser: any folder of the sandbox by its absolute path (the home, /home/agent, first),
+// a path bar, uploads with progress, downloads, folders, a text editor. Outside the home the server
+// serves what the sandbox's account may reach; what it refuses is shown with the server's words.
 import { api, ApiError, upload, type FsEntry } from './api';
 import { confirmDialog, formatBytes, formatTime, h, replace, setText, toast } from './dom';
 
 const EDIT_LIMIT = 1024 * 1024;
 const PARALLEL_UPLOADS = 2;
 
-const join = (dir: string, name: string) => (dir ? `${dir}/${name}` : name);
-/** The path sent to the API: relative to /home/agent; "." is home itself. */
-const apiPath = (p: string) => p || '.';
+export const HOME = '/home/agent';
+const join = (dir: string, name: string) => (dir === '/' ? `/${name}` : `${dir}/${name}`);
+const parent = (p: string) => (p.lastIndexOf('/') <= 0 ? '/' : p.slice(0, p.lastIndexOf('/')));
+const inHome = (p: string) => p === HOME || p.startsWith(`${HOME}/`);
+
+/**
+ * What was typed in the path bar as an absolute path: relative to the folder shown, `~` the home,
+ * `.` and `..` resolved here (the API refuses `..`), repeated and trailing slashes dropped.
+ */
+export function resolvePath(typed: string, cwd: string): string {
+  let t = typed.trim();
+  if (t === '~' || t.startsWith('~/')) t = HOME + t.slice(1);
+  const parts = t.startsWith('/') ? [] : cwd.split('/').filter(Boolean);
+  for (const part of t.split('/')) {
+    if (part === '' || part === '.') continue;
+    if (part === '..') parts.pop();
+    else parts.push(part);
+  }
+  return `/${parts.join('/')}`;
+}
 const errMsg = (e: unknown) => (e instanceof ApiError ? e.message : String(e));
 
 function modeString(mode: number | string, type: FsEntry['type']): string {
@@ -29,7 +48,8 @@ export interface FilesView {
 }
 
 export function filesView(agentId: string): FilesView {
-  let cwd = '';
+  /** The folder shown: always an absolute path. */
+  let cwd = HOME;
   let entries: FsEntry[] = [];
   let available = false;
   let loadedOnce = false;
@@ -37,6 +57,18 @@ export function filesView(agentId: string): FilesView {
   let editing: { path: string; original: string } | null = null;
 
   const crumbs = h('nav', { class: 'crumbs', 'aria-label': 'Folder', 'data-testid': 'breadcrumbs' });
+  const pathInput = h('input', {
+    type: 'text',
+    class: 'path-input mono',
+    'aria-label': 'Path',
+    spellcheck: 'false',
+    autocomplete: 'off',
+    'data-testid': 'path-input',
+    title: 'Type a folder (absolute, relative to this one, or ~) and press Enter',
+  });
+  const pathGo = h('button', { type: 'submit', class: 'btn btn-small' }, 'Go');
+  const pathForm = h('form', { class: 'path-bar', 'data-testid': 'path-bar', role: 'search', 'aria-label': 'Go to a folder' }, pathInput, pathGo);
+  const scopeNote = h('p', { class: 'files-scope muted', 'data-testid': 'files-scope', hidden: true });
   const fileInput = h('input', { type: 'file', multiple: true, class: 'visually-hidden', tabindex: '-1', 'data-testid': 'upload-input' });
   const uploadBtn = h('button', { type: 'button', class: 'btn btn-small btn-primary' }, 'Upload files');
   const newFolderBtn = h('button', { type: 'button', class: 'btn btn-small' }, 'New folder');
@@ -101,35 +133,48 @@ export function filesView(agentId: string): FilesView {
     textarea,
   );
 
-  const el = h('div', { class: 'files', 'data-testid': 'files', 'data-state': 'unavailable' }, toolbar, uploads, listing, editor, dropHint);
+  const el = h('div', { class: 'files', 'data-testid': 'files', 'data-state': 'unavailable' }, pathForm, toolbar, scopeNote, uploads, listing, editor, dropHint);
 
+  /** `/` › `/home/agent` › sub › folder: the home is one crumb, so it is one click away. */
   const renderCrumbs = () => {
-    const parts = cwd ? cwd.split('/') : [];
     const items: Node[] = [];
-    const crumb = (label: string, path: string, current: boolean) => {
-      const b = h('button', { type: 'button', class: 'crumb', 'aria-current': current ? 'location' : false }, label);
+    const crumb = (label: string, path: string, extra: Record<string, unknown> = {}) => {
+      const b = h('button', { type: 'button', class: 'crumb', 'aria-current': path === cwd ? 'location' : false, ...extra }, label);
       b.addEventListener('click', () => go(path));
       return b;
     };
-    items.push(crumb('/home/agent', '', parts.length === 0));
-    parts.forEach((p, i) => {
-      items.push(h('span', { class: 'crumb-sep', 'aria-hidden': 'true' }, '/'));
-      items.push(crumb(p, parts.slice(0, i + 1).join('/'), i === parts.length - 1));
+    const sep = () => h('span', { class: 'crumb-sep', 'aria-hidden': 'true' }, '/');
+    items.push(crumb('/', '/', { 'aria-label': 'Root folder', title: '/' }));
+    let base = '/';
+    let rest = cwd.split('/').filter(Boolean);
+    if (inHome(cwd)) {
+      items.push(sep(), crumb(HOME, HOME));
+      base = HOME;
+      rest = cwd.slice(HOME.length).split('/').filter(Boolean);
+    }
+    rest.forEach((p) => {
+      base = join(base, p);
+      if (items.length > 1) items.push(sep());
+      items.push(crumb(p, base));
     });
     replace(crumbs, items);
+    pathInput.value = cwd;
+    scopeNote.hidden = inHome(cwd);
+    setText(scopeNote, inHome(cwd) ? '' : `Outside the home: you see and change what the sandbox's account may; the server refuses the rest.`);
   };
 
   const setMessage = (text: string, kind: 'info' | 'error' = 'info') => {
     message.className = `files-message files-${kind}`;
+    message.setAttribute('role', kind === 'error' ? 'alert' : 'status');
     setText(message, text);
   };
 
   const renderRows = () => {
     const rows: HTMLElement[] = [];
-    if (cwd) {
+    if (cwd !== '/') {
       const up = h('button', { type: 'button', class: 'file-link' }, h('span', { class: 'file-icon', 'aria-hidden': 'true' }, '↰'), '..');
       up.setAttribute('aria-label', 'Parent folder');
-      up.addEventListener('click', () => go(cwd.split('/').slice(0, -1).join('/')));
+      up.addEventListener('click', () => go(parent(cwd)));
       rows.push(h('tr', { class: 'file-row file-up' }, h('td', { class: 'col-name' }, up), h('td'), h('td'), h('td'), h('td')));
     }
     const sorted = [...entries].sort((a, b) => {
@@ -187,7 +232,7 @@ export function filesView(agentId: string): FilesView {
     el.classList.add('loading');
     el.dataset.state = 'loading';
     try {
-      const list = await api.list(agentId, apiPath(cwd));
+      const list = await api.list(agentId, cwd);
       if (seq !== loadSeq) return;
       entries = Array.isArray(list) ? list : [];
       loadedOnce = true;
@@ -197,7 +242,7 @@ export function filesView(agentId: string): FilesView {
       if (seq !== loadSeq) return;
       entries = [];
       renderRows();
-      setMessage(`Cannot list ${cwd ? `“${cwd}”` : 'the home folder'}: ${errMsg(e)}`, 'error');
+      setMessage(`Cannot open “${cwd}”: ${errMsg(e)}`, 'error');
       el.dataset.state = 'error';
     } finally {
       if (seq === loadSeq) el.classList.remove('loading');
@@ -218,7 +263,7 @@ export function filesView(agentId: string): FilesView {
       title: `Delete “${e.name}”?`,
       body: [
         e.type === 'dir' ? 'The folder ' : 'The file ',
-        h('strong', { class: 'mono' }, `/home/agent/${path}`),
+        h('strong', { class: 'mono' }, path),
         e.type === 'dir' ? ' and everything in it will be deleted.' : ' will be deleted.',
       ],
       confirmLabel: 'Delete',
@@ -387,7 +432,7 @@ export function filesView(agentId: string): FilesView {
   const openEditor = async (path: string) => {
     if (editing && !closeEditor()) return;
     try {
-      const buf = await api.readText(agentId, apiPath(path));
+      const buf = await api.readText(agentId, path);
       if (buf.byteLength > EDIT_LIMIT) throw new Error(`The file is larger than ${formatBytes(EDIT_LIMIT)}; download it instead.`);
       let text: string;
       try {
@@ -397,7 +442,7 @@ export function filesView(agentId: string): FilesView {
       }
       editing = { path, original: text };
       textarea.value = text;
-      setText(editorTitle, `/home/agent/${path}`);
+      setText(editorTitle, path);
       setText(editorStatus, '');
       listing.hidden = true;
       editor.hidden = false;
@@ -440,6 +485,15 @@ export function filesView(agentId: string): FilesView {
       e.preventDefault();
       void save();
     }
+  });
+
+  pathForm.addEventListener('submit', (e) => {
+    e.preventDefault();
+    if (!pathInput.value.trim()) return;
+    go(resolvePath(pathInput.value, cwd));
+  });
+  pathInput.addEventListener('keydown', (e) => {
+    if (e.key === 'Escape') pathInput.value = cwd;
   });
 
   renderCrumbs();

@@ -18,7 +18,7 @@ export function exitText(p: Process): string {
     case 'running':
       return '';
     case 'exited':
-      return p.exitCode === null ? '—' : String(p.exitCode);
+      return p.exitCode == null ? '—' : String(p.exitCode);
     case 'killed':
       return `${p.signal ? `signal ${p.signal}` : 'killed'}${p.timedOut ? ' (timed out)' : ''}`;
     case 'lost':

@@ -45,9 +45,11 @@ export interface ProcessLogOptions {
   onClose: () => void;
   /** The output's last line told how the process ended. */
   onExit: (p: Process) => void;
+  /** `data-testid` of the text, and the prefix of its panel's and status's (default `process-log`). */
+  testId?: string;
 }
 
-export function processLog({ agentId, blocked, onClose, onExit }: ProcessLogOptions): ProcessLog {
+export function processLog({ agentId, blocked, onClose, onExit, testId = 'process-log' }: ProcessLogOptions): ProcessLog {
   let proc: Process | null = null;
   /** The offset of the next byte to read. */
   let offset = 0;
@@ -62,13 +64,13 @@ export function processLog({ agentId, blocked, onClose, onExit }: ProcessLogOpti
   let scrollQueued = false;
 
   const title = h('h3', { class: 'plog-title mono' });
-  const status = h('span', { class: 'plog-status muted', role: 'status', 'data-testid': 'process-log-status' });
+  const status = h('span', { class: 'plog-status muted', role: 'status', 'data-testid': `${testId}-status` });
   const closeBtn = h('button', { type: 'button', class: 'btn btn-small' }, 'Close');
   const dropped = h('p', { class: 'plog-dropped muted', hidden: true }, `Older output is not shown: this view keeps the last ${formatBytes(KEPT)}.`);
-  const text = h('pre', { class: 'plog-text mono', role: 'log', 'aria-live': 'off', tabindex: '0', 'data-testid': 'process-log' });
+  const text = h('pre', { class: 'plog-text mono', role: 'log', 'aria-live': 'off', tabindex: '0', 'data-testid': testId });
   const el = h(
     'div',
-    { class: 'plog', hidden: true, 'data-testid': 'process-log-panel', 'data-state': 'idle' },
+    { class: 'plog', hidden: true, 'data-testid': `${testId}-panel`, 'data-state': 'idle' },
     h('div', { class: 'plog-head' }, title, status, h('span', { class: 'spacer' }), closeBtn),
     dropped,
     text,

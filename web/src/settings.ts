@@ -1,6 +1,6 @@
 // Change an agent's image or resources (PATCH). The server then marks it `needsRebuild`.
-import { api, ApiError, type Agent, type NewAgent } from './api';
-import { h, toast } from './dom';
+import { api, ApiError, type Agent, type AgentUpdate } from './api';
+import { h, replace, toast } from './dom';
 import { store } from './store';
 
 type Key = 'image' | 'cpus' | 'memoryMb' | 'diskMb' | 'idleMinutes';
@@ -28,13 +28,36 @@ export function settingsForm(getAgent: () => Agent | null, onDone: () => void): 
     });
     return h('div', { class: 'field' }, h('label', { for: id }, label), inputs[key], errors[key]);
   });
+  // The runtime: only when the server allows more than one and the agent says its own.
+  const runtime = h('select', { id: 'edit-runtime', name: 'runtime', 'aria-describedby': 'edit-runtime-error', 'data-testid': 'edit-runtime' });
+  const runtimeError = h('p', { id: 'edit-runtime-error', class: 'field-error', 'data-field-error': 'runtime' });
+  const runtimeField = h('div', { class: 'field', hidden: true }, h('label', { for: 'edit-runtime' }, 'Runtime (after a rebuild)'), runtime, runtimeError);
+  let runtimes: string[] = [];
+  void api.limits().then((l) => {
+    runtimes = Array.isArray(l?.runtimes) ? l.runtimes : [];
+    const a = getAgent();
+    if (a) fillRuntime(a);
+  });
+  const fillRuntime = (a: Agent) => {
+    const show = runtimes.length > 1 && typeof a.runtime === 'string';
+    runtimeField.hidden = !show;
+    if (!show) return;
+    const names = runtimes.includes(a.runtime!) ? runtimes : [a.runtime!, ...runtimes];
+    replace(
+      runtime,
+      names.map((r) => h('option', { value: r }, r)),
+    );
+    runtime.value = a.runtime!;
+    runtimeError.textContent = '';
+  };
+  runtime.addEventListener('change', () => (runtimeError.textContent = ''));
   const formError = h('p', { class: 'form-error', role: 'alert' });
   const save = h('button', { type: 'submit', class: 'btn btn-primary btn-small' }, 'Save settings');
   const cancel = h('button', { type: 'button', class: 'btn btn-small' }, 'Cancel');
   const el = h(
     'form',
     { class: 'settings card', novalidate: true, 'aria-label': 'Agent settings', 'data-testid': 'settings-form' },
-    h('div', { class: 'settings-fields' }, fields, h('div', { class: 'field field-submit settings-buttons' }, h('div', null, save, ' ', cancel))),
+    h('div', { class: 'settings-fields' }, fields, runtimeField, h('div', { class: 'field field-submit settings-buttons' }, h('div', null, save, ' ', cancel))),
     h('p', { class: 'muted settings-note' }, 'A new image, CPUs or memory take effect after a rebuild, a larger disk at the next start; the home folder is kept.'),
     formError,
   );
@@ -47,10 +70,11 @@ export function settingsForm(getAgent: () => Agent | null, onDone: () => void): 
     inputs.cpus.value = String(a.cpus);
     inputs.memoryMb.value = String(a.memoryMb);
     // A home without a limit keeps it that way: nothing to edit.
-    inputs.diskMb.value = a.diskMb === null ? '' : String(a.diskMb);
-    inputs.diskMb.disabled = a.diskMb === null;
-    inputs.diskMb.placeholder = a.diskMb === null ? 'no limit' : '';
+    inputs.diskMb.value = a.diskMb == null ? '' : String(a.diskMb);
+    inputs.diskMb.disabled = a.diskMb == null;
+    inputs.diskMb.placeholder = a.diskMb == null ? 'no limit' : '';
     inputs.idleMinutes.value = String(a.idleMinutes);
+    fillRuntime(a);
     for (const k of Object.keys(errors) as Key[]) errors[k].textContent = '';
     formError.textContent = '';
   };
@@ -63,7 +87,7 @@ export function settingsForm(getAgent: () => Agent | null, onDone: () => void): 
       inputs[k].removeAttribute('aria-invalid');
     }
     formError.textContent = '';
-    const body: Partial<NewAgent> = {};
+    const body: AgentUpdate = {};
     const image = inputs.image.value.trim();
     if (image && image !== a.image) body.image = image;
     for (const k of ['cpus', 'memoryMb', 'diskMb', 'idleMinutes'] as const) {
@@ -77,6 +101,7 @@ export function settingsForm(getAgent: () => Agent | null, onDone: () => void): 
       }
       if (n !== a[k]) body[k] = n;
     }
+    if (!runtimeField.hidden && runtime.value && runtime.value !== a.runtime) body.runtime = runtime.value;
     if (Object.keys(body).length === 0) return onDone();
     save.disabled = true;
     try {
@@ -85,7 +110,10 @@ export function settingsForm(getAgent: () => Agent | null, onDone: () => void): 
     } catch (err) {
       const msg = err instanceof ApiError ? err.message : String(err);
       const field = err instanceof ApiError ? (err.field as Key | undefined) : undefined;
-      if (field && inputs[field]) {
+      if ((field as string | undefined) === 'runtime' && !runtimeField.hidden) {
+        runtimeError.textContent = msg;
+        runtime.focus();
+      } else if (field && inputs[field]) {
         errors[field].textContent = msg;
         inputs[field].setAttribute('aria-invalid', 'true');
         inputs[field].focus();

@@ -606,7 +606,7 @@ export function terminalView(agentId: string, agentName: () => string): Terminal
             { 'data-session': t.id },
             h('span', { class: 'mono' }, t.id),
             h('span', { class: 'muted term-session-cmd', title: t.command }, t.command),
-            h('span', { class: 'muted' }, `${viewers} · since ${formatTime(t.createdAt)}${t.exitCode !== null ? ` · exited ${t.exitCode}` : ''}`),
+            h('span', { class: 'muted' }, `${viewers} · since ${formatTime(t.createdAt)}${t.exitCode != null ? ` · exited ${t.exitCode}` : ''}`),
             h('span', { class: 'spacer' }),
             attach,
             kill,
