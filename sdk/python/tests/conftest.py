@@ -80,7 +80,16 @@ class Server:
             return ""
 
 
-def _start(binary: Path, root: Path) -> Server:
+#: The ``sandbox:`` lines of the fake-driver server. A small output buffer, so that a test
+#: can make a process's output leave it (a gap).
+FAKE_SANDBOX = "  driver: fake\n  process_output_kb: 64\n"
+
+
+def _start(
+    binary: Path, root: Path, sandbox: str = FAKE_SANDBOX, tunnel_ip: str = "127.0.0.1"
+) -> Server:
+    """Starts a server on free ports with ``sandbox`` (lines under ``sandbox:``, indented by
+    two spaces) in its config."""
     api, tunnel = free_port(), free_port()
     token = secrets.token_hex(16)
     data = root / "data"
@@ -88,11 +97,9 @@ def _start(binary: Path, root: Path) -> Server:
     config.write_text(
         f"server: {{listen: '127.0.0.1:{api}', data_dir: '{data}', admin_token: '{token}'}}\n"
         f"sandbox:\n"
-        f"  driver: fake\n"
-        f"  tunnel_listen: '127.0.0.1:{tunnel}'\n"
+        f"  tunnel_listen: '{tunnel_ip}:{tunnel}'\n"
         f"  egress: {{port: 0, dns_port: 0}}\n"
-        # A small output buffer, so a test can make a process's output leave it (a gap).
-        f"  process_output_kb: 64\n"
+        f"{sandbox}"
     )
     log = root / "server.log"
     env = {**os.environ, "AGENTHOLD_LOG": os.environ.get("AGENTHOLD_TEST_LOG", "warn")}
@@ -120,13 +127,17 @@ def _start(binary: Path, root: Path) -> Server:
     raise RuntimeError(f"the server did not answer within {START_DEADLINE} s:\n{server.log_tail()}")
 
 
-@pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def serve(
+    tmp_path_factory: pytest.TempPathFactory,
+    sandbox: str = FAKE_SANDBOX,
+    tunnel_ip: str = "127.0.0.1",
+) -> Iterator[Server]:
+    """A running server for the length of a fixture; stopped (SIGTERM, then SIGKILL) after."""
     binary = server_binary()
     # Another process may take a port between our probe and the server's bind: try again.
     for attempt in range(5):
         root = tmp_path_factory.mktemp(f"server{attempt}")
-        srv = _start(binary, root)
+        srv = _start(binary, root, sandbox, tunnel_ip)
         if srv.process.poll() is None:
             break
         if "already in use" not in srv.log_tail():
@@ -140,6 +151,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     except subprocess.TimeoutExpired:
         srv.process.kill()
         srv.process.wait()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    yield from serve(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
