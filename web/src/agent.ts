@@ -1,5 +1,5 @@
 // One agent: header with state and actions, then Terminal, Files and Processes tabs.
-import { api, ApiError, type Agent } from './api';
+import { api, ApiError, errorMessage, type Agent } from './api';
 import { actions, badge, resources, statusLine } from './agentui';
 import { h, replace, setText } from './dom';
 import { filesView } from './files';
@@ -203,7 +203,7 @@ export function agentPage(id: string): Page {
         setText(title, 'Not found');
       } else {
         gone.hidden = false;
-        replace(gone, `Cannot load the agent: ${e instanceof ApiError ? e.message : String(e)}`);
+        replace(gone, `Cannot load the agent: ${errorMessage(e)}`);
       }
     });
 

@@ -1,5 +1,5 @@
 // The agents page: every agent with its live state, and the create form.
-import { api, ApiError, type Agent, type Limits, type NewAgent, type Preset } from './api';
+import { api, ApiError, errorMessage, type Agent, type Limits, type NewAgent, type Preset } from './api';
 import { actions, badge, resources, statusLine } from './agentui';
 import { formatMb, h, replace, setText } from './dom';
 import { envEditor } from './env';
@@ -273,7 +273,7 @@ function createForm(): HTMLElement {
       applyPlaceholders();
       fields[0].input.focus();
     } catch (err) {
-      const msg = err instanceof ApiError ? err.message : String(err);
+      const msg = errorMessage(err);
       const f = err instanceof ApiError && err.field ? fields.find((x) => x.key === err.field) : undefined;
       const x = err instanceof ApiError && err.field ? (extraField[err.field] ?? (err.field.startsWith('env') ? extraField.env : undefined)) : undefined;
       if (f) {

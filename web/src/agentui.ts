@@ -1,5 +1,5 @@
 // Pieces shared by the agents list and the agent page: state badge, status line, actions.
-import { api, ApiError, type Agent, type AgentState, type PullProgress } from './api';
+import { api, errorMessage, type Agent, type AgentState, type PullProgress } from './api';
 import { confirmDialog, formatBytes, formatFuture, formatMb, h, setText, toast } from './dom';
 import { store } from './store';
 
@@ -144,7 +144,7 @@ export function actions(opts: { onDestroyed?: () => void } = {}): {
       if (updated && typeof updated === 'object' && 'id' in updated) store.putAnswer(updated);
       if (act === 'destroy') opts.onDestroyed?.();
     } catch (e) {
-      toast(`${labels[act]} ${a.name}: ${e instanceof ApiError ? e.message : String(e)}`);
+      toast(`${labels[act]} ${a.name}: ${errorMessage(e)}`);
     } finally {
       busy.delete(act);
       refresh();

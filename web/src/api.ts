@@ -102,6 +102,9 @@ export class ApiError extends Error {
   }
 }
 
+/** What to tell a person about a failure: the server's words for an API error, else the error as text. */
+export const errorMessage = (e: unknown): string => (e instanceof ApiError ? e.message : String(e));
+
 type UnauthorizedHandler = () => void;
 let onUnauthorized: UnauthorizedHandler = () => {};
 export function setUnauthorizedHandler(fn: UnauthorizedHandler): void {

@@ -34,6 +34,17 @@ export function h<K extends keyof HTMLElementTagNameMap>(
   return el;
 }
 
+/**
+ * A table with one header row: `columns` are [class, label] pairs, the last one's label null for
+ * an actions column (named for screen readers only).
+ */
+export function dataTable(props: Props, columns: Array<[string, string | null]>, body: HTMLTableSectionElement): HTMLTableElement {
+  const head = columns.map(([cls, label]) =>
+    h('th', { scope: 'col', class: cls }, label ?? h('span', { class: 'visually-hidden' }, 'Actions')),
+  );
+  return h('table', props, h('thead', null, h('tr', null, head)), body);
+}
+
 export function append(parent: Node, children: Child[]): void {
   for (const child of children) {
     if (child === null || child === undefined || child === false) continue;

@@ -1,6 +1,6 @@
 // An agent's internet access: its egress rules (editable; they apply at once, no restart) and the
 // destinations its sandbox was refused lately, each with a button that allows it.
-import { api, ApiError, type Agent, type EgressRules } from './api';
+import { api, ApiError, errorMessage, type Agent, type EgressRules } from './api';
 import { h, replace, toast } from './dom';
 import { store } from './store';
 
@@ -50,7 +50,7 @@ export function egressCard(getAgent: () => Agent | null, onDone: () => void): {
       store.put(await api.update(a.id, { egress: rules }));
       return true;
     } catch (err) {
-      const msg = err instanceof ApiError ? err.message : String(err);
+      const msg = errorMessage(err);
       if (err instanceof ApiError && err.status === 0) toast(msg);
       else error.textContent = msg;
       return false;

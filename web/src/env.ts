@@ -1,7 +1,7 @@
 // A key/value editor for an agent's `env` (not secrets: every shell, exec and terminal sees them).
 // Used by the create form and the agent page. Names are checked here as the server checks them,
 // so a typo shows at its row before anything is sent; the server's answer still has the last word.
-import { api, ApiError, type Agent } from './api';
+import { api, ApiError, errorMessage, type Agent } from './api';
 import { h, replace, toast } from './dom';
 import { store } from './store';
 
@@ -130,7 +130,7 @@ export function envCard(
       toast('Environment saved', 'info');
       onDone();
     } catch (err) {
-      const msg = err instanceof ApiError ? err.message : String(err);
+      const msg = errorMessage(err);
       if (err instanceof ApiError && err.status === 0) toast(msg);
       else error.textContent = msg;
     } finally {

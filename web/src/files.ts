@@ -1,33 +1,12 @@
 // The file browser: any folder of the sandbox by its absolute path (the home, /home/agent, first),
-// a path bar, uploads with progress, downloads, folders, a text editor. Outside the home the server
-// serves what the sandbox's account may reach; what it refuses is shown with the server's words.
-import { api, ApiError, upload, type FsEntry } from './api';
-import { confirmDialog, formatBytes, formatTime, h, replace, setText, toast } from './dom';
-
-const EDIT_LIMIT = 1024 * 1024;
-const PARALLEL_UPLOADS = 2;
-
-export const HOME = '/home/agent';
-const join = (dir: string, name: string) => (dir === '/' ? `/${name}` : `${dir}/${name}`);
-const parent = (p: string) => (p.lastIndexOf('/') <= 0 ? '/' : p.slice(0, p.lastIndexOf('/')));
-const inHome = (p: string) => p === HOME || p.startsWith(`${HOME}/`);
-
-/**
- * What was typed in the path bar as an absolute path: relative to the folder shown, `~` the home,
- * `.` and `..` resolved here (the API refuses `..`), repeated and trailing slashes dropped.
- */
-export function resolvePath(typed: string, cwd: string): string {
-  let t = typed.trim();
-  if (t === '~' || t.startsWith('~/')) t = HOME + t.slice(1);
-  const parts = t.startsWith('/') ? [] : cwd.split('/').filter(Boolean);
-  for (const part of t.split('/')) {
-    if (part === '' || part === '.') continue;
-    if (part === '..') parts.pop();
-    else parts.push(part);
-  }
-  return `/${parts.join('/')}`;
-}
-const errMsg = (e: unknown) => (e instanceof ApiError ? e.message : String(e));
+// a path bar, downloads, folders, drag and drop; the upload queue is uploads.ts, the text editor
+// editor.ts, path handling paths.ts. Outside the home the server serves what the sandbox's account
+// may reach; what it refuses is shown with the server's words.
+import { api, errorMessage, type FsEntry } from './api';
+import { confirmDialog, dataTable, formatBytes, formatTime, h, replace, setText, toast } from './dom';
+import { EDIT_LIMIT, fileEditor } from './editor';
+import { HOME, inHome, join, parent, resolvePath } from './paths';
+import { uploadQueue } from './uploads';
 
 function modeString(mode: number | string, type: FsEntry['type']): string {
   if (typeof mode === 'string') return mode;
@@ -54,7 +33,6 @@ export function filesView(agentId: string): FilesView {
   let available = false;
   let loadedOnce = false;
   let loadSeq = 0;
-  let editing: { path: string; original: string } | null = null;
 
   const crumbs = h('nav', { class: 'crumbs', 'aria-label': 'Folder', 'data-testid': 'breadcrumbs' });
   const pathInput = h('input', {
@@ -98,42 +76,33 @@ export function filesView(agentId: string): FilesView {
   );
   const message = h('div', { class: 'files-message', role: 'status', 'data-testid': 'files-message' });
   const tbody = h('tbody');
-  const table = h(
-    'table',
+  const table = dataTable(
     { class: 'files-table', 'data-testid': 'files-table' },
-    h(
-      'thead',
-      null,
-      h(
-        'tr',
-        null,
-        h('th', { scope: 'col', class: 'col-name' }, 'Name'),
-        h('th', { scope: 'col', class: 'col-size' }, 'Size'),
-        h('th', { scope: 'col', class: 'col-time' }, 'Modified'),
-        h('th', { scope: 'col', class: 'col-mode' }, 'Mode'),
-        h('th', { scope: 'col', class: 'col-actions' }, h('span', { class: 'visually-hidden' }, 'Actions')),
-      ),
-    ),
+    [
+      ['col-name', 'Name'],
+      ['col-size', 'Size'],
+      ['col-time', 'Modified'],
+      ['col-mode', 'Mode'],
+      ['col-actions', null],
+    ],
     tbody,
   );
-  const uploads = h('ul', { class: 'uploads', 'aria-label': 'Uploads', 'data-testid': 'uploads' });
   const dropHint = h('div', { class: 'drop-hint', 'aria-hidden': 'true' }, 'Drop files to upload them here');
   const listing = h('div', { class: 'files-listing' }, table, message);
 
-  // Editor
-  const editorTitle = h('h3', { class: 'editor-title mono' });
-  const editorStatus = h('span', { class: 'editor-status muted', role: 'status', 'data-testid': 'editor-status' });
-  const textarea = h('textarea', { class: 'editor-text mono', spellcheck: 'false', 'aria-label': 'File contents', 'data-testid': 'editor' });
-  const saveBtn = h('button', { type: 'button', class: 'btn btn-small btn-primary', 'data-testid': 'editor-save' }, 'Save');
-  const closeBtn = h('button', { type: 'button', class: 'btn btn-small', 'data-testid': 'editor-close' }, 'Close');
-  const editor = h(
-    'div',
-    { class: 'editor', hidden: true, 'data-testid': 'editor-panel' },
-    h('div', { class: 'editor-head' }, editorTitle, editorStatus, h('span', { class: 'spacer' }), saveBtn, closeBtn),
-    textarea,
+  const uploads = uploadQueue(agentId, (dir) => {
+    if (cwd === dir) void load();
+  });
+  const editor = fileEditor(
+    agentId,
+    () => (listing.hidden = true),
+    () => {
+      listing.hidden = false;
+      void load();
+    },
   );
 
-  const el = h('div', { class: 'files', 'data-testid': 'files', 'data-state': 'unavailable' }, pathForm, toolbar, scopeNote, uploads, listing, editor, dropHint);
+  const el = h('div', { class: 'files', 'data-testid': 'files', 'data-state': 'unavailable' }, pathForm, toolbar, scopeNote, uploads.el, listing, editor.el, dropHint);
 
   /** `/` › `/home/agent` › sub › folder: the home is one crumb, so it is one click away. */
   const renderCrumbs = () => {
@@ -207,7 +176,7 @@ export function filesView(agentId: string): FilesView {
       );
       if (e.type === 'file' && e.size <= EDIT_LIMIT) {
         const edit = h('button', { type: 'button', class: 'btn btn-small', 'aria-label': `Edit ${e.name}`, 'data-act': 'edit' }, 'Edit');
-        edit.addEventListener('click', () => void openEditor(path));
+        edit.addEventListener('click', () => void editor.open(path));
         acts.push(edit);
       }
     }
@@ -242,7 +211,7 @@ export function filesView(agentId: string): FilesView {
       if (seq !== loadSeq) return;
       entries = [];
       renderRows();
-      setMessage(`Cannot open “${cwd}”: ${errMsg(e)}`, 'error');
+      setMessage(`Cannot open “${cwd}”: ${errorMessage(e)}`, 'error');
       el.dataset.state = 'error';
     } finally {
       if (seq === loadSeq) el.classList.remove('loading');
@@ -250,7 +219,7 @@ export function filesView(agentId: string): FilesView {
   };
 
   const go = (path: string) => {
-    if (editing && !closeEditor()) return;
+    if (editor.isOpen() && !editor.close()) return;
     cwd = path;
     entries = [];
     replace(tbody);
@@ -274,7 +243,7 @@ export function filesView(agentId: string): FilesView {
       await api.remove(agentId, path);
       toast(`Deleted ${e.name}`, 'info');
     } catch (err) {
-      toast(`Delete ${e.name}: ${errMsg(err)}`);
+      toast(`Delete ${e.name}: ${errorMessage(err)}`);
     }
     void load();
   };
@@ -312,89 +281,22 @@ export function filesView(agentId: string): FilesView {
         await api.writeText(agentId, path, '');
         closeNameForm();
         await load();
-        await openEditor(path);
+        await editor.open(path);
       }
     } catch (err) {
-      toast(`${nameMode === 'folder' ? 'New folder' : 'New file'} “${name}”: ${errMsg(err)}`);
+      toast(`${nameMode === 'folder' ? 'New folder' : 'New file'} “${name}”: ${errorMessage(err)}`);
     } finally {
       nameOk.disabled = false;
     }
   });
 
   // Uploads
-  const queue: Array<() => Promise<void>> = [];
-  let running = 0;
-  const pump = () => {
-    while (running < PARALLEL_UPLOADS && queue.length) {
-      const job = queue.shift()!;
-      running++;
-      void job().finally(() => {
-        running--;
-        pump();
-      });
-    }
-  };
   const enqueue = (files: File[]) => {
     if (!available) {
       toast('Uploads need a running agent. Start it first.');
       return;
     }
-    const dir = cwd;
-    for (const file of files) {
-      const target = join(dir, file.name);
-      const bar = h('progress', { max: String(Math.max(file.size, 1)), value: '0', 'aria-label': `Uploading ${file.name}` });
-      const text = h('span', { class: 'upload-text mono' }, `0 / ${formatBytes(file.size)}`);
-      const cancel = h('button', { type: 'button', class: 'btn btn-small btn-ghost', 'aria-label': `Cancel upload of ${file.name}` }, 'Cancel');
-      const item = h(
-        'li',
-        { class: 'upload upload-queued', 'data-testid': 'upload', 'data-name': file.name },
-        h('span', { class: 'upload-name', title: target }, file.name),
-        bar,
-        text,
-        cancel,
-      );
-      uploads.appendChild(item);
-      let abort: (() => void) | null = null;
-      let cancelled = false;
-      const dismiss = () => item.remove();
-      cancel.addEventListener('click', () => {
-        if (item.classList.contains('upload-done') || item.classList.contains('upload-failed')) return dismiss();
-        cancelled = true;
-        abort?.();
-      });
-      queue.push(async () => {
-        if (cancelled) {
-          item.className = 'upload upload-failed';
-          setText(text, 'Cancelled');
-          setText(cancel, 'Dismiss');
-          return;
-        }
-        item.className = 'upload upload-active';
-        const u = upload(agentId, target, file, (loaded, total) => {
-          bar.max = Math.max(total, 1);
-          bar.value = loaded;
-          setText(text, `${formatBytes(loaded)} / ${formatBytes(total)}`);
-        });
-        abort = u.abort;
-        try {
-          await u.promise;
-          item.className = 'upload upload-done';
-          bar.value = bar.max;
-          setText(text, `Uploaded ${formatBytes(file.size)}`);
-          setText(cancel, 'Dismiss');
-          cancel.setAttribute('aria-label', `Dismiss ${file.name}`);
-          if (cwd === dir) void load();
-          setTimeout(() => item.classList.contains('upload-done') && dismiss(), 8000);
-        } catch (err) {
-          item.className = 'upload upload-failed';
-          setText(text, errMsg(err));
-          text.setAttribute('role', 'alert');
-          setText(cancel, 'Dismiss');
-          cancel.setAttribute('aria-label', `Dismiss ${file.name}`);
-        }
-      });
-    }
-    pump();
+    uploads.enqueue(files, cwd);
   };
   uploadBtn.addEventListener('click', () => fileInput.click());
   refreshBtn.addEventListener('click', () => void load());
@@ -425,66 +327,6 @@ export function filesView(agentId: string): FilesView {
     el.classList.remove('dragging');
     const files = [...(e.dataTransfer?.files ?? [])];
     if (files.length) enqueue(files);
-  });
-
-  // Editor
-  const dirty = () => !!editing && textarea.value !== editing.original;
-  const openEditor = async (path: string) => {
-    if (editing && !closeEditor()) return;
-    try {
-      const buf = await api.readText(agentId, path);
-      if (buf.byteLength > EDIT_LIMIT) throw new Error(`The file is larger than ${formatBytes(EDIT_LIMIT)}; download it instead.`);
-      let text: string;
-      try {
-        text = new TextDecoder('utf-8', { fatal: true }).decode(buf);
-      } catch {
-        throw new Error('This file is not UTF-8 text; download it instead.');
-      }
-      editing = { path, original: text };
-      textarea.value = text;
-      setText(editorTitle, path);
-      setText(editorStatus, '');
-      listing.hidden = true;
-      editor.hidden = false;
-      textarea.focus();
-    } catch (err) {
-      toast(`Open ${path}: ${errMsg(err)}`);
-    }
-  };
-  const save = async () => {
-    if (!editing) return;
-    const cur = editing;
-    const text = textarea.value;
-    saveBtn.disabled = true;
-    setText(editorStatus, 'Saving…');
-    try {
-      await api.writeText(agentId, cur.path, text);
-      if (editing === cur) cur.original = text;
-      setText(editorStatus, `Saved at ${new Date().toLocaleTimeString()}`);
-    } catch (err) {
-      setText(editorStatus, `Not saved: ${errMsg(err)}`);
-    } finally {
-      saveBtn.disabled = false;
-    }
-  };
-  /** Returns false when the person chose to keep editing. */
-  function closeEditor(): boolean {
-    if (dirty() && !window.confirm('Discard the unsaved changes?')) return false;
-    editing = null;
-    textarea.value = '';
-    editor.hidden = true;
-    listing.hidden = false;
-    void load();
-    return true;
-  }
-  saveBtn.addEventListener('click', () => void save());
-  closeBtn.addEventListener('click', () => closeEditor());
-  textarea.addEventListener('input', () => setText(editorStatus, dirty() ? 'Unsaved changes' : ''));
-  textarea.addEventListener('keydown', (e) => {
-    if ((e.ctrlKey || e.metaKey) && e.key.toLowerCase() === 's') {
-      e.preventDefault();
-      void save();
-    }
   });
 
   pathForm.addEventListener('submit', (e) => {

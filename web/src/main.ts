@@ -1,5 +1,5 @@
 import './style.css';
-import { api, ApiError, setUnauthorizedHandler } from './api';
+import { api, errorMessage, setUnauthorizedHandler } from './api';
 import { h, replace } from './dom';
 import { store } from './store';
 import { agentsPage } from './agents';
@@ -85,7 +85,7 @@ function showSignIn(message?: string): void {
       input.value = '';
       startApp();
     } catch (err) {
-      error.textContent = err instanceof ApiError ? err.message : String(err);
+      error.textContent = errorMessage(err);
       input.select();
       input.focus();
     } finally {
@@ -118,7 +118,7 @@ async function boot(): Promise<void> {
     if (await api.session()) startApp();
     else showSignIn();
   } catch (e) {
-    showSignIn(e instanceof ApiError ? e.message : String(e));
+    showSignIn(errorMessage(e));
   }
 }
 

@@ -1,16 +1,14 @@
 // An agent's background processes: the list (fetched when the tab opens, since listing wakes a
 // sleeping agent, then kept current by `process` events), a form to start one with `sh -c`,
 // Stop and Remove, and the selected one's output followed live.
-import { api, ApiError, type Agent, type AgentState, type Process } from './api';
-import { confirmDialog, formatDuration, h, setText, toast } from './dom';
+import { api, ApiError, errorMessage, type Agent, type AgentState, type Process } from './api';
+import { confirmDialog, dataTable, formatDuration, h, setText, toast } from './dom';
 import { processLog } from './proclog';
 import { commandLine, exitText, procName, runTime } from './procfmt';
 import { store } from './store';
 
 /** States in which the agent can answer for its processes (a sleeping one wakes to do so). */
 const LISTABLE: AgentState[] = ['running', 'sleeping', 'starting'];
-
-const errMsg = (e: unknown) => (e instanceof ApiError ? e.message : String(e));
 
 /** A process only ever goes from running to ended: an older report never undoes a newer one. */
 function merge(m: Map<string, Process>, p: Process): void {
@@ -79,23 +77,16 @@ export function processesView(agentId: string): ProcessesView {
   const notice = h('p', { class: 'procs-notice muted', 'data-testid': 'processes-notice' });
   const message = h('div', { class: 'files-message', role: 'status', 'data-testid': 'processes-message' });
   const tbody = h('tbody');
-  const table = h(
-    'table',
+  const table = dataTable(
     { class: 'procs-table', 'data-testid': 'processes-table' },
-    h(
-      'thead',
-      null,
-      h(
-        'tr',
-        null,
-        h('th', { scope: 'col', class: 'col-proc' }, 'Process'),
-        h('th', { scope: 'col', class: 'col-cmd' }, 'Command'),
-        h('th', { scope: 'col', class: 'col-pstate' }, 'State'),
-        h('th', { scope: 'col', class: 'col-exit' }, 'Exit'),
-        h('th', { scope: 'col', class: 'col-dur' }, 'Duration'),
-        h('th', { scope: 'col', class: 'col-actions' }, h('span', { class: 'visually-hidden' }, 'Actions')),
-      ),
-    ),
+    [
+      ['col-proc', 'Process'],
+      ['col-cmd', 'Command'],
+      ['col-pstate', 'State'],
+      ['col-exit', 'Exit'],
+      ['col-dur', 'Duration'],
+      ['col-actions', null],
+    ],
     tbody,
   );
   const listing = h('div', { class: 'procs-listing' }, table, message);
@@ -138,7 +129,7 @@ export function processesView(agentId: string): ProcessesView {
       await api.signalProcess(agentId, p.id, sig);
       termSent.add(p.id);
     } catch (e) {
-      toast(`${sig === 'KILL' ? 'Kill' : 'Stop'} ${procName(p)}: ${errMsg(e)}`);
+      toast(`${sig === 'KILL' ? 'Kill' : 'Stop'} ${procName(p)}: ${errorMessage(e)}`);
     } finally {
       busy.delete(p.id);
       render();
@@ -160,7 +151,7 @@ export function processesView(agentId: string): ProcessesView {
       procs.delete(p.id);
       if (selected === p.id) select(null);
     } catch (e) {
-      toast(`Remove ${procName(p)}: ${errMsg(e)}`);
+      toast(`Remove ${procName(p)}: ${errorMessage(e)}`);
     } finally {
       busy.delete(p.id);
       render();
@@ -278,7 +269,7 @@ export function processesView(agentId: string): ProcessesView {
       if (seq !== loadSeq) return;
       pending = null;
       el.dataset.state = 'error';
-      setMessage(`Cannot list the processes: ${errMsg(e)}`, 'error');
+      setMessage(`Cannot list the processes: ${errorMessage(e)}`, 'error');
     }
   };
 
@@ -347,7 +338,7 @@ export function processesView(agentId: string): ProcessesView {
       select(p.id);
       if (!loaded) void load();
     } catch (err) {
-      const msg = errMsg(err);
+      const msg = errorMessage(err);
       if (err instanceof ApiError && err.status === 0) toast(msg);
       else formError.textContent = msg;
       if (err instanceof ApiError && err.field === 'tag') tag.setAttribute('aria-invalid', 'true');

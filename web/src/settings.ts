@@ -1,5 +1,5 @@
 // Change an agent's image or resources (PATCH). The server then marks it `needsRebuild`.
-import { api, ApiError, type Agent, type AgentUpdate } from './api';
+import { api, ApiError, errorMessage, type Agent, type AgentUpdate } from './api';
 import { h, replace, toast } from './dom';
 import { store } from './store';
 
@@ -108,7 +108,7 @@ export function settingsForm(getAgent: () => Agent | null, onDone: () => void): 
       store.put(await api.update(a.id, body));
       onDone();
     } catch (err) {
-      const msg = err instanceof ApiError ? err.message : String(err);
+      const msg = errorMessage(err);
       const field = err instanceof ApiError ? (err.field as Key | undefined) : undefined;
       if ((field as string | undefined) === 'runtime' && !runtimeField.hidden) {
         runtimeError.textContent = msg;

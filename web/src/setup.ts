@@ -1,7 +1,7 @@
 // An agent's setup script (its preset's `setup`): how the last run went, its output followed live
 // (the Processes tab's log view, on the process tagged `setup`), and a button to run it again.
 // Hidden for an agent without one, and on a server without presets.
-import { api, ApiError, type Agent } from './api';
+import { api, errorMessage, type Agent } from './api';
 import { h, setText, toast } from './dom';
 import { processLog } from './proclog';
 import { store } from './store';
@@ -11,8 +11,6 @@ export interface SetupCard {
   update(a: Agent): void;
   dispose(): void;
 }
-
-const errMsg = (e: unknown) => (e instanceof ApiError ? e.message : String(e));
 
 export function setupCard(agentId: string): SetupCard {
   let agent: Agent | null = null;
@@ -62,7 +60,7 @@ export function setupCard(agentId: string): SetupCard {
     } catch (e) {
       if (seq !== openSeq) return;
       shownKey = null;
-      setText(note, `The log cannot be shown: ${errMsg(e)}`);
+      setText(note, `The log cannot be shown: ${errorMessage(e)}`);
     }
     syncToggle();
   };
@@ -88,7 +86,7 @@ export function setupCard(agentId: string): SetupCard {
       // The agent's `setup` changes with the new run; the event may come later than this answer.
       store.put(await api.agent(agentId));
     } catch (e) {
-      toast(`Run setup again: ${errMsg(e)}`);
+      toast(`Run setup again: ${errorMessage(e)}`);
     } finally {
       if (agent) update(agent);
     }

@@ -1,5 +1,5 @@
 // Live agent state: one list fetch, then the SSE stream `GET /api/v1/events`. No polling.
-import { api, ApiError, BASE, type Agent, type EgressEvent, type ProcessEvent, type PullProgress } from './api';
+import { api, errorMessage, BASE, type Agent, type EgressEvent, type ProcessEvent, type PullProgress } from './api';
 
 /** Refusals kept per agent for its page (newest first), from the event stream since it opened. */
 const BLOCKED_KEPT = 20;
@@ -121,7 +121,7 @@ class AgentStore {
       .catch((e: unknown) => {
         if (gen !== this.generation || this.pending !== pending) return;
         this.pending = null;
-        this.loadError = e instanceof ApiError ? e.message : String(e);
+        this.loadError = errorMessage(e);
         this.emit();
       });
   }
