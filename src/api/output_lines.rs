@@ -2,7 +2,8 @@
 //!
 //! Each line names the offset of its first byte, so a client joins lines by offset. Text goes
 //! as UTF-8; a character cut between two frames of the same stream is held back until the
-//! next one completes it, and bytes that are not UTF-8 go as base64.
+//! next one completes it, and bytes that are not UTF-8 go as base64, as does text made mostly
+//! of control characters (JSON would write each as six bytes).
 
 use std::borrow::Cow;
 
@@ -54,6 +55,7 @@ impl OutputLines {
         };
         self.at += bytes.len() as u64;
         match std::str::from_utf8(&joined) {
+            Ok(_) if inflated_by_json(&joined) => out.push(binary(offset, stream, &joined)),
             Ok(text) => out.push(OutputLine::Text {
                 offset,
                 stream,
@@ -103,6 +105,17 @@ impl OutputLines {
             .into_iter()
             .collect()
     }
+}
+
+/// Whether more than a quarter of `text` is control characters, each of which JSON writes as
+/// six bytes (`\u0000`): base64's third more is then the smaller line, and far cheaper to
+/// decode. Text with colour codes or the odd tab stays readable text.
+fn inflated_by_json(text: &[u8]) -> bool {
+    let escaped = text
+        .iter()
+        .filter(|&&b| b < 0x20 && !matches!(b, b'\n' | b'\r' | b'\t'))
+        .count();
+    escaped * 4 > text.len()
 }
 
 fn binary(offset: u64, stream: OutputStream, bytes: &[u8]) -> OutputLine {
@@ -178,6 +191,28 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn text_mostly_of_control_characters_goes_as_base64_and_colour_codes_stay_text() {
+        let mut l = OutputLines::new(0);
+        let zeros = vec![0u8; 4096];
+        let coloured = "\x1b[31mred\x1b[0m and \tplain\r\n".as_bytes();
+        let mut lines = l.stdout(&zeros);
+        lines.extend(l.stdout(coloured));
+        assert!(
+            matches!(&lines[0], OutputLine::Bytes { offset: 0, .. }),
+            "{:?}",
+            lines[0]
+        );
+        assert!(
+            matches!(&lines[1], OutputLine::Text { offset: 4096, .. }),
+            "{:?}",
+            lines[1]
+        );
+        let mut expected: Vec<_> = zeros.iter().map(|b| (OutputStream::Stdout, *b)).collect();
+        expected.extend(coloured.iter().map(|b| (OutputStream::Stdout, *b)));
+        assert_eq!(join(&lines, 0), expected);
     }
 
     #[test]

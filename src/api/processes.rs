@@ -193,7 +193,7 @@ pub struct OutputQuery {
 /// The process's output from a byte offset, as NDJSON.
 #[utoipa::path(get, path = "/api/v1/agents/{id}/processes/{pid}/output", tag = "processes", operation_id = "processOutput",
     params(("id" = String, Path, description = "The agent's id"), ("pid" = String, Path, description = "The process's id or tag", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"), OutputQuery),
-    responses((status = 200, content_type = "application/x-ndjson", description = "One line per piece: `{offset, stream, data}` (UTF-8 text) or `{offset, stream, data64}` (base64, for bytes that are not text), `{gap: {from, to}}` where output left the buffer, and a last `{exit: Process}` once the process has ended and all its output was sent. Without `follow` the response ends at the output so far. A stream cut short ends with an error line; read again from the last offset you got."),
+    responses((status = 200, content_type = "application/x-ndjson", description = "One line per piece: `{offset, stream, data}` (UTF-8 text) or `{offset, stream, data64}` (base64, for bytes that are not UTF-8 or are mostly control characters), `{gap: {from, to}}` where output left the buffer, and a last `{exit: Process}` once the process has ended and all its output was sent. Without `follow` the response ends at the output so far. A stream cut short ends with an error line; read again from the last offset you got."),
         (status = 400, body = ErrorBody, description = "The offset is past the output so far"),
         (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
         (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
