@@ -35,6 +35,12 @@ impl<S> Counted<S> {
     pub fn new(inner: S, tally: Arc<Tally>) -> Counted<S> {
         Counted { inner, tally }
     }
+
+    /// The stream and its tally, for a relay that moves bytes without reading them through
+    /// this type (and so counts them itself).
+    pub fn parts(&self) -> (&S, &Tally) {
+        (&self.inner, &self.tally)
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {

@@ -9,6 +9,7 @@ mod proxy;
 mod reach;
 mod rules;
 mod sni;
+mod zerocopy;
 
 pub use dial::{Destination, Dialer, Refusal};
 pub use event::EgressEvent;

@@ -242,8 +242,7 @@ impl Proxy {
         }
         let closing = self.closing.clone();
         tokio::spawn(async move {
-            let mut tcp = tcp;
-            let reason = splice(&mut tcp, &mut upstream, &slot, &closing).await;
+            let reason = splice_tcp(&tcp, b"", &upstream, &slot, &closing).await;
             drop(slot);
             ended.report(reason);
         });
@@ -311,10 +310,18 @@ impl Proxy {
         let closing = self.closing.clone();
         tokio::spawn(async move {
             let reason = match hyper::upgrade::on(req).await {
-                Ok(upgraded) => {
-                    let mut client = TokioIo::new(upgraded);
-                    splice(&mut client, &mut upstream, &slot, &closing).await
-                }
+                // The client's own socket, when hyper gives it back, lets the tunnel splice
+                // (bytes the client sent after its request head, already read, go first).
+                Ok(upgraded) => match upgraded.downcast::<TokioIo<TcpStream>>() {
+                    Ok(parts) => {
+                        let tcp = parts.io.into_inner();
+                        splice_tcp(&tcp, &parts.read_buf, &upstream, &slot, &closing).await
+                    }
+                    Err(upgraded) => {
+                        let mut client = TokioIo::new(upgraded);
+                        splice(&mut client, &mut upstream, &slot, &closing).await
+                    }
+                },
                 Err(e) => Some(e.to_string()),
             };
             drop(slot);
@@ -531,8 +538,37 @@ where
     C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     let copy = tokio::io::copy_bidirectional_with_sizes(client, upstream, SPLICE_BUF, SPLICE_BUF);
+    until_cut(copy, slot, closing).await
+}
+
+/// [`splice`] between two TCP sockets, in the kernel (`splice(2)` through a pipe each way): the
+/// bytes are not copied through the server. `early` is what the client sent that was already
+/// read, sent first.
+async fn splice_tcp(
+    client: &TcpStream,
+    early: &[u8],
+    upstream: &Counted<TcpStream>,
+    slot: &UpstreamSlot,
+    closing: &CancellationToken,
+) -> Option<String> {
+    let (upstream, tally) = upstream.parts();
+    until_cut(
+        super::zerocopy::relay(client, upstream, early, tally),
+        slot,
+        closing,
+    )
+    .await
+}
+
+/// Runs a relay to its end, or until the rules no longer allow it or the server shuts down
+/// (dropping it closes both sides): the reason it ended, `None` for a clean end.
+async fn until_cut<T>(
+    relay: impl std::future::Future<Output = std::io::Result<T>>,
+    slot: &UpstreamSlot,
+    closing: &CancellationToken,
+) -> Option<String> {
     tokio::select! {
-        r = copy => r.err().map(|e| e.to_string()),
+        r = relay => r.err().map(|e| e.to_string()),
         () = slot.cancelled.cancelled() => Some("closed: the agent's egress rules no longer allow it".into()),
         () = closing.cancelled() => Some("closed: the server is shutting down".into()),
     }

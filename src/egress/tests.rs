@@ -457,3 +457,61 @@ async fn open_tunnels_count_against_the_cap_until_they_close() {
         .await
         .expect("a closed tunnel frees its place");
 }
+
+/// A tunnel carries a large payload both ways intact, with the bytes the client sent right
+/// behind its request head (which the HTTP parser may already have read) first, closes half
+/// by half, and reports the byte counts each way.
+#[tokio::test]
+async fn a_tunnel_carries_a_large_payload_intact_and_tallies_it() {
+    use sha2::{Digest, Sha256};
+    let echo = echo_server("127.0.0.1:0", b"").await.unwrap();
+    let mut s = setup(&["pypi.test"], &[], |_| {}).await;
+    let mut stream = TcpStream::connect(s.addr).await.unwrap();
+    stream
+        .write_all(format!("CONNECT pypi.test:{echo} HTTP/1.1\r\n\r\nearly").as_bytes())
+        .await
+        .unwrap();
+    // The answer's head, byte by byte so that nothing after it is taken.
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut b = [0u8; 1];
+        tokio::time::timeout(DEADLINE, stream.read_exact(&mut b))
+            .await
+            .expect("an answer in time")
+            .unwrap();
+        head.push(b[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 200"), "{head:?}");
+    assert!(s.next_egress().await.allowed);
+
+    let mut payload = b"early".to_vec();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    payload.extend((0..(24 << 20)).map(|_| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x as u8
+    }));
+    let (mut r, mut w) = stream.split();
+    let body = payload[5..].to_vec();
+    let write = async {
+        w.write_all(&body).await.unwrap();
+        w.shutdown().await.unwrap();
+    };
+    let mut back = Vec::new();
+    let read = async {
+        tokio::time::timeout(Duration::from_secs(60), r.read_to_end(&mut back))
+            .await
+            .expect("the echo ends in time")
+            .unwrap()
+    };
+    tokio::join!(write, read);
+    assert_eq!(back.len(), payload.len());
+    assert_eq!(Sha256::digest(&back), Sha256::digest(&payload));
+    let closed = s.next_egress().await;
+    let n = payload.len() as u64;
+    assert!(
+        closed.closed && closed.bytes_up == n && closed.bytes_down == n && closed.reason.is_none(),
+        "{closed:?}"
+    );
+}
