@@ -50,6 +50,7 @@ pub fn router(state: AppState) -> Router {
         .route("/health", get(agents::health))
         .route("/openapi.json", get(openapi))
         .route("/limits", get(agents::limits))
+        .route("/presets", get(agents::presets))
         .route(
             "/session",
             post(session::sign_in)

@@ -21,7 +21,7 @@ use crate::config::{Config, DriverKind};
         `403` whatever it carries. Errors are `{\"error\": {\"code\", \"message\", \"field\"?}}`. \
         The limits in this document are this server's configuration."),
     paths(
-        agents::health, agents::limits, agents::list, agents::create, agents::get, agents::update, agents::destroy,
+        agents::health, agents::limits, agents::presets, agents::list, agents::create, agents::get, agents::update, agents::destroy,
         agents::start, agents::stop, agents::rebuild, events::events,
         files::list, files::read, files::write, files::mkdir, files::remove,
         terminal::terminal, terminals::list, terminals::kill, exec::exec,
@@ -31,6 +31,7 @@ use crate::config::{Config, DriverKind};
     ),
     components(schemas(
         crate::model::Agent, crate::model::AgentState, types::CreateAgent, types::UpdateAgent,
+        crate::config::PresetInfo, crate::model::SetupStatus, crate::model::SetupState,
         types::Health, types::Limits, files::DirEntry, types::ExecBody, types::ExecResult, types::ErrorBody,
         types::ErrorDetail, session::SignIn, session::SessionStatus, terminals::TerminalSession,
         crate::egress::EgressRules, crate::egress::EgressEvent,

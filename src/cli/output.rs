@@ -183,6 +183,9 @@ mod tests {
             last_activity_at: None,
             sleeps_at: None,
             pull: None,
+            preset: None,
+            env: Default::default(),
+            setup: None,
         }
     }
 

@@ -13,6 +13,7 @@ use serde::Deserialize;
 
 mod de;
 mod origin;
+mod preset;
 mod validate;
 use crate::egress::EgressRules;
 use de::{
@@ -20,6 +21,7 @@ use de::{
     de_opt_upstream, de_socket_addr,
 };
 pub use origin::{is_trusted, WebOrigin};
+pub use preset::{Preset, PresetInfo, MAX_SETUP};
 
 /// The environment variable that overrides `server.admin_token`, so the secret need not sit in a
 /// file.
@@ -31,6 +33,8 @@ pub const ADMIN_TOKEN_ENV: &str = "AGENTHOLD_ADMIN_TOKEN";
 pub struct Config {
     pub server: ServerConfig,
     pub sandbox: SandboxConfig,
+    /// Named templates for new agents, by name (DNS-safe, like agent names).
+    pub presets: BTreeMap<String, Preset>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -133,6 +137,10 @@ impl std::fmt::Display for DriverKind {
 #[serde(default, deny_unknown_fields)]
 pub struct SandboxConfig {
     pub driver: DriverKind,
+    /// The preset of agents created without one; `None` (written `""`) means none, and the
+    /// `default_*` settings below apply.
+    #[serde(deserialize_with = "de_opt_string")]
+    pub default_preset: Option<String>,
     pub default_image: String,
     pub default_cpus: f64,
     pub default_memory_mb: u64,
@@ -206,6 +214,7 @@ impl Default for SandboxConfig {
     fn default() -> Self {
         SandboxConfig {
             driver: DriverKind::Docker,
+            default_preset: None,
             default_image: "debian:bookworm-slim".to_string(),
             default_cpus: 2.0,
             default_memory_mb: 4096,
@@ -583,6 +592,14 @@ impl Config {
 
     fn validate(&self, file: &str) -> Result<(), ConfigError> {
         validate::validate(self, file)
+    }
+
+    /// Every preset with the defaults filled in, sorted by name.
+    pub fn preset_infos(&self) -> Vec<PresetInfo> {
+        self.presets
+            .iter()
+            .map(|(name, p)| p.info(name, &self.sandbox))
+            .collect()
     }
 }
 
