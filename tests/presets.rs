@@ -228,3 +228,128 @@ async fn env_reaches_exec_processes_and_terminals_and_a_patch_applies_to_new_one
     assert!(msg.contains("NO_PROXY"), "{msg}");
     s.stop().await;
 }
+
+fn with_setup(c: &mut Config) {
+    presets(c);
+    c.presets.insert(
+        "scripted".into(),
+        Preset {
+            env: BTreeMap::from([("GREETING".into(), "hello".into())]),
+            setup: Some("echo \"$GREETING from $(pwd)\" >> setup-ran; echo setting up".into()),
+            ..Default::default()
+        },
+    );
+    c.presets.insert(
+        "broken".into(),
+        Preset {
+            setup: Some("echo oops >&2; exit 3".into()),
+            ..Default::default()
+        },
+    );
+}
+
+/// Waits until the agent's `setup` is in `state`, returning it.
+async fn wait_setup(s: &TestServer, id: &str, state: &str) -> Value {
+    let mut last = Value::Null;
+    let deadline = std::time::Instant::now() + common::DEADLINE;
+    while std::time::Instant::now() < deadline {
+        last = s.agent(id).await["setup"].clone();
+        if last["state"] == state {
+            return last;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("agent {id}'s setup did not become {state}: {last}");
+}
+
+#[tokio::test]
+async fn setup_runs_once_at_the_first_start_and_again_on_request() {
+    let s = TestServer::start_with(with_setup).await;
+    let a = create(&s, json!({"name": "s", "preset": "scripted"})).await;
+    let id = a["id"].as_str().unwrap().to_string();
+    let done = wait_setup(&s, &id, "done").await;
+    assert_eq!(done["exitCode"], 0);
+    let pid = done["processId"].as_str().unwrap().to_string();
+    assert_eq!(s.state(&id).await, "running");
+    let out = exec_out(&s, &id, "cat setup-ran").await;
+    assert!(out.starts_with("hello from "), "env and cwd: {out}");
+    assert_eq!(out.lines().count(), 1);
+    // Its log is the `setup` process's output.
+    let log = s
+        .get(&format!("/api/v1/agents/{id}/processes/setup/output"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(log.contains("setting up"), "{log}");
+
+    // A stop and start does not run it again.
+    s.post(&format!("/api/v1/agents/{id}/stop"))
+        .send()
+        .await
+        .unwrap();
+    s.wait_state(&id, "sleeping").await;
+    s.post(&format!("/api/v1/agents/{id}/start"))
+        .send()
+        .await
+        .unwrap();
+    s.wait_state(&id, "running").await;
+    assert_eq!(s.agent(&id).await["setup"]["processId"], pid.as_str());
+
+    // On request it runs again; had the start run it too, there would be three lines.
+    let r = s
+        .post(&format!("/api/v1/agents/{id}/setup"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    common::wait_for("the rerun is recorded", || async {
+        let setup = s.agent(&id).await["setup"].clone();
+        setup["state"] == "done" && setup["processId"] != pid.as_str()
+    })
+    .await;
+    assert_eq!(exec_out(&s, &id, "wc -l < setup-ran").await.trim(), "2");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_failed_setup_is_recorded_and_the_agent_stays_usable() {
+    let s = TestServer::start_with(with_setup).await;
+    let a = create(&s, json!({"name": "f", "preset": "broken"})).await;
+    let id = a["id"].as_str().unwrap().to_string();
+    let failed = wait_setup(&s, &id, "failed").await;
+    assert_eq!(failed["exitCode"], 3);
+    assert_eq!(s.state(&id).await, "running");
+    assert_eq!(exec_out(&s, &id, "echo usable").await, "usable\n");
+    let log = s
+        .get(&format!("/api/v1/agents/{id}/processes/setup/output"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(log.contains("oops"), "{log}");
+
+    // An agent without a setup script cannot rerun one.
+    let plain = create(&s, json!({"name": "p", "preset": "plain"})).await;
+    let r = s
+        .post(&format!(
+            "/api/v1/agents/{}/setup",
+            plain["id"].as_str().unwrap()
+        ))
+        .send()
+        .await
+        .unwrap();
+    let msg = expect_error(r, 409, "conflict").await;
+    assert!(msg.contains("no setup script"), "{msg}");
+    let r = s
+        .post("/api/v1/agents/nosuchagent0/setup")
+        .send()
+        .await
+        .unwrap();
+    expect_error(r, 404, "not_found").await;
+    s.stop().await;
+}

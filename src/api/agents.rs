@@ -353,6 +353,20 @@ pub async fn rebuild(
     Ok((StatusCode::ACCEPTED, Json(st.lc.rebuild(&id).await?)))
 }
 
+/// Runs the preset's setup script again now, as a background process tagged `setup`.
+#[utoipa::path(post, path = "/api/v1/agents/{id}/setup", tag = "agents", operation_id = "rerunSetup",
+    params(("id" = String, Path, description = "The agent's id")),
+    responses((status = 202, body = Agent, description = "Started (a sleeping agent is woken first); `setup` says how it stands"),
+        (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "The agent has no setup script, its setup runs already, or it cannot be woken"),
+        (status = 503, body = ErrorBody)))]
+pub async fn rerun_setup(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<Agent>), ApiError> {
+    Ok((StatusCode::ACCEPTED, Json(st.lc.rerun_setup(&id).await?)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,7 +22,7 @@ use crate::config::{Config, DriverKind};
         The limits in this document are this server's configuration."),
     paths(
         agents::health, agents::limits, agents::presets, agents::list, agents::create, agents::get, agents::update, agents::destroy,
-        agents::start, agents::stop, agents::rebuild, events::events,
+        agents::start, agents::stop, agents::rebuild, agents::rerun_setup, events::events,
         files::list, files::read, files::write, files::mkdir, files::remove,
         terminal::terminal, terminals::list, terminals::kill, exec::exec,
         processes::start, processes::list, processes::get, processes::output, processes::stdin,
