@@ -27,6 +27,9 @@ pub use preset::{Preset, PresetInfo, MAX_SETUP};
 /// file.
 pub const ADMIN_TOKEN_ENV: &str = "AGENTHOLD_ADMIN_TOKEN";
 
+/// The ready agent image (`images/agent/Dockerfile`, built by `scripts/build-agent-image.sh`).
+pub const AGENT_IMAGE: &str = "agenthold/agent:bookworm";
+
 /// Everything the server reads from its config file.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -508,12 +511,41 @@ impl Config {
                 Config::from_yaml_str(&yaml, &path.display().to_string(), env)
             }
             None => {
-                let mut config = Config::default();
+                let mut config = Config::without_file();
                 config.apply_env("defaults", env)?;
                 config.validate("defaults")?;
                 Ok(config)
             }
         }
+    }
+
+    /// What a server started without a config file runs on: the defaults, with the presets
+    /// `dev` (the ready agent image, `images/agent`, which `scripts/build-agent-image.sh`
+    /// builds) as the default and `minimal` (plain `sandbox.default_image`).
+    pub fn without_file() -> Config {
+        let mut config = Config::default();
+        config.presets.insert(
+            "dev".to_string(),
+            Preset {
+                description: Some(
+                    "Debian with git, curl, Python (venv, pip), build tools, vim, jq; runs as \
+                     the agent account"
+                        .to_string(),
+                ),
+                image: Some(AGENT_IMAGE.to_string()),
+                ..Preset::default()
+            },
+        );
+        config.presets.insert(
+            "minimal".to_string(),
+            Preset {
+                description: Some("Plain Debian (bookworm-slim); runs as root".to_string()),
+                image: Some(config.sandbox.default_image.clone()),
+                ..Preset::default()
+            },
+        );
+        config.sandbox.default_preset = Some("dev".to_string());
+        config
     }
 
     /// Parses `yaml` (an empty document means all defaults); `source` names it in messages.

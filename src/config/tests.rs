@@ -701,7 +701,7 @@ fn load_reads_the_file_and_names_a_missing_one() {
         "{e}"
     );
 
-    assert_eq!(Config::load(None, no_env).unwrap(), Config::default());
+    assert_eq!(Config::load(None, no_env).unwrap(), Config::without_file());
 }
 
 #[test]
@@ -782,4 +782,23 @@ fn a_bad_preset_names_its_key() {
     assert!(e.contains("presets.dev") && e.contains("cpu"), "{e}");
     let e = err("sandbox:\n  default_preset: nope\npresets:\n  dev: {}\n");
     assert!(e.contains("dev"), "the message lists the presets: {e}");
+}
+
+#[test]
+fn without_a_file_the_dev_preset_is_the_default() {
+    let c = Config::load(None, no_env).unwrap();
+    let infos = c.preset_infos();
+    let names: Vec<_> = infos
+        .iter()
+        .map(|p| (p.name.as_str(), p.image.as_str(), p.default))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("dev", AGENT_IMAGE, true),
+            ("minimal", "debian:bookworm-slim", false)
+        ]
+    );
+    // A file that names no presets has none.
+    assert!(load("").unwrap().presets.is_empty());
 }
