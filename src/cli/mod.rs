@@ -101,3 +101,38 @@ pub async fn run(opts: ClientOpts, cmd: ClientCommand) -> anyhow::Result<i32> {
 
 #[cfg(test)]
 mod tests;
+
+/// An error with its causes, each said once: many errors carry their cause's text in their own
+/// message already, which `{:#}` would repeat ("…: Socket not found: X: Socket not found: X").
+pub fn error_report(e: &anyhow::Error) -> String {
+    let mut out = e.to_string();
+    for cause in e.chain().skip(1) {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod report_tests {
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot reach the engine at /s: {source}")]
+    struct Outer {
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn each_cause_is_said_once() {
+        let inner = std::io::Error::new(std::io::ErrorKind::NotFound, "Socket not found: /s");
+        let e = anyhow::Error::new(Outer { source: inner }).context("starting the docker driver");
+        assert_eq!(
+            super::error_report(&e),
+            "starting the docker driver: cannot reach the engine at /s: Socket not found: /s"
+        );
+        let plain = anyhow::anyhow!("a").context("b");
+        assert_eq!(super::error_report(&plain), "b: a");
+    }
+}
