@@ -114,6 +114,10 @@ impl ApiClient {
         self.json(self.request(Method::GET, &["agents"])).await
     }
 
+    pub async fn list_presets(&self) -> Result<Vec<crate::config::PresetInfo>, ClientError> {
+        self.json(self.request(Method::GET, &["presets"])).await
+    }
+
     pub async fn get_agent(&self, id: &str) -> Result<Agent, ClientError> {
         self.json(self.request(Method::GET, &["agents", id])).await
     }

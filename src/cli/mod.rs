@@ -70,6 +70,8 @@ pub enum ClientCommand {
     Cp(CpArgs),
     /// Show or change what an agent may reach: agenthold egress AGENT [--allow RULE] [--deny RULE] [--remove RULE]
     Egress(EgressArgs),
+    /// List the presets agents can be created from (agenthold agents create NAME --preset P)
+    Presets,
 }
 
 /// Runs one client command and returns the process exit code. Failures are reported on
@@ -87,6 +89,20 @@ pub async fn run(opts: ClientOpts, cmd: ClientCommand) -> anyhow::Result<i32> {
             ClientCommand::Shell(args) => shell::run(&client, args).await,
             ClientCommand::Cp(args) => cp::run(&client, args).await,
             ClientCommand::Egress(args) => egress::run(&client, opts.json, args).await,
+            ClientCommand::Presets => {
+                let presets = client.list_presets().await?;
+                let text = if opts.json {
+                    output::json(&presets)?
+                } else {
+                    output::presets_table(&presets)
+                };
+                if text.ends_with('\n') {
+                    print!("{text}");
+                } else {
+                    println!("{text}");
+                }
+                Ok(0)
+            }
         }
     }
     .await;
