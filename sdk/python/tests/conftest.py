@@ -93,6 +93,14 @@ def _start(binary: Path, root: Path) -> Server:
         f"  egress: {{port: 0, dns_port: 0}}\n"
         # A small output buffer, so a test can make a process's output leave it (a gap).
         f"  process_output_kb: 64\n"
+        # Presets for tests/test_presets.py; no default one, so other tests get plain agents.
+        f"presets:\n"
+        f"  py:\n"
+        f"    description: for the client's tests\n"
+        f"    cpus: 1\n"
+        f"    env: {{FROM_PRESET: p}}\n"
+        f'    setup: echo "set up $FROM_PRESET" >> setup-ran\n'
+        f"  plain: {{}}\n"
     )
     log = root / "server.log"
     env = {**os.environ, "AGENTHOLD_LOG": os.environ.get("AGENTHOLD_TEST_LOG", "warn")}
