@@ -79,14 +79,14 @@ fn defaults_are_the_documented_ones() {
 }
 
 #[test]
-fn example_file_loads_and_equals_the_defaults() {
+fn example_file_loads_and_equals_a_server_without_a_file() {
     let c = Config::from_yaml_str(
         include_str!("../../config.example.yaml"),
         "config.example.yaml",
         no_env,
     )
     .unwrap();
-    assert_eq!(c, Config::default());
+    assert_eq!(c, Config::without_file());
 }
 
 #[test]
