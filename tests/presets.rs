@@ -353,3 +353,35 @@ async fn a_failed_setup_is_recorded_and_the_agent_stays_usable() {
     expect_error(r, 404, "not_found").await;
     s.stop().await;
 }
+
+#[tokio::test]
+async fn setup_on_rebuild_runs_the_script_again_after_a_rebuild() {
+    let s = TestServer::start_with(|c| {
+        c.presets.insert(
+            "again".into(),
+            Preset {
+                setup: Some("echo ran >> setup-ran".into()),
+                setup_on_rebuild: true,
+                ..Default::default()
+            },
+        );
+    })
+    .await;
+    let a = create(&s, json!({"name": "r", "preset": "again"})).await;
+    let id = a["id"].as_str().unwrap().to_string();
+    let first = wait_setup(&s, &id, "done").await;
+    let r = s
+        .post(&format!("/api/v1/agents/{id}/rebuild"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    s.wait_state(&id, "running").await;
+    common::wait_for("setup ran again after the rebuild", || async {
+        let setup = s.agent(&id).await["setup"].clone();
+        setup["state"] == "done" && setup["processId"] != first["processId"]
+    })
+    .await;
+    assert_eq!(exec_out(&s, &id, "wc -l < setup-ran").await.trim(), "2");
+    s.stop().await;
+}
