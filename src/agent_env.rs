@@ -5,8 +5,11 @@ use std::collections::BTreeMap;
 
 /// Most variables an agent's `env` may name.
 pub const MAX_VARS: usize = 128;
-/// Longest value, in bytes.
+/// Longest value, in characters (as JSON Schema's `maxLength` counts).
 pub const MAX_VALUE: usize = 4096;
+/// What a name may be, as a regular expression (the OpenAPI document's): a shell identifier of
+/// at most [`MAX_NAME`], not one of the reserved names.
+pub const NAME_PATTERN: &str = "^(?!AGENTHOLD_)(?!(?:HTTPS?|NO|ALL)_PROXY$)(?!(?:https?|no|all)_proxy$)[A-Za-z_][A-Za-z0-9_]{0,255}$";
 /// Longest name, in bytes.
 pub const MAX_NAME: usize = 256;
 
@@ -33,10 +36,10 @@ pub fn check(env: &BTreeMap<String, String>) -> Result<(), String> {
     }
     for (name, value) in env {
         check_name(name)?;
-        if value.len() > MAX_VALUE {
+        let chars = value.chars().count();
+        if chars > MAX_VALUE {
             return Err(format!(
-                "{name} is {} bytes long; a value may be at most {MAX_VALUE}",
-                value.len()
+                "{name} is {chars} characters long; a value may be at most {MAX_VALUE}"
             ));
         }
         if value.contains('\0') {

@@ -99,7 +99,10 @@ async fn admin_token(config: Option<PathBuf>) -> anyhow::Result<()> {
 /// The document as a server with `config` serves it, assuming its driver can limit disks.
 fn openapi(config: Option<PathBuf>) -> anyhow::Result<()> {
     let config = Config::load(config.as_deref(), |k| std::env::var(k).ok())?;
-    let facts = agenthold::api::openapi::Facts { disk_limits: true };
+    let facts = agenthold::api::openapi::Facts {
+        disk_limits: true,
+        preset_names: false,
+    };
     let doc = agenthold::api::openapi::document(&config, facts);
     println!("{}", serde_json::to_string_pretty(&doc)?);
     Ok(())

@@ -82,7 +82,7 @@ pub struct CreateAgent {
     )]
     pub preset: Option<String>,
     /// Variables every process of the agent starts with, merged over the preset's (these win).
-    /// Names `[A-Za-z_][A-Za-z0-9_]*`, at most 128; values at most 4096 bytes, no NUL; the
+    /// Names `[A-Za-z_][A-Za-z0-9_]*`, at most 128; values at most 4096 characters, no NUL; the
     /// proxy variables and `AGENTHOLD_*` are reserved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<BTreeMap<String, String>>,
