@@ -32,6 +32,15 @@ enum Command {
     },
     /// Measure agenthold against plain Docker on this machine (needs Docker)
     Bench(agenthold::bench::BenchArgs),
+    /// Make a new admin token for the server on this machine (run with its --config)
+    AdminToken {
+        /// Replace the admin token: the old one stops working, with its web sign-ins
+        #[arg(long, required = true)]
+        reset: bool,
+        /// The server's YAML config file (for its data directory); without one, the defaults
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// Print the OpenAPI document a server with this config serves (as JSON), without serving
     Openapi {
         /// YAML config file; without one, the defaults
@@ -75,10 +84,25 @@ async fn serve(config: Option<PathBuf>) -> anyhow::Result<()> {
     server.run(shutdown_signal()).await
 }
 
+async fn admin_token(config: Option<PathBuf>) -> anyhow::Result<()> {
+    let config = Config::load(config.as_deref(), |k| std::env::var(k).ok())?;
+    let token = agenthold::server::reset_admin_token(&config).await?;
+    println!("{token}");
+    eprintln!(
+        "\nThis is the new admin token; the old one no longer works. {}\nA running server \
+         takes it at its next start: restart it.",
+        agenthold::server::token_usage(&token)
+    );
+    Ok(())
+}
+
 /// The document as a server with `config` serves it, assuming its driver can limit disks.
 fn openapi(config: Option<PathBuf>) -> anyhow::Result<()> {
     let config = Config::load(config.as_deref(), |k| std::env::var(k).ok())?;
-    let facts = agenthold::api::openapi::Facts { disk_limits: true };
+    let facts = agenthold::api::openapi::Facts {
+        disk_limits: true,
+        preset_names: false,
+    };
     let doc = agenthold::api::openapi::document(&config, facts);
     println!("{}", serde_json::to_string_pretty(&doc)?);
     Ok(())
@@ -108,29 +132,36 @@ async fn run() -> ExitCode {
             match serve(config).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("agenthold: {e:#}");
+                    eprintln!("agenthold: {}", agenthold::cli::error_report(&e));
                     ExitCode::FAILURE
                 }
             }
         }
+        Command::AdminToken { reset: _, config } => match admin_token(config).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("agenthold: {}", agenthold::cli::error_report(&e));
+                ExitCode::FAILURE
+            }
+        },
         Command::Openapi { config } => match openapi(config) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("agenthold: {e:#}");
+                eprintln!("agenthold: {}", agenthold::cli::error_report(&e));
                 ExitCode::FAILURE
             }
         },
         Command::Bench(args) => match agenthold::bench::run(args).await {
             Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
             Err(e) => {
-                eprintln!("bench: {e:#}");
+                eprintln!("bench: {}", agenthold::cli::error_report(&e));
                 ExitCode::FAILURE
             }
         },
         Command::Client(cmd) => match agenthold::cli::run(cli.client, cmd).await {
             Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
             Err(e) => {
-                eprintln!("error: {e:#}");
+                eprintln!("error: {}", agenthold::cli::error_report(&e));
                 ExitCode::FAILURE
             }
         },

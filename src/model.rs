@@ -1,5 +1,7 @@
 //! The agent as the API and the store see it.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -110,6 +112,41 @@ pub struct Agent {
     /// rebuilding); null when none is. Filled in by the server; not stored.
     #[serde(default)]
     pub pull: Option<PullProgress>,
+    /// The preset the agent was made from; null for none.
+    #[serde(default)]
+    #[schema(example = "dev")]
+    pub preset: Option<String>,
+    /// Variables every shell, exec, terminal and background process of the agent starts with.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// The preset's setup script's last run; null when it has none or it has not run yet.
+    #[serde(default)]
+    pub setup: Option<SetupStatus>,
+}
+
+/// Where a setup script's run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SetupState {
+    Running,
+    Done,
+    Failed,
+}
+
+/// The setup script's last run: a background process with the tag `setup`, whose output
+/// `GET /api/v1/agents/{id}/processes/setup/output` gives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SetupStatus {
+    pub state: SetupState,
+    /// The script's exit status once it has ended; null while it runs or when it could not be
+    /// started.
+    pub exit_code: Option<i32>,
+    /// The background process's id; null when it could not be started.
+    pub process_id: Option<String>,
+    /// Why it could not be started, or how it ended when it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// What a new agent is made of, after defaults and validation.
@@ -123,6 +160,8 @@ pub struct NewAgent {
     pub disk_mb: Option<u64>,
     pub egress: EgressRules,
     pub idle_minutes: u32,
+    pub preset: Option<String>,
+    pub env: BTreeMap<String, String>,
 }
 
 /// A change to an agent's settings; `None` leaves a field as it is.
@@ -138,6 +177,8 @@ pub struct AgentPatch {
     /// New egress rules: they apply to the next connection, and open ones they no longer allow
     /// are closed.
     pub egress: Option<EgressRules>,
+    /// A new `env` (the whole map); processes started from now on get it.
+    pub env: Option<BTreeMap<String, String>>,
 }
 
 /// Makes a fresh agent id: 12 characters of `[a-z0-9]`, starting with a letter so it is a

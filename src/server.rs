@@ -37,25 +37,63 @@ pub struct Server {
     pub api_connections: Arc<ConnectionLimiter>,
     pub tunnel_connections: Arc<ConnectionLimiter>,
     state: AppState,
+    /// An admin token made at this start, kept and shown once the server serves.
+    new_admin_token: Option<String>,
 }
 
 /// The admin token's hash: from config or environment if given, else the one made at first
-/// start; a new one is made and shown once when there is none.
-async fn admin_token_hash(config: &Config, store: &Store) -> anyhow::Result<String> {
+/// start. When there is none, a new one is made, with the token: it is kept and shown only once
+/// the server serves (see [`Server::run`]), so a start that fails first spends nothing.
+async fn admin_token_hash(
+    config: &Config,
+    store: &Store,
+) -> anyhow::Result<(String, Option<String>)> {
     if let Some(token) = &config.server.admin_token {
-        return Ok(hash_token(token));
+        return Ok((hash_token(token), None));
     }
     if let Some(hash) = store.get_setting(ADMIN_HASH_KEY).await? {
-        return Ok(hash);
+        return Ok((hash, None));
     }
     let token = new_token();
-    let hash = hash_token(&token);
-    store.set_setting(ADMIN_HASH_KEY, &hash).await?;
-    eprintln!(
-        "\n  agenthold made an admin token. It is shown only this once; keep it:\n\n    {token}\n\n  \
-         Use it with `export AGENTHOLD_TOKEN={token}` or sign in to the web UI with it.\n"
-    );
-    Ok(hash)
+    Ok((hash_token(&token), Some(token)))
+}
+
+/// How to use an admin token, said where one is shown.
+pub fn token_usage(token: &str) -> String {
+    format!(
+        "Use it with `export AGENTHOLD_TOKEN={token}` for the CLI and the Python client, or sign \
+         in to the web UI with it."
+    )
+}
+
+/// `agenthold admin-token --reset`: a new admin token for the server whose data directory
+/// `config` names, replacing the old one (whose web sessions end). Refused when the config or
+/// the environment sets the token, which would win over the new one.
+pub async fn reset_admin_token(config: &Config) -> anyhow::Result<String> {
+    if config.server.admin_token.is_some() {
+        anyhow::bail!(
+            "the admin token is set by server.admin_token or {}; change it there instead",
+            crate::config::ADMIN_TOKEN_ENV
+        );
+    }
+    let path = config.database_path();
+    if !path.exists() {
+        anyhow::bail!(
+            "{} does not exist: no server has run with server.data_dir {} (pass the server's \
+             --config)",
+            path.display(),
+            config.server.data_dir.display()
+        );
+    }
+    let store = Store::open(&path)
+        .await
+        .with_context(|| format!("opening {}", path.display()))?;
+    let token = new_token();
+    store
+        .set_setting(ADMIN_HASH_KEY, &hash_token(&token))
+        .await
+        .with_context(|| format!("storing the new token's hash in {}", path.display()))?;
+    Ok(token)
 }
 
 impl Server {
@@ -76,7 +114,7 @@ impl Server {
         let store = Store::open(&config.database_path())
             .await
             .with_context(|| format!("opening {}", config.database_path().display()))?;
-        let admin_hash = admin_token_hash(&config, &store).await?;
+        let (admin_hash, new_admin_token) = admin_token_hash(&config, &store).await?;
         let auth = Auth::load(
             admin_hash,
             config.sandbox.docker.network_pool,
@@ -168,6 +206,7 @@ impl Server {
             api_connections,
             tunnel_connections,
             state,
+            new_admin_token,
         })
     }
 
@@ -213,6 +252,20 @@ impl Server {
             lc.clone(),
         ));
         let sleeper_task = tokio::spawn(crate::lifecycle::sleeper::run(lc.clone()));
+        if let Some(token) = &self.new_admin_token {
+            // Kept only now that everything has started: a start that failed before this spent
+            // no token, and the next one makes and shows one.
+            self.store
+                .set_setting(ADMIN_HASH_KEY, &hash_token(token))
+                .await
+                .context("storing the admin token's hash")?;
+            eprintln!(
+                "\n  agenthold made an admin token. It is shown only this once; keep it:\n\n    \
+                 {token}\n\n  {}\n  A lost token is replaced with `agenthold admin-token --reset` \
+                 (on this machine, with this server's --config).\n",
+                token_usage(token)
+            );
+        }
 
         tracing::info!(
             api = %self.api_addr,

@@ -1,5 +1,6 @@
 //! With no admin token configured, the first start makes one, prints it once and keeps only its
-//! hash; later starts accept the same token and print nothing.
+//! hash; later starts accept the same token and print nothing. A start that fails before it
+//! serves spends no token, and `agenthold admin-token --reset` makes a new one.
 
 mod common;
 
@@ -20,7 +21,8 @@ fn start(config: &std::path::Path) -> (Proc, std::process::ChildStderr) {
         .args(["serve", "--config"])
         .arg(config)
         .env_remove("AGENTHOLD_ADMIN_TOKEN")
-        .env("AGENTHOLD_LOG", "warn")
+        // The serving line ends what `printed_token` reads.
+        .env("AGENTHOLD_LOG", "warn,agenthold::server=info")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -42,8 +44,8 @@ fn printed_token(stderr: std::process::ChildStderr) -> Option<String> {
         {
             token = Some(trimmed.to_string());
         }
-        if line.contains("fake driver") {
-            // The driver's warning comes after the token would have been printed.
+        if line.contains("agenthold is serving") {
+            // The token is printed just before.
             return token;
         }
     }
@@ -125,4 +127,117 @@ async fn a_generated_token_is_shown_once_and_kept_as_a_hash() {
         .unwrap();
     assert_eq!(bad.status(), 401);
     drop(p);
+}
+
+fn write_config(dir: &std::path::Path, port: u16) -> std::path::PathBuf {
+    let config = dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "server:\n  listen: 127.0.0.1:{port}\n  data_dir: {}\nsandbox:\n  driver: fake\n  tunnel_listen: 127.0.0.1:0\n  egress:\n    port: 0\n    dns_port: 0\n",
+            dir.join("data").display()
+        ),
+    )
+    .unwrap();
+    config
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_that_fails_spends_no_token_and_reset_makes_a_new_one() {
+    let dir = tempfile::tempdir().unwrap();
+    // The API port is taken: the start fails after opening the database, before serving.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let config = write_config(dir.path(), taken.local_addr().unwrap().port());
+    let out = Command::new(env!("CARGO_BIN_EXE_agenthold"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env_remove("AGENTHOLD_ADMIN_TOKEN")
+        .env("AGENTHOLD_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("admin token"),
+        "a failed start showed a token: {stderr}"
+    );
+    assert!(stderr.contains("binding server.listen"), "{stderr}");
+    drop(taken);
+
+    // The next start makes and shows one.
+    let port = free_port();
+    let config = write_config(dir.path(), port);
+    let (p, stderr) = start(&config);
+    let first = tokio::task::spawn_blocking(move || printed_token(stderr))
+        .await
+        .unwrap()
+        .expect("the first start that serves prints a token");
+    drop(p);
+
+    // A reset (the server stopped) makes another; the old one no longer works.
+    let out = Command::new(env!("CARGO_BIN_EXE_agenthold"))
+        .args(["admin-token", "--reset", "--config"])
+        .arg(&config)
+        .env_remove("AGENTHOLD_ADMIN_TOKEN")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let new = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert_eq!(new.len(), 64);
+    assert_ne!(new, first);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("AGENTHOLD_TOKEN") && said.contains("web UI"),
+        "{said}"
+    );
+
+    let (p, stderr) = start(&config);
+    let again = tokio::task::spawn_blocking(move || printed_token(stderr))
+        .await
+        .unwrap();
+    assert_eq!(again, None);
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    for (token, status) in [(&new, 200), (&first, 401)] {
+        let r = http
+            .get(format!("{base}/api/v1/agents"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), status);
+    }
+    drop(p);
+
+    // Without a data directory there is nothing to reset; with a configured token, nothing
+    // to make.
+    let empty = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_agenthold"))
+        .args(["admin-token", "--reset", "--config"])
+        .arg(write_config(empty.path(), 1))
+        .env_remove("AGENTHOLD_ADMIN_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
+    let out = Command::new(env!("CARGO_BIN_EXE_agenthold"))
+        .args(["admin-token", "--reset", "--config"])
+        .arg(&config)
+        .env("AGENTHOLD_ADMIN_TOKEN", "configured-token-0123456789")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("AGENTHOLD_ADMIN_TOKEN"));
 }

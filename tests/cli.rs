@@ -334,3 +334,65 @@ async fn background_processes_from_the_command_line() {
     assert_eq!(list.len(), 2);
     assert_eq!(list[1]["exitCode"], 5);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn presets_and_env_from_the_command_line() {
+    let s = TestServer::start_with(|c| {
+        c.presets.insert(
+            "dev".into(),
+            agenthold::config::Preset {
+                description: Some("the tools".into()),
+                cpus: Some(1.0),
+                env: [("FROM_PRESET".to_string(), "p".to_string())].into(),
+                ..Default::default()
+            },
+        );
+        c.presets.insert("minimal".into(), Default::default());
+        c.sandbox.default_preset = Some("dev".into());
+    })
+    .await;
+    let (code, out, err) = run(&s, &["presets"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("dev (default)") && out.contains("the tools"),
+        "{out}"
+    );
+    assert!(out.contains("minimal"), "{out}");
+    let (code, out, _) = run(&s, &["--json", "presets"]).await;
+    assert_eq!(code, 0);
+    let presets: Vec<Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(presets.len(), 2);
+
+    let (code, _, err) = run(
+        &s,
+        &[
+            "agents", "create", "envy", "--preset", "minimal", "--env", "A=1=2", "--wait",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let (code, out, _) = run(
+        &s,
+        &[
+            "exec",
+            "envy",
+            "--",
+            "sh",
+            "-c",
+            "echo $A-${FROM_PRESET:-none}",
+        ],
+    )
+    .await;
+    assert_eq!((code, out.as_str()), (0, "1=2-none\n"));
+    let (code, out, _) = run(&s, &["agents", "show", "envy"]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("minimal") && out.contains("A=1=2"), "{out}");
+
+    let (code, _, err) = run(&s, &["agents", "create", "x", "--preset", "gpu"]).await;
+    assert_ne!(code, 0);
+    assert!(err.contains("gpu") && err.contains("dev"), "{err}");
+    let (code, _, err) = run(&s, &["agents", "create", "x", "--env", "NOEQUALS"]).await;
+    assert_ne!(code, 0);
+    assert!(err.contains("NAME=VALUE"), "{err}");
+    s.stop().await;
+}

@@ -235,6 +235,10 @@ pub struct TerminalOpen {
     /// For a new session: how much output it keeps for replay, in bytes.
     #[serde(default)]
     pub buffer_bytes: Option<u64>,
+    /// For a new session: variables its shell starts with, over sandboxd's own (the agent's
+    /// `env`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<(String, String)>,
 }
 
 /// The `ok` reply of `terminal.open`.

@@ -7,6 +7,7 @@ use axum::Json;
 use super::error::{ApiError, ApiJson, ErrorBody};
 use super::types::{CreateAgent, Health, Limits, UpdateAgent};
 use super::AppState;
+use crate::config::{Preset, PresetInfo};
 use crate::model::{new_agent_id, Agent, AgentPatch, NewAgent, MIN_DISK_MB};
 
 /// Longest agent name: one DNS label.
@@ -14,7 +15,7 @@ const MAX_NAME: usize = 63;
 /// Longest image reference Docker accepts in practice.
 const MAX_IMAGE: usize = 255;
 /// The longest idle time one can ask for: a week.
-const MAX_IDLE_MINUTES: u32 = 7 * 24 * 60;
+pub const MAX_IDLE_MINUTES: u32 = 7 * 24 * 60;
 
 /// The server's limits and defaults for agents, files and exec.
 #[utoipa::path(get, path = "/api/v1/limits", tag = "agents", operation_id = "getLimits",
@@ -43,6 +44,32 @@ pub async fn limits(State(st): State<AppState>) -> Json<Limits> {
         exec_default_timeout_ms: server.exec_default_timeout.as_millis() as u64,
         exec_max_timeout_ms: server.exec_max_timeout.as_millis() as u64,
     })
+}
+
+/// The preset called `name`, or a `400` that names the known ones.
+fn find_preset<'a>(st: &'a AppState, name: &str) -> Result<&'a Preset, ApiError> {
+    st.config.presets.get(name).ok_or_else(|| {
+        let known: Vec<&str> = st.config.presets.keys().map(String::as_str).collect();
+        let known = if known.is_empty() {
+            "this server has none".to_string()
+        } else {
+            format!("the presets are: {}", known.join(", "))
+        };
+        let shown: String = name.chars().take(80).collect();
+        ApiError::invalid_field("preset", format!("no preset {shown:?}; {known}"))
+    })
+}
+
+fn check_env(env: &std::collections::BTreeMap<String, String>) -> Result<(), ApiError> {
+    crate::agent_env::check(env)
+        .map_err(|why| ApiError::invalid_field("env", format!("env: {why}")))
+}
+
+/// The presets agents can be created from, sorted by name.
+#[utoipa::path(get, path = "/api/v1/presets", tag = "agents", operation_id = "listPresets",
+    responses((status = 200, body = [PresetInfo])))]
+pub async fn presets(State(st): State<AppState>) -> Json<Vec<PresetInfo>> {
+    Json(st.config.preset_infos())
 }
 
 pub fn validate_name(name: &str) -> Result<(), ApiError> {
@@ -184,17 +211,42 @@ pub async fn create(
         },
     )?;
     let sb = &st.config.sandbox;
+    let preset_name = body.preset.clone().or_else(|| sb.default_preset.clone());
+    let preset = match &preset_name {
+        Some(name) => Some(find_preset(&st, name)?),
+        None => None,
+    };
+    let from_preset = preset.cloned().unwrap_or_default();
+    if let Some(env) = &body.env {
+        check_env(env)?;
+    }
+    let mut env = from_preset.env;
+    env.extend(body.env.unwrap_or_default());
+    check_env(&env)?;
+    let disk_default = from_preset.disk_mb.unwrap_or(sb.default_disk_mb);
     let new = NewAgent {
         id: new_agent_id(),
         name: body.name,
-        image: body.image.unwrap_or_else(|| sb.default_image.clone()),
-        cpus: body.cpus.unwrap_or(sb.default_cpus),
-        memory_mb: body.memory_mb.unwrap_or(sb.default_memory_mb),
-        disk_mb: body
-            .disk_mb
-            .or((sb.default_disk_mb > 0).then_some(sb.default_disk_mb)),
-        idle_minutes: body.idle_minutes.unwrap_or(sb.default_idle_minutes),
-        egress: body.egress.unwrap_or_else(|| sb.egress.default.clone()),
+        image: body
+            .image
+            .or(from_preset.image)
+            .unwrap_or_else(|| sb.default_image.clone()),
+        cpus: body.cpus.or(from_preset.cpus).unwrap_or(sb.default_cpus),
+        memory_mb: body
+            .memory_mb
+            .or(from_preset.memory_mb)
+            .unwrap_or(sb.default_memory_mb),
+        disk_mb: body.disk_mb.or((disk_default > 0).then_some(disk_default)),
+        idle_minutes: body
+            .idle_minutes
+            .or(from_preset.idle_minutes)
+            .unwrap_or(sb.default_idle_minutes),
+        egress: body
+            .egress
+            .or(from_preset.egress)
+            .unwrap_or_else(|| sb.egress.default.clone()),
+        preset: preset_name,
+        env,
     };
     let agent = st.lc.create(new).await?;
     Ok((StatusCode::CREATED, Json(agent)))
@@ -237,6 +289,9 @@ pub async fn update(
             idle: body.idle_minutes,
         },
     )?;
+    if let Some(env) = &body.env {
+        check_env(env)?;
+    }
     let patch = AgentPatch {
         name: body.name,
         image: body.image,
@@ -245,6 +300,7 @@ pub async fn update(
         disk_mb: body.disk_mb,
         idle_minutes: body.idle_minutes,
         egress: body.egress,
+        env: body.env,
     };
     Ok(Json(st.lc.patch(&id, patch).await?))
 }
@@ -295,6 +351,20 @@ pub async fn rebuild(
     Path(id): Path<String>,
 ) -> Result<(StatusCode, Json<Agent>), ApiError> {
     Ok((StatusCode::ACCEPTED, Json(st.lc.rebuild(&id).await?)))
+}
+
+/// Runs the preset's setup script again now, as a background process tagged `setup`.
+#[utoipa::path(post, path = "/api/v1/agents/{id}/setup", tag = "agents", operation_id = "rerunSetup",
+    params(("id" = String, Path, description = "The agent's id")),
+    responses((status = 202, body = Agent, description = "Started (a sleeping agent is woken first); `setup` says how it stands"),
+        (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "The agent has no setup script, its setup runs already, or it cannot be woken"),
+        (status = 503, body = ErrorBody)))]
+pub async fn rerun_setup(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<Agent>), ApiError> {
+    Ok((StatusCode::ACCEPTED, Json(st.lc.rerun_setup(&id).await?)))
 }
 
 #[cfg(test)]

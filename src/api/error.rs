@@ -107,6 +107,7 @@ impl From<LifecycleError> for ApiError {
             LifecycleError::WakeFailed(_) => ApiError::conflict(message),
             LifecycleError::BadChange { field, .. } => ApiError::invalid_field(field, message),
             LifecycleError::Store(_) => ApiError::internal(message),
+            LifecycleError::Refused(_) => ApiError::conflict(message),
         }
     }
 }

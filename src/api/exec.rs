@@ -67,14 +67,39 @@ pub(super) fn command_request(
         output_cap: None,
     };
     // Here, before waking the agent: past this limit the header would not be accepted.
-    req.check_size().map_err(|e| match e {
+    req.check_size().map_err(size_error)?;
+    Ok(req)
+}
+
+fn size_error(e: ExecTooLarge) -> ApiError {
+    match e {
         ExecTooLarge::Cwd(_) => ApiError::invalid_field(e.field(), e.to_string()),
         _ => ApiError {
             field: Some(e.field()),
             ..ApiError::too_large(e.to_string())
         },
-    })?;
-    Ok(req)
+    }
+}
+
+/// Puts the agent's `env` under the request's own (a variable the request names wins), and
+/// checks the size again with it.
+pub(super) async fn add_agent_env(
+    st: &AppState,
+    id: &str,
+    req: &mut ExecRequest,
+) -> Result<(), ApiError> {
+    let agent_env = st.lc.get(id).await?.env;
+    if agent_env.is_empty() {
+        return Ok(());
+    }
+    let mut env: Vec<(String, String)> = agent_env
+        .into_iter()
+        .filter(|(k, _)| !req.env.iter().any(|(own, _)| own == k))
+        .collect();
+    env.append(&mut req.env);
+    req.env = env;
+    req.check_size().map_err(size_error)?;
+    Ok(())
 }
 
 fn validate(st: &AppState, body: &ExecBody) -> Result<ExecRequest, ApiError> {
@@ -112,6 +137,7 @@ pub async fn exec(
     ApiJson(body): ApiJson<ExecBody>,
 ) -> Result<Response, ApiError> {
     let mut req = validate(&st, &body)?;
+    add_agent_env(&st, &id, &mut req).await?;
     let streaming = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())

@@ -41,6 +41,7 @@ pub struct AppState {
 async fn openapi(State(st): State<AppState>) -> Json<serde_json::Value> {
     let facts = openapi::Facts {
         disk_limits: st.lc.disk_limits_unavailable().is_none(),
+        preset_names: true,
     };
     Json(openapi::document(&st.config, facts))
 }
@@ -50,6 +51,7 @@ pub fn router(state: AppState) -> Router {
         .route("/health", get(agents::health))
         .route("/openapi.json", get(openapi))
         .route("/limits", get(agents::limits))
+        .route("/presets", get(agents::presets))
         .route(
             "/session",
             post(session::sign_in)
@@ -67,6 +69,7 @@ pub fn router(state: AppState) -> Router {
         .route("/agents/{id}/start", post(agents::start))
         .route("/agents/{id}/stop", post(agents::stop))
         .route("/agents/{id}/rebuild", post(agents::rebuild))
+        .route("/agents/{id}/setup", post(agents::rerun_setup))
         .route("/agents/{id}/exec", post(exec::exec))
         .route(
             "/agents/{id}/processes",

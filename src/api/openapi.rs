@@ -21,8 +21,8 @@ use crate::config::{Config, DriverKind};
         `403` whatever it carries. Errors are `{\"error\": {\"code\", \"message\", \"field\"?}}`. \
         The limits in this document are this server's configuration."),
     paths(
-        agents::health, agents::limits, agents::list, agents::create, agents::get, agents::update, agents::destroy,
-        agents::start, agents::stop, agents::rebuild, events::events,
+        agents::health, agents::limits, agents::presets, agents::list, agents::create, agents::get, agents::update, agents::destroy,
+        agents::start, agents::stop, agents::rebuild, agents::rerun_setup, events::events,
         files::list, files::read, files::write, files::mkdir, files::remove,
         terminal::terminal, terminals::list, terminals::kill, exec::exec,
         processes::start, processes::list, processes::get, processes::output, processes::stdin,
@@ -31,6 +31,7 @@ use crate::config::{Config, DriverKind};
     ),
     components(schemas(
         crate::model::Agent, crate::model::AgentState, types::CreateAgent, types::UpdateAgent,
+        crate::config::PresetInfo, crate::model::SetupStatus, crate::model::SetupState,
         types::Health, types::Limits, files::DirEntry, types::ExecBody, types::ExecResult, types::ErrorBody,
         types::ErrorDetail, session::SignIn, session::SessionStatus, terminals::TerminalSession,
         crate::egress::EgressRules, crate::egress::EgressEvent,
@@ -62,6 +63,10 @@ pub struct Facts {
     /// The driver can limit an agent's disk (`maxDiskMb` in `/limits` is not null): `diskMb`
     /// is accepted.
     pub disk_limits: bool,
+    /// `preset` on create lists this server's presets as its only values. `agenthold openapi`
+    /// leaves it an open name, so that client types generated from it (web/src/api.gen.ts) do
+    /// not depend on one server's presets.
+    pub preset_names: bool,
 }
 
 /// The operations that cannot fail inside the server (no store, no sandbox): no `500`.
@@ -139,6 +144,10 @@ pub fn document(config: &Config, facts: Facts) -> Value {
     shared_responses(&mut doc);
     configured_limits(&mut doc, config, facts);
     egress_rules(&mut doc);
+    agent_env(&mut doc);
+    if facts.preset_names {
+        preset_names(&mut doc, config);
+    }
     error_codes(&mut doc);
     exec_stream(&mut doc);
     agent_links(&mut doc);
@@ -320,6 +329,46 @@ fn configured_limits(doc: &mut Value, config: &Config, facts: Facts) {
     }
 }
 
+/// `env`'s rules (`agent_env::check`) as a schema: names, their count, and values of at most
+/// 4096 characters without NUL.
+fn agent_env(doc: &mut Value) {
+    let env = json!({
+        "maxProperties": crate::agent_env::MAX_VARS,
+        "propertyNames": {
+            "pattern": crate::agent_env::NAME_PATTERN,
+        },
+        "additionalProperties": {
+            "type": "string",
+            "maxLength": crate::agent_env::MAX_VALUE,
+            "pattern": "^[^\\u0000]*$",
+        },
+    });
+    for schema in ["CreateAgent", "UpdateAgent"] {
+        // Merged into the generated schema, which keeps its description and its null.
+        if let (Some(Value::Object(slot)), Value::Object(rules)) =
+            (property(doc, schema, "env"), &env)
+        {
+            slot.extend(rules.clone());
+        }
+    }
+}
+
+/// The configured presets are the only names `preset` takes; with none, it is not accepted.
+fn preset_names(doc: &mut Value, config: &Config) {
+    if config.presets.is_empty() {
+        if let Some(Value::Object(props)) =
+            doc.pointer_mut("/components/schemas/CreateAgent/properties")
+        {
+            props.remove("preset");
+        }
+        return;
+    }
+    let names: Vec<&str> = config.presets.keys().map(String::as_str).collect();
+    if let Some(slot) = property(doc, "CreateAgent", "preset") {
+        *slot = json!({"type": ["string", "null"], "enum": names.iter().map(|n| json!(n)).chain([Value::Null]).collect::<Vec<_>>()});
+    }
+}
+
 fn egress_rules(doc: &mut Value) {
     let rule = json!({
         "type": "string",
@@ -396,12 +445,24 @@ mod tests {
     #[test]
     fn a_server_that_cannot_limit_disks_takes_no_disk_mb() {
         let config = Config::default();
-        let doc = document(&config, Facts { disk_limits: true });
+        let doc = document(
+            &config,
+            Facts {
+                disk_limits: true,
+                preset_names: true,
+            },
+        );
         for schema in ["CreateAgent", "UpdateAgent"] {
             let d = disk_mb(&doc, schema).unwrap_or_default();
             assert_eq!(d["maximum"], json!(config.sandbox.max_disk_mb), "{schema}");
         }
-        let doc = document(&config, Facts { disk_limits: false });
+        let doc = document(
+            &config,
+            Facts {
+                disk_limits: false,
+                preset_names: true,
+            },
+        );
         for schema in ["CreateAgent", "UpdateAgent"] {
             assert_eq!(disk_mb(&doc, schema), None, "{schema}");
             assert_eq!(
@@ -419,7 +480,13 @@ mod tests {
         let pattern = |driver| {
             let mut config = Config::default();
             config.sandbox.driver = driver;
-            let doc = document(&config, Facts { disk_limits: true });
+            let doc = document(
+                &config,
+                Facts {
+                    disk_limits: true,
+                    preset_names: true,
+                },
+            );
             doc.pointer("/paths/~1api~1v1~1agents~1{id}~1fs~1read/get/parameters/1/schema/pattern")
                 .and_then(Value::as_str)
                 .map(str::to_string)

@@ -21,7 +21,7 @@ use tokio_util::codec::FramedRead;
 use utoipa::IntoParams;
 
 use super::error::{ApiError, ApiJson, ApiQuery, ErrorBody, ErrorDetail};
-use super::exec::{command_request, line, lost, NDJSON};
+use super::exec::{add_agent_env, command_request, line, lost, NDJSON};
 use super::output_lines::OutputLines;
 use super::types::process::{Process, ProcessState, SignalBody, StartProcess, StdinWritten};
 use super::AppState;
@@ -110,12 +110,13 @@ pub async fn start(
             format!("env names {vars} variables; a process may have at most {MAX_ENV_ENTRIES}"),
         ));
     }
-    let run = command_request(
+    let mut run = command_request(
         &body.command,
         body.cwd.as_deref(),
         body.env.as_ref(),
         body.timeout_ms,
     )?;
+    add_agent_env(&st, &id, &mut run).await?;
     let sb = &st.config.sandbox;
     let header = ProcessStart {
         run,

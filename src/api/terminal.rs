@@ -159,6 +159,7 @@ fn to_open(st: &AppState, q: TerminalQuery) -> Result<TerminalOpen, ApiError> {
         command: q.command,
         detach_secs: Some(sb.terminal_detach_minutes.saturating_mul(60)),
         buffer_bytes: Some(sb.terminal_buffer_kb.saturating_mul(1024)),
+        env: Vec::new(),
     })
 }
 
@@ -176,9 +177,12 @@ pub async fn terminal(
     ApiQuery(q): ApiQuery<TerminalQuery>,
     ws: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
-    let open = to_open(&st, q)?;
+    let mut open = to_open(&st, q)?;
     // Fail before the upgrade for an unknown agent, so the client sees a 404.
     let agent = st.lc.get(&id).await?;
+    if open.session.is_none() {
+        open.env = agent.env.clone().into_iter().collect();
+    }
     if open.session.is_some() {
         if let Some(link) = st.lc.tunnels().get(&id) {
             // Attach before the upgrade, so a missing session, a bad offset or a full tunnel is

@@ -37,7 +37,14 @@ pub enum AgentsCommand {
 pub struct CreateArgs {
     /// Unique name for the agent
     pub name: String,
-    /// Container image (default: the server's)
+    /// A preset (`agenthold presets` lists them; default: the server's); options given here
+    /// override its values
+    #[arg(long)]
+    pub preset: Option<String>,
+    /// A variable every process of the agent starts with, as NAME=VALUE; repeat for more
+    #[arg(long = "env", value_name = "NAME=VALUE", value_parser = parse_env_pair)]
+    pub env: Vec<(String, String)>,
+    /// Container image (default: the preset's, else the server's)
     #[arg(long)]
     pub image: Option<String>,
     /// CPU limit, in cores (default: the server's)
@@ -73,6 +80,13 @@ pub struct ActionArgs {
     pub wait: bool,
 }
 
+fn parse_env_pair(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("{s:?} is not NAME=VALUE")),
+    }
+}
+
 pub(super) async fn run(client: &ApiClient, json: bool, cmd: AgentsCommand) -> anyhow::Result<i32> {
     let now = chrono::Utc::now;
     match cmd {
@@ -95,6 +109,8 @@ pub(super) async fn run(client: &ApiClient, json: bool, cmd: AgentsCommand) -> a
         AgentsCommand::Create(args) => {
             let req = CreateAgent {
                 name: args.name,
+                preset: args.preset,
+                env: (!args.env.is_empty()).then(|| args.env.into_iter().collect()),
                 image: args.image,
                 cpus: args.cpus,
                 memory_mb: args.memory_mb,

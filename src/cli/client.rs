@@ -114,6 +114,10 @@ impl ApiClient {
         self.json(self.request(Method::GET, &["agents"])).await
     }
 
+    pub async fn list_presets(&self) -> Result<Vec<crate::config::PresetInfo>, ClientError> {
+        self.json(self.request(Method::GET, &["presets"])).await
+    }
+
     pub async fn get_agent(&self, id: &str) -> Result<Agent, ClientError> {
         self.json(self.request(Method::GET, &["agents", id])).await
     }
@@ -486,6 +490,9 @@ mod tests {
             last_activity_at: None,
             sleeps_at: None,
             pull: None,
+            preset: None,
+            env: Default::default(),
+            setup: None,
         }
     }
 

@@ -70,6 +70,8 @@ pub enum ClientCommand {
     Cp(CpArgs),
     /// Show or change what an agent may reach: agenthold egress AGENT [--allow RULE] [--deny RULE] [--remove RULE]
     Egress(EgressArgs),
+    /// List the presets agents can be created from (agenthold agents create NAME --preset P)
+    Presets,
 }
 
 /// Runs one client command and returns the process exit code. Failures are reported on
@@ -87,6 +89,20 @@ pub async fn run(opts: ClientOpts, cmd: ClientCommand) -> anyhow::Result<i32> {
             ClientCommand::Shell(args) => shell::run(&client, args).await,
             ClientCommand::Cp(args) => cp::run(&client, args).await,
             ClientCommand::Egress(args) => egress::run(&client, opts.json, args).await,
+            ClientCommand::Presets => {
+                let presets = client.list_presets().await?;
+                let text = if opts.json {
+                    output::json(&presets)?
+                } else {
+                    output::presets_table(&presets)
+                };
+                if text.ends_with('\n') {
+                    print!("{text}");
+                } else {
+                    println!("{text}");
+                }
+                Ok(0)
+            }
         }
     }
     .await;
@@ -101,3 +117,38 @@ pub async fn run(opts: ClientOpts, cmd: ClientCommand) -> anyhow::Result<i32> {
 
 #[cfg(test)]
 mod tests;
+
+/// An error with its causes, each said once: many errors carry their cause's text in their own
+/// message already, which `{:#}` would repeat ("…: Socket not found: X: Socket not found: X").
+pub fn error_report(e: &anyhow::Error) -> String {
+    let mut out = e.to_string();
+    for cause in e.chain().skip(1) {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod report_tests {
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot reach the engine at /s: {source}")]
+    struct Outer {
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn each_cause_is_said_once() {
+        let inner = std::io::Error::new(std::io::ErrorKind::NotFound, "Socket not found: /s");
+        let e = anyhow::Error::new(Outer { source: inner }).context("starting the docker driver");
+        assert_eq!(
+            super::error_report(&e),
+            "starting the docker driver: cannot reach the engine at /s: Socket not found: /s"
+        );
+        let plain = anyhow::anyhow!("a").context("b");
+        assert_eq!(super::error_report(&plain), "b: a");
+    }
+}

@@ -33,6 +33,37 @@ pub fn agents_table(agents: &[Agent], now: DateTime<Utc>) -> String {
     render(&table)
 }
 
+/// `agenthold presets`: one line each, the default marked.
+pub fn presets_table(presets: &[crate::config::PresetInfo]) -> String {
+    let mut table = plain_table();
+    table.set_header([
+        "NAME",
+        "IMAGE",
+        "CPUS",
+        "MEMORY",
+        "DISK",
+        "SETUP",
+        "DESCRIPTION",
+    ]);
+    for p in presets {
+        let name = if p.default {
+            format!("{} (default)", p.name)
+        } else {
+            p.name.clone()
+        };
+        table.add_row([
+            name,
+            p.image.clone(),
+            cpus(p.cpus),
+            memory(p.memory_mb),
+            p.disk_mb.map_or_else(|| "no limit".into(), memory),
+            if p.setup.is_some() { "yes" } else { "-" }.to_string(),
+            p.description.clone().unwrap_or_default(),
+        ]);
+    }
+    render(&table)
+}
+
 /// The long form for `agents show`: one field a line.
 pub fn agent_details(a: &Agent, now: DateTime<Utc>) -> String {
     let mut table = plain_table();
@@ -49,6 +80,7 @@ pub fn agent_details(a: &Agent, now: DateTime<Utc>) -> String {
         ("Memory", memory(a.memory_mb)),
         ("Disk", a.disk_mb.map_or_else(|| "no limit".into(), memory)),
         ("Idle minutes", a.idle_minutes.to_string()),
+        ("Preset", a.preset.clone().unwrap_or_else(|| "-".into())),
         ("Created", time(Some(a.created_at))),
         ("Last activity", time(a.last_activity_at)),
     ];
@@ -60,6 +92,21 @@ pub fn agent_details(a: &Agent, now: DateTime<Utc>) -> String {
     }
     if let Some(err) = &a.error {
         rows.push(("Error", err.clone()));
+    }
+    if !a.env.is_empty() {
+        let env: Vec<String> = a.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        rows.push(("Env", env.join(" ")));
+    }
+    if let Some(s) = &a.setup {
+        let state = serde_json::to_value(s.state)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        let code = s
+            .exit_code
+            .map(|c| format!(" (exit {c})"))
+            .unwrap_or_default();
+        rows.push(("Setup", format!("{state}{code}")));
     }
     for (k, v) in rows {
         table.add_row([format!("{k}:"), v]);
@@ -183,6 +230,9 @@ mod tests {
             last_activity_at: None,
             sleeps_at: None,
             pull: None,
+            preset: None,
+            env: Default::default(),
+            setup: None,
         }
     }
 

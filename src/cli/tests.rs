@@ -60,6 +60,12 @@ fn agents_subcommands() {
         "*.pythonhosted.org:443",
         "--deny",
         "203.0.113.0/24",
+        "--preset",
+        "dev",
+        "--env",
+        "A=b=c",
+        "--env",
+        "EMPTY=",
         "--wait",
     ])
     .cmd
@@ -68,6 +74,8 @@ fn agents_subcommands() {
             c,
             CreateArgs {
                 name: "builder".into(),
+                preset: Some("dev".into()),
+                env: vec![("A".into(), "b=c".into()), ("EMPTY".into(), String::new())],
                 image: Some("busybox".into()),
                 cpus: Some(0.5),
                 memory_mb: Some(512),

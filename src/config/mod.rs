@@ -13,6 +13,7 @@ use serde::Deserialize;
 
 mod de;
 mod origin;
+mod preset;
 mod validate;
 use crate::egress::EgressRules;
 use de::{
@@ -20,10 +21,14 @@ use de::{
     de_opt_upstream, de_socket_addr,
 };
 pub use origin::{is_trusted, WebOrigin};
+pub use preset::{Preset, PresetInfo, MAX_SETUP};
 
 /// The environment variable that overrides `server.admin_token`, so the secret need not sit in a
 /// file.
 pub const ADMIN_TOKEN_ENV: &str = "AGENTHOLD_ADMIN_TOKEN";
+
+/// The ready agent image (`images/agent/Dockerfile`, built by `scripts/build-agent-image.sh`).
+pub const AGENT_IMAGE: &str = "agenthold/agent:bookworm";
 
 /// Everything the server reads from its config file.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
@@ -31,6 +36,8 @@ pub const ADMIN_TOKEN_ENV: &str = "AGENTHOLD_ADMIN_TOKEN";
 pub struct Config {
     pub server: ServerConfig,
     pub sandbox: SandboxConfig,
+    /// Named templates for new agents, by name (DNS-safe, like agent names).
+    pub presets: BTreeMap<String, Preset>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -133,6 +140,10 @@ impl std::fmt::Display for DriverKind {
 #[serde(default, deny_unknown_fields)]
 pub struct SandboxConfig {
     pub driver: DriverKind,
+    /// The preset of agents created without one; `None` (written `""`) means none, and the
+    /// `default_*` settings below apply.
+    #[serde(deserialize_with = "de_opt_string")]
+    pub default_preset: Option<String>,
     pub default_image: String,
     pub default_cpus: f64,
     pub default_memory_mb: u64,
@@ -206,6 +217,7 @@ impl Default for SandboxConfig {
     fn default() -> Self {
         SandboxConfig {
             driver: DriverKind::Docker,
+            default_preset: None,
             default_image: "debian:bookworm-slim".to_string(),
             default_cpus: 2.0,
             default_memory_mb: 4096,
@@ -499,12 +511,41 @@ impl Config {
                 Config::from_yaml_str(&yaml, &path.display().to_string(), env)
             }
             None => {
-                let mut config = Config::default();
+                let mut config = Config::without_file();
                 config.apply_env("defaults", env)?;
                 config.validate("defaults")?;
                 Ok(config)
             }
         }
+    }
+
+    /// What a server started without a config file runs on: the defaults, with the presets
+    /// `dev` (the ready agent image, `images/agent`, which `scripts/build-agent-image.sh`
+    /// builds) as the default and `minimal` (plain `sandbox.default_image`).
+    pub fn without_file() -> Config {
+        let mut config = Config::default();
+        config.presets.insert(
+            "dev".to_string(),
+            Preset {
+                description: Some(
+                    "Debian with git, curl, Python (venv, pip), build tools, vim, jq; runs as \
+                     the agent account"
+                        .to_string(),
+                ),
+                image: Some(AGENT_IMAGE.to_string()),
+                ..Preset::default()
+            },
+        );
+        config.presets.insert(
+            "minimal".to_string(),
+            Preset {
+                description: Some("Plain Debian (bookworm-slim); runs as root".to_string()),
+                image: Some(config.sandbox.default_image.clone()),
+                ..Preset::default()
+            },
+        );
+        config.sandbox.default_preset = Some("dev".to_string());
+        config
     }
 
     /// Parses `yaml` (an empty document means all defaults); `source` names it in messages.
@@ -583,6 +624,14 @@ impl Config {
 
     fn validate(&self, file: &str) -> Result<(), ConfigError> {
         validate::validate(self, file)
+    }
+
+    /// Every preset with the defaults filled in, sorted by name.
+    pub fn preset_infos(&self) -> Vec<PresetInfo> {
+        self.presets
+            .iter()
+            .map(|(name, p)| p.info(name, &self.sandbox))
+            .collect()
     }
 }
 

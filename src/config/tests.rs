@@ -79,14 +79,14 @@ fn defaults_are_the_documented_ones() {
 }
 
 #[test]
-fn example_file_loads_and_equals_the_defaults() {
+fn example_file_loads_and_equals_a_server_without_a_file() {
     let c = Config::from_yaml_str(
         include_str!("../../config.example.yaml"),
         "config.example.yaml",
         no_env,
     )
     .unwrap();
-    assert_eq!(c, Config::default());
+    assert_eq!(c, Config::without_file());
 }
 
 #[test]
@@ -701,7 +701,7 @@ fn load_reads_the_file_and_names_a_missing_one() {
         "{e}"
     );
 
-    assert_eq!(Config::load(None, no_env).unwrap(), Config::default());
+    assert_eq!(Config::load(None, no_env).unwrap(), Config::without_file());
 }
 
 #[test]
@@ -717,4 +717,88 @@ fn risky_settings_are_reported_as_warnings() {
     assert!(w.iter().any(|l| l.contains("admin_token")), "{w:?}");
     let c = load("sandbox:\n  driver: fake\n").unwrap();
     assert!(c.warnings()[0].contains("fake"));
+}
+
+#[test]
+fn presets_are_read_with_their_keys_and_defaults() {
+    let c = load(
+        "sandbox:\n  default_preset: dev\npresets:\n  dev:\n    description: Tools\n    \
+         image: agenthold/agent:bookworm\n    cpus: 4\n    memoryMb: 8192\n    env:\n      \
+         NODE_ENV: development\n    setup: echo hi > ~/x\n    setupOnRebuild: true\n  \
+         minimal: {}\n",
+    )
+    .unwrap();
+    let infos = c.preset_infos();
+    assert_eq!(
+        infos.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+        ["dev", "minimal"]
+    );
+    let (dev, minimal) = (&infos[0], &infos[1]);
+    assert!(dev.default && !minimal.default);
+    assert_eq!(
+        (dev.image.as_str(), dev.cpus, dev.memory_mb),
+        ("agenthold/agent:bookworm", 4.0, 8192)
+    );
+    assert!(dev.setup_on_rebuild);
+    assert_eq!(dev.env["NODE_ENV"], "development");
+    assert_eq!(minimal.image, "debian:bookworm-slim");
+    assert_eq!(minimal.cpus, 2.0);
+    assert_eq!(minimal.disk_mb, Some(10240));
+    assert_eq!(minimal.egress, None);
+}
+
+#[test]
+fn a_bad_preset_names_its_key() {
+    for (yaml, key) in [
+        ("presets:\n  dev:\n    cpus: 99\n", "presets.dev.cpus"),
+        ("presets:\n  dev:\n    cpus: 0\n", "presets.dev.cpus"),
+        (
+            "presets:\n  dev:\n    memoryMb: 8\n",
+            "presets.dev.memoryMb",
+        ),
+        ("presets:\n  dev:\n    diskMb: 10\n", "presets.dev.diskMb"),
+        (
+            "presets:\n  dev:\n    idleMinutes: 99999\n",
+            "presets.dev.idleMinutes",
+        ),
+        ("presets:\n  dev:\n    image: 'a b'\n", "presets.dev.image"),
+        (
+            "presets:\n  dev:\n    env: {HTTP_PROXY: x}\n",
+            "presets.dev.env",
+        ),
+        ("presets:\n  dev:\n    env: {1A: x}\n", "presets.dev.env"),
+        ("presets:\n  dev:\n    setup: '  '\n", "presets.dev.setup"),
+        ("presets:\n  Dev: {}\n", "presets.Dev"),
+        (
+            "sandbox:\n  default_preset: nope\npresets:\n  dev: {}\n",
+            "sandbox.default_preset",
+        ),
+    ] {
+        let e = err(yaml);
+        assert!(e.contains(&format!("{key} ")), "{yaml:?}: {e}");
+    }
+    // Unknown keys inside a preset are refused by name, with their place.
+    let e = err("presets:\n  dev:\n    cpu: 2\n");
+    assert!(e.contains("presets.dev") && e.contains("cpu"), "{e}");
+    let e = err("sandbox:\n  default_preset: nope\npresets:\n  dev: {}\n");
+    assert!(e.contains("dev"), "the message lists the presets: {e}");
+}
+
+#[test]
+fn without_a_file_the_dev_preset_is_the_default() {
+    let c = Config::load(None, no_env).unwrap();
+    let infos = c.preset_infos();
+    let names: Vec<_> = infos
+        .iter()
+        .map(|p| (p.name.as_str(), p.image.as_str(), p.default))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("dev", AGENT_IMAGE, true),
+            ("minimal", "debian:bookworm-slim", false)
+        ]
+    );
+    // A file that names no presets has none.
+    assert!(load("").unwrap().presets.is_empty());
 }

@@ -18,7 +18,40 @@ pub(super) fn validate(config: &Config, file: &str) -> Result<(), ConfigError> {
     server(&config.server, &fail)?;
     sandbox(&config.sandbox, &fail)?;
     egress(&config.sandbox.egress, &config.sandbox, &fail)?;
-    docker(&config.sandbox.docker, &fail)
+    docker(&config.sandbox.docker, &fail)?;
+    presets(config, &fail)
+}
+
+fn presets(config: &Config, fail: &Fail) -> Result<(), ConfigError> {
+    for (name, p) in &config.presets {
+        if crate::api::agents::validate_name(name).is_err() {
+            return Err(fail(
+                &format!("presets.{name}"),
+                "is not a valid preset name: lowercase letters, digits and '-', at most 63, \
+                 not starting or ending with '-'"
+                    .into(),
+            ));
+        }
+        super::preset::check(p, &config.sandbox)
+            .map_err(|(key, problem)| fail(&format!("presets.{name}.{key}"), problem))?;
+    }
+    if let Some(d) = &config.sandbox.default_preset {
+        if !config.presets.contains_key(d) {
+            let known: Vec<&str> = config.presets.keys().map(String::as_str).collect();
+            return Err(fail(
+                "sandbox.default_preset",
+                format!(
+                    "({d:?}) names no preset; the presets are: {}",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn server(s: &ServerConfig, fail: &Fail) -> Result<(), ConfigError> {

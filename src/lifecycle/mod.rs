@@ -10,6 +10,7 @@
 //! idle ones to sleep.
 
 pub mod reconcile;
+pub mod setup;
 pub mod sleeper;
 
 use std::collections::HashMap;
@@ -59,6 +60,9 @@ pub enum LifecycleError {
     WakeFailed(String),
     #[error("store: {0}")]
     Store(StoreError),
+    /// Not possible for this agent as it is (a conflict); the message says why.
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// What the egress proxy asks about agents.
@@ -121,6 +125,8 @@ pub struct Lifecycle {
     /// event arriving after the start began).
     driver_starts: std::sync::Mutex<HashMap<String, Option<SystemTime>>>,
     metrics: Arc<Metrics>,
+    /// Agents whose setup script a task follows to its end.
+    setup_followers: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// Why a sandbox's tunnel connection is refused (see [`Lifecycle::authorize_boot`]).
@@ -151,6 +157,7 @@ impl Lifecycle {
             moved_at: Default::default(),
             driver_starts: Default::default(),
             metrics,
+            setup_followers: Default::default(),
         }
     }
 
@@ -663,6 +670,13 @@ impl Lifecycle {
         if let Err(e) = self.store.clear_needs_rebuild(&id).await {
             tracing::warn!(agent = id, "clearing needsRebuild failed: {e}");
         }
+        // A new container has lost what the script installed outside the home: forgetting
+        // its run makes the next hello run it again.
+        if self.setup_on_rebuild(&agent) {
+            if let Err(e) = self.store.set_setup(&id, None).await {
+                tracing::warn!(agent = id, "forgetting the setup's run failed: {e}");
+            }
+        }
         if self
             .transition(&id, &[Rebuilding], Starting, "start")
             .await
@@ -707,7 +721,7 @@ impl Lifecycle {
     }
 
     /// sandboxd said hello on a valid session: the agent runs.
-    pub async fn on_hello(&self, id: &str) {
+    pub async fn on_hello(self: &Arc<Self>, id: &str) {
         self.activity.touch(id);
         match self.store.transition(id, &[Starting], Running).await {
             Ok(agent) => self.publish(&agent),
@@ -715,8 +729,12 @@ impl Lifecycle {
             Err(StoreError::Conflict { state: Running, .. }) => {
                 self.metrics.sandboxd_reconnected();
             }
-            Err(e) => tracing::debug!(agent = id, "hello did not change the state: {e}"),
+            Err(e) => {
+                tracing::debug!(agent = id, "hello did not change the state: {e}");
+                return;
+            }
         }
+        self.setup_after_hello(id);
     }
 
     /// The sandbox stopped, or went (`gone`), without the server asking. A running agent now

@@ -1,16 +1,18 @@
 //! Agents and their state machine. Every state change is one guarded UPDATE, so of two racing
 //! requests exactly one moves the agent and the other learns the state that beat it.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Row, TransactionBehavior};
 
 use super::{now_text, unique_violation, Result, Store, StoreError};
 use crate::egress::EgressRules;
-use crate::model::{Agent, AgentPatch, AgentState, NewAgent};
+use crate::model::{Agent, AgentPatch, AgentState, NewAgent, SetupStatus};
 
 const COLUMNS: &str =
     "id, name, image, cpus, memory_mb, idle_minutes, state, error, needs_rebuild, created_at, \
-     disk_mb, egress";
+     disk_mb, egress, preset, env, setup";
 
 /// A row as SQLite hands it over, before the checks that turn it into an [`Agent`]; kept apart
 /// so a bad stored value becomes `Corrupt` with the agent named, not an opaque rusqlite error.
@@ -27,6 +29,9 @@ struct Raw {
     error: Option<String>,
     needs_rebuild: bool,
     created_at: String,
+    preset: Option<String>,
+    env: Option<String>,
+    setup: Option<String>,
 }
 
 impl Raw {
@@ -44,6 +49,9 @@ impl Raw {
             error: r.get(7)?,
             needs_rebuild: r.get(8)?,
             created_at: r.get(9)?,
+            preset: r.get(12)?,
+            env: r.get(13)?,
+            setup: r.get(14)?,
         })
     }
 
@@ -62,6 +70,17 @@ impl Raw {
             .egress
             .as_deref()
             .map(|e| serde_json::from_str(e).map_err(|err| bad("egress", &err)))
+            .transpose()?;
+        let env = self
+            .env
+            .as_deref()
+            .map(|e| serde_json::from_str(e).map_err(|err| bad("env", &err)))
+            .transpose()?
+            .unwrap_or_default();
+        let setup = self
+            .setup
+            .as_deref()
+            .map(|e| serde_json::from_str(e).map_err(|err| bad("setup", &err)))
             .transpose()?;
         let idle_minutes = u32::try_from(self.idle_minutes)
             .map_err(|_| bad("idle_minutes", &self.idle_minutes))?;
@@ -84,6 +103,9 @@ impl Raw {
             last_activity_at: None,
             sleeps_at: None,
             pull: None,
+            preset: self.preset,
+            env,
+            setup,
         })
     }
 }
@@ -133,6 +155,15 @@ fn check_disk_change(old: Option<u64>, new: Option<u64>) -> Result<()> {
 
 fn egress_to_sql(e: &EgressRules) -> Result<String> {
     serde_json::to_string(e).map_err(|err| StoreError::Invalid(format!("egress: {err}")))
+}
+
+fn env_to_sql(env: &BTreeMap<String, String>) -> Result<Option<String>> {
+    if env.is_empty() {
+        return Ok(None);
+    }
+    serde_json::to_string(env)
+        .map(Some)
+        .map_err(|err| StoreError::Invalid(format!("env: {err}")))
 }
 
 fn check_cpus(cpus: f64) -> Result<()> {
@@ -215,11 +246,12 @@ impl Store {
             let memory = memory_to_sql(new.memory_mb)?;
             let disk = new.disk_mb.map(|d| mb_to_sql("disk_mb", d)).transpose()?;
             let egress = egress_to_sql(&new.egress)?;
+            let env = env_to_sql(&new.env)?;
             let now = now_text();
             c.execute(
                 "INSERT INTO agents (id, name, image, cpus, memory_mb, idle_minutes, state,
-                                     created_at, updated_at, disk_mb, egress)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10)",
+                                     created_at, updated_at, disk_mb, egress, preset, env)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10, ?11, ?12)",
                 params![
                     new.id,
                     new.name,
@@ -230,7 +262,9 @@ impl Store {
                     AgentState::Creating.as_str(),
                     now,
                     disk,
-                    egress
+                    egress,
+                    new.preset,
+                    env
                 ],
             )
             .map_err(|e| map_unique(e, &new.id, &new.name))?;
@@ -335,6 +369,7 @@ impl Store {
                 Some(e) => Some(egress_to_sql(e)?),
                 None => old.egress.as_ref().map(egress_to_sql).transpose()?,
             };
+            let env = env_to_sql(patch.env.as_ref().unwrap_or(&old.env))?;
             let rebuild = old.needs_rebuild
                 || image != old.image
                 || cpus != old.cpus
@@ -342,7 +377,7 @@ impl Store {
             tx.execute(
                 "UPDATE agents SET name = ?2, image = ?3, cpus = ?4, memory_mb = ?5,
                         idle_minutes = ?6, needs_rebuild = ?7, updated_at = ?8, disk_mb = ?9,
-                        egress = ?10
+                        egress = ?10, env = ?11
                  WHERE id = ?1",
                 params![
                     id,
@@ -354,7 +389,8 @@ impl Store {
                     rebuild,
                     now_text(),
                     disk_mb.map(|d| mb_to_sql("disk_mb", d)).transpose()?,
-                    egress
+                    egress,
+                    env
                 ],
             )
             .map_err(|e| map_unique(e, &id, &name))?;
@@ -362,6 +398,21 @@ impl Store {
             tx.commit()?;
             Ok(agent)
         })
+        .await
+    }
+
+    /// Records the setup script's last run (`None` forgets it, so it runs again at the next
+    /// start).
+    pub async fn set_setup(&self, id: &str, setup: Option<&SetupStatus>) -> Result<()> {
+        let json = setup
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|err| StoreError::Invalid(format!("setup: {err}")))?;
+        self.update_one(
+            id,
+            "UPDATE agents SET setup = ?3, updated_at = ?2 WHERE id = ?1",
+            json,
+        )
         .await
     }
 

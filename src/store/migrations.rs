@@ -50,6 +50,13 @@ pub(super) const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE agents ADD COLUMN egress TEXT;
     "#,
+    // 5: the preset an agent was made from, its env (a JSON object; NULL for none) and its
+    // setup script's last run (JSON; NULL until it first runs).
+    r#"
+    ALTER TABLE agents ADD COLUMN preset TEXT;
+    ALTER TABLE agents ADD COLUMN env TEXT;
+    ALTER TABLE agents ADD COLUMN setup TEXT;
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -14,6 +14,8 @@ fn new_agent(name: &str) -> NewAgent {
             deny: vec![],
         },
         idle_minutes: 15,
+        preset: None,
+        env: Default::default(),
     }
 }
 
@@ -360,6 +362,7 @@ async fn patch_sets_needs_rebuild_only_on_a_real_change() {
                     allow: vec!["*.pythonhosted.org:443".parse().unwrap()],
                     deny: vec!["evil.example".parse().unwrap()],
                 }),
+                env: None,
             },
             all,
         )
@@ -827,4 +830,46 @@ async fn a_timeout_of_an_earlier_boot_does_not_fail_a_later_one() {
     let failed = store.fail_boot(&a.id, "second", "no hello").await.unwrap();
     assert_eq!(failed.state, AgentState::Error);
     assert_eq!(failed.error.as_deref(), Some("no hello"));
+}
+
+#[tokio::test]
+async fn preset_env_and_setup_are_kept() {
+    use crate::model::{SetupState, SetupStatus};
+    let store = Store::open_in_memory().await.unwrap();
+    let env = std::collections::BTreeMap::from([("NODE_ENV".to_string(), "dev".to_string())]);
+    let a = store
+        .insert_agent(NewAgent {
+            preset: Some("dev".into()),
+            env: env.clone(),
+            ..new_agent("p")
+        })
+        .await
+        .unwrap();
+    assert_eq!(a.preset.as_deref(), Some("dev"));
+    assert_eq!(a.env, env);
+    assert_eq!(a.setup, None);
+    let status = SetupStatus {
+        state: SetupState::Failed,
+        exit_code: Some(3),
+        process_id: Some("p1".into()),
+        error: None,
+    };
+    store.set_setup(&a.id, Some(&status)).await.unwrap();
+    let patched = store
+        .patch_agent(
+            &a.id,
+            AgentPatch {
+                env: Some(Default::default()),
+                ..Default::default()
+            },
+            &AgentState::ALL,
+        )
+        .await
+        .unwrap();
+    assert!(patched.env.is_empty());
+    assert!(
+        !patched.needs_rebuild,
+        "env applies to new processes, not by a rebuild"
+    );
+    assert_eq!(patched.setup, Some(status));
 }

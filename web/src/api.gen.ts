@@ -269,6 +269,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/agents/{id}/setup": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Runs the preset's setup script again now, as a background process tagged `setup`. */
+        post: operations["rerunSetup"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/agents/{id}/start": {
         parameters: {
             query?: never;
@@ -420,6 +437,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/presets": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The presets agents can be created from, sorted by name. */
+        get: operations["listPresets"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/session": {
         parameters: {
             query?: never;
@@ -460,6 +494,10 @@ export interface components {
              */
             diskMb?: number | null;
             egress?: null | components["schemas"]["EgressRules"];
+            /** @description Variables every shell, exec, terminal and background process of the agent starts with. */
+            env?: {
+                [key: string]: string;
+            };
             /** @description The last failure's message while `state` is `error`. */
             error?: string | null;
             /**
@@ -488,7 +526,13 @@ export interface components {
             name: string;
             /** @description The image or resources changed since the container was made; a rebuild applies them. */
             needsRebuild: boolean;
+            /**
+             * @description The preset the agent was made from; null for none.
+             * @example dev
+             */
+            preset?: string | null;
             pull?: null | components["schemas"]["PullProgress"];
+            setup?: null | components["schemas"]["SetupStatus"];
             /**
              * Format: date-time
              * @description When the sleeper will stop this agent if nothing happens; null unless running.
@@ -519,6 +563,14 @@ export interface components {
             diskMb?: number | null;
             egress?: null | components["schemas"]["EgressRules"];
             /**
+             * @description Variables every process of the agent starts with, merged over the preset's (these win).
+             *     Names `[A-Za-z_][A-Za-z0-9_]*`, at most 128; values at most 4096 bytes, no NUL; the
+             *     proxy variables and `AGENTHOLD_*` are reserved.
+             */
+            env?: {
+                [key: string]: string;
+            } | null;
+            /**
              * Format: int32
              * @description Minutes without use before the agent sleeps, at most 10080 (a week); 0 = never.
              * @example 15
@@ -541,6 +593,12 @@ export interface components {
              * @example builder
              */
             name: string;
+            /**
+             * @description A preset from `GET /api/v1/presets` (`sandbox.default_preset` when absent): the fields
+             *     it sets apply unless this request gives them too.
+             * @example dev
+             */
+            preset?: string | null;
         };
         DirEntry: {
             /**
@@ -729,6 +787,34 @@ export interface components {
              */
             tmpMb?: number | null;
         };
+        /** @description `GET /api/v1/presets`: a preset with the server's defaults filled in. */
+        PresetInfo: {
+            /** Format: double */
+            cpus: number;
+            /** @description Whether it is `sandbox.default_preset`, the one a create without `preset` gets. */
+            default: boolean;
+            description?: string | null;
+            /**
+             * Format: int64
+             * @description The home's size in MiB; null for a home without a limit.
+             */
+            diskMb?: number | null;
+            egress?: null | components["schemas"]["EgressRules"];
+            env: {
+                [key: string]: string;
+            };
+            /** Format: int32 */
+            idleMinutes: number;
+            /** @example agenthold/agent:bookworm */
+            image: string;
+            /** Format: int64 */
+            memoryMb: number;
+            /** @example dev */
+            name: string;
+            runtime?: string | null;
+            setup?: string | null;
+            setupOnRebuild: boolean;
+        };
         /** @description A background process. */
         Process: {
             /** @description The command line (an argument past the first 8 KiB in all is cut and ends in `…`). */
@@ -818,6 +904,28 @@ export interface components {
         PullStatus: "pulling" | "done" | "failed";
         SessionStatus: {
             authenticated: boolean;
+        };
+        /**
+         * @description Where a setup script's run is.
+         * @enum {string}
+         */
+        SetupState: "running" | "done" | "failed";
+        /**
+         * @description The setup script's last run: a background process with the tag `setup`, whose output
+         *     `GET /api/v1/agents/{id}/processes/setup/output` gives.
+         */
+        SetupStatus: {
+            /** @description Why it could not be started, or how it ended when it failed. */
+            error?: string | null;
+            /**
+             * Format: int32
+             * @description The script's exit status once it has ended; null while it runs or when it could not be
+             *     started.
+             */
+            exitCode?: number | null;
+            /** @description The background process's id; null when it could not be started. */
+            processId?: string | null;
+            state: components["schemas"]["SetupState"];
         };
         SignIn: {
             /** @description The admin token. */
@@ -919,6 +1027,13 @@ export interface components {
              */
             diskMb?: number | null;
             egress?: null | components["schemas"]["EgressRules"];
+            /**
+             * @description Replaces the whole `env`; processes started from now on get it (running ones keep
+             *     theirs). Checked as on create.
+             */
+            env?: {
+                [key: string]: string;
+            } | null;
             /**
              * Format: int32
              * @description At most 10080 (a week); 0 = never sleep.
@@ -2744,6 +2859,81 @@ export interface operations {
             };
         };
     };
+    rerunSetup: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Started (a sleeping agent is woken first); `setup` says how it stands */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Agent"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The agent has no setup script, its setup runs already, or it cannot be woken */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     startAgent: {
         parameters: {
             query?: never;
@@ -3220,6 +3410,52 @@ export interface operations {
             };
             /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    listPresets: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PresetInfo"][];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };

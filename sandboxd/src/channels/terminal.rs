@@ -44,13 +44,23 @@ pub async fn open(sb: Sandbox, s: MuxStream, req: TerminalOpen) {
                 rows,
                 term: req.term.clone().unwrap_or_else(|| DEFAULT_TERM.to_string()),
                 command: req.command.clone(),
+                env: req.env.clone(),
                 detach_after: req
                     .detach_secs
                     .map(Duration::from_secs)
                     .unwrap_or(terminal::DEFAULT_DETACH),
                 buffer,
             };
-            if cfg.command.as_deref().is_some_and(|c| c.contains('\0')) {
+            let nul_in_env = cfg
+                .env
+                .iter()
+                .any(|(k, v)| k.is_empty() || k.contains(['=', '\0']) || v.contains('\0'));
+            if nul_in_env {
+                Err(ChannelError::new(
+                    ErrorCode::Invalid,
+                    "an env name is empty or holds '=' or NUL, or a value holds NUL",
+                ))
+            } else if cfg.command.as_deref().is_some_and(|c| c.contains('\0')) {
                 Err(ChannelError::new(
                     ErrorCode::Invalid,
                     "the command may not contain NUL bytes",

@@ -74,6 +74,7 @@ pub fn spawn_shell(
     term: &Terminal,
     term_name: &str,
     command: Option<&str>,
+    extra_env: &[(String, String)],
 ) -> std::io::Result<Child> {
     let account = sb.account();
     let home = &sb.options().home;
@@ -88,6 +89,7 @@ pub fn spawn_shell(
     }
     cmd.env_clear()
         .envs(env::base(sb))
+        .envs(extra_env.iter().map(|(k, v)| (k, v)))
         .env("TERM", term_name)
         .current_dir(home)
         .stdin(Stdio::from(term.slave.try_clone()?))

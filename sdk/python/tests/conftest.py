@@ -80,6 +80,16 @@ class Server:
             return ""
 
 
+#: Presets for tests/test_presets.py; no default one, so other tests get plain agents.
+PRESETS = (
+    "presets:\n"
+    "  py:\n"
+    "    description: for the client's tests\n"
+    "    cpus: 1\n"
+    "    env: {FROM_PRESET: p}\n"
+    '    setup: echo "set up $FROM_PRESET" >> setup-ran\n'
+    "  plain: {}\n"
+)
 #: The ``sandbox:`` lines of the fake-driver server. A small output buffer, so that a test
 #: can make a process's output leave it (a gap).
 FAKE_SANDBOX = "  driver: fake\n  process_output_kb: 64\n"
@@ -100,6 +110,7 @@ def _start(
         f"  tunnel_listen: '{tunnel_ip}:{tunnel}'\n"
         f"  egress: {{port: 0, dns_port: 0}}\n"
         f"{sandbox}"
+        f"{PRESETS}"
     )
     log = root / "server.log"
     env = {**os.environ, "AGENTHOLD_LOG": os.environ.get("AGENTHOLD_TEST_LOG", "warn")}

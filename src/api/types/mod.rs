@@ -71,6 +71,21 @@ pub struct CreateAgent {
         deserialize_with = "rules_object"
     )]
     pub egress: Option<EgressRules>,
+    /// A preset from `GET /api/v1/presets` (`sandbox.default_preset` when absent): the fields
+    /// it sets apply unless this request gives them too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(
+        min_length = 1,
+        max_length = 63,
+        pattern = "^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$",
+        example = "dev"
+    )]
+    pub preset: Option<String>,
+    /// Variables every process of the agent starts with, merged over the preset's (these win).
+    /// Names `[A-Za-z_][A-Za-z0-9_]*`, at most 128; values at most 4096 characters, no NUL; the
+    /// proxy variables and `AGENTHOLD_*` are reserved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<BTreeMap<String, String>>,
 }
 
 /// `PATCH /api/v1/agents/{id}`; fields left out stay as they are.
@@ -132,6 +147,10 @@ pub struct UpdateAgent {
         deserialize_with = "rules_object"
     )]
     pub egress: Option<EgressRules>,
+    /// Replaces the whole `env`; processes started from now on get it (running ones keep
+    /// theirs). Checked as on create.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<BTreeMap<String, String>>,
 }
 
 /// A whole number that may be written with a fraction of zero (`16.0`): JSON Schema's `integer`

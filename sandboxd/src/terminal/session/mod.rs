@@ -42,6 +42,8 @@ pub struct SessionConfig {
     pub term: String,
     /// A command line for the account's shell; `None` is an interactive login shell.
     pub command: Option<String>,
+    /// Set in the shell's environment over sandboxd's own.
+    pub env: Vec<(String, String)>,
     /// How long the session lives on without viewers.
     pub detach_after: Duration,
     /// How much output is kept for replay, in bytes.
@@ -124,7 +126,7 @@ impl Session {
             ChannelError::new(ErrorCode::Io, format!("cannot open a terminal: {e}"))
         })?;
         let mut child =
-            pty::spawn_shell(sb, &term, &cfg.term, cfg.command.as_deref()).map_err(|e| {
+            pty::spawn_shell(sb, &term, &cfg.term, cfg.command.as_deref(), &cfg.env).map_err(|e| {
                 let what = format!("cannot start {}", sb.account().shell.display());
                 ChannelError::from_io(&e, &what)
             })?;

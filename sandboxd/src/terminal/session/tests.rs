@@ -14,6 +14,7 @@ fn config(command: &str, detach_after: Duration, buffer: usize) -> SessionConfig
         rows: 24,
         term: "xterm-256color".into(),
         command: Some(command.into()),
+        env: Vec::new(),
         detach_after,
         buffer,
     }

@@ -46,10 +46,12 @@ from .models import (
     Limits,
     OutputChunk,
     OutputGap,
+    Preset,
     Process,
     ProcessEvent,
     PullEvent,
     PullProgress,
+    SetupStatus,
     TerminalSession,
     UnknownEvent,
 )
@@ -70,6 +72,8 @@ __all__ = [
     "AsyncFileStream",
     # values
     "AgentInfo",
+    "Preset",
+    "SetupStatus",
     "EgressRules",
     "PullProgress",
     "Health",

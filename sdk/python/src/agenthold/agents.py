@@ -20,10 +20,26 @@ from ._wait import AT_REST, Deadline, wait_async, wait_sync
 from .commands import AsyncCommands, Commands
 from .errors import Conflict, NotFound
 from .files import AsyncFiles, Files
-from .models import TRANSIENT_STATES, AgentInfo, EgressRules, PullProgress
+from .models import (
+    TRANSIENT_STATES,
+    AgentInfo,
+    EgressRules,
+    Preset,
+    PullProgress,
+    SetupStatus,
+)
 from .terminals import AsyncTerminals, Terminals
 
-__all__ = ["Agents", "AsyncAgents", "Agent", "AsyncAgent", "Egress", "DEFAULT_WAIT"]
+__all__ = [
+    "Agents",
+    "AsyncAgents",
+    "Agent",
+    "AsyncAgent",
+    "Presets",
+    "AsyncPresets",
+    "Egress",
+    "DEFAULT_WAIT",
+]
 
 #: Seconds a lifecycle call waits for its state by default: an image pull can take minutes.
 DEFAULT_WAIT = 600.0
@@ -51,7 +67,11 @@ def _settings(**fields: Any) -> dict[str, Any]:
     for key, value in fields.items():
         if value is None:
             continue
-        body[names.get(key, key)] = _egress(value) if key == "egress" else value
+        if key == "egress":
+            value = _egress(value)
+        elif key == "env":
+            value = dict(value)
+        body[names.get(key, key)] = value
     return body
 
 
@@ -139,6 +159,18 @@ class _AgentView:
         return self.info.pull
 
     @property
+    def preset(self) -> str | None:
+        return self.info.preset
+
+    @property
+    def env(self) -> dict[str, str]:
+        return self.info.env
+
+    @property
+    def setup(self) -> SetupStatus | None:
+        return self.info.setup
+
+    @property
     def _path(self) -> str:
         return f"/agents/{seg(self.info.id)}"
 
@@ -186,9 +218,11 @@ class Agent(_AgentView):
         disk_mb: int | None = None,
         idle_minutes: int | None = None,
         egress: Egress | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> Agent:
         """Changes settings (``PATCH``); those left ``None`` stay. A new image, ``cpus`` or
-        ``memory_mb`` sets ``needs_rebuild``; new ``egress`` rules apply at once."""
+        ``memory_mb`` sets ``needs_rebuild``; new ``egress`` rules apply at once; a new ``env``
+        replaces the whole map, for processes started from now on."""
         body = _settings(
             name=name,
             image=image,
@@ -197,6 +231,7 @@ class Agent(_AgentView):
             disk_mb=disk_mb,
             idle_minutes=idle_minutes,
             egress=egress,
+            env=env,
         )
         return self._set(self._t.json("PATCH", self._path, json=body))
 
@@ -215,6 +250,11 @@ class Agent(_AgentView):
         """Makes the sandbox anew from the current image and resources, keeping the home."""
         self._set(self._t.json("POST", f"{self._path}/rebuild"))
         return self.wait_for("running", timeout) if wait else self
+
+    def rerun_setup(self) -> Agent:
+        """Runs the preset's setup script again now (``Conflict`` when the agent has none, or
+        it runs already); ``setup`` then says how it stands."""
+        return self._set(self._t.json("POST", f"{self._path}/setup"))
 
     def destroy(self, wait: bool = False, timeout: float | None = DEFAULT_WAIT) -> None:
         """Destroys the agent: its sandbox, home and network; with ``wait``, until it is gone.
@@ -280,6 +320,7 @@ class AsyncAgent(_AgentView):
         disk_mb: int | None = None,
         idle_minutes: int | None = None,
         egress: Egress | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> AsyncAgent:
         body = _settings(
             name=name,
@@ -289,6 +330,7 @@ class AsyncAgent(_AgentView):
             disk_mb=disk_mb,
             idle_minutes=idle_minutes,
             egress=egress,
+            env=env,
         )
         return self._set(await self._t.json("PATCH", self._path, json=body))
 
@@ -303,6 +345,10 @@ class AsyncAgent(_AgentView):
     async def rebuild(self, wait: bool = True, timeout: float | None = DEFAULT_WAIT) -> AsyncAgent:
         self._set(await self._t.json("POST", f"{self._path}/rebuild"))
         return await self.wait_for("running", timeout) if wait else self
+
+    async def rerun_setup(self) -> AsyncAgent:
+        """See :meth:`Agent.rerun_setup`."""
+        return self._set(await self._t.json("POST", f"{self._path}/setup"))
 
     async def destroy(self, wait: bool = False, timeout: float | None = DEFAULT_WAIT) -> None:
         """See :meth:`Agent.destroy`."""
@@ -347,6 +393,8 @@ class Agents:
         self,
         name: str,
         *,
+        preset: str | None = None,
+        env: Mapping[str, str] | None = None,
         image: str | None = None,
         cpus: float | None = None,
         memory_mb: int | None = None,
@@ -356,12 +404,16 @@ class Agents:
         wait: bool = True,
         timeout: float | None = DEFAULT_WAIT,
     ) -> Agent:
-        """Creates an agent; settings left ``None`` take the server's defaults. With ``wait``
+        """Creates an agent; settings left ``None`` take the preset's (``preset``, else the
+        server's default preset), else the server's defaults; ``env`` is merged over the
+        preset's. With ``wait``
         it returns once the agent runs (raising :class:`AgentFailed` with the reason if it ends
         in ``error``, e.g. a missing image; the agent stays, see ``AgentFailed.agent``);
         without, at once, in ``creating``."""
         body = _settings(
             name=name,
+            preset=preset,
+            env=env,
             image=image,
             cpus=cpus,
             memory_mb=memory_mb,
@@ -389,6 +441,8 @@ class AsyncAgents:
         self,
         name: str,
         *,
+        preset: str | None = None,
+        env: Mapping[str, str] | None = None,
         image: str | None = None,
         cpus: float | None = None,
         memory_mb: int | None = None,
@@ -401,6 +455,8 @@ class AsyncAgents:
         """See :meth:`Agents.create`."""
         body = _settings(
             name=name,
+            preset=preset,
+            env=env,
             image=image,
             cpus=cpus,
             memory_mb=memory_mb,
@@ -411,3 +467,24 @@ class AsyncAgents:
         info = AgentInfo.from_json(await self._t.json("POST", "/agents", json=body))
         agent = AsyncAgent(self._t, info)
         return await agent.wait_for("running", timeout) if wait else agent
+
+
+class Presets:
+    """``client.presets``: the templates agents can be created from."""
+
+    def __init__(self, transport: SyncTransport) -> None:
+        self._t = transport
+
+    def list(self) -> list[Preset]:
+        """Every preset, sorted by name."""
+        return [Preset.from_json(p) for p in self._t.json("GET", "/presets")]
+
+
+class AsyncPresets:
+    """``client.presets`` of the async client."""
+
+    def __init__(self, transport: AsyncTransport) -> None:
+        self._t = transport
+
+    async def list(self) -> list[Preset]:
+        return [Preset.from_json(p) for p in await self._t.json("GET", "/presets")]

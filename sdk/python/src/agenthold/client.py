@@ -11,7 +11,7 @@ from types import TracebackType
 import httpx
 
 from ._http import DEFAULT_TIMEOUT, AsyncTransport, SyncTransport
-from .agents import Agents, AsyncAgents
+from .agents import Agents, AsyncAgents, AsyncPresets, Presets
 from .events import AsyncEventStream, EventStream
 from .models import Health, Limits
 
@@ -37,6 +37,7 @@ class Client:
     ) -> None:
         self._t = SyncTransport(url, token, timeout, http)
         self.agents = Agents(self._t)
+        self.presets = Presets(self._t)
 
     @property
     def url(self) -> str:
@@ -79,6 +80,7 @@ class AsyncClient:
     ) -> None:
         self._t = AsyncTransport(url, token, timeout, http)
         self.agents = AsyncAgents(self._t)
+        self.presets = AsyncPresets(self._t)
 
     @property
     def url(self) -> str:

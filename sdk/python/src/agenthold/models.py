@@ -18,6 +18,8 @@ __all__ = [
     "EgressRules",
     "PullProgress",
     "AgentInfo",
+    "SetupStatus",
+    "Preset",
     "Health",
     "Limits",
     "CommandResult",
@@ -136,6 +138,74 @@ class PullProgress:
         )
 
 
+def _env(v: Any) -> dict[str, str]:
+    return {k: x for k, x in _obj(v).items() if isinstance(k, str) and isinstance(x, str)}
+
+
+@dataclass(frozen=True)
+class SetupStatus:
+    """The preset's setup script's last run: a background process tagged ``setup`` (its
+    output: ``agent.commands.process("setup")``)."""
+
+    #: ``running``, ``done`` or ``failed``.
+    state: str
+    exit_code: int | None = None
+    process_id: str | None = None
+    #: Why it failed, when the server says.
+    error: str | None = None
+
+    @classmethod
+    def from_json(cls, d: Any) -> SetupStatus:
+        d = _obj(d)
+        return cls(
+            state=_str(d.get("state")),
+            exit_code=_opt_int(d.get("exitCode")),
+            process_id=_opt_str(d.get("processId")),
+            error=_opt_str(d.get("error")),
+        )
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A preset from ``GET /api/v1/presets``, with the server's defaults filled in."""
+
+    name: str
+    description: str | None
+    image: str
+    cpus: float
+    memory_mb: int
+    disk_mb: int | None
+    idle_minutes: int
+    env: dict[str, str]
+    egress: EgressRules | None
+    setup: str | None
+    setup_on_rebuild: bool
+    runtime: str | None
+    #: The preset a create that names none gets.
+    default: bool
+
+    @classmethod
+    def from_json(cls, d: Any) -> Preset:
+        d = _obj(d)
+        return cls(
+            name=_str(d.get("name")),
+            description=_opt_str(d.get("description")),
+            image=_str(d.get("image")),
+            cpus=_float(d.get("cpus")),
+            memory_mb=_int(d.get("memoryMb")),
+            disk_mb=_opt_int(d.get("diskMb")),
+            idle_minutes=_int(d.get("idleMinutes")),
+            env=_env(d.get("env")),
+            egress=EgressRules.from_json(d["egress"])
+            if isinstance(d.get("egress"), dict)
+            else None,
+            setup=_opt_str(d.get("setup")),
+            setup_on_rebuild=bool(d.get("setupOnRebuild")),
+            runtime=_opt_str(d.get("runtime")),
+            default=bool(d.get("default")),
+        )
+
+
 @dataclass(frozen=True)
 class AgentInfo:
     """An agent as the server last described it (``GET /api/v1/agents/{id}``)."""
@@ -158,6 +228,12 @@ class AgentInfo:
     last_activity_at: datetime | None = None
     sleeps_at: datetime | None = None
     pull: PullProgress | None = None
+    #: The preset the agent was made from.
+    preset: str | None = None
+    #: Variables every process of the agent starts with.
+    env: dict[str, str] = field(default_factory=dict)
+    #: The setup script's last run; ``None`` when it has none or it has not run yet.
+    setup: SetupStatus | None = None
 
     @classmethod
     def from_json(cls, d: Any) -> AgentInfo:
@@ -180,6 +256,9 @@ class AgentInfo:
             last_activity_at=parse_time(d.get("lastActivityAt")),
             sleeps_at=parse_time(d.get("sleepsAt")),
             pull=PullProgress.from_json(d["pull"]) if isinstance(d.get("pull"), dict) else None,
+            preset=_opt_str(d.get("preset")),
+            env=_env(d.get("env")),
+            setup=SetupStatus.from_json(d["setup"]) if isinstance(d.get("setup"), dict) else None,
         )
 
 

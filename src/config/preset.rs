@@ -1,0 +1,160 @@
+//! `presets`: named templates for new agents (an image, limits, env, egress rules and a setup
+//! script), and `sandbox.default_preset`, the one a create that names none gets.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::SandboxConfig;
+use crate::egress::EgressRules;
+
+/// One preset as the config file writes it; every key is optional and falls back to the
+/// `sandbox.default_*` settings.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct Preset {
+    /// One line for people choosing a preset.
+    pub description: Option<String>,
+    pub image: Option<String>,
+    pub cpus: Option<f64>,
+    pub memory_mb: Option<u64>,
+    /// 0 means a home without a size limit.
+    pub disk_mb: Option<u64>,
+    pub idle_minutes: Option<u32>,
+    /// Variables every process of the agent starts with.
+    pub env: BTreeMap<String, String>,
+    /// The egress rules of agents made from it (`sandbox.egress.default` when absent).
+    pub egress: Option<EgressRules>,
+    /// A shell script run once as the agent's account when its sandbox first starts.
+    pub setup: Option<String>,
+    /// Runs `setup` again after each rebuild (a new container has lost what it installed
+    /// outside the home).
+    pub setup_on_rebuild: bool,
+    /// The OCI runtime of agents made from it.
+    pub runtime: Option<String>,
+}
+
+/// `GET /api/v1/presets`: a preset with the server's defaults filled in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PresetInfo {
+    #[schema(example = "dev")]
+    pub name: String,
+    pub description: Option<String>,
+    #[schema(example = "agenthold/agent:bookworm")]
+    pub image: String,
+    pub cpus: f64,
+    pub memory_mb: u64,
+    /// The home's size in MiB; null for a home without a limit.
+    pub disk_mb: Option<u64>,
+    pub idle_minutes: u32,
+    pub env: BTreeMap<String, String>,
+    /// Null: agents from it follow `sandbox.egress.default`.
+    pub egress: Option<EgressRules>,
+    pub setup: Option<String>,
+    pub setup_on_rebuild: bool,
+    pub runtime: Option<String>,
+    /// Whether it is `sandbox.default_preset`, the one a create without `preset` gets.
+    pub default: bool,
+}
+
+impl Preset {
+    /// The preset as agents get it, under `sb`'s defaults.
+    pub fn info(&self, name: &str, sb: &SandboxConfig) -> PresetInfo {
+        let disk = self.disk_mb.unwrap_or(sb.default_disk_mb);
+        PresetInfo {
+            name: name.to_string(),
+            description: self.description.clone(),
+            image: self
+                .image
+                .clone()
+                .unwrap_or_else(|| sb.default_image.clone()),
+            cpus: self.cpus.unwrap_or(sb.default_cpus),
+            memory_mb: self.memory_mb.unwrap_or(sb.default_memory_mb),
+            disk_mb: (disk > 0).then_some(disk),
+            idle_minutes: self.idle_minutes.unwrap_or(sb.default_idle_minutes),
+            env: self.env.clone(),
+            egress: self.egress.clone(),
+            setup: self.setup.clone(),
+            setup_on_rebuild: self.setup_on_rebuild,
+            runtime: self.runtime.clone(),
+            default: sb.default_preset.as_deref() == Some(name),
+        }
+    }
+}
+
+/// Checks one preset against the sandbox's limits; `Err((key under the preset, problem))`.
+pub(super) fn check(p: &Preset, sb: &SandboxConfig) -> Result<(), (&'static str, String)> {
+    if let Some(image) = &p.image {
+        if image.is_empty() || image.len() > 255 || !image.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err((
+                "image",
+                format!("({image:?}) must be 1 to 255 printable ASCII characters, no spaces"),
+            ));
+        }
+    }
+    if let Some(c) = p.cpus {
+        if !(c.is_finite() && c > 0.0 && c <= sb.max_cpus) {
+            return Err((
+                "cpus",
+                format!(
+                    "({c}) must be above 0 and at most sandbox.max_cpus ({})",
+                    sb.max_cpus
+                ),
+            ));
+        }
+    }
+    if let Some(m) = p.memory_mb {
+        if !(16..=sb.max_memory_mb).contains(&m) {
+            return Err((
+                "memoryMb",
+                format!(
+                    "({m}) must be between 16 and sandbox.max_memory_mb ({})",
+                    sb.max_memory_mb
+                ),
+            ));
+        }
+    }
+    const MIN_DISK: u64 = crate::model::MIN_DISK_MB;
+    if let Some(d) = p.disk_mb {
+        if d != 0 && !(MIN_DISK..=sb.max_disk_mb).contains(&d) {
+            return Err((
+                "diskMb",
+                format!(
+                    "({d}) must be 0 (no limit) or between {MIN_DISK} and sandbox.max_disk_mb ({})",
+                    sb.max_disk_mb
+                ),
+            ));
+        }
+    }
+    if let Some(i) = p.idle_minutes {
+        if i > crate::api::agents::MAX_IDLE_MINUTES {
+            return Err((
+                "idleMinutes",
+                format!(
+                    "({i}) must be at most {} (a week); 0 = never sleep",
+                    crate::api::agents::MAX_IDLE_MINUTES
+                ),
+            ));
+        }
+    }
+    crate::agent_env::check(&p.env).map_err(|e| ("env", e))?;
+    if let Some(s) = &p.setup {
+        if s.trim().is_empty() || s.contains('\0') || s.len() > MAX_SETUP {
+            return Err((
+                "setup",
+                format!("must be a non-empty script of at most {MAX_SETUP} bytes, without NUL"),
+            ));
+        }
+    }
+    if let Some(r) = &p.runtime {
+        if r.is_empty() || !r.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(("runtime", format!("({r:?}) is not a runtime name")));
+        }
+    }
+    Ok(())
+}
+
+/// Longest setup script: it travels as one `sh -c` argument, which Linux caps at 128 KiB.
+pub const MAX_SETUP: usize = 64 * 1024;

@@ -1,0 +1,254 @@
+//! The preset's setup script: run once as a background process (tag `setup`) when an agent's
+//! sandbox first says hello, again after a rebuild when the preset says so, or on request. Its
+//! outcome is recorded on the agent; a failed setup leaves the agent running.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agenthold_proto::process::{ProcessStart, ProcessState, ProcessWait};
+use agenthold_proto::{self as proto, ExecRequest, ProcessInfo};
+
+use super::{Lifecycle, LifecycleError};
+use crate::model::{Agent, SetupState, SetupStatus};
+
+/// The tag the setup process runs under; its output is `processes/setup/output`.
+pub const SETUP_TAG: &str = "setup";
+/// How long one wait for the script's end lasts before it is asked again.
+const WAIT_SLICE: Duration = Duration::from_secs(600);
+
+impl Lifecycle {
+    /// The setup script of the agent's preset, if it has one (a preset removed from the config
+    /// since the agent was made has none).
+    pub fn setup_script(&self, agent: &Agent) -> Option<String> {
+        let preset = self.config.presets.get(agent.preset.as_deref()?)?;
+        preset.setup.clone()
+    }
+
+    /// Whether a rebuild should run the setup script again.
+    pub(super) fn setup_on_rebuild(&self, agent: &Agent) -> bool {
+        agent
+            .preset
+            .as_deref()
+            .and_then(|p| self.config.presets.get(p))
+            .is_some_and(|p| p.setup_on_rebuild && p.setup.is_some())
+    }
+
+    /// sandboxd said hello: runs a setup that has not run yet, or follows one that was running
+    /// when the server (or its tunnel) went away.
+    pub(super) fn setup_after_hello(self: &Arc<Self>, id: &str) {
+        let (lc, id) = (self.clone(), id.to_string());
+        tokio::spawn(async move {
+            let Ok(agent) = lc.store.get_agent(&id).await else {
+                return;
+            };
+            if lc.setup_script(&agent).is_none() {
+                return;
+            }
+            match agent.setup {
+                None => {
+                    let _ = lc.start_setup(&id).await;
+                }
+                Some(SetupStatus {
+                    state: SetupState::Running,
+                    process_id: Some(pid),
+                    ..
+                }) => {
+                    if lc.setup_watched(&id, true) {
+                        lc.follow_setup(&id, &pid).await;
+                    }
+                }
+                Some(_) => {}
+            }
+        });
+    }
+
+    /// Runs the setup script now (`POST …/setup`): `Conflict` when the agent has none or it
+    /// is running.
+    pub async fn rerun_setup(self: &Arc<Self>, id: &str) -> Result<Agent, LifecycleError> {
+        let agent = self.get(id).await?;
+        if self.setup_script(&agent).is_none() {
+            return Err(LifecycleError::Refused(format!(
+                "agent {id} has no setup script (its preset has none)"
+            )));
+        }
+        if agent
+            .setup
+            .as_ref()
+            .is_some_and(|s| s.state == SetupState::Running)
+        {
+            return Err(LifecycleError::Refused(format!(
+                "agent {id}'s setup script is running; wait for it to end"
+            )));
+        }
+        self.start_setup(id).await?;
+        self.get(id).await
+    }
+
+    /// Starts the script as a background process and follows it in the background. A start
+    /// that fails is recorded as a failed setup.
+    async fn start_setup(self: &Arc<Self>, id: &str) -> Result<(), LifecycleError> {
+        let agent = self.get(id).await?;
+        let Some(script) = self.setup_script(&agent) else {
+            return Ok(());
+        };
+        let link = self.wake(id, || {}).await?;
+        let sb = &self.config.sandbox;
+        let header = ProcessStart {
+            run: ExecRequest {
+                command: vec!["/bin/sh".into(), "-c".into(), script],
+                cwd: None,
+                env: agent.env.clone().into_iter().collect(),
+                timeout_ms: None,
+                output_cap: None,
+            },
+            tag: Some(SETUP_TAG.into()),
+            stdin: false,
+            // A setup that installs for a while must not be put to sleep halfway.
+            keep_awake: true,
+            output_bytes: sb.process_output_kb.saturating_mul(1024),
+            max_running: sb.max_processes,
+            retention_ms: Some(sb.process_retention.as_millis() as u64),
+        };
+        let started: Result<ProcessInfo, String> = async {
+            let mut stream = link.open().await.map_err(|e| e.to_string())?;
+            proto::open(&mut stream, header)
+                .await
+                .map_err(|e| e.to_string())
+        }
+        .await;
+        match started {
+            Ok(info) => {
+                self.record_setup(id, status_of(&info)).await;
+                if info.state.is_running() && self.setup_watched(id, true) {
+                    let (lc, id) = (self.clone(), id.to_string());
+                    tokio::spawn(async move { lc.follow_setup(&id, &info.id).await });
+                }
+            }
+            Err(why) => {
+                let status = SetupStatus {
+                    state: SetupState::Failed,
+                    exit_code: None,
+                    process_id: None,
+                    error: Some(format!("the setup script could not be started: {why}")),
+                };
+                self.record_setup(id, status).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the setup process to end and records how; a sandbox that went away before
+    /// that leaves the record for the next hello to settle.
+    async fn follow_setup(self: &Arc<Self>, id: &str, pid: &str) {
+        loop {
+            let Some(link) = self.tunnels.get(id) else {
+                break;
+            };
+            let header = ProcessWait {
+                process: pid.to_string(),
+                timeout_ms: WAIT_SLICE.as_millis() as u64,
+            };
+            let waited = async {
+                let mut stream = link.open().await.map_err(|e| (false, e.to_string()))?;
+                tokio::time::timeout(
+                    WAIT_SLICE + Duration::from_secs(10),
+                    proto::open(&mut stream, header),
+                )
+                .await
+                .map_err(|_| (false, "no answer".to_string()))?
+                .map_err(|e| match e {
+                    proto::OpenError::Refused(c) if c.code == proto::ErrorCode::NotFound => {
+                        (true, c.message)
+                    }
+                    other => (false, other.to_string()),
+                })
+            }
+            .await;
+            match waited {
+                Ok(info) if info.state.is_running() => continue,
+                Ok(info) => {
+                    self.record_setup(id, status_of(&info)).await;
+                    break;
+                }
+                // sandboxd no longer knows it: the sandbox restarted while it ran.
+                Err((true, why)) => {
+                    let status = SetupStatus {
+                        state: SetupState::Failed,
+                        exit_code: None,
+                        process_id: Some(pid.to_string()),
+                        error: Some(format!(
+                            "the sandbox stopped while the setup script ran ({why}); run it \
+                             again with POST /api/v1/agents/{id}/setup"
+                        )),
+                    };
+                    self.record_setup(id, status).await;
+                    break;
+                }
+                Err((false, why)) => {
+                    tracing::debug!(agent = id, "following the setup script stopped: {why}");
+                    break;
+                }
+            }
+        }
+        self.setup_watched(id, false);
+    }
+
+    async fn record_setup(&self, id: &str, status: SetupStatus) {
+        if let Some(why) = &status.error {
+            tracing::warn!(agent = id, "setup: {why}");
+        }
+        if let Err(e) = self.store.set_setup(id, Some(&status)).await {
+            tracing::debug!(agent = id, "setup state not recorded: {e}");
+            return;
+        }
+        if let Ok(agent) = self.store.get_agent(id).await {
+            self.publish(&agent);
+        }
+    }
+
+    /// Marks (`true`) or unmarks the agent's setup as followed by a task; marking answers
+    /// whether it was not already.
+    fn setup_watched(&self, id: &str, on: bool) -> bool {
+        let mut set = self
+            .setup_followers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if on {
+            set.insert(id.to_string())
+        } else {
+            set.remove(id)
+        }
+    }
+}
+
+fn status_of(info: &ProcessInfo) -> SetupStatus {
+    let (state, error) = match info.state {
+        ProcessState::Running => (SetupState::Running, None),
+        ProcessState::Exited if info.exit_code == Some(0) => (SetupState::Done, None),
+        ProcessState::Exited => (
+            SetupState::Failed,
+            Some(format!(
+                "the setup script exited with {}; its output is at \
+                 processes/{SETUP_TAG}/output",
+                info.exit_code.unwrap_or(-1)
+            )),
+        ),
+        ProcessState::Killed => (
+            SetupState::Failed,
+            Some(format!(
+                "the setup script was killed (SIG{})",
+                info.signal.as_deref().unwrap_or("?")
+            )),
+        ),
+        ProcessState::Lost => (
+            SetupState::Failed,
+            Some("the sandbox stopped while the setup script ran".to_string()),
+        ),
+    };
+    SetupStatus {
+        state,
+        exit_code: info.exit_code,
+        process_id: Some(info.id.clone()),
+        error,
+    }
+}
