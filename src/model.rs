@@ -91,6 +91,12 @@ pub struct Agent {
     /// one, which shares the host's disk (agents made before disk limits, or on a server
     /// without them).
     pub disk_mb: Option<u64>,
+    /// The container runtime the sandbox runs on: `runc` (Docker's own: namespaces on the
+    /// host's kernel) or `runsc` (gVisor: a kernel of its own in user space). Agents made
+    /// before agents had a runtime of their own run on the server's default, shown here.
+    #[serde(default)]
+    #[schema(example = "runc")]
+    pub runtime: String,
     /// What the sandbox may reach through the egress proxy. Agents made before egress rules
     /// existed follow the server's `sandbox.egress.default`, which the API shows here.
     pub egress: Option<EgressRules>,
@@ -123,6 +129,7 @@ pub struct NewAgent {
     pub disk_mb: Option<u64>,
     pub egress: EgressRules,
     pub idle_minutes: u32,
+    pub runtime: String,
 }
 
 /// A change to an agent's settings; `None` leaves a field as it is.
@@ -138,6 +145,8 @@ pub struct AgentPatch {
     /// New egress rules: they apply to the next connection, and open ones they no longer allow
     /// are closed.
     pub egress: Option<EgressRules>,
+    /// Another container runtime; applied by a rebuild.
+    pub runtime: Option<String>,
 }
 
 /// Makes a fresh agent id: 12 characters of `[a-z0-9]`, starting with a letter so it is a

@@ -42,6 +42,7 @@ pub async fn limits(State(st): State<AppState>) -> Json<Limits> {
         exec_output_cap_kb: server.exec_output_cap_kb,
         exec_default_timeout_ms: server.exec_default_timeout.as_millis() as u64,
         exec_max_timeout_ms: server.exec_max_timeout.as_millis() as u64,
+        runtimes: st.lc.runtimes().allowed.clone(),
     })
 }
 
@@ -81,6 +82,22 @@ fn validate_image(image: &str) -> Result<(), ApiError> {
         ));
     }
     Ok(())
+}
+
+/// A runtime this server allows (`sandbox.docker.allowed_runtimes`).
+fn validate_runtime(st: &AppState, runtime: &str) -> Result<(), ApiError> {
+    let runtimes = st.lc.runtimes();
+    if runtimes.allows(runtime) {
+        return Ok(());
+    }
+    let shown: String = runtime.chars().take(64).collect();
+    Err(ApiError::invalid_field(
+        "runtime",
+        format!(
+            "runtime {shown:?} is not allowed on this server; allowed: {}",
+            runtimes.allowed.join(", ")
+        ),
+    ))
 }
 
 /// What an agent asks for; `None` leaves a setting to its default (or as it is).
@@ -183,6 +200,9 @@ pub async fn create(
             idle: body.idle_minutes,
         },
     )?;
+    if let Some(runtime) = &body.runtime {
+        validate_runtime(&st, runtime)?;
+    }
     let sb = &st.config.sandbox;
     let new = NewAgent {
         id: new_agent_id(),
@@ -195,6 +215,9 @@ pub async fn create(
             .or((sb.default_disk_mb > 0).then_some(sb.default_disk_mb)),
         idle_minutes: body.idle_minutes.unwrap_or(sb.default_idle_minutes),
         egress: body.egress.unwrap_or_else(|| sb.egress.default.clone()),
+        runtime: body
+            .runtime
+            .unwrap_or_else(|| st.lc.runtimes().default.clone()),
     };
     let agent = st.lc.create(new).await?;
     Ok((StatusCode::CREATED, Json(agent)))
@@ -210,7 +233,7 @@ pub async fn get(
     Ok(Json(st.lc.get(&id).await?))
 }
 
-/// Changes settings; a changed image or resource sets `needsRebuild`.
+/// Changes settings; a changed image, resource or runtime sets `needsRebuild`.
 #[utoipa::path(patch, path = "/api/v1/agents/{id}", tag = "agents", operation_id = "updateAgent", request_body = UpdateAgent,
     params(("id" = String, Path, description = "The agent's id")),
     responses((status = 200, body = Agent),
@@ -237,6 +260,9 @@ pub async fn update(
             idle: body.idle_minutes,
         },
     )?;
+    if let Some(runtime) = &body.runtime {
+        validate_runtime(&st, runtime)?;
+    }
     let patch = AgentPatch {
         name: body.name,
         image: body.image,
@@ -245,6 +271,7 @@ pub async fn update(
         disk_mb: body.disk_mb,
         idle_minutes: body.idle_minutes,
         egress: body.egress,
+        runtime: body.runtime,
     };
     Ok(Json(st.lc.patch(&id, patch).await?))
 }

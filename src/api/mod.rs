@@ -41,6 +41,7 @@ pub struct AppState {
 async fn openapi(State(st): State<AppState>) -> Json<serde_json::Value> {
     let facts = openapi::Facts {
         disk_limits: st.lc.disk_limits_unavailable().is_none(),
+        runtimes: Some(st.lc.runtimes().allowed.clone()),
     };
     Json(openapi::document(&st.config, facts))
 }

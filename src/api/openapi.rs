@@ -57,11 +57,14 @@ impl utoipa::Modify for BearerAuth {
 }
 
 /// What the document says that depends on the running server rather than on its config.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Facts {
     /// The driver can limit an agent's disk (`maxDiskMb` in `/limits` is not null): `diskMb`
     /// is accepted.
     pub disk_limits: bool,
+    /// The runtimes agents may ask for, when known (a running server's engine decides the
+    /// default list): `runtime`'s enum. `None` leaves it any name.
+    pub runtimes: Option<Vec<String>>,
 }
 
 /// The operations that cannot fail inside the server (no store, no sandbox): no `500`.
@@ -278,6 +281,9 @@ fn configured_limits(doc: &mut Value, config: &Config, facts: Facts) {
             // This server cannot limit a home: any `diskMb` is refused.
             props.remove("diskMb");
         }
+        if let Some(runtimes) = &facts.runtimes {
+            set(property(doc, schema, "runtime"), "enum", json!(runtimes));
+        }
     }
     let max_timeout = u64::try_from(config.server.exec_max_timeout.as_millis()).unwrap_or(u64::MAX);
     set(
@@ -396,12 +402,24 @@ mod tests {
     #[test]
     fn a_server_that_cannot_limit_disks_takes_no_disk_mb() {
         let config = Config::default();
-        let doc = document(&config, Facts { disk_limits: true });
+        let doc = document(
+            &config,
+            Facts {
+                disk_limits: true,
+                runtimes: None,
+            },
+        );
         for schema in ["CreateAgent", "UpdateAgent"] {
             let d = disk_mb(&doc, schema).unwrap_or_default();
             assert_eq!(d["maximum"], json!(config.sandbox.max_disk_mb), "{schema}");
         }
-        let doc = document(&config, Facts { disk_limits: false });
+        let doc = document(
+            &config,
+            Facts {
+                disk_limits: false,
+                runtimes: None,
+            },
+        );
         for schema in ["CreateAgent", "UpdateAgent"] {
             assert_eq!(disk_mb(&doc, schema), None, "{schema}");
             assert_eq!(
@@ -419,7 +437,13 @@ mod tests {
         let pattern = |driver| {
             let mut config = Config::default();
             config.sandbox.driver = driver;
-            let doc = document(&config, Facts { disk_limits: true });
+            let doc = document(
+                &config,
+                Facts {
+                    disk_limits: true,
+                    runtimes: None,
+                },
+            );
             doc.pointer("/paths/~1api~1v1~1agents~1{id}~1fs~1read/get/parameters/1/schema/pattern")
                 .and_then(Value::as_str)
                 .map(str::to_string)

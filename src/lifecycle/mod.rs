@@ -10,6 +10,7 @@
 //! idle ones to sleep.
 
 pub mod reconcile;
+pub mod runtimes;
 pub mod sleeper;
 
 use std::collections::HashMap;
@@ -121,6 +122,7 @@ pub struct Lifecycle {
     /// event arriving after the start began).
     driver_starts: std::sync::Mutex<HashMap<String, Option<SystemTime>>>,
     metrics: Arc<Metrics>,
+    runtimes: runtimes::Runtimes,
 }
 
 /// Why a sandbox's tunnel connection is refused (see [`Lifecycle::authorize_boot`]).
@@ -139,6 +141,7 @@ impl Lifecycle {
         driver: Arc<dyn Driver>,
         config: Arc<Config>,
         metrics: Arc<Metrics>,
+        runtimes: runtimes::Runtimes,
     ) -> Lifecycle {
         Lifecycle {
             store,
@@ -151,6 +154,7 @@ impl Lifecycle {
             moved_at: Default::default(),
             driver_starts: Default::default(),
             metrics,
+            runtimes,
         }
     }
 
@@ -185,6 +189,16 @@ impl Lifecycle {
     /// The driver's name (`docker`, `fake`).
     pub fn driver_kind(&self) -> &'static str {
         self.driver.kind()
+    }
+
+    /// The runtimes agents may ask for, and the default.
+    pub fn runtimes(&self) -> &runtimes::Runtimes {
+        &self.runtimes
+    }
+
+    /// What the driver makes `agent`'s sandbox from.
+    fn spec(&self, agent: &Agent) -> SandboxSpec {
+        SandboxSpec::of(agent, &self.runtimes.default)
     }
 
     /// Why an agent cannot be given a disk limit here, if it cannot.
@@ -223,6 +237,9 @@ impl Lifecycle {
         agent
             .egress
             .get_or_insert_with(|| self.config.sandbox.egress.default.clone());
+        if agent.runtime.is_empty() {
+            agent.runtime = self.runtimes.default.clone();
+        }
         if matches!(agent.state, Destroying) {
             return agent;
         }
@@ -485,7 +502,7 @@ impl Lifecycle {
         };
         let created = self
             .driver
-            .create(&SandboxSpec::of(&agent), &self.hub.pull_sink(&id))
+            .create(&self.spec(&agent), &self.hub.pull_sink(&id))
             .await;
         self.hub.forget_pull(&id);
         if let Err(e) = created {
@@ -522,7 +539,7 @@ impl Lifecycle {
         self.tunnels.disconnect(&id);
         let started = self
             .driver
-            .start(&SandboxSpec::of(&agent), &token, &self.hub.pull_sink(&id))
+            .start(&self.spec(&agent), &token, &self.hub.pull_sink(&id))
             .await;
         self.driver_starts_lock()
             .insert(id.clone(), Some(SystemTime::now()));
@@ -605,11 +622,7 @@ impl Lifecycle {
             return;
         };
         let token = new_token();
-        match self
-            .driver
-            .stage_boot(&SandboxSpec::of(&agent), &token)
-            .await
-        {
+        match self.driver.stage_boot(&self.spec(&agent), &token).await {
             Ok(true) => {}
             Ok(false) => return,
             Err(e) => {
@@ -646,7 +659,7 @@ impl Lifecycle {
         self.tunnels.disconnect(&id);
         let rebuilt = self
             .driver
-            .rebuild(&SandboxSpec::of(&agent), &self.hub.pull_sink(&id))
+            .rebuild(&self.spec(&agent), &self.hub.pull_sink(&id))
             .await;
         self.hub.forget_pull(&id);
         // The new container starts with no processes.

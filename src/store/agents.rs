@@ -10,7 +10,7 @@ use crate::model::{Agent, AgentPatch, AgentState, NewAgent};
 
 const COLUMNS: &str =
     "id, name, image, cpus, memory_mb, idle_minutes, state, error, needs_rebuild, created_at, \
-     disk_mb, egress";
+     disk_mb, egress, runtime";
 
 /// A row as SQLite hands it over, before the checks that turn it into an [`Agent`]; kept apart
 /// so a bad stored value becomes `Corrupt` with the agent named, not an opaque rusqlite error.
@@ -22,6 +22,7 @@ struct Raw {
     memory_mb: i64,
     disk_mb: Option<i64>,
     egress: Option<String>,
+    runtime: Option<String>,
     idle_minutes: i64,
     state: String,
     error: Option<String>,
@@ -39,6 +40,7 @@ impl Raw {
             memory_mb: r.get(4)?,
             disk_mb: r.get(10)?,
             egress: r.get(11)?,
+            runtime: r.get(12)?,
             idle_minutes: r.get(5)?,
             state: r.get(6)?,
             error: r.get(7)?,
@@ -76,6 +78,7 @@ impl Raw {
             memory_mb,
             disk_mb,
             egress,
+            runtime: self.runtime.unwrap_or_default(),
             idle_minutes,
             state,
             error: self.error,
@@ -218,8 +221,8 @@ impl Store {
             let now = now_text();
             c.execute(
                 "INSERT INTO agents (id, name, image, cpus, memory_mb, idle_minutes, state,
-                                     created_at, updated_at, disk_mb, egress)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10)",
+                                     created_at, updated_at, disk_mb, egress, runtime)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10, ?11)",
                 params![
                     new.id,
                     new.name,
@@ -230,7 +233,8 @@ impl Store {
                     AgentState::Creating.as_str(),
                     now,
                     disk,
-                    egress
+                    egress,
+                    new.runtime
                 ],
             )
             .map_err(|e| map_unique(e, &new.id, &new.name))?;
@@ -305,7 +309,7 @@ impl Store {
     }
 
     /// Applies `patch` if the agent is in one of `allowed_states` (pass `&AgentState::ALL` for
-    /// any). A changed image, cpus or memory sets `needs_rebuild`; name and idle time apply at
+    /// any). A changed image, cpus, memory or runtime sets `needs_rebuild`; name and idle time apply at
     /// once and leave it alone, and a larger disk applies at the next start (or rebuild).
     pub async fn patch_agent(
         &self,
@@ -335,14 +339,18 @@ impl Store {
                 Some(e) => Some(egress_to_sql(e)?),
                 None => old.egress.as_ref().map(egress_to_sql).transpose()?,
             };
+            // An agent made before runtimes were stored has none: asking for one (even the
+            // default it runs on) is a change a rebuild applies.
+            let runtime = patch.runtime.unwrap_or(old.runtime.clone());
             let rebuild = old.needs_rebuild
                 || image != old.image
                 || cpus != old.cpus
-                || memory_mb != old.memory_mb;
+                || memory_mb != old.memory_mb
+                || runtime != old.runtime;
             tx.execute(
                 "UPDATE agents SET name = ?2, image = ?3, cpus = ?4, memory_mb = ?5,
                         idle_minutes = ?6, needs_rebuild = ?7, updated_at = ?8, disk_mb = ?9,
-                        egress = ?10
+                        egress = ?10, runtime = ?11
                  WHERE id = ?1",
                 params![
                     id,
@@ -354,7 +362,8 @@ impl Store {
                     rebuild,
                     now_text(),
                     disk_mb.map(|d| mb_to_sql("disk_mb", d)).transpose()?,
-                    egress
+                    egress,
+                    (!runtime.is_empty()).then_some(runtime)
                 ],
             )
             .map_err(|e| map_unique(e, &id, &name))?;

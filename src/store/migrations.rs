@@ -50,6 +50,12 @@ pub(super) const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE agents ADD COLUMN egress TEXT;
     "#,
+    // 6 (5 is the presets' step, merged before this one): the container runtime the agent asked
+    // for (`runc`, `runsc`); NULL for agents made before, which run on
+    // `sandbox.docker.runtime`.
+    r#"
+    ALTER TABLE agents ADD COLUMN runtime TEXT;
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -14,6 +14,7 @@ fn new_agent(name: &str) -> NewAgent {
             deny: vec![],
         },
         idle_minutes: 15,
+        runtime: "runc".to_string(),
     }
 }
 
@@ -360,6 +361,7 @@ async fn patch_sets_needs_rebuild_only_on_a_real_change() {
                     allow: vec!["*.pythonhosted.org:443".parse().unwrap()],
                     deny: vec!["evil.example".parse().unwrap()],
                 }),
+                runtime: Some(a.runtime.clone()),
             },
             all,
         )
@@ -394,6 +396,10 @@ async fn patch_sets_needs_rebuild_only_on_a_real_change() {
             memory_mb: Some(8192),
             ..Default::default()
         },
+        AgentPatch {
+            runtime: Some("runsc".into()),
+            ..Default::default()
+        },
     ] {
         store.clear_needs_rebuild(&a.id).await.unwrap();
         assert!(!store.get_agent(&a.id).await.unwrap().needs_rebuild);
@@ -414,6 +420,7 @@ async fn patch_sets_needs_rebuild_only_on_a_real_change() {
         assert!(p.needs_rebuild);
     }
     let p = store.get_agent(&a.id).await.unwrap();
+    assert_eq!(p.runtime, "runsc");
     assert_eq!(
         (p.image.as_str(), p.cpus, p.memory_mb),
         ("alpine:3", 4.0, 8192)
