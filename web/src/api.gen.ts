@@ -39,7 +39,7 @@ export interface paths {
         delete: operations["destroyAgent"];
         options?: never;
         head?: never;
-        /** Changes settings; a changed image or resource sets `needsRebuild`. */
+        /** Changes settings; a changed image, resource or runtime sets `needsRebuild`. */
         patch: operations["updateAgent"];
         trace?: never;
     };
@@ -490,6 +490,13 @@ export interface components {
             needsRebuild: boolean;
             pull?: null | components["schemas"]["PullProgress"];
             /**
+             * @description The container runtime the sandbox runs on: `runc` (Docker's own: namespaces on the
+             *     host's kernel) or `runsc` (gVisor: a kernel of its own in user space). Agents made
+             *     before agents had a runtime of their own run on the server's default, shown here.
+             * @example runc
+             */
+            runtime?: string;
+            /**
              * Format: date-time
              * @description When the sleeper will stop this agent if nothing happens; null unless running.
              */
@@ -541,6 +548,14 @@ export interface components {
              * @example builder
              */
             name: string;
+            /**
+             * @description The container runtime (`sandbox.docker.runtime`, or the engine's default, when absent):
+             *     one of `runtimes` in `/limits`, such as `runc` (Docker's own) or `runsc` (gVisor, a
+             *     kernel of its own in user space: stronger isolation, slower system calls). Another is
+             *     `400` with `"field": "runtime"`.
+             * @example runsc
+             */
+            runtime?: string | null;
         };
         DirEntry: {
             /**
@@ -722,6 +737,14 @@ export interface components {
              *     layer); null when nothing limits it on this server.
              */
             rootfsMb?: number | null;
+            /**
+             * @description The container runtimes an agent may ask for (`runtime`), the default first.
+             * @example [
+             *       "runc",
+             *       "runsc"
+             *     ]
+             */
+            runtimes: string[];
             /**
              * Format: int64
              * @description The size of each sandbox's in-memory `/tmp` and `/var/tmp`; null when they are on the
@@ -938,6 +961,12 @@ export interface components {
              * @example builder
              */
             name?: string | null;
+            /**
+             * @description Another container runtime, one of `runtimes` in `/limits`; sets `needsRebuild` (a
+             *     rebuild applies it, keeping the home).
+             * @example runsc
+             */
+            runtime?: string | null;
         };
     };
     responses: never;

@@ -111,6 +111,10 @@ class _AgentView:
         return self.info.egress
 
     @property
+    def runtime(self) -> str:
+        return self.info.runtime
+
+    @property
     def idle_minutes(self) -> int:
         return self.info.idle_minutes
 
@@ -186,9 +190,11 @@ class Agent(_AgentView):
         disk_mb: int | None = None,
         idle_minutes: int | None = None,
         egress: Egress | None = None,
+        runtime: str | None = None,
     ) -> Agent:
-        """Changes settings (``PATCH``); those left ``None`` stay. A new image, ``cpus`` or
-        ``memory_mb`` sets ``needs_rebuild``; new ``egress`` rules apply at once."""
+        """Changes settings (``PATCH``); those left ``None`` stay. A new image, ``cpus``,
+        ``memory_mb`` or ``runtime`` sets ``needs_rebuild``; new ``egress`` rules apply at
+        once."""
         body = _settings(
             name=name,
             image=image,
@@ -197,6 +203,7 @@ class Agent(_AgentView):
             disk_mb=disk_mb,
             idle_minutes=idle_minutes,
             egress=egress,
+            runtime=runtime,
         )
         return self._set(self._t.json("PATCH", self._path, json=body))
 
@@ -280,6 +287,7 @@ class AsyncAgent(_AgentView):
         disk_mb: int | None = None,
         idle_minutes: int | None = None,
         egress: Egress | None = None,
+        runtime: str | None = None,
     ) -> AsyncAgent:
         body = _settings(
             name=name,
@@ -289,6 +297,7 @@ class AsyncAgent(_AgentView):
             disk_mb=disk_mb,
             idle_minutes=idle_minutes,
             egress=egress,
+            runtime=runtime,
         )
         return self._set(await self._t.json("PATCH", self._path, json=body))
 
@@ -353,10 +362,12 @@ class Agents:
         disk_mb: int | None = None,
         idle_minutes: int | None = None,
         egress: Egress | None = None,
+        runtime: str | None = None,
         wait: bool = True,
         timeout: float | None = DEFAULT_WAIT,
     ) -> Agent:
-        """Creates an agent; settings left ``None`` take the server's defaults. With ``wait``
+        """Creates an agent; settings left ``None`` take the server's defaults (``runtime``:
+        one of ``client.limits().runtimes``, e.g. ``"runsc"`` for gVisor). With ``wait``
         it returns once the agent runs (raising :class:`AgentFailed` with the reason if it ends
         in ``error``, e.g. a missing image; the agent stays, see ``AgentFailed.agent``);
         without, at once, in ``creating``."""
@@ -368,6 +379,7 @@ class Agents:
             disk_mb=disk_mb,
             idle_minutes=idle_minutes,
             egress=egress,
+            runtime=runtime,
         )
         agent = Agent(self._t, AgentInfo.from_json(self._t.json("POST", "/agents", json=body)))
         return agent.wait_for("running", timeout) if wait else agent
@@ -395,6 +407,7 @@ class AsyncAgents:
         disk_mb: int | None = None,
         idle_minutes: int | None = None,
         egress: Egress | None = None,
+        runtime: str | None = None,
         wait: bool = True,
         timeout: float | None = DEFAULT_WAIT,
     ) -> AsyncAgent:
@@ -407,6 +420,7 @@ class AsyncAgents:
             disk_mb=disk_mb,
             idle_minutes=idle_minutes,
             egress=egress,
+            runtime=runtime,
         )
         info = AgentInfo.from_json(await self._t.json("POST", "/agents", json=body))
         agent = AsyncAgent(self._t, info)
