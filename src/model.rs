@@ -95,7 +95,7 @@ pub struct Agent {
     /// host's kernel) or `runsc` (gVisor: a kernel of its own in user space). Agents made
     /// before agents had a runtime of their own run on the server's default, shown here.
     #[serde(default)]
-    #[schema(example = "runc")]
+    #[schema(required = true, example = "runc")]
     pub runtime: String,
     /// What the sandbox may reach through the egress proxy. Agents made before egress rules
     /// existed follow the server's `sandbox.egress.default`, which the API shows here.
