@@ -85,7 +85,7 @@ pub fn decode_exec_line(line: &[u8]) -> Result<Option<ExecEvent>, ClientError> {
 #[derive(Debug, Clone, PartialEq)]
 pub enum ServerEvent {
     /// An agent changed state; the object as it is now.
-    Agent(Agent),
+    Agent(Box<Agent>),
     /// How far the image pull for agent `id` has got.
     Pull { id: String, progress: PullProgress },
     /// An event kind this client does not know, passed on as it came.
@@ -104,7 +104,7 @@ impl ServerEvent {
     pub fn decode(ev: SseEvent) -> Result<Self, ClientError> {
         match ev.event.as_str() {
             "agent" => serde_json::from_str(&ev.data)
-                .map(ServerEvent::Agent)
+                .map(|a| ServerEvent::Agent(Box::new(a)))
                 .map_err(|e| ClientError::Protocol(format!("bad agent event: {e}"))),
             "pull" => serde_json::from_str(&ev.data)
                 .map(|p: PullEvent| ServerEvent::Pull {

@@ -81,7 +81,7 @@ impl Watch {
             }
             tokio::select! {
                 ev = next_event(&mut self.events) => match ev {
-                    Some(Ok(ServerEvent::Agent(a))) if a.id == id => last = a,
+                    Some(Ok(ServerEvent::Agent(a))) if a.id == id => last = *a,
                     // The agent shows its pull while it runs; the end is told once.
                     Some(Ok(ServerEvent::Pull { id: of, progress: p })) if of == id => {
                         if p.status == PullStatus::Pulling {
