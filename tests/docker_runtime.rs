@@ -120,7 +120,7 @@ async fn gib_round_trip(s: &TestServer, id: &str) {
             );
             n += take;
             chunk = chunk.slice(take..);
-            if n % MIB == 0 {
+            if n.is_multiple_of(MIB) {
                 want = block(&base, (n / MIB) as u64);
             }
         }
