@@ -495,7 +495,7 @@ export interface components {
              *     before agents had a runtime of their own run on the server's default, shown here.
              * @example runc
              */
-            runtime?: string;
+            runtime: string;
             /**
              * Format: date-time
              * @description When the sleeper will stop this agent if nothing happens; null unless running.
