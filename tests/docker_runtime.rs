@@ -271,13 +271,24 @@ async fn switching_the_runtime_through_a_rebuild_keeps_the_home() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn under_gvisor_the_memory_limit_holds_for_the_whole_sandbox() {
+async fn under_gvisor_the_disk_and_memory_limits_hold() {
     let Some(env) = DockerEnv::new_or_skip() else {
         return;
     };
     require_runsc();
     let s = env.server(false).await;
-    let id = agent_on(&s, "hog", "runsc", json!({"memoryMb": 128})).await;
+    let id = agent_on(&s, "hog", "runsc", json!({"memoryMb": 128, "diskMb": 128})).await;
+    // The home's disk limit (a loop-mounted ext4 image, bound in) holds under gVisor too.
+    let fill = exec(&s, &id, &["sh", "-c", "head -c 209715200 /dev/zero > fill"]).await;
+    assert_ne!(fill["exitCode"], 0, "{fill}");
+    assert!(
+        fill["stderr"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("No space left on device"),
+        "{fill}"
+    );
+    exec_ok(&s, &id, &["rm", "fill"]).await;
     // gVisor's kernel sees the limit as the machine's memory.
     let meminfo = exec_ok(&s, &id, &["grep", "MemTotal", "/proc/meminfo"]).await;
     assert!(meminfo.contains(" 131072 kB"), "{meminfo}");
