@@ -2,6 +2,8 @@
 # Prepares this machine for the Docker driver and its tests: a Docker engine that answers, and the
 # local images the tests use. Idempotent and quick when everything is already there; reads no stdin.
 #
+# gVisor's runsc (Debian's package) is installed and registered as the Docker runtime `runsc`.
+#
 # The machines have no container registry, so every image is made locally:
 #   debian:bookworm-slim          debootstrap (minbase) from the apt mirror this machine already uses
 #   agenthold-test/agent:latest   debian:bookworm-slim plus a non-root `agent` account (uid 1000)
@@ -84,6 +86,43 @@ if ! docker info >/dev/null 2>&1; then
         sleep 0.5
     done
     log "dockerd is up"
+fi
+
+# 1b. gVisor: Debian's runsc, registered as the runtime `runsc`. `--network=host` makes runsc use
+#     the network namespace Docker made for the container (its own, not the host's): without it
+#     every container fails with "cannot run with network enabled in root network namespace".
+#     dockerd rereads daemon.json's runtimes on SIGHUP, so running containers keep running.
+command -v runsc >/dev/null || apt_install runsc
+command -v jq >/dev/null || apt_install jq
+runsc_bin="$(command -v runsc)"
+daemon_json=/etc/docker/daemon.json
+want="$(jq -n --arg p "$runsc_bin" '{path: $p, runtimeArgs: ["--network=host"]}')"
+have="$($SUDO cat "$daemon_json" 2>/dev/null || echo '{}')"
+[ -n "$have" ] || have='{}'
+if [ "$(jq -c '.runtimes.runsc // null' <<<"$have")" != "$(jq -c . <<<"$want")" ]; then
+    log "registering runsc in $daemon_json"
+    $SUDO mkdir -p /etc/docker
+    new="$(jq --argjson r "$want" '.runtimes.runsc = $r' <<<"$have")" \
+        || die "$daemon_json is not valid JSON"
+    tmp="$(mktemp)"
+    printf '%s\n' "$new" >"$tmp"
+    $SUDO install -m 0644 "$tmp" "$daemon_json"
+    rm -f "$tmp"
+fi
+if ! docker info --format '{{json .Runtimes}}' | jq -e 'has("runsc")' >/dev/null; then
+    pid="$($SUDO cat /var/run/docker.pid 2>/dev/null || true)"
+    [ -n "$pid" ] || die "dockerd has no pid file (/var/run/docker.pid): cannot reload it"
+    log "reloading dockerd (SIGHUP to $pid)"
+    $SUDO kill -HUP "$pid"
+    deadline=$(( $(date +%s) + DOCKER_WAIT_SECS ))
+    until docker info --format '{{json .Runtimes}}' | jq -e 'has("runsc")' >/dev/null; do
+        if [ "$(date +%s)" -ge "$deadline" ]; then
+            tail -n 30 "$DOCKERD_LOG" >&2 || true
+            die "dockerd did not list the runtime runsc within ${DOCKER_WAIT_SECS}s of SIGHUP"
+        fi
+        sleep 0.5
+    done
+    log "dockerd lists runtime runsc"
 fi
 
 have_image() { docker image inspect "$1" >/dev/null 2>&1; }

@@ -96,12 +96,14 @@ async fn admin_token(config: Option<PathBuf>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The document as a server with `config` serves it, assuming its driver can limit disks.
+/// The document as a server with `config` serves it, assuming its driver can limit disks, and
+/// with `runtime` any name (a server's engine decides which are allowed).
 fn openapi(config: Option<PathBuf>) -> anyhow::Result<()> {
     let config = Config::load(config.as_deref(), |k| std::env::var(k).ok())?;
     let facts = agenthold::api::openapi::Facts {
         disk_limits: true,
         preset_names: false,
+        runtimes: None,
     };
     let doc = agenthold::api::openapi::document(&config, facts);
     println!("{}", serde_json::to_string_pretty(&doc)?);

@@ -93,6 +93,12 @@ pub struct Agent {
     /// one, which shares the host's disk (agents made before disk limits, or on a server
     /// without them).
     pub disk_mb: Option<u64>,
+    /// The container runtime the sandbox runs on: `runc` (Docker's own: namespaces on the
+    /// host's kernel) or `runsc` (gVisor: a kernel of its own in user space). Agents made
+    /// before agents had a runtime of their own run on the server's default, shown here.
+    #[serde(default)]
+    #[schema(required = true, example = "runc")]
+    pub runtime: String,
     /// What the sandbox may reach through the egress proxy. Agents made before egress rules
     /// existed follow the server's `sandbox.egress.default`, which the API shows here.
     pub egress: Option<EgressRules>,
@@ -162,6 +168,7 @@ pub struct NewAgent {
     pub idle_minutes: u32,
     pub preset: Option<String>,
     pub env: BTreeMap<String, String>,
+    pub runtime: String,
 }
 
 /// A change to an agent's settings; `None` leaves a field as it is.
@@ -179,6 +186,8 @@ pub struct AgentPatch {
     pub egress: Option<EgressRules>,
     /// A new `env` (the whole map); processes started from now on get it.
     pub env: Option<BTreeMap<String, String>>,
+    /// Another container runtime; applied by a rebuild.
+    pub runtime: Option<String>,
 }
 
 /// Makes a fresh agent id: 12 characters of `[a-z0-9]`, starting with a letter so it is a

@@ -10,7 +10,7 @@ use crate::api::{self, auth::Auth, AppState};
 use crate::config::{Config, DriverKind};
 use crate::driver::{fake::FakeDriver, Driver};
 use crate::egress::{Dialer, Proxy, ProxySettings};
-use crate::lifecycle::Lifecycle;
+use crate::lifecycle::{runtimes::Runtimes, Lifecycle};
 use crate::listener::{self, ConnectionLimiter};
 use crate::metrics::Metrics;
 use crate::store::{hash_token, new_token, Store};
@@ -176,11 +176,19 @@ impl Server {
                 .context("starting the docker driver")?,
             ),
         };
+        let runtimes = Runtimes::resolve(&config.sandbox.docker, &driver.runtimes())
+            .map_err(anyhow::Error::msg)?;
+        tracing::info!(
+            allowed = runtimes.allowed.join(","),
+            default = runtimes.default,
+            "agents' runtimes"
+        );
         let lifecycle = Arc::new(Lifecycle::new(
             store.clone(),
             driver,
             config.clone(),
             metrics,
+            runtimes,
         ));
         let egress = egress_proxy(
             &config,

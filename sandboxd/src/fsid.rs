@@ -26,6 +26,14 @@
 //!
 //! Where sandboxd is not root (the fake driver) or the account is root, nothing changes: the
 //! operations already run as the account.
+//!
+//! gVisor (`runsc`) has no `setfsuid`/`setfsgid` (they fail with `ENOSYS`). There the thread
+//! takes the account's ids as its *effective* ids instead (`setresuid(-1, uid, -1)`, the raw
+//! system call, on this thread alone), which the filesystem ids follow. The real and saved ids
+//! stay 0, so the account's processes still can neither signal the thread (that needs their uid
+//! to match its real or saved uid) nor trace it (that needs all three to match); and an
+//! effective uid other than 0 empties the thread's effective capabilities, so the permission
+//! checks are the account's, as above.
 
 use agenthold_proto::{ChannelError, ErrorCode};
 use nix::errno::Errno;
@@ -149,11 +157,51 @@ impl Ids {
             libc::syscall(libc::SYS_setfsuid, self.uid as libc::c_long);
         }
         let (uid, gid) = current_fs_ids();
+        if uid == self.uid && gid == self.gid {
+            return Ok(());
+        }
+        if fs_ids_unsupported() {
+            return self.assume_effective();
+        }
+        Err(SwitchError::NotApplied { uid, gid })
+    }
+
+    /// Where the kernel has no filesystem ids (gVisor): the effective ids, on this thread
+    /// alone, real and saved ids left 0 (see the module's comment). Groups are set already.
+    fn assume_effective(&self) -> Result<(), SwitchError> {
+        // SAFETY: plain system calls on integers; the raw calls (not glibc's, which apply them
+        // to every thread) change only the calling thread. The gid first: changing it needs
+        // CAP_SETGID, which the thread loses with an effective uid other than 0.
+        unsafe {
+            libc::syscall(
+                libc::SYS_setresgid,
+                -1 as libc::c_long,
+                self.gid as libc::c_long,
+                -1 as libc::c_long,
+            );
+            libc::syscall(
+                libc::SYS_setresuid,
+                -1 as libc::c_long,
+                self.uid as libc::c_long,
+                -1 as libc::c_long,
+            );
+        }
+        let (uid, gid) = (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        );
         if uid != self.uid || gid != self.gid {
             return Err(SwitchError::NotApplied { uid, gid });
         }
         Ok(())
     }
+}
+
+/// Whether this kernel lacks `setfsuid` (gVisor's does).
+fn fs_ids_unsupported() -> bool {
+    // SAFETY: -1 changes nothing; the call only reports.
+    let rc = unsafe { libc::syscall(libc::SYS_setfsuid, -1 as libc::c_long) };
+    rc == -1 && Errno::last() == Errno::ENOSYS
 }
 
 /// The calling thread's filesystem ids. `setfsuid` reports no error; given an invalid id (-1)
@@ -219,6 +267,50 @@ mod tests {
         assert_eq!(nix::unistd::geteuid().as_raw(), 0);
         let theirs = tokio::task::spawn_blocking(current_fs_ids).await.unwrap();
         assert_eq!(theirs, (0, 0));
+    }
+
+    #[test]
+    fn the_effective_ids_way_changes_one_thread_and_checks_as_the_account() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: needs root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, b"root only").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let ids = Ids {
+            uid: 65534,
+            gid: 65533,
+            groups: vec![65533],
+        };
+        let got = std::thread::spawn(move || {
+            // SAFETY: as in `assume`, on this thread alone.
+            let rc = unsafe {
+                libc::syscall(
+                    libc::SYS_setgroups,
+                    ids.groups.len() as libc::size_t,
+                    ids.groups.as_ptr(),
+                )
+            };
+            assert_eq!(rc, 0);
+            ids.assume_effective().unwrap();
+            let read = std::fs::read(&secret).map_err(|e| is_denied(&e));
+            let real = nix::unistd::getresuid().unwrap();
+            (
+                read,
+                current_fs_ids(),
+                real.real.as_raw(),
+                real.saved.as_raw(),
+            )
+        })
+        .join()
+        .unwrap();
+        assert_eq!(got, (Err(true), (65534, 65533), 0, 0));
+        // Nothing leaked to this thread.
+        assert_eq!(nix::unistd::geteuid().as_raw(), 0);
+        assert_eq!(current_fs_ids(), (0, 0));
     }
 
     #[tokio::test]

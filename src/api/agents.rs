@@ -43,6 +43,7 @@ pub async fn limits(State(st): State<AppState>) -> Json<Limits> {
         exec_output_cap_kb: server.exec_output_cap_kb,
         exec_default_timeout_ms: server.exec_default_timeout.as_millis() as u64,
         exec_max_timeout_ms: server.exec_max_timeout.as_millis() as u64,
+        runtimes: st.lc.runtimes().allowed.clone(),
     })
 }
 
@@ -108,6 +109,22 @@ fn validate_image(image: &str) -> Result<(), ApiError> {
         ));
     }
     Ok(())
+}
+
+/// A runtime this server allows (`sandbox.docker.allowed_runtimes`).
+fn validate_runtime(st: &AppState, runtime: &str) -> Result<(), ApiError> {
+    let runtimes = st.lc.runtimes();
+    if runtimes.allows(runtime) {
+        return Ok(());
+    }
+    let shown: String = runtime.chars().take(64).collect();
+    Err(ApiError::invalid_field(
+        "runtime",
+        format!(
+            "runtime {shown:?} is not allowed on this server; allowed: {}",
+            runtimes.allowed.join(", ")
+        ),
+    ))
 }
 
 /// What an agent asks for; `None` leaves a setting to its default (or as it is).
@@ -224,6 +241,12 @@ pub async fn create(
     env.extend(body.env.unwrap_or_default());
     check_env(&env)?;
     let disk_default = from_preset.disk_mb.unwrap_or(sb.default_disk_mb);
+    // A preset's runtime is checked here, against what this engine allows now, like one the
+    // request names.
+    let runtime = body.runtime.or(from_preset.runtime);
+    if let Some(runtime) = &runtime {
+        validate_runtime(&st, runtime)?;
+    }
     let new = NewAgent {
         id: new_agent_id(),
         name: body.name,
@@ -247,6 +270,7 @@ pub async fn create(
             .unwrap_or_else(|| sb.egress.default.clone()),
         preset: preset_name,
         env,
+        runtime: runtime.unwrap_or_else(|| st.lc.runtimes().default.clone()),
     };
     let agent = st.lc.create(new).await?;
     Ok((StatusCode::CREATED, Json(agent)))
@@ -262,7 +286,7 @@ pub async fn get(
     Ok(Json(st.lc.get(&id).await?))
 }
 
-/// Changes settings; a changed image or resource sets `needsRebuild`.
+/// Changes settings; a changed image, resource or runtime sets `needsRebuild`.
 #[utoipa::path(patch, path = "/api/v1/agents/{id}", tag = "agents", operation_id = "updateAgent", request_body = UpdateAgent,
     params(("id" = String, Path, description = "The agent's id")),
     responses((status = 200, body = Agent),
@@ -292,6 +316,9 @@ pub async fn update(
     if let Some(env) = &body.env {
         check_env(env)?;
     }
+    if let Some(runtime) = &body.runtime {
+        validate_runtime(&st, runtime)?;
+    }
     let patch = AgentPatch {
         name: body.name,
         image: body.image,
@@ -301,6 +328,7 @@ pub async fn update(
         idle_minutes: body.idle_minutes,
         egress: body.egress,
         env: body.env,
+        runtime: body.runtime,
     };
     Ok(Json(st.lc.patch(&id, patch).await?))
 }

@@ -42,6 +42,7 @@ async fn openapi(State(st): State<AppState>) -> Json<serde_json::Value> {
     let facts = openapi::Facts {
         disk_limits: st.lc.disk_limits_unavailable().is_none(),
         preset_names: true,
+        runtimes: Some(st.lc.runtimes().allowed.clone()),
     };
     Json(openapi::document(&st.config, facts))
 }

@@ -58,7 +58,7 @@ impl utoipa::Modify for BearerAuth {
 }
 
 /// What the document says that depends on the running server rather than on its config.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Facts {
     /// The driver can limit an agent's disk (`maxDiskMb` in `/limits` is not null): `diskMb`
     /// is accepted.
@@ -67,6 +67,9 @@ pub struct Facts {
     /// leaves it an open name, so that client types generated from it (web/src/api.gen.ts) do
     /// not depend on one server's presets.
     pub preset_names: bool,
+    /// The runtimes agents may ask for, when known (a running server's engine decides the
+    /// default list): `runtime`'s enum. `None` leaves it any name.
+    pub runtimes: Option<Vec<String>>,
 }
 
 /// The operations that cannot fail inside the server (no store, no sandbox): no `500`.
@@ -142,10 +145,11 @@ pub fn egress_rule_pattern() -> String {
 pub fn document(config: &Config, facts: Facts) -> Value {
     let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_else(|_| json!({}));
     shared_responses(&mut doc);
+    let list_presets = facts.preset_names;
     configured_limits(&mut doc, config, facts);
     egress_rules(&mut doc);
     agent_env(&mut doc);
-    if facts.preset_names {
+    if list_presets {
         preset_names(&mut doc, config);
     }
     error_codes(&mut doc);
@@ -286,6 +290,9 @@ fn configured_limits(doc: &mut Value, config: &Config, facts: Facts) {
         {
             // This server cannot limit a home: any `diskMb` is refused.
             props.remove("diskMb");
+        }
+        if let Some(runtimes) = &facts.runtimes {
+            set(property(doc, schema, "runtime"), "enum", json!(runtimes));
         }
     }
     let max_timeout = u64::try_from(config.server.exec_max_timeout.as_millis()).unwrap_or(u64::MAX);
@@ -450,6 +457,7 @@ mod tests {
             Facts {
                 disk_limits: true,
                 preset_names: true,
+                runtimes: None,
             },
         );
         for schema in ["CreateAgent", "UpdateAgent"] {
@@ -461,6 +469,7 @@ mod tests {
             Facts {
                 disk_limits: false,
                 preset_names: true,
+                runtimes: None,
             },
         );
         for schema in ["CreateAgent", "UpdateAgent"] {
@@ -485,6 +494,7 @@ mod tests {
                 Facts {
                     disk_limits: true,
                     preset_names: true,
+                    runtimes: None,
                 },
             );
             doc.pointer("/paths/~1api~1v1~1agents~1{id}~1fs~1read/get/parameters/1/schema/pattern")

@@ -94,7 +94,7 @@ type Events = futures::stream::BoxStream<'static, Result<ServerEvent, crate::cli
 
 /// Waits until every agent in `ids` runs, on `events` (subscribed before the agents were
 /// asked to start) and a slow poll.
-async fn until_running(
+pub(super) async fn until_running(
     events: &mut Events,
     client: &ApiClient,
     ids: &[String],
@@ -148,7 +148,7 @@ fn note(
 }
 
 /// Reads the terminal until a byte from the shell (not the server's wake notice) arrives.
-async fn first_shell_bytes(term: &mut Terminal) -> anyhow::Result<()> {
+pub(super) async fn first_shell_bytes(term: &mut Terminal) -> anyhow::Result<()> {
     let deadline = tokio::time::Instant::now() + STEP_DEADLINE;
     loop {
         let msg = tokio::time::timeout_at(deadline, term.next())

@@ -7,6 +7,7 @@ mod cases;
 mod docker_cli;
 mod egress;
 mod processes;
+mod runtime;
 mod server_proc;
 pub mod servers;
 mod stats;
@@ -63,6 +64,9 @@ pub enum Case {
     Processes,
     /// the egress proxy: download throughput, connection overhead, many tunnels at once
     Egress,
+    /// gVisor (`runsc`) against runc: exec `true`, create → shell, wake, a file written and
+    /// read
+    Runtime,
 }
 
 impl BenchArgs {
@@ -187,6 +191,20 @@ async fn measure(
     if args.wants(Case::Egress) {
         progress("egress proxy");
         rows.extend(egress::egress(&mut cx).await?);
+    }
+
+    if args.wants(Case::Runtime) {
+        if runtime::engine_has_gvisor().await? {
+            progress("runtimes: runsc against runc");
+            rows.extend(runtime::runtime(&mut cx).await?);
+        } else if args.cases.contains(&Case::Runtime) {
+            anyhow::bail!(
+                "the engine has no runtime runsc (gVisor); scripts/docker-setup.sh installs and \
+                 registers it"
+            );
+        } else {
+            progress("runtimes: skipped, the engine has no runsc (scripts/docker-setup.sh)");
+        }
     }
 
     if args.wants(Case::Burst) {

@@ -59,6 +59,10 @@ pub struct CreateArgs {
     /// Minutes without use before the agent sleeps
     #[arg(long, value_name = "MINUTES")]
     pub idle_minutes: Option<u32>,
+    /// Container runtime: runc, or runsc for gVisor's stronger isolation (default: the
+    /// server's; `runtimes` in /api/v1/limits lists those allowed)
+    #[arg(long)]
+    pub runtime: Option<String>,
     /// A destination the sandbox may reach (pypi.org, *.pythonhosted.org, 203.0.113.0/24, *;
     /// optionally :PORT); repeat for more. With neither --allow nor --deny, the server's default
     #[arg(long, value_name = "RULE")]
@@ -120,6 +124,7 @@ pub(super) async fn run(client: &ApiClient, json: bool, cmd: AgentsCommand) -> a
                     allow: args.allow,
                     deny: args.deny,
                 }),
+                runtime: args.runtime,
             };
             let watch = watch_if(client, args.wait).await;
             let agent = client.create_agent(&req).await?;

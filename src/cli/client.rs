@@ -481,6 +481,7 @@ mod tests {
             cpus: 1.0,
             memory_mb: 512,
             disk_mb: None,
+            runtime: "runc".into(),
             egress: None,
             idle_minutes: 15,
             state,

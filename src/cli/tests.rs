@@ -54,6 +54,8 @@ fn agents_subcommands() {
         "2048",
         "--idle-minutes",
         "5",
+        "--runtime",
+        "runsc",
         "--allow",
         "pypi.org",
         "--allow",
@@ -81,6 +83,7 @@ fn agents_subcommands() {
                 memory_mb: Some(512),
                 disk_mb: Some(2048),
                 idle_minutes: Some(5),
+                runtime: Some("runsc".into()),
                 allow: vec![
                     "pypi.org".parse().unwrap(),
                     "*.pythonhosted.org:443".parse().unwrap()

@@ -344,8 +344,11 @@ pub struct DockerConfig {
     pub network_pool: Ipv4Net,
     /// The prefix length of each agent's subnet.
     pub subnet_bits: u8,
-    /// The OCI runtime; empty means Docker's default.
+    /// The OCI runtime of an agent that asks for none; empty means Docker's default.
     pub runtime: String,
+    /// The runtimes an agent may ask for; `None` (absent) means `runc`, plus `runsc` when the
+    /// engine has it, plus `runtime`.
+    pub allowed_runtimes: Option<Vec<String>>,
     /// The server's own container; empty means detect it.
     pub server_container: String,
     /// The volume sandboxd is served from; empty means `<name_prefix>-sandboxd`.
@@ -366,6 +369,7 @@ impl Default for DockerConfig {
                 .expect("16 is a valid IPv4 prefix length"),
             subnet_bits: 28,
             runtime: String::new(),
+            allowed_runtimes: None,
             server_container: String::new(),
             sandboxd_volume: String::new(),
             socket: String::new(),

@@ -31,7 +31,8 @@ pub struct Preset {
     /// Runs `setup` again after each rebuild (a new container has lost what it installed
     /// outside the home).
     pub setup_on_rebuild: bool,
-    /// The OCI runtime of agents made from it.
+    /// The OCI runtime of agents made from it; checked at each create against the runtimes the
+    /// server allows then (`/limits`'s `runtimes`), as a request's own would be.
     pub runtime: Option<String>,
 }
 

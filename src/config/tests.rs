@@ -56,6 +56,7 @@ fn defaults_are_the_documented_ones() {
     assert_eq!(d.network_pool, "10.213.0.0/16".parse().unwrap());
     assert_eq!(d.subnet_bits, 28);
     assert_eq!(d.runtime(), None);
+    assert_eq!(d.allowed_runtimes, None);
     assert_eq!(d.server_container(), None);
     assert_eq!(d.socket(), None);
     assert_eq!(d.sandboxd_volume_name(), "agenthold-sandboxd");
@@ -140,6 +141,7 @@ sandbox:
   docker:
     name_prefix: ah-test
     runtime: runsc
+    allowed_runtimes: [runc, runsc]
     sandboxd_volume: sbd
     cap_drop: []
     host_mounts: ['/srv/cache:/cache:ro', '/srv/x:/x']
@@ -197,6 +199,10 @@ sandbox:
         Some(PathBuf::from("/opt/sandboxd"))
     );
     assert_eq!(c.sandbox.docker.runtime(), Some("runsc"));
+    assert_eq!(
+        c.sandbox.docker.allowed_runtimes,
+        Some(vec!["runc".to_string(), "runsc".to_string()])
+    );
     assert_eq!(c.sandbox.docker.sandboxd_volume_name(), "sbd");
     assert!(c.sandbox.docker.cap_drop.is_empty());
     assert_eq!(
@@ -590,6 +596,30 @@ fn impossible_values_are_refused_with_one_message() {
         (
             "sandbox:\n  docker:\n    runtime: \" runsc\"\n",
             "config.yaml: sandbox.docker.runtime (\" runsc\") has spaces",
+        ),
+        (
+            "sandbox:\n  docker:\n    runtime: \"run sc\"\n",
+            "config.yaml: sandbox.docker.runtime (\"run sc\") is not a runtime name like runc",
+        ),
+        (
+            "sandbox:\n  docker:\n    allowed_runtimes: []\n",
+            "config.yaml: sandbox.docker.allowed_runtimes is empty",
+        ),
+        (
+            "sandbox:\n  docker:\n    allowed_runtimes: [runc, \"-x\"]\n",
+            "config.yaml: sandbox.docker.allowed_runtimes[1] (\"-x\") is not a runtime name",
+        ),
+        (
+            "sandbox:\n  docker:\n    allowed_runtimes: [runc, runsc, runc]\n",
+            "config.yaml: sandbox.docker.allowed_runtimes[2] (\"runc\") is listed twice",
+        ),
+        (
+            "sandbox:\n  docker:\n    runtime: runsc\n    allowed_runtimes: [runc]\n",
+            "config.yaml: sandbox.docker.allowed_runtimes (runc) does not hold sandbox.docker.runtime (runsc)",
+        ),
+        (
+            "sandbox:\n  docker:\n    allowed_runtimes: runc\n",
+            "config.yaml: sandbox.docker.allowed_runtimes",
         ),
         (
             "sandbox:\n  docker:\n    cap_drop: [NET_RAW, \"NET ADMIN\"]\n",

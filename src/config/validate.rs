@@ -369,6 +369,39 @@ fn docker(d: &DockerConfig, fail: &Fail) -> Result<(), ConfigError> {
             ));
         }
     }
+    if !d.runtime.is_empty() {
+        check_runtime_name(&d.runtime).map_err(|p| fail("sandbox.docker.runtime", p))?;
+    }
+    if let Some(allowed) = &d.allowed_runtimes {
+        if allowed.is_empty() {
+            return Err(fail(
+                "sandbox.docker.allowed_runtimes",
+                "is empty: list at least one runtime (runc is Docker's own)".to_string(),
+            ));
+        }
+        for (i, r) in allowed.iter().enumerate() {
+            check_runtime_name(r)
+                .map_err(|p| fail(&format!("sandbox.docker.allowed_runtimes[{i}]"), p))?;
+            if allowed[..i].contains(r) {
+                return Err(fail(
+                    &format!("sandbox.docker.allowed_runtimes[{i}]"),
+                    format!("({r:?}) is listed twice"),
+                ));
+            }
+        }
+        if let Some(default) = d.runtime() {
+            if !allowed.iter().any(|r| r == default) {
+                return Err(fail(
+                    "sandbox.docker.allowed_runtimes",
+                    format!(
+                        "({}) does not hold sandbox.docker.runtime ({default}), the runtime of \
+                         an agent that asks for none",
+                        allowed.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
     for (i, cap) in d.cap_drop.iter().enumerate() {
         if cap.is_empty() || !cap.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
             return Err(fail(
@@ -445,4 +478,21 @@ fn check_dns_label(s: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// A Docker runtime name as `daemon.json` registers it: `runc`, `runsc`, `sysbox-runc`.
+fn check_runtime_name(name: &str) -> Result<(), String> {
+    let ok = (1..=64).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "({name:?}) is not a runtime name like runc or runsc (1 to 64 letters, digits, '-', \
+             '_' or '.', starting with a letter or digit)"
+        ))
+    }
 }

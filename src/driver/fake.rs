@@ -23,7 +23,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Driver, DriverError, DriverEvent, PullMeter, PullSink, SandboxInfo, SandboxSpec, SandboxStatus,
+    Driver, DriverError, DriverEvent, EngineRuntimes, PullMeter, PullSink, SandboxInfo,
+    SandboxSpec, SandboxStatus,
 };
 
 /// Environment variable that slows every driver operation down, so tests can crash the server
@@ -39,6 +40,12 @@ const FAKE_LAYERS: u64 = 3;
 const FAKE_LAYER_BYTES: u64 = 4 << 20;
 const FAKE_STEPS: u64 = 4;
 const FAKE_STEP: Duration = Duration::from_millis(80);
+/// The runtimes the fake engine pretends to have; a sandbox asking for another fails to start,
+/// as under Docker. The runtime changes nothing else: it is recorded in the sandbox's folder
+/// (file [`RUNTIME_FILE`]) for tests to read.
+pub const FAKE_RUNTIMES: [&str; 2] = ["runc", "runsc"];
+/// The file in a fake sandbox's folder (beside `home`) that names its runtime.
+pub const RUNTIME_FILE: &str = "runtime";
 
 struct Running {
     cancel: CancellationToken,
@@ -167,13 +174,30 @@ impl Driver for FakeDriver {
         "fake"
     }
 
+    fn runtimes(&self) -> EngineRuntimes {
+        EngineRuntimes {
+            names: FAKE_RUNTIMES.map(String::from).to_vec(),
+            default: FAKE_RUNTIMES[0].to_string(),
+        }
+    }
+
     async fn create(&self, spec: &SandboxSpec, pull: &PullSink) -> Result<(), DriverError> {
         self.delay().await;
+        if !FAKE_RUNTIMES.contains(&spec.runtime.as_str()) {
+            return Err(DriverError::Failed(super::missing_runtime(
+                &spec.runtime,
+                &self.runtimes().names,
+            )));
+        }
         self.ensure_image(&spec.image, pull).await?;
         let home = self.home(&spec.id);
         tokio::fs::create_dir_all(&home)
             .await
-            .map_err(|e| io_err(&format!("creating {}", home.display()), e))
+            .map_err(|e| io_err(&format!("creating {}", home.display()), e))?;
+        let record = self.dir(&spec.id).join(RUNTIME_FILE);
+        tokio::fs::write(&record, &spec.runtime)
+            .await
+            .map_err(|e| io_err(&format!("writing {}", record.display()), e))
     }
 
     async fn start(

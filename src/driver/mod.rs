@@ -21,18 +21,46 @@ pub struct SandboxSpec {
     pub memory_mb: u64,
     /// The home's size limit; `None` for a home without one (the host's disk).
     pub disk_mb: Option<u64>,
+    /// The engine's runtime to run it with (`runc`, `runsc`).
+    pub runtime: String,
 }
 
 impl SandboxSpec {
-    pub fn of(agent: &crate::model::Agent) -> SandboxSpec {
+    /// The spec of `agent`, with `default_runtime` for an agent that names none (made before
+    /// agents had a runtime of their own).
+    pub fn of(agent: &crate::model::Agent, default_runtime: &str) -> SandboxSpec {
         SandboxSpec {
             id: agent.id.clone(),
             image: agent.image.clone(),
             cpus: agent.cpus,
             memory_mb: agent.memory_mb,
             disk_mb: agent.disk_mb,
+            runtime: if agent.runtime.is_empty() {
+                default_runtime.to_string()
+            } else {
+                agent.runtime.clone()
+            },
         }
     }
+}
+
+/// The runtimes the engine has, as it said when the driver connected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineRuntimes {
+    /// Every runtime registered with the engine, sorted.
+    pub names: Vec<String>,
+    /// The one it uses when asked for none.
+    pub default: String,
+}
+
+/// The message of a start that asked the engine for a runtime it lacks.
+pub fn missing_runtime(runtime: &str, have: &[String]) -> String {
+    format!(
+        "the container engine has no runtime {runtime:?} (it has {}): install it and register \
+         it with the engine (scripts/docker-setup.sh does so for runsc), or choose another \
+         runtime and rebuild",
+        have.join(", ")
+    )
 }
 
 /// What the driver sees of a sandbox right now.
@@ -74,6 +102,8 @@ pub enum DriverError {
 pub trait Driver: Send + Sync + 'static {
     /// `docker` or `fake`, as reported by the health route.
     fn kind(&self) -> &'static str;
+    /// The runtimes the engine has.
+    fn runtimes(&self) -> EngineRuntimes;
     /// Why this driver cannot give a home a size limit (`diskMb`), or `None` when it can.
     fn disk_limits_unavailable(&self) -> Option<String> {
         None

@@ -11,6 +11,7 @@
 
 pub mod reconcile;
 pub mod setup;
+pub mod runtimes;
 pub mod sleeper;
 
 use std::collections::HashMap;
@@ -127,6 +128,7 @@ pub struct Lifecycle {
     metrics: Arc<Metrics>,
     /// Agents whose setup script a task follows to its end.
     setup_followers: std::sync::Mutex<std::collections::HashSet<String>>,
+    runtimes: runtimes::Runtimes,
 }
 
 /// Why a sandbox's tunnel connection is refused (see [`Lifecycle::authorize_boot`]).
@@ -145,6 +147,7 @@ impl Lifecycle {
         driver: Arc<dyn Driver>,
         config: Arc<Config>,
         metrics: Arc<Metrics>,
+        runtimes: runtimes::Runtimes,
     ) -> Lifecycle {
         Lifecycle {
             store,
@@ -158,6 +161,7 @@ impl Lifecycle {
             driver_starts: Default::default(),
             metrics,
             setup_followers: Default::default(),
+            runtimes,
         }
     }
 
@@ -192,6 +196,16 @@ impl Lifecycle {
     /// The driver's name (`docker`, `fake`).
     pub fn driver_kind(&self) -> &'static str {
         self.driver.kind()
+    }
+
+    /// The runtimes agents may ask for, and the default.
+    pub fn runtimes(&self) -> &runtimes::Runtimes {
+        &self.runtimes
+    }
+
+    /// What the driver makes `agent`'s sandbox from.
+    fn spec(&self, agent: &Agent) -> SandboxSpec {
+        SandboxSpec::of(agent, &self.runtimes.default)
     }
 
     /// Why an agent cannot be given a disk limit here, if it cannot.
@@ -230,6 +244,9 @@ impl Lifecycle {
         agent
             .egress
             .get_or_insert_with(|| self.config.sandbox.egress.default.clone());
+        if agent.runtime.is_empty() {
+            agent.runtime = self.runtimes.default.clone();
+        }
         if matches!(agent.state, Destroying) {
             return agent;
         }
@@ -492,7 +509,7 @@ impl Lifecycle {
         };
         let created = self
             .driver
-            .create(&SandboxSpec::of(&agent), &self.hub.pull_sink(&id))
+            .create(&self.spec(&agent), &self.hub.pull_sink(&id))
             .await;
         self.hub.forget_pull(&id);
         if let Err(e) = created {
@@ -529,7 +546,7 @@ impl Lifecycle {
         self.tunnels.disconnect(&id);
         let started = self
             .driver
-            .start(&SandboxSpec::of(&agent), &token, &self.hub.pull_sink(&id))
+            .start(&self.spec(&agent), &token, &self.hub.pull_sink(&id))
             .await;
         self.driver_starts_lock()
             .insert(id.clone(), Some(SystemTime::now()));
@@ -612,11 +629,7 @@ impl Lifecycle {
             return;
         };
         let token = new_token();
-        match self
-            .driver
-            .stage_boot(&SandboxSpec::of(&agent), &token)
-            .await
-        {
+        match self.driver.stage_boot(&self.spec(&agent), &token).await {
             Ok(true) => {}
             Ok(false) => return,
             Err(e) => {
@@ -653,7 +666,7 @@ impl Lifecycle {
         self.tunnels.disconnect(&id);
         let rebuilt = self
             .driver
-            .rebuild(&SandboxSpec::of(&agent), &self.hub.pull_sink(&id))
+            .rebuild(&self.spec(&agent), &self.hub.pull_sink(&id))
             .await;
         self.hub.forget_pull(&id);
         // The new container starts with no processes.

@@ -12,7 +12,7 @@ use crate::model::{Agent, AgentPatch, AgentState, NewAgent, SetupStatus};
 
 const COLUMNS: &str =
     "id, name, image, cpus, memory_mb, idle_minutes, state, error, needs_rebuild, created_at, \
-     disk_mb, egress, preset, env, setup";
+     disk_mb, egress, preset, env, setup, runtime";
 
 /// A row as SQLite hands it over, before the checks that turn it into an [`Agent`]; kept apart
 /// so a bad stored value becomes `Corrupt` with the agent named, not an opaque rusqlite error.
@@ -24,6 +24,7 @@ struct Raw {
     memory_mb: i64,
     disk_mb: Option<i64>,
     egress: Option<String>,
+    runtime: Option<String>,
     idle_minutes: i64,
     state: String,
     error: Option<String>,
@@ -44,6 +45,7 @@ impl Raw {
             memory_mb: r.get(4)?,
             disk_mb: r.get(10)?,
             egress: r.get(11)?,
+            runtime: r.get(15)?,
             idle_minutes: r.get(5)?,
             state: r.get(6)?,
             error: r.get(7)?,
@@ -95,6 +97,7 @@ impl Raw {
             memory_mb,
             disk_mb,
             egress,
+            runtime: self.runtime.unwrap_or_default(),
             idle_minutes,
             state,
             error: self.error,
@@ -250,8 +253,8 @@ impl Store {
             let now = now_text();
             c.execute(
                 "INSERT INTO agents (id, name, image, cpus, memory_mb, idle_minutes, state,
-                                     created_at, updated_at, disk_mb, egress, preset, env)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10, ?11, ?12)",
+                                     created_at, updated_at, disk_mb, egress, preset, env, runtime)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10, ?11, ?12, ?13)",
                 params![
                     new.id,
                     new.name,
@@ -264,7 +267,8 @@ impl Store {
                     disk,
                     egress,
                     new.preset,
-                    env
+                    env,
+                    new.runtime
                 ],
             )
             .map_err(|e| map_unique(e, &new.id, &new.name))?;
@@ -339,7 +343,7 @@ impl Store {
     }
 
     /// Applies `patch` if the agent is in one of `allowed_states` (pass `&AgentState::ALL` for
-    /// any). A changed image, cpus or memory sets `needs_rebuild`; name and idle time apply at
+    /// any). A changed image, cpus, memory or runtime sets `needs_rebuild`; name and idle time apply at
     /// once and leave it alone, and a larger disk applies at the next start (or rebuild).
     pub async fn patch_agent(
         &self,
@@ -370,14 +374,18 @@ impl Store {
                 None => old.egress.as_ref().map(egress_to_sql).transpose()?,
             };
             let env = env_to_sql(patch.env.as_ref().unwrap_or(&old.env))?;
+            // An agent made before runtimes were stored has none: asking for one (even the
+            // default it runs on) is a change a rebuild applies.
+            let runtime = patch.runtime.unwrap_or(old.runtime.clone());
             let rebuild = old.needs_rebuild
                 || image != old.image
                 || cpus != old.cpus
-                || memory_mb != old.memory_mb;
+                || memory_mb != old.memory_mb
+                || runtime != old.runtime;
             tx.execute(
                 "UPDATE agents SET name = ?2, image = ?3, cpus = ?4, memory_mb = ?5,
                         idle_minutes = ?6, needs_rebuild = ?7, updated_at = ?8, disk_mb = ?9,
-                        egress = ?10, env = ?11
+                        egress = ?10, env = ?11, runtime = ?12
                  WHERE id = ?1",
                 params![
                     id,
@@ -390,7 +398,8 @@ impl Store {
                     now_text(),
                     disk_mb.map(|d| mb_to_sql("disk_mb", d)).transpose()?,
                     egress,
-                    env
+                    env,
+                    (!runtime.is_empty()).then_some(runtime)
                 ],
             )
             .map_err(|e| map_unique(e, &id, &name))?;

@@ -57,6 +57,11 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE agents ADD COLUMN env TEXT;
     ALTER TABLE agents ADD COLUMN setup TEXT;
     "#,
+    // 6: the container runtime the agent asked for (`runc`, `runsc`); NULL for agents made
+    // before, which run on `sandbox.docker.runtime`.
+    r#"
+    ALTER TABLE agents ADD COLUMN runtime TEXT;
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -16,6 +16,7 @@ fn new_agent(name: &str) -> NewAgent {
         idle_minutes: 15,
         preset: None,
         env: Default::default(),
+        runtime: "runc".to_string(),
     }
 }
 
@@ -363,6 +364,7 @@ async fn patch_sets_needs_rebuild_only_on_a_real_change() {
                     deny: vec!["evil.example".parse().unwrap()],
                 }),
                 env: None,
+                runtime: Some(a.runtime.clone()),
             },
             all,
         )
@@ -397,6 +399,10 @@ async fn patch_sets_needs_rebuild_only_on_a_real_change() {
             memory_mb: Some(8192),
             ..Default::default()
         },
+        AgentPatch {
+            runtime: Some("runsc".into()),
+            ..Default::default()
+        },
     ] {
         store.clear_needs_rebuild(&a.id).await.unwrap();
         assert!(!store.get_agent(&a.id).await.unwrap().needs_rebuild);
@@ -417,6 +423,7 @@ async fn patch_sets_needs_rebuild_only_on_a_real_change() {
         assert!(p.needs_rebuild);
     }
     let p = store.get_agent(&a.id).await.unwrap();
+    assert_eq!(p.runtime, "runsc");
     assert_eq!(
         (p.image.as_str(), p.cpus, p.memory_mb),
         ("alpine:3", 4.0, 8192)

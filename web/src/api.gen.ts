@@ -39,7 +39,7 @@ export interface paths {
         delete: operations["destroyAgent"];
         options?: never;
         head?: never;
-        /** Changes settings; a changed image or resource sets `needsRebuild`. */
+        /** Changes settings; a changed image, resource or runtime sets `needsRebuild`. */
         patch: operations["updateAgent"];
         trace?: never;
     };
@@ -532,6 +532,13 @@ export interface components {
              */
             preset?: string | null;
             pull?: null | components["schemas"]["PullProgress"];
+            /**
+             * @description The container runtime the sandbox runs on: `runc` (Docker's own: namespaces on the
+             *     host's kernel) or `runsc` (gVisor: a kernel of its own in user space). Agents made
+             *     before agents had a runtime of their own run on the server's default, shown here.
+             * @example runc
+             */
+            runtime: string;
             setup?: null | components["schemas"]["SetupStatus"];
             /**
              * Format: date-time
@@ -564,7 +571,7 @@ export interface components {
             egress?: null | components["schemas"]["EgressRules"];
             /**
              * @description Variables every process of the agent starts with, merged over the preset's (these win).
-             *     Names `[A-Za-z_][A-Za-z0-9_]*`, at most 128; values at most 4096 bytes, no NUL; the
+             *     Names `[A-Za-z_][A-Za-z0-9_]*`, at most 128; values at most 4096 characters, no NUL; the
              *     proxy variables and `AGENTHOLD_*` are reserved.
              */
             env?: {
@@ -599,6 +606,14 @@ export interface components {
              * @example dev
              */
             preset?: string | null;
+            /**
+             * @description The container runtime (`sandbox.docker.runtime`, or the engine's default, when absent):
+             *     one of `runtimes` in `/limits`, such as `runc` (Docker's own) or `runsc` (gVisor, a
+             *     kernel of its own in user space: stronger isolation, slower system calls). Another is
+             *     `400` with `"field": "runtime"`.
+             * @example runsc
+             */
+            runtime?: string | null;
         };
         DirEntry: {
             /**
@@ -780,6 +795,14 @@ export interface components {
              *     layer); null when nothing limits it on this server.
              */
             rootfsMb?: number | null;
+            /**
+             * @description The container runtimes an agent may ask for (`runtime`), the default first.
+             * @example [
+             *       "runc",
+             *       "runsc"
+             *     ]
+             */
+            runtimes: string[];
             /**
              * Format: int64
              * @description The size of each sandbox's in-memory `/tmp` and `/var/tmp`; null when they are on the
@@ -1053,6 +1076,12 @@ export interface components {
              * @example builder
              */
             name?: string | null;
+            /**
+             * @description Another container runtime, one of `runtimes` in `/limits`; sets `needsRebuild` (a
+             *     rebuild applies it, keeping the home).
+             * @example runsc
+             */
+            runtime?: string | null;
         };
     };
     responses: never;
@@ -2410,7 +2439,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description One line per piece: `{offset, stream, data}` (UTF-8 text) or `{offset, stream, data64}` (base64, for bytes that are not text), `{gap: {from, to}}` where output left the buffer, and a last `{exit: Process}` once the process has ended and all its output was sent. Without `follow` the response ends at the output so far. A stream cut short ends with an error line; read again from the last offset you got. */
+            /** @description One line per piece: `{offset, stream, data}` (UTF-8 text) or `{offset, stream, data64}` (base64, for bytes that are not UTF-8 or are mostly control characters), `{gap: {from, to}}` where output left the buffer, and a last `{exit: Process}` once the process has ended and all its output was sent. Without `follow` the response ends at the output so far. A stream cut short ends with an error line; read again from the last offset you got. */
             200: {
                 headers: {
                     [name: string]: unknown;

@@ -131,6 +131,26 @@ def test_stop_start_rebuild_refresh(fresh: Agent) -> None:
     assert fresh.state == "sleeping"
 
 
+def test_runtime_on_create_and_update(client: Client) -> None:
+    runtimes = client.limits().runtimes
+    assert runtimes[:1] == ("runc",) and "runsc" in runtimes  # the fake engine has both
+    a = client.agents.create(unique(), runtime="runsc")
+    try:
+        assert a.runtime == "runsc" and client.agents.get(a.id).runtime == "runsc"
+        a.update(runtime="runc")
+        assert a.runtime == "runc" and a.needs_rebuild
+        a.rebuild(wait=True, timeout=60)
+        assert a.state == "running" and a.runtime == "runc" and not a.needs_rebuild
+        with pytest.raises(InvalidRequest) as info:
+            a.update(runtime="kata")
+        assert info.value.field == "runtime" and "runc, runsc" in str(info.value)
+    finally:
+        a.destroy()
+    with pytest.raises(InvalidRequest) as info:
+        client.agents.create(unique(), runtime="kata")
+    assert info.value.field == "runtime"
+
+
 def test_destroy_and_wait_until_gone(client: Client) -> None:
     a = client.agents.create(unique())
     a.destroy(wait=True, timeout=60)
@@ -213,6 +233,17 @@ async def test_async_stop_start_rebuild_refresh(afresh: AsyncAgent) -> None:
     assert afresh.state == "running"
     await afresh.rebuild(timeout=60)
     assert afresh.state == "running"
+
+
+async def test_async_runtime_on_create_and_update(aclient: AsyncClient) -> None:
+    assert "runsc" in (await aclient.limits()).runtimes
+    a = await aclient.agents.create(unique(), runtime="runsc")
+    try:
+        assert a.runtime == "runsc"
+        await a.update(runtime="runc")
+        assert a.runtime == "runc" and a.needs_rebuild
+    finally:
+        await a.destroy()
 
 
 async def test_async_destroy_and_context_manager(aclient: AsyncClient) -> None:

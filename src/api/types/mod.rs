@@ -86,6 +86,13 @@ pub struct CreateAgent {
     /// proxy variables and `AGENTHOLD_*` are reserved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<BTreeMap<String, String>>,
+    /// The container runtime (`sandbox.docker.runtime`, or the engine's default, when absent):
+    /// one of `runtimes` in `/limits`, such as `runc` (Docker's own) or `runsc` (gVisor, a
+    /// kernel of its own in user space: stronger isolation, slower system calls). Another is
+    /// `400` with `"field": "runtime"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 64, example = "runsc")]
+    pub runtime: Option<String>,
 }
 
 /// `PATCH /api/v1/agents/{id}`; fields left out stay as they are.
@@ -151,6 +158,11 @@ pub struct UpdateAgent {
     /// theirs). Checked as on create.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<BTreeMap<String, String>>,
+    /// Another container runtime, one of `runtimes` in `/limits`; sets `needsRebuild` (a
+    /// rebuild applies it, keeping the home).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 64, example = "runsc")]
+    pub runtime: Option<String>,
 }
 
 /// A whole number that may be written with a fraction of zero (`16.0`): JSON Schema's `integer`
@@ -318,6 +330,9 @@ pub struct Limits {
     pub exec_output_cap_kb: u64,
     pub exec_default_timeout_ms: u64,
     pub exec_max_timeout_ms: u64,
+    /// The container runtimes an agent may ask for (`runtime`), the default first.
+    #[schema(example = json!(["runc", "runsc"]))]
+    pub runtimes: Vec<String>,
 }
 
 /// `POST /api/v1/agents/{id}/exec`.

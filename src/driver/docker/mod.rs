@@ -43,7 +43,10 @@ use bollard::query_parameters::{
 use bollard::Docker;
 use futures::stream::BoxStream;
 
-use super::{Driver, DriverError, DriverEvent, PullSink, SandboxInfo, SandboxSpec, SandboxStatus};
+use super::{
+    Driver, DriverError, DriverEvent, EngineRuntimes, PullSink, SandboxInfo, SandboxSpec,
+    SandboxStatus,
+};
 use crate::config::{Config, DockerConfig, HostMount, NofileLimit};
 use crate::metrics::{Repair, Repairs};
 use crate::store::{StoreError, SubnetBook};
@@ -97,6 +100,27 @@ pub struct DockerDriver {
     /// Boot tokens already in stopped containers (see `stage_boot`), by agent: the container
     /// they went into (Docker's id, which a re-created container does not share) and the token.
     staged: std::sync::Mutex<HashMap<String, (String, String)>>,
+    /// The engine's runtimes, as it last said.
+    runtimes: std::sync::Mutex<EngineRuntimes>,
+}
+
+/// The runtimes `docker info` lists; an engine that lists none has only runc.
+fn engine_runtimes(info: &bollard::models::SystemInfo) -> EngineRuntimes {
+    let mut names: Vec<String> = info
+        .runtimes
+        .as_ref()
+        .map(|r| r.keys().cloned().collect())
+        .unwrap_or_default();
+    let default = info
+        .default_runtime
+        .clone()
+        .filter(|d| !d.is_empty())
+        .unwrap_or_else(|| "runc".to_string());
+    if !names.contains(&default) {
+        names.push(default.clone());
+    }
+    names.sort();
+    EngineRuntimes { names, default }
 }
 
 /// What [`DockerDriver::create_all`] found or made.
@@ -151,16 +175,19 @@ impl DockerDriver {
     ) -> Result<DockerDriver, DockerError> {
         let cfg = config.sandbox.docker.clone();
         let docker = connect_engine(&cfg).await?;
+        let info = docker.info().await.map_err(DockerError::api(
+            "asking the engine for its storage driver and runtimes",
+        ))?;
         let layer = match config.sandbox.rootfs_mb {
             0 => layer::LayerLimit::off(),
-            mb => {
-                let info = docker
-                    .info()
-                    .await
-                    .map_err(DockerError::api("asking the engine for its storage driver"))?;
-                layer::LayerLimit::new(mb, &info)
-            }
+            mb => layer::LayerLimit::new(mb, &info),
         };
+        let runtimes = engine_runtimes(&info);
+        tracing::info!(
+            runtimes = runtimes.names.join(","),
+            default = runtimes.default,
+            "container runtimes"
+        );
         let names = Names::new(&cfg.name_prefix);
         let host_mounts = cfg
             .parsed_host_mounts()
@@ -234,7 +261,32 @@ impl DockerDriver {
             ops: OwnOps::default(),
             started_at: SystemTime::now(),
             staged: Default::default(),
+            runtimes: std::sync::Mutex::new(runtimes),
         })
+    }
+
+    /// Fails when the engine lacks `runtime`, before a container asks for it (Docker's own
+    /// answer, "unknown runtime", comes only at start and names no remedy). The engine may have
+    /// gained it since the driver connected (dockerd rereads its runtimes on SIGHUP).
+    async fn check_runtime(&self, runtime: &str) -> Result<(), DockerError> {
+        let has = |r: &EngineRuntimes| r.names.iter().any(|n| n == runtime);
+        if has(&self.runtimes.lock().unwrap_or_else(|e| e.into_inner())) {
+            return Ok(());
+        }
+        let info = self
+            .docker
+            .info()
+            .await
+            .map_err(DockerError::api("asking the engine for its runtimes"))?;
+        let now = engine_runtimes(&info);
+        let found = has(&now);
+        let names = now.names.clone();
+        *self.runtimes.lock().unwrap_or_else(|e| e.into_inner()) = now;
+        if found {
+            Ok(())
+        } else {
+            Err(DockerError::Other(super::missing_runtime(runtime, &names)))
+        }
     }
 
     // ---- images -------------------------------------------------------------------------
@@ -493,7 +545,7 @@ impl DockerDriver {
                     soft: Some(i64::from(self.nofile.soft)),
                     hard: Some(i64::from(self.nofile.hard)),
                 }]),
-                runtime: self.cfg.runtime().map(str::to_string),
+                runtime: Some(spec.runtime.clone()),
                 mounts: Some(mounts),
                 tmpfs: self.tmpfs(),
                 storage_opt,
@@ -683,6 +735,7 @@ impl DockerDriver {
         volume?;
         let net = net?;
         if let Some(image) = image {
+            self.check_runtime(&spec.runtime).await?;
             let t = std::time::Instant::now();
             let create = |storage_opt| {
                 self.docker.create_container(
@@ -1113,6 +1166,13 @@ impl Driver for DockerDriver {
             (net.subnet.contains(&peer) && self.server_on(&net) == local && peer != local)
                 .then_some(id)
         })
+    }
+
+    fn runtimes(&self) -> EngineRuntimes {
+        self.runtimes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn disk_limits_unavailable(&self) -> Option<String> {

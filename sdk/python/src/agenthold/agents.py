@@ -131,6 +131,10 @@ class _AgentView:
         return self.info.egress
 
     @property
+    def runtime(self) -> str:
+        return self.info.runtime
+
+    @property
     def idle_minutes(self) -> int:
         return self.info.idle_minutes
 
@@ -219,10 +223,11 @@ class Agent(_AgentView):
         idle_minutes: int | None = None,
         egress: Egress | None = None,
         env: Mapping[str, str] | None = None,
+        runtime: str | None = None,
     ) -> Agent:
-        """Changes settings (``PATCH``); those left ``None`` stay. A new image, ``cpus`` or
-        ``memory_mb`` sets ``needs_rebuild``; new ``egress`` rules apply at once; a new ``env``
-        replaces the whole map, for processes started from now on."""
+        """Changes settings (``PATCH``); those left ``None`` stay. A new image, ``cpus``,
+        ``memory_mb`` or ``runtime`` sets ``needs_rebuild``; new ``egress`` rules apply at
+        once; a new ``env`` replaces the whole map, for processes started from now on."""
         body = _settings(
             name=name,
             image=image,
@@ -232,6 +237,7 @@ class Agent(_AgentView):
             idle_minutes=idle_minutes,
             egress=egress,
             env=env,
+            runtime=runtime,
         )
         return self._set(self._t.json("PATCH", self._path, json=body))
 
@@ -321,6 +327,7 @@ class AsyncAgent(_AgentView):
         idle_minutes: int | None = None,
         egress: Egress | None = None,
         env: Mapping[str, str] | None = None,
+        runtime: str | None = None,
     ) -> AsyncAgent:
         body = _settings(
             name=name,
@@ -331,6 +338,7 @@ class AsyncAgent(_AgentView):
             idle_minutes=idle_minutes,
             egress=egress,
             env=env,
+            runtime=runtime,
         )
         return self._set(await self._t.json("PATCH", self._path, json=body))
 
@@ -401,12 +409,14 @@ class Agents:
         disk_mb: int | None = None,
         idle_minutes: int | None = None,
         egress: Egress | None = None,
+        runtime: str | None = None,
         wait: bool = True,
         timeout: float | None = DEFAULT_WAIT,
     ) -> Agent:
         """Creates an agent; settings left ``None`` take the preset's (``preset``, else the
         server's default preset), else the server's defaults; ``env`` is merged over the
-        preset's. With ``wait``
+        preset's; ``runtime`` is one of ``client.limits().runtimes``, e.g. ``"runsc"`` for
+        gVisor. With ``wait``
         it returns once the agent runs (raising :class:`AgentFailed` with the reason if it ends
         in ``error``, e.g. a missing image; the agent stays, see ``AgentFailed.agent``);
         without, at once, in ``creating``."""
@@ -420,6 +430,7 @@ class Agents:
             disk_mb=disk_mb,
             idle_minutes=idle_minutes,
             egress=egress,
+            runtime=runtime,
         )
         agent = Agent(self._t, AgentInfo.from_json(self._t.json("POST", "/agents", json=body)))
         return agent.wait_for("running", timeout) if wait else agent
@@ -449,6 +460,7 @@ class AsyncAgents:
         disk_mb: int | None = None,
         idle_minutes: int | None = None,
         egress: Egress | None = None,
+        runtime: str | None = None,
         wait: bool = True,
         timeout: float | None = DEFAULT_WAIT,
     ) -> AsyncAgent:
@@ -463,6 +475,7 @@ class AsyncAgents:
             disk_mb=disk_mb,
             idle_minutes=idle_minutes,
             egress=egress,
+            runtime=runtime,
         )
         info = AgentInfo.from_json(await self._t.json("POST", "/agents", json=body))
         agent = AsyncAgent(self._t, info)

@@ -219,6 +219,8 @@ class AgentInfo:
     #: The home's size limit in MiB; ``None`` when the home has no limit.
     disk_mb: int | None = None
     egress: EgressRules | None = None
+    #: The container runtime: ``runc`` (Docker's own) or ``runsc`` (gVisor), say.
+    runtime: str = ""
     #: Minutes without use before the agent sleeps; 0 = never.
     idle_minutes: int = 0
     #: The last failure's message while ``state`` is ``error``.
@@ -249,6 +251,7 @@ class AgentInfo:
             egress=EgressRules.from_json(d["egress"])
             if isinstance(d.get("egress"), dict)
             else None,
+            runtime=_str(d.get("runtime")),
             idle_minutes=_int(d.get("idleMinutes")),
             error=_opt_str(d.get("error")),
             needs_rebuild=bool(d.get("needsRebuild")),
@@ -295,6 +298,8 @@ class Limits:
     exec_output_cap_kb: int
     exec_default_timeout_ms: int
     exec_max_timeout_ms: int
+    #: The container runtimes an agent may ask for, the default first.
+    runtimes: tuple[str, ...] = ()
 
     @classmethod
     def from_json(cls, d: Any) -> Limits:
@@ -315,6 +320,7 @@ class Limits:
             exec_output_cap_kb=_int(d.get("execOutputCapKb")),
             exec_default_timeout_ms=_int(d.get("execDefaultTimeoutMs")),
             exec_max_timeout_ms=_int(d.get("execMaxTimeoutMs")),
+            runtimes=tuple(_str(r) for r in d.get("runtimes") or [] if isinstance(r, str)),
         )
 
 
