@@ -10,8 +10,8 @@
 //! idle ones to sleep.
 
 pub mod reconcile;
-pub mod setup;
 pub mod runtimes;
+pub mod setup;
 pub mod sleeper;
 
 use std::collections::HashMap;

@@ -125,8 +125,8 @@ impl Session {
         let term = pty::open_terminal(cfg.cols, cfg.rows).map_err(|e| {
             ChannelError::new(ErrorCode::Io, format!("cannot open a terminal: {e}"))
         })?;
-        let mut child =
-            pty::spawn_shell(sb, &term, &cfg.term, cfg.command.as_deref(), &cfg.env).map_err(|e| {
+        let mut child = pty::spawn_shell(sb, &term, &cfg.term, cfg.command.as_deref(), &cfg.env)
+            .map_err(|e| {
                 let what = format!("cannot start {}", sb.account().shell.display());
                 ChannelError::from_io(&e, &what)
             })?;
