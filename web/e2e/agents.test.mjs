@@ -31,7 +31,7 @@ test('the preset choice and env rows show only when the server has presets', asy
   // The answer has come once the limits' placeholders are in; the presets are asked at once too.
   await until('form filled from /limits', async () => /\(default\)$/.test((await page.locator('#new-cpus').getAttribute('placeholder')) ?? ''));
   await until('preset choice matches the server', async () => (await page.getByTestId('preset-select').isVisible()) === !!presets?.length);
-  await until('env rows match the server', async () => (await page.getByTestId('new-env').isVisible()) === !!presets);
+  await until('env rows match the server', async () => (await page.getByTestId('new-env-editor').isVisible()) === !!presets);
 });
 
 test('the runtime choice shows only when /limits lists more than one, and creates on the chosen one', async () => {

@@ -31,7 +31,7 @@ export function envEditor(idPrefix: string, label = 'Environment'): EnvEditor {
   const add = h('button', { type: 'button', class: 'btn btn-small', 'data-testid': `${idPrefix}-env-add` }, 'Add variable');
   const el = h(
     'fieldset',
-    { class: 'env-editor', 'data-testid': `${idPrefix}-env` },
+    { class: 'env-editor', 'data-testid': `${idPrefix}-env-editor` },
     h('legend', null, label, h('span', { class: 'hint' }, 'NAME = value, for every shell and process; not for secrets')),
     list,
     add,
