@@ -215,3 +215,41 @@ async fn an_allowed_list_without_the_default_stops_the_server_naming_the_key() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn a_preset_s_runtime_applies_unless_the_request_names_one() {
+    let s = TestServer::start_with(|c| {
+        let gvisor = agenthold::config::Preset {
+            runtime: Some("runsc".into()),
+            ..Default::default()
+        };
+        c.presets.insert("isolated".into(), gvisor);
+        let unknown = agenthold::config::Preset {
+            runtime: Some("kata".into()),
+            ..Default::default()
+        };
+        c.presets.insert("elsewhere".into(), unknown);
+    })
+    .await;
+    let from_preset = created(&s, json!({"name": "iso", "preset": "isolated"})).await;
+    assert_eq!(from_preset["runtime"], "runsc");
+    let id = from_preset["id"].as_str().unwrap();
+    s.wait_state(id, "running").await;
+    assert_eq!(sandbox_runtime(&s, id), "runsc");
+
+    let overridden = created(
+        &s,
+        json!({"name": "iso-runc", "preset": "isolated", "runtime": "runc"}),
+    )
+    .await;
+    assert_eq!(overridden["runtime"], "runc");
+
+    // A preset naming a runtime this server does not allow is refused like a request would be.
+    let r = create(&s, json!({"name": "kata", "preset": "elsewhere"})).await;
+    let message = expect_error(r, 400, "invalid").await;
+    assert!(
+        message.contains("runsc"),
+        "names the allowed ones: {message}"
+    );
+    s.stop().await;
+}
