@@ -167,7 +167,8 @@ export function agentPage(id: string): Page {
       h('span', { class: 'mono agent-image' }, a.image),
       sep(),
       h('span', null, resources(a)),
-      a.runtime ? [sep(), h('span', { class: 'agent-runtime', 'data-testid': 'agent-runtime', title: 'Container runtime' }, `runtime ${a.runtime}`)] : null,
+      sep(),
+      h('span', { class: 'agent-runtime', 'data-testid': 'agent-runtime', title: 'Container runtime' }, `runtime ${a.runtime}`),
       a.env && Object.keys(a.env).length ? [sep(), h('span', { class: 'agent-env mono', 'data-testid': 'agent-env', title: Object.entries(a.env).map(([k, v]) => `${k}=${v}`).join('\n') }, `env ${Object.keys(a.env).sort().join(', ')}`)] : null,
     );
     envBtn.hidden = a.env === undefined;

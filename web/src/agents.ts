@@ -62,13 +62,11 @@ interface Field {
 /** `python:3.12 · 2 CPUs · 4 GiB · 10 GiB disk · sleeps after 15 min idle · runtime runsc · env A, B · setup script`. */
 export function presetSummary(p: Preset): string {
   const parts: string[] = [];
-  if (p.image) parts.push(p.image);
-  if (p.cpus != null) parts.push(`${p.cpus} CPU${p.cpus === 1 ? '' : 's'}`);
-  if (p.memoryMb != null) parts.push(formatMb(p.memoryMb));
+  parts.push(p.image, `${p.cpus} CPU${p.cpus === 1 ? '' : 's'}`, formatMb(p.memoryMb));
   if (p.diskMb != null) parts.push(`${formatMb(p.diskMb)} disk`);
-  if (p.idleMinutes != null) parts.push(p.idleMinutes === 0 ? 'never sleeps' : `sleeps after ${p.idleMinutes} min idle`);
+  parts.push(p.idleMinutes === 0 ? 'never sleeps' : `sleeps after ${p.idleMinutes} min idle`);
   if (p.runtime) parts.push(`runtime ${p.runtime}`);
-  const env = Object.keys(p.env ?? {});
+  const env = Object.keys(p.env);
   if (env.length) parts.push(`env ${env.join(', ')}`);
   if (p.egress) parts.push('own internet rules');
   if (p.setup) parts.push(p.setupOnRebuild ? 'setup script (again after a rebuild)' : 'setup script');
@@ -164,9 +162,8 @@ function createForm(): HTMLElement {
   void api.limits().then((l) => {
     if (!l) return;
     limits = l;
-    const runtimes = Array.isArray(l.runtimes) ? l.runtimes : [];
-    if (runtimes.length > 1) {
-      replace(runtimeSelect, h('option', { value: '' }, 'server default'), runtimes.map((r) => h('option', { value: r }, r)));
+    if (l.runtimes.length > 1) {
+      replace(runtimeSelect, h('option', { value: '' }, 'server default'), l.runtimes.map((r) => h('option', { value: r }, r)));
       runtimeWrap.hidden = false;
     }
     applyPlaceholders();
@@ -183,7 +180,7 @@ function createForm(): HTMLElement {
       presetSelect,
       hasDefault ? null : h('option', { value: '' }, 'none (server defaults)'),
       list.map((p) =>
-        h('option', { value: p.name, selected: !!p.default }, `${p.name}${p.default ? ' (default)' : ''}${p.description ? ` — ${p.description}` : ''}`),
+        h('option', { value: p.name, selected: p.default }, `${p.name}${p.default ? ' (default)' : ''}${p.description ? ` — ${p.description}` : ''}`),
       ),
     );
     const def = list.find((p) => p.default);

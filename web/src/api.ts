@@ -4,12 +4,8 @@ import type { components } from './api.gen';
 
 // The API's bodies are the generated types of the OpenAPI document (api.gen.ts, issue #15); the
 // names below are aliases so the rest of the UI keeps its vocabulary. Hand-written types are
-// only what the document cannot describe (the NDJSON lines of a process's output) and the fields
-// of the presets/runtime contract (docs/api.md) that a server may not have yet: each `Pending…`
-// part is optional, so the UI works against an older server and a newer one alike.
+// only what the document cannot describe (the NDJSON lines of a process's output).
 type Schemas = components['schemas'];
-/** A schema of the document, or `Fallback` when this server's document does not have it (yet). */
-type Gen<K extends string, Fallback> = Schemas extends { [P in K]: infer T } ? T : Fallback;
 
 export type AgentState = Schemas['AgentState'];
 export type PullProgress = Schemas['PullProgress'];
@@ -30,49 +26,15 @@ export type ProcessEvent = Schemas['ProcessEvent'];
 export type Health = Schemas['Health'];
 
 /** The agent's setup script (presets): how its last run went. */
-export interface SetupState {
-  state: 'running' | 'done' | 'failed';
-  exitCode?: number | null;
-  processId?: string | null;
-}
-
-/** Agent fields of the presets and runtime contract; absent on a server without them. */
-interface PendingAgentFields {
-  preset?: string | null;
-  env?: { [key: string]: string };
-  setup?: SetupState | null;
-  runtime?: string | null;
-}
-export type Agent = Schemas['Agent'] & PendingAgentFields;
-
-/** `GET /api/v1/presets` (contract shape, used until the document has a `Preset` schema). */
-interface PresetContract {
-  name: string;
-  description?: string | null;
-  image?: string | null;
-  cpus?: number | null;
-  memoryMb?: number | null;
-  diskMb?: number | null;
-  idleMinutes?: number | null;
-  env?: { [key: string]: string } | null;
-  egress?: EgressRules | null;
-  setup?: string | null;
-  setupOnRebuild?: boolean | null;
-  runtime?: string | null;
-  default?: boolean | null;
-}
-export type Preset = Gen<'Preset', PresetContract>;
-
-interface PendingCreateFields {
-  preset?: string | null;
-  env?: { [key: string]: string } | null;
-  runtime?: string | null;
-}
-export type NewAgent = Schemas['CreateAgent'] & PendingCreateFields;
-export type AgentUpdate = Schemas['UpdateAgent'] & Omit<PendingCreateFields, 'preset'>;
+export type SetupStatus = Schemas['SetupStatus'];
+export type Agent = Schemas['Agent'];
+/** `GET /api/v1/presets`: a preset with the server's defaults filled in. */
+export type Preset = Schemas['PresetInfo'];
+export type NewAgent = Schemas['CreateAgent'];
+export type AgentUpdate = Schemas['UpdateAgent'];
 
 /** `GET /api/v1/limits`: defaults and maxima, so forms can say them up front. */
-export type Limits = Schemas['Limits'] & { runtimes?: string[] | null };
+export type Limits = Schemas['Limits'];
 
 /** Not in the document: the NDJSON lines are described in prose there. */
 export type OutputStream = 'stdout' | 'stderr';

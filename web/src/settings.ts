@@ -28,26 +28,26 @@ export function settingsForm(getAgent: () => Agent | null, onDone: () => void): 
     });
     return h('div', { class: 'field' }, h('label', { for: id }, label), inputs[key], errors[key]);
   });
-  // The runtime: only when the server allows more than one and the agent says its own.
+  // The runtime: only when the server allows more than one.
   const runtime = h('select', { id: 'edit-runtime', name: 'runtime', 'aria-describedby': 'edit-runtime-error', 'data-testid': 'edit-runtime' });
   const runtimeError = h('p', { id: 'edit-runtime-error', class: 'field-error', 'data-field-error': 'runtime' });
   const runtimeField = h('div', { class: 'field', hidden: true }, h('label', { for: 'edit-runtime' }, 'Runtime (after a rebuild)'), runtime, runtimeError);
   let runtimes: string[] = [];
   void api.limits().then((l) => {
-    runtimes = Array.isArray(l?.runtimes) ? l.runtimes : [];
+    runtimes = l?.runtimes ?? [];
     const a = getAgent();
     if (a) fillRuntime(a);
   });
   const fillRuntime = (a: Agent) => {
-    const show = runtimes.length > 1 && typeof a.runtime === 'string';
+    const show = runtimes.length > 1;
     runtimeField.hidden = !show;
     if (!show) return;
-    const names = runtimes.includes(a.runtime!) ? runtimes : [a.runtime!, ...runtimes];
+    const names = runtimes.includes(a.runtime) ? runtimes : [a.runtime, ...runtimes];
     replace(
       runtime,
       names.map((r) => h('option', { value: r }, r)),
     );
-    runtime.value = a.runtime!;
+    runtime.value = a.runtime;
     runtimeError.textContent = '';
   };
   runtime.addEventListener('change', () => (runtimeError.textContent = ''));
