@@ -1,29 +1,10 @@
 // Presets, agent env and the setup script in the web UI (issues #16, #17): the create form's
 // preset dropdown (description and limits, the default chosen, empty fields taking the preset's
 // values), env rows, and the agent page's preset, env editor and live setup log.
-//
-// These need a server with presets (`GET /api/v1/presets`). Against one that answers 404 (built
-// before presets), every test here is skipped, with one line saying why; any other answer runs
-// them. After presets are merged they are mandatory.
+
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { openBrowser, screenshot, signIn, startServer, until } from './harness.mjs';
-
-async function presetsSupported() {
-  const probe = await startServer();
-  try {
-    const res = await probe.api('GET', '/presets');
-    await res.text();
-    if (res.status === 404) return false;
-    assert.equal(res.status, 200, `GET /api/v1/presets answered ${res.status}`);
-    return true;
-  } finally {
-    await probe.stop();
-  }
-}
-
-const SKIP = (await presetsSupported()) ? false : 'this server has no presets (GET /api/v1/presets answers 404)';
-if (SKIP) console.log(`presets.test.mjs: skipped: ${SKIP}`);
 
 const SETUP = ['echo hello-from-setup', 'echo setup-to-stderr >&2', 'echo "greeting is $GREETING"'];
 
@@ -31,7 +12,6 @@ let server;
 let b;
 
 before(async () => {
-  if (SKIP) return;
   server = await startServer({
     sandboxConfig: ['  default_preset: dev'],
     topConfig: [
@@ -56,7 +36,6 @@ before(async () => {
 });
 
 after(async () => {
-  if (SKIP) return;
   const pageErrors = (b?.consoleErrors ?? []).filter((e) => e.startsWith('pageerror'));
   await b?.browser.close();
   await server?.stop();
@@ -65,7 +44,7 @@ after(async () => {
 
 const row = (page, name) => page.locator(`[data-testid="agent-row"][data-agent-name="${name}"]`);
 
-test('the create form offers the presets: the default chosen, each with its description and limits', { skip: SKIP }, async () => {
+test('the create form offers the presets: the default chosen, each with its description and limits', async () => {
   const { page } = b;
   const presets = await server.apiJson('GET', '/presets');
   assert.deepEqual(
@@ -99,7 +78,7 @@ test('the create form offers the presets: the default chosen, each with its desc
   await screenshot(page, 'create-presets.png');
 });
 
-test('create from the dropdown with env rows; the agent page shows preset, env and the setup log', { skip: SKIP }, async () => {
+test('create from the dropdown with env rows; the agent page shows preset, env and the setup log', async () => {
   const { page } = b;
   await page.locator('#new-name').fill('from-dev');
   await page.getByTestId('preset-select').selectOption('dev');
@@ -139,7 +118,7 @@ test('create from the dropdown with env rows; the agent page shows preset, env a
   await screenshot(page, 'agent-setup.png');
 });
 
-test('run setup again: the new run’s log is followed', { skip: SKIP }, async () => {
+test('run setup again: the new run’s log is followed', async () => {
   const { page } = b;
   const id = await page.locator('.agent-page').getAttribute('data-agent-id');
   const before = (await server.apiJson('GET', `/agents/${id}`)).setup;
@@ -158,7 +137,7 @@ test('run setup again: the new run’s log is followed', { skip: SKIP }, async (
   await setup.getByTestId('setup-log-panel').and(page.locator('[data-state="ended"]')).waitFor({ timeout: 60_000 });
 });
 
-test('env is edited on the agent page and reaches new processes', { skip: SKIP }, async () => {
+test('env is edited on the agent page and reaches new processes', async () => {
   const { page } = b;
   const id = await page.locator('.agent-page').getAttribute('data-agent-id');
   await page.getByTestId('env').click();
