@@ -89,17 +89,20 @@ async fn an_agent_from_the_dev_preset_has_its_tools_limits_and_setup() {
     ] {
         exec_ok(&s, &id, &["sh", "-c", &format!("command -v {tool}")]).await;
     }
-    let venv = exec_ok(
-        &s,
-        &id,
-        &[
-            "sh",
-            "-c",
-            "python3 -m venv v && v/bin/python -c 'import sys; print(sys.prefix)'",
-        ],
-    )
-    .await;
-    assert_eq!(venv, "/home/agent/v\n");
+    // A venv installs pip too: on half a CPU of a loaded machine that takes longer than the
+    // 20 s `exec_ok` allows, so this exec has minutes.
+    let command = "python3 -m venv v && v/bin/python -c 'import sys; print(sys.prefix)'";
+    let venv: Value = s
+        .post(&format!("/api/v1/agents/{id}/exec"))
+        .json(&json!({"command": ["sh", "-c", command], "timeoutMs": 300_000}))
+        .send()
+        .await
+        .expect("exec request")
+        .json()
+        .await
+        .expect("exec json");
+    assert_eq!(venv["exitCode"], 0, "{venv}");
+    assert_eq!(venv["stdout"], "/home/agent/v\n");
     // The home belongs to the account.
     assert_eq!(
         exec_ok(&s, &id, &["stat", "-c", "%U %u", "/home/agent"]).await,

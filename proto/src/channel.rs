@@ -109,7 +109,10 @@ impl Request {
     /// The largest header this request may be sent in.
     pub fn header_limit(&self) -> usize {
         match self {
-            Request::Exec(_) | Request::ProcessStart(_) => crate::header::MAX_EXEC_HEADER_LEN,
+            // A new terminal carries the agent's env, which may be as large as an exec's.
+            Request::Exec(_) | Request::ProcessStart(_) | Request::TerminalOpen(_) => {
+                crate::header::MAX_EXEC_HEADER_LEN
+            }
             _ => crate::header::MAX_HEADER_LEN,
         }
     }

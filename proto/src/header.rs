@@ -140,7 +140,8 @@ pub async fn read_request<R: AsyncRead + Unpin>(r: &mut R) -> Result<Request, Pr
     Request::parse(&body)
 }
 
-/// Reads a channel header the server sent, as sandboxd does: an `exec` header may take up to
+/// Reads a channel header the server sent, as sandboxd does: an `exec`, process start or
+/// terminal open header (each may carry the agent's env) may take up to
 /// [`MAX_EXEC_HEADER_LEN`] bytes, every other one [`MAX_HEADER_LEN`].
 ///
 /// Only this direction gets the larger limit. The limits matter most to the server: a sandbox
@@ -148,8 +149,8 @@ pub async fn read_request<R: AsyncRead + Unpin>(r: &mut R) -> Result<Request, Pr
 /// reads from it (replies, and the headers of `hello` and `activity`) stays within
 /// [`MAX_HEADER_LEN`]. sandboxd runs whatever the server asks of it anyway; the limit here only
 /// stops a broken server, and a few megabytes for one header is not worth refusing real
-/// commands for. The size of a non-`exec` header is checked once it is parsed, so the
-/// terminal and file channels keep their limit.
+/// commands for. The size of every header is checked against its channel's limit once it
+/// is parsed, so the file channels keep the small one.
 pub async fn read_server_request<R: AsyncRead + Unpin>(r: &mut R) -> Result<Request, ProtoError> {
     let body = read_body(r, MAX_EXEC_HEADER_LEN).await?;
     let req = Request::parse(&body)?;

@@ -79,10 +79,26 @@ async fn an_exec_header_within_the_limits_reaches_sandboxd_only() {
 }
 
 #[tokio::test]
-async fn other_channels_keep_the_small_header_limit() {
-    let big = Request::TerminalOpen(TerminalOpen {
-        command: Some("x".repeat(MAX_HEADER_LEN)),
+async fn a_terminal_with_a_large_env_reaches_sandboxd() {
+    // An agent's env may be 128 values of 4096 characters, six bytes each in JSON at worst.
+    let env: Vec<(String, String)> = (0..128)
+        .map(|i| (format!("V{i}"), "\u{1}".repeat(4096)))
+        .collect();
+    let req = Request::TerminalOpen(TerminalOpen {
+        env,
         ..Default::default()
+    });
+    assert!(serde_json::to_vec(&req).unwrap().len() > 3 * 1000 * 1000);
+    let (mut a, mut b) = tokio::io::duplex(1 << 16);
+    let (w, r) = tokio::join!(write_request(&mut a, &req), read_server_request(&mut b));
+    w.unwrap();
+    assert_eq!(r.unwrap(), req);
+}
+
+#[tokio::test]
+async fn other_channels_keep_the_small_header_limit() {
+    let big = Request::FsList(FsList {
+        path: "x".repeat(MAX_HEADER_LEN),
     });
     let (mut a, _b) = tokio::io::duplex(1024);
     assert!(matches!(
