@@ -385,3 +385,44 @@ async fn setup_on_rebuild_runs_the_script_again_after_a_rebuild() {
     assert_eq!(exec_out(&s, &id, "wc -l < setup-ran").await.trim(), "2");
     s.stop().await;
 }
+
+#[tokio::test]
+async fn setup_requests_at_the_same_moment_start_one_run() {
+    // The script holds until the test lets it end, so every request below meets a run that
+    // is still going, however slowly they arrive.
+    let s = TestServer::start_with(|c| {
+        with_setup(c);
+        c.presets.insert(
+            "held".into(),
+            Preset {
+                setup: Some(
+                    "echo run >> setup-ran; until [ -e release ]; do sleep 0.05; done; rm release"
+                        .into(),
+                ),
+                ..Default::default()
+            },
+        );
+    })
+    .await;
+    let a = create(&s, json!({"name": "racy", "preset": "held"})).await;
+    let id = a["id"].as_str().unwrap().to_string();
+    wait_setup(&s, &id, "running").await;
+    exec_out(&s, &id, "touch release").await;
+    let first = wait_setup(&s, &id, "done").await;
+    let first_pid = first["processId"].as_str().unwrap().to_string();
+
+    // Eight reruns at once: each starts the run or finds it started (202), or is refused as
+    // running (409); one run comes of them.
+    let path = format!("/api/v1/agents/{id}/setup");
+    let answers = futures::future::join_all((0..8).map(|_| s.post(&path).send())).await;
+    for r in answers {
+        let status = r.unwrap().status().as_u16();
+        assert!(status == 202 || status == 409, "answered {status}");
+    }
+    let second = wait_setup(&s, &id, "running").await;
+    assert_ne!(second["processId"], first_pid.as_str());
+    exec_out(&s, &id, "touch release").await;
+    wait_setup(&s, &id, "done").await;
+    assert_eq!(exec_out(&s, &id, "wc -l < setup-ran").await.trim(), "2");
+    s.stop().await;
+}

@@ -127,7 +127,10 @@ pub struct Lifecycle {
     driver_starts: std::sync::Mutex<HashMap<String, Option<SystemTime>>>,
     metrics: Arc<Metrics>,
     /// Agents whose setup script a task follows to its end.
-    setup_followers: std::sync::Mutex<std::collections::HashSet<String>>,
+    setup_followers: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
+    /// Held from the check that no setup runs to the record of the one started, so that a
+    /// hello and a `POST …/setup` at the same moment start one script, not two.
+    setup_start: tokio::sync::Mutex<()>,
     runtimes: runtimes::Runtimes,
 }
 
@@ -161,6 +164,7 @@ impl Lifecycle {
             driver_starts: Default::default(),
             metrics,
             setup_followers: Default::default(),
+            setup_start: Default::default(),
             runtimes,
         }
     }

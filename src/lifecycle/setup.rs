@@ -53,7 +53,7 @@ impl Lifecycle {
                     process_id: Some(pid),
                     ..
                 }) => {
-                    if lc.setup_watched(&id, true) {
+                    if lc.setup_watched(&id, &pid, true) {
                         lc.follow_setup(&id, &pid).await;
                     }
                 }
@@ -71,11 +71,20 @@ impl Lifecycle {
                 "agent {id} has no setup script (its preset has none)"
             )));
         }
-        if agent
-            .setup
-            .as_ref()
-            .is_some_and(|s| s.state == SetupState::Running)
+        if let Some(SetupStatus {
+            state: SetupState::Running,
+            process_id,
+            ..
+        }) = &agent.setup
         {
+            // Nobody follows it (its follower lost the tunnel's stream while the tunnel stayed
+            // up): follow it again, so that its end is recorded and a rerun is possible then.
+            if let Some(pid) = process_id {
+                if self.setup_watched(id, pid, true) {
+                    let (lc, id, pid) = (self.clone(), id.to_string(), pid.clone());
+                    tokio::spawn(async move { lc.follow_setup(&id, &pid).await });
+                }
+            }
             return Err(LifecycleError::Refused(format!(
                 "agent {id}'s setup script is running; wait for it to end"
             )));
@@ -87,11 +96,20 @@ impl Lifecycle {
     /// Starts the script as a background process and follows it in the background. A start
     /// that fails is recorded as a failed setup.
     async fn start_setup(self: &Arc<Self>, id: &str) -> Result<(), LifecycleError> {
+        let link = self.wake(id, || {}).await?;
+        let _starting = self.setup_start.lock().await;
         let agent = self.get(id).await?;
         let Some(script) = self.setup_script(&agent) else {
             return Ok(());
         };
-        let link = self.wake(id, || {}).await?;
+        if agent
+            .setup
+            .as_ref()
+            .is_some_and(|s| s.state == SetupState::Running)
+        {
+            // Started a moment ago by the hello or a request that got here first.
+            return Ok(());
+        }
         let sb = &self.config.sandbox;
         let header = ProcessStart {
             run: ExecRequest {
@@ -119,7 +137,7 @@ impl Lifecycle {
         match started {
             Ok(info) => {
                 self.record_setup(id, status_of(&info)).await;
-                if info.state.is_running() && self.setup_watched(id, true) {
+                if info.state.is_running() && self.setup_watched(id, &info.id, true) {
                     let (lc, id) = (self.clone(), id.to_string());
                     tokio::spawn(async move { lc.follow_setup(&id, &info.id).await });
                 }
@@ -190,7 +208,7 @@ impl Lifecycle {
                 }
             }
         }
-        self.setup_watched(id, false);
+        self.setup_watched(id, pid, false);
     }
 
     async fn record_setup(&self, id: &str, status: SetupStatus) {
@@ -206,17 +224,19 @@ impl Lifecycle {
         }
     }
 
-    /// Marks (`true`) or unmarks the agent's setup as followed by a task; marking answers
-    /// whether it was not already.
-    fn setup_watched(&self, id: &str, on: bool) -> bool {
+    /// Marks (`true`) or unmarks one setup run (the agent and its process) as followed by a
+    /// task; marking answers whether it was not already. Keyed by the run, so that a rerun
+    /// starting while the last run's follower finishes gets a follower of its own.
+    fn setup_watched(&self, id: &str, pid: &str, on: bool) -> bool {
         let mut set = self
             .setup_followers
             .lock()
             .unwrap_or_else(|e| e.into_inner());
+        let key = (id.to_string(), pid.to_string());
         if on {
-            set.insert(id.to_string())
+            set.insert(key)
         } else {
-            set.remove(id)
+            set.remove(&key)
         }
     }
 }
