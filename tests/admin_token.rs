@@ -21,7 +21,7 @@ fn start(config: &std::path::Path) -> (Proc, std::process::ChildStderr) {
         .args(["serve", "--config"])
         .arg(config)
         .env_remove("AGENTHOLD_ADMIN_TOKEN")
-        // The serving line ends what `printed_token` reads.
+        // The serving line ends what `started` reads.
         .env("AGENTHOLD_LOG", "warn,agenthold::server=info")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -31,11 +31,41 @@ fn start(config: &std::path::Path) -> (Proc, std::process::ChildStderr) {
     (Proc(child), stderr)
 }
 
-/// Reads the server's stderr until the serving line, returning the token if one was printed.
-fn printed_token(stderr: std::process::ChildStderr) -> Option<String> {
+/// What a start printed up to its serving line.
+struct Started {
+    /// The token, if one was printed.
+    token: Option<String>,
+    /// `http://` and the address the API listens on (the config asks for port 0).
+    base: String,
+}
+
+/// Text without the terminal's colour codes, which the log puts around field names.
+fn plain(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Reads the server's stderr until the serving line; a server that ends before it fails the
+/// test with what it printed.
+fn started(stderr: std::process::ChildStderr) -> Started {
     let mut token = None;
+    let mut seen = String::new();
     for line in BufReader::new(stderr).lines() {
-        let line = line.unwrap();
+        let line = plain(&line.unwrap());
+        seen.push_str(&line);
+        seen.push('\n');
         if let Some(t) = line.trim().strip_prefix("export AGENTHOLD_TOKEN=") {
             token = Some(t.split_whitespace().next().unwrap().to_string());
         }
@@ -46,20 +76,23 @@ fn printed_token(stderr: std::process::ChildStderr) -> Option<String> {
         }
         if line.contains("agenthold is serving") {
             // The token is printed just before.
-            return token;
+            let api = line
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("api="))
+                .unwrap_or_else(|| panic!("no api= in the serving line: {line}"));
+            return Started {
+                token,
+                base: format!("http://{api}"),
+            };
         }
     }
-    token
+    panic!("the server ended before it served:\n{seen}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_generated_token_is_shown_once_and_kept_as_a_hash() {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = 0;
     let config = dir.path().join("config.yaml");
     let data = dir.path().join("data");
     std::fs::write(
@@ -70,14 +103,14 @@ async fn a_generated_token_is_shown_once_and_kept_as_a_hash() {
         ),
     )
     .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
     let http = reqwest::Client::new();
 
     let (p, stderr) = start(&config);
-    let token = tokio::task::spawn_blocking(move || printed_token(stderr))
+    let first = tokio::task::spawn_blocking(move || started(stderr))
         .await
-        .unwrap()
-        .expect("the first start prints a token");
+        .unwrap();
+    let base = first.base;
+    let token = first.token.expect("the first start prints a token");
     common::wait_for("server up", || async {
         http.get(format!("{base}/api/v1/health"))
             .send()
@@ -101,10 +134,11 @@ async fn a_generated_token_is_shown_once_and_kept_as_a_hash() {
     drop(p);
 
     let (p, stderr) = start(&config);
-    let again = tokio::task::spawn_blocking(move || printed_token(stderr))
+    let again = tokio::task::spawn_blocking(move || started(stderr))
         .await
         .unwrap();
-    assert_eq!(again, None, "the token was printed a second time");
+    assert_eq!(again.token, None, "the token was printed a second time");
+    let base = again.base;
     common::wait_for("server up again", || async {
         http.get(format!("{base}/api/v1/health"))
             .send()
@@ -142,14 +176,6 @@ fn write_config(dir: &std::path::Path, port: u16) -> std::path::PathBuf {
     config
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_start_that_fails_spends_no_token_and_reset_makes_a_new_one() {
     let dir = tempfile::tempdir().unwrap();
@@ -173,12 +199,12 @@ async fn a_start_that_fails_spends_no_token_and_reset_makes_a_new_one() {
     drop(taken);
 
     // The next start makes and shows one.
-    let port = free_port();
-    let config = write_config(dir.path(), port);
+    let config = write_config(dir.path(), 0);
     let (p, stderr) = start(&config);
-    let first = tokio::task::spawn_blocking(move || printed_token(stderr))
+    let first = tokio::task::spawn_blocking(move || started(stderr))
         .await
         .unwrap()
+        .token
         .expect("the first start that serves prints a token");
     drop(p);
 
@@ -204,11 +230,11 @@ async fn a_start_that_fails_spends_no_token_and_reset_makes_a_new_one() {
     );
 
     let (p, stderr) = start(&config);
-    let again = tokio::task::spawn_blocking(move || printed_token(stderr))
+    let again = tokio::task::spawn_blocking(move || started(stderr))
         .await
         .unwrap();
-    assert_eq!(again, None);
-    let base = format!("http://127.0.0.1:{port}");
+    assert_eq!(again.token, None);
+    let base = again.base;
     let http = reqwest::Client::new();
     for (token, status) in [(&new, 200), (&first, 401)] {
         let r = http
