@@ -84,11 +84,12 @@ async fn hello_comes_first_and_activity_flows() {
 }
 
 #[tokio::test]
-async fn only_exec_headers_may_pass_64_kib() {
+async fn only_headers_that_carry_commands_or_env_may_pass_64_kib() {
     let h = Harness::start().await;
-    // The terminal and file channels keep the small limit; the session goes on.
+    // The file channels keep the small limit (exec, process starts and terminal opens, which
+    // may carry an agent's env, have the large one); the session goes on.
     for body in [
-        serde_json::json!({"channel": "terminal.open", "command": "x".repeat(100_000)}),
+        serde_json::json!({"channel": "fs.list", "path": "x".repeat(100_000)}),
         serde_json::json!({"channel": "fs.write", "path": "p".repeat(100_000)}),
     ] {
         let bytes = framed(body.to_string().as_bytes());
