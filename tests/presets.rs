@@ -248,6 +248,17 @@ fn with_setup(c: &mut Config) {
     );
 }
 
+/// What the setup script has written so far: the `setup` process's output.
+async fn setup_log(s: &TestServer, id: &str) -> String {
+    s.get(&format!("/api/v1/agents/{id}/processes/setup/output"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 /// Waits until the agent's `setup` is in `state`, returning it.
 async fn wait_setup(s: &TestServer, id: &str, state: &str) -> Value {
     let mut last = Value::Null;
@@ -275,14 +286,7 @@ async fn setup_runs_once_at_the_first_start_and_again_on_request() {
     assert!(out.starts_with("hello from "), "env and cwd: {out}");
     assert_eq!(out.lines().count(), 1);
     // Its log is the `setup` process's output.
-    let log = s
-        .get(&format!("/api/v1/agents/{id}/processes/setup/output"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let log = setup_log(&s, &id).await;
     assert!(log.contains("setting up"), "{log}");
 
     // A stop and start does not run it again.
@@ -323,14 +327,7 @@ async fn a_failed_setup_is_recorded_and_the_agent_stays_usable() {
     assert_eq!(failed["exitCode"], 3);
     assert_eq!(s.state(&id).await, "running");
     assert_eq!(exec_out(&s, &id, "echo usable").await, "usable\n");
-    let log = s
-        .get(&format!("/api/v1/agents/{id}/processes/setup/output"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let log = setup_log(&s, &id).await;
     assert!(log.contains("oops"), "{log}");
 
     // An agent without a setup script cannot rerun one.
