@@ -40,6 +40,15 @@ const HOME_FOLDER: &str = "home";
 /// An image being made; never mounted, removed when found.
 const PARTIAL_SUFFIX: &str = ".ext4.partial";
 
+/// Whether an image about to be mounted needs `e2fsck` first.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Checked {
+    /// Made by mkfs in this same step: nothing can have marked it.
+    New,
+    /// Mounted before, or made before a crash: it may have been left marked.
+    No,
+}
+
 pub struct Disks {
     dir: PathBuf,
     /// One step at a time per image: its mkfs, check, grow, mount and removal must not
@@ -145,7 +154,8 @@ impl Disks {
         let image = self.image(name);
         let mountpoint = self.mountpoint(name);
         let bytes = size_mb.saturating_mul(1024 * 1024);
-        if !image.exists() {
+        let made = !image.exists();
+        if made {
             if !make {
                 return Err(DockerError::HomeMissing {
                     home: format!("disk image {}", image.display()),
@@ -169,7 +179,9 @@ impl Disks {
             None
         };
         if !self.is_mounted(&mountpoint)? {
-            self.mount(name, &image, &mountpoint, held).await?;
+            // An image mkfs has just made is clean: checking it would only cost a burst time.
+            let checked = if made { Checked::New } else { Checked::No };
+            self.mount(name, &image, &mountpoint, held, checked).await?;
         }
         let home = self.home(name);
         match std::fs::create_dir(&home) {
@@ -188,13 +200,15 @@ impl Disks {
     /// Mounts `image` at `mountpoint`. An image still attached to a loop device (`held`, or
     /// found by [`released`]) is still in use: that device is mounted again as it is, never a
     /// second one, since two devices over one file are two filesystems writing the same blocks.
-    /// Otherwise the image is checked first, and gets a loop device of its own.
+    /// Otherwise the image is checked first (unless mkfs has just made it), and gets a loop
+    /// device of its own.
     async fn mount(
         &self,
         name: &str,
         image: &Path,
         mountpoint: &Path,
         held: Option<PathBuf>,
+        checked: Checked,
     ) -> Result<(), DockerError> {
         let held = match held {
             Some(device) => Some(device),
@@ -203,7 +217,9 @@ impl Disks {
         let _pinned;
         let (source, options) = match held {
             None => {
-                check(image).await?;
+                if checked == Checked::No {
+                    check(image).await?;
+                }
                 (image.to_path_buf(), "loop,nodev,nosuid,discard")
             }
             Some(device) => {
@@ -228,7 +244,7 @@ impl Disks {
             ],
         )
         .await?;
-        direct_io(name, mountpoint).await;
+        direct_io(name, mountpoint);
         Ok(())
     }
 
@@ -443,28 +459,53 @@ fn pin(device: &Path, image: &Path) -> Result<std::fs::File, DockerError> {
 /// Has the loop device behind `mountpoint` read and write its image with direct I/O: without
 /// it every block is cached twice (in the home's page cache and the image file's), and a synced
 /// write, which is what an upload ends with, goes a third slower. Best effort: a filesystem
-/// under the image without `O_DIRECT` keeps buffered I/O.
-async fn direct_io(name: &str, mountpoint: &Path) {
-    let device = match run(
-        "findmnt",
-        &[
-            "-n".as_ref(),
-            "-o".as_ref(),
-            "SOURCE".as_ref(),
-            mountpoint.as_os_str(),
-        ],
-    )
-    .await
-    {
-        Ok(out) => out.trim().to_string(),
+/// under the image without `O_DIRECT` keeps buffered I/O. Done with the ioctl itself rather
+/// than `findmnt` and `losetup`: two programs per start cost a burst of creates more than the
+/// rest of the disk's work together.
+fn direct_io(name: &str, mountpoint: &Path) {
+    let device = match mounted_device(mountpoint) {
+        Ok(device) => device,
         Err(e) => {
             tracing::warn!(home = name, error = %e, "cannot find the disk's loop device");
             return;
         }
     };
-    if let Err(e) = run("losetup", &["--direct-io=on".as_ref(), device.as_ref()]).await {
-        tracing::warn!(home = name, device, error = %e, "the disk keeps buffered I/O");
+    if let Err(e) = set_direct_io(&device) {
+        tracing::warn!(home = name, device = %device.display(), error = %e, "the disk keeps buffered I/O");
     }
+}
+
+/// The block device mounted at `mountpoint`: the device number of the mounted root, named
+/// through sysfs (`/sys/dev/block/MAJ:MIN` links to the device's folder, named as in `/dev`).
+fn mounted_device(mountpoint: &Path) -> Result<PathBuf, DockerError> {
+    let dev = std::fs::metadata(mountpoint)
+        .map_err(|e| DockerError::Disk(format!("{}: {e}", mountpoint.display())))?
+        .dev();
+    let sys = PathBuf::from(format!(
+        "/sys/dev/block/{}:{}",
+        nix::sys::stat::major(dev),
+        nix::sys::stat::minor(dev)
+    ));
+    let target = std::fs::read_link(&sys)
+        .map_err(|e| DockerError::Disk(format!("{}: {e}", sys.display())))?;
+    let device = target
+        .file_name()
+        .ok_or_else(|| DockerError::Disk(format!("{} names no device", sys.display())))?;
+    Ok(Path::new("/dev").join(device))
+}
+
+// LOOP_SET_DIRECT_IO from <linux/loop.h>: its argument is the flag itself, not a pointer.
+nix::ioctl_write_int_bad!(loop_set_direct_io, 0x4C08);
+
+fn set_direct_io(device: &Path) -> Result<(), DockerError> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(device)
+        .map_err(|e| DockerError::Disk(format!("{}: {e}", device.display())))?;
+    // SAFETY: the fd is open for the duration of the call, and this ioctl reads no memory.
+    unsafe { loop_set_direct_io(file.as_raw_fd(), 1) }.map_err(|e| {
+        DockerError::Disk(format!("LOOP_SET_DIRECT_IO on {}: {e}", device.display()))
+    })?;
+    Ok(())
 }
 
 /// Grows the unmounted image to `bytes` and its filesystem with it. resize2fs wants a freshly
