@@ -10,7 +10,8 @@ use ipnet::IpNet;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::rules::{normalize_name, EgressRules, NameVerdict, Rule, Verdict};
+use super::rule::{normalize_name, Rule};
+use super::rules::{EgressRules, NameVerdict, Verdict};
 use crate::config::{EgressConfig, SocketAddrOrName};
 
 /// The longest answer head an upstream proxy may send to our CONNECT.

@@ -15,7 +15,8 @@ use hickory_proto::rr::{RData, Record, RecordType};
 use tokio::net::UdpSocket;
 use tokio_util::sync::CancellationToken;
 
-use super::rules::{normalize_name, EgressRules};
+use super::rule::normalize_name;
+use super::rules::EgressRules;
 
 /// How long a sandbox may keep an answer: short, so a rule change shows at once.
 const TTL_SECS: u32 = 5;

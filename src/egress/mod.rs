@@ -7,6 +7,7 @@ mod event;
 mod open;
 mod proxy;
 mod reach;
+mod rule;
 mod rules;
 mod sni;
 mod zerocopy;
@@ -16,9 +17,8 @@ pub use event::EgressEvent;
 pub use open::{Connections, Full};
 pub use proxy::{Proxy, ProxySettings, Sandboxes};
 pub use reach::{is_own, is_public, reachable};
-pub use rules::{
-    canonical, normalize_name, EgressRules, NameVerdict, Rule, RuleError, Verdict, MAX_RULES,
-};
+pub use rule::{canonical, normalize_name, Rule, RuleError};
+pub use rules::{EgressRules, NameVerdict, Verdict, MAX_RULES};
 pub use sni::client_hello;
 
 #[cfg(test)]

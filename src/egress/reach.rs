@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
 
-use super::rules::canonical;
+use super::rule::canonical;
 
 /// Whether `addr` is an address of the public internet: not loopback, private, shared (CGNAT),
 /// link-local, multicast, broadcast, unspecified, reserved, nor an

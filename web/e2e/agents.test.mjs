@@ -1,30 +1,16 @@
 // The agents page: create (with the server's validation at the field), live state over SSE,
 // stop and start without a reload, destroy with a confirmation naming the agent.
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
-import { openBrowser, screenshot, signIn, startServer, until } from './harness.mjs';
+import { test } from 'node:test';
+import { browserSuite, screenshot, until } from './harness.mjs';
 
-let server;
-let b;
-
-before(async () => {
-  server = await startServer();
-  b = await openBrowser(server);
-  await signIn(b.page, server.token);
-});
-
-after(async () => {
-  const pageErrors = (b?.consoleErrors ?? []).filter((e) => e.startsWith('pageerror'));
-  await b?.browser.close();
-  await server?.stop();
-  assert.deepEqual(pageErrors, [], 'no uncaught errors in the page');
-});
+const ctx = browserSuite();
 
 const row = (page, name) => page.locator(`[data-testid="agent-row"][data-agent-name="${name}"]`);
 
 test('the preset choice shows only when the server has presets; env rows always', async () => {
-  const { page } = b;
-  const presets = await server.apiJson('GET', '/presets');
+  const { page } = ctx.b;
+  const presets = await ctx.server.apiJson('GET', '/presets');
   await page.locator('#new-name').waitFor();
   // The answer has come once the limits' placeholders are in; the presets are asked at once too.
   await until('form filled from /limits', async () => /\(default\)$/.test((await page.locator('#new-cpus').getAttribute('placeholder')) ?? ''));
@@ -33,8 +19,8 @@ test('the preset choice shows only when the server has presets; env rows always'
 });
 
 test('the runtime choice shows only when /limits lists more than one, and creates on the chosen one', async () => {
-  const { page } = b;
-  const limits = await server.apiJson('GET', '/limits');
+  const { page } = ctx.b;
+  const limits = await ctx.server.apiJson('GET', '/limits');
   const runtimes = Array.isArray(limits.runtimes) ? limits.runtimes : [];
   await until('form filled from /limits', async () => /\(default\)$/.test((await page.locator('#new-cpus').getAttribute('placeholder')) ?? ''));
   assert.equal(await page.getByTestId('runtime-select').isVisible(), runtimes.length > 1);
@@ -44,7 +30,7 @@ test('the runtime choice shows only when /limits lists more than one, and create
   await page.getByTestId('runtime-select').selectOption(pick);
   await page.getByRole('button', { name: 'Create agent' }).click();
   await row(page, 'on-runtime').waitFor();
-  const a = (await server.apiJson('GET', '/agents')).find((x) => x.name === 'on-runtime');
+  const a = (await ctx.server.apiJson('GET', '/agents')).find((x) => x.name === 'on-runtime');
   assert.equal(a.runtime, pick);
   assert.equal(await page.getByTestId('runtime-select').inputValue(), '', 'back to the default for the next one');
   // Changed on the agent page's settings: it then needs a rebuild.
@@ -55,30 +41,30 @@ test('the runtime choice shows only when /limits lists more than one, and create
   await edit.selectOption(runtimes[0]);
   await page.getByRole('button', { name: 'Save settings' }).click();
   await page.getByTestId('settings-form').waitFor({ state: 'hidden' });
-  const changed = await server.apiJson('GET', `/agents/${a.id}`);
+  const changed = await ctx.server.apiJson('GET', `/agents/${a.id}`);
   assert.equal(changed.runtime, runtimes[0]);
   assert.equal(changed.needsRebuild, true);
   await page.goto('/');
-  assert.equal((await server.api('DELETE', `/agents/${a.id}`)).status < 300, true);
+  assert.equal((await ctx.server.api('DELETE', `/agents/${a.id}`)).status < 300, true);
 });
 
 test('the agent page shows env and setup only when the server has them', async () => {
-  const { page } = b;
-  const agent = await server.runningAgent('plain-page');
+  const { page } = ctx.b;
+  const agent = await ctx.server.runningAgent('plain-page');
   await page.goto(`/agents/${agent.id}`);
   await page.locator('.agent-page [data-testid="state"][data-state="running"]').waitFor();
   assert.equal(await page.getByTestId('env').isVisible(), agent.env !== undefined);
   assert.equal(await page.getByTestId('setup').isVisible(), !!agent.setup);
   assert.equal(await page.getByTestId('agent-preset').count(), agent.preset ? 1 : 0);
   await page.goto('/');
-  assert.equal((await server.api('DELETE', `/agents/${agent.id}`)).status < 300, true);
+  assert.equal((await ctx.server.api('DELETE', `/agents/${agent.id}`)).status < 300, true);
   await row(page, 'plain-page').waitFor({ state: 'detached', timeout: 60_000 });
 });
 
 test('the server’s validation message appears at the field', async () => {
-  const { page } = b;
+  const { page } = ctx.b;
   // Ask the server what it says about too many CPUs, then expect the same words at the field.
-  const res = await server.api('POST', '/agents', { name: 'too-big', cpus: 100000 });
+  const res = await ctx.server.api('POST', '/agents', { name: 'too-big', cpus: 100000 });
   assert.equal(res.status, 400);
   const err = (await res.json()).error;
   await page.locator('#new-name').fill('too-big');
@@ -92,7 +78,7 @@ test('the server’s validation message appears at the field', async () => {
 });
 
 test('create an agent and watch it reach running, live', async () => {
-  const { page } = b;
+  const { page } = ctx.b;
   await page.evaluate(() => (window.__noReload = true));
   await page.locator('#new-name').fill('builder');
   await page.locator('#new-cpus').fill('1');
@@ -118,9 +104,9 @@ test('create an agent and watch it reach running, live', async () => {
 });
 
 test('while the image is pulled the row says how far, then the agent runs', async () => {
-  const { page } = b;
+  const { page } = ctx.b;
   // The fake driver pretends to pull images under pull.invalid/ (about a second, in steps).
-  const a = await server.apiJson('POST', '/agents', { name: 'pulled', image: 'pull.invalid/web-e2e:1' });
+  const a = await ctx.server.apiJson('POST', '/agents', { name: 'pulled', image: 'pull.invalid/web-e2e:1' });
   assert.equal(a.state, 'creating');
   const r = row(page, 'pulled');
   const status = r.getByTestId('status-line');
@@ -131,18 +117,18 @@ test('while the image is pulled the row says how far, then the agent runs', asyn
 });
 
 test('an agent changed through the API updates on the page without a reload', async () => {
-  const { page } = b;
-  const a = await server.runningAgent('from-api');
+  const { page } = ctx.b;
+  const a = await ctx.server.runningAgent('from-api');
   const r = row(page, 'from-api');
   await r.locator('[data-state="running"]').first().waitFor();
-  await server.apiJson('POST', `/agents/${a.id}/stop`);
+  await ctx.server.apiJson('POST', `/agents/${a.id}/stop`);
   await r.locator('[data-testid="state"][data-state="sleeping"]').waitFor({ timeout: 30_000 });
   assert.equal(await page.evaluate(() => window.__noReload), true, 'no page reload happened');
   await screenshot(page, 'agents.png');
 });
 
 test('stop and start from the page: the badge follows without a reload', async () => {
-  const { page } = b;
+  const { page } = ctx.b;
   const r = row(page, 'builder');
   await r.getByRole('button', { name: 'Stop builder' }).click();
   await r.locator('[data-testid="state"][data-state="sleeping"]').waitFor({ timeout: 30_000 });
@@ -153,12 +139,12 @@ test('stop and start from the page: the badge follows without a reload', async (
 });
 
 test('change settings on the agent page: errors at the field, then “rebuild to apply”; Rebuild clears it', async () => {
-  const { page } = b;
-  const a = (await server.apiJson('GET', '/agents')).find((x) => x.name === 'builder');
+  const { page } = ctx.b;
+  const a = (await ctx.server.apiJson('GET', '/agents')).find((x) => x.name === 'builder');
   await row(page, 'builder').getByRole('link', { name: 'Open builder' }).click();
   await page.locator('.agent-page').waitFor();
   await page.getByTestId('settings').click();
-  const probe = await server.api('PATCH', `/agents/${a.id}`, { memoryMb: 99999999 });
+  const probe = await ctx.server.api('PATCH', `/agents/${a.id}`, { memoryMb: 99999999 });
   assert.equal(probe.status, 400);
   const err = (await probe.json()).error;
   await page.locator('#edit-memoryMb').fill('99999999');
@@ -169,14 +155,14 @@ test('change settings on the agent page: errors at the field, then “rebuild to
   await page.getByRole('button', { name: 'Save settings' }).click();
   await page.getByTestId('settings-form').waitFor({ state: 'hidden' });
   await page.locator('.agent-head').getByTestId('status-line').filter({ hasText: 'Rebuild to apply' }).waitFor();
-  assert.equal((await server.apiJson('GET', `/agents/${a.id}`)).needsRebuild, true);
+  assert.equal((await ctx.server.apiJson('GET', `/agents/${a.id}`)).needsRebuild, true);
   await page.getByRole('link', { name: '← Agents' }).click();
   const r = row(page, 'builder');
   await r.getByTestId('status-line').filter({ hasText: 'Rebuild to apply' }).waitFor();
   assert.match(await r.textContent(), /768 MiB/);
   await r.getByRole('button', { name: 'Rebuild builder' }).click();
   await until('rebuilt', async () => {
-    const now = await server.apiJson('GET', `/agents/${a.id}`);
+    const now = await ctx.server.apiJson('GET', `/agents/${a.id}`);
     return now.state === 'running' && !now.needsRebuild;
   }, { timeout: 60_000 });
   await r.locator('[data-testid="state"][data-state="running"]').waitFor();
@@ -186,7 +172,7 @@ test('change settings on the agent page: errors at the field, then “rebuild to
 });
 
 test('destroy asks for confirmation naming the agent, then the row goes away', async () => {
-  const { page } = b;
+  const { page } = ctx.b;
   const r = row(page, 'from-api');
   await r.getByRole('button', { name: 'Destroy from-api' }).click();
   const dialog = page.locator('dialog[open]');
@@ -198,7 +184,7 @@ test('destroy asks for confirmation naming the agent, then the row goes away', a
   await r.getByRole('button', { name: 'Destroy from-api' }).click();
   await page.locator('dialog[open]').getByRole('button', { name: 'Destroy from-api' }).click();
   await r.waitFor({ state: 'detached', timeout: 30_000 });
-  const list = await server.apiJson('GET', '/agents');
+  const list = await ctx.server.apiJson('GET', '/agents');
   assert.ok(!list.some((a) => a.name === 'from-api'), 'gone from the API too');
   assert.equal(await page.evaluate(() => window.__noReload), true, 'no page reload happened');
 });

@@ -1,44 +1,31 @@
 // Sign in with the admin token; a wrong token shows the server's message; sign out.
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
-import { openBrowser, signIn, startServer } from './harness.mjs';
+import { test } from 'node:test';
+import { browserSuite, signIn } from './harness.mjs';
 
-let server;
-let b;
-
-before(async () => {
-  server = await startServer();
-  b = await openBrowser(server);
-});
-
-after(async () => {
-  const pageErrors = (b?.consoleErrors ?? []).filter((e) => e.startsWith('pageerror'));
-  await b?.browser.close();
-  await server?.stop();
-  assert.deepEqual(pageErrors, [], 'no uncaught errors in the page');
-});
+const ctx = browserSuite({ signedIn: false });
 
 test('the UI is served with the right headers, and /api never falls back to it', async () => {
-  const res = await fetch(`${server.url}/agents/whatever`);
+  const res = await fetch(`${ctx.server.url}/agents/whatever`);
   assert.equal(res.status, 200);
   assert.match(res.headers.get('content-type'), /^text\/html/);
   assert.equal(res.headers.get('cache-control'), 'no-cache');
   const html = await res.text();
   const asset = /src="(\/assets\/[^"]+\.js)"/.exec(html);
   assert.ok(asset, `index.html names a hashed script: ${html.slice(0, 300)}`);
-  const js = await fetch(`${server.url}${asset[1]}`);
+  const js = await fetch(`${ctx.server.url}${asset[1]}`);
   assert.equal(js.status, 200);
   assert.match(js.headers.get('content-type'), /javascript/);
   assert.match(js.headers.get('cache-control'), /max-age=31536000/);
-  const api = await fetch(`${server.url}/api/v1/no-such-route`, { headers: { Authorization: `Bearer ${server.token}` } });
+  const api = await fetch(`${ctx.server.url}/api/v1/no-such-route`, { headers: { Authorization: `Bearer ${ctx.server.token}` } });
   assert.equal(api.status, 404);
   assert.match(api.headers.get('content-type') ?? '', /json/);
 });
 
 test('a wrong token shows the server’s error message', async () => {
-  const { page } = b;
+  const { page } = ctx.b;
   await page.goto('/');
-  const res = await fetch(`${server.url}/api/v1/session`, {
+  const res = await fetch(`${ctx.server.url}/api/v1/session`, {
     method: 'POST',
     headers: { 'Content-Type': 'application/json' },
     body: JSON.stringify({ token: 'wrong-token' }),
@@ -55,8 +42,8 @@ test('a wrong token shows the server’s error message', async () => {
 });
 
 test('sign in, stay signed in across a reload, sign out', async () => {
-  const { page, context } = b;
-  await signIn(page, server.token);
+  const { page, context } = ctx.b;
+  await signIn(page, ctx.server.token);
   const cookies = await context.cookies();
   const session = cookies.find((c) => c.name === 'agenthold_session');
   assert.ok(session, `session cookie set: ${JSON.stringify(cookies)}`);

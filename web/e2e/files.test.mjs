@@ -2,34 +2,16 @@
 // editor, and hostile names rendered as text.
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
-import { after, before, test } from 'node:test';
-import { openBrowser, screenshot, sha256, signIn, startServer, until } from './harness.mjs';
+import { test } from 'node:test';
+import { browserSuite, openFiles, screenshot, sha256, until } from './harness.mjs';
 
-let server;
-let b;
-let agent;
-
-before(async () => {
-  server = await startServer();
-  b = await openBrowser(server);
-  agent = await server.runningAgent('files');
-  await signIn(b.page, server.token);
-  await b.page.goto(`/agents/${agent.id}#files`);
-  await b.page.locator('[data-testid="files"][data-state="ready"]').waitFor();
-});
-
-after(async () => {
-  const pageErrors = (b?.consoleErrors ?? []).filter((e) => e.startsWith('pageerror'));
-  await b?.browser.close();
-  await server?.stop();
-  assert.deepEqual(pageErrors, [], 'no uncaught errors in the page');
-});
+const ctx = browserSuite({ agent: 'files', open: openFiles });
 
 const fileRow = (page, name) => page.locator('tr.file-row').filter({ has: page.locator(`.file-name`).getByText(name, { exact: true }) });
 const q = encodeURIComponent;
 
 test('drag and drop a 20 MiB file: progress, then byte-identical through the API', async () => {
-  const { page } = b;
+  const { page } = ctx.b;
   const size = 20 * 1024 * 1024;
   const hash = await page.evaluate(async (size) => {
     const bytes = new Uint8Array(size);
@@ -49,7 +31,7 @@ test('drag and drop a 20 MiB file: progress, then byte-identical through the API
   assert.equal(await item.locator('progress').count(), 1, 'a progress bar for the upload');
   await item.and(page.locator('.upload-done')).waitFor({ timeout: 120_000 });
   await fileRow(page, 'big.bin').waitFor();
-  const res = await server.api('GET', `/agents/${agent.id}/fs/read?path=big.bin`);
+  const res = await ctx.server.api('GET', `/agents/${ctx.agent.id}/fs/read?path=big.bin`);
   assert.equal(res.status, 200);
   const body = Buffer.from(await res.arrayBuffer());
   assert.equal(body.length, size);
@@ -58,9 +40,9 @@ test('drag and drop a 20 MiB file: progress, then byte-identical through the API
 });
 
 test('download a file through its link', async () => {
-  const { page } = b;
+  const { page } = ctx.b;
   const content = Buffer.from(`download me ${Date.now()}\n`);
-  assert.equal((await server.api('PUT', `/agents/${agent.id}/fs/write?path=dl.txt`, content)).status, 204);
+  assert.equal((await ctx.server.api('PUT', `/agents/${ctx.agent.id}/fs/write?path=dl.txt`, content)).status, 204);
   await page.getByRole('button', { name: 'Refresh' }).click();
   const link = fileRow(page, 'dl.txt').getByRole('link', { name: 'Download dl.txt' });
   const [download] = await Promise.all([page.waitForEvent('download'), link.click()]);
@@ -70,18 +52,18 @@ test('download a file through its link', async () => {
   // The 20 MiB file downloads whole too.
   const [big] = await Promise.all([page.waitForEvent('download'), fileRow(page, 'big.bin').getByRole('link', { name: 'Download big.bin' }).click()]);
   const bigBytes = await readFile(await big.path());
-  const apiBytes = Buffer.from(await (await server.api('GET', `/agents/${agent.id}/fs/read?path=big.bin`)).arrayBuffer());
+  const apiBytes = Buffer.from(await (await ctx.server.api('GET', `/agents/${ctx.agent.id}/fs/read?path=big.bin`)).arrayBuffer());
   assert.equal(sha256(bigBytes), sha256(apiBytes));
 });
 
 test('make a folder, open it, go back by the breadcrumb, delete it with confirmation', async () => {
-  const { page } = b;
+  const { page } = ctx.b;
   await page.getByRole('button', { name: 'New folder' }).click();
   await page.getByRole('textbox', { name: 'Name' }).fill('made-here');
   await page.getByRole('button', { name: 'Create folder' }).click();
   const r = fileRow(page, 'made-here');
   await r.waitFor();
-  const list = await server.apiJson('GET', `/agents/${agent.id}/fs/list?path=.`);
+  const list = await ctx.server.apiJson('GET', `/agents/${ctx.agent.id}/fs/list?path=.`);
   assert.equal(list.find((e) => e.name === 'made-here')?.type, 'dir');
   await r.getByRole('button', { name: 'made-here', exact: true }).click();
   await page.getByTestId('breadcrumbs').getByRole('button', { name: 'made-here', exact: true }).waitFor();
@@ -93,13 +75,13 @@ test('make a folder, open it, go back by the breadcrumb, delete it with confirma
   assert.match(await dialog.textContent(), /made-here/);
   await dialog.getByRole('button', { name: 'Delete' }).click();
   await r.waitFor({ state: 'detached' });
-  const after2 = await server.apiJson('GET', `/agents/${agent.id}/fs/list?path=.`);
+  const after2 = await ctx.server.apiJson('GET', `/agents/${ctx.agent.id}/fs/list?path=.`);
   assert.ok(!after2.some((e) => e.name === 'made-here'));
 });
 
 test('open a text file in the editor, change it, save it', async () => {
-  const { page } = b;
-  assert.equal((await server.api('PUT', `/agents/${agent.id}/fs/write?path=notes.txt`, 'line one\n')).status, 204);
+  const { page } = ctx.b;
+  assert.equal((await ctx.server.api('PUT', `/agents/${ctx.agent.id}/fs/write?path=notes.txt`, 'line one\n')).status, 204);
   await page.getByRole('button', { name: 'Refresh' }).click();
   await fileRow(page, 'notes.txt').getByRole('button', { name: 'Edit notes.txt' }).click();
   const editor = page.getByTestId('editor');
@@ -108,14 +90,14 @@ test('open a text file in the editor, change it, save it', async () => {
   await editor.fill('line one\nline two — ünïcødé ✓\n');
   await page.getByTestId('editor-save').click();
   await page.getByTestId('editor-status').filter({ hasText: 'Saved' }).waitFor();
-  const res = await server.api('GET', `/agents/${agent.id}/fs/read?path=notes.txt`);
+  const res = await ctx.server.api('GET', `/agents/${ctx.agent.id}/fs/read?path=notes.txt`);
   assert.equal(await res.text(), 'line one\nline two — ünïcødé ✓\n');
   await page.getByTestId('editor-close').click();
   await fileRow(page, 'notes.txt').waitFor();
 });
 
 test('hostile file names render as text', async () => {
-  const { page } = b;
+  const { page } = ctx.b;
   const names = [
     'has space.txt',
     'ünïcødé ✓ 日本語.txt',
@@ -125,11 +107,11 @@ test('hostile file names render as text', async () => {
     '&amp; &lt;b&gt;.txt',
   ];
   for (const n of names) {
-    const res = await server.api('PUT', `/agents/${agent.id}/fs/write?path=${q(n)}`, `content of ${n}`);
+    const res = await ctx.server.api('PUT', `/agents/${ctx.agent.id}/fs/write?path=${q(n)}`, `content of ${n}`);
     assert.equal(res.status, 204, `write ${n}: ${await res.text()}`);
   }
   const dirName = '<b>dir</b> "x"';
-  const mk = await server.api('POST', `/agents/${agent.id}/fs/mkdir?path=${q(dirName.replace('/', '∕'))}`);
+  const mk = await ctx.server.api('POST', `/agents/${ctx.agent.id}/fs/mkdir?path=${q(dirName.replace('/', '∕'))}`);
   assert.equal(mk.status, 204);
   await page.getByRole('button', { name: 'Refresh' }).click();
   for (const n of names) {
@@ -155,9 +137,9 @@ test('hostile file names render as text', async () => {
 });
 
 test('the path bar and breadcrumbs reach any absolute path; a refused one shows the server’s error', async () => {
-  const { page } = b;
-  assert.equal((await server.api('POST', `/agents/${agent.id}/fs/mkdir?path=deep/er`)).status, 204);
-  assert.equal((await server.api('PUT', `/agents/${agent.id}/fs/write?path=deep/er/inside.txt`, 'x')).status, 204);
+  const { page } = ctx.b;
+  assert.equal((await ctx.server.api('POST', `/agents/${ctx.agent.id}/fs/mkdir?path=deep/er`)).status, 204);
+  assert.equal((await ctx.server.api('PUT', `/agents/${ctx.agent.id}/fs/write?path=deep/er/inside.txt`, 'x')).status, 204);
   const crumbs = page.getByTestId('breadcrumbs');
   const pathInput = page.getByRole('textbox', { name: 'Path' });
   assert.equal(await pathInput.inputValue(), '/home/agent', 'the path bar shows the folder shown');
@@ -181,7 +163,7 @@ test('the path bar and breadcrumbs reach any absolute path; a refused one shows 
 
   // Above the home: `/` through the path bar. The fake driver serves nothing outside the home,
   // so the server refuses it there; whatever it answers is what the page shows.
-  const direct = await server.api('GET', `/agents/${agent.id}/fs/list?path=${q('/')}`);
+  const direct = await ctx.server.api('GET', `/agents/${ctx.agent.id}/fs/list?path=${q('/')}`);
   const body = await direct.text();
   await pathInput.fill('/');
   await pathInput.press('Enter');

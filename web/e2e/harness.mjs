@@ -1,11 +1,14 @@
 // Shared helpers for the browser tests: a real `agenthold serve` (fake driver) per test file,
-// headless Debian Chromium through playwright-core, and small polling helpers with deadlines.
+// headless Debian Chromium through playwright-core, each file's setup and teardown
+// (`browserSuite`), and small polling helpers with deadlines.
+import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdtemp, mkdir, rm, writeFile, readFile } from 'node:fs/promises';
 import { connect as tcpConnect, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { after, before } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
 
@@ -256,6 +259,18 @@ export async function screenshot(page, name) {
   await page.screenshot({ path: path.join(SCREENSHOTS, name) });
 }
 
+/** Opens `agent`'s file browser and waits until it has listed the home. */
+export async function openFiles(page, agent) {
+  await page.goto(`/agents/${agent.id}#files`);
+  await page.locator('[data-testid="files"][data-state="ready"]').waitFor();
+}
+
+/** Opens `agent`'s page and waits until its terminal is connected (the first may wait a while). */
+export async function openTerminal(page, agent) {
+  await page.goto(`/agents/${agent.id}`);
+  await page.locator('.term[data-status="connected"]').waitFor({ timeout: 60_000 });
+}
+
 /** The lines of the xterm buffer (window.__agentholdTerm). */
 export async function termLines(page) {
   return page.evaluate(() => {
@@ -288,6 +303,35 @@ export async function runInTerminal(page, command, expect, { timeout = 30_000 } 
     }
   }
   throw new Error(`terminal never showed ${expect} after \`${command}\`; buffer:\n${lastLines.filter(Boolean).join('\n')}`);
+}
+
+/**
+ * A test file's setup and teardown, registered as its `before` and `after`: a server started with
+ * `options` (see startServer); with `proxied`, a startProxy in front of it that the browser goes
+ * through; Chromium on it (`onBrowser(ctx)` runs once it is open); with `agent`, a running agent
+ * of that name; signed in with the admin token unless `signedIn` is false; then `open(page, agent)`.
+ * `after` closes it all and fails the file on an uncaught error in the page. Returns the context
+ * that `before` fills: { server, proxy, b, agent }.
+ */
+export function browserSuite({ options, proxied = false, onBrowser, agent, signedIn = true, open } = {}) {
+  const ctx = {};
+  before(async () => {
+    ctx.server = await startServer(options);
+    if (proxied) ctx.proxy = await startProxy(ctx.server.uiUrl);
+    ctx.b = await openBrowser(ctx.proxy ? { ...ctx.server, uiUrl: ctx.proxy.url } : ctx.server);
+    await onBrowser?.(ctx);
+    if (agent) ctx.agent = await ctx.server.runningAgent(agent);
+    if (signedIn) await signIn(ctx.b.page, ctx.server.token);
+    await open?.(ctx.b.page, ctx.agent);
+  });
+  after(async () => {
+    const pageErrors = (ctx.b?.consoleErrors ?? []).filter((e) => e.startsWith('pageerror'));
+    await ctx.b?.browser.close();
+    await ctx.proxy?.close();
+    await ctx.server?.stop();
+    assert.deepEqual(pageErrors, [], 'no uncaught errors in the page');
+  });
+  return ctx;
 }
 
 export { readFile };

@@ -1,28 +1,10 @@
 // An upload over `server.max_file_mb` shows the server's message, which names the limit.
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import http from 'node:http';
-import { openBrowser, signIn, startServer } from './harness.mjs';
+import { browserSuite, openFiles } from './harness.mjs';
 
-let server;
-let b;
-let agent;
-
-before(async () => {
-  server = await startServer({ maxFileMb: 1 });
-  b = await openBrowser(server);
-  agent = await server.runningAgent('limits');
-  await signIn(b.page, server.token);
-  await b.page.goto(`/agents/${agent.id}#files`);
-  await b.page.locator('[data-testid="files"][data-state="ready"]').waitFor();
-});
-
-after(async () => {
-  const pageErrors = (b?.consoleErrors ?? []).filter((e) => e.startsWith('pageerror'));
-  await b?.browser.close();
-  await server?.stop();
-  assert.deepEqual(pageErrors, [], 'no uncaught errors in the page');
-});
+const ctx = browserSuite({ options: { maxFileMb: 1 }, agent: 'limits', open: openFiles });
 
 /**
  * PUTs `body` with `Expect: 100-continue`, sending it only if the server asks for it. A server
@@ -30,12 +12,12 @@ after(async () => {
  * the close could reset the connection under it before the answer was read.
  */
 function putExpectingContinue(p, body) {
-  const url = new URL(`${server.url}/api/v1${p}`);
+  const url = new URL(`${ctx.server.url}/api/v1${p}`);
   return new Promise((resolve, reject) => {
     const req = http.request(url, {
       method: 'PUT',
       headers: {
-        Authorization: `Bearer ${server.token}`,
+        Authorization: `Bearer ${ctx.server.token}`,
         'Content-Type': 'application/octet-stream',
         'Content-Length': body.length,
         Expect: '100-continue',
@@ -53,9 +35,9 @@ function putExpectingContinue(p, body) {
 }
 
 test('an upload over the limit shows the limit; one under it succeeds', async () => {
-  const { page } = b;
+  const { page } = ctx.b;
   const big = Buffer.alloc(2 * 1024 * 1024 + 17, 7);
-  const res = await putExpectingContinue(`/agents/${agent.id}/fs/write?path=probe.bin`, big);
+  const res = await putExpectingContinue(`/agents/${ctx.agent.id}/fs/write?path=probe.bin`, big);
   assert.equal(res.status, 413);
   const err = JSON.parse(res.body).error;
   assert.equal(err.code, 'too_large');
@@ -69,7 +51,7 @@ test('an upload over the limit shows the limit; one under it succeeds', async ()
   await failed.waitFor({ timeout: 30_000 });
   assert.equal((await failed.locator('.upload-text').textContent()).trim(), err.message);
   await page.locator('[data-testid="upload"][data-name="small.bin"].upload-done').waitFor({ timeout: 30_000 });
-  const list = await server.apiJson('GET', `/agents/${agent.id}/fs/list?path=.`);
+  const list = await ctx.server.apiJson('GET', `/agents/${ctx.agent.id}/fs/list?path=.`);
   assert.ok(list.some((e) => e.name === 'small.bin'));
   assert.ok(!list.some((e) => e.name === 'too-big.bin'), 'nothing left behind by the refused upload');
 });

@@ -3,16 +3,13 @@
 // values), env rows, and the agent page's preset, env editor and live setup log.
 
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
-import { openBrowser, screenshot, signIn, startServer, until } from './harness.mjs';
+import { test } from 'node:test';
+import { browserSuite, screenshot, until } from './harness.mjs';
 
 const SETUP = ['echo hello-from-setup', 'echo setup-to-stderr >&2', 'echo "greeting is $GREETING"'];
 
-let server;
-let b;
-
-before(async () => {
-  server = await startServer({
+const ctx = browserSuite({
+  options: {
     sandboxConfig: ['  default_preset: dev'],
     topConfig: [
       'presets:',
@@ -30,23 +27,14 @@ before(async () => {
       '    setup: |',
       ...SETUP.map((l) => `      ${l}`),
     ],
-  });
-  b = await openBrowser(server);
-  await signIn(b.page, server.token);
-});
-
-after(async () => {
-  const pageErrors = (b?.consoleErrors ?? []).filter((e) => e.startsWith('pageerror'));
-  await b?.browser.close();
-  await server?.stop();
-  assert.deepEqual(pageErrors, [], 'no uncaught errors in the page');
+  },
 });
 
 const row = (page, name) => page.locator(`[data-testid="agent-row"][data-agent-name="${name}"]`);
 
 test('the create form offers the presets: the default chosen, each with its description and limits', async () => {
-  const { page } = b;
-  const presets = await server.apiJson('GET', '/presets');
+  const { page } = ctx.b;
+  const presets = await ctx.server.apiJson('GET', '/presets');
   assert.deepEqual(
     presets.map((p) => p.name),
     ['dev', 'minimal'],
@@ -71,7 +59,7 @@ test('the create form offers the presets: the default chosen, each with its desc
   const minimal = presets.find((p) => p.name === 'minimal');
   assert.equal(await page.locator('#new-idleMinutes').getAttribute('placeholder'), `${minimal.idleMinutes} (preset)`);
   // The runtime choice shows only when the server allows more than one.
-  const limits = await server.apiJson('GET', '/limits');
+  const limits = await ctx.server.apiJson('GET', '/limits');
   const many = Array.isArray(limits.runtimes) && limits.runtimes.length > 1;
   assert.equal(await page.getByTestId('runtime-select').isVisible(), many);
   await select.selectOption('dev');
@@ -79,7 +67,7 @@ test('the create form offers the presets: the default chosen, each with its desc
 });
 
 test('create from the dropdown with env rows; the agent page shows preset, env and the setup log', async () => {
-  const { page } = b;
+  const { page } = ctx.b;
   await page.locator('#new-name').fill('from-dev');
   await page.getByTestId('preset-select').selectOption('dev');
   await page.locator('#new-memoryMb').fill('768');
@@ -91,7 +79,7 @@ test('create from the dropdown with env rows; the agent page shows preset, env a
   await r.waitFor();
   await r.locator('[data-testid="state"][data-state="running"]').waitFor({ timeout: 60_000 });
   const id = await r.getAttribute('data-agent-id');
-  const agent = await server.apiJson('GET', `/agents/${id}`);
+  const agent = await ctx.server.apiJson('GET', `/agents/${id}`);
   assert.equal(agent.preset, 'dev');
   assert.equal(agent.cpus, 2, 'an empty field took the preset’s value');
   assert.equal(agent.memoryMb, 768, 'a field given overrides the preset');
@@ -112,21 +100,21 @@ test('create from the dropdown with env rows; the agent page shows preset, env a
   await log.filter({ hasText: 'greeting is hello' }).waitFor();
   await setup.and(page.locator('[data-state="done"]')).waitFor({ timeout: 60_000 });
   assert.match(await setup.getByTestId('setup-state').textContent(), /done \(exit code 0\)/);
-  const after = await server.apiJson('GET', `/agents/${id}`);
+  const after = await ctx.server.apiJson('GET', `/agents/${id}`);
   assert.equal(after.setup.state, 'done');
   assert.equal(after.setup.exitCode, 0);
   await screenshot(page, 'agent-setup.png');
 });
 
 test('run setup again: the new run’s log is followed', async () => {
-  const { page } = b;
+  const { page } = ctx.b;
   const id = await page.locator('.agent-page').getAttribute('data-agent-id');
-  const before = (await server.apiJson('GET', `/agents/${id}`)).setup;
+  const before = (await ctx.server.apiJson('GET', `/agents/${id}`)).setup;
   const setup = page.getByTestId('setup');
   await setup.getByTestId('setup-again').click();
   if (before.processId) {
     const next = await until('a new setup process', async () => {
-      const s = (await server.apiJson('GET', `/agents/${id}`)).setup;
+      const s = (await ctx.server.apiJson('GET', `/agents/${id}`)).setup;
       return s.processId && s.processId !== before.processId && s;
     });
     await setup.and(page.locator(`[data-process-id="${next.processId}"]`)).waitFor();
@@ -138,7 +126,7 @@ test('run setup again: the new run’s log is followed', async () => {
 });
 
 test('env is edited on the agent page and reaches new processes', async () => {
-  const { page } = b;
+  const { page } = ctx.b;
   const id = await page.locator('.agent-page').getAttribute('data-agent-id');
   await page.getByTestId('env').click();
   const form = page.getByTestId('env-form');
@@ -157,11 +145,11 @@ test('env is edited on the agent page and reaches new processes', async () => {
   await form.waitFor({ state: 'hidden' });
   const want = { EXTRA: 'changed', NEW_ONE: 'x y' };
   await until(`env ${JSON.stringify(want)}`, async () => {
-    const a = await server.apiJson('GET', `/agents/${id}`);
+    const a = await ctx.server.apiJson('GET', `/agents/${id}`);
     assert.deepEqual(a.env, want);
     return true;
   });
   await page.getByTestId('agent-env').filter({ hasText: 'EXTRA, NEW_ONE' }).waitFor();
-  const r = await server.apiJson('POST', `/agents/${id}/exec`, { command: ['sh', '-c', 'echo "$EXTRA|$NEW_ONE|${GREETING-unset}"'] });
+  const r = await ctx.server.apiJson('POST', `/agents/${id}/exec`, { command: ['sh', '-c', 'echo "$EXTRA|$NEW_ONE|${GREETING-unset}"'] });
   assert.equal(r.stdout, 'changed|x y|unset\n');
 });

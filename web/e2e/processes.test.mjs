@@ -2,28 +2,16 @@
 // `process` events, their output followed live (stderr told apart, the end noted), stopped with
 // TERM from the list, and removed.
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
-import { openBrowser, screenshot, signIn, startServer, until } from './harness.mjs';
+import { test } from 'node:test';
+import { browserSuite, screenshot, until } from './harness.mjs';
 
-let server;
-let b;
-let agent;
-
-before(async () => {
-  server = await startServer();
-  b = await openBrowser(server);
-  agent = await server.runningAgent('procs');
-  await signIn(b.page, server.token);
-  await b.page.goto(`/agents/${agent.id}`);
-  await b.page.getByRole('tab', { name: 'Processes' }).click();
-  await b.page.locator('[data-testid="processes"][data-state="ready"]').waitFor();
-});
-
-after(async () => {
-  const pageErrors = (b?.consoleErrors ?? []).filter((e) => e.startsWith('pageerror'));
-  await b?.browser.close();
-  await server?.stop();
-  assert.deepEqual(pageErrors, [], 'no uncaught errors in the page');
+const ctx = browserSuite({
+  agent: 'procs',
+  open: async (page, agent) => {
+    await page.goto(`/agents/${agent.id}`);
+    await page.getByRole('tab', { name: 'Processes' }).click();
+    await page.locator('[data-testid="processes"][data-state="ready"]').waitFor();
+  },
 });
 
 const row = (page, tag) => page.locator(`tr.proc-row[data-tag="${tag}"]`);
@@ -37,7 +25,7 @@ async function startFromForm(page, line, tag) {
 }
 
 test('start from the form: listed, exits 0, its output followed with stderr told apart', async () => {
-  const { page } = b;
+  const { page } = ctx.b;
   await page.getByTestId('processes-message').getByText('No processes yet').waitFor();
   assert.equal(page.url().endsWith('#processes'), true, 'the tab is in the address');
 
@@ -60,7 +48,7 @@ test('start from the form: listed, exits 0, its output followed with stderr told
   assert.equal(await log.locator('.plog-note').count(), 1, 'one note: the end');
   assert.equal(await r.getAttribute('aria-selected'), 'true');
 
-  const [p] = await server.apiJson('GET', `/agents/${agent.id}/processes`);
+  const [p] = await ctx.server.apiJson('GET', `/agents/${ctx.agent.id}/processes`);
   assert.equal(p.tag, 'greet');
   assert.deepEqual(p.command, ['sh', '-c', 'echo hello; echo oops >&2; sleep 0.3; echo done']);
   assert.equal(p.state, 'exited');
@@ -68,8 +56,8 @@ test('start from the form: listed, exits 0, its output followed with stderr told
 });
 
 test('a process started elsewhere appears by its event; a bad tag is refused at the form', async () => {
-  const { page } = b;
-  await server.apiJson('POST', `/agents/${agent.id}/processes`, { command: ['sh', '-c', 'sleep 0.2; exit 3'], tag: 'api' });
+  const { page } = ctx.b;
+  await ctx.server.apiJson('POST', `/agents/${ctx.agent.id}/processes`, { command: ['sh', '-c', 'sleep 0.2; exit 3'], tag: 'api' });
   await row(page, 'api').and(page.locator('[data-state="exited"]')).waitFor({ timeout: 20_000 });
   assert.equal((await row(page, 'api').locator('.col-exit').textContent()).trim(), '3');
   // Newest first.
@@ -86,7 +74,7 @@ test('a process started elsewhere appears by its event; a bad tag is refused at 
 });
 
 test('Stop sends TERM: the row and the log say killed by TERM; Remove forgets it', async () => {
-  const { page } = b;
+  const { page } = ctx.b;
   await startFromForm(page, 'sleep 1000', 'nap');
   const r = row(page, 'nap');
   await r.and(page.locator('[data-state="running"]')).waitFor();
@@ -103,7 +91,7 @@ test('Stop sends TERM: the row and the log say killed by TERM; Remove forgets it
   assert.equal(await r.locator('[data-act="stop"]').isDisabled(), true, 'no Stop for an ended process');
   await page.locator('[data-testid="process-log-panel"][data-state="ended"]').waitFor({ timeout: 20_000 });
   assert.match(await page.getByTestId('process-log').textContent(), /\[killed by signal TERM after [^\]]+\]/);
-  const p = await server.apiJson('GET', `/agents/${agent.id}/processes/nap`);
+  const p = await ctx.server.apiJson('GET', `/agents/${ctx.agent.id}/processes/nap`);
   assert.equal(p.state, 'killed');
   assert.equal(p.signal, 'TERM');
 
@@ -111,6 +99,6 @@ test('Stop sends TERM: the row and the log say killed by TERM; Remove forgets it
   await page.locator('dialog [data-confirm]').click();
   await r.waitFor({ state: 'detached' });
   assert.equal(await page.getByTestId('process-log-panel').isHidden(), true, 'its log closed with it');
-  const gone = await server.api('GET', `/agents/${agent.id}/processes/${p.id}`);
+  const gone = await ctx.server.api('GET', `/agents/${ctx.agent.id}/processes/${p.id}`);
   assert.equal(gone.status, 404);
 });

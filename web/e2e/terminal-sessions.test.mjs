@@ -6,45 +6,29 @@
 // can cut its connections the way a network drop does.
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { after, before, test } from 'node:test';
-import { openBrowser, runInTerminal, screenshot, signIn, startProxy, startServer, termLines, until } from './harness.mjs';
+import { test } from 'node:test';
+import { browserSuite, openTerminal, runInTerminal, screenshot, termLines, until } from './harness.mjs';
 
-let server;
-let proxy;
-let b;
-let agent;
 /** Every terminal WebSocket the page opened: { url, received: [text], sent: [text], closed }. */
 const sockets = [];
 
-before(async () => {
-  server = await startServer();
-  proxy = await startProxy(server.uiUrl);
-  b = await openBrowser({ ...server, uiUrl: proxy.url });
-  b.page.on('websocket', (ws) => {
+const ctx = browserSuite({
+  proxied: true,
+  onBrowser: ({ b }) => b.page.on('websocket', (ws) => {
     if (!ws.url().includes('/terminal')) return;
     const rec = { url: ws.url(), received: [], sent: [], closed: false };
     sockets.push(rec);
     ws.on('framereceived', ({ payload }) => typeof payload === 'string' && rec.received.push(payload));
     ws.on('framesent', ({ payload }) => typeof payload === 'string' && rec.sent.push(payload));
     ws.on('close', () => (rec.closed = true));
-  });
-  agent = await server.runningAgent('sessions');
-  await signIn(b.page, server.token);
-  await b.page.goto(`/agents/${agent.id}`);
-  await connected(b.page, 60_000);
-});
-
-after(async () => {
-  const pageErrors = (b?.consoleErrors ?? []).filter((e) => e.startsWith('pageerror'));
-  await b?.browser.close();
-  await proxy?.close();
-  await server?.stop();
-  assert.deepEqual(pageErrors, [], 'no uncaught errors in the page');
+  }),
+  agent: 'sessions',
+  open: openTerminal,
 });
 
 const connected = (page, timeout = 30_000) => page.locator('.term[data-status="connected"]').waitFor({ timeout });
-const stored = (page) => page.evaluate((id) => JSON.parse(sessionStorage.getItem(`agenthold.terminal.${id}`) ?? 'null'), agent.id);
-const sessions = () => server.apiJson('GET', `/agents/${agent.id}/terminals`);
+const stored = (page) => page.evaluate((id) => JSON.parse(sessionStorage.getItem(`agenthold.terminal.${id}`) ?? 'null'), ctx.agent.id);
+const sessions = () => ctx.server.apiJson('GET', `/agents/${ctx.agent.id}/terminals`);
 const controls = (list = sockets) => list.flatMap((s) => s.received.map((t) => JSON.parse(t)));
 const termSize = (page) => page.evaluate(() => ({ cols: window.__agentholdTerm.cols, rows: window.__agentholdTerm.rows }));
 
@@ -78,7 +62,7 @@ async function outputGrows(sid, bytes) {
 }
 
 test('control messages (session, resize, redraw) never reach the terminal', async () => {
-  const { page } = b;
+  const { page } = ctx.b;
   const { id: sid } = await stored(page);
   const mine = sockets.at(-1);
   // A second viewer attaches at another size: the session takes it and tells us (`resize`).
@@ -90,7 +74,7 @@ test('control messages (session, resize, redraw) never reach the terminal', asyn
         ws.onmessage = (e) => typeof e.data === 'string' && JSON.parse(e.data).type === 'session' && resolve();
         ws.onclose = (e) => reject(new Error(`other viewer closed ${e.code}`));
       }),
-    { agentId: agent.id, sid },
+    { agentId: ctx.agent.id, sid },
   );
   await until('our xterm takes the other viewer’s size', async () => {
     const t = await termSize(page);
@@ -123,7 +107,7 @@ test('control messages (session, resize, redraw) never reach the terminal', asyn
 });
 
 test('a page reload reattaches to the same shell and leaves no shell behind', async () => {
-  const { page } = b;
+  const { page } = ctx.b;
   const nonce = randomBytes(4).toString('hex');
   await runInTerminal(page, `KEEP=kept-${nonce}; echo set-${nonce}`, new RegExp(`^set-${nonce}\\s*$`));
   const before = await stored(page);
@@ -146,7 +130,7 @@ test('a page reload reattaches to the same shell and leaves no shell behind', as
 });
 
 test('a network drop while output streams: it reconnects by itself and every line arrives exactly once', async () => {
-  const { page, context } = b;
+  const { page, context } = ctx.b;
   const tag = `drop${randomBytes(3).toString('hex')}`;
   const { id: sid } = await stored(page);
   await startLines(page, tag);
@@ -156,7 +140,7 @@ test('a network drop while output streams: it reconnects by itself and every lin
   // proxy cuts the page's connections and refuses new ones. The page sees close 1006, reconnects
   // with backoff (failing), and goes offline as well, so the `offline`/`online` events play too.
   try {
-    assert.ok(proxy.setDown(true) > 0, 'the proxy had connections to cut');
+    assert.ok(ctx.proxy.setDown(true) > 0, 'the proxy had connections to cut');
     await page.locator('.term[data-status="reconnecting"]').waitFor({ timeout: 10_000 });
     await context.setOffline(true);
     await until('the status line says offline', async () => /Offline/.test(await page.getByTestId('terminal-status').innerText()), { timeout: 10_000 });
@@ -165,7 +149,7 @@ test('a network drop while output streams: it reconnects by itself and every lin
     await outputGrows(sid, 1500);
     await screenshot(page, 'terminal-reconnecting.png');
   } finally {
-    proxy.setDown(false);
+    ctx.proxy.setDown(false);
     await context.setOffline(false);
   }
   await connected(page);
@@ -182,7 +166,7 @@ test('a network drop while output streams: it reconnects by itself and every lin
 });
 
 test('offline then online without a close: the page reattaches and continues exactly', async () => {
-  const { page, context } = b;
+  const { page, context } = ctx.b;
   const tag = `blip${randomBytes(3).toString('hex')}`;
   const { id: sid } = await stored(page);
   await startLines(page, tag);
@@ -204,7 +188,7 @@ test('offline then online without a close: the page reattaches and continues exa
 });
 
 test('a stored session that is gone is replaced by a new one on load', async () => {
-  const { page } = b;
+  const { page } = ctx.b;
   const { id: sid } = await stored(page);
   // A well-formed id no sandbox has: the attach fails with 404 (the page sees only 1006), the
   // session list says it does not exist, and the page starts a new shell by itself.
@@ -213,11 +197,11 @@ test('a stored session that is gone is replaced by a new one on load', async () 
   await page.goto('/');
   await page.getByRole('heading', { name: 'Agents' }).waitFor();
   await page.evaluate(({ key, fake }) => sessionStorage.setItem(key, JSON.stringify({ id: fake, offset: 0 })), {
-    key: `agenthold.terminal.${agent.id}`,
+    key: `agenthold.terminal.${ctx.agent.id}`,
     fake,
   });
   const socketsBefore = sockets.length;
-  await page.goto(`/agents/${agent.id}`);
+  await page.goto(`/agents/${ctx.agent.id}`);
   await connected(page);
   const now = (await stored(page)).id;
   assert.match(sockets[socketsBefore].url, new RegExp(`[?&]session=${fake}(&|$)`), 'it tried the stored session first');
@@ -239,8 +223,8 @@ test('a stored session that is gone is replaced by a new one on load', async () 
 });
 
 test('when the agent sleeps, the page says the session ended and a new session wakes it', async () => {
-  const { page } = b;
-  await server.apiJson('POST', `/agents/${agent.id}/stop`);
+  const { page } = ctx.b;
+  await ctx.server.apiJson('POST', `/agents/${ctx.agent.id}/stop`);
   await page.locator('.term[data-status="ended"]').waitFor({ timeout: 30_000 });
   assert.ok((await termLines(page)).some((l) => l.includes('the agent slept or was restarted')));
   assert.equal(await stored(page), null, 'the ended session is forgotten');

@@ -2,33 +2,15 @@
 // after the shell exits, paste.
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { after, before, test } from 'node:test';
-import { openBrowser, runInTerminal, screenshot, signIn, startServer, termLines, until } from './harness.mjs';
+import { test } from 'node:test';
+import { browserSuite, openTerminal, runInTerminal, screenshot, termLines, until } from './harness.mjs';
 
-let server;
-let b;
-let agent;
-
-before(async () => {
-  server = await startServer();
-  b = await openBrowser(server);
-  agent = await server.runningAgent('term');
-  await signIn(b.page, server.token);
-  await b.page.goto(`/agents/${agent.id}`);
-  await b.page.locator('.term[data-status="connected"]').waitFor({ timeout: 60_000 });
-});
-
-after(async () => {
-  const pageErrors = (b?.consoleErrors ?? []).filter((e) => e.startsWith('pageerror'));
-  await b?.browser.close();
-  await server?.stop();
-  assert.deepEqual(pageErrors, [], 'no uncaught errors in the page');
-});
+const ctx = browserSuite({ agent: 'term', open: openTerminal });
 
 const termSize = (page) => page.evaluate(() => ({ cols: window.__agentholdTerm.cols, rows: window.__agentholdTerm.rows }));
 
 test('type a command and read its output from the terminal buffer', async () => {
-  const { page } = b;
+  const { page } = ctx.b;
   const nonce = randomBytes(4).toString('hex');
   const { line } = await runInTerminal(page, `echo hello-$((20+22))-${nonce}`, new RegExp(`^hello-42-${nonce}\\s*$`));
   assert.equal(line.trim(), `hello-42-${nonce}`);
@@ -38,7 +20,7 @@ test('type a command and read its output from the terminal buffer', async () => 
 });
 
 test('the terminal fits its box and stty size follows a viewport resize', async () => {
-  const { page } = b;
+  const { page } = ctx.b;
   const before = await termSize(page);
   assert.ok(before.cols > 80 && before.rows > 15, `fits a 1280×720 page: ${JSON.stringify(before)}`);
   await runInTerminal(page, 'stty size', new RegExp(`^${before.rows} ${before.cols}\\s*$`));
@@ -53,7 +35,7 @@ test('the terminal fits its box and stty size follows a viewport resize', async 
 });
 
 test('paste puts the clipboard into the shell', async () => {
-  const { page } = b;
+  const { page } = ctx.b;
   const nonce = randomBytes(4).toString('hex');
   await page.evaluate((t) => navigator.clipboard.writeText(t), `echo pasted-${nonce}`);
   await page.getByRole('button', { name: 'Paste' }).click();
@@ -66,7 +48,7 @@ test('paste puts the clipboard into the shell', async () => {
 });
 
 test('when the shell exits, the page says so and offers a new session', async () => {
-  const { page } = b;
+  const { page } = ctx.b;
   await page.locator('.xterm').click();
   await page.keyboard.type('exit');
   await page.keyboard.press('Enter');
