@@ -116,8 +116,13 @@ impl Lifecycle {
                 .fail(&id, &[Creating], format!("{CREATE_FAILED}: {e}"))
                 .await;
         }
+        self.go_on_to_start(id, Creating).await;
+    }
+
+    /// A create or a rebuild is done: the agent goes on into its start.
+    async fn go_on_to_start(self: Arc<Self>, id: String, from: AgentState) {
         if self
-            .transition(&id, &[Creating], Starting, "start")
+            .transition(&id, &[from], Starting, "start")
             .await
             .is_ok()
         {
@@ -219,13 +224,7 @@ impl Lifecycle {
                 tracing::warn!(agent = id, "forgetting the setup's run failed: {e}");
             }
         }
-        if self
-            .transition(&id, &[Rebuilding], Starting, "start")
-            .await
-            .is_ok()
-        {
-            self.run_start(id).await;
-        }
+        self.go_on_to_start(id, Rebuilding).await;
     }
 
     pub(crate) async fn run_destroy(self: Arc<Self>, id: String) {

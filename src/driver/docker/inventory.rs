@@ -116,11 +116,12 @@ impl DockerDriver {
             ))
             .await
             .map_err(DockerError::api("listing volumes"))?;
-        for v in volumes.volumes.unwrap_or_default() {
-            if let Some(id) = self.names.agent_of(Some(&v.labels)) {
-                found.entry(id).or_insert(SandboxStatus::Missing);
-            }
-        }
+        let mut leftovers: Vec<String> = volumes
+            .volumes
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|v| self.names.agent_of(Some(&v.labels)))
+            .collect();
         let networks = self
             .docker
             .list_networks(Some(
@@ -130,22 +131,24 @@ impl DockerDriver {
             ))
             .await
             .map_err(DockerError::api("listing networks"))?;
-        for n in networks {
-            if let Some(id) = self.names.agent_of(n.labels.as_ref()) {
-                found.entry(id).or_insert(SandboxStatus::Missing);
-            }
-        }
+        leftovers.extend(
+            networks
+                .iter()
+                .filter_map(|n| self.names.agent_of(n.labels.as_ref())),
+        );
         if let Some(fw) = &self.firewall {
-            for id in fw.agents().await? {
-                found.entry(id).or_insert(SandboxStatus::Missing);
-            }
+            leftovers.extend(fw.agents().await?);
         }
         if let Ok(disks) = &self.disks {
-            for name in disks.names()? {
-                if let Some(id) = self.names.agent_of_volume(&name) {
-                    found.entry(id).or_insert(SandboxStatus::Missing);
-                }
-            }
+            leftovers.extend(
+                disks
+                    .names()?
+                    .iter()
+                    .filter_map(|name| self.names.agent_of_volume(name)),
+            );
+        }
+        for id in leftovers {
+            found.entry(id).or_insert(SandboxStatus::Missing);
         }
         Ok(found
             .into_iter()
