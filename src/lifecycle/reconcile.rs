@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::Lifecycle;
 use crate::driver::SandboxStatus;
 use crate::metrics::{OpKind, Repair};
-use crate::model::AgentState::*;
+use crate::model::AgentState::{self, *};
 
 #[derive(Debug, Default, PartialEq)]
 pub struct Report {
@@ -17,6 +17,19 @@ pub struct Report {
     pub orphans_removed: usize,
 }
 
+/// The operation an agent in `state` was in the middle of: a crash cut it short, and it is run
+/// again from its start (each driver call is idempotent).
+fn interrupted(state: AgentState) -> Option<OpKind> {
+    match state {
+        Creating => Some(OpKind::create),
+        Starting => Some(OpKind::start),
+        Stopping => Some(OpKind::stop),
+        Rebuilding => Some(OpKind::rebuild),
+        Destroying => Some(OpKind::destroy),
+        Running | Sleeping | Error => None,
+    }
+}
+
 /// Runs once before the API opens. Resumed operations go on in the background.
 pub async fn reconcile(lc: &Arc<Lifecycle>) -> anyhow::Result<Report> {
     let mut report = Report::default();
@@ -24,32 +37,13 @@ pub async fn reconcile(lc: &Arc<Lifecycle>) -> anyhow::Result<Report> {
     let agents = lc.store.list_agents().await?;
     for agent in &agents {
         let id = agent.id.clone();
+        if let Some(kind) = interrupted(agent.state) {
+            lc.spawn_op(kind, id);
+            report.resumed += 1;
+            repairs.record(Repair::resumed_operation);
+            continue;
+        }
         match agent.state {
-            Creating => {
-                lc.spawn_op(OpKind::create, id);
-                report.resumed += 1;
-                repairs.record(Repair::resumed_operation);
-            }
-            Starting => {
-                lc.spawn_op(OpKind::start, id);
-                report.resumed += 1;
-                repairs.record(Repair::resumed_operation);
-            }
-            Stopping => {
-                lc.spawn_op(OpKind::stop, id);
-                report.resumed += 1;
-                repairs.record(Repair::resumed_operation);
-            }
-            Rebuilding => {
-                lc.spawn_op(OpKind::rebuild, id);
-                report.resumed += 1;
-                repairs.record(Repair::resumed_operation);
-            }
-            Destroying => {
-                lc.spawn_op(OpKind::destroy, id);
-                report.resumed += 1;
-                repairs.record(Repair::resumed_operation);
-            }
             Running => match lc.driver.inspect(&id).await? {
                 SandboxStatus::Running => {
                     // Its sandboxd reconnects by itself; if it never does, the agent fails.
@@ -77,7 +71,7 @@ pub async fn reconcile(lc: &Arc<Lifecycle>) -> anyhow::Result<Report> {
                     repairs.record(Repair::found_started);
                 }
             }
-            Error => {}
+            Creating | Starting | Stopping | Rebuilding | Destroying | Error => {}
         }
     }
     let known: HashSet<&str> = agents.iter().map(|a| a.id.as_str()).collect();

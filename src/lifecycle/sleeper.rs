@@ -5,15 +5,9 @@ use std::sync::Arc;
 
 use chrono::Utc;
 
+use super::view::idle_time;
 use super::Lifecycle;
-use crate::config::SandboxConfig;
 use crate::model::{Agent, AgentState};
-
-/// How long `idle_minutes` units of `sandbox.idle_minute` (a minute but in tests) last.
-pub fn idle_time(config: &SandboxConfig, idle_minutes: u32) -> chrono::Duration {
-    let total = config.idle_minute.saturating_mul(idle_minutes);
-    chrono::Duration::from_std(total).unwrap_or(chrono::Duration::MAX)
-}
 
 /// True when `agent` has been idle for its whole idle time.
 pub fn is_idle(lc: &Lifecycle, agent: &Agent, now: chrono::DateTime<Utc>) -> bool {
@@ -46,21 +40,5 @@ pub async fn run(lc: Arc<Lifecycle>) {
                 tracing::debug!(agent = agent.id, "not put to sleep: {e}");
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn idle_minutes_are_counted_in_idle_minute_units() {
-        let mut c = SandboxConfig::default();
-        assert_eq!(idle_time(&c, 15), chrono::Duration::minutes(15));
-        c.idle_minute = Duration::from_secs(2);
-        assert_eq!(idle_time(&c, 3), chrono::Duration::seconds(6));
-        c.idle_minute = Duration::MAX;
-        assert_eq!(idle_time(&c, u32::MAX), chrono::Duration::MAX);
     }
 }

@@ -449,53 +449,6 @@ impl Store {
         self.column(id, "boot_token_hash").await
     }
 
-    /// Records the agent network's subnet (`None` releases it). `SubnetTaken` if another agent
-    /// holds it, so the driver can pick another.
-    pub async fn set_subnet(&self, id: &str, subnet: Option<&str>) -> Result<()> {
-        let wanted = subnet.map(str::to_string);
-        self.update_one(
-            id,
-            "UPDATE agents SET subnet = ?3, updated_at = ?2 WHERE id = ?1",
-            wanted.clone(),
-        )
-        .await
-        .map_err(|e| match (e, wanted) {
-            (StoreError::Sqlite(e), Some(s)) if unique_violation(&e) == Some("agents.subnet") => {
-                StoreError::SubnetTaken(s)
-            }
-            (e, _) => e,
-        })
-    }
-
-    pub async fn subnet(&self, id: &str) -> Result<Option<String>> {
-        self.column(id, "subnet").await
-    }
-
-    /// Each agent that holds a subnet, with it.
-    pub async fn subnet_holders(&self) -> Result<Vec<(String, String)>> {
-        self.call(|c| {
-            let mut stmt = c.prepare("SELECT id, subnet FROM agents WHERE subnet IS NOT NULL")?;
-            let rows = stmt
-                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect::<rusqlite::Result<Vec<(String, String)>>>()?;
-            Ok(rows)
-        })
-        .await
-    }
-
-    /// Every subnet some agent holds, sorted.
-    pub async fn subnets_in_use(&self) -> Result<Vec<String>> {
-        self.call(|c| {
-            let mut stmt =
-                c.prepare("SELECT subnet FROM agents WHERE subnet IS NOT NULL ORDER BY subnet")?;
-            let subnets = stmt
-                .query_map([], |r| r.get(0))?
-                .collect::<rusqlite::Result<Vec<String>>>()?;
-            Ok(subnets)
-        })
-        .await
-    }
-
     /// Removes the agent's row for good; `NotFound` if it is already gone.
     pub async fn delete_agent(&self, id: &str) -> Result<()> {
         let id = id.to_string();
@@ -509,7 +462,12 @@ impl Store {
     }
 
     /// Runs an UPDATE of one agent with `?1` = id, `?2` = now, `?3` = `value`.
-    async fn update_one(&self, id: &str, sql: &'static str, value: Option<String>) -> Result<()> {
+    pub(super) async fn update_one(
+        &self,
+        id: &str,
+        sql: &'static str,
+        value: Option<String>,
+    ) -> Result<()> {
         let id = id.to_string();
         self.call(move |c| {
             let changed = if sql.contains("?3") {
@@ -526,7 +484,7 @@ impl Store {
     }
 
     /// One nullable text column of one agent.
-    async fn column(&self, id: &str, column: &'static str) -> Result<Option<String>> {
+    pub(super) async fn column(&self, id: &str, column: &'static str) -> Result<Option<String>> {
         let id = id.to_string();
         self.call(move |c| {
             c.query_row(

@@ -40,6 +40,27 @@ impl DockerDriver {
         Ok(())
     }
 
+    pub(super) fn tunnel_url(&self, net: &AgentNet) -> String {
+        format!(
+            "ws://{}:{}{}",
+            self.server_on(net),
+            self.tunnel_port,
+            agenthold_proto::boot::TUNNEL_PATH
+        )
+    }
+
+    /// The proxy variables every program in the sandbox starts with: both spellings, since
+    /// tools read one or the other.
+    fn proxy_env(&self, net: &AgentNet) -> std::collections::BTreeMap<String, String> {
+        let url = format!("http://{}:{}", self.server_on(net), self.egress_port);
+        let local = "localhost,127.0.0.1,::1".to_string();
+        ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"]
+            .into_iter()
+            .map(|k| (k.to_string(), url.clone()))
+            .chain(["NO_PROXY", "no_proxy"].map(|k| (k.to_string(), local.clone())))
+            .collect()
+    }
+
     /// Whether `token` was staged in `container` (and is no longer: a staged token serves one
     /// start).
     pub(super) fn take_staged(&self, id: &str, container: &str, token: &str) -> bool {

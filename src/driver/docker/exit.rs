@@ -1,12 +1,16 @@
 //! How a stopped sandbox container ended, in words for an agent's `error`: its exit code,
 //! Docker's own error (a runtime that could not run it), and the last lines it logged (sandboxd
-//! logs there why it gave up).
+//! logs there why it gave up); and whether the kernel killed it for lack of memory, which makes
+//! the stop a failure rather than a sleep.
 
 use std::time::Duration;
 
 use bollard::query_parameters::LogsOptionsBuilder;
 use bollard::Docker;
 use futures::StreamExt;
+
+use super::container::is_running;
+use super::error::{is_not_found, DockerError};
 
 /// Lines of the container's log quoted.
 const LOG_LINES: usize = 5;
@@ -44,6 +48,35 @@ pub async fn report(docker: &Docker, name: &str) -> Option<String> {
         parts.push(format!("last log lines: {log}"));
     }
     (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// `Some` when the container's main process was killed by the kernel for lack of memory.
+pub async fn oom_reason(docker: &Docker, name: &str) -> Result<Option<String>, DockerError> {
+    let info = match docker.inspect_container(name, None).await {
+        Ok(info) => info,
+        Err(e) if is_not_found(&e) => return Ok(None),
+        Err(e) => return Err(DockerError::api(format!("inspecting container {name}"))(e)),
+    };
+    let Some(state) = info.state else {
+        return Ok(None);
+    };
+    let stopped = !is_running(state.status);
+    // Docker sets OOMKilled for any kill in the container's memory cgroup since it started,
+    // even one that only ended a command; SIGKILL's exit status says the sandbox itself
+    // (init or sandboxd) died of it.
+    if !(stopped && state.oom_killed == Some(true) && state.exit_code == Some(137)) {
+        return Ok(None);
+    }
+    let limit = info
+        .host_config
+        .and_then(|h| h.memory)
+        .filter(|m| *m > 0)
+        .map(|m| format!(" of {} MiB", m / (1024 * 1024)))
+        .unwrap_or_default();
+    Ok(Some(format!(
+        "the sandbox ran out of memory (its limit{limit}) and was stopped; start it \
+         again, or give it more memory (memoryMb) and rebuild it"
+    )))
 }
 
 async fn log_tail(docker: &Docker, name: &str) -> String {

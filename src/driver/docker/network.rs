@@ -1,5 +1,5 @@
-//! The agent's internal network: its subnet, picked from the pool and recorded in the store, and
-//! the Docker network itself (the server joins it at `.2` when it runs in a container).
+//! The agent's internal Docker network, on the subnet [`super::subnet`] reserves for it (the
+//! server joins it at `.2` when it runs in a container).
 //!
 //! Docker does not refuse a second network with a name it already has, and a server killed while
 //! dockerd makes one can make another after its restart. So a network is found by its labels,
@@ -17,7 +17,7 @@ use bollard::query_parameters::ListNetworksOptionsBuilder;
 use ipnet::Ipv4Net;
 
 use super::error::{is_not_found, status_of};
-use super::subnet::{self, AgentNet};
+use super::subnet::AgentNet;
 use super::{placement, DockerDriver, DockerError, Placement};
 use crate::driver::SandboxStatus;
 use crate::metrics::Repair;
@@ -78,70 +78,6 @@ impl DockerDriver {
             pool: self.cfg.network_pool.to_string(),
             bits: self.cfg.subnet_bits,
         })
-    }
-
-    /// Picks a subnet for the agent (the one it had, if still free) and records it. Only the
-    /// pick and the record must not interleave between agents, so only they hold the lock:
-    /// making the network, the slow part, runs side by side for agents created at once (held
-    /// across it, the lock made a burst of 50 creates wait on each other's networks). A subnet
-    /// recorded here is taken for every later pick, whether or not its network exists yet.
-    pub(super) async fn reserve_subnet(
-        &self,
-        id: &str,
-        refused: &[Ipv4Net],
-    ) -> Result<Ipv4Net, DockerError> {
-        let mut engine = self.engine_subnets().await?;
-        // A dockerd killed while it made a network can leave the network's bridge on the host,
-        // with the gateway's address, and forget the network: a network made again on that
-        // subnet gets a second bridge with the same address, and the host's answers to its
-        // sandbox go out on the first one, to nobody. Only on the host do we see its routes.
-        if matches!(self.placement, Placement::Host { .. }) {
-            let routes = std::fs::read_to_string("/proc/net/route").unwrap_or_default();
-            engine.extend(connected_in(&routes, self.cfg.network_pool));
-        }
-        let _alloc = self.alloc.lock().await;
-        let stored = self
-            .subnets
-            .subnet(id)
-            .await?
-            .and_then(|s| s.parse::<Ipv4Net>().ok());
-        let mut taken: Vec<Ipv4Net> = self
-            .subnets
-            .subnets_in_use()
-            .await?
-            .iter()
-            .filter_map(|s| s.parse().ok())
-            .filter(|s| Some(*s) != stored)
-            .collect();
-        taken.extend(engine);
-        taken.extend_from_slice(refused);
-        let mut first = stored.filter(|s| {
-            !taken
-                .iter()
-                .any(|t| t.contains(&s.network()) || s.contains(&t.network()))
-        });
-        let exhausted = || DockerError::PoolExhausted {
-            pool: self.cfg.network_pool.to_string(),
-            bits: self.cfg.subnet_bits,
-        };
-        for _ in 0..256 {
-            let candidate = match first.take() {
-                Some(s) => s,
-                None => subnet::pick(self.cfg.network_pool, self.cfg.subnet_bits, &taken)
-                    .ok_or_else(exhausted)?,
-            };
-            match self
-                .subnets
-                .set_subnet(id, Some(&candidate.to_string()))
-                .await
-            {
-                Ok(()) => return Ok(candidate),
-                // The store's unique index has the last word.
-                Err(StoreError::SubnetTaken(_)) => taken.push(candidate),
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Err(exhausted())
     }
 
     pub(super) async fn create_network(
@@ -425,21 +361,6 @@ impl DockerDriver {
             ))(e)),
         }
     }
-
-    /// Every IPv4 subnet of every network on the engine, ours or not.
-    pub(super) async fn engine_subnets(&self) -> Result<Vec<Ipv4Net>, DockerError> {
-        let nets = self
-            .docker
-            .list_networks(None)
-            .await
-            .map_err(DockerError::api("listing networks"))?;
-        Ok(nets
-            .iter()
-            .filter_map(|n| n.ipam.as_ref()?.config.as_ref())
-            .flatten()
-            .filter_map(|c| c.subnet.as_deref()?.parse().ok())
-            .collect())
-    }
 }
 
 /// Which of an agent's duplicate networks to keep: the one a sandbox is on (it cannot move), else
@@ -465,30 +386,6 @@ fn keeper(nets: &[NetworkInspect], stored: Option<Ipv4Net>, server: Option<&str>
         (!has_sandbox, !subnet_of_record, created)
     };
     (0..nets.len()).min_by_key(|&i| rank(&nets[i])).unwrap_or(0)
-}
-
-/// The subnets inside `pool` that an interface of this host is on: the routes of `table` (as
-/// `/proc/net/route` has them) that go through no gateway.
-fn connected_in(table: &str, pool: Ipv4Net) -> Vec<Ipv4Net> {
-    table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            // Addresses in network byte order, printed as the host's own integers.
-            let field = |i: usize| {
-                let v = u32::from_str_radix(f.get(i)?, 16).ok()?;
-                Some(Ipv4Addr::from(v.to_ne_bytes()))
-            };
-            let (dest, gateway, mask) = (field(1)?, field(2)?, field(7)?);
-            if !gateway.is_unspecified() {
-                return None;
-            }
-            let bits = u32::from(mask).leading_ones();
-            let net = Ipv4Net::new(dest, u8::try_from(bits).ok()?).ok()?.trunc();
-            pool.contains(&net).then_some(net)
-        })
-        .collect()
 }
 
 /// The engine refused the subnet because something of its own overlaps it: another network in
@@ -545,26 +442,6 @@ mod tests {
         assert_eq!(keeper(&no_sandbox, stored, Some("server")), 1);
         // The server's own membership is not a sandbox's: with nothing else to go by, the oldest.
         assert_eq!(keeper(&[old, with_server], None, Some("server")), 1);
-    }
-
-    #[test]
-    #[cfg(target_endian = "little")]
-    fn host_interfaces_inside_the_pool_are_found_in_the_route_table() {
-        // As /proc/net/route has it: the default route, a bridge in the pool (10.213.92.32/29),
-        // another outside it (10.213.121.0/28), docker0, a routed network inside the pool.
-        let table =
-            "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
-            eth0\t00000000\t010200C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n\
-            br-d62e9e4b6d9f\t205CD50A\t00000000\t0001\t0\t0\t0\tF8FFFFFF\t0\t0\t0\n\
-            br-239d02732a84\t0079D50A\t00000000\t0001\t0\t0\t0\tF0FFFFFF\t0\t0\t0\n\
-            docker0\t000011AC\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0\n\
-            eth0\t405CD50A\t010200C0\t0003\t0\t0\t0\tC0FFFFFF\t0\t0\t0\n";
-        let cidr = |s: &str| s.parse::<Ipv4Net>().expect("test subnet");
-        assert_eq!(
-            connected_in(table, cidr("10.213.92.0/24")),
-            vec![cidr("10.213.92.32/29")]
-        );
-        assert_eq!(connected_in("", cidr("10.213.92.0/24")), vec![]);
     }
 
     #[test]
