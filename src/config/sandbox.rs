@@ -169,6 +169,12 @@ impl Default for NofileLimit {
 }
 
 pub(super) fn validate(sb: &SandboxConfig, fail: &Fail) -> Result<(), ConfigError> {
+    agent_limits(sb, fail)?;
+    sessions(sb, fail)
+}
+
+/// The image and the defaults and ceilings of what an agent may take.
+fn agent_limits(sb: &SandboxConfig, fail: &Fail) -> Result<(), ConfigError> {
     if sb.default_image.trim().is_empty() {
         return Err(fail(
             "sandbox.default_image",
@@ -261,6 +267,11 @@ pub(super) fn validate(sb: &SandboxConfig, fail: &Fail) -> Result<(), ConfigErro
             ),
         ));
     }
+    Ok(())
+}
+
+/// The tunnel, the idle clock, terminals, background processes and streams.
+fn sessions(sb: &SandboxConfig, fail: &Fail) -> Result<(), ConfigError> {
     min_duration(
         sb.idle_check_interval,
         1,
