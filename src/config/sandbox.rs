@@ -189,15 +189,11 @@ fn agent_limits(sb: &SandboxConfig, fail: &Fail) -> Result<(), ConfigError> {
             return Err(fail(key, format!("({v}) must be a number above 0")));
         }
     }
-    if sb.default_cpus > sb.max_cpus {
-        return Err(fail(
-            "sandbox.default_cpus",
-            format!(
-                "({}) is above sandbox.max_cpus ({})",
-                sb.default_cpus, sb.max_cpus
-            ),
-        ));
-    }
+    default_within_max(
+        ("sandbox.default_cpus", sb.default_cpus),
+        ("sandbox.max_cpus", sb.max_cpus),
+        fail,
+    )?;
     for (key, v) in [
         ("sandbox.default_memory_mb", sb.default_memory_mb),
         ("sandbox.max_memory_mb", sb.max_memory_mb),
@@ -207,15 +203,11 @@ fn agent_limits(sb: &SandboxConfig, fail: &Fail) -> Result<(), ConfigError> {
             return Err(fail(key, format!("({v}) must be at least 16")));
         }
     }
-    if sb.default_memory_mb > sb.max_memory_mb {
-        return Err(fail(
-            "sandbox.default_memory_mb",
-            format!(
-                "({}) is above sandbox.max_memory_mb ({})",
-                sb.default_memory_mb, sb.max_memory_mb
-            ),
-        ));
-    }
+    default_within_max(
+        ("sandbox.default_memory_mb", sb.default_memory_mb),
+        ("sandbox.max_memory_mb", sb.max_memory_mb),
+        fail,
+    )?;
     const MIN_DISK: u64 = crate::model::MIN_DISK_MB;
     if sb.max_disk_mb < MIN_DISK {
         return Err(fail(
@@ -265,6 +257,21 @@ fn agent_limits(sb: &SandboxConfig, fail: &Fail) -> Result<(), ConfigError> {
                 "(soft {}, hard {}) needs 64 <= soft <= hard <= 1048576",
                 nofile.soft, nofile.hard
             ),
+        ));
+    }
+    Ok(())
+}
+
+/// A default at most its ceiling (each already checked on its own).
+fn default_within_max<T: PartialOrd + std::fmt::Display>(
+    (default_key, default): (&str, T),
+    (max_key, max): (&str, T),
+    fail: &Fail,
+) -> Result<(), ConfigError> {
+    if default > max {
+        return Err(fail(
+            default_key,
+            format!("({default}) is above {max_key} ({max})"),
         ));
     }
     Ok(())

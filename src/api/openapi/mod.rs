@@ -148,6 +148,18 @@ mod tests {
     use super::*;
     use crate::config::DriverKind;
 
+    /// The document for `config`, on a driver that can limit disks when `disk_limits`.
+    fn doc(config: &Config, disk_limits: bool) -> Value {
+        document(
+            config,
+            Facts {
+                disk_limits,
+                preset_names: true,
+                runtimes: None,
+            },
+        )
+    }
+
     fn disk_mb(doc: &Value, schema: &str) -> Option<Value> {
         doc.pointer(&format!("/components/schemas/{schema}/properties/diskMb"))
             .cloned()
@@ -156,26 +168,12 @@ mod tests {
     #[test]
     fn a_server_that_cannot_limit_disks_takes_no_disk_mb() {
         let config = Config::default();
-        let doc = document(
-            &config,
-            Facts {
-                disk_limits: true,
-                preset_names: true,
-                runtimes: None,
-            },
-        );
+        let doc = doc(&config, true);
         for schema in ["CreateAgent", "UpdateAgent"] {
             let d = disk_mb(&doc, schema).unwrap_or_default();
             assert_eq!(d["maximum"], json!(config.sandbox.max_disk_mb), "{schema}");
         }
-        let doc = document(
-            &config,
-            Facts {
-                disk_limits: false,
-                preset_names: true,
-                runtimes: None,
-            },
-        );
+        let doc = self::doc(&config, false);
         for schema in ["CreateAgent", "UpdateAgent"] {
             assert_eq!(disk_mb(&doc, schema), None, "{schema}");
             assert_eq!(
@@ -193,15 +191,8 @@ mod tests {
         let pattern = |driver| {
             let mut config = Config::default();
             config.sandbox.driver = driver;
-            let doc = document(
-                &config,
-                Facts {
-                    disk_limits: true,
-                    preset_names: true,
-                    runtimes: None,
-                },
-            );
-            doc.pointer("/paths/~1api~1v1~1agents~1{id}~1fs~1read/get/parameters/1/schema/pattern")
+            doc(&config, true)
+                .pointer("/paths/~1api~1v1~1agents~1{id}~1fs~1read/get/parameters/1/schema/pattern")
                 .and_then(Value::as_str)
                 .map(str::to_string)
         };

@@ -12,8 +12,23 @@ use crate::egress::{EgressRules, Rule, MAX_RULES};
 /// that each setting's wire form and bounds (its `serde` and `schema` attributes, before the
 /// `create`/`update` parts) are written once; each body keeps its own words about it (a create's
 /// say what an absent one defaults to, an update's what a change does) and its own fields.
-/// Every shared setting is optional in both.
+/// Every shared setting is optional in both, and left out of the JSON when absent.
 macro_rules! agent_bodies {
+    (@body $(#[doc = $doc:tt])* $name:ident { $($own:tt)* }
+        $( [$($attr:tt)*] $field:ident [$($ty:tt)+] )*
+    ) => {
+        $(#[doc = $doc])*
+        #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+        #[serde(rename_all = "camelCase", deny_unknown_fields)]
+        pub struct $name {
+            $($own)*
+            $(
+                $($attr)*
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub $field: Option<$($ty)+>,
+            )*
+        }
+    };
     (
         $(#[doc = $create_doc:tt])*
         pub struct CreateAgent { $($create_own:tt)* }
@@ -28,29 +43,10 @@ macro_rules! agent_bodies {
             )*
         }
     ) => {
-        $(#[doc = $create_doc])*
-        #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
-        #[serde(rename_all = "camelCase", deny_unknown_fields)]
-        pub struct CreateAgent {
-            $($create_own)*
-            $(
-                $(#[$($create_attr)*])*
-                $(#[$($shared_attr)*])*
-                pub $field: Option<$($ty)+>,
-            )*
-        }
-
-        $(#[doc = $update_doc])*
-        #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
-        #[serde(rename_all = "camelCase", deny_unknown_fields)]
-        pub struct UpdateAgent {
-            $($update_own)*
-            $(
-                $(#[$($update_attr)*])*
-                $(#[$($shared_attr)*])*
-                pub $field: Option<$($ty)+>,
-            )*
-        }
+        agent_bodies! { @body $(#[doc = $create_doc])* CreateAgent { $($create_own)* }
+            $( [$(#[$($create_attr)*])* $(#[$($shared_attr)*])*] $field [$($ty)+] )* }
+        agent_bodies! { @body $(#[doc = $update_doc])* UpdateAgent { $($update_own)* }
+            $( [$(#[$($update_attr)*])* $(#[$($shared_attr)*])*] $field [$($ty)+] )* }
     };
 }
 
@@ -91,7 +87,6 @@ agent_bodies! {
     }
 
     shared {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         #[schema(
             min_length = 1,
             max_length = 255,
@@ -105,7 +100,6 @@ agent_bodies! {
         },
         update {};
 
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         #[schema(exclusive_minimum = 0, example = 2)]
         cpus: [f64],
         create {
@@ -115,11 +109,7 @@ agent_bodies! {
             /// Above 0 and at most `sandbox.max_cpus`.
         };
 
-        #[serde(
-            default,
-            skip_serializing_if = "Option::is_none",
-            deserialize_with = "whole::option"
-        )]
+        #[serde(deserialize_with = "whole::option")]
         #[schema(minimum = 16, example = 4096)]
         memory_mb: [u64],
         create {
@@ -129,11 +119,7 @@ agent_bodies! {
             /// 16 to `sandbox.max_memory_mb`.
         };
 
-        #[serde(
-            default,
-            skip_serializing_if = "Option::is_none",
-            deserialize_with = "whole::option"
-        )]
+        #[serde(deserialize_with = "whole::option")]
         disk_mb: [u64],
         create {
             /// The home's size in MiB, 64 to `sandbox.max_disk_mb` (`sandbox.default_disk_mb` when
@@ -148,11 +134,7 @@ agent_bodies! {
             #[schema(minimum = 64, example = 20480)]
         };
 
-        #[serde(
-            default,
-            skip_serializing_if = "Option::is_none",
-            deserialize_with = "whole::option"
-        )]
+        #[serde(deserialize_with = "whole::option")]
         #[schema(maximum = 10080, example = 15)]
         idle_minutes: [u32],
         create {
@@ -162,11 +144,7 @@ agent_bodies! {
             /// At most 10080 (a week); 0 = never sleep.
         };
 
-        #[serde(
-            default,
-            skip_serializing_if = "Option::is_none",
-            deserialize_with = "rules_object"
-        )]
+        #[serde(deserialize_with = "rules_object")]
         egress: [EgressRules],
         create {
             /// What the sandbox may reach through the egress proxy (`sandbox.egress.default` when
@@ -177,7 +155,6 @@ agent_bodies! {
             /// longer allow are closed. No restart or rebuild.
         };
 
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         env: [BTreeMap<String, String>],
         create {
             /// Variables every process of the agent starts with, merged over the preset's (these win).
@@ -189,7 +166,6 @@ agent_bodies! {
             /// theirs). Checked as on create.
         };
 
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         #[schema(min_length = 1, max_length = 64, example = "runsc")]
         runtime: [String],
         create {
