@@ -333,52 +333,42 @@ pub async fn update(
     Ok(Json(st.lc.patch(&id, patch).await?))
 }
 
-/// Destroys the agent: its sandbox, home volume and network, then the agent itself.
-#[utoipa::path(delete, path = "/api/v1/agents/{id}", tag = "agents", operation_id = "destroyAgent",
-    params(("id" = String, Path, description = "The agent's id")),
-    responses((status = 202, body = Agent), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody, description = "The agent's state does not allow it (the message names the state)")))]
-pub async fn destroy(
-    State(st): State<AppState>,
-    Path(id): Path<String>,
-) -> Result<(StatusCode, Json<Agent>), ApiError> {
-    Ok((StatusCode::ACCEPTED, Json(st.lc.destroy(&id).await?)))
+/// Declares a route that runs one lifecycle action on an agent and answers `202` with the
+/// agent: the handler `$name` calls the lifecycle's method of the same name.
+macro_rules! agent_action {
+    ($(#[doc = $doc:tt])* $name:ident: $method:ident $path:tt, $operation:tt) => {
+        $(#[doc = $doc])*
+        #[utoipa::path($method, path = $path, tag = "agents", operation_id = $operation,
+            params(("id" = String, Path, description = "The agent's id")),
+            responses((status = 202, body = Agent), (status = 404, body = ErrorBody),
+                (status = 409, body = ErrorBody, description = "The agent's state does not allow it (the message names the state)")))]
+        pub async fn $name(
+            State(st): State<AppState>,
+            Path(id): Path<String>,
+        ) -> Result<(StatusCode, Json<Agent>), ApiError> {
+            Ok((StatusCode::ACCEPTED, Json(st.lc.$name(&id).await?)))
+        }
+    };
 }
 
-/// Starts a sleeping (or failed) agent.
-#[utoipa::path(post, path = "/api/v1/agents/{id}/start", tag = "agents", operation_id = "startAgent",
-    params(("id" = String, Path, description = "The agent's id")),
-    responses((status = 202, body = Agent), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody, description = "The agent's state does not allow it (the message names the state)")))]
-pub async fn start(
-    State(st): State<AppState>,
-    Path(id): Path<String>,
-) -> Result<(StatusCode, Json<Agent>), ApiError> {
-    Ok((StatusCode::ACCEPTED, Json(st.lc.start(&id).await?)))
+agent_action! {
+    /// Destroys the agent: its sandbox, home volume and network, then the agent itself.
+    destroy: delete "/api/v1/agents/{id}", "destroyAgent"
 }
 
-/// Puts a running agent to sleep: processes end, the disk stays.
-#[utoipa::path(post, path = "/api/v1/agents/{id}/stop", tag = "agents", operation_id = "stopAgent",
-    params(("id" = String, Path, description = "The agent's id")),
-    responses((status = 202, body = Agent), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody, description = "The agent's state does not allow it (the message names the state)")))]
-pub async fn stop(
-    State(st): State<AppState>,
-    Path(id): Path<String>,
-) -> Result<(StatusCode, Json<Agent>), ApiError> {
-    Ok((StatusCode::ACCEPTED, Json(st.lc.stop(&id).await?)))
+agent_action! {
+    /// Starts a sleeping (or failed) agent.
+    start: post "/api/v1/agents/{id}/start", "startAgent"
 }
 
-/// Recreates the sandbox from the current image and resources, keeping the home.
-#[utoipa::path(post, path = "/api/v1/agents/{id}/rebuild", tag = "agents", operation_id = "rebuildAgent",
-    params(("id" = String, Path, description = "The agent's id")),
-    responses((status = 202, body = Agent), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody, description = "The agent's state does not allow it (the message names the state)")))]
-pub async fn rebuild(
-    State(st): State<AppState>,
-    Path(id): Path<String>,
-) -> Result<(StatusCode, Json<Agent>), ApiError> {
-    Ok((StatusCode::ACCEPTED, Json(st.lc.rebuild(&id).await?)))
+agent_action! {
+    /// Puts a running agent to sleep: processes end, the disk stays.
+    stop: post "/api/v1/agents/{id}/stop", "stopAgent"
+}
+
+agent_action! {
+    /// Recreates the sandbox from the current image and resources, keeping the home.
+    rebuild: post "/api/v1/agents/{id}/rebuild", "rebuildAgent"
 }
 
 /// Runs the preset's setup script again now, as a background process tagged `setup`.

@@ -5,12 +5,10 @@
 
 mod cases;
 mod docker_cli;
-mod egress;
-mod processes;
-mod runtime;
 mod server_proc;
 pub mod servers;
 mod stats;
+mod target;
 
 use std::time::Duration;
 
@@ -155,9 +153,9 @@ async fn measure(
     let mut rows = Vec::new();
     progress("warming up");
     let client = cx.server.client.clone();
-    let main = cases::create_running(&client, "main").await?;
-    let other = cases::create_running(&client, "other").await?;
-    let base_name = cases::baseline_container(prefix, &args.image, "main").await?;
+    let main = cases::common::create_running(&client, "main").await?;
+    let other = cases::common::create_running(&client, "other").await?;
+    let base_name = cases::common::baseline_container(prefix, &args.image, "main").await?;
 
     if args.wants(Case::Exec) {
         progress("exec true");
@@ -185,18 +183,18 @@ async fn measure(
     }
     if args.wants(Case::Processes) {
         progress("background processes");
-        rows.extend(processes::processes(&mut cx, &main).await?);
+        rows.extend(cases::processes(&mut cx, &main).await?);
     }
 
     if args.wants(Case::Egress) {
         progress("egress proxy");
-        rows.extend(egress::egress(&mut cx).await?);
+        rows.extend(cases::egress::egress(&mut cx).await?);
     }
 
     if args.wants(Case::Runtime) {
-        if runtime::engine_has_gvisor().await? {
+        if cases::runtime::engine_has_gvisor().await? {
             progress("runtimes: runsc against runc");
-            rows.extend(runtime::runtime(&mut cx).await?);
+            rows.extend(cases::runtime::runtime(&mut cx).await?);
         } else if args.cases.contains(&Case::Runtime) {
             anyhow::bail!(
                 "the engine has no runtime runsc (gVisor); scripts/docker-setup.sh installs and \

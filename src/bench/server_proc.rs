@@ -34,8 +34,8 @@ pub fn write_config(dir: &Path, prefix: &str, image: &str) -> anyhow::Result<(Pa
          process_output_kb: {process_kib}\n  \
          tunnel_listen: 0.0.0.0:{tunnel}\n  egress:\n    port: 0\n    dns_port: 0\n    resolve: {{{name}: 127.0.0.1}}\n  docker:\n    name_prefix: {prefix}\n    network_pool: 10.214.0.0/16\n",
         data = dir.join("data").display(),
-        name = super::egress::NAME,
-        process_kib = super::processes::OUTPUT_KIB,
+        name = super::cases::egress::NAME,
+        process_kib = super::cases::processes::OUTPUT_KIB,
     );
     let path = dir.join("config.yaml");
     std::fs::write(&path, yaml)?;

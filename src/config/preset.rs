@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::SandboxConfig;
+use super::validate::Fail;
+use super::{Config, ConfigError, SandboxConfig};
 use crate::egress::EgressRules;
 
 /// One preset as the config file writes it; every key is optional and falls back to the
@@ -159,3 +160,36 @@ pub(super) fn check(p: &Preset, sb: &SandboxConfig) -> Result<(), (&'static str,
 
 /// Longest setup script: it travels as one `sh -c` argument, which Linux caps at 128 KiB.
 pub const MAX_SETUP: usize = 64 * 1024;
+
+/// Each preset's name and keys, and that `sandbox.default_preset` names one.
+pub(super) fn validate(config: &Config, fail: &Fail) -> Result<(), ConfigError> {
+    for (name, p) in &config.presets {
+        if crate::api::agents::validate_name(name).is_err() {
+            return Err(fail(
+                &format!("presets.{name}"),
+                "is not a valid preset name: lowercase letters, digits and '-', at most 63, \
+                 not starting or ending with '-'"
+                    .into(),
+            ));
+        }
+        check(p, &config.sandbox)
+            .map_err(|(key, problem)| fail(&format!("presets.{name}.{key}"), problem))?;
+    }
+    if let Some(d) = &config.sandbox.default_preset {
+        if !config.presets.contains_key(d) {
+            let known: Vec<&str> = config.presets.keys().map(String::as_str).collect();
+            return Err(fail(
+                "sandbox.default_preset",
+                format!(
+                    "({d:?}) names no preset; the presets are: {}",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,5 +1,9 @@
 //! Loading and checking the config file: defaults, every key's bad values, the messages.
 
+use std::time::Duration;
+
+use ipnet::IpNet;
+
 use super::*;
 
 fn no_env(_: &str) -> Option<String> {

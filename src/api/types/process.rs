@@ -10,6 +10,9 @@ use utoipa::ToSchema;
 
 use super::OutputStream;
 
+// `command`, `cwd` and `env` read as in `ExecBody`, each body with its own words; they are not
+// one flattened struct because serde's `flatten` cannot be combined with `deny_unknown_fields`
+// (and utoipa would render it as an `allOf`).
 /// `POST /api/v1/agents/{id}/processes`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -80,6 +83,8 @@ impl ProcessState {
     }
 }
 
+// The API's side of `agenthold_proto::ProcessInfo` (sandboxd's report, with epoch
+// milliseconds): times in RFC 3339 and a schema, converted in one place (`From` below).
 /// A background process.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]

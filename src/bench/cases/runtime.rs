@@ -7,9 +7,10 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use futures::StreamExt;
 
-use super::cases::{first_shell_bytes, until_running, wait_state, Ctx};
-use super::docker_cli::docker;
-use super::stats::{ms, Row};
+use super::common::{first_shell_bytes, until_running, wait_state};
+use super::Ctx;
+use crate::bench::docker_cli::docker;
+use crate::bench::stats::{ms, Row};
 use crate::cli::{AgentAction, ApiClient, CreateAgent, ExecBody};
 use crate::lifecycle::runtimes::{GVISOR, RUNC};
 use crate::model::AgentState;
@@ -37,7 +38,7 @@ pub async fn runtime(cx: &mut Ctx<'_>) -> anyhow::Result<Vec<Row>> {
     let mut runc = Figures::default();
     let mut gvisor = Figures::default();
     for (runtime, figures) in [(RUNC, &mut runc), (GVISOR, &mut gvisor)] {
-        super::progress(&format!("runtime {runtime}"));
+        crate::bench::progress(&format!("runtime {runtime}"));
         *figures = measure(cx, runtime, mib).await?;
     }
     let pair = |case: &str, g: &[f64], r: &[f64]| {

@@ -8,9 +8,11 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use tokio::net::TcpListener;
 
-use super::cases::{create_all_running_with, Ctx, RssWatch};
-use super::servers::echo_server;
-use super::stats::{ms, percentile, Row};
+use super::common::{create_all_running_with, RssWatch};
+use super::Ctx;
+use crate::bench::servers::echo_server;
+use crate::bench::stats::{ms, percentile, Row};
+use crate::bench::target::Bound;
 use crate::cli::ExecBody;
 use crate::egress::EgressRules;
 
@@ -28,6 +30,9 @@ head() { local l; while IFS= read -r l <&3; do [ "${l%$'\r'}" = "" ] && return; 
 get() { exec 3<>"/dev/tcp/$1/$2" || exit 1; printf 'GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n' "$3" "$4" >&3; cat <&3 >/dev/null; exec 3<&-; }
 tunnel() { local s; exec 3<>"/dev/tcp/$PH/$PP" || exit 1; printf 'CONNECT %s:%s HTTP/1.1\r\n\r\n' "$1" "$2" >&3; IFS= read -r s <&3; case "$s" in *' 200 '*) ;; *) echo "refused: $s" >&2; exit 1;; esac; head; printf 'GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n' "$1" >&3; cat <&3 >/dev/null; exec 3<&-; }
 "#;
+
+/// The proxy's throughput against the direct download's.
+const THROUGHPUT: &[Bound] = &[Bound::RatioAtLeast(0.9)];
 
 pub async fn egress(cx: &mut Ctx<'_>) -> anyhow::Result<Vec<Row>> {
     let mib: u64 = if cx.quick { 64 } else { 1024 };
@@ -89,7 +94,6 @@ pub async fn egress(cx: &mut Ctx<'_>) -> anyhow::Result<Vec<Row>> {
         Some(mb / base_s),
         true,
     );
-    let download_met = download.ratio.is_some_and(|r| r >= 0.9);
     let tunnel = Row::value(
         &format!("download {mib} MiB through a CONNECT tunnel"),
         "MiB/s",
@@ -97,7 +101,6 @@ pub async fn egress(cx: &mut Ctx<'_>) -> anyhow::Result<Vec<Row>> {
         Some(mb / base_s),
         true,
     );
-    let tunnel_met = tunnel.ratio.is_some_and(|r| r >= 0.9);
     let growth_mib = peak.saturating_sub(before) as f64 / 1024.0;
 
     // The time the proxy adds to opening a connection: CONNECT and its answer, against a bare
@@ -153,8 +156,8 @@ pub async fn egress(cx: &mut Ctx<'_>) -> anyhow::Result<Vec<Row>> {
         let _ = client.delete_agent(id).await;
     }
     Ok(vec![
-        download.target("ratio ≥ 0.9", download_met),
-        tunnel.target("ratio ≥ 0.9", tunnel_met),
+        download.judged(THROUGHPUT),
+        tunnel.judged(THROUGHPUT),
         Row::value(
             "server RSS growth during the proxied download",
             "MiB",
@@ -162,11 +165,10 @@ pub async fn egress(cx: &mut Ctx<'_>) -> anyhow::Result<Vec<Row>> {
             None,
             false,
         )
-        .target("≤ 16 MiB", growth_mib <= 16.0),
-        opening.clone().target(
-            &format!("adds ≤ 1 ms at p50 (added {added:.2} ms)"),
-            added <= 1.0,
-        ),
+        .judged(&[Bound::AtMost(16.0)]),
+        opening
+            .judged(&[Bound::AddsAtP50(1.0)])
+            .noted(&format!("added {added:.2} ms")),
         Row::value(
             &format!("{total} tunnels at once from {sandboxes} sandboxes"),
             "ms",
@@ -174,7 +176,11 @@ pub async fn egress(cx: &mut Ctx<'_>) -> anyhow::Result<Vec<Row>> {
             None,
             false,
         )
-        .target(&format!("all carry data ({ok} of {total})"), ok == total),
+        .judged(&[Bound::All {
+            what: "carry data",
+            done: ok,
+            of: total,
+        }]),
     ])
 }
 

@@ -1,0 +1,69 @@
+//! The patterns the document gives strings the server checks by hand: file paths and egress
+//! rules.
+
+/// A file path as sandboxd accepts it: components of 1 to 255 characters (bytes, in fact) without
+/// NUL, none of them `..` (with `maxLength` 4096 beside it).
+pub(super) const PATH_PATTERN: &str =
+    r"^/*(?:(?!\.\.(?:/|(?![\s\S])))[^/\x00]{1,255}(?:/+|(?![\s\S])))*$";
+
+/// The same, on the fake driver, which serves nothing outside the home: an absolute path is
+/// under `/home/agent`.
+pub(super) const FAKE_PATH_PATTERN: &str = concat!(
+    r"^(?:/+(?:\./+)*home/+(?:\./+)*agent(?=/|(?![\s\S]))/*|(?!/))",
+    r"(?:(?!\.\.(?:/|(?![\s\S])))[^/\x00]{1,255}(?:/+|(?![\s\S])))*$",
+);
+
+/// An egress rule as the API reads it (see `crate::egress` and `types::rules_object`): ASCII;
+/// after trimming white space, an IP address, a CIDR network, or `*`, `*.NAME`, `NAME`, an IPv4 address or network, or
+/// one in brackets, each with an optional `:PORT`; an IPv6 one takes a port only in brackets. The
+/// addresses are read as `std` reads them, the networks as `ipnet` does (which allows leading
+/// zeros in IPv4 octets, and `::` for no group at all).
+pub(super) fn egress_rule_pattern() -> String {
+    // ASCII only: the API refuses other white space in a rule (see `types::rules_object`).
+    const WS: &str = r"[\t\n\x0b\x0c\r ]";
+    const PORT: &str = r"\+?0*(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])";
+    const LABEL: &str = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?";
+    const H: &str = "[0-9A-Fa-f]{1,4}";
+    const P4: &str = "(?:3[0-2]|[0-2]?[0-9])";
+    const P6: &str = "(?:12[0-8]|1[01][0-9]|0?[0-9]?[0-9])";
+    // At most 253 characters without the trailing dot.
+    let name = format!(
+        r"(?![A-Za-z0-9_.-]{{255}})(?![A-Za-z0-9_.-]{{253}}[A-Za-z0-9_-]){LABEL}(?:\.{LABEL})*\.?"
+    );
+    let v4 = |octet: &str| format!(r"{octet}(?:\.{octet}){{3}}");
+    // `std` refuses leading zeros; `ipnet` takes up to three digits.
+    let v4s = v4("(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])");
+    let v4n = v4("(?:25[0-5]|2[0-4][0-9]|[01]?[0-9]?[0-9])");
+    // `zero_min`: how many groups `::` stands for at least (1 for `std`, 0 for `ipnet`).
+    let v6 = |v4: &str, zero_min: usize| {
+        let total = 8 - zero_min;
+        let mut alts = vec![
+            format!("(?:{H}:){{7}}{H}"),
+            format!("(?:{H}:){{6}}{v4}"),
+            format!("(?:{H}:){{1,{}}}:", total.min(7)),
+        ];
+        for t in 1..total {
+            alts.push(format!("(?:{H}:){{1,{}}}(?::{H}){{{t}}}", total - t));
+        }
+        alts.push(format!("::(?:{H}(?::{H}){{0,{}}})?", total - 1));
+        for t in 0..total - 2 {
+            alts.push(format!(
+                "(?:{H}:){{1,{}}}:(?:{H}:){{{t}}}{v4}",
+                total - 2 - t
+            ));
+        }
+        alts.push(format!("::(?:{H}:){{0,{}}}{v4}", total - 2));
+        format!("(?:{})", alts.join("|"))
+    };
+    let (v6s, v6n) = (v6(&v4s, 1), v6(&v4n, 0));
+    let body = [
+        v4s.clone(),
+        v6s.clone(),
+        format!("{v4n}/{P4}"),
+        format!("{v6n}/{P6}"),
+        format!(r"(?:\*|\*\.{name}|{name}|{v4n}/{P4}|\[(?:{v4n}/{P4}|{v4s})\])(?::{PORT})?"),
+        format!(r"\[(?:{v6n}/{P6}|{v6s})\]:{PORT}"),
+    ]
+    .join("|");
+    format!("^{WS}*(?:{body}){WS}*$")
+}

@@ -1,0 +1,121 @@
+//! The answers the handlers' annotations leave out: what every route shares (`401`, `403`,
+//! `500`, the JSON body's `400` and `413`), the exec's NDJSON stream, the error codes, and the
+//! links from a created agent to the routes that take its id.
+
+use serde_json::{json, Map, Value};
+
+use super::{operations, property, set};
+use crate::api::types::ErrorCode;
+
+/// The operations that cannot fail inside the server (no store, no sandbox): no `500`.
+const NEVER_INTERNAL: &[&str] = &["getHealth", "getLimits", "events", "getSession"];
+
+fn error_response(description: &str) -> Value {
+    json!({
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+    })
+}
+
+/// The answers every route can give, added where an operation does not say them itself.
+pub(super) fn shared_responses(doc: &mut Value) {
+    for (_, op) in operations(doc) {
+        let id = op
+            .get("operationId")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        // `security: []` marks a route anyone may call.
+        let public = op
+            .get("security")
+            .and_then(Value::as_array)
+            .is_some_and(|s| s.is_empty());
+        let json_body = op
+            .get("requestBody")
+            .and_then(|b| b.pointer("/content/application~1json"))
+            .is_some();
+        let has_query = op
+            .get("parameters")
+            .and_then(Value::as_array)
+            .is_some_and(|ps| ps.iter().any(|p| p["in"] == "query"));
+        let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) else {
+            continue;
+        };
+        let mut add = |status: &str, description: &str| {
+            responses
+                .entry(status.to_string())
+                .or_insert_with(|| error_response(description));
+        };
+        if json_body || has_query {
+            add(
+                "400",
+                "The request is malformed: its JSON or query does not fit the schema",
+            );
+        }
+        if !public {
+            add(
+                "401",
+                "No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie)",
+            );
+        }
+        add(
+            "403",
+            "The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin",
+        );
+        if json_body {
+            add("413", "The JSON body is over 16 MiB");
+        }
+        if !NEVER_INTERNAL.contains(&id.as_str()) {
+            add(
+                "500",
+                "The server failed inside (its database); never the answer to bad input",
+            );
+        }
+    }
+}
+
+/// An exec answers NDJSON when asked for it with `Accept: application/x-ndjson`.
+pub(super) fn exec_stream(doc: &mut Value) {
+    set(
+        doc.pointer_mut("/paths/~1api~1v1~1agents~1{id}~1exec/post/responses/200/content"),
+        "application/x-ndjson",
+        json!({
+            "schema": {
+                "type": "string",
+                "description": "One JSON object a line: `{\"stream\": \"stdout\"|\"stderr\", \"data\"}` as \
+                    the output comes, then `{\"exitCode\", \"timedOut\", \"durationMs\", \"truncated\"}`; \
+                    an `ErrorBody` line instead when the sandbox connection is lost",
+            },
+            "example": "{\"stream\":\"stdout\",\"data\":\"ok\\n\"}\n\
+                {\"exitCode\":0,\"timedOut\":false,\"durationMs\":12,\"truncated\":false}\n",
+        }),
+    );
+}
+
+pub(super) fn error_codes(doc: &mut Value) {
+    let codes: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+    set(property(doc, "ErrorDetail", "code"), "enum", json!(codes));
+}
+
+/// Links from a created agent to every operation that takes its id, so that a client (or a
+/// fuzzer) can follow the `id` of `201` to them.
+pub(super) fn agent_links(doc: &mut Value) {
+    let mut links = Map::new();
+    for (path, op) in operations(doc) {
+        if !path.contains("{id}") {
+            continue;
+        }
+        let Some(id) = op.get("operationId").and_then(Value::as_str) else {
+            continue;
+        };
+        links.insert(
+            id.to_string(),
+            json!({"operationId": id, "parameters": {"id": "$response.body#/id"}}),
+        );
+    }
+    set(
+        doc.pointer_mut("/paths/~1api~1v1~1agents/post/responses/201"),
+        "links",
+        Value::Object(links),
+    );
+}

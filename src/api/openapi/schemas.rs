@@ -1,0 +1,133 @@
+//! The request schemas completed for this server: its configured limits as bounds, `env`'s
+//! rules, the presets `preset` may name, and the egress rules' pattern.
+
+use serde_json::{json, Value};
+
+use super::patterns::{egress_rule_pattern, FAKE_PATH_PATTERN, PATH_PATTERN};
+use super::{property, query_parameter, set, Facts};
+use crate::config::{Config, DriverKind};
+
+/// The configured limits as the schemas' bounds.
+pub(super) fn configured_limits(doc: &mut Value, config: &Config, facts: Facts) {
+    let sb = &config.sandbox;
+    for schema in ["CreateAgent", "UpdateAgent"] {
+        set(property(doc, schema, "cpus"), "maximum", json!(sb.max_cpus));
+        set(
+            property(doc, schema, "memoryMb"),
+            "maximum",
+            json!(sb.max_memory_mb),
+        );
+        if facts.disk_limits {
+            set(
+                property(doc, schema, "diskMb"),
+                "maximum",
+                json!(sb.max_disk_mb),
+            );
+        } else if let Some(Value::Object(props)) =
+            doc.pointer_mut(&format!("/components/schemas/{schema}/properties"))
+        {
+            // This server cannot limit a home: any `diskMb` is refused.
+            props.remove("diskMb");
+        }
+        if let Some(runtimes) = &facts.runtimes {
+            set(property(doc, schema, "runtime"), "enum", json!(runtimes));
+        }
+    }
+    let max_timeout = u64::try_from(config.server.exec_max_timeout.as_millis()).unwrap_or(u64::MAX);
+    set(
+        property(doc, "ExecBody", "timeoutMs"),
+        "maximum",
+        json!(max_timeout),
+    );
+    set(
+        query_parameter(
+            doc,
+            "/api/v1/agents/{id}/processes/{pid}/wait",
+            "get",
+            "timeoutMs",
+        ),
+        "maximum",
+        json!(max_timeout),
+    );
+    let pattern = if sb.driver == DriverKind::Fake {
+        FAKE_PATH_PATTERN
+    } else {
+        PATH_PATTERN
+    };
+    for (op, method) in [
+        ("list", "get"),
+        ("read", "get"),
+        ("write", "put"),
+        ("mkdir", "post"),
+        ("remove", "delete"),
+    ] {
+        set(
+            query_parameter(
+                doc,
+                &format!("/api/v1/agents/{{id}}/fs/{op}"),
+                method,
+                "path",
+            ),
+            "pattern",
+            json!(pattern),
+        );
+    }
+}
+
+/// `env`'s rules (`agent_env::check`) as a schema: names, their count, and values of at most
+/// 4096 characters without NUL.
+pub(super) fn agent_env(doc: &mut Value) {
+    let env = json!({
+        "maxProperties": crate::agent_env::MAX_VARS,
+        "propertyNames": {
+            "pattern": crate::agent_env::NAME_PATTERN,
+        },
+        "additionalProperties": {
+            "type": "string",
+            "maxLength": crate::agent_env::MAX_VALUE,
+            "pattern": "^[^\\u0000]*$",
+        },
+    });
+    for schema in ["CreateAgent", "UpdateAgent"] {
+        // Merged into the generated schema, which keeps its description and its null.
+        if let (Some(Value::Object(slot)), Value::Object(rules)) =
+            (property(doc, schema, "env"), &env)
+        {
+            slot.extend(rules.clone());
+        }
+    }
+}
+
+/// The configured presets are the only names `preset` takes; with none, it is not accepted.
+pub(super) fn preset_names(doc: &mut Value, config: &Config) {
+    if config.presets.is_empty() {
+        if let Some(Value::Object(props)) =
+            doc.pointer_mut("/components/schemas/CreateAgent/properties")
+        {
+            props.remove("preset");
+        }
+        return;
+    }
+    let names: Vec<&str> = config.presets.keys().map(String::as_str).collect();
+    if let Some(slot) = property(doc, "CreateAgent", "preset") {
+        *slot = json!({"type": ["string", "null"], "enum": names.iter().map(|n| json!(n)).chain([Value::Null]).collect::<Vec<_>>()});
+    }
+}
+
+pub(super) fn egress_rules(doc: &mut Value) {
+    let rule = json!({
+        "type": "string",
+        // `egress::rules::MAX_RULE_LEN`: a host name, `*.` and `:65535`.
+        "maxLength": 261,
+        "pattern": egress_rule_pattern(),
+    });
+    for list in ["allow", "deny"] {
+        set(
+            doc.pointer_mut(&format!(
+                "/components/schemas/EgressRules/properties/{list}"
+            )),
+            "items",
+            rule.clone(),
+        );
+    }
+}

@@ -1,0 +1,252 @@
+//! The bodies of the agent routes: create and update, and how their `egress` is read.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::whole;
+use crate::egress::{EgressRules, Rule, MAX_RULES};
+
+/// Declares [`CreateAgent`] and [`UpdateAgent`] from one list of the settings both take, so
+/// that each setting's wire form and bounds (its `serde` and `schema` attributes, before the
+/// `create`/`update` parts) are written once; each body keeps its own words about it (a create's
+/// say what an absent one defaults to, an update's what a change does) and its own fields.
+/// Every shared setting is optional in both, and left out of the JSON when absent.
+macro_rules! agent_bodies {
+    (@body $(#[doc = $doc:tt])* $name:ident { $($own:tt)* }
+        $( [$($attr:tt)*] $field:ident [$($ty:tt)+] )*
+    ) => {
+        $(#[doc = $doc])*
+        #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+        #[serde(rename_all = "camelCase", deny_unknown_fields)]
+        pub struct $name {
+            $($own)*
+            $(
+                $($attr)*
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub $field: Option<$($ty)+>,
+            )*
+        }
+    };
+    (
+        $(#[doc = $create_doc:tt])*
+        pub struct CreateAgent { $($create_own:tt)* }
+        $(#[doc = $update_doc:tt])*
+        pub struct UpdateAgent { $($update_own:tt)* }
+        shared {
+            $(
+                $(#[$($shared_attr:tt)*])*
+                $field:ident: [$($ty:tt)+],
+                create { $(#[$($create_attr:tt)*])* },
+                update { $(#[$($update_attr:tt)*])* };
+            )*
+        }
+    ) => {
+        agent_bodies! { @body $(#[doc = $create_doc])* CreateAgent { $($create_own)* }
+            $( [$(#[$($create_attr)*])* $(#[$($shared_attr)*])*] $field [$($ty)+] )* }
+        agent_bodies! { @body $(#[doc = $update_doc])* UpdateAgent { $($update_own)* }
+            $( [$(#[$($update_attr)*])* $(#[$($shared_attr)*])*] $field [$($ty)+] )* }
+    };
+}
+
+agent_bodies! {
+    /// `POST /api/v1/agents`; fields left out take the server's defaults.
+    pub struct CreateAgent {
+        /// Unique, DNS-safe: lowercase letters, digits and `-`, at most 63.
+        #[schema(
+            min_length = 1,
+            max_length = 63,
+            pattern = "^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$",
+            example = "builder"
+        )]
+        pub name: String,
+        /// A preset from `GET /api/v1/presets` (`sandbox.default_preset` when absent): the fields
+        /// it sets apply unless this request gives them too.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(
+            min_length = 1,
+            max_length = 63,
+            pattern = "^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$",
+            example = "dev"
+        )]
+        pub preset: Option<String>,
+    }
+
+    /// `PATCH /api/v1/agents/{id}`; fields left out stay as they are.
+    pub struct UpdateAgent {
+        /// A new name: unique, DNS-safe, as at create.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(
+            min_length = 1,
+            max_length = 63,
+            pattern = "^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$",
+            example = "builder"
+        )]
+        pub name: Option<String>,
+    }
+
+    shared {
+        #[schema(
+            min_length = 1,
+            max_length = 255,
+            pattern = "^[!-~]+$",
+            example = "debian:bookworm-slim"
+        )]
+        image: [String],
+        create {
+            /// An image reference (`sandbox.default_image` when absent): printable ASCII without
+            /// spaces, at most 255 characters.
+        },
+        update {};
+
+        #[schema(exclusive_minimum = 0, example = 2)]
+        cpus: [f64],
+        create {
+            /// CPUs, above 0 and at most `sandbox.max_cpus` (`sandbox.default_cpus` when absent).
+        },
+        update {
+            /// Above 0 and at most `sandbox.max_cpus`.
+        };
+
+        #[serde(deserialize_with = "whole::option")]
+        #[schema(minimum = 16, example = 4096)]
+        memory_mb: [u64],
+        create {
+            /// Memory in MiB, 16 to `sandbox.max_memory_mb` (`sandbox.default_memory_mb` when absent).
+        },
+        update {
+            /// 16 to `sandbox.max_memory_mb`.
+        };
+
+        #[serde(deserialize_with = "whole::option")]
+        disk_mb: [u64],
+        create {
+            /// The home's size in MiB, 64 to `sandbox.max_disk_mb` (`sandbox.default_disk_mb` when
+            /// absent). Not accepted by a server that cannot limit disks (`maxDiskMb` null in
+            /// `/limits`).
+            #[schema(minimum = 64, example = 10240)]
+        },
+        update {
+            /// A larger home in MiB (it never shrinks), applied at the agent's next start; at most
+            /// `sandbox.max_disk_mb`. A smaller value, or any for an agent whose home has no limit, is
+            /// `400` with `"field": "diskMb"`.
+            #[schema(minimum = 64, example = 20480)]
+        };
+
+        #[serde(deserialize_with = "whole::option")]
+        #[schema(maximum = 10080, example = 15)]
+        idle_minutes: [u32],
+        create {
+            /// Minutes without use before the agent sleeps, at most 10080 (a week); 0 = never.
+        },
+        update {
+            /// At most 10080 (a week); 0 = never sleep.
+        };
+
+        #[serde(deserialize_with = "rules_object")]
+        egress: [EgressRules],
+        create {
+            /// What the sandbox may reach through the egress proxy (`sandbox.egress.default` when
+            /// absent).
+        },
+        update {
+            /// Replaces the egress rules: new connections follow them at once, and open ones they no
+            /// longer allow are closed. No restart or rebuild.
+        };
+
+        env: [BTreeMap<String, String>],
+        create {
+            /// Variables every process of the agent starts with, merged over the preset's (these win).
+            /// Names `[A-Za-z_][A-Za-z0-9_]*`, at most 128; values at most 4096 characters, no NUL; the
+            /// proxy variables and `AGENTHOLD_*` are reserved.
+        },
+        update {
+            /// Replaces the whole `env`; processes started from now on get it (running ones keep
+            /// theirs). Checked as on create.
+        };
+
+        #[schema(min_length = 1, max_length = 64, example = "runsc")]
+        runtime: [String],
+        create {
+            /// The container runtime (`sandbox.docker.runtime`, or the engine's default, when absent):
+            /// one of `runtimes` in `/limits`, such as `runc` (Docker's own) or `runsc` (gVisor, a
+            /// kernel of its own in user space: stronger isolation, slower system calls). Another is
+            /// `400` with `"field": "runtime"`.
+        },
+        update {
+            /// Another container runtime, one of `runtimes` in `/limits`; sets `needsRebuild` (a
+            /// rebuild applies it, keeping the home).
+        };
+    }
+}
+
+/// `egress` as a JSON object or null (serde would read the rules from an array too, which the
+/// schema does not allow), with rules of ASCII only: `Rule` would take one padded with Unicode
+/// white space, whose bytes its length limit counts, so no schema could state it.
+fn rules_object<'de, D>(d: D) -> Result<Option<EgressRules>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct RulesText {
+        #[serde(default)]
+        allow: Vec<String>,
+        #[serde(default)]
+        deny: Vec<String>,
+    }
+
+    fn parse(list: &str, rules: Vec<String>) -> Result<Vec<Rule>, String> {
+        if rules.len() > MAX_RULES {
+            return Err(format!(
+                "egress.{list} holds {} rules; at most {MAX_RULES} are allowed (a wildcard or a \
+                 CIDR covers many)",
+                rules.len()
+            ));
+        }
+        let parse_one = |(i, rule): (usize, String)| {
+            if !rule.is_ascii() {
+                let shown: String = rule.chars().take(80).collect();
+                return Err(format!(
+                    "{list}[{i}]: {shown:?} is not an egress rule: it holds characters other than \
+                     ASCII"
+                ));
+            }
+            rule.parse::<Rule>()
+                .map_err(|e| format!("{list}[{i}]: {e}"))
+        };
+        rules.into_iter().enumerate().map(parse_one).collect()
+    }
+
+    struct RulesObject;
+    impl<'de> serde::de::Visitor<'de> for RulesObject {
+        type Value = Option<EgressRules>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str(r#"an object {"allow": [..], "deny": [..]} or null"#)
+        }
+
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_map(RulesObject)
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            use serde::de::Error;
+            let text = RulesText::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+            Ok(Some(EgressRules {
+                allow: parse("allow", text.allow).map_err(A::Error::custom)?,
+                deny: parse("deny", text.deny).map_err(A::Error::custom)?,
+            }))
+        }
+    }
+    d.deserialize_option(RulesObject)
+}
