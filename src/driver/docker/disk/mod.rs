@@ -11,9 +11,9 @@
 //!
 //! Every step is idempotent and crash-safe: an image is made under a temporary name and renamed
 //! when complete; whether to grow is read from the filesystem's own size (the superblock), not
-//! the file's, so a grow cut short is done again; every mount of a released image is preceded by
-//! `e2fsck -p`, which is instant on a clean filesystem and repairs one a crash or a cut-short grow
-//! left marked; and removal does what is left of it. An image is touched by a tool (a check, a
+//! the file's, so a grow cut short is done again; every mount of a released image but one mkfs has just made is
+//! preceded by `e2fsck -p`, which is instant on a clean filesystem and repairs one a crash or a
+//! cut-short grow left marked; and removal does what is left of it. An image is touched by a tool (a check, a
 //! grow) only once no loop device is backed by it: until then some mount still holds its
 //! filesystem, and the kernel's last write of the superblock would undo the tool's work. The
 //! tools are not killed with the server: a grow or a check finishes even when the server dies
@@ -24,15 +24,17 @@
 //! This needs the server on the host, as root, with `mkfs.ext4`, `e2fsck`, `resize2fs`
 //! (e2fsprogs), `mount` and `umount` (util-linux): all in a standard Debian install.
 
+mod ext4;
+mod loopdev;
+
 use std::collections::HashMap;
-use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tokio::process::Command;
-
 use super::error::DockerError;
+use ext4::{check, filesystem_bytes, grow, run, which};
+use loopdev::{direct_io, pin, released};
 
 const IMAGE_SUFFIX: &str = ".ext4";
 /// The folder inside each filesystem that is the agent's home.
@@ -383,200 +385,6 @@ impl Disks {
     }
 }
 
-/// How long an image unmounted here may stay attached to its loop device before it counts as
-/// in use. Docker answers a stop once the container no longer runs, and only then unmounts the
-/// volume's own bind of the home (its `_data`), which holds the filesystem open; the kernel
-/// writes the superblock out and lets the loop device go when the last of them goes. A check or
-/// a grow of the image before then is undone by that write, and leaves a corrupt filesystem.
-const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Waits (up to [`RELEASE_WAIT`]) until no loop device is backed by `image`, the sign that no
-/// mount anywhere (another mount namespace, Docker's bind of the volume) holds its filesystem.
-/// Returns the device that still holds it, if one does.
-async fn released(image: &Path) -> Result<Option<PathBuf>, DockerError> {
-    let image = canonical(image)?;
-    let deadline = tokio::time::Instant::now() + RELEASE_WAIT;
-    loop {
-        match loop_device_of(&image)? {
-            None => return Ok(None),
-            Some(device) if tokio::time::Instant::now() >= deadline => return Ok(Some(device)),
-            Some(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
-        }
-    }
-}
-
-fn canonical(image: &Path) -> Result<PathBuf, DockerError> {
-    image
-        .canonicalize()
-        .map_err(|e| DockerError::Disk(format!("{}: {e}", image.display())))
-}
-
-/// The loop device backed by `image` (an absolute, canonical path), read from sysfs. An error
-/// when sysfs cannot be read: "no device" would let a check or a grow touch a held image.
-fn loop_device_of(image: &Path) -> Result<Option<PathBuf>, DockerError> {
-    let entries = std::fs::read_dir("/sys/block").map_err(|e| {
-        DockerError::Disk(format!(
-            "cannot list /sys/block to see whether a loop device holds {}: {e}",
-            image.display()
-        ))
-    })?;
-    Ok(entries
-        .flatten()
-        .find(|entry| backs(&entry.path(), image))
-        .map(|entry| Path::new("/dev").join(entry.file_name())))
-}
-
-/// Whether the block device at `sys` (its folder under `/sys/block`) is a loop device backed by
-/// `image`. A deleted backing file reads `<path> (deleted)`, which matches no image.
-fn backs(sys: &Path, image: &Path) -> bool {
-    std::fs::read(sys.join("loop/backing_file")).is_ok_and(|backing| {
-        backing.strip_suffix(b"\n").unwrap_or(&backing) == image.as_os_str().as_encoded_bytes()
-    })
-}
-
-/// Holds `device` open while it is mounted again: a loop device made by `mount -o loop` lets go
-/// of its file when its last user closes it, and another home's mount could then take it over.
-/// Open, it is checked to still be backed by `image`.
-fn pin(device: &Path, image: &Path) -> Result<std::fs::File, DockerError> {
-    let gone = || {
-        DockerError::Disk(format!(
-            "{} let go of {} while it was being mounted again; start the agent again",
-            device.display(),
-            image.display()
-        ))
-    };
-    let file = std::fs::File::open(device).map_err(|_| gone())?;
-    let sys = device
-        .file_name()
-        .map(|dev| Path::new("/sys/block").join(dev))
-        .ok_or_else(gone)?;
-    if !backs(&sys, &canonical(image)?) {
-        return Err(gone());
-    }
-    Ok(file)
-}
-
-/// Has the loop device behind `mountpoint` read and write its image with direct I/O: without
-/// it every block is cached twice (in the home's page cache and the image file's), and a synced
-/// write, which is what an upload ends with, goes a third slower. Best effort: a filesystem
-/// under the image without `O_DIRECT` keeps buffered I/O. Done with the ioctl itself rather
-/// than `findmnt` and `losetup`: two programs per start cost a burst of creates more than the
-/// rest of the disk's work together.
-fn direct_io(name: &str, mountpoint: &Path) {
-    let device = match mounted_device(mountpoint) {
-        Ok(device) => device,
-        Err(e) => {
-            tracing::warn!(home = name, error = %e, "cannot find the disk's loop device");
-            return;
-        }
-    };
-    if let Err(e) = set_direct_io(&device) {
-        tracing::warn!(home = name, device = %device.display(), error = %e, "the disk keeps buffered I/O");
-    }
-}
-
-/// The block device mounted at `mountpoint`: the device number of the mounted root, named
-/// through sysfs (`/sys/dev/block/MAJ:MIN` links to the device's folder, named as in `/dev`).
-fn mounted_device(mountpoint: &Path) -> Result<PathBuf, DockerError> {
-    let dev = std::fs::metadata(mountpoint)
-        .map_err(|e| DockerError::Disk(format!("{}: {e}", mountpoint.display())))?
-        .dev();
-    let sys = PathBuf::from(format!(
-        "/sys/dev/block/{}:{}",
-        nix::sys::stat::major(dev),
-        nix::sys::stat::minor(dev)
-    ));
-    let target = std::fs::read_link(&sys)
-        .map_err(|e| DockerError::Disk(format!("{}: {e}", sys.display())))?;
-    let device = target
-        .file_name()
-        .ok_or_else(|| DockerError::Disk(format!("{} names no device", sys.display())))?;
-    Ok(Path::new("/dev").join(device))
-}
-
-// LOOP_SET_DIRECT_IO from <linux/loop.h>: its argument is the flag itself, not a pointer.
-nix::ioctl_write_int_bad!(loop_set_direct_io, 0x4C08);
-
-fn set_direct_io(device: &Path) -> Result<(), DockerError> {
-    use std::os::fd::AsRawFd;
-    let file = std::fs::File::open(device)
-        .map_err(|e| DockerError::Disk(format!("{}: {e}", device.display())))?;
-    // SAFETY: the fd is open for the duration of the call, and this ioctl reads no memory.
-    unsafe { loop_set_direct_io(file.as_raw_fd(), 1) }.map_err(|e| {
-        DockerError::Disk(format!("LOOP_SET_DIRECT_IO on {}: {e}", device.display()))
-    })?;
-    Ok(())
-}
-
-/// Grows the unmounted image to `bytes` and its filesystem with it. resize2fs wants a freshly
-/// checked filesystem. A grow cut short leaves the filesystem smaller than wanted (the next
-/// start grows again) or marked as having errors (the check before the mount repairs it).
-async fn grow(image: &Path, bytes: u64) -> Result<(), DockerError> {
-    fsck(image, true).await?;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(image)
-        .and_then(|f| f.set_len(bytes))
-        .map_err(|e| DockerError::Disk(format!("cannot grow {}: {e}", image.display())))?;
-    run("resize2fs", &[image.as_os_str()]).await?;
-    Ok(())
-}
-
-/// `e2fsck -p` before a mount: instant on a clean filesystem, a full check and the safe repairs
-/// on one marked as having errors.
-async fn check(image: &Path) -> Result<(), DockerError> {
-    fsck(image, false).await
-}
-
-async fn fsck(image: &Path, force: bool) -> Result<(), DockerError> {
-    let mut args: Vec<&std::ffi::OsStr> = vec!["-p".as_ref()];
-    if force {
-        args.push("-f".as_ref());
-    }
-    args.push(image.as_os_str());
-    let out = command("e2fsck", &args).await?;
-    // 0: clean; 1: errors corrected. Anything else needs a person.
-    if !matches!(out.status.code(), Some(0 | 1)) {
-        return Err(DockerError::Disk(format!(
-            "{} has errors e2fsck cannot repair by itself ({}); repair it by hand with \
-             `e2fsck -f {}` on the host, or destroy the agent",
-            image.display(),
-            String::from_utf8_lossy(&out.stdout).trim(),
-            image.display()
-        )));
-    }
-    Ok(())
-}
-
-/// The size of the ext4 filesystem in `image`, read from its superblock (1 KiB in): what a
-/// grow actually reached, whatever the file's length.
-fn filesystem_bytes(image: &Path) -> Result<u64, DockerError> {
-    let bad = |why: String| DockerError::Disk(format!("{}: {why}", image.display()));
-    let mut sb = [0u8; 1024];
-    std::fs::File::open(image)
-        .and_then(|mut f| {
-            f.seek(SeekFrom::Start(1024))?;
-            f.read_exact(&mut sb)
-        })
-        .map_err(|e| bad(format!("cannot read its superblock: {e}")))?;
-    let u32_at = |o: usize| u32::from_le_bytes([sb[o], sb[o + 1], sb[o + 2], sb[o + 3]]);
-    if u16::from_le_bytes([sb[0x38], sb[0x39]]) != 0xEF53 {
-        return Err(bad("not an ext4 filesystem".into()));
-    }
-    const INCOMPAT_64BIT: u32 = 0x80;
-    let high = if u32_at(0x60) & INCOMPAT_64BIT != 0 {
-        u64::from(u32_at(0x150))
-    } else {
-        0
-    };
-    let blocks = high << 32 | u64::from(u32_at(0x4));
-    let log = u32_at(0x18);
-    if log > 6 {
-        return Err(bad(format!("an impossible block size (log {log})")));
-    }
-    Ok(blocks.saturating_mul(1024 << log))
-}
-
 fn ignore_missing(r: std::io::Result<()>, p: &Path) -> Result<(), DockerError> {
     match r {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(DockerError::Disk(format!(
@@ -585,42 +393,6 @@ fn ignore_missing(r: std::io::Result<()>, p: &Path) -> Result<(), DockerError> {
         ))),
         _ => Ok(()),
     }
-}
-
-/// Runs a disk tool to its end, even if the server dies meanwhile (a grow or check cut short
-/// is what would need repairing).
-async fn command(
-    tool: &str,
-    args: &[&std::ffi::OsStr],
-) -> Result<std::process::Output, DockerError> {
-    Command::new(which(tool).unwrap_or_else(|| PathBuf::from(tool)))
-        .args(args)
-        .output()
-        .await
-        .map_err(|e| DockerError::Disk(format!("cannot run {tool}: {e}")))
-}
-
-/// Runs a disk tool; its stderr becomes the error.
-async fn run(tool: &str, args: &[&std::ffi::OsStr]) -> Result<String, DockerError> {
-    let out = command(tool, args).await?;
-    if !out.status.success() {
-        let shown: Vec<_> = args.iter().map(|a| a.to_string_lossy()).collect();
-        return Err(DockerError::Disk(format!(
-            "{tool} {} failed: {}",
-            shown.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// Where `tool` is on `PATH`, or in the sbin folders a non-login root shell may lack.
-fn which(tool: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/sbin"].map(PathBuf::from))
-        .map(|d| d.join(tool))
-        .find(|p| p.is_file())
 }
 
 /// A server in a mount namespace of its own (systemd's `PrivateMounts=`, `ProtectSystem=`…)
@@ -635,45 +407,5 @@ fn check_mount_namespace() -> Result<(), DockerError> {
                 .into(),
         )),
         _ => Ok(()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A superblock as mkfs writes it, for the size reading.
-    fn image_with(
-        blocks_lo: u32,
-        blocks_hi: u32,
-        log_block: u32,
-        incompat: u32,
-    ) -> tempfile::NamedTempFile {
-        let mut sb = vec![0u8; 2048];
-        let base = 1024;
-        sb[base + 0x4..base + 0x8].copy_from_slice(&blocks_lo.to_le_bytes());
-        sb[base + 0x18..base + 0x1c].copy_from_slice(&log_block.to_le_bytes());
-        sb[base + 0x38..base + 0x3a].copy_from_slice(&0xEF53u16.to_le_bytes());
-        sb[base + 0x60..base + 0x64].copy_from_slice(&incompat.to_le_bytes());
-        sb[base + 0x150..base + 0x154].copy_from_slice(&blocks_hi.to_le_bytes());
-        let f = tempfile::NamedTempFile::new().expect("temp file");
-        std::fs::write(f.path(), sb).expect("write");
-        f
-    }
-
-    #[test]
-    fn the_filesystem_size_comes_from_the_superblock() {
-        let f = image_with(16384, 0, 2, 0);
-        assert_eq!(filesystem_bytes(f.path()).unwrap(), 64 << 20);
-        // The high half counts only with the 64bit feature.
-        let f = image_with(1, 1, 2, 0);
-        assert_eq!(filesystem_bytes(f.path()).unwrap(), 4096);
-        let f = image_with(0, 1, 2, 0x80);
-        assert_eq!(filesystem_bytes(f.path()).unwrap(), (1u64 << 32) * 4096);
-        let f = image_with(1, 0, 40, 0);
-        assert!(filesystem_bytes(f.path()).is_err());
-        let garbage = tempfile::NamedTempFile::new().unwrap();
-        std::fs::write(garbage.path(), [0u8; 100]).unwrap();
-        assert!(filesystem_bytes(garbage.path()).is_err());
     }
 }
