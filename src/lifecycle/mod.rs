@@ -4,11 +4,11 @@
 //! Operations are only accepted from settled states (`running`, `sleeping`, `error`), so at most
 //! one piece of background work runs per agent; everything else answers 409.
 //!
-//! Every change of state goes through [`moves`], which publishes it (decorated, see
+//! Every change of state goes through `moves`, which publishes it (decorated, see
 //! [`Lifecycle::decorate`]) to SSE clients and waiters: nothing else holds the store or the driver.
-//! [`ops`] accepts and runs the operations, [`boot`] hands out and checks boot tokens and takes
-//! the hello, [`wake`] starts an agent for its user, [`outside`] takes in what the driver saw
-//! happen, [`view`] is what others read. [`reconcile`] settles agents with the driver at boot,
+//! `ops` accepts and runs the operations, `boot` hands out and checks boot tokens and takes
+//! the hello, `wake` starts an agent for its user, `outside` takes in what the driver saw
+//! happen, `view` is what others read. [`reconcile`] settles agents with the driver at boot,
 //! and [`sleeper`] puts idle ones to sleep.
 
 mod boot;
@@ -153,12 +153,12 @@ impl Lifecycle {
         &self.metrics
     }
 
-    /// Every agent change from now on, as published.
     /// Where agent changes are announced; the egress proxy announces its decisions there too.
     pub fn hub(&self) -> &EventHub {
         &self.hub
     }
 
+    /// Every agent change from now on, as published.
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<AgentEvent> {
         self.hub.subscribe()
     }

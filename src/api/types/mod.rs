@@ -3,8 +3,8 @@
 //! document is generated from them. The agent itself is [`crate::model::Agent`].
 
 //!
-//! One file per resource: [`agents`], [`exec`], [`process`], [`terminal`], [`server`] (health
-//! and limits) and [`error`]; [`whole`] reads the whole numbers they take. Each type is also
+//! One file per resource: `agents`, `exec`, [`process`], `terminal`, `server` (health
+//! and limits) and `error`; `whole` reads the whole numbers they take. Each type is also
 //! named from here.
 
 mod agents;

@@ -199,10 +199,13 @@ pub async fn sandboxd_pid(cx: &Ctx<'_>, id: &str) -> anyhow::Result<u32> {
     let init: u32 = docker(&["inspect", "-f", "{{.State.Pid}}", &container])
         .await?
         .parse()?;
+    // A child whose memory cannot be read (it just ended) is not the one: the init stands in
+    // rather than a figure of 0.
     Ok(children(init)
         .into_iter()
-        .max_by_key(|&p| rss_kib(p).unwrap_or(0))
-        .unwrap_or(init))
+        .filter_map(|p| rss_kib(p).map(|kib| (kib, p)))
+        .max()
+        .map_or(init, |(_, p)| p))
 }
 
 /// Samples the server's RSS every 20 ms until dropped, keeping the peak.

@@ -3,16 +3,16 @@
 //! Docker's alike.
 
 mod burst;
-pub mod common;
+pub(super) mod common;
 mod create;
 mod echo;
-pub mod egress;
+pub(super) mod egress;
 mod exec;
 mod files;
 mod footprint;
-pub mod processes;
+pub(super) mod processes;
 mod restart;
-pub mod runtime;
+pub(super) mod runtime;
 mod wake;
 
 use std::path::Path;

@@ -15,15 +15,15 @@ use crate::metrics::Repair;
 
 /// What [`DockerDriver::create_all`] found or made.
 pub(super) struct Made {
-    pub net: NetRef,
+    pub(super) net: NetRef,
     /// The container, when it existed already.
-    pub existing: Option<Existing>,
+    pub(super) existing: Option<Existing>,
 }
 
 pub(super) struct Existing {
     /// Docker's id, which a re-created container does not share.
-    pub id: String,
-    pub running: bool,
+    pub(super) id: String,
+    pub(super) running: bool,
     /// The Docker ids of the networks it is on.
     networks: Vec<String>,
     /// Whether it mounts sandboxd the way this server serves it.

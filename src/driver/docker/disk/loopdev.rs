@@ -69,7 +69,13 @@ pub(super) fn pin(device: &Path, image: &Path) -> Result<std::fs::File, DockerEr
             image.display()
         ))
     };
-    let file = std::fs::File::open(device).map_err(|_| gone())?;
+    // Read-write, as losetup opens it: on a read-only descriptor the kernel allows this ioctl
+    // only with CAP_SYS_ADMIN, which a server with trimmed capabilities lacks.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(device)
+        .map_err(|_| gone())?;
     let sys = device
         .file_name()
         .map(|dev| Path::new("/sys/block").join(dev))
@@ -123,7 +129,12 @@ nix::ioctl_write_int_bad!(loop_set_direct_io, 0x4C08);
 
 fn set_direct_io(device: &Path) -> Result<(), DockerError> {
     use std::os::fd::AsRawFd;
-    let file = std::fs::File::open(device)
+    // Read-write, as losetup opens it: on a read-only descriptor the kernel allows this ioctl
+    // only with CAP_SYS_ADMIN, which a server with trimmed capabilities lacks.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(device)
         .map_err(|e| DockerError::Disk(format!("{}: {e}", device.display())))?;
     // SAFETY: the fd is open for the duration of the call, and this ioctl reads no memory.
     unsafe { loop_set_direct_io(file.as_raw_fd(), 1) }.map_err(|e| {

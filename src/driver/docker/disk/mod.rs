@@ -246,7 +246,9 @@ impl Disks {
             ],
         )
         .await?;
-        direct_io(name, mountpoint);
+        // Off the async workers: the kernel may write the image's cached pages out first.
+        let (name, mountpoint) = (name.to_string(), mountpoint.to_path_buf());
+        let _ = tokio::task::spawn_blocking(move || direct_io(&name, &mountpoint)).await;
         Ok(())
     }
 
