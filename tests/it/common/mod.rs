@@ -1,0 +1,340 @@
+//! Shared helpers for the integration tests: a real server on loopback ports with the fake
+//! driver, a client with the admin token, and waits with deadlines (never fixed sleeps).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agenthold::config::{Config, DriverKind};
+use agenthold::lifecycle::Lifecycle;
+use agenthold::server::Server;
+use serde_json::{json, Value};
+
+pub mod docker;
+pub mod engine;
+pub mod process;
+pub mod procs;
+pub mod registry;
+pub mod sse;
+
+pub const TOKEN: &str = "test-admin-token-0123456789";
+/// Long enough for a loaded 2-core CI machine, short enough to fail a hung test.
+pub const DEADLINE: Duration = Duration::from_secs(30);
+
+pub struct TestServer {
+    pub base: String,
+    pub api_addr: SocketAddr,
+    pub tunnel_addr: SocketAddr,
+    pub egress_addr: SocketAddr,
+    pub lc: Arc<Lifecycle>,
+    /// The server's database, to look at or to stage a state no API call makes.
+    pub store: agenthold::store::Store,
+    pub http: reqwest::Client,
+    pub dir: tempfile::TempDir,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+pub fn test_config(dir: &std::path::Path) -> Config {
+    let mut c = Config::default();
+    c.server.listen = "127.0.0.1:0".parse().unwrap();
+    c.server.data_dir = dir.to_path_buf();
+    c.server.admin_token = Some(TOKEN.to_string());
+    c.sandbox.driver = DriverKind::Fake;
+    c.sandbox.tunnel_listen = "127.0.0.1:0".parse().unwrap();
+    // Tests run servers side by side: each proxy on a port of its own.
+    c.sandbox.egress.port = 0;
+    c.sandbox.egress.dns_port = 0;
+    c
+}
+
+impl TestServer {
+    pub async fn start() -> TestServer {
+        Self::start_with(|_| {}).await
+    }
+
+    pub async fn start_with(tweak: impl FnOnce(&mut Config)) -> TestServer {
+        Self::start_in(tempfile::tempdir().unwrap(), tweak).await
+    }
+
+    /// Stops this server and starts another on the same data directory, as a restart does.
+    /// The old server shuts down as on SIGTERM (its background work ends) before the new one
+    /// starts.
+    pub async fn restart_with(mut self, tweak: impl FnOnce(&mut Config)) -> TestServer {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.task.take() {
+            match tokio::time::timeout(DEADLINE, t).await {
+                Ok(ended) => {
+                    ended
+                        .expect("server task")
+                        .expect("server shut down cleanly");
+                }
+                Err(_) => panic!("the server did not shut down within {DEADLINE:?}"),
+            }
+        }
+        let TestServer { dir, lc, .. } = self;
+        drop(lc);
+        Self::start_in(dir, tweak).await
+    }
+
+    async fn start_in(dir: tempfile::TempDir, tweak: impl FnOnce(&mut Config)) -> TestServer {
+        let mut config = test_config(dir.path());
+        tweak(&mut config);
+        let server = Server::bind(config).await.unwrap();
+        let api_addr = server.api_addr;
+        let tunnel_addr = server.tunnel_addr;
+        let egress_addr = server.egress_addr;
+        let lc = server.lifecycle.clone();
+        let store = server.store.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(server.run(async {
+            let _ = rx.await;
+        }));
+        let s = TestServer {
+            base: format!("http://{api_addr}"),
+            api_addr,
+            tunnel_addr,
+            egress_addr,
+            lc,
+            store,
+            http: reqwest::Client::new(),
+            dir,
+            shutdown: Some(tx),
+            task: Some(task),
+        };
+        wait_for("health", || async {
+            s.http.get(s.url("/api/v1/health")).send().await.is_ok()
+        })
+        .await;
+        s
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    pub fn get(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http.get(self.url(path)).bearer_auth(TOKEN)
+    }
+
+    pub fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http.post(self.url(path)).bearer_auth(TOKEN)
+    }
+
+    pub fn put(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http.put(self.url(path)).bearer_auth(TOKEN)
+    }
+
+    pub fn patch(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http.patch(self.url(path)).bearer_auth(TOKEN)
+    }
+
+    pub fn delete(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http.delete(self.url(path)).bearer_auth(TOKEN)
+    }
+
+    pub async fn agent(&self, id: &str) -> Value {
+        let r = self
+            .get(&format!("/api/v1/agents/{id}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "GET agent {id}");
+        r.json().await.unwrap()
+    }
+
+    pub async fn state(&self, id: &str) -> String {
+        self.agent(id).await["state"].as_str().unwrap().to_string()
+    }
+
+    /// Creates an agent and waits until it runs.
+    pub async fn running_agent(&self, name: &str) -> String {
+        let r = self
+            .post("/api/v1/agents")
+            .json(&json!({"name": name}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+        let agent: Value = r.json().await.unwrap();
+        let id = agent["id"].as_str().unwrap().to_string();
+        self.wait_state(&id, "running").await;
+        id
+    }
+
+    pub async fn wait_state(&self, id: &str, want: &str) {
+        let mut last = String::new();
+        let deadline = Instant::now() + DEADLINE;
+        while Instant::now() < deadline {
+            let agent = self.agent(id).await;
+            last = agent["state"].as_str().unwrap().to_string();
+            if last == want {
+                return;
+            }
+            assert_ne!(last, "error", "agent {id} failed: {}", agent["error"]);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("agent {id} did not reach {want} within {DEADLINE:?}; it is {last}");
+    }
+
+    pub fn ws_url(&self, path: &str) -> String {
+        format!("ws://{}{}", self.api_addr, path)
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+}
+
+/// Polls `check` until it is true, failing the test after [`DEADLINE`].
+pub async fn wait_for<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + DEADLINE;
+    while Instant::now() < deadline {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{what}: not true within {DEADLINE:?}");
+}
+
+/// Asserts an API error's status and code, returning its message.
+pub async fn expect_error(resp: reqwest::Response, status: u16, code: &str) -> String {
+    assert_eq!(resp.status().as_u16(), status);
+    let body: Value = resp.json().await.expect("error body is JSON");
+    assert_eq!(body["error"]["code"], code, "{body}");
+    let msg = body["error"]["message"].as_str().unwrap().to_string();
+    assert!(!msg.is_empty());
+    msg
+}
+
+pub type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+impl TestServer {
+    /// Opens the agent's terminal WebSocket with the admin token.
+    pub async fn terminal(&self, id: &str, cols: u16, rows: u16) -> Ws {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let url = self.ws_url(&format!(
+            "/api/v1/agents/{id}/terminal?cols={cols}&rows={rows}"
+        ));
+        let mut req = url.into_client_request().unwrap();
+        req.headers_mut()
+            .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+        let (ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+        ws
+    }
+}
+
+/// Reads terminal output until `needle` appears, returning everything read.
+pub async fn read_until(ws: &mut Ws, needle: &str) -> String {
+    use futures::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let msg = tokio::time::timeout_at(deadline, ws.next())
+            .await
+            .unwrap_or_else(|_| panic!("{needle:?} did not appear; got {seen:?}"));
+        match msg {
+            Some(Ok(Message::Binary(b))) => seen.push_str(&String::from_utf8_lossy(&b)),
+            Some(Ok(Message::Close(c))) => panic!("closed ({c:?}) before {needle:?}; got {seen:?}"),
+            Some(Ok(_)) => {}
+            other => panic!("terminal ended ({other:?}) before {needle:?}; got {seen:?}"),
+        }
+        if seen.contains(needle) {
+            return seen;
+        }
+    }
+}
+
+pub async fn send_keys(ws: &mut Ws, keys: &str) {
+    use futures::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+    ws.send(Message::Binary(keys.as_bytes().to_vec().into()))
+        .await
+        .unwrap();
+}
+
+/// Runs a command through the exec API and returns the JSON result.
+pub async fn exec(s: &TestServer, id: &str, command: &[&str]) -> Value {
+    let r = s
+        .post(&format!("/api/v1/agents/{id}/exec"))
+        .json(&serde_json::json!({"command": command}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "exec {command:?}");
+    r.json().await.unwrap()
+}
+
+/// `n` streaming execs of `sleep 120` at once on agent `id`. Each answers once its channel is
+/// open and holds it while its body is read; the ones the stream cap refuses must be `429`
+/// naming `sandbox.max_streams_per_agent`. Returns the running ones (drop them to end the
+/// commands) and the number refused.
+pub async fn exec_flood(s: &TestServer, id: &str, n: usize) -> (Vec<reqwest::Response>, usize) {
+    let answers = futures::future::join_all((0..n).map(|_| {
+        s.post(&format!("/api/v1/agents/{id}/exec"))
+            .header("accept", "application/x-ndjson")
+            .json(&json!({"command": ["sleep", "120"]}))
+            .send()
+    }))
+    .await;
+    let mut running = Vec::new();
+    let mut refused = 0;
+    for a in answers {
+        let a = a.expect("an exec request failed");
+        match a.status().as_u16() {
+            200 => running.push(a),
+            429 => {
+                let msg = expect_error(a, 429, "too_many_requests").await;
+                assert!(msg.contains("max_streams_per_agent"), "{msg}");
+                refused += 1;
+            }
+            other => panic!(
+                "exec answered {other}: {}",
+                a.text().await.unwrap_or_default()
+            ),
+        }
+    }
+    (running, refused)
+}
+
+/// Waits until an exec of `true` on agent `id` answers 200 again (`when`: after what).
+pub async fn wait_exec_works(s: &TestServer, id: &str, when: &str) {
+    wait_for(&format!("exec works again {when}"), || async {
+        s.post(&format!("/api/v1/agents/{id}/exec"))
+            .json(&json!({"command": ["true"]}))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+}
+
+/// Every mount point this process sees (`/proc/self/mountinfo`'s fifth field).
+pub fn mount_points() -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+        .collect()
+}
+
+/// Bytes free (to an unprivileged user) on the filesystem holding `path`.
+pub fn free_bytes(path: &std::path::Path) -> u64 {
+    let st = nix::sys::statvfs::statvfs(path).expect("statvfs");
+    st.blocks_available() as u64 * st.fragment_size() as u64
+}
