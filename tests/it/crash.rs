@@ -22,8 +22,8 @@ async fn every_operation_survives_a_sigkill_halfway() {
     let p = server.start_with_env(SLOW).await;
 
     // Create: killed while the driver creates.
-    let id = server.create("phoenix", None).await;
-    let doomed = server.create("doomed", None).await;
+    let id = server.create_agent("phoenix").await;
+    let doomed = server.create_agent("doomed").await;
     p.kill();
     let p = server.start().await;
     server
@@ -66,7 +66,7 @@ async fn every_operation_survives_a_sigkill_halfway() {
         // A fake sandbox does not outlive its server, so agents wake up sleeping after a
         // restart; stop needs a running one.
         if op == "stop" && server.settled(target).await.as_deref() == Some("sleeping") {
-            server.op(target, "start").await;
+            server.act(target, "start").await;
             server.settles_to(target, "running", "before stop").await;
         }
         server.settled(target).await;

@@ -1,14 +1,16 @@
 //! Exec over the real tunnel: output, exit codes, stdin, timeouts that leave no process behind,
 //! NDJSON streaming, and bad requests.
 
-use crate::common::{exec, expect_error, TestServer};
+use crate::common::{expect_error, TestServer};
 use serde_json::{json, Value};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stdout_stderr_exit_code_and_stdin() {
     let s = TestServer::start().await;
     let id = s.running_agent("exec").await;
-    let r = exec(&s, &id, &["sh", "-c", "echo out; echo err >&2; exit 7"]).await;
+    let r = s
+        .exec(&id, &["sh", "-c", "echo out; echo err >&2; exit 7"])
+        .await;
     assert_eq!(r["stdout"], "out\n");
     assert_eq!(r["stderr"], "err\n");
     assert_eq!(r["exitCode"], 7);
@@ -31,7 +33,7 @@ async fn stdout_stderr_exit_code_and_stdin() {
     let out = r["stdout"].as_str().unwrap();
     assert!(out.starts_with("QUIET\nhi there\n"), "{out}");
 
-    let r = exec(&s, &id, &["no-such-program-here"]).await;
+    let r = s.exec(&id, &["no-such-program-here"]).await;
     assert_eq!(r["exitCode"], 127);
 }
 
@@ -87,12 +89,9 @@ async fn closing_the_request_kills_the_command() {
 async fn output_beyond_the_cap_is_truncated() {
     let s = TestServer::start_with(|c| c.server.exec_output_cap_kb = 4).await;
     let id = s.running_agent("cap").await;
-    let r = exec(
-        &s,
-        &id,
-        &["sh", "-c", "head -c 100000 /dev/zero | tr '\\0' a"],
-    )
-    .await;
+    let r = s
+        .exec(&id, &["sh", "-c", "head -c 100000 /dev/zero | tr '\\0' a"])
+        .await;
     assert_eq!(r["truncated"], true);
     assert_eq!(r["stdout"].as_str().unwrap().len(), 4096);
     assert_eq!(r["exitCode"], 0);
@@ -142,7 +141,7 @@ async fn exec_wakes_a_sleeping_agent() {
         .await
         .unwrap();
     s.wait_state(&id, "sleeping").await;
-    let r = exec(&s, &id, &["echo", "up"]).await;
+    let r = s.exec(&id, &["echo", "up"]).await;
     assert_eq!(r["stdout"], "up\n");
     assert_eq!(s.state(&id).await, "running");
 }

@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use crate::common::{exec, wait_for, TestServer, DEADLINE};
+use crate::common::{wait_for, TestServer, DEADLINE};
 use agenthold::model::AgentState;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
@@ -119,7 +119,7 @@ async fn a_slowloris_on_the_tunnel_is_cut_while_the_api_and_exec_answer() {
             .expect("health within 15 s during the flood")
             .unwrap();
         assert_eq!(health.status(), 200);
-        let out = tokio::time::timeout(Duration::from_secs(15), exec(&s, &id, &["echo", "hi"]))
+        let out = tokio::time::timeout(Duration::from_secs(15), s.exec(&id, &["echo", "hi"]))
             .await
             .expect("exec within 15 s during the flood");
         assert_eq!(out["stdout"], "hi\n", "{out}");
@@ -135,7 +135,7 @@ async fn a_slowloris_on_the_tunnel_is_cut_while_the_api_and_exec_answer() {
             "closed after {lived:?}, before the header timeout"
         );
     }
-    let out = exec(&s, &id, &["echo", "after"]).await;
+    let out = s.exec(&id, &["echo", "after"]).await;
     assert_eq!(out["stdout"], "after\n");
 }
 
@@ -180,7 +180,7 @@ async fn one_address_holds_at_most_its_cap_on_either_listener() {
         })
         .await;
     }
-    let out = exec(&s, &id, &["echo", "ok"]).await;
+    let out = s.exec(&id, &["echo", "ok"]).await;
     assert_eq!(out["stdout"], "ok\n");
 }
 
@@ -244,6 +244,6 @@ async fn a_full_api_leaves_the_tunnel_working() {
             .is_ok_and(|r| r.status() == 200)
     })
     .await;
-    let out = exec(&s, &id, &["echo", "up"]).await;
+    let out = s.exec(&id, &["echo", "up"]).await;
     assert_eq!(out["stdout"], "up\n");
 }

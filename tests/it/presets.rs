@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::common::{exec, expect_error, read_until, TestServer};
+use crate::common::{expect_error, read_until, TestServer};
 use agenthold::config::{Config, Preset};
 use serde_json::{json, Value};
 
@@ -151,7 +151,7 @@ async fn an_unknown_preset_or_a_bad_env_is_refused_by_name() {
 }
 
 async fn exec_out(s: &TestServer, id: &str, script: &str) -> String {
-    let r = exec(s, id, &["sh", "-c", script]).await;
+    let r = s.exec(id, &["sh", "-c", script]).await;
     assert_eq!(r["exitCode"], 0, "{r}");
     r["stdout"].as_str().unwrap().to_string()
 }

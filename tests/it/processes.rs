@@ -518,7 +518,7 @@ async fn waits_their_callers_gave_up_on_cost_the_tunnel_nothing() {
         .await;
     }
     // The agent's tunnel is the one it had: an exec and the process still answer.
-    let r = crate::common::exec(&s, &p.agent, &["echo", "still here"]).await;
+    let r = s.exec(&p.agent, &["echo", "still here"]).await;
     assert_eq!(r["stdout"], "still here\n");
     assert_eq!(p.get(&long.id).await.1["state"], "running");
 }

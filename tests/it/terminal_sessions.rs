@@ -275,16 +275,16 @@ fn screen_of(rows: u16, cols: u16) -> vt100::Parser {
 async fn a_gap_longer_than_the_buffer_gets_a_correct_screen() {
     let s = TestServer::start_with(|c| c.sandbox.terminal_buffer_kb = 4).await;
     let id = s.running_agent("pager").await;
-    let out = crate::common::exec(
-        &s,
-        &id,
-        &[
-            "sh",
-            "-c",
-            "seq -f 'line %g of a long file' 1 5000 > long.txt",
-        ],
-    )
-    .await;
+    let out = s
+        .exec(
+            &id,
+            &[
+                "sh",
+                "-c",
+                "seq -f 'line %g of a long file' 1 5000 > long.txt",
+            ],
+        )
+        .await;
     assert_eq!(out["exitCode"], 0, "{out}");
 
     // A stays connected throughout and keeps its own picture of the screen.
@@ -803,7 +803,7 @@ async fn an_attach_flood_is_refused_beyond_the_cap_and_the_tunnel_stays_up() {
 
     // The flood ends: its streams are given back, and channels open again.
     drop(opened);
-    crate::common::wait_exec_works(&s, &id, "after the flood").await;
+    s.wait_exec_works(&id, "after the flood").await;
     let mut again = Viewer::open(&s, &id, &format!("session={}", va.id)).await;
     again.type_keys("echo after-'flood'\r").await;
     again.read_until("after-flood").await;
@@ -843,7 +843,7 @@ async fn a_flood_past_the_tunnels_own_limit_leaves_the_tunnel_up() {
 
     // Closing the requests ends the commands and gives their streams back.
     drop(running);
-    crate::common::wait_exec_works(&s, &id, "after the flood").await;
+    s.wait_exec_works(&id, "after the flood").await;
     assert_eq!(
         s.lc.tunnels().conn_id(&id),
         Some(conn),

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::common::{exec, TestServer};
+use crate::common::TestServer;
 use agenthold::store::hash_token;
 use agenthold_proto::mux::{self, Mode};
 use agenthold_proto::{self as proto, ErrorCode, Hello, Ping, Reply};
@@ -130,7 +130,7 @@ async fn garbage_bytes_end_only_that_connection() {
     .await;
     assert!(ended.is_ok(), "the server kept a garbage connection open");
     // The agent's real session is untouched.
-    assert_eq!(exec(&s, &a, &["echo", "fine"]).await["stdout"], "fine\n");
+    assert_eq!(s.exec(&a, &["echo", "fine"]).await["stdout"], "fine\n");
     assert_eq!(s.get("/api/v1/health").send().await.unwrap().status(), 200);
 }
 
@@ -148,7 +148,7 @@ async fn a_message_over_the_limit_ends_only_that_connection() {
     })
     .await;
     assert!(ended.is_ok(), "the server kept the connection open");
-    assert_eq!(exec(&s, &a, &["echo", "fine"]).await["stdout"], "fine\n");
+    assert_eq!(s.exec(&a, &["echo", "fine"]).await["stdout"], "fine\n");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

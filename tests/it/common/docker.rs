@@ -9,12 +9,10 @@
 
 use std::net::SocketAddr;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use agenthold::config::{Config, DriverKind};
-use serde_json::{json, Value};
 
-use crate::common::{TestServer, DEADLINE};
+use crate::common::TestServer;
 
 pub const AGENT_IMAGE: &str = "agenthold-test/agent:latest";
 pub const DEBIAN_IMAGE: &str = "debian:bookworm-slim";
@@ -261,95 +259,6 @@ impl Drop for DockerEnv {
     }
 }
 
-/// Asks for an agent with `image` and returns its id, without waiting for it.
-pub async fn create_agent(s: &TestServer, name: &str, image: &str) -> String {
-    let r = s
-        .post("/api/v1/agents")
-        .json(&json!({"name": name, "image": image}))
-        .send()
-        .await
-        .expect("create request");
-    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
-    let agent: Value = r.json().await.expect("agent json");
-    agent["id"].as_str().expect("id").to_string()
-}
-
-/// Creates an agent with `image` and waits until it runs.
-pub async fn running_agent_with(s: &TestServer, name: &str, image: &str) -> String {
-    let id = create_agent(s, name, image).await;
-    s.wait_state(&id, "running").await;
-    id
-}
-
-/// Asks for a lifecycle `action` (`start`, `stop`, `rebuild`) and checks it was accepted.
-pub async fn act(s: &TestServer, id: &str, action: &str) {
-    let r = s
-        .post(&format!("/api/v1/agents/{id}/{action}"))
-        .send()
-        .await
-        .expect(action);
-    assert_eq!(r.status(), 202, "{action}");
-}
-
-/// Stops the agent through the API and waits until it sleeps.
-pub async fn stop_sleeping(s: &TestServer, id: &str) {
-    act(s, id, "stop").await;
-    s.wait_state(id, "sleeping").await;
-}
-
-/// Starts the agent through the API and waits until it runs.
-pub async fn start_running(s: &TestServer, id: &str) {
-    act(s, id, "start").await;
-    s.wait_state(id, "running").await;
-}
-
-/// Runs `command` in the agent through the exec API.
-pub async fn exec(s: &TestServer, id: &str, command: &[&str]) -> Value {
-    let r = s
-        .post(&format!("/api/v1/agents/{id}/exec"))
-        .json(&json!({"command": command, "timeoutMs": 20000}))
-        .send()
-        .await
-        .expect("exec request");
-    assert_eq!(r.status(), 200, "exec {command:?}");
-    r.json().await.expect("exec json")
-}
-
-/// stdout of a command that must succeed.
-pub async fn exec_ok(s: &TestServer, id: &str, command: &[&str]) -> String {
-    let out = exec(s, id, command).await;
-    assert_eq!(out["exitCode"], 0, "exec {command:?}: {out}");
-    out["stdout"].as_str().unwrap_or_default().to_string()
-}
-
-/// Waits until the agent's state is one of `want`, returning it; `error` fails unless wanted.
-pub async fn wait_states(s: &TestServer, id: &str, want: &[&str]) -> Value {
-    let deadline = Instant::now() + DEADLINE;
-    let mut last = Value::Null;
-    while Instant::now() < deadline {
-        last = s.agent(id).await;
-        let state = last["state"].as_str().unwrap_or_default();
-        if want.contains(&state) {
-            return last;
-        }
-        assert_ne!(state, "error", "agent {id} failed: {last}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("agent {id} did not reach {want:?} within {DEADLINE:?}; last: {last}");
-}
-
-/// Polls a blocking check until it holds, failing after [`DEADLINE`].
-pub async fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + DEADLINE;
-    while Instant::now() < deadline {
-        if check() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{what}: not true within {DEADLINE:?}");
-}
-
 /// The container's address on its agent network.
 pub fn container_ip(container: &str) -> String {
     docker(&[
@@ -397,7 +306,7 @@ pub async fn reachable(s: &TestServer, id: &str, addrs: &[String]) -> Vec<bool> 
         ));
     }
     script.push_str("wait\n");
-    let out = exec(s, id, &["bash", "-c", &script]).await;
+    let out = s.exec(id, &["bash", "-c", &script]).await;
     let stdout = out["stdout"].as_str().unwrap_or_default();
     (0..addrs.len())
         .map(|i| {

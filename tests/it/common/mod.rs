@@ -11,6 +11,9 @@ use agenthold::lifecycle::Lifecycle;
 use agenthold::server::Server;
 use serde_json::{json, Value};
 
+pub use client::Client;
+
+pub mod client;
 pub mod docker;
 pub mod engine;
 pub mod process;
@@ -23,17 +26,30 @@ pub const TOKEN: &str = "test-admin-token-0123456789";
 pub const DEADLINE: Duration = Duration::from_secs(30);
 
 pub struct TestServer {
-    pub base: String,
+    /// The API, with the admin token (the server dereferences to it).
+    pub api: Client,
     pub api_addr: SocketAddr,
     pub tunnel_addr: SocketAddr,
     pub egress_addr: SocketAddr,
     pub lc: Arc<Lifecycle>,
     /// The server's database, to look at or to stage a state no API call makes.
     pub store: agenthold::store::Store,
-    pub http: reqwest::Client,
     pub dir: tempfile::TempDir,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl std::ops::Deref for TestServer {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        &self.api
+    }
+}
+
+impl std::ops::DerefMut for TestServer {
+    fn deref_mut(&mut self) -> &mut Client {
+        &mut self.api
+    }
 }
 
 pub fn test_config(dir: &std::path::Path) -> Config {
@@ -94,13 +110,12 @@ impl TestServer {
             let _ = rx.await;
         }));
         let s = TestServer {
-            base: format!("http://{api_addr}"),
+            api: Client::new(format!("http://{api_addr}"), DEADLINE),
             api_addr,
             tunnel_addr,
             egress_addr,
             lc,
             store,
-            http: reqwest::Client::new(),
             dir,
             shutdown: Some(tx),
             task: Some(task),
@@ -110,74 +125,6 @@ impl TestServer {
         })
         .await;
         s
-    }
-
-    pub fn url(&self, path: &str) -> String {
-        format!("{}{}", self.base, path)
-    }
-
-    pub fn get(&self, path: &str) -> reqwest::RequestBuilder {
-        self.http.get(self.url(path)).bearer_auth(TOKEN)
-    }
-
-    pub fn post(&self, path: &str) -> reqwest::RequestBuilder {
-        self.http.post(self.url(path)).bearer_auth(TOKEN)
-    }
-
-    pub fn put(&self, path: &str) -> reqwest::RequestBuilder {
-        self.http.put(self.url(path)).bearer_auth(TOKEN)
-    }
-
-    pub fn patch(&self, path: &str) -> reqwest::RequestBuilder {
-        self.http.patch(self.url(path)).bearer_auth(TOKEN)
-    }
-
-    pub fn delete(&self, path: &str) -> reqwest::RequestBuilder {
-        self.http.delete(self.url(path)).bearer_auth(TOKEN)
-    }
-
-    pub async fn agent(&self, id: &str) -> Value {
-        let r = self
-            .get(&format!("/api/v1/agents/{id}"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200, "GET agent {id}");
-        r.json().await.unwrap()
-    }
-
-    pub async fn state(&self, id: &str) -> String {
-        self.agent(id).await["state"].as_str().unwrap().to_string()
-    }
-
-    /// Creates an agent and waits until it runs.
-    pub async fn running_agent(&self, name: &str) -> String {
-        let r = self
-            .post("/api/v1/agents")
-            .json(&json!({"name": name}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
-        let agent: Value = r.json().await.unwrap();
-        let id = agent["id"].as_str().unwrap().to_string();
-        self.wait_state(&id, "running").await;
-        id
-    }
-
-    pub async fn wait_state(&self, id: &str, want: &str) {
-        let mut last = String::new();
-        let deadline = Instant::now() + DEADLINE;
-        while Instant::now() < deadline {
-            let agent = self.agent(id).await;
-            last = agent["state"].as_str().unwrap().to_string();
-            if last == want {
-                return;
-            }
-            assert_ne!(last, "error", "agent {id} failed: {}", agent["error"]);
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("agent {id} did not reach {want} within {DEADLINE:?}; it is {last}");
     }
 
     pub fn ws_url(&self, path: &str) -> String {
@@ -268,18 +215,6 @@ pub async fn send_keys(ws: &mut Ws, keys: &str) {
         .unwrap();
 }
 
-/// Runs a command through the exec API and returns the JSON result.
-pub async fn exec(s: &TestServer, id: &str, command: &[&str]) -> Value {
-    let r = s
-        .post(&format!("/api/v1/agents/{id}/exec"))
-        .json(&serde_json::json!({"command": command}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200, "exec {command:?}");
-    r.json().await.unwrap()
-}
-
 /// `n` streaming execs of `sleep 120` at once on agent `id`. Each answers once its channel is
 /// open and holds it while its body is read; the ones the stream cap refuses must be `429`
 /// naming `sandbox.max_streams_per_agent`. Returns the running ones (drop them to end the
@@ -310,18 +245,6 @@ pub async fn exec_flood(s: &TestServer, id: &str, n: usize) -> (Vec<reqwest::Res
         }
     }
     (running, refused)
-}
-
-/// Waits until an exec of `true` on agent `id` answers 200 again (`when`: after what).
-pub async fn wait_exec_works(s: &TestServer, id: &str, when: &str) {
-    wait_for(&format!("exec works again {when}"), || async {
-        s.post(&format!("/api/v1/agents/{id}/exec"))
-            .json(&json!({"command": ["true"]}))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-    })
-    .await;
 }
 
 /// Every mount point this process sees (`/proc/self/mountinfo`'s fifth field).

@@ -8,9 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
-
-use crate::common::TOKEN;
+use crate::common::{Client, TOKEN};
 
 /// A port free on loopback right now (the server binds it a moment later).
 pub fn free_port() -> u16 {
@@ -25,10 +23,16 @@ pub fn free_port() -> u16 {
 /// process on it; agents and data carry over from one to the next.
 pub struct ServerConfig {
     pub path: PathBuf,
-    /// `http://127.0.0.1:PORT`
-    pub base: String,
-    /// How long the server may take to come up (reconcile runs first), and an agent to settle.
-    pub settle: Duration,
+    /// The API at `http://127.0.0.1:PORT`; its deadline is how long the server may take to come
+    /// up (reconcile runs first), and an agent to settle.
+    pub api: Client,
+}
+
+impl std::ops::Deref for ServerConfig {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        &self.api
+    }
 }
 
 /// The `sandbox:` lines for the Docker driver with a test's own prefix and address pool, the
@@ -64,8 +68,7 @@ impl ServerConfig {
         std::fs::write(&path, yaml).expect("write config.yaml");
         ServerConfig {
             path,
-            base: format!("http://127.0.0.1:{api}"),
-            settle,
+            api: Client::new(format!("http://127.0.0.1:{api}"), settle),
         }
     }
 
@@ -100,7 +103,7 @@ impl ServerConfig {
         let mut p = ServerProcess { child };
         let http = reqwest::Client::new();
         // Reconcile runs before the API answers, and on Docker it may redo a create and a start.
-        let deadline = Instant::now() + self.settle;
+        let deadline = Instant::now() + self.deadline;
         loop {
             if http
                 .get(format!("{}/api/v1/health", self.base))
@@ -116,125 +119,10 @@ impl ServerConfig {
             assert!(
                 Instant::now() < deadline,
                 "the server did not answer within {:?}",
-                self.settle
+                self.deadline
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-    }
-
-    /// One API request with the test token: the status and the JSON body (`null` if none).
-    pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-        let http = reqwest::Client::new();
-        let mut req = http
-            .request(
-                method.parse().expect("method"),
-                format!("{}{path}", self.base),
-            )
-            .bearer_auth(TOKEN);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let r = req
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
-        let status = r.status().as_u16();
-        (status, r.json().await.unwrap_or(Value::Null))
-    }
-
-    /// Creates an agent (with the default image unless `image` names one) and returns its id.
-    pub async fn create(&self, name: &str, image: Option<&str>) -> String {
-        let mut body = json!({ "name": name });
-        if let Some(image) = image {
-            body["image"] = json!(image);
-        }
-        let (st, a) = self.call("POST", "/api/v1/agents", Some(body)).await;
-        assert_eq!(st, 201, "create {name}: {a}");
-        a["id"].as_str().expect("id").to_string()
-    }
-
-    /// Asks for `op` (`start`, `stop`, `rebuild`) and expects it accepted.
-    pub async fn op(&self, id: &str, op: &str) {
-        let (st, a) = self
-            .call("POST", &format!("/api/v1/agents/{id}/{op}"), None)
-            .await;
-        assert_eq!(st, 202, "{op} {id}: {a}");
-    }
-
-    /// Waits until the agent is in a settled state and returns it (`None` once it is gone); an
-    /// agent in `error` is returned as `error: <message>`. Fails the test when it stays in a
-    /// transient state longer than [`ServerConfig::settle`].
-    pub async fn settled(&self, id: &str) -> Option<String> {
-        let deadline = Instant::now() + self.settle;
-        loop {
-            let (status, a) = self
-                .call("GET", &format!("/api/v1/agents/{id}"), None)
-                .await;
-            if status == 404 {
-                return None;
-            }
-            let state = a["state"].as_str().unwrap_or_default().to_string();
-            match state.as_str() {
-                "running" | "sleeping" => return Some(state),
-                "error" => return Some(format!("error: {}", a["error"])),
-                _ => {}
-            }
-            assert!(
-                Instant::now() < deadline,
-                "agent {id} stuck in {state} for {:?}: {a}",
-                self.settle
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// Waits until the agent is in `want`, whatever it passes through on the way, and returns
-    /// it; `error` fails the test unless wanted.
-    pub async fn wait_state(&self, id: &str, want: &str) -> Value {
-        let deadline = Instant::now() + self.settle;
-        loop {
-            let (status, a) = self
-                .call("GET", &format!("/api/v1/agents/{id}"), None)
-                .await;
-            assert_eq!(status, 200, "agent {id}: {a}");
-            let state = a["state"].as_str().unwrap_or_default();
-            if state == want {
-                return a;
-            }
-            assert_ne!(
-                state, "error",
-                "agent {id} failed while waiting for {want}: {a}"
-            );
-            assert!(
-                Instant::now() < deadline,
-                "agent {id} did not become {want} within {:?}: {a}",
-                self.settle
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// Waits until the agent is `want` (a settled state); fails on any other settled state.
-    pub async fn settles_to(&self, id: &str, want: &str, what: &str) {
-        assert_eq!(self.settled(id).await.as_deref(), Some(want), "{what}");
-    }
-
-    /// Runs `command` in the agent through the exec API; returns stdout, failing unless it
-    /// exits 0.
-    pub async fn exec_ok(&self, id: &str, command: &[&str]) -> String {
-        let (st, out) = self
-            .call(
-                "POST",
-                &format!("/api/v1/agents/{id}/exec"),
-                Some(json!({"command": command, "timeoutMs": 20000})),
-            )
-            .await;
-        assert_eq!(
-            (st, &out["exitCode"]),
-            (200, &json!(0)),
-            "exec {command:?}: {out}"
-        );
-        out["stdout"].as_str().unwrap_or_default().to_string()
     }
 }
 

@@ -47,8 +47,8 @@ async fn docker_operations_survive_a_sigkill_right_after_they_are_accepted() {
 
     // Create: killed while the driver makes the first objects.
     let p = server.start().await;
-    let id = server.create("phoenix", None).await;
-    let doomed = server.create("doomed", None).await;
+    let id = server.create_agent("phoenix").await;
+    let doomed = server.create_agent("doomed").await;
     p.kill();
     let p = server.start().await;
     server
@@ -156,9 +156,9 @@ async fn outside_stop_start_and_remove_while_the_server_is_down_are_settled_at_b
     let dir = tempfile::tempdir().expect("tempdir");
     let server = config(dir.path(), &env);
     let p = server.start().await;
-    let stopped = server.create("stopped", None).await;
-    let woken = server.create("woken", None).await;
-    let removed = server.create("removed", None).await;
+    let stopped = server.create_agent("stopped").await;
+    let woken = server.create_agent("woken").await;
+    let removed = server.create_agent("removed").await;
     for id in [&stopped, &woken, &removed] {
         server.settles_to(id, "running", "after create").await;
         server
@@ -168,7 +168,7 @@ async fn outside_stop_start_and_remove_while_the_server_is_down_are_settled_at_b
             )
             .await;
     }
-    server.op(&woken, "stop").await;
+    server.act(&woken, "stop").await;
     server
         .settles_to(&woken, "sleeping", "woken, stopped through the API")
         .await;
@@ -204,7 +204,7 @@ async fn outside_stop_start_and_remove_while_the_server_is_down_are_settled_at_b
     );
     docker(&["volume", "inspect", &env.volume(&removed)]);
     for id in [&stopped, &removed] {
-        server.op(id, "start").await;
+        server.act(id, "start").await;
         server.settles_to(id, "running", "started again").await;
         let mark = server.exec_ok(id, &["cat", "/home/agent/mark"]).await;
         assert_eq!(mark.trim(), format!("home-of-{id}"), "the home survived");

@@ -37,16 +37,16 @@ async fn a_restarted_dockerd_is_followed_again_and_every_agent_settles() {
     );
     let server = ServerConfig::write(dir.path(), "0.0.0.0", &sandbox, SETTLE);
     let p = server.start().await;
-    let a = server.create("alpha", None).await;
-    let b = server.create("bravo", None).await;
-    let c = server.create("charlie", None).await;
+    let a = server.create_agent("alpha").await;
+    let b = server.create_agent("bravo").await;
+    let c = server.create_agent("charlie").await;
     for id in [&a, &b, &c] {
         server.settles_to(id, "running", "after create").await;
     }
     server
         .exec_ok(&a, &["sh", "-c", "echo kept > /home/agent/mark"])
         .await;
-    server.op(&c, "stop").await;
+    server.act(&c, "stop").await;
     server.wait_state(&c, "sleeping").await;
 
     // 1. dockerd killed while the server runs. At its restart it stops the containers it finds
@@ -57,7 +57,7 @@ async fn a_restarted_dockerd_is_followed_again_and_every_agent_settles() {
     }
     assert_eq!(engine.running(&env.container(&a)), "false");
     // Starts and execs work on the restarted engine, with the home kept.
-    server.op(&a, "start").await;
+    server.act(&a, "start").await;
     server.settles_to(&a, "running", "started again").await;
     assert_eq!(
         server.exec_ok(&a, &["cat", "/home/agent/mark"]).await,
@@ -68,7 +68,7 @@ async fn a_restarted_dockerd_is_followed_again_and_every_agent_settles() {
     server.wait_state(&a, "sleeping").await;
 
     // 2. dockerd stopped gracefully while the server runs: it stops the containers itself.
-    server.op(&b, "start").await;
+    server.act(&b, "start").await;
     server
         .settles_to(&b, "running", "before the graceful restart")
         .await;
@@ -104,7 +104,7 @@ async fn a_restarted_dockerd_is_followed_again_and_every_agent_settles() {
     server
         .settles_to(&c, "running", "its create made anew")
         .await;
-    server.op(&b, "start").await;
+    server.act(&b, "start").await;
     server
         .settles_to(&b, "running", "started after both restarts")
         .await;

@@ -52,7 +52,9 @@ fn allocated(path: &std::path::Path) -> u64 {
 
 /// The size `df` reports for `path` in the sandbox, in MiB.
 async fn df_size_mb(s: &TestServer, id: &str, path: &str) -> u64 {
-    let out = exec_ok(s, id, &["sh", "-c", &format!("df -m {path} | tail -1")]).await;
+    let out = s
+        .exec_ok(id, &["sh", "-c", &format!("df -m {path} | tail -1")])
+        .await;
     out.split_whitespace()
         .nth(1)
         .and_then(|n| n.parse().ok())
@@ -107,16 +109,16 @@ async fn filling_the_home_or_tmp_stops_at_the_limit_and_harms_nothing_else() {
     assert_eq!(df_size_mb(&s, &id, "/tmp").await, TMP_MB);
 
     let free_before = crate::common::free_bytes(s.dir.path());
-    let out = exec(
-        &s,
-        &id,
-        &[
-            "sh",
-            "-c",
-            "dd if=/dev/zero of=/home/agent/fill bs=1M count=400 2>&1; sync",
-        ],
-    )
-    .await;
+    let out = s
+        .exec(
+            &id,
+            &[
+                "sh",
+                "-c",
+                "dd if=/dev/zero of=/home/agent/fill bs=1M count=400 2>&1; sync",
+            ],
+        )
+        .await;
     let said = out["stdout"].as_str().unwrap_or_default();
     assert!(said.contains("No space left on device"), "dd said: {out}");
     let used = free_before.saturating_sub(crate::common::free_bytes(s.dir.path()));
@@ -146,21 +148,21 @@ async fn filling_the_home_or_tmp_stops_at_the_limit_and_harms_nothing_else() {
     let msg = expect_error(r, 507, "no_space").await;
     assert!(msg.contains("No space left on device"), "{msg}");
     assert_eq!(
-        exec_ok(&s, &id, &["sh", "-c", "ls /home/agent"]).await,
+        s.exec_ok(&id, &["sh", "-c", "ls /home/agent"]).await,
         "fill\n"
     );
 
     // /tmp is in memory with its own size: filling it does not touch the home or the host.
-    let out = exec(
-        &s,
-        &id,
-        &[
-            "sh",
-            "-c",
-            "dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>&1",
-        ],
-    )
-    .await;
+    let out = s
+        .exec(
+            &id,
+            &[
+                "sh",
+                "-c",
+                "dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>&1",
+            ],
+        )
+        .await;
     assert!(
         out["stdout"]
             .as_str()
@@ -171,10 +173,10 @@ async fn filling_the_home_or_tmp_stops_at_the_limit_and_harms_nothing_else() {
 
     // After rm the agent works as before, and (the mount discards) the host gets the space
     // back.
-    exec_ok(&s, &id, &["rm", "/home/agent/fill", "/tmp/fill"]).await;
+    s.exec_ok(&id, &["rm", "/home/agent/fill", "/tmp/fill"])
+        .await;
     assert_eq!(
-        exec_ok(
-            &s,
+        s.exec_ok(
             &id,
             &[
                 "sh",
@@ -201,12 +203,11 @@ async fn a_larger_limit_applies_at_the_next_start_and_keeps_the_files() {
     };
     let s = server(&env).await;
     let id = agent_with_disk(&s, "grower", 64).await;
-    exec_ok(&s, &id, &["sh", "-c", "echo kept > /home/agent/marker"]).await;
+    s.exec_ok(&id, &["sh", "-c", "echo kept > /home/agent/marker"])
+        .await;
     // Out of inodes, which is when people ask for more: the grow (it checks the filesystem
     // first, which needs room for its own lost+found) still works.
-    let out = exec(
-        &s,
-        &id,
+    let out = s.exec(&id,
         &[
             "sh",
             "-c",
@@ -242,23 +243,19 @@ async fn a_larger_limit_applies_at_the_next_start_and_keeps_the_files() {
     assert_eq!(agent["diskMb"], 256);
     assert_eq!(agent["needsRebuild"], false);
 
-    stop_sleeping(&s, &id).await;
-    start_running(&s, &id).await;
+    s.stop_sleeping(&id).await;
+    s.start_running(&id).await;
     let size = df_size_mb(&s, &id, "/home/agent").await;
     assert!(
         (256 * 85 / 100..=256).contains(&size),
         "df shows {size} MiB after growing to 256"
     );
     assert_eq!(
-        exec_ok(&s, &id, &["cat", "/home/agent/marker"]).await,
+        s.exec_ok(&id, &["cat", "/home/agent/marker"]).await,
         "kept\n"
     );
-    exec_ok(
-        &s,
-        &id,
-        &["sh", "-c", "touch /home/agent/many/after-the-grow"],
-    )
-    .await;
+    s.exec_ok(&id, &["sh", "-c", "touch /home/agent/many/after-the-grow"])
+        .await;
     let r = s
         .patch(&format!("/api/v1/agents/{id}"))
         .json(&json!({"diskMb": 128}))
@@ -277,13 +274,14 @@ async fn a_lost_mount_is_made_again_and_destroy_leaves_nothing() {
     let s = server(&env).await;
     let id = agent_with_disk(&s, "keeper", 64).await;
     let (image, mountpoint) = disk_paths(&s, &env, &id);
-    exec_ok(&s, &id, &["sh", "-c", "echo kept > /home/agent/marker"]).await;
+    s.exec_ok(&id, &["sh", "-c", "echo kept > /home/agent/marker"])
+        .await;
 
     // A host reboot drops the mount while the sandbox sleeps. Started by hand then, the
     // sandbox does not start at all (rather than write to the host's disk under the mount
     // point); the next start through agenthold mounts the image first. The container and the
     // volume removed outside as well are made anew around the same files.
-    stop_sleeping(&s, &id).await;
+    s.stop_sleeping(&id).await;
     let out = Command::new("umount")
         .arg(&mountpoint)
         .output()
@@ -305,10 +303,10 @@ async fn a_lost_mount_is_made_again_and_destroy_leaves_nothing() {
     );
     docker(&["rm", "-f", &env.container(&id)]);
     docker(&["volume", "rm", &env.volume(&id)]);
-    start_running(&s, &id).await;
+    s.start_running(&id).await;
     assert!(is_mountpoint(&mountpoint));
     assert_eq!(
-        exec_ok(&s, &id, &["cat", "/home/agent/marker"]).await,
+        s.exec_ok(&id, &["cat", "/home/agent/marker"]).await,
         "kept\n"
     );
 
@@ -382,8 +380,9 @@ async fn a_home_still_held_elsewhere_is_neither_checked_nor_grown_until_released
     let s = server(&env).await;
     let id = agent_with_disk(&s, "held", 64).await;
     let (image, mountpoint) = disk_paths(&s, &env, &id);
-    exec_ok(&s, &id, &["sh", "-c", "echo kept > /home/agent/marker"]).await;
-    stop_sleeping(&s, &id).await;
+    s.exec_ok(&id, &["sh", "-c", "echo kept > /home/agent/marker"])
+        .await;
+    s.stop_sleeping(&id).await;
 
     // Another mount of the filesystem outlives the server's own, as Docker's bind of the volume
     // does for a moment after a stop: a grow then (a check and resize2fs on the image) would be
@@ -397,7 +396,7 @@ async fn a_home_still_held_elsewhere_is_neither_checked_nor_grown_until_released
         .await
         .expect("patch");
     assert_eq!(r.status(), 200);
-    start_running(&s, &id).await;
+    s.start_running(&id).await;
     assert!(is_mountpoint(&mountpoint));
     assert_eq!(
         loop_devices_of(&image).lines().count(),
@@ -408,26 +407,27 @@ async fn a_home_still_held_elsewhere_is_neither_checked_nor_grown_until_released
     let size = df_size_mb(&s, &id, "/home/agent").await;
     assert!(size < 64, "grown to {size} MiB while held elsewhere");
     assert_eq!(
-        exec_ok(&s, &id, &["cat", "/home/agent/marker"]).await,
+        s.exec_ok(&id, &["cat", "/home/agent/marker"]).await,
         "kept\n"
     );
     // What the sandbox writes shows through the other mount: one filesystem, not two.
-    exec_ok(&s, &id, &["sh", "-c", "echo both > /home/agent/shared"]).await;
+    s.exec_ok(&id, &["sh", "-c", "echo both > /home/agent/shared"])
+        .await;
     assert_eq!(
         std::fs::read_to_string(hold.0.join("shared")).expect("read through the hold"),
         "both\n"
     );
 
     drop(hold);
-    stop_sleeping(&s, &id).await;
-    start_running(&s, &id).await;
+    s.stop_sleeping(&id).await;
+    s.start_running(&id).await;
     let size = df_size_mb(&s, &id, "/home/agent").await;
     assert!(
         (256 * 85 / 100..=256).contains(&size),
         "df shows {size} MiB after the release and a start"
     );
     assert_eq!(
-        exec_ok(&s, &id, &["cat", "/home/agent/marker"]).await,
+        s.exec_ok(&id, &["cat", "/home/agent/marker"]).await,
         "kept\n"
     );
 }

@@ -77,7 +77,7 @@ proxy_connect() {
 
 async fn sh(s: &crate::common::TestServer, id: &str, script: &str) -> String {
     let script = format!("{PROXY_FNS}\n{script}");
-    let out = exec(s, id, &["bash", "-c", &script]).await;
+    let out = s.exec(id, &["bash", "-c", &script]).await;
     assert_eq!(out["exitCode"], 0, "{script}: {out}");
     out["stdout"].as_str().unwrap_or_default().to_string()
 }
@@ -115,7 +115,7 @@ async fn allowed_names_work_through_the_proxy_and_the_rest_get_403() {
     let proxy = format!("http://{gw}:{}", s.egress_addr.port());
 
     // Every exec has the proxy variables, both spellings.
-    let env_out = exec_ok(&s, &a, &["env"]).await;
+    let env_out = s.exec_ok(&a, &["env"]).await;
     for var in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
         assert!(
             env_out.contains(&format!("{var}={proxy}\n")),
@@ -262,7 +262,7 @@ async fn star_reaches_no_private_address_and_no_rules_reach_nothing() {
     let web = hello_server("0.0.0.0:0").await.expect("the web server");
     let a = agent_with_rules(&s, "a", json!({"allow": ["*"]})).await;
     // Made with no egress: the server's default, which allows nothing.
-    let b = running_agent_with(&s, "b", AGENT_IMAGE).await;
+    let b = s.running_agent(("b", AGENT_IMAGE)).await;
     assert_eq!(
         s.agent(&b).await["egress"],
         json!({"allow": [], "deny": []})
@@ -303,7 +303,7 @@ async fn a_thousand_connections_from_one_sandbox_hit_its_cap_and_nothing_else() 
     };
     let s = server(&env, |c| c.sandbox.egress.max_connections = 64).await;
     let a = agent_with_rules(&s, "a", json!({"allow": ["pypi.test"]})).await;
-    let b = running_agent_with(&s, "b", AGENT_IMAGE).await;
+    let b = s.running_agent(("b", AGENT_IMAGE)).await;
     // 1,000 connections held open at once; the ones past the cap are answered 429 and closed.
     let flood = format!(
         "{PROXY_FNS}\nproxy_addr; ulimit -n 4096\n\
@@ -311,10 +311,10 @@ async fn a_thousand_connections_from_one_sandbox_hit_its_cap_and_nothing_else() 
          IFS= read -r status <&$last; echo \"last: ${{status%$'\\r'}}\"\n"
     );
     let command = ["bash", "-c", flood.as_str()];
-    let (flooded, other) = tokio::join!(exec(&s, &a, &command), async {
+    let (flooded, other) = tokio::join!(s.exec(&a, &command), async {
         // Another agent's exec and the API keep answering while the flood is held.
         let started = Instant::now();
-        let out = exec_ok(&s, &b, &["echo", "fine"]).await;
+        let out = s.exec_ok(&b, &["echo", "fine"]).await;
         (out, started.elapsed())
     });
     let stdout = flooded["stdout"].as_str().unwrap_or_default();

@@ -19,8 +19,8 @@ async fn a_flood_from_a_sandbox_gets_its_cap_and_the_header_timeout() {
             c.server.header_timeout = Duration::from_secs(10);
         })
         .await;
-    let a = running_agent_with(&s, "flooder", DEBIAN_IMAGE).await;
-    let b = running_agent_with(&s, "other", BUSYBOX_IMAGE).await;
+    let a = s.running_agent(("flooder", DEBIAN_IMAGE)).await;
+    let b = s.running_agent(("other", BUSYBOX_IMAGE)).await;
     let gw = network_gateway(&env.network(&a));
     let port = s.tunnel_addr.port();
 
@@ -68,7 +68,7 @@ look later
         let began = Instant::now();
         let health = s.get("/api/v1/health").send().await.unwrap();
         assert_eq!(health.status(), 200);
-        assert_eq!(exec_ok(&s, &b, &["echo", "hi"]).await, "hi\n");
+        assert_eq!(s.exec_ok(&b, &["echo", "hi"]).await, "hi\n");
         assert!(
             began.elapsed() < Duration::from_secs(20),
             "health and exec took {:?} during the flood",
@@ -98,5 +98,5 @@ look later
         "all cut by the header timeout: {summary}"
     );
     // The flooder's own tunnel session was never disturbed.
-    assert_eq!(exec_ok(&s, &a, &["echo", "still"]).await, "still\n");
+    assert_eq!(s.exec_ok(&a, &["echo", "still"]).await, "still\n");
 }

@@ -25,20 +25,16 @@ async fn the_file_api_cannot_make_the_agent_root() {
         return;
     };
     let s = env.server(false).await;
-    let id = running_agent_with(&s, "fsid", AGENT_IMAGE).await;
+    let id = s.running_agent(("fsid", AGENT_IMAGE)).await;
     let base = format!("/api/v1/agents/{id}/fs");
 
     // The red team's sequence, as the agent: a copy of /etc/passwd making it uid 0, a symlink
     // from the home to /etc, and the copy uploaded through the link.
-    let original = exec_ok(&s, &id, &["cat", "/etc/passwd"]).await;
+    let original = s.exec_ok(&id, &["cat", "/etc/passwd"]).await;
     let forged = with_agent_as_root(&original);
     assert_ne!(forged, original, "the image has no agent line: {original}");
-    exec_ok(
-        &s,
-        &id,
-        &["sh", "-c", "cd /home/agent && ln -sfn /etc project"],
-    )
-    .await;
+    s.exec_ok(&id, &["sh", "-c", "cd /home/agent && ln -sfn /etc project"])
+        .await;
     for path in [
         "project/passwd",
         "/etc/passwd",
@@ -57,15 +53,15 @@ async fn the_file_api_cannot_make_the_agent_root() {
             r.text().await.unwrap_or_default()
         );
     }
-    assert_eq!(exec_ok(&s, &id, &["cat", "/etc/passwd"]).await, original);
+    assert_eq!(s.exec_ok(&id, &["cat", "/etc/passwd"]).await, original);
     assert_eq!(
-        exec_ok(&s, &id, &["stat", "-c", "%u:%g", "/etc/passwd"])
+        s.exec_ok(&id, &["stat", "-c", "%u:%g", "/etc/passwd"])
             .await
             .trim(),
         "0:0"
     );
     // No temporary file of an upload was left in /etc either.
-    let etc = exec_ok(&s, &id, &["ls", "-a", "/etc"]).await;
+    let etc = s.exec_ok(&id, &["ls", "-a", "/etc"]).await;
     assert!(!etc.contains("agenthold-tmp"), "{etc}");
     // Nor may the API make or remove anything there.
     let r = s
@@ -84,8 +80,7 @@ async fn the_file_api_cannot_make_the_agent_root() {
     }
 
     // Root-only files, through a link or by name, are not served.
-    exec_ok(
-        &s,
+    s.exec_ok(
         &id,
         &[
             "sh",
@@ -131,8 +126,7 @@ async fn the_file_api_cannot_make_the_agent_root() {
         .expect("write request");
     assert_eq!(r.status(), 204);
     assert_eq!(
-        exec_ok(
-            &s,
+        s.exec_ok(
             &id,
             &[
                 "stat",
@@ -155,10 +149,10 @@ async fn the_file_api_cannot_make_the_agent_root() {
     assert_eq!(r.text().await.expect("body"), original);
 
     // After a stop and a start the agent is who it was.
-    stop_sleeping(&s, &id).await;
-    start_running(&s, &id).await;
-    assert_eq!(exec_ok(&s, &id, &["id", "-u"]).await.trim(), "1000");
-    assert_eq!(exec_ok(&s, &id, &["cat", "/etc/passwd"]).await, original);
+    s.stop_sleeping(&id).await;
+    s.start_running(&id).await;
+    assert_eq!(s.exec_ok(&id, &["id", "-u"]).await.trim(), "1000");
+    assert_eq!(s.exec_ok(&id, &["cat", "/etc/passwd"]).await, original);
     s.stop().await;
 }
 
@@ -175,13 +169,13 @@ async fn the_file_api_is_the_images_user_without_an_agent_account() {
             .send()
     };
 
-    let worker = running_agent_with(&s, "worker", WORKER_IMAGE).await;
+    let worker = s.running_agent(("worker", WORKER_IMAGE)).await;
     assert_eq!(
         put(&worker, "notes.txt").await.expect("write").status(),
         204
     );
     assert_eq!(
-        exec_ok(&s, &worker, &["stat", "-c", "%U", "/home/agent/notes.txt"])
+        s.exec_ok(&worker, &["stat", "-c", "%U", "/home/agent/notes.txt"])
             .await
             .trim(),
         "worker"
@@ -198,11 +192,11 @@ async fn the_file_api_is_the_images_user_without_an_agent_account() {
     assert_eq!(r.status(), 403);
 
     // An image that runs as root: the file API is root as well, as its shell is.
-    let root = running_agent_with(&s, "root", DEBIAN_IMAGE).await;
+    let root = s.running_agent(("root", DEBIAN_IMAGE)).await;
     let r = put(&root, "/etc/agenthold-fsid-test").await.expect("write");
     assert_eq!(r.status(), 204);
     assert_eq!(
-        exec_ok(&s, &root, &["cat", "/etc/agenthold-fsid-test"]).await,
+        s.exec_ok(&root, &["cat", "/etc/agenthold-fsid-test"]).await,
         "x"
     );
     s.stop().await;

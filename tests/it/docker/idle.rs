@@ -117,7 +117,7 @@ async fn an_unused_agent_falls_asleep_and_wakes_on_exec() {
     assert!(s.agent(&id).await["sleepsAt"].is_null());
 
     // An exec wakes it.
-    assert_eq!(exec_ok(&s, &id, &["echo", "awake"]).await.trim(), "awake");
+    assert_eq!(s.exec_ok(&id, &["echo", "awake"]).await.trim(), "awake");
     assert_eq!(s.state(&id).await, "running");
     destroy(&s, &id).await;
     s.stop().await;
@@ -136,23 +136,22 @@ async fn a_cpu_busy_agent_stays_awake_until_its_work_ends() {
 
     // A busy loop in its own session, so it outlives the exec (whose process group is killed
     // when the command ends); the exec returns once the loop has left the group.
-    let out = exec_ok(
-        &s,
-        &id,
-        &[
-            "sh",
-            "-c",
-            "rm -f /tmp/busy.pid; \
+    let out = s
+        .exec_ok(
+            &id,
+            &[
+                "sh",
+                "-c",
+                "rm -f /tmp/busy.pid; \
              setsid sh -c 'echo $$ > /tmp/busy.pid; while :; do :; done' \
                </dev/null >/dev/null 2>&1 & \
              while [ ! -s /tmp/busy.pid ]; do sleep 0.1; done; echo started",
-        ],
-    )
-    .await;
+            ],
+        )
+        .await;
     assert_eq!(out.trim(), "started");
     assert_eq!(
-        exec_ok(
-            &s,
+        s.exec_ok(
             &id,
             &["sh", "-c", "kill -0 $(cat /tmp/busy.pid) && echo alive"]
         )
@@ -164,7 +163,8 @@ async fn a_cpu_busy_agent_stays_awake_until_its_work_ends() {
     stays_running(&s, &id, 3 * idle, "a busy loop runs").await;
 
     // Once the loop ends, the agent is idle and sleeps.
-    exec_ok(&s, &id, &["sh", "-c", "kill $(cat /tmp/busy.pid)"]).await;
+    s.exec_ok(&id, &["sh", "-c", "kill $(cat /tmp/busy.pid)"])
+        .await;
     falls_asleep(&s, &id, idle).await;
     destroy(&s, &id).await;
     s.stop().await;

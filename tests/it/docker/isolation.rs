@@ -11,8 +11,8 @@ async fn a_sandbox_reaches_only_its_tunnel() {
     };
     // The API on every address, so it is also on the gateways: it must still be out of reach.
     let s = env.server(true).await;
-    let a = running_agent_with(&s, "a", DEBIAN_IMAGE).await;
-    let b = running_agent_with(&s, "b", BUSYBOX_IMAGE).await;
+    let a = s.running_agent(("a", DEBIAN_IMAGE)).await;
+    let b = s.running_agent(("b", BUSYBOX_IMAGE)).await;
     let gw_a = network_gateway(&env.network(&a));
     let gw_b = network_gateway(&env.network(&b));
     let ip_b = container_ip(&env.container(&b));

@@ -11,11 +11,12 @@ async fn agent_image_runs_as_agent_and_home_survives_stop_start_and_rebuild() {
         return;
     };
     let s = env.server(false).await;
-    let id = running_agent_with(&s, "builder", AGENT_IMAGE).await;
+    let id = s.running_agent(("builder", AGENT_IMAGE)).await;
     let container = env.container(&id);
 
-    assert_eq!(exec_ok(&s, &id, &["id", "-un"]).await.trim(), "agent");
-    exec_ok(&s, &id, &["sh", "-c", "echo kept > /home/agent/keep.txt"]).await;
+    assert_eq!(s.exec_ok(&id, &["id", "-un"]).await.trim(), "agent");
+    s.exec_ok(&id, &["sh", "-c", "echo kept > /home/agent/keep.txt"])
+        .await;
 
     // What Docker holds: names, labels, limits, hardening, the read-only sandboxd mount.
     let inspect: serde_json::Value =
@@ -71,7 +72,7 @@ async fn agent_image_runs_as_agent_and_home_survives_stop_start_and_rebuild() {
     );
     assert!(network_gateway(&env.network(&id)).ends_with(&format!(".{}", last - last % 16 + 1)));
     // boot.json is private to root.
-    let boot = exec(&s, &id, &["cat", "/etc/agenthold/boot.json"]).await;
+    let boot = s.exec(&id, &["cat", "/etc/agenthold/boot.json"]).await;
     assert_ne!(
         boot["exitCode"], 0,
         "the agent account can read the boot token: {boot}"
@@ -80,30 +81,30 @@ async fn agent_image_runs_as_agent_and_home_survives_stop_start_and_rebuild() {
     // Stop and start. The next boot's token goes into the container as it goes to sleep (so a
     // wake need not write it), and that token is the one the start uses.
     let first_token = boot_token(&container);
-    stop_sleeping(&s, &id).await;
+    s.stop_sleeping(&id).await;
     assert_eq!(
         docker(&["inspect", "--format", "{{.State.Running}}", &container]),
         "false"
     );
     let staged = boot_token(&container);
     assert_ne!(staged, first_token, "the next boot got no token of its own");
-    start_running(&s, &id).await;
+    s.start_running(&id).await;
     assert_eq!(boot_token(&container), staged);
     assert_eq!(
-        exec_ok(&s, &id, &["cat", "/home/agent/keep.txt"])
+        s.exec_ok(&id, &["cat", "/home/agent/keep.txt"])
             .await
             .trim(),
         "kept"
     );
     // A staged token serves one boot: here one started from outside, after which the API's
     // start hands over a new token.
-    stop_sleeping(&s, &id).await;
+    s.stop_sleeping(&id).await;
     let staged = boot_token(&container);
     docker(&["start", &container]);
     s.wait_state(&id, "running").await;
     docker(&["stop", "-t", "5", &container]);
     s.wait_state(&id, "sleeping").await;
-    start_running(&s, &id).await;
+    s.start_running(&id).await;
     assert_ne!(
         boot_token(&container),
         staged,
@@ -119,21 +120,22 @@ async fn agent_image_runs_as_agent_and_home_survives_stop_start_and_rebuild() {
         .await
         .expect("patch");
     assert_eq!(r.status(), 200);
-    act(&s, &id, "rebuild").await;
-    wait_states(&s, &id, &["rebuilding", "starting", "running"]).await;
+    s.act(&id, "rebuild").await;
+    s.wait_state(&id, &["rebuilding", "starting", "running"])
+        .await;
     s.wait_state(&id, "running").await;
     assert_ne!(
         docker(&["inspect", "--format", "{{.Id}}", &container]),
         old_id
     );
     assert_eq!(
-        exec_ok(&s, &id, &["cat", "/home/agent/keep.txt"])
+        s.exec_ok(&id, &["cat", "/home/agent/keep.txt"])
             .await
             .trim(),
         "kept"
     );
     // debian:bookworm-slim has no agent account: commands run as root there.
-    assert_eq!(exec_ok(&s, &id, &["id", "-un"]).await.trim(), "root");
+    assert_eq!(s.exec_ok(&id, &["id", "-un"]).await.trim(), "root");
 
     // Destroy removes container, volume and network, then the agent.
     let r = s
@@ -226,8 +228,8 @@ async fn plain_debian_runs_as_root() {
         return;
     };
     let s = env.server(false).await;
-    let id = running_agent_with(&s, "plain", DEBIAN_IMAGE).await;
-    assert_eq!(exec_ok(&s, &id, &["id", "-un"]).await.trim(), "root");
+    let id = s.running_agent(("plain", DEBIAN_IMAGE)).await;
+    assert_eq!(s.exec_ok(&id, &["id", "-un"]).await.trim(), "root");
     s.stop().await;
 }
 
@@ -237,16 +239,15 @@ async fn without_an_agent_account_commands_run_as_the_images_user() {
         return;
     };
     let s = env.server(false).await;
-    let worker = running_agent_with(&s, "worker", WORKER_IMAGE).await;
+    let worker = s.running_agent(("worker", WORKER_IMAGE)).await;
     assert_eq!(
-        exec_ok(&s, &worker, &["id", "-un"]).await.trim(),
+        s.exec_ok(&worker, &["id", "-un"]).await.trim(),
         "worker",
         "the image says USER worker"
     );
     // The home volume was handed to that user.
     assert_eq!(
-        exec_ok(
-            &s,
+        s.exec_ok(
             &worker,
             &["sh", "-c", "echo mine > ~/f && stat -c %U ~/f ~"]
         )
@@ -261,12 +262,12 @@ async fn without_an_agent_account_commands_run_as_the_images_user() {
     crate::common::read_until(&mut ws, "I-am-worker").await;
 
     // A uid the image does not list works, as in Docker, with group 0.
-    let uid = running_agent_with(&s, "uid", UID_USER_IMAGE).await;
-    assert_eq!(exec_ok(&s, &uid, &["id", "-u"]).await.trim(), "4321");
+    let uid = s.running_agent(("uid", UID_USER_IMAGE)).await;
+    assert_eq!(s.exec_ok(&uid, &["id", "-u"]).await.trim(), "4321");
 
     // A user the image does not have: the agent ends in error saying which.
-    let ghost = create_agent(&s, "ghost", GHOST_USER_IMAGE).await;
-    let last = wait_states(&s, &ghost, &["error"]).await;
+    let ghost = s.create_agent(("ghost", GHOST_USER_IMAGE)).await;
+    let last = s.wait_state(&ghost, &["error"]).await;
     let msg = last["error"].as_str().unwrap_or_default();
     assert!(msg.contains("no user \"ghost\""), "{msg}");
     s.stop().await;
@@ -278,8 +279,8 @@ async fn two_agents_get_different_subnets() {
         return;
     };
     let s = env.server(false).await;
-    let a = running_agent_with(&s, "a", BUSYBOX_IMAGE).await;
-    let b = running_agent_with(&s, "b", BUSYBOX_IMAGE).await;
+    let a = s.running_agent(("a", BUSYBOX_IMAGE)).await;
+    let b = s.running_agent(("b", BUSYBOX_IMAGE)).await;
     let sa = s
         .store
         .subnet(&a)
@@ -311,8 +312,8 @@ async fn a_missing_image_ends_in_error_not_a_hang() {
     // A registry on loopback where nothing listens: the pull fails at once, and no traffic
     // leaves this machine.
     let image = "127.0.0.1:9/agenthold-test/missing:latest";
-    let id = create_agent(&s, "ghost", image).await;
-    let last = wait_states(&s, &id, &["error"]).await;
+    let id = s.create_agent(("ghost", image)).await;
+    let last = s.wait_state(&id, &["error"]).await;
     let msg = last["error"].as_str().unwrap_or_default();
     assert!(msg.contains("image") && msg.contains("missing"), "{msg}");
     assert!(docker_try(&["inspect", &env.container(&id)]).is_err());
@@ -359,7 +360,7 @@ async fn a_subnet_taken_outside_agenthold_is_skipped() {
         &foreign.0,
     ]);
     let s = env.server(false).await;
-    let a = running_agent_with(&s, "a", BUSYBOX_IMAGE).await;
+    let a = s.running_agent(("a", BUSYBOX_IMAGE)).await;
     let got = s
         .store
         .subnet(&a)
@@ -410,7 +411,7 @@ async fn a_subnet_a_host_interface_is_on_is_skipped() {
     ip(&["addr", "add", &gateway, "dev", &bridge.0]);
     ip(&["link", "set", &bridge.0, "up"]);
     let s = env.server(false).await;
-    let a = running_agent_with(&s, "a", BUSYBOX_IMAGE).await;
+    let a = s.running_agent(("a", BUSYBOX_IMAGE)).await;
     let got = s
         .store
         .subnet(&a)
@@ -418,6 +419,6 @@ async fn a_subnet_a_host_interface_is_on_is_skipped() {
         .expect("subnet")
         .expect("a has one");
     assert_ne!(got, taken);
-    assert_eq!(exec_ok(&s, &a, &["echo", "reached"]).await, "reached\n");
+    assert_eq!(s.exec_ok(&a, &["echo", "reached"]).await, "reached\n");
     s.stop().await;
 }

@@ -97,7 +97,8 @@ async fn a_fork_bomb_hits_the_pids_limit_and_harms_nobody() {
     // With the pids limit, the open-files limit bounds what one sandbox can take of the
     // host's file handles (sandbox.nofile, 4096 soft / 8192 hard by default).
     assert_eq!(
-        exec_ok(&s, &bystander, &["sh", "-c", "ulimit -n; ulimit -Hn"]).await,
+        s.exec_ok(&bystander, &["sh", "-c", "ulimit -n; ulimit -Hn"])
+            .await,
         "4096\n8192\n"
     );
 
@@ -139,7 +140,7 @@ async fn a_fork_bomb_hits_the_pids_limit_and_harms_nobody() {
     );
     // Meanwhile the server and the other agent carry on.
     healthy(&s).await;
-    assert_eq!(exec_ok(&s, &bystander, &["echo", "ok"]).await, "ok\n");
+    assert_eq!(s.exec_ok(&bystander, &["echo", "ok"]).await, "ok\n");
 
     let (status, out) = tokio::time::timeout(DEADLINE + Duration::from_secs(15), bomb)
         .await
@@ -153,7 +154,7 @@ async fn a_fork_bomb_hits_the_pids_limit_and_harms_nobody() {
     healthy(&s).await;
     answers_echo(&s, &id).await;
     assert_eq!(s.state(&id).await, "running");
-    assert_eq!(exec_ok(&s, &bystander, &["echo", "ok"]).await, "ok\n");
+    assert_eq!(s.exec_ok(&bystander, &["echo", "ok"]).await, "ok\n");
     s.stop().await;
 }
 
@@ -187,7 +188,7 @@ async fn a_memory_hog_is_killed_and_the_agent_lives_on() {
     // Only the command died: the sandbox runs on (Docker's OOMKilled stays false until the
     // container itself stops), and its agent stays running.
     assert_eq!(s.state(&id).await, "running");
-    assert_eq!(exec_ok(&s, &id, &["echo", "ok"]).await, "ok\n");
+    assert_eq!(s.exec_ok(&id, &["echo", "ok"]).await, "ok\n");
     healthy(&s).await;
     s.stop().await;
 }
@@ -239,7 +240,7 @@ async fn a_sandbox_that_runs_out_of_memory_ends_in_error_saying_so() {
     );
 
     // Starting it again works.
-    start_running(&s, &id).await;
-    assert_eq!(exec_ok(&s, &id, &["echo", "ok"]).await, "ok\n");
+    s.start_running(&id).await;
+    assert_eq!(s.exec_ok(&id, &["echo", "ok"]).await, "ok\n");
     s.stop().await;
 }

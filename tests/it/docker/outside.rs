@@ -4,6 +4,7 @@
 //! Docker; fails, never skips, without it.
 
 use crate::common::docker::*;
+use crate::common::wait_for;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outside_stop_start_kill_and_remove_are_followed() {
@@ -11,9 +12,10 @@ async fn outside_stop_start_kill_and_remove_are_followed() {
         return;
     };
     let s = env.server(false).await;
-    let id = running_agent_with(&s, "outside", AGENT_IMAGE).await;
+    let id = s.running_agent(("outside", AGENT_IMAGE)).await;
     let container = env.container(&id);
-    exec_ok(&s, &id, &["sh", "-c", "echo still-here > /home/agent/mark"]).await;
+    s.exec_ok(&id, &["sh", "-c", "echo still-here > /home/agent/mark"])
+        .await;
 
     // docker stop: the agent sleeps.
     docker(&["stop", "-t", "5", &container]);
@@ -23,7 +25,7 @@ async fn outside_stop_start_kill_and_remove_are_followed() {
     docker(&["start", &container]);
     s.wait_state(&id, "running").await;
     assert_eq!(
-        exec_ok(&s, &id, &["cat", "/home/agent/mark"]).await.trim(),
+        s.exec_ok(&id, &["cat", "/home/agent/mark"]).await.trim(),
         "still-here"
     );
 
@@ -33,17 +35,17 @@ async fn outside_stop_start_kill_and_remove_are_followed() {
 
     // Started again through the API, then removed from outside: sleeping, and the next start
     // makes the container anew with the same home.
-    start_running(&s, &id).await;
+    s.start_running(&id).await;
     let first = docker(&["inspect", "--format", "{{.Id}}", &container]);
     docker(&["rm", "-f", &container]);
     s.wait_state(&id, "sleeping").await;
-    start_running(&s, &id).await;
+    s.start_running(&id).await;
     assert_ne!(
         docker(&["inspect", "--format", "{{.Id}}", &container]),
         first
     );
     assert_eq!(
-        exec_ok(&s, &id, &["cat", "/home/agent/mark"]).await.trim(),
+        s.exec_ok(&id, &["cat", "/home/agent/mark"]).await.trim(),
         "still-here"
     );
     s.stop().await;
@@ -58,7 +60,7 @@ async fn starting_an_agent_whose_container_runs_gives_it_a_fresh_token() {
         return;
     };
     let s = env.server(false).await;
-    let id = running_agent_with(&s, "restart", BUSYBOX_IMAGE).await;
+    let id = s.running_agent(("restart", BUSYBOX_IMAGE)).await;
     s.store
         .fail(
             &id,
@@ -73,7 +75,7 @@ async fn starting_an_agent_whose_container_runs_gives_it_a_fresh_token() {
         "{{.State.StartedAt}}",
         &env.container(&id),
     ]);
-    start_running(&s, &id).await;
+    s.start_running(&id).await;
     let after = docker(&[
         "inspect",
         "--format",
@@ -82,22 +84,9 @@ async fn starting_an_agent_whose_container_runs_gives_it_a_fresh_token() {
     ]);
     assert_ne!(before, after, "the container was not restarted");
     // It stays running: no late `die` event turns it to sleeping.
-    exec_ok(&s, &id, &["sh", "-c", "true"]).await;
+    s.exec_ok(&id, &["sh", "-c", "true"]).await;
     assert_eq!(s.state(&id).await, "running");
     s.stop().await;
-}
-
-/// Creates an agent from `image` without waiting for it.
-async fn create(s: &crate::common::TestServer, name: &str, image: &str) -> String {
-    let r = s
-        .post("/api/v1/agents")
-        .json(&serde_json::json!({"name": name, "image": image}))
-        .send()
-        .await
-        .expect("create");
-    assert_eq!(r.status(), 201);
-    let agent: serde_json::Value = r.json().await.expect("agent json");
-    agent["id"].as_str().expect("id").to_string()
 }
 
 /// An image this test builds, removed again when dropped (on a panic too).
@@ -140,8 +129,8 @@ async fn a_sandboxd_that_exits_at_boot_fails_the_start_and_says_why() {
     let s = env
         .server_with(false, |c| c.sandbox.docker.cap_drop.push("CHOWN".into()))
         .await;
-    let id = create(&s, "no-chown", &image.0).await;
-    let agent = wait_states(&s, &id, &["error"]).await;
+    let id = s.create_agent(("no-chown", image.0.as_str())).await;
+    let agent = s.wait_state(&id, &["error"]).await;
     let error = agent["error"].as_str().unwrap_or_default();
     assert!(
         error.contains("stopped before sandboxd said hello") && error.contains("exit code 1"),
@@ -166,9 +155,9 @@ async fn killing_sandboxd_while_the_agent_starts_fails_the_start_and_says_why() 
             c.sandbox.tunnel_listen = "127.0.0.1:0".parse().expect("addr")
         })
         .await;
-    let id = create(&s, "unreachable", BUSYBOX_IMAGE).await;
+    let id = s.create_agent(("unreachable", BUSYBOX_IMAGE)).await;
     let container = env.container(&id);
-    wait_until("the sandbox runs", || {
+    wait_for("the sandbox runs", || async {
         docker_try(&["inspect", "--format", "{{.State.Running}}", &container]).as_deref()
             == Ok("true")
     })
@@ -185,7 +174,7 @@ async fn killing_sandboxd_while_the_agent_starts_fails_the_start_and_says_why() 
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
         (comm.trim() == "sandboxd").then_some(pid)
     };
-    wait_until("sandboxd runs under the container's init", || {
+    wait_for("sandboxd runs under the container's init", || async {
         sandboxd_pid().is_some()
     })
     .await;
@@ -195,7 +184,7 @@ async fn killing_sandboxd_while_the_agent_starts_fails_the_start_and_says_why() 
         nix::sys::signal::Signal::SIGKILL,
     )
     .expect("kill sandboxd");
-    let agent = wait_states(&s, &id, &["error"]).await;
+    let agent = s.wait_state(&id, &["error"]).await;
     let error = agent["error"].as_str().unwrap_or_default();
     assert!(
         error.contains("stopped before sandboxd said hello") && error.contains("exit code 137"),
@@ -242,13 +231,13 @@ async fn host_firewall_rules_of_a_gone_agent_are_removed_at_start() {
     assert_eq!(input_rules_tagged(&tag).len(), 1);
 
     let s = env.server(false).await;
-    wait_until("the orphan rule is removed", || {
+    wait_for("the orphan rule is removed", || async {
         input_rules_tagged(&tag).is_empty()
     })
     .await;
     // The server still works after its cleanup.
-    let id = running_agent_with(&s, "after-cleanup", BUSYBOX_IMAGE).await;
-    assert_eq!(exec_ok(&s, &id, &["echo", "ok"]).await, "ok\n");
+    let id = s.running_agent(("after-cleanup", BUSYBOX_IMAGE)).await;
+    assert_eq!(s.exec_ok(&id, &["echo", "ok"]).await, "ok\n");
 }
 
 fn iptables(args: &[&str]) {

@@ -75,15 +75,17 @@ async fn an_agent_from_the_dev_preset_has_its_tools_limits_and_setup() {
         format!("{} {}", 500_000_000u64, 300u64 * 1024 * 1024)
     );
 
-    assert_eq!(exec_ok(&s, &id, &["id", "-un"]).await, "agent\n");
-    assert!(exec_ok(&s, &id, &["git", "--version"])
+    assert_eq!(s.exec_ok(&id, &["id", "-un"]).await, "agent\n");
+    assert!(s
+        .exec_ok(&id, &["git", "--version"])
         .await
         .starts_with("git version"));
-    assert!(exec_ok(&s, &id, &["vi", "--version"]).await.contains("VIM"));
+    assert!(s.exec_ok(&id, &["vi", "--version"]).await.contains("VIM"));
     for tool in [
         "curl", "jq", "less", "ps", "top", "ssh", "unzip", "make", "gcc", "pip3",
     ] {
-        exec_ok(&s, &id, &["sh", "-c", &format!("command -v {tool}")]).await;
+        s.exec_ok(&id, &["sh", "-c", &format!("command -v {tool}")])
+            .await;
     }
     // A venv installs pip too: on half a CPU of a loaded machine that takes longer than the
     // 20 s `exec_ok` allows, so this exec has minutes.
@@ -101,19 +103,17 @@ async fn an_agent_from_the_dev_preset_has_its_tools_limits_and_setup() {
     assert_eq!(venv["stdout"], "/home/agent/v\n");
     // The home belongs to the account.
     assert_eq!(
-        exec_ok(&s, &id, &["stat", "-c", "%U %u", "/home/agent"]).await,
+        s.exec_ok(&id, &["stat", "-c", "%U %u", "/home/agent"])
+            .await,
         "agent 1000\n"
     );
 
     // Setup ran once, as the account, in the home, with the agent's env.
     wait_setup_done(&s, &id).await;
-    assert_eq!(
-        exec_ok(&s, &id, &["cat", "setup-ran"]).await,
-        "agent demo\n"
-    );
-    stop_sleeping(&s, &id).await;
-    start_running(&s, &id).await;
-    assert_eq!(exec_ok(&s, &id, &["echo", "up"]).await, "up\n");
+    assert_eq!(s.exec_ok(&id, &["cat", "setup-ran"]).await, "agent demo\n");
+    s.stop_sleeping(&id).await;
+    s.start_running(&id).await;
+    assert_eq!(s.exec_ok(&id, &["echo", "up"]).await, "up\n");
     // Had the start run it again, it would have written a second line by the time a rerun
     // (which runs after any start-time run) is done.
     let r = s
@@ -124,7 +124,7 @@ async fn an_agent_from_the_dev_preset_has_its_tools_limits_and_setup() {
     assert_eq!(r.status(), 202);
     let deadline = Instant::now() + DEADLINE * 2;
     loop {
-        let lines = exec_ok(&s, &id, &["sh", "-c", "wc -l < setup-ran"]).await;
+        let lines = s.exec_ok(&id, &["sh", "-c", "wc -l < setup-ran"]).await;
         if lines.trim() == "2" && s.agent(&id).await["setup"]["state"] == "done" {
             break;
         }

@@ -70,7 +70,7 @@ async fn output_read_across_six_tunnel_drops_is_the_commands_output() {
     let s = env
         .server_with(false, |c| c.sandbox.process_output_kb = 64 * 1024)
         .await;
-    let id = running_agent_with(&s, "drops", AGENT_IMAGE).await;
+    let id = s.running_agent(("drops", AGENT_IMAGE)).await;
     let p = Procs::new(s.http.clone(), &s.base, &id);
     let started = p.sh(SEQ_SCRIPT).await;
     let reader = {
@@ -107,7 +107,7 @@ async fn a_process_outlives_a_server_sigkill_and_its_output_continues_exactly() 
     let server =
         process::ServerConfig::write(dir.path(), "0.0.0.0", &sandbox, Duration::from_secs(90));
     let running = server.start().await;
-    let id = server.create("sigkill", None).await;
+    let id = server.create_agent("sigkill").await;
     server.wait_state(&id, "running").await;
     let p = Procs::new(reqwest::Client::new(), &server.base, &id);
     let started = p.sh(SEQ_SCRIPT).await;
@@ -134,7 +134,7 @@ async fn kill_and_timeout_leave_nothing_of_the_tree_and_stdin_reaches_the_proces
         return;
     };
     let s = env.server(false).await;
-    let id = running_agent_with(&s, "tree", AGENT_IMAGE).await;
+    let id = s.running_agent(("tree", AGENT_IMAGE)).await;
     let p = Procs::new(s.http.clone(), &s.base, &id);
 
     // The tree: a background child, one that left with setsid, and the shell waiting.
@@ -218,7 +218,7 @@ async fn a_hundred_processes_and_a_gigabyte_of_output_keep_memory_bounded() {
         return;
     };
     let s = env.server(false).await;
-    let id = running_agent_with(&s, "gigabyte", AGENT_IMAGE).await;
+    let id = s.running_agent(("gigabyte", AGENT_IMAGE)).await;
     let p = Procs::new(s.http.clone(), &s.base, &id);
     let idle = sandboxd_rss_kib(&env, &id);
     // This process is the server (and the reader, which keeps nothing).
@@ -347,7 +347,7 @@ async fn a_quiet_process_lets_its_agent_sleep_and_is_lost_unless_it_keeps_it_awa
         .await;
     assert!(k.keep_awake);
 
-    wait_states(&s, &quiet_id, &["sleeping"]).await;
+    s.wait_state(&quiet_id, &["sleeping"]).await;
     // Its sleep was announced as the process's end, without waking anything.
     events
         .about_until(&quiet_id, |kind, data| {
@@ -372,5 +372,5 @@ async fn a_quiet_process_lets_its_agent_sleep_and_is_lost_unless_it_keeps_it_awa
     assert_eq!(out.stdout, b"waiting\n");
     // Once the keep-awake process ends, its agent sleeps too.
     assert_eq!(awake.remove(&k.id).await, 204);
-    wait_states(&s, &awake_id, &["sleeping"]).await;
+    s.wait_state(&awake_id, &["sleeping"]).await;
 }

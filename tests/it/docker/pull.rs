@@ -162,7 +162,9 @@ async fn a_pull_reports_growing_progress_then_the_agent_runs_and_a_rebuild_pulls
     assert_eq!(agent["pull"], Value::Null, "{agent}");
 
     // The sandbox runs what the registry served.
-    let filler = exec_ok(&s, &id, &["busybox", "wc", "-c", "/agenthold-filler"]).await;
+    let filler = s
+        .exec_ok(&id, &["busybox", "wc", "-c", "/agenthold-filler"])
+        .await;
     let want = (FILLER_MIB * 1024 * 1024).to_string();
     assert_eq!(filler.split_whitespace().next(), Some(want.as_str()));
 
@@ -175,7 +177,7 @@ async fn a_pull_reports_growing_progress_then_the_agent_runs_and_a_rebuild_pulls
         .await
         .expect("patch");
     assert_eq!(r.status(), 200);
-    act(&s, &id, "rebuild").await;
+    s.act(&id, "rebuild").await;
     // (The change itself was announced as an agent event, still running.)
     let mut rebuilding = false;
     let rebuilt = events

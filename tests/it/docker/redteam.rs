@@ -52,7 +52,7 @@ async fn findings_4_7_8_and_10_on_a_real_sandbox() {
             c.server.trusted_proxies = vec!["127.0.0.1/32".parse().expect("net")];
         })
         .await;
-    let id = running_agent_with(&s, "redteam", AGENT_IMAGE).await;
+    let id = s.running_agent(("redteam", AGENT_IMAGE)).await;
 
     // 4. With the session cookie, another origin can neither stop the agent nor get a shell.
     let (pair, _) = sign_in(&s, false).await;
@@ -124,17 +124,17 @@ async fn findings_4_7_8_and_10_on_a_real_sandbox() {
     );
     tx.send(Ok(vec![7u8; 1 << 20])).await.expect("first chunk");
     let temp_in_home = || async {
-        exec_ok(&s, &id, &["ls", "-A", "/home/agent"])
+        s.exec_ok(&id, &["ls", "-A", "/home/agent"])
             .await
             .lines()
             .any(|l| l.starts_with(".cut.bin"))
     };
     crate::common::wait_for("the upload's temporary file appears", temp_in_home).await;
-    stop_sleeping(&s, &id).await;
+    s.stop_sleeping(&id).await;
     drop(tx);
     let _ = upload.await;
-    start_running(&s, &id).await;
-    let home = exec_ok(&s, &id, &["ls", "-A", "/home/agent"]).await;
+    s.start_running(&id).await;
+    let home = s.exec_ok(&id, &["ls", "-A", "/home/agent"]).await;
     assert!(
         !home
             .lines()
@@ -166,7 +166,7 @@ async fn finding_9_a_stream_flood_past_the_tunnels_own_limit_leaves_the_tunnel_u
         .await;
     let cap = s.lc.config().sandbox.max_streams_per_agent;
     assert!(cap < agenthold_proto::mux::MAX_STREAMS && FLOOD > agenthold_proto::mux::MAX_STREAMS);
-    let id = running_agent_with(&s, "deluge", AGENT_IMAGE).await;
+    let id = s.running_agent(("deluge", AGENT_IMAGE)).await;
     let conn = s.lc.tunnels().conn_id(&id).expect("the agent's tunnel");
 
     let (running, refused) = crate::common::exec_flood(&s, &id, FLOOD).await;
@@ -180,7 +180,7 @@ async fn finding_9_a_stream_flood_past_the_tunnels_own_limit_leaves_the_tunnel_u
 
     // The flood ends: its streams are given back, and the same tunnel carries exec again.
     drop(running);
-    crate::common::wait_exec_works(&s, &id, "after the flood").await;
+    s.wait_exec_works(&id, "after the flood").await;
     assert_eq!(
         s.lc.tunnels().conn_id(&id),
         Some(conn),

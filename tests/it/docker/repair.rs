@@ -144,10 +144,10 @@ async fn error_is_never_a_dead_end() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = config(dir.path(), &env);
     let p = server.start().await;
-    let id = server.create("mender", None).await;
+    let id = server.create_agent("mender").await;
     server.settles_to(&id, "running", "after create").await;
     // A stop cut short by a crash is taken up again at the next start, and /metrics counts it.
-    server.op(&id, "stop").await;
+    server.act(&id, "stop").await;
     p.kill();
     let _p = server.start().await;
     server.settles_to(&id, "sleeping", "a stop resumed").await;
@@ -159,7 +159,7 @@ async fn error_is_never_a_dead_end() {
         .await,
         Some(1.0)
     );
-    server.op(&id, "start").await;
+    server.act(&id, "start").await;
     server.settles_to(&id, "running", "started again").await;
     server
         .exec_ok(&id, &["sh", "-c", "echo kept > /home/agent/mark"])
@@ -177,11 +177,11 @@ async fn error_is_never_a_dead_end() {
     // its sandbox is on and removes the other, and the name is unambiguous again.
     make_duplicate_network(&env, &id, &spare_subnet(&env)).await;
     assert_eq!(networks_of(&MAIN, &id).len(), 2);
-    server.op(&id, "stop").await;
+    server.act(&id, "stop").await;
     server
         .settles_to(&id, "sleeping", "stop with a duplicate network")
         .await;
-    server.op(&id, "start").await;
+    server.act(&id, "start").await;
     server
         .settles_to(&id, "running", "start with a duplicate network")
         .await;
@@ -202,10 +202,10 @@ async fn error_is_never_a_dead_end() {
 
     // The network removed while the sandbox sleeps: the container still names the old one, so
     // the start makes the container anew, on a new network, with the home kept.
-    server.op(&id, "stop").await;
+    server.act(&id, "stop").await;
     server.settles_to(&id, "sleeping", "stop").await;
     docker(&["network", "rm", &env.network(&id)]);
-    server.op(&id, "start").await;
+    server.act(&id, "start").await;
     server
         .settles_to(&id, "running", "start with its network gone")
         .await;
@@ -222,20 +222,20 @@ async fn error_is_never_a_dead_end() {
     // The removal's events reach the server a moment later.
     server.wait_state(&id, "sleeping").await;
     docker(&["network", "rm", &env.network(&id)]);
-    server.op(&id, "start").await;
+    server.act(&id, "start").await;
     server
         .settles_to(&id, "running", "start with nothing but the home")
         .await;
 
     // Somebody else's container under the agent's name is neither adopted nor removed: the
     // start fails saying so, and once it is gone the same agent starts from `error`.
-    server.op(&id, "stop").await;
+    server.act(&id, "stop").await;
     server.settles_to(&id, "sleeping", "stop").await;
     docker(&["rm", "-f", &env.container(&id)]);
     // With our prefix label but no agent label: still not ours.
     let prefix_label = format!("agenthold.prefix={}", env.prefix);
     let foreign = run_foreign_container(&env, &id, &["--label", &prefix_label]);
-    server.op(&id, "start").await;
+    server.act(&id, "start").await;
     let state = server.settled(&id).await.unwrap_or_default();
     assert!(
         state.starts_with("error") && state.contains("agenthold did not make"),
@@ -247,7 +247,7 @@ async fn error_is_never_a_dead_end() {
         "the foreign container was left alone"
     );
     docker(&["rm", "-f", &foreign]);
-    server.op(&id, "start").await;
+    server.act(&id, "start").await;
     server.settles_to(&id, "running", "start from error").await;
     assert_eq!(
         server
@@ -260,7 +260,7 @@ async fn error_is_never_a_dead_end() {
     // The home removed outside (its volume, and the disk image that holds its files): a start
     // says so plainly instead of making an empty one; a rebuild then gives the agent a new,
     // empty home.
-    server.op(&id, "stop").await;
+    server.act(&id, "stop").await;
     server.settles_to(&id, "sleeping", "stop").await;
     docker(&["rm", "-f", &env.container(&id)]);
     docker(&["volume", "rm", &env.volume(&id)]);
@@ -271,13 +271,13 @@ async fn error_is_never_a_dead_end() {
         .expect("umount");
     assert!(out.status.success(), "umount {}: {out:?}", disk.display());
     std::fs::remove_file(disk.with_extension("ext4")).expect("removing the disk image");
-    server.op(&id, "start").await;
+    server.act(&id, "start").await;
     let state = server.settled(&id).await.unwrap_or_default();
     assert!(
         state.starts_with("error") && state.contains("home") && state.contains("rebuild"),
         "a lost home: {state}"
     );
-    server.op(&id, "rebuild").await;
+    server.act(&id, "rebuild").await;
     server
         .settles_to(&id, "running", "rebuild after a lost home")
         .await;
@@ -288,11 +288,11 @@ async fn error_is_never_a_dead_end() {
     // DELETE from `error` removes everything of ours (duplicates too) and the agent, and leaves
     // somebody else's container under the agent's name alone.
     make_duplicate_network(&env, &id, &spare_subnet(&env)).await;
-    server.op(&id, "stop").await;
+    server.act(&id, "stop").await;
     server.settles_to(&id, "sleeping", "stop").await;
     docker(&["rm", "-f", &env.container(&id)]);
     let foreign = run_foreign_container(&env, &id, &[]);
-    server.op(&id, "start").await;
+    server.act(&id, "start").await;
     assert!(server
         .settled(&id)
         .await
@@ -330,8 +330,8 @@ async fn a_create_cut_short_by_dockerd_is_made_by_the_next_start() {
         return;
     };
     let s = env.server(false).await;
-    let id = running_agent_with(&s, "phoenix", BUSYBOX_IMAGE).await;
-    stop_sleeping(&s, &id).await;
+    let id = s.running_agent(("phoenix", BUSYBOX_IMAGE)).await;
+    s.stop_sleeping(&id).await;
     // As a create cut short by dockerd leaves it: nothing in Docker, `error` in the store.
     docker(&["rm", "-f", &env.container(&id)]);
     docker(&["network", "rm", &env.network(&id)]);
@@ -353,16 +353,16 @@ async fn a_create_cut_short_by_dockerd_is_made_by_the_next_start() {
     ]);
     let file = std::path::Path::new(&folder).join("theirs");
     std::fs::write(&file, "x").expect("a file in the volume");
-    act(&s, &id, "start").await;
-    let last = wait_states(&s, &id, &["error"]).await;
+    s.act(&id, "start").await;
+    let last = s.wait_state(&id, &["error"]).await;
     let msg = last["error"].as_str().unwrap_or_default();
     assert!(msg.contains("agenthold did not make"), "{msg}");
     assert!(file.exists(), "the volume was left alone");
     // Empty, as a killed dockerd leaves it: made anew, and the agent runs.
     std::fs::remove_file(&file).expect("remove the file");
-    act(&s, &id, "start").await;
+    s.act(&id, "start").await;
     s.wait_state(&id, "running").await;
-    assert_eq!(exec_ok(&s, &id, &["echo", "made"]).await, "made\n");
+    assert_eq!(s.exec_ok(&id, &["echo", "made"]).await, "made\n");
     assert_eq!(
         labelled(&MAIN, &["volume", "ls"], &id).len(),
         1,
@@ -458,7 +458,7 @@ async fn settle_and_repair(server: &ServerConfig, id: &str, log: &mut Vec<String
             "start"
         };
         log.push(format!("{id}: {why} -> {op}"));
-        server.op(id, op).await;
+        server.act(id, op).await;
         let after = server.settled(id).await;
         assert_eq!(
             after.as_deref(),
@@ -653,7 +653,7 @@ async fn soak(name: &str, default_rounds: usize, env: &DockerEnv, mut engine: Op
         // dockerd restart stopped), and answers.
         for id in &alive {
             if server.settled(id).await.as_deref() == Some("sleeping") {
-                server.op(id, "start").await;
+                server.act(id, "start").await;
             }
         }
         for id in &alive {

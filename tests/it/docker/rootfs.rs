@@ -291,20 +291,20 @@ async fn a_sandbox_that_fills_its_root_filesystem_is_stopped_at_its_limit_and_re
     let engine = OwnEngine::start(Fs::Btrfs, DEBIAN_IMAGE);
     let s = server_on(&env, &engine, Fs::Btrfs).await;
     assert_eq!(limits(&s).await["rootfsMb"], ROOTFS_MB);
-    let id = running_agent_with(&s, "filler", DEBIAN_IMAGE).await;
+    let id = s.running_agent(("filler", DEBIAN_IMAGE)).await;
 
     // The attacker: twice the limit into /var.
     let before = engine.free();
-    let fill = exec(
-        &s,
-        &id,
-        &[
-            "sh",
-            "-c",
-            "dd if=/dev/zero of=/var/fill bs=1M count=512 conv=fsync",
-        ],
-    )
-    .await;
+    let fill = s
+        .exec(
+            &id,
+            &[
+                "sh",
+                "-c",
+                "dd if=/dev/zero of=/var/fill bs=1M count=512 conv=fsync",
+            ],
+        )
+        .await;
     assert_ne!(fill["exitCode"], 0, "{fill}");
     let stderr = fill["stderr"].as_str().unwrap_or_default();
     // btrfs says "Disk quota exceeded", a size-limited overlay2 "No space left on device".
@@ -321,8 +321,7 @@ async fn a_sandbox_that_fills_its_root_filesystem_is_stopped_at_its_limit_and_re
 
     // The rest of the sandbox still works, and so does the layer after `rm` (btrfs counts the
     // freed space at its next commit, which `sync` forces).
-    exec_ok(
-        &s,
+    s.exec_ok(
         &id,
         &[
             "sh",
@@ -331,8 +330,7 @@ async fn a_sandbox_that_fills_its_root_filesystem_is_stopped_at_its_limit_and_re
         ],
     )
     .await;
-    exec_ok(
-        &s,
+    s.exec_ok(
         &id,
         &[
             "sh",
@@ -356,12 +354,12 @@ async fn an_engine_that_refuses_the_limit_runs_sandboxes_without_it_and_limits_s
         ROOTFS_MB,
         "asked before the engine refused"
     );
-    let id = running_agent_with(&s, "refused", AGENT_IMAGE).await;
-    exec_ok(&s, &id, &["true"]).await;
+    let id = s.running_agent(("refused", AGENT_IMAGE)).await;
+    s.exec_ok(&id, &["true"]).await;
     assert_eq!(limits(&s).await["rootfsMb"], Value::Null);
     // The next one is not even asked for.
-    let other = running_agent_with(&s, "second", AGENT_IMAGE).await;
-    exec_ok(&s, &other, &["true"]).await;
+    let other = s.running_agent(("second", AGENT_IMAGE)).await;
+    s.exec_ok(&other, &["true"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -379,8 +377,8 @@ async fn on_an_engine_that_cannot_limit_the_layer_sandboxes_run_without_it_and_l
         .server_with(false, |c| c.sandbox.rootfs_mb = ROOTFS_MB)
         .await;
     assert_eq!(limits(&s).await["rootfsMb"], Value::Null);
-    let id = running_agent_with(&s, "unlimited", DEBIAN_IMAGE).await;
-    exec_ok(&s, &id, &["sh", "-c", "echo ok > /var/ok"]).await;
+    let id = s.running_agent(("unlimited", DEBIAN_IMAGE)).await;
+    s.exec_ok(&id, &["sh", "-c", "echo ok > /var/ok"]).await;
     let opts = docker(&[
         "inspect",
         "--format",

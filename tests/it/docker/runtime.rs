@@ -52,7 +52,7 @@ fn container_runtime(env: &DockerEnv, id: &str) -> String {
 }
 
 async fn kernel(s: &TestServer, id: &str) -> String {
-    exec_ok(s, id, &["uname", "-r"]).await.trim().to_string()
+    s.exec_ok(id, &["uname", "-r"]).await.trim().to_string()
 }
 
 /// The bytes of 1 MiB block `i` of the big file: one pseudo-random MiB with `i` in its first
@@ -126,7 +126,7 @@ async fn gib_round_trip(s: &TestServer, id: &str) {
         "1 GiB under runsc: written in {wrote:?}, read in {:?}",
         t.elapsed()
     );
-    exec_ok(s, id, &["rm", "big.bin"]).await;
+    s.exec_ok(id, &["rm", "big.bin"]).await;
 }
 
 async fn terminal_at(s: &TestServer, id: &str, query: &str) -> Ws {
@@ -203,7 +203,8 @@ async fn a_gvisor_agent_does_what_a_runc_agent_does_side_by_side() {
         "runc shares the host's kernel"
     );
     assert_eq!(
-        exec_ok(&s, &g, &["sh", "-c", "id -un; pwd; echo hi > f; cat f"]).await,
+        s.exec_ok(&g, &["sh", "-c", "id -un; pwd; echo hi > f; cat f"])
+            .await,
         "agent\n/home/agent\nhi\n"
     );
 
@@ -229,11 +230,11 @@ async fn a_gvisor_agent_does_what_a_runc_agent_does_side_by_side() {
     }
 
     // Sleep and wake: an exec wakes it, on gVisor still.
-    stop_sleeping(&s, &g).await;
+    s.stop_sleeping(&g).await;
     assert_eq!(kernel(&s, &g).await, GVISOR_KERNEL);
     assert_eq!(s.state(&g).await, "running");
     // The runc agent went on meanwhile.
-    assert_eq!(exec_ok(&s, &r, &["echo", "ok"]).await, "ok\n");
+    assert_eq!(s.exec_ok(&r, &["echo", "ok"]).await, "ok\n");
     s.stop().await;
 }
 
@@ -245,7 +246,8 @@ async fn switching_the_runtime_through_a_rebuild_keeps_the_home() {
     require_runsc();
     let s = env.server(false).await;
     let id = agent_on(&s, "switch", "runc", json!({})).await;
-    exec_ok(&s, &id, &["sh", "-c", "echo before > kept.txt"]).await;
+    s.exec_ok(&id, &["sh", "-c", "echo before > kept.txt"])
+        .await;
     for (runtime, kernel_is_gvisor) in [("runsc", true), ("runc", false)] {
         let r = s
             .patch(&format!("/api/v1/agents/{id}"))
@@ -256,11 +258,11 @@ async fn switching_the_runtime_through_a_rebuild_keeps_the_home() {
         assert_eq!(r.status(), 200);
         let a: Value = r.json().await.expect("agent");
         assert_eq!(a["needsRebuild"], true);
-        act(&s, &id, "rebuild").await;
+        s.act(&id, "rebuild").await;
         s.wait_state(&id, "running").await;
         assert_eq!(container_runtime(&env, &id), runtime);
         assert_eq!(kernel(&s, &id).await == GVISOR_KERNEL, kernel_is_gvisor);
-        assert_eq!(exec_ok(&s, &id, &["cat", "kept.txt"]).await, "before\n");
+        assert_eq!(s.exec_ok(&id, &["cat", "kept.txt"]).await, "before\n");
         assert_eq!(s.agent(&id).await["needsRebuild"], false);
     }
     s.stop().await;
@@ -275,7 +277,9 @@ async fn under_gvisor_the_disk_and_memory_limits_hold() {
     let s = env.server(false).await;
     let id = agent_on(&s, "hog", "runsc", json!({"memoryMb": 128, "diskMb": 128})).await;
     // The home's disk limit (a loop-mounted ext4 image, bound in) holds under gVisor too.
-    let fill = exec(&s, &id, &["sh", "-c", "head -c 209715200 /dev/zero > fill"]).await;
+    let fill = s
+        .exec(&id, &["sh", "-c", "head -c 209715200 /dev/zero > fill"])
+        .await;
     assert_ne!(fill["exitCode"], 0, "{fill}");
     assert!(
         fill["stderr"]
@@ -284,11 +288,11 @@ async fn under_gvisor_the_disk_and_memory_limits_hold() {
             .contains("No space left on device"),
         "{fill}"
     );
-    exec_ok(&s, &id, &["rm", "fill"]).await;
+    s.exec_ok(&id, &["rm", "fill"]).await;
     // gVisor's kernel sees the limit as the machine's memory.
-    let meminfo = exec_ok(&s, &id, &["grep", "MemTotal", "/proc/meminfo"]).await;
+    let meminfo = s.exec_ok(&id, &["grep", "MemTotal", "/proc/meminfo"]).await;
     assert!(meminfo.contains(" 131072 kB"), "{meminfo}");
-    exec_ok(&s, &id, &["sh", "-c", "echo safe > kept.txt"]).await;
+    s.exec_ok(&id, &["sh", "-c", "echo safe > kept.txt"]).await;
     // Under runc the kernel kills only the hog; under gVisor the host sees one sandbox process
     // (its kernel) pass the limit, and the whole sandbox ends: the agent says why.
     let _ = s
@@ -296,11 +300,11 @@ async fn under_gvisor_the_disk_and_memory_limits_hold() {
         .json(&json!({"command": ["sh", "-c", "head -c 629145600 /dev/zero | tail"], "timeoutMs": 60000}))
         .send()
         .await;
-    let a = wait_states(&s, &id, &["error"]).await;
+    let a = s.wait_state(&id, &["error"]).await;
     let error = a["error"].as_str().unwrap_or_default();
     assert!(error.contains("memory"), "{a}");
-    start_running(&s, &id).await;
-    assert_eq!(exec_ok(&s, &id, &["cat", "kept.txt"]).await, "safe\n");
+    s.start_running(&id).await;
+    assert_eq!(s.exec_ok(&id, &["cat", "kept.txt"]).await, "safe\n");
     assert_eq!(kernel(&s, &id).await, GVISOR_KERNEL);
     s.stop().await;
 }
@@ -327,7 +331,7 @@ async fn a_runtime_the_engine_lacks_ends_the_start_in_error_saying_so() {
     assert_eq!(r.status(), 201);
     let a: Value = r.json().await.expect("agent");
     let id = a["id"].as_str().expect("id").to_string();
-    let a = wait_states(&s, &id, &["error"]).await;
+    let a = s.wait_state(&id, &["error"]).await;
     let error = a["error"].as_str().unwrap_or_default();
     assert!(
         error.contains("no runtime \"agenthold-no-such-runtime\""),
@@ -340,7 +344,7 @@ async fn a_runtime_the_engine_lacks_ends_the_start_in_error_saying_so() {
         .await
         .expect("patch");
     assert_eq!(r.status(), 200);
-    start_running(&s, &id).await;
+    s.start_running(&id).await;
     assert_eq!(container_runtime(&env, &id), "runc");
     s.stop().await;
 }
