@@ -124,11 +124,8 @@ async fn wrong_token_and_no_server_say_what_to_do() {
         "{err}"
     );
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // Nothing listens there, and no other test's server can take it meanwhile.
+    let port = crate::common::free_port();
     let out = cli(&s)
         .env("AGENTHOLD_URL", format!("http://127.0.0.1:{port}"))
         .args(["agents", "list"])

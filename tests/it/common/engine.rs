@@ -73,6 +73,10 @@ impl Engine {
                 .take(8)
                 .collect::<String>()
         );
+        // Two engines of this process choosing at once could both find one /24 unrouted: the
+        // choice holds until the bridge has its address (and so its route).
+        static CHOOSING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let choosing = CHOOSING.lock().unwrap_or_else(|e| e.into_inner());
         let net = free_net();
         std::fs::write(dir.join("owner"), owner_line(std::process::id() as i32)).expect("owner");
         std::fs::write(dir.join("bridge"), &bridge).expect("bridge");
@@ -99,6 +103,7 @@ impl Engine {
                 &engine.bridge,
             ],
         );
+        drop(choosing);
         run("ip", &["link", "set", &engine.bridge, "up"]);
         engine.start();
         // No registry here: the image comes from the main engine.

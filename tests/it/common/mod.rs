@@ -12,6 +12,7 @@ use agenthold::server::Server;
 use serde_json::{json, Value};
 
 pub use client::Client;
+pub use share::{exclusive, free_port};
 
 pub mod client;
 pub mod docker;
@@ -19,6 +20,7 @@ pub mod engine;
 pub mod process;
 pub mod procs;
 pub mod registry;
+pub mod share;
 pub mod sse;
 
 pub const TOKEN: &str = "test-admin-token-0123456789";
@@ -37,6 +39,8 @@ pub struct TestServer {
     pub dir: tempfile::TempDir,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    /// This server's share of the process (see [`exclusive`]), given back when it is dropped.
+    _share: Option<share::Shared>,
 }
 
 impl std::ops::Deref for TestServer {
@@ -97,6 +101,7 @@ impl TestServer {
     }
 
     async fn start_in(dir: tempfile::TempDir, tweak: impl FnOnce(&mut Config)) -> TestServer {
+        let share = share::Shared::take().await;
         let mut config = test_config(dir.path());
         tweak(&mut config);
         let server = Server::bind(config).await.unwrap();
@@ -119,6 +124,7 @@ impl TestServer {
             dir,
             shutdown: Some(tx),
             task: Some(task),
+            _share: share,
         };
         wait_for("health", || async {
             s.http.get(s.url("/api/v1/health")).send().await.is_ok()

@@ -2,22 +2,13 @@
 //! outlive it, for the tests that SIGKILL it and start it again (`crash.rs`, `docker_crash.rs`,
 //! `docker_daemon_restart.rs`).
 
-use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{Client, TOKEN};
-
-/// A port free on loopback right now (the server binds it a moment later).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind a free port")
-        .local_addr()
-        .expect("local addr")
-        .port()
-}
+use crate::common::share::Shared;
+use crate::common::{free_port, Client, TOKEN};
 
 /// A server's config file and how to reach it. Each [`ServerConfig::start`] runs one server
 /// process on it; agents and data carry over from one to the next.
@@ -99,8 +90,12 @@ impl ServerConfig {
                     .map_err(std::io::Error::from)
             });
         }
+        let share = Shared::take().await;
         let child = cmd.spawn().expect("spawn the server");
-        let mut p = ServerProcess { child };
+        let mut p = ServerProcess {
+            child,
+            _share: share,
+        };
         let http = reqwest::Client::new();
         // Reconcile runs before the API answers, and on Docker it may redo a create and a start.
         let deadline = Instant::now() + self.deadline;
@@ -129,6 +124,8 @@ impl ServerConfig {
 /// A running server process; dropping it kills it.
 pub struct ServerProcess {
     child: Child,
+    /// Its share of the machine (see [`crate::common::exclusive`]).
+    _share: Option<Shared>,
 }
 
 impl ServerProcess {

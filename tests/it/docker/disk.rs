@@ -82,118 +82,122 @@ async fn filling_the_home_or_tmp_stops_at_the_limit_and_harms_nothing_else() {
     let Some(env) = DockerEnv::new_or_skip() else {
         return;
     };
-    let s = server(&env).await;
-    let id = agent_with_disk(&s, "filler", DISK_MB).await;
-    let (image, mountpoint) = disk_paths(&s, &env, &id);
-    assert!(image.is_file(), "no disk image at {}", image.display());
-    assert!(
-        is_mountpoint(&mountpoint),
-        "{} is not mounted",
-        mountpoint.display()
-    );
-    // Its loop device reads and writes the image directly (no second page cache).
-    let dio = Command::new("losetup")
-        .args(["-n", "-O", "DIO", "-j"])
-        .arg(&image)
-        .output()
-        .expect("losetup");
-    assert_eq!(String::from_utf8_lossy(&dio.stdout).trim(), "1");
+    // Measures or floods the whole process (or the host): no other test's server runs meanwhile.
+    crate::common::exclusive(async {
+        let s = server(&env).await;
+        let id = agent_with_disk(&s, "filler", DISK_MB).await;
+        let (image, mountpoint) = disk_paths(&s, &env, &id);
+        assert!(image.is_file(), "no disk image at {}", image.display());
+        assert!(
+            is_mountpoint(&mountpoint),
+            "{} is not mounted",
+            mountpoint.display()
+        );
+        // Its loop device reads and writes the image directly (no second page cache).
+        let dio = Command::new("losetup")
+            .args(["-n", "-O", "DIO", "-j"])
+            .arg(&image)
+            .output()
+            .expect("losetup");
+        assert_eq!(String::from_utf8_lossy(&dio.stdout).trim(), "1");
 
-    // df in the sandbox shows the limit, not the host's disk (ext4 keeps some for itself: its
-    // journal and inode tables).
-    let size = df_size_mb(&s, &id, "/home/agent").await;
-    assert!(
-        (DISK_MB * 85 / 100..=DISK_MB).contains(&size),
-        "df shows {size} MiB for a {DISK_MB} MiB home"
-    );
-    assert_eq!(df_size_mb(&s, &id, "/tmp").await, TMP_MB);
+        // df in the sandbox shows the limit, not the host's disk (ext4 keeps some for itself: its
+        // journal and inode tables).
+        let size = df_size_mb(&s, &id, "/home/agent").await;
+        assert!(
+            (DISK_MB * 85 / 100..=DISK_MB).contains(&size),
+            "df shows {size} MiB for a {DISK_MB} MiB home"
+        );
+        assert_eq!(df_size_mb(&s, &id, "/tmp").await, TMP_MB);
 
-    let free_before = crate::common::free_bytes(s.dir.path());
-    let out = s
-        .exec(
-            &id,
-            &[
-                "sh",
-                "-c",
-                "dd if=/dev/zero of=/home/agent/fill bs=1M count=400 2>&1; sync",
-            ],
-        )
+        let free_before = crate::common::free_bytes(s.dir.path());
+        let out = s
+            .exec(
+                &id,
+                &[
+                    "sh",
+                    "-c",
+                    "dd if=/dev/zero of=/home/agent/fill bs=1M count=400 2>&1; sync",
+                ],
+            )
+            .await;
+        let said = out["stdout"].as_str().unwrap_or_default();
+        assert!(said.contains("No space left on device"), "dd said: {out}");
+        let used = free_before.saturating_sub(crate::common::free_bytes(s.dir.path()));
+        assert!(
+            used <= (DISK_MB + 16) * MIB,
+            "the host lost {} MiB to a {DISK_MB} MiB home",
+            used / MIB
+        );
+        assert!(
+            allocated(&image) <= (DISK_MB + 1) * MIB,
+            "the image takes {} MiB of the host",
+            allocated(&image) / MIB
+        );
+
+        // A file upload into the full home is refused as such, and leaves nothing half-written.
+        let r = s
+            .put(&format!("/api/v1/agents/{id}/fs/write?path=upload.bin"))
+            .body(vec![7u8; 4 * MIB as usize])
+            .send()
+            .await
+            .expect("upload");
+        // The refusal may come before the whole body was sent: the connection is not reused.
+        assert_eq!(
+            r.headers().get("connection").and_then(|v| v.to_str().ok()),
+            Some("close")
+        );
+        let msg = expect_error(r, 507, "no_space").await;
+        assert!(msg.contains("No space left on device"), "{msg}");
+        assert_eq!(
+            s.exec_ok(&id, &["sh", "-c", "ls /home/agent"]).await,
+            "fill\n"
+        );
+
+        // /tmp is in memory with its own size: filling it does not touch the home or the host.
+        let out = s
+            .exec(
+                &id,
+                &[
+                    "sh",
+                    "-c",
+                    "dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>&1",
+                ],
+            )
+            .await;
+        assert!(
+            out["stdout"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("No space left on device"),
+            "dd into /tmp said: {out}"
+        );
+
+        // After rm the agent works as before, and (the mount discards) the host gets the space
+        // back.
+        s.exec_ok(&id, &["rm", "/home/agent/fill", "/tmp/fill"])
+            .await;
+        assert_eq!(
+            s.exec_ok(
+                &id,
+                &[
+                    "sh",
+                    "-c",
+                    "head -c 1048576 /dev/zero > /home/agent/ok && wc -c < /home/agent/ok"
+                ]
+            )
+            .await,
+            "1048576\n"
+        );
+        wait_for("the image gives the space back", || {
+            let image = image.clone();
+            async move { allocated(&image) < (DISK_MB / 2) * MIB }
+        })
         .await;
-    let said = out["stdout"].as_str().unwrap_or_default();
-    assert!(said.contains("No space left on device"), "dd said: {out}");
-    let used = free_before.saturating_sub(crate::common::free_bytes(s.dir.path()));
-    assert!(
-        used <= (DISK_MB + 16) * MIB,
-        "the host lost {} MiB to a {DISK_MB} MiB home",
-        used / MIB
-    );
-    assert!(
-        allocated(&image) <= (DISK_MB + 1) * MIB,
-        "the image takes {} MiB of the host",
-        allocated(&image) / MIB
-    );
-
-    // A file upload into the full home is refused as such, and leaves nothing half-written.
-    let r = s
-        .put(&format!("/api/v1/agents/{id}/fs/write?path=upload.bin"))
-        .body(vec![7u8; 4 * MIB as usize])
-        .send()
-        .await
-        .expect("upload");
-    // The refusal may come before the whole body was sent: the connection is not reused.
-    assert_eq!(
-        r.headers().get("connection").and_then(|v| v.to_str().ok()),
-        Some("close")
-    );
-    let msg = expect_error(r, 507, "no_space").await;
-    assert!(msg.contains("No space left on device"), "{msg}");
-    assert_eq!(
-        s.exec_ok(&id, &["sh", "-c", "ls /home/agent"]).await,
-        "fill\n"
-    );
-
-    // /tmp is in memory with its own size: filling it does not touch the home or the host.
-    let out = s
-        .exec(
-            &id,
-            &[
-                "sh",
-                "-c",
-                "dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>&1",
-            ],
-        )
-        .await;
-    assert!(
-        out["stdout"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("No space left on device"),
-        "dd into /tmp said: {out}"
-    );
-
-    // After rm the agent works as before, and (the mount discards) the host gets the space
-    // back.
-    s.exec_ok(&id, &["rm", "/home/agent/fill", "/tmp/fill"])
-        .await;
-    assert_eq!(
-        s.exec_ok(
-            &id,
-            &[
-                "sh",
-                "-c",
-                "head -c 1048576 /dev/zero > /home/agent/ok && wc -c < /home/agent/ok"
-            ]
-        )
-        .await,
-        "1048576\n"
-    );
-    wait_for("the image gives the space back", || {
-        let image = image.clone();
-        async move { allocated(&image) < (DISK_MB / 2) * MIB }
+        let r = s.get("/api/v1/health").send().await.expect("health");
+        assert_eq!(r.status(), 200);
     })
-    .await;
-    let r = s.get("/api/v1/health").send().await.expect("health");
-    assert_eq!(r.status(), 200);
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -52,6 +52,8 @@ struct ServerContainer {
     token: String,
     http: reqwest::Client,
     _config_dir: tempfile::TempDir,
+    /// Its share of the machine (see [`crate::common::exclusive`]).
+    _share: Option<crate::common::share::Shared>,
 }
 
 impl ServerContainer {
@@ -84,6 +86,7 @@ impl ServerContainer {
             token,
             http: reqwest::Client::new(),
             _config_dir: config_dir,
+            _share: crate::common::share::Shared::take().await,
         };
         docker(&["volume", "create", &s.data_volume]);
         let config_mount = format!("{}:/etc/agenthold/config.yaml:ro", config.display());

@@ -217,90 +217,99 @@ async fn a_hundred_processes_and_a_gigabyte_of_output_keep_memory_bounded() {
     let Some(env) = DockerEnv::new_or_skip() else {
         return;
     };
-    let s = env.server(false).await;
-    let id = s.running_agent(("gigabyte", AGENT_IMAGE)).await;
-    let p = Procs::new(s.http.clone(), &s.base, &id);
-    let idle = sandboxd_rss_kib(&env, &id);
-    // This process is the server (and the reader, which keeps nothing).
-    let server_before = own_rss_kib();
+    // Measures or floods the whole process (or the host): no other test's server runs meanwhile.
+    crate::common::exclusive(async {
+        let s = env.server(false).await;
+        let id = s.running_agent(("gigabyte", AGENT_IMAGE)).await;
+        let p = Procs::new(s.http.clone(), &s.base, &id);
+        let idle = sandboxd_rss_kib(&env, &id);
+        // This process is the server (and the reader, which keeps nothing).
+        let server_before = own_rss_kib();
 
-    let sleepers = futures::future::join_all((0..100).map(|_| {
-        let p = p.clone();
-        async move { p.sh("exec sleep 1000").await }
-    }))
-    .await;
-    assert_eq!(
-        p.list()
-            .await
-            .iter()
-            .filter(|x| x.state == ProcessState::Running)
-            .count(),
-        100
-    );
+        let sleepers = futures::future::join_all((0..100).map(|_| {
+            let p = p.clone();
+            async move { p.sh("exec sleep 1000").await }
+        }))
+        .await;
+        assert_eq!(
+            p.list()
+                .await
+                .iter()
+                .filter(|x| x.state == ProcessState::Running)
+                .count(),
+            100
+        );
 
-    // A gigabyte of a known pattern: every byte read must be the pattern's at its offset.
-    const PATTERN: &[u8] = b"abcdefghij\n";
-    let big = p.sh("yes abcdefghij | head -c 1073741824").await;
-    // Read once it has all been written, so that most of it has surely left the buffer.
-    let (status, written) = p.wait(&big.id, 240_000).await;
-    assert_eq!(
-        status, 200,
-        "the gigabyte is still being written: {written:?}"
-    );
-    let (mut data, mut gaps, mut next, mut exit) = (0u64, 0u64, 0u64, None);
-    let deadline = Instant::now() + 6 * DEADLINE;
-    while exit.is_none() {
-        assert!(Instant::now() < deadline, "the gigabyte did not end");
-        let status = p
-            .follow_each(&big.id, next, |raw| {
-                if raw.get("error").is_some() {
-                    return;
-                }
-                let line: OutputLine = serde_json::from_value(raw).expect("a line");
-                match &line {
-                    OutputLine::Gap { gap } => {
-                        assert_eq!(gap.from, next);
-                        gaps += gap.to - gap.from;
-                        next = gap.to;
+        // A gigabyte of a known pattern: every byte read must be the pattern's at its offset.
+        const PATTERN: &[u8] = b"abcdefghij\n";
+        let big = p.sh("yes abcdefghij | head -c 1073741824").await;
+        // Read once it has all been written, so that most of it has surely left the buffer.
+        let (status, written) = p.wait(&big.id, 240_000).await;
+        assert_eq!(
+            status, 200,
+            "the gigabyte is still being written: {written:?}"
+        );
+        let (mut data, mut gaps, mut next, mut exit) = (0u64, 0u64, 0u64, None);
+        let deadline = Instant::now() + 6 * DEADLINE;
+        while exit.is_none() {
+            assert!(Instant::now() < deadline, "the gigabyte did not end");
+            let status = p
+                .follow_each(&big.id, next, |raw| {
+                    if raw.get("error").is_some() {
+                        return;
                     }
-                    OutputLine::Exit { exit: e } => exit = Some((**e).clone()),
-                    _ => {
-                        let (offset, stream, bytes) = line_bytes(&line).expect("data");
-                        assert_eq!((offset, stream), (next, OutputStream::Stdout));
-                        for (i, b) in bytes.iter().enumerate() {
-                            let want =
-                                PATTERN[((offset + i as u64) % PATTERN.len() as u64) as usize];
-                            assert_eq!(*b, want, "a wrong byte at offset {}", offset + i as u64);
+                    let line: OutputLine = serde_json::from_value(raw).expect("a line");
+                    match &line {
+                        OutputLine::Gap { gap } => {
+                            assert_eq!(gap.from, next);
+                            gaps += gap.to - gap.from;
+                            next = gap.to;
                         }
-                        data += bytes.len() as u64;
-                        next += bytes.len() as u64;
+                        OutputLine::Exit { exit: e } => exit = Some((**e).clone()),
+                        _ => {
+                            let (offset, stream, bytes) = line_bytes(&line).expect("data");
+                            assert_eq!((offset, stream), (next, OutputStream::Stdout));
+                            for (i, b) in bytes.iter().enumerate() {
+                                let want =
+                                    PATTERN[((offset + i as u64) % PATTERN.len() as u64) as usize];
+                                assert_eq!(
+                                    *b,
+                                    want,
+                                    "a wrong byte at offset {}",
+                                    offset + i as u64
+                                );
+                            }
+                            data += bytes.len() as u64;
+                            next += bytes.len() as u64;
+                        }
                     }
-                }
-            })
-            .await;
-        assert_eq!(status, 200);
-    }
-    let exit = exit.expect("exit");
-    assert_eq!(exit.exit_code, Some(0));
-    assert_eq!(exit.output_bytes, 1 << 30);
-    assert_eq!(data + gaps, 1 << 30);
-    assert!(gaps > 0, "output past the buffer must read as a gap");
-    eprintln!("read {data} bytes, {gaps} left the buffer first");
-    let after = sandboxd_rss_kib(&env, &id);
-    eprintln!("sandboxd RSS: {idle} KiB idle, {after} KiB with 100 processes after 1 GiB");
-    assert!(
-        after < idle + 64 * 1024,
-        "sandboxd grew from {idle} KiB to {after} KiB"
-    );
-    let server_after = own_rss_kib();
-    eprintln!("server RSS: {server_before} KiB before, {server_after} KiB after");
-    assert!(
-        server_after < server_before + 256 * 1024,
-        "the server grew from {server_before} KiB to {server_after} KiB"
-    );
-    for x in sleepers {
-        assert_eq!(p.remove(&x.id).await, 204);
-    }
+                })
+                .await;
+            assert_eq!(status, 200);
+        }
+        let exit = exit.expect("exit");
+        assert_eq!(exit.exit_code, Some(0));
+        assert_eq!(exit.output_bytes, 1 << 30);
+        assert_eq!(data + gaps, 1 << 30);
+        assert!(gaps > 0, "output past the buffer must read as a gap");
+        eprintln!("read {data} bytes, {gaps} left the buffer first");
+        let after = sandboxd_rss_kib(&env, &id);
+        eprintln!("sandboxd RSS: {idle} KiB idle, {after} KiB with 100 processes after 1 GiB");
+        assert!(
+            after < idle + 64 * 1024,
+            "sandboxd grew from {idle} KiB to {after} KiB"
+        );
+        let server_after = own_rss_kib();
+        eprintln!("server RSS: {server_before} KiB before, {server_after} KiB after");
+        assert!(
+            server_after < server_before + 256 * 1024,
+            "the server grew from {server_before} KiB to {server_after} KiB"
+        );
+        for x in sleepers {
+            assert_eq!(p.remove(&x.id).await, 204);
+        }
+    })
+    .await
 }
 
 /// A server whose `idleMinutes` unit is a second, checked every second.

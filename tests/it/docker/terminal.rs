@@ -3,23 +3,14 @@
 //! Docker (scripts/docker-setup.sh) and a static sandboxd (scripts/build-sandboxd.sh); fails,
 //! never skips, without them.
 
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::Stdio;
 
 use crate::common::docker::*;
-use crate::common::{DEADLINE, TOKEN};
+use crate::common::{free_port, DEADLINE, TOKEN};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn write_config(dir: &Path, env: &DockerEnv, api: u16, tunnel: u16) -> std::path::PathBuf {
     let sandboxd = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/sandboxd/sandboxd");
