@@ -1,9 +1,8 @@
-//! SIGKILL the real server binary right after it accepts each operation on the Docker driver;
-//! after a restart on the same config, reconcile settles every agent, and Docker ends up holding
-//! exactly what the agents need: nothing missing while they exist, nothing left once they are
-//! destroyed. Changes made to sandboxes from outside while the server is down (`docker stop`,
-//! `docker start`, `docker rm -f`) are settled at its next start. Needs Docker (scripts/docker-setup.sh) and a static sandboxd
-//! (scripts/build-sandboxd.sh); fails, never skips, without them.
+//! The crash matrix (`crate::crash`) on the Docker driver: SIGKILL the real server binary right
+//! after it accepts each operation; after a restart on the same config, reconcile settles every
+//! agent, and Docker ends up holding exactly what the agents need: nothing missing while they
+//! exist, nothing left once they are destroyed. Changes made to sandboxes from outside while the
+//! server is down (`docker stop`, `docker start`, `docker rm -f`) are settled at its next start.
 
 use std::process::Command;
 use std::time::Duration;
@@ -45,70 +44,16 @@ async fn docker_operations_survive_a_sigkill_right_after_they_are_accepted() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = config(dir.path(), &env);
 
-    // Create: killed while the driver makes the first objects.
-    let p = server.start().await;
-    let id = server.create_agent("phoenix").await;
-    let doomed = server.create_agent("doomed").await;
-    p.kill();
-    let p = server.start().await;
-    server
-        .settles_to(&id, "running", "phoenix after create")
-        .await;
-    server
-        .settles_to(&doomed, "running", "doomed after create")
-        .await;
-    holds(&env, &id, true);
-    holds(&env, &doomed, true);
-    p.kill();
-
-    for (op, method, path, want) in [
-        (
-            "stop",
-            "POST",
-            format!("/api/v1/agents/{id}/stop"),
-            Some("sleeping"),
-        ),
-        (
-            "start",
-            "POST",
-            format!("/api/v1/agents/{id}/start"),
-            Some("running"),
-        ),
-        (
-            "rebuild",
-            "POST",
-            format!("/api/v1/agents/{id}/rebuild"),
-            Some("running"),
-        ),
-        (
-            "destroy",
-            "DELETE",
-            format!("/api/v1/agents/{doomed}"),
-            None,
-        ),
-    ] {
-        let p = server.start().await;
-        let target = if op == "destroy" { &doomed } else { &id };
-        // Containers outlive the server, so the agent is as the last round left it.
-        assert!(
-            server
-                .settled(target)
-                .await
-                .is_some_and(|s| !s.starts_with("error")),
-            "before {op}"
-        );
-        let (st, body) = server.call(method, &path, None).await;
-        assert_eq!(st, 202, "{op}: {body}");
-        p.kill();
-        let p = server.start().await;
-        assert_eq!(server.settled(target).await.as_deref(), want, "after {op}");
-        // The other agent was not disturbed.
-        let other = if op == "destroy" { &id } else { &doomed };
-        server
-            .settles_to(other, "running", &format!("the other agent after {op}"))
-            .await;
-        p.kill();
-    }
+    let driver = crate::crash::Driver {
+        slow: &[],
+        sandboxes_outlive_the_server: true,
+    };
+    // Each agent created has all its objects, its container running.
+    let (id, doomed) = crate::crash::sigkill_matrix(&server, driver, |a| {
+        holds(&env, &a, true);
+        async {}
+    })
+    .await;
 
     // Nothing missing: the running agent has all it needs; nothing of the destroyed one is left.
     let p = server.start().await;

@@ -6,8 +6,7 @@
 //!
 //! Restarting the engine that every other Docker test shares would break them, so this test runs
 //! a second dockerd of its own ([`Engine`], in `common/engine.rs`). Needs Docker
-//! (scripts/docker-setup.sh), root and a static sandboxd (scripts/build-sandboxd.sh); fails,
-//! never skips, without them.
+//! (scripts/docker-setup.sh), root and a static sandboxd (scripts/build-sandboxd.sh).
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! works again after `rm`, a larger limit applies at the next start and keeps the files, a
 //! lost mount (a host reboot) is made again before the sandbox starts, and destroy leaves no
 //! image, mount or loop device behind. Needs Docker (scripts/docker-setup.sh), a static
-//! sandboxd (scripts/build-sandboxd.sh) and root; fails, never skips, without them.
+//! sandboxd (scripts/build-sandboxd.sh) and root.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
 //! The egress proxy from inside real Docker sandboxes. "The internet" is servers this test runs
 //! on this machine under made-up names (`sandbox.egress.resolve`); nothing is sent anywhere else.
-//! Needs Docker; fails, never skips, under scripts/test.
+//! Needs Docker.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};

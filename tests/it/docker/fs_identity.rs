@@ -1,7 +1,7 @@
 //! The file API acts as the agent account, in a real container: issue 11, item 2, where a
 //! symlink in the home let an upload replace `/etc/passwd` (and the agent become root at the
 //! next start) and a download read root-only files. Needs Docker (scripts/docker-setup.sh) and a
-//! static sandboxd (scripts/build-sandboxd.sh); fails, never skips, without them.
+//! static sandboxd (scripts/build-sandboxd.sh).
 
 use crate::common::docker::*;
 

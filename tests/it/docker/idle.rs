@@ -1,7 +1,6 @@
 //! The sleeper on a real engine: an unused agent goes to sleep by itself; a CPU-busy one and one
 //! with an open terminal stay awake. Idle times are seconds long through `sandbox.idle_minute`.
-//! Needs Docker (scripts/docker-setup.sh) and a static sandboxd (scripts/build-sandboxd.sh);
-//! fails, never skips, without them.
+//! Needs Docker (scripts/docker-setup.sh) and a static sandboxd (scripts/build-sandboxd.sh).
 
 use std::time::{Duration, Instant};
 

@@ -3,9 +3,8 @@
 //! sibling sandbox containers. Everything goes through the HTTP API, as a user's would.
 //!
 //! Needs Docker, the test images (scripts/docker-setup.sh) and the server image
-//! (scripts/build-server-image.sh, tag `agenthold:dev` or `$AGENTHOLD_SERVER_IMAGE`); fails,
-//! never skips, without them. It tests the image as it was built: rebuild the image after
-//! changing the server.
+//! (scripts/build-server-image.sh, tag `agenthold:dev` or `$AGENTHOLD_SERVER_IMAGE`). It tests
+//! the image as it was built: rebuild the image after changing the server.
 //!
 //! Network traffic goes only to loopback, to a listener this test runs on this machine, and to
 //! this test's own containers.

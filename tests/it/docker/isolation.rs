@@ -1,6 +1,5 @@
 //! What a sandbox can reach. Every target is a listener this test runs on this machine or a
-//! container of this test: nothing is ever sent anywhere else. Needs Docker; fails, never
-//! skips, without it.
+//! container of this test: nothing is ever sent anywhere else. Needs Docker.
 
 use crate::common::docker::*;
 

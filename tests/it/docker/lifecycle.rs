@@ -1,6 +1,6 @@
 //! The Docker driver on a real engine: create, exec as the right account, stop/start, rebuild,
 //! destroy, and what Docker really holds at each step. Needs Docker (scripts/docker-setup.sh)
-//! and a static sandboxd (scripts/build-sandboxd.sh); fails, never skips, without them.
+//! and a static sandboxd (scripts/build-sandboxd.sh).
 
 use crate::common::docker::*;
 use serde_json::json;

@@ -1,7 +1,7 @@
 //! Changes made to sandboxes outside agenthold (`docker stop`, `kill`, `start`, `rm -f`) while the
 //! server runs are picked up from Docker's event stream within seconds, and a sandbox that dies
 //! while its agent is `starting` fails the start with its exit code and last log lines. Needs
-//! Docker; fails, never skips, without it.
+//! Docker.
 
 use crate::common::docker::*;
 use crate::common::wait_for;

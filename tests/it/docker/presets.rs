@@ -1,8 +1,7 @@
 //! The `dev` preset on a real engine: the ready agent image (images/agent, built by
 //! scripts/build-agent-image.sh) has its tools and runs as the `agent` account, the preset's
 //! limits reach Docker, and its setup script runs once, as that account, in the home. Needs
-//! Docker (scripts/docker-setup.sh), the image and a static sandboxd (scripts/build-sandboxd.sh);
-//! fails, never skips, without them.
+//! Docker (scripts/docker-setup.sh), the image and a static sandboxd (scripts/build-sandboxd.sh).
 
 use std::time::{Duration, Instant};
 

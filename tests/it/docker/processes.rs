@@ -4,7 +4,7 @@
 //! included); a gigabyte of output keeps sandboxd's memory flat and reads as gaps, never as a
 //! wrong byte; a quiet process lets its agent sleep (and is then `lost`, its output kept) unless
 //! it keeps it awake. Needs Docker (scripts/docker-setup.sh) and a static sandboxd
-//! (scripts/build-sandboxd.sh); fails, never skips, without them.
+//! (scripts/build-sandboxd.sh).
 
 use crate::common::process;
 use crate::common::sse;

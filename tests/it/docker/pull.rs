@@ -2,7 +2,7 @@
 //! (`common/registry.rs`): progress on the event stream and on the agent while the pull runs, a
 //! rebuild onto a new tag, and a missing image or a broken download ending in `error` with the
 //! reason instead of a hang. Needs Docker (scripts/docker-setup.sh) and a static sandboxd
-//! (scripts/build-sandboxd.sh); fails, never skips, without them.
+//! (scripts/build-sandboxd.sh).
 
 use crate::common::sse;
 use std::time::Duration;

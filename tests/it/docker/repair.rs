@@ -16,7 +16,7 @@
 //!   a create (no home, or an empty home without labels) does not stop the next start.
 //!
 //! Needs Docker (scripts/docker-setup.sh), root (the second dockerd) and a static sandboxd
-//! (scripts/build-sandboxd.sh); fails, never skips, without them.
+//! (scripts/build-sandboxd.sh).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;

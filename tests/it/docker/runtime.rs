@@ -1,7 +1,7 @@
 //! gVisor (`runsc`) as an agent's runtime (issue #17), on the real engine: what a runc agent can
 //! do, a runsc agent can do too, with gVisor's kernel underneath; agents on both side by side;
 //! and a runtime switched through a rebuild keeps the home. Needs Docker with runsc registered
-//! (scripts/docker-setup.sh); fails, never skips, without it when Docker tests are required.
+//! (scripts/docker-setup.sh) when Docker tests are required.
 
 use crate::common::docker::*;
 use crate::common::{read_until, send_keys, TestServer, Ws, DEADLINE, TOKEN};

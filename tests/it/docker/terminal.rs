@@ -1,7 +1,6 @@
 //! Terminal sessions on the Docker driver survive a server restart: sandboxd keeps the shell in
 //! the container, and `agenthold shell` reattaches by itself once the server is back. Needs
-//! Docker (scripts/docker-setup.sh) and a static sandboxd (scripts/build-sandboxd.sh); fails,
-//! never skips, without them.
+//! Docker (scripts/docker-setup.sh) and a static sandboxd (scripts/build-sandboxd.sh).
 
 use std::path::Path;
 use std::process::Stdio;
