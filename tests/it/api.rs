@@ -134,14 +134,7 @@ async fn bad_bodies_are_400_with_a_message() {
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"]["field"], "cpus");
     // Still healthy, and nothing was created.
-    let agents: Vec<Value> = s
-        .get("/api/v1/agents")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let agents: Vec<Value> = serde_json::from_value(s.get_json("/api/v1/agents").await).unwrap();
     assert!(agents.is_empty());
 }
 
@@ -274,14 +267,7 @@ async fn changing_image_or_resources_needs_a_rebuild() {
 #[tokio::test]
 async fn without_a_default_disk_new_agents_have_no_limit_unless_they_ask() {
     let s = TestServer::start_with(|c| c.sandbox.default_disk_mb = 0).await;
-    let l: Value = s
-        .get("/api/v1/limits")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let l = s.get_json("/api/v1/limits").await;
     assert_eq!(l["defaultDiskMb"], Value::Null);
     assert_eq!(l["maxDiskMb"], 102400);
     let create = |body: Value| s.post("/api/v1/agents").json(&body).send();
@@ -313,14 +299,7 @@ async fn without_a_default_disk_new_agents_have_no_limit_unless_they_ask() {
 #[tokio::test]
 async fn openapi_describes_every_route() {
     let s = TestServer::start().await;
-    let doc: Value = s
-        .get("/api/v1/openapi.json")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc = s.get_json("/api/v1/openapi.json").await;
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
     let paths = doc["paths"].as_object().unwrap();
     for p in [
@@ -390,14 +369,7 @@ async fn the_openapi_document_states_every_status_and_constraint() {
         c.server.exec_max_timeout = Duration::from_secs(600);
     })
     .await;
-    let doc: Value = s
-        .get("/api/v1/openapi.json")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc = s.get_json("/api/v1/openapi.json").await;
     let error_body = json!({"$ref": "#/components/schemas/ErrorBody"});
     let mut ids = std::collections::HashSet::new();
     for (method, path, op) in operations(&doc) {
@@ -737,14 +709,7 @@ async fn web_session_cookie_signs_in_and_out() {
 #[tokio::test]
 async fn limits_tell_clients_what_the_server_allows() {
     let s = TestServer::start_with(|c| c.server.max_file_mb = 7).await;
-    let l: Value = s
-        .get("/api/v1/limits")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let l = s.get_json("/api/v1/limits").await;
     assert_eq!(l["maxFileMb"], 7);
     assert_eq!(l["maxCpus"], 8.0);
     assert_eq!(l["defaultImage"], "debian:bookworm-slim");
@@ -964,13 +929,11 @@ async fn cookie_post(
 }
 
 async fn home_names(s: &TestServer, id: &str) -> Vec<String> {
-    let r = s
-        .get(&format!("/api/v1/agents/{id}/fs/list?path=."))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let list: Vec<Value> = r.json().await.unwrap();
+    let list: Vec<Value> = serde_json::from_value(
+        s.get_json(&format!("/api/v1/agents/{id}/fs/list?path=."))
+            .await,
+    )
+    .unwrap();
     list.iter()
         .map(|e| e["name"].as_str().unwrap().to_string())
         .collect()
@@ -1139,14 +1102,11 @@ async fn terminal_websockets_with_the_cookie_must_come_from_the_servers_own_orig
         }
     }
     assert!(
-        s.get(&format!("/api/v1/agents/{id}/terminals"))
-            .send()
-            .await
-            .unwrap()
-            .json::<Vec<Value>>()
-            .await
-            .unwrap()
-            .is_empty(),
+        serde_json::from_value::<Vec<Value>>(
+            s.get_json(&format!("/api/v1/agents/{id}/terminals")).await
+        )
+        .unwrap()
+        .is_empty(),
         "no session was started"
     );
 

@@ -295,14 +295,7 @@ async fn background_processes_from_the_command_line() {
     assert_eq!(String::from_utf8_lossy(&out.stderr), "warn\n");
     // From an offset, without -f: the rest so far, exit 0. (Where "got" starts depends on
     // when each pipe was read, so the API says.)
-    let agents: Vec<Value> = s
-        .get("/api/v1/agents")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let agents: Vec<Value> = serde_json::from_value(s.get_json("/api/v1/agents").await).unwrap();
     let agent_id = agents[0]["id"].as_str().unwrap();
     let lines = s
         .get(&format!("/api/v1/agents/{agent_id}/processes/{id}/output"))

@@ -149,16 +149,7 @@ async fn exec_wakes_a_sleeping_agent() {
 #[tokio::test]
 async fn bad_exec_requests_are_400() {
     let s = TestServer::start().await;
-    let r = s
-        .post("/api/v1/agents")
-        .json(&json!({"name": "x"}))
-        .send()
-        .await
-        .unwrap();
-    let id = r.json::<Value>().await.unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = s.create_agent("x").await;
     for body in [
         json!({"command": []}),
         json!({"command": [""]}),

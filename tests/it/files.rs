@@ -60,14 +60,11 @@ async fn sixty_four_mib_round_trip_is_byte_identical() {
     assert_eq!(n, BLOCKS * 64 * 1024);
     assert_eq!(got.finalize(), want.finalize());
 
-    let list: Vec<Value> = s
-        .get(&format!("/api/v1/agents/{id}/fs/list?path=."))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list: Vec<Value> = serde_json::from_value(
+        s.get_json(&format!("/api/v1/agents/{id}/fs/list?path=."))
+            .await,
+    )
+    .unwrap();
     let big = list
         .iter()
         .find(|e| e["name"] == "big.bin")
@@ -98,14 +95,8 @@ async fn mkdir_list_remove_and_errors() {
         .await
         .unwrap();
     assert_eq!(r.status(), 204);
-    let list: Vec<Value> = s
-        .get(&format!("{base}/list?path=a/b/c"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list: Vec<Value> =
+        serde_json::from_value(s.get_json(&format!("{base}/list?path=a/b/c")).await).unwrap();
     assert_eq!(list.len(), 1);
     assert_eq!(list[0]["name"], name);
     // Absolute paths under /home/agent are the same files.
@@ -167,14 +158,8 @@ async fn mkdir_list_remove_and_errors() {
         .await
         .unwrap();
     assert_eq!(r.status(), 204);
-    let list: Vec<Value> = s
-        .get(&format!("{base}/list?path=."))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list: Vec<Value> =
+        serde_json::from_value(s.get_json(&format!("{base}/list?path=.")).await).unwrap();
     assert!(list.iter().all(|e| e["name"] != "a"));
 }
 
@@ -251,14 +236,8 @@ async fn a_broken_upload_leaves_no_file() {
     }
     // The sandbox finishes discarding asynchronously; poll for the settled listing.
     crate::common::wait_for("partial upload discarded", || async {
-        let list: Vec<Value> = s
-            .get(&format!("{base}/list?path=."))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let list: Vec<Value> =
+            serde_json::from_value(s.get_json(&format!("{base}/list?path=.")).await).unwrap();
         let names: Vec<&str> = list.iter().filter_map(|e| e["name"].as_str()).collect();
         names == ["keep.txt"]
     })
@@ -312,14 +291,8 @@ async fn uploads_over_the_limit_are_413_and_leave_nothing() {
         );
     }
     crate::common::wait_for("oversized upload discarded", || async {
-        let list: Vec<Value> = s
-            .get(&format!("{base}/list?path=."))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let list: Vec<Value> =
+            serde_json::from_value(s.get_json(&format!("{base}/list?path=.")).await).unwrap();
         list.iter()
             .all(|e| e["name"] != "big" && !e["name"].as_str().unwrap().contains("tmp"))
     })

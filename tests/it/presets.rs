@@ -35,9 +35,7 @@ async fn create(s: &TestServer, body: Value) -> Value {
 #[tokio::test]
 async fn the_presets_list_matches_the_config() {
     let s = TestServer::start_with(presets).await;
-    let r = s.get("/api/v1/presets").send().await.unwrap();
-    assert_eq!(r.status(), 200);
-    let list: Value = r.json().await.unwrap();
+    let list = s.get_json("/api/v1/presets").await;
     assert_eq!(
         list,
         json!([

@@ -31,13 +31,7 @@ async fn patch(s: &TestServer, id: &str, body: Value) -> reqwest::Response {
 }
 
 async fn limits(s: &TestServer) -> Value {
-    s.get("/api/v1/limits")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    s.get_json("/api/v1/limits").await
 }
 
 #[tokio::test]
@@ -58,14 +52,7 @@ async fn each_agent_runs_on_the_runtime_it_asked_for() {
     assert_eq!(sandbox_runtime(&s, plain), "runc");
     assert_eq!(sandbox_runtime(&s, gvisor), "runsc");
     assert_eq!(s.agent(gvisor).await["runtime"], "runsc");
-    let listed: Value = s
-        .get("/api/v1/agents")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed = s.get_json("/api/v1/agents").await;
     let runtimes: Vec<&str> = listed
         .as_array()
         .unwrap()
@@ -95,14 +82,7 @@ async fn a_runtime_not_allowed_is_400_naming_the_allowed_ones() {
     assert_eq!(s.agent(&id).await["needsRebuild"], false);
 
     // The served document states them as the field's values.
-    let doc: Value = s
-        .get("/api/v1/openapi.json")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc = s.get_json("/api/v1/openapi.json").await;
     for schema in ["CreateAgent", "UpdateAgent"] {
         assert_eq!(
             doc["components"]["schemas"][schema]["properties"]["runtime"]["enum"],

@@ -37,19 +37,8 @@ async fn server(
 }
 
 async fn agent_with_rules(s: &crate::common::TestServer, name: &str, egress: Value) -> String {
-    let r = s
-        .post("/api/v1/agents")
-        .json(&json!({"name": name, "egress": egress}))
-        .send()
+    s.running_agent(json!({"name": name, "egress": egress}))
         .await
-        .expect("create");
-    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
-    let id = r.json::<Value>().await.expect("json")["id"]
-        .as_str()
-        .expect("id")
-        .to_string();
-    s.wait_state(&id, "running").await;
-    id
 }
 
 /// A bash function in the sandbox that speaks to the proxy named by `$HTTP_PROXY` over

@@ -19,17 +19,8 @@ async fn server(env: &DockerEnv, idle_minute: Duration) -> TestServer {
 
 /// Creates an agent with `idleMinutes` and waits until it runs.
 async fn agent(s: &TestServer, name: &str, image: &str, idle_minutes: u32) -> String {
-    let r = s
-        .post("/api/v1/agents")
-        .json(&json!({"name": name, "image": image, "cpus": 0.5, "idleMinutes": idle_minutes}))
-        .send()
+    s.running_agent(json!({"name": name, "image": image, "cpus": 0.5, "idleMinutes": idle_minutes}))
         .await
-        .expect("create request");
-    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
-    let agent: Value = r.json().await.expect("agent json");
-    let id = agent["id"].as_str().expect("id").to_string();
-    s.wait_state(&id, "running").await;
-    id
 }
 
 fn time(agent: &Value, key: &str) -> chrono::DateTime<chrono::Utc> {

@@ -12,17 +12,8 @@ use serde_json::{json, Value};
 const PIDS_LIMIT: i64 = 64;
 
 async fn agent(s: &TestServer, name: &str, image: &str, memory_mb: u64) -> String {
-    let r = s
-        .post("/api/v1/agents")
-        .json(&json!({"name": name, "image": image, "memoryMb": memory_mb}))
-        .send()
+    s.running_agent(json!({"name": name, "image": image, "memoryMb": memory_mb}))
         .await
-        .expect("create request");
-    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
-    let agent: Value = r.json().await.expect("agent json");
-    let id = agent["id"].as_str().expect("id").to_string();
-    s.wait_state(&id, "running").await;
-    id
 }
 
 /// Runs `command` with a timeout, returning the HTTP status and body, whatever they are.

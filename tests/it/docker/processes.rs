@@ -16,7 +16,7 @@ use crate::common::{wait_for, TestServer, DEADLINE};
 use agenthold::api::output_lines::line_bytes;
 use agenthold::api::types::process::{OutputLine, ProcessState};
 use agenthold::api::types::OutputStream;
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// Writes `seq 1 2000000` in twenty bursts a fifth of a second apart (so that drops land while
 /// it writes), then a marker on stderr.
@@ -323,17 +323,8 @@ async fn sleepy_server(env: &DockerEnv) -> TestServer {
 
 /// Creates an agent that sleeps after `idle` seconds unused.
 async fn idle_agent(s: &TestServer, name: &str, idle: u32) -> String {
-    let r = s
-        .post("/api/v1/agents")
-        .json(&json!({"name": name, "image": AGENT_IMAGE, "idleMinutes": idle}))
-        .send()
+    s.running_agent(json!({"name": name, "image": AGENT_IMAGE, "idleMinutes": idle}))
         .await
-        .expect("create");
-    assert_eq!(r.status(), 201);
-    let a: Value = r.json().await.expect("agent");
-    let id = a["id"].as_str().expect("id").to_string();
-    s.wait_state(&id, "running").await;
-    id
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

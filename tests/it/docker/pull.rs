@@ -10,7 +10,6 @@ use std::time::Duration;
 use crate::common::docker::*;
 use crate::common::registry::{Fault, Registry, TestImage};
 use crate::common::sse::{pulls, states, Events};
-use crate::common::TestServer;
 use serde_json::{json, Value};
 
 const REPO: &str = "agenthold-test/pulled";
@@ -38,18 +37,6 @@ impl Drop for PulledImages {
 fn num(v: &Value) -> u64 {
     v.as_u64()
         .unwrap_or_else(|| panic!("{v} is not a whole number"))
-}
-
-async fn create(s: &TestServer, name: &str, image: &str) -> String {
-    let r = s
-        .post("/api/v1/agents")
-        .json(&json!({"name": name, "image": image}))
-        .send()
-        .await
-        .expect("create request");
-    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
-    let agent: Value = r.json().await.expect("agent json");
-    agent["id"].as_str().expect("id").to_string()
 }
 
 /// Checks the reports of one pull that succeeded: they start at 0, grow, and end `done`.
@@ -102,7 +89,7 @@ async fn a_pull_reports_growing_progress_then_the_agent_runs_and_a_rebuild_pulls
 
     // The big layer stops half way until released: meanwhile the pull must be visible.
     registry.hold_at_half();
-    let id = create(&s, "pulled", &image).await;
+    let id = s.create_agent(("pulled", image.as_str())).await;
     let before = events
         .about_until(&id, |kind, d| {
             kind == "pull" && d["bytesDone"].as_u64().unwrap_or(0) > 0
@@ -222,7 +209,7 @@ async fn failed_pull(fault: Fault) -> Option<(Registry, String, Vec<(String, Val
     let s = env.server(false).await;
     let mut events = Events::open(&s).await;
     let started = std::time::Instant::now();
-    let id = create(&s, "broken", &image).await;
+    let id = s.create_agent(("broken", image.as_str())).await;
     let seen = events
         .about_until(&id, |kind, d| {
             assert_ne!(d["state"], "running", "{d}");

@@ -182,14 +182,7 @@ async fn a_gvisor_agent_does_what_a_runc_agent_does_side_by_side() {
     };
     require_runsc();
     let s = env.server(true).await;
-    let limits: Value = s
-        .get("/api/v1/limits")
-        .send()
-        .await
-        .expect("limits")
-        .json()
-        .await
-        .expect("limits json");
+    let limits = s.get_json("/api/v1/limits").await;
     assert_eq!(limits["runtimes"], json!(["runc", "runsc"]));
     let g = agent_on(&s, "gvisor", "runsc", json!({})).await;
     let r = agent_on(&s, "plain", "runc", json!({})).await;
