@@ -40,7 +40,7 @@ pub struct TestServer {
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
     /// This server's share of the process (see [`exclusive`]), given back when it is dropped.
-    _share: Option<share::Shared>,
+    share: Option<share::Shared>,
 }
 
 impl std::ops::Deref for TestServer {
@@ -75,7 +75,7 @@ impl TestServer {
     }
 
     pub async fn start_with(tweak: impl FnOnce(&mut Config)) -> TestServer {
-        Self::start_in(tempfile::tempdir().unwrap(), tweak).await
+        Self::start_in(tempfile::tempdir().unwrap(), tweak, None).await
     }
 
     /// Stops this server and starts another on the same data directory, as a restart does.
@@ -95,13 +95,23 @@ impl TestServer {
                 Err(_) => panic!("the server did not shut down within {DEADLINE:?}"),
             }
         }
+        // The share passes to the new server: no exclusive test slips in between.
+        let share = self.share.take();
         let TestServer { dir, lc, .. } = self;
         drop(lc);
-        Self::start_in(dir, tweak).await
+        Self::start_in(dir, tweak, Some(share)).await
     }
 
-    async fn start_in(dir: tempfile::TempDir, tweak: impl FnOnce(&mut Config)) -> TestServer {
-        let share = share::Shared::take().await;
+    /// `share`: the one the server being restarted held, or `None` to take one.
+    async fn start_in(
+        dir: tempfile::TempDir,
+        tweak: impl FnOnce(&mut Config),
+        share: Option<Option<share::Shared>>,
+    ) -> TestServer {
+        let share = match share {
+            Some(held) => held,
+            None => share::Shared::take().await,
+        };
         let mut config = test_config(dir.path());
         tweak(&mut config);
         let server = Server::bind(config).await.unwrap();
@@ -124,7 +134,7 @@ impl TestServer {
             dir,
             shutdown: Some(tx),
             task: Some(task),
-            _share: share,
+            share,
         };
         wait_for("health", || async {
             s.http.get(s.url("/api/v1/health")).send().await.is_ok()

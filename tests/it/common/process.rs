@@ -17,6 +17,10 @@ pub struct ServerConfig {
     /// The API at `http://127.0.0.1:PORT`; its deadline is how long the server may take to come
     /// up (reconcile runs first), and an agent to settle.
     pub api: Client,
+    /// The share of the machine (see [`crate::common::exclusive`]) of the servers run on this
+    /// config, taken at the first start and kept until the config is dropped, so that no
+    /// exclusive test runs between a kill and the restart.
+    share: std::sync::Mutex<Option<Shared>>,
 }
 
 impl std::ops::Deref for ServerConfig {
@@ -60,6 +64,7 @@ impl ServerConfig {
         ServerConfig {
             path,
             api: Client::new(format!("http://127.0.0.1:{api}"), settle),
+            share: std::sync::Mutex::new(None),
         }
     }
 
@@ -90,12 +95,17 @@ impl ServerConfig {
                     .map_err(std::io::Error::from)
             });
         }
-        let share = Shared::take().await;
+        let held = self
+            .share
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some();
+        if !held {
+            let share = Shared::take().await;
+            *self.share.lock().unwrap_or_else(|e| e.into_inner()) = share;
+        }
         let child = cmd.spawn().expect("spawn the server");
-        let mut p = ServerProcess {
-            child,
-            _share: share,
-        };
+        let mut p = ServerProcess { child };
         let http = reqwest::Client::new();
         // Reconcile runs before the API answers, and on Docker it may redo a create and a start.
         let deadline = Instant::now() + self.deadline;
@@ -124,8 +134,6 @@ impl ServerConfig {
 /// A running server process; dropping it kills it.
 pub struct ServerProcess {
     child: Child,
-    /// Its share of the machine (see [`crate::common::exclusive`]).
-    _share: Option<Shared>,
 }
 
 impl ServerProcess {

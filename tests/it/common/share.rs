@@ -1,10 +1,11 @@
 //! What the tests of this one process share: the process itself (its memory, its file handles)
 //! and the loopback ports.
 //!
-//! Every in-process server holds a [`Shared`] share for its life; a test that measures or floods
-//! the whole process runs its body in [`exclusive`], which waits until no server of another test
-//! runs and keeps new ones from starting until it ends. Servers the exclusive test starts itself
-//! take no share. Waiting readers are not held back by a waiting writer, so a test that starts a
+//! Every server a test runs (in this process, as a process of its own, in a container) holds a
+//! [`Shared`] share, kept across its restarts; a test that measures or floods the whole process
+//! (or host) runs its body in [`exclusive`], which waits until no server of another test runs and
+//! keeps new ones from starting until it ends. Servers the exclusive test starts itself take no
+//! share. Waiting readers are not held back by a waiting writer, so a test that starts a
 //! second server while an exclusive one waits cannot deadlock with it.
 
 use std::collections::HashSet;
