@@ -126,11 +126,8 @@ async fn bad_bodies_are_400_with_a_message() {
     }
     // The field a form should mark.
     let r = s
-        .post("/api/v1/agents")
-        .json(&json!({"name": "ok", "cpus": 99}))
-        .send()
-        .await
-        .unwrap();
+        .send("POST", "/api/v1/agents", &json!({"name": "ok", "cpus": 99}))
+        .await;
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"]["field"], "cpus");
     // Still healthy, and nothing was created.
@@ -165,11 +162,8 @@ async fn unknown_agents_and_routes_are_404() {
 async fn names_are_unique_and_defaults_apply() {
     let s = TestServer::start().await;
     let r = s
-        .post("/api/v1/agents")
-        .json(&json!({"name": "builder"}))
-        .send()
-        .await
-        .unwrap();
+        .send("POST", "/api/v1/agents", &json!({"name": "builder"}))
+        .await;
     assert_eq!(r.status(), 201);
     let a: Value = r.json().await.unwrap();
     assert_eq!(a["state"], "creating");
@@ -184,11 +178,8 @@ async fn names_are_unique_and_defaults_apply() {
         .chars()
         .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
     let r = s
-        .post("/api/v1/agents")
-        .json(&json!({"name": "builder"}))
-        .send()
-        .await
-        .unwrap();
+        .send("POST", "/api/v1/agents", &json!({"name": "builder"}))
+        .await;
     expect_error(r, 409, "conflict").await;
 }
 
@@ -196,62 +187,64 @@ async fn names_are_unique_and_defaults_apply() {
 async fn changing_image_or_resources_needs_a_rebuild() {
     let s = TestServer::start().await;
     let a: Value = s
-        .post("/api/v1/agents")
-        .json(&json!({"name": "p"}))
-        .send()
+        .send("POST", "/api/v1/agents", &json!({"name": "p"}))
         .await
-        .unwrap()
         .json()
         .await
         .unwrap();
     let id = a["id"].as_str().unwrap();
     let r = s
-        .patch(&format!("/api/v1/agents/{id}"))
-        .json(&json!({"name": "q", "idleMinutes": 5}))
-        .send()
-        .await
-        .unwrap();
+        .send(
+            "PATCH",
+            &format!("/api/v1/agents/{id}"),
+            &json!({"name": "q", "idleMinutes": 5}),
+        )
+        .await;
     assert_eq!(r.status(), 200);
     let a: Value = r.json().await.unwrap();
     assert_eq!(a["name"], "q");
     assert_eq!(a["idleMinutes"], 5);
     assert_eq!(a["needsRebuild"], false);
     let a: Value = s
-        .patch(&format!("/api/v1/agents/{id}"))
-        .json(&json!({"memoryMb": 2048}))
-        .send()
+        .send(
+            "PATCH",
+            &format!("/api/v1/agents/{id}"),
+            &json!({"memoryMb": 2048}),
+        )
         .await
-        .unwrap()
         .json()
         .await
         .unwrap();
     assert_eq!(a["memoryMb"], 2048);
     assert_eq!(a["needsRebuild"], true);
     let r = s
-        .patch(&format!("/api/v1/agents/{id}"))
-        .json(&json!({"cpus": 0}))
-        .send()
-        .await
-        .unwrap();
+        .send(
+            "PATCH",
+            &format!("/api/v1/agents/{id}"),
+            &json!({"cpus": 0}),
+        )
+        .await;
     expect_error(r, 400, "invalid").await;
 
     // A larger home needs no rebuild (a start grows it); a smaller one is refused.
     let a: Value = s
-        .patch(&format!("/api/v1/agents/{id}"))
-        .json(&json!({"diskMb": 20480}))
-        .send()
+        .send(
+            "PATCH",
+            &format!("/api/v1/agents/{id}"),
+            &json!({"diskMb": 20480}),
+        )
         .await
-        .unwrap()
         .json()
         .await
         .unwrap();
     assert_eq!(a["diskMb"], 20480);
     let r = s
-        .patch(&format!("/api/v1/agents/{id}"))
-        .json(&json!({"diskMb": 10240}))
-        .send()
-        .await
-        .unwrap();
+        .send(
+            "PATCH",
+            &format!("/api/v1/agents/{id}"),
+            &json!({"diskMb": 10240}),
+        )
+        .await;
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"]["code"], "invalid", "{body}");
     assert_eq!(body["error"]["field"], "diskMb", "{body}");
@@ -287,11 +280,12 @@ async fn without_a_default_disk_new_agents_have_no_limit_unless_they_ask() {
     assert_eq!(b["diskMb"], 512);
     // A home made without a limit keeps it that way.
     let r = s
-        .patch(&format!("/api/v1/agents/{}", a["id"].as_str().unwrap()))
-        .json(&json!({"diskMb": 1024}))
-        .send()
-        .await
-        .unwrap();
+        .send(
+            "PATCH",
+            &format!("/api/v1/agents/{}", a["id"].as_str().unwrap()),
+            &json!({"diskMb": 1024}),
+        )
+        .await;
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"]["field"], "diskMb", "{body}");
 }
@@ -546,30 +540,33 @@ async fn bodies_are_json_objects_and_whole_numbers_may_be_written_with_a_zero_fr
     // Rules are ASCII: a rule padded with other white space is refused (its length limit
     // counts bytes, which no schema can state).
     let r = s
-        .patch(&format!("/api/v1/agents/{id}"))
-        .json(&json!({"egress": {"allow": ["\u{3000}pypi.org"]}}))
-        .send()
-        .await
-        .unwrap();
+        .send(
+            "PATCH",
+            &format!("/api/v1/agents/{id}"),
+            &json!({"egress": {"allow": ["\u{3000}pypi.org"]}}),
+        )
+        .await;
     let msg = expect_error(r, 400, "invalid").await;
     assert!(msg.contains("allow[0]"), "{msg}");
     let a: Value = s
-        .patch(&format!("/api/v1/agents/{id}"))
-        .json(&json!({"egress": {"allow": [" pypi.org\t"]}}))
-        .send()
+        .send(
+            "PATCH",
+            &format!("/api/v1/agents/{id}"),
+            &json!({"egress": {"allow": [" pypi.org\t"]}}),
+        )
         .await
-        .unwrap()
         .json()
         .await
         .unwrap();
     assert_eq!(a["egress"]["allow"], json!(["pypi.org"]), "{a}");
     // Images are printable ASCII without spaces, as the schema's pattern says.
     let r = s
-        .patch(&format!("/api/v1/agents/{id}"))
-        .json(&json!({"image": "débian"}))
-        .send()
-        .await
-        .unwrap();
+        .send(
+            "PATCH",
+            &format!("/api/v1/agents/{id}"),
+            &json!({"image": "débian"}),
+        )
+        .await;
     expect_error(r, 400, "invalid").await;
 }
 
@@ -797,11 +794,12 @@ async fn image_pulls_are_announced_as_pull_events_and_shown_on_the_agent() {
     let mut events = sse::Events::open(&s).await;
     let image = "pull.invalid/tools:1";
     let r = s
-        .post("/api/v1/agents")
-        .json(&json!({"name": "pulling", "image": image}))
-        .send()
-        .await
-        .unwrap();
+        .send(
+            "POST",
+            "/api/v1/agents",
+            &json!({"name": "pulling", "image": image}),
+        )
+        .await;
     assert_eq!(r.status(), 201);
     let created: Value = r.json().await.unwrap();
     let id = created["id"].as_str().unwrap().to_string();
@@ -863,11 +861,12 @@ async fn image_pulls_are_announced_as_pull_events_and_shown_on_the_agent() {
 
     // The image is here now: another agent made from it pulls nothing.
     let r = s
-        .post("/api/v1/agents")
-        .json(&json!({"name": "second", "image": image}))
-        .send()
-        .await
-        .unwrap();
+        .send(
+            "POST",
+            "/api/v1/agents",
+            &json!({"name": "second", "image": image}),
+        )
+        .await;
     let second: Value = r.json().await.unwrap();
     let second = second["id"].as_str().unwrap().to_string();
     let seen = events
@@ -880,11 +879,12 @@ async fn image_pulls_are_announced_as_pull_events_and_shown_on_the_agent() {
     // A missing image: `error` with the reason, and a `failed` pull event carrying it.
     let missing = "pull.invalid/missing:1";
     let r = s
-        .post("/api/v1/agents")
-        .json(&json!({"name": "missing", "image": missing}))
-        .send()
-        .await
-        .unwrap();
+        .send(
+            "POST",
+            "/api/v1/agents",
+            &json!({"name": "missing", "image": missing}),
+        )
+        .await;
     let broken: Value = r.json().await.unwrap();
     let broken = broken["id"].as_str().unwrap().to_string();
     let seen = events
@@ -1307,21 +1307,13 @@ async fn egress_rules_are_set_at_create_changed_by_patch_and_checked() {
     .await;
     // None given: the server's default.
     let r = s
-        .post("/api/v1/agents")
-        .json(&json!({"name": "plain"}))
-        .send()
-        .await
-        .unwrap();
+        .send("POST", "/api/v1/agents", &json!({"name": "plain"}))
+        .await;
     assert_eq!(r.status(), 201);
     let plain: Value = r.json().await.unwrap();
     assert_eq!(plain["egress"], json!({"allow": ["pypi.org"], "deny": []}));
 
-    let r = s
-        .post("/api/v1/agents")
-        .json(&json!({"name": "a", "egress": {"allow": ["*.PythonHosted.org.", "203.0.113.0/24:443"], "deny": ["*"]}}))
-        .send()
-        .await
-        .unwrap();
+    let r = s.send("POST", "/api/v1/agents", &json!({"name": "a", "egress": {"allow": ["*.PythonHosted.org.", "203.0.113.0/24:443"], "deny": ["*"]}})).await;
     assert_eq!(r.status(), 201);
     let a: Value = r.json().await.unwrap();
     let id = a["id"].as_str().unwrap().to_string();
@@ -1333,11 +1325,12 @@ async fn egress_rules_are_set_at_create_changed_by_patch_and_checked() {
 
     // A change applies without a rebuild and reads back.
     let r = s
-        .patch(&format!("/api/v1/agents/{id}"))
-        .json(&json!({"egress": {"allow": ["github.com:443"]}}))
-        .send()
-        .await
-        .unwrap();
+        .send(
+            "PATCH",
+            &format!("/api/v1/agents/{id}"),
+            &json!({"egress": {"allow": ["github.com:443"]}}),
+        )
+        .await;
     assert_eq!(r.status(), 200);
     let a: Value = r.json().await.unwrap();
     assert_eq!(
@@ -1368,11 +1361,8 @@ async fn egress_rules_are_set_at_create_changed_by_patch_and_checked() {
         (json!({"egress": ["pypi.org"]}), "egress"),
     ] {
         let r = s
-            .patch(&format!("/api/v1/agents/{id}"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+            .send("PATCH", &format!("/api/v1/agents/{id}"), &body)
+            .await;
         let msg = expect_error(r, 400, "invalid").await;
         assert!(msg.contains(says), "{says}: {msg}");
     }
@@ -1381,11 +1371,12 @@ async fn egress_rules_are_set_at_create_changed_by_patch_and_checked() {
         json!({"allow": ["github.com:443"], "deny": []})
     );
     let r = s
-        .post("/api/v1/agents")
-        .json(&json!({"name": "b", "egress": {"deny": ["300.1.1.1/8"]}}))
-        .send()
-        .await
-        .unwrap();
+        .send(
+            "POST",
+            "/api/v1/agents",
+            &json!({"name": "b", "egress": {"deny": ["300.1.1.1/8"]}}),
+        )
+        .await;
     expect_error(r, 400, "invalid").await;
 }
 
@@ -1393,11 +1384,12 @@ async fn egress_rules_are_set_at_create_changed_by_patch_and_checked() {
 async fn an_agent_that_never_sleeps_has_no_sleep_time() {
     let s = TestServer::start().await;
     let r = s
-        .post("/api/v1/agents")
-        .json(&json!({"name": "insomniac", "idleMinutes": 0}))
-        .send()
-        .await
-        .unwrap();
+        .send(
+            "POST",
+            "/api/v1/agents",
+            &json!({"name": "insomniac", "idleMinutes": 0}),
+        )
+        .await;
     assert_eq!(r.status(), 201);
     let id = r.json::<Value>().await.unwrap()["id"]
         .as_str()

@@ -53,11 +53,12 @@ async fn timeout_kills_the_whole_process_group() {
     let marker = format!("agenthold-timeout-{}", std::process::id());
     let script = format!("(exec -a {marker}-bg sleep 1000) & exec -a {marker} sleep 1001");
     let r: Value = s
-        .post(&format!("/api/v1/agents/{id}/exec"))
-        .json(&json!({"command": ["bash", "-c", script], "timeoutMs": 300}))
-        .send()
+        .send(
+            "POST",
+            &format!("/api/v1/agents/{id}/exec"),
+            &json!({"command": ["bash", "-c", script], "timeoutMs": 300}),
+        )
         .await
-        .unwrap()
         .json()
         .await
         .unwrap();
@@ -162,11 +163,8 @@ async fn bad_exec_requests_are_400() {
         json!({"command": ["ls"], "bogus": true}),
     ] {
         let r = s
-            .post(&format!("/api/v1/agents/{id}/exec"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+            .send("POST", &format!("/api/v1/agents/{id}/exec"), &body)
+            .await;
         expect_error(r, 400, "invalid").await;
     }
 }
@@ -185,11 +183,8 @@ fn command_of(start: &[&str], total: usize) -> Vec<String> {
 }
 
 async fn exec_body(s: &TestServer, id: &str, body: Value) -> reqwest::Response {
-    s.post(&format!("/api/v1/agents/{id}/exec"))
-        .json(&body)
-        .send()
+    s.send("POST", &format!("/api/v1/agents/{id}/exec"), &body)
         .await
-        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

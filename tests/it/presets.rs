@@ -27,7 +27,7 @@ fn presets(c: &mut Config) {
 }
 
 async fn create(s: &TestServer, body: Value) -> Value {
-    let r = s.post("/api/v1/agents").json(&body).send().await.unwrap();
+    let r = s.send("POST", "/api/v1/agents", &body).await;
     assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
     r.json().await.unwrap()
 }
@@ -107,11 +107,12 @@ async fn without_presets_an_agent_has_none() {
 async fn an_unknown_preset_or_a_bad_env_is_refused_by_name() {
     let s = TestServer::start_with(presets).await;
     let r = s
-        .post("/api/v1/agents")
-        .json(&json!({"name": "a", "preset": "gpu"}))
-        .send()
-        .await
-        .unwrap();
+        .send(
+            "POST",
+            "/api/v1/agents",
+            &json!({"name": "a", "preset": "gpu"}),
+        )
+        .await;
     let msg = expect_error(r, 400, "invalid").await;
     assert!(
         msg.contains("gpu") && msg.contains("dev") && msg.contains("plain"),
@@ -125,11 +126,8 @@ async fn an_unknown_preset_or_a_bad_env_is_refused_by_name() {
         (json!({"X": "a\u{0}b"}), "NUL"),
     ] {
         let r = s
-            .post("/api/v1/agents")
-            .json(&json!({"name": "b", "env": env}))
-            .send()
-            .await
-            .unwrap();
+            .send("POST", "/api/v1/agents", &json!({"name": "b", "env": env}))
+            .await;
         assert_eq!(r.status(), 400);
         let body: Value = r.json().await.unwrap();
         assert_eq!(body["error"]["field"], "env", "{body}");
@@ -139,11 +137,8 @@ async fn an_unknown_preset_or_a_bad_env_is_refused_by_name() {
     let many: serde_json::Map<String, Value> =
         (0..129).map(|i| (format!("V{i}"), json!(""))).collect();
     let r = s
-        .post("/api/v1/agents")
-        .json(&json!({"name": "b", "env": many}))
-        .send()
-        .await
-        .unwrap();
+        .send("POST", "/api/v1/agents", &json!({"name": "b", "env": many}))
+        .await;
     expect_error(r, 400, "invalid").await;
     s.stop().await;
 }
@@ -166,21 +161,23 @@ async fn env_reaches_exec_processes_and_terminals_and_a_patch_applies_to_new_one
     );
     // A request's own variable wins over the agent's.
     let r = s
-        .post(&format!("/api/v1/agents/{id}/exec"))
-        .json(&json!({"command": ["sh", "-c", "echo $OWN"], "env": {"OWN": "mine"}}))
-        .send()
-        .await
-        .unwrap();
+        .send(
+            "POST",
+            &format!("/api/v1/agents/{id}/exec"),
+            &json!({"command": ["sh", "-c", "echo $OWN"], "env": {"OWN": "mine"}}),
+        )
+        .await;
     assert_eq!(r.json::<Value>().await.unwrap()["stdout"], "mine\n");
     // The egress proxy's variables are still the server's.
     let proxy = exec_out(&s, &id, "echo ${HTTP_PROXY:-unset}").await;
 
     let r = s
-        .patch(&format!("/api/v1/agents/{id}"))
-        .json(&json!({"env": {"OWN": "two"}}))
-        .send()
-        .await
-        .unwrap();
+        .send(
+            "PATCH",
+            &format!("/api/v1/agents/{id}"),
+            &json!({"env": {"OWN": "two"}}),
+        )
+        .await;
     assert_eq!(r.status(), 200);
     let patched: Value = r.json().await.unwrap();
     assert_eq!(patched["env"], json!({"OWN": "two"}));
@@ -192,11 +189,12 @@ async fn env_reaches_exec_processes_and_terminals_and_a_patch_applies_to_new_one
     assert_eq!(exec_out(&s, &id, "echo ${HTTP_PROXY:-unset}").await, proxy);
 
     let r = s
-        .post(&format!("/api/v1/agents/{id}/processes"))
-        .json(&json!({"command": ["sh", "-c", "echo proc-$OWN"], "tag": "envtest"}))
-        .send()
-        .await
-        .unwrap();
+        .send(
+            "POST",
+            &format!("/api/v1/agents/{id}/processes"),
+            &json!({"command": ["sh", "-c", "echo proc-$OWN"], "tag": "envtest"}),
+        )
+        .await;
     assert_eq!(r.status(), 201);
     let out = s
         .get(&format!(
@@ -215,11 +213,12 @@ async fn env_reaches_exec_processes_and_terminals_and_a_patch_applies_to_new_one
     read_until(&mut ws, "term-two-end").await;
 
     let r = s
-        .patch(&format!("/api/v1/agents/{id}"))
-        .json(&json!({"env": {"NO_PROXY": "x"}}))
-        .send()
-        .await
-        .unwrap();
+        .send(
+            "PATCH",
+            &format!("/api/v1/agents/{id}"),
+            &json!({"env": {"NO_PROXY": "x"}}),
+        )
+        .await;
     let msg = expect_error(r, 400, "invalid").await;
     assert!(msg.contains("NO_PROXY"), "{msg}");
     s.stop().await;

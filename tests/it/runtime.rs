@@ -13,7 +13,7 @@ fn sandbox_runtime(s: &TestServer, id: &str) -> String {
 }
 
 async fn create(s: &TestServer, body: Value) -> reqwest::Response {
-    s.post("/api/v1/agents").json(&body).send().await.unwrap()
+    s.send("POST", "/api/v1/agents", &body).await
 }
 
 async fn created(s: &TestServer, body: Value) -> Value {
@@ -23,11 +23,8 @@ async fn created(s: &TestServer, body: Value) -> Value {
 }
 
 async fn patch(s: &TestServer, id: &str, body: Value) -> reqwest::Response {
-    s.patch(&format!("/api/v1/agents/{id}"))
-        .json(&body)
-        .send()
+    s.send("PATCH", &format!("/api/v1/agents/{id}"), &body)
         .await
-        .unwrap()
 }
 
 async fn limits(s: &TestServer) -> Value {

@@ -770,11 +770,12 @@ async fn an_attach_flood_is_refused_beyond_the_cap_and_the_tunnel_stays_up() {
     let (code, reason) = close_of(&mut fresh).await;
     assert_eq!(code, 4429, "{reason}");
     expect_429(
-        s.post(&format!("/api/v1/agents/{id}/exec"))
-            .json(&serde_json::json!({"command": ["true"]}))
-            .send()
-            .await
-            .unwrap(),
+        s.send(
+            "POST",
+            &format!("/api/v1/agents/{id}/exec"),
+            &serde_json::json!({"command": ["true"]}),
+        )
+        .await,
     )
     .await;
     expect_429(

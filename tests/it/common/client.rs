@@ -118,16 +118,30 @@ impl Client {
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("GET {path}: not JSON ({e}): {text}"))
     }
 
-    /// One request with the token: the status and the JSON body (`null` if none).
-    pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut req = self.request(method.parse().expect("method"), path);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let r = req
+    /// `method path` with `body` as JSON; the response, whatever its status.
+    pub async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        body: &impl serde::Serialize,
+    ) -> reqwest::Response {
+        self.request(method.parse().expect("method"), path)
+            .json(body)
             .send()
             .await
-            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    }
+
+    /// One request with the token: the status and the JSON body (`null` if none).
+    pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let r = match body {
+            Some(b) => self.send(method, path, &b).await,
+            None => self
+                .request(method.parse().expect("method"), path)
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("{method} {path}: {e}")),
+        };
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(Value::Null))
     }

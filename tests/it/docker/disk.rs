@@ -25,11 +25,12 @@ async fn server(env: &DockerEnv) -> TestServer {
 
 async fn agent_with_disk(s: &TestServer, name: &str, disk_mb: u64) -> String {
     let r = s
-        .post("/api/v1/agents")
-        .json(&json!({"name": name, "diskMb": disk_mb}))
-        .send()
-        .await
-        .expect("create request");
+        .send(
+            "POST",
+            "/api/v1/agents",
+            &json!({"name": name, "diskMb": disk_mb}),
+        )
+        .await;
     assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
     let agent: Value = r.json().await.expect("agent json");
     assert_eq!(agent["diskMb"], disk_mb, "{agent}");
@@ -229,19 +230,21 @@ async fn a_larger_limit_applies_at_the_next_start_and_keeps_the_files() {
 
     // A limit below the minimum is refused and changes nothing.
     let r = s
-        .patch(&format!("/api/v1/agents/{id}"))
-        .json(&json!({"diskMb": 32}))
-        .send()
-        .await
-        .expect("patch");
+        .send(
+            "PATCH",
+            &format!("/api/v1/agents/{id}"),
+            &json!({"diskMb": 32}),
+        )
+        .await;
     let body: Value = r.json().await.expect("json");
     assert_eq!(body["error"]["field"], "diskMb", "{body}");
     let r = s
-        .patch(&format!("/api/v1/agents/{id}"))
-        .json(&json!({"diskMb": 256}))
-        .send()
-        .await
-        .expect("patch");
+        .send(
+            "PATCH",
+            &format!("/api/v1/agents/{id}"),
+            &json!({"diskMb": 256}),
+        )
+        .await;
     assert_eq!(r.status(), 200);
     let agent: Value = r.json().await.expect("json");
     assert_eq!(agent["diskMb"], 256);
@@ -261,11 +264,12 @@ async fn a_larger_limit_applies_at_the_next_start_and_keeps_the_files() {
     s.exec_ok(&id, &["sh", "-c", "touch /home/agent/many/after-the-grow"])
         .await;
     let r = s
-        .patch(&format!("/api/v1/agents/{id}"))
-        .json(&json!({"diskMb": 128}))
-        .send()
-        .await
-        .expect("patch");
+        .send(
+            "PATCH",
+            &format!("/api/v1/agents/{id}"),
+            &json!({"diskMb": 128}),
+        )
+        .await;
     let msg = expect_error(r, 400, "invalid").await;
     assert!(msg.contains("only grow"), "{msg}");
 }
@@ -394,11 +398,12 @@ async fn a_home_still_held_elsewhere_is_neither_checked_nor_grown_until_released
     // then mounts the same loop device again and keeps the size; the next start grows.
     let hold = Hold::new(&mountpoint.join("home"), s.dir.path().join("hold"));
     let r = s
-        .patch(&format!("/api/v1/agents/{id}"))
-        .json(&json!({"diskMb": 256}))
-        .send()
-        .await
-        .expect("patch");
+        .send(
+            "PATCH",
+            &format!("/api/v1/agents/{id}"),
+            &json!({"diskMb": 256}),
+        )
+        .await;
     assert_eq!(r.status(), 200);
     s.start_running(&id).await;
     assert!(is_mountpoint(&mountpoint));

@@ -212,11 +212,12 @@ async fn a_patch_applies_at_once_and_closes_what_it_no_longer_allows() {
 
     let patched = Instant::now();
     let r = s
-        .patch(&format!("/api/v1/agents/{a}"))
-        .json(&json!({"egress": {"allow": ["other.test"]}}))
-        .send()
-        .await
-        .expect("patch");
+        .send(
+            "PATCH",
+            &format!("/api/v1/agents/{a}"),
+            &json!({"egress": {"allow": ["other.test"]}}),
+        )
+        .await;
     assert_eq!(r.status(), 200);
     let agent: Value = r.json().await.expect("json");
     assert_eq!(

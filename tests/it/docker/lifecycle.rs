@@ -114,11 +114,12 @@ async fn agent_image_runs_as_agent_and_home_survives_stop_start_and_rebuild() {
     // Rebuild with another image: a new container, the same home.
     let old_id = docker(&["inspect", "--format", "{{.Id}}", &container]);
     let r = s
-        .patch(&format!("/api/v1/agents/{id}"))
-        .json(&json!({"image": DEBIAN_IMAGE}))
-        .send()
-        .await
-        .expect("patch");
+        .send(
+            "PATCH",
+            &format!("/api/v1/agents/{id}"),
+            &json!({"image": DEBIAN_IMAGE}),
+        )
+        .await;
     assert_eq!(r.status(), 200);
     s.act(&id, "rebuild").await;
     s.wait_state(&id, &["rebuilding", "starting", "running"])

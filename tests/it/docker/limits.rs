@@ -19,11 +19,12 @@ async fn agent(s: &TestServer, name: &str, image: &str, memory_mb: u64) -> Strin
 /// Runs `command` with a timeout, returning the HTTP status and body, whatever they are.
 async fn exec_raw(s: &TestServer, id: &str, command: &[&str], timeout_ms: u64) -> (u16, Value) {
     let r = s
-        .post(&format!("/api/v1/agents/{id}/exec"))
-        .json(&json!({"command": command, "timeoutMs": timeout_ms}))
-        .send()
-        .await
-        .expect("exec request");
+        .send(
+            "POST",
+            &format!("/api/v1/agents/{id}/exec"),
+            &json!({"command": command, "timeoutMs": timeout_ms}),
+        )
+        .await;
     let status = r.status().as_u16();
     (status, r.json().await.unwrap_or(Value::Null))
 }

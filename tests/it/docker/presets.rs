@@ -48,11 +48,8 @@ async fn an_agent_from_the_dev_preset_has_its_tools_limits_and_setup() {
     }
     let s = env.server_with(false, dev_preset).await;
     let r = s
-        .post("/api/v1/agents")
-        .json(&json!({"name": "dev"}))
-        .send()
-        .await
-        .unwrap();
+        .send("POST", "/api/v1/agents", &json!({"name": "dev"}))
+        .await;
     assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
     let agent: Value = r.json().await.unwrap();
     let id = agent["id"].as_str().unwrap().to_string();
@@ -90,11 +87,12 @@ async fn an_agent_from_the_dev_preset_has_its_tools_limits_and_setup() {
     // 20 s `exec_ok` allows, so this exec has minutes.
     let command = "python3 -m venv v && v/bin/python -c 'import sys; print(sys.prefix)'";
     let venv: Value = s
-        .post(&format!("/api/v1/agents/{id}/exec"))
-        .json(&json!({"command": ["sh", "-c", command], "timeoutMs": 300_000}))
-        .send()
+        .send(
+            "POST",
+            &format!("/api/v1/agents/{id}/exec"),
+            &json!({"command": ["sh", "-c", command], "timeoutMs": 300_000}),
+        )
         .await
-        .expect("exec request")
         .json()
         .await
         .expect("exec json");

@@ -158,11 +158,12 @@ async fn a_pull_reports_growing_progress_then_the_agent_runs_and_a_rebuild_pulls
     // A rebuild onto another tag pulls it (the engine has the image by its id already, so the
     // pull names no layers).
     let r = s
-        .patch(&format!("/api/v1/agents/{id}"))
-        .json(&json!({"image": retagged}))
-        .send()
-        .await
-        .expect("patch");
+        .send(
+            "PATCH",
+            &format!("/api/v1/agents/{id}"),
+            &json!({"image": retagged}),
+        )
+        .await;
     assert_eq!(r.status(), 200);
     s.act(&id, "rebuild").await;
     // (The change itself was announced as an agent event, still running.)

@@ -27,12 +27,7 @@ async fn agent_on(s: &TestServer, name: &str, runtime: &str, extra: Value) -> St
     if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
         b.extend(e.clone());
     }
-    let r = s
-        .post("/api/v1/agents")
-        .json(&body)
-        .send()
-        .await
-        .expect("create");
+    let r = s.send("POST", "/api/v1/agents", &body).await;
     assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
     let a: Value = r.json().await.expect("agent");
     assert_eq!(a["runtime"], runtime);
@@ -243,11 +238,12 @@ async fn switching_the_runtime_through_a_rebuild_keeps_the_home() {
         .await;
     for (runtime, kernel_is_gvisor) in [("runsc", true), ("runc", false)] {
         let r = s
-            .patch(&format!("/api/v1/agents/{id}"))
-            .json(&json!({"runtime": runtime}))
-            .send()
-            .await
-            .expect("patch");
+            .send(
+                "PATCH",
+                &format!("/api/v1/agents/{id}"),
+                &json!({"runtime": runtime}),
+            )
+            .await;
         assert_eq!(r.status(), 200);
         let a: Value = r.json().await.expect("agent");
         assert_eq!(a["needsRebuild"], true);
@@ -331,11 +327,12 @@ async fn a_runtime_the_engine_lacks_ends_the_start_in_error_saying_so() {
         "{a}"
     );
     let r = s
-        .patch(&format!("/api/v1/agents/{id}"))
-        .json(&json!({"runtime": "runc"}))
-        .send()
-        .await
-        .expect("patch");
+        .send(
+            "PATCH",
+            &format!("/api/v1/agents/{id}"),
+            &json!({"runtime": "runc"}),
+        )
+        .await;
     assert_eq!(r.status(), 200);
     s.start_running(&id).await;
     assert_eq!(container_runtime(&env, &id), "runc");
