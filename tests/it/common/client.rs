@@ -249,6 +249,21 @@ impl Client {
         self.wait_state(id, "running").await;
     }
 
+    /// Destroys the agent through the API and waits until it is gone (`404`).
+    pub async fn destroy(&self, id: &str) {
+        let (status, body) = self
+            .call("DELETE", &format!("/api/v1/agents/{id}"), None)
+            .await;
+        assert_eq!(status, 202, "destroy {id}: {body}");
+        wait_for(&format!("agent {id} gone"), || async {
+            self.get(&format!("/api/v1/agents/{id}"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 404)
+        })
+        .await;
+    }
+
     /// Runs `command` in the agent through the exec API and returns the JSON result.
     pub async fn exec(&self, id: &str, command: &[&str]) -> Value {
         let (status, out) = self

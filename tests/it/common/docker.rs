@@ -12,6 +12,8 @@ use std::process::Command;
 
 use agenthold::config::{Config, DriverKind};
 
+use serde_json::Value;
+
 use crate::common::TestServer;
 
 pub const AGENT_IMAGE: &str = "agenthold-test/agent:latest";
@@ -294,19 +296,24 @@ pub async fn listen_on(ip: &str) -> SocketAddr {
     addr
 }
 
-/// From inside agent `id`: which of `addrs` (`ip:port`) accept a TCP connection? All are tried
-/// at once with bash's /dev/tcp and a 2 s limit; a dropped packet shows as a timeout, a refused
-/// one as an error: both are "no". Needs bash in the image.
-pub async fn reachable(s: &TestServer, id: &str, addrs: &[String]) -> Vec<bool> {
+/// A shell script that tries every one of `addrs` (`ip:port`) at once with `probe(ip, port)` (a
+/// command that succeeds when the connection opens) and prints `<i>:open` or `<i>:closed` for
+/// each; [`probe_results`] reads its output.
+pub fn probe_script(addrs: &[String], probe: impl Fn(&str, &str) -> String) -> String {
     let mut script = String::new();
     for (i, addr) in addrs.iter().enumerate() {
         let (ip, port) = addr.rsplit_once(':').expect("ip:port");
+        let probe = probe(ip, port);
         script.push_str(&format!(
-            "(timeout 2 bash -c 'exec 3<>/dev/tcp/{ip}/{port}' 2>/dev/null && echo {i}:open || echo {i}:closed) &\n"
+            "({probe} && echo {i}:open || echo {i}:closed) &\n"
         ));
     }
     script.push_str("wait\n");
-    let out = s.exec(id, &["bash", "-c", &script]).await;
+    script
+}
+
+/// Which of `addrs` the exec result of a [`probe_script`] found open.
+pub fn probe_results(out: &Value, addrs: &[String]) -> Vec<bool> {
     let stdout = out["stdout"].as_str().unwrap_or_default();
     (0..addrs.len())
         .map(|i| {
@@ -316,6 +323,16 @@ pub async fn reachable(s: &TestServer, id: &str, addrs: &[String]) -> Vec<bool> 
             open
         })
         .collect()
+}
+
+/// From inside agent `id`: which of `addrs` (`ip:port`) accept a TCP connection? All are tried
+/// at once with bash's /dev/tcp and a 2 s limit; a dropped packet shows as a timeout, a refused
+/// one as an error: both are "no". Needs bash in the image.
+pub async fn reachable(s: &TestServer, id: &str, addrs: &[String]) -> Vec<bool> {
+    let script = probe_script(addrs, |ip, port| {
+        format!("timeout 2 bash -c 'exec 3<>/dev/tcp/{ip}/{port}' 2>/dev/null")
+    });
+    probe_results(&s.exec(id, &["bash", "-c", &script]).await, addrs)
 }
 
 pub async fn can_connect(s: &TestServer, id: &str, addr: &str) -> bool {

@@ -323,17 +323,7 @@ async fn a_lost_mount_is_made_again_and_destroy_leaves_nothing() {
     let orphan = image.with_file_name(format!("{}.ext4", env.volume("zzorphan0001")));
     std::fs::write(&orphan, b"").expect("orphan image");
 
-    let r = s
-        .delete(&format!("/api/v1/agents/{id}"))
-        .send()
-        .await
-        .expect("delete");
-    assert_eq!(r.status(), 202);
-    wait_for("the agent is gone", || {
-        let r = s.get(&format!("/api/v1/agents/{id}")).send();
-        async move { r.await.map(|r| r.status() == 404).unwrap_or(false) }
-    })
-    .await;
+    s.destroy(&id).await;
     assert!(!is_mountpoint(&mountpoint), "still mounted");
     assert!(!mountpoint.exists(), "mount point left behind");
     assert!(!image.exists(), "image left behind");

@@ -60,23 +60,6 @@ async fn falls_asleep(s: &TestServer, id: &str, idle: Duration) {
     }
 }
 
-/// Removes the agent through the API and waits until it is gone.
-async fn destroy(s: &TestServer, id: &str) {
-    let r = s
-        .delete(&format!("/api/v1/agents/{id}"))
-        .send()
-        .await
-        .expect("delete");
-    assert_eq!(r.status(), 202);
-    crate::common::wait_for("agent gone", || async {
-        s.get(&format!("/api/v1/agents/{id}"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 404)
-    })
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unused_agent_falls_asleep_and_wakes_on_exec() {
     let Some(env) = DockerEnv::new_or_skip() else {
@@ -109,7 +92,7 @@ async fn an_unused_agent_falls_asleep_and_wakes_on_exec() {
     // An exec wakes it.
     assert_eq!(s.exec_ok(&id, &["echo", "awake"]).await.trim(), "awake");
     assert_eq!(s.state(&id).await, "running");
-    destroy(&s, &id).await;
+    s.destroy(&id).await;
     s.stop().await;
 }
 
@@ -156,7 +139,7 @@ async fn a_cpu_busy_agent_stays_awake_until_its_work_ends() {
     s.exec_ok(&id, &["sh", "-c", "kill $(cat /tmp/busy.pid)"])
         .await;
     falls_asleep(&s, &id, idle).await;
-    destroy(&s, &id).await;
+    s.destroy(&id).await;
     s.stop().await;
 }
 
@@ -196,6 +179,6 @@ async fn an_open_terminal_keeps_an_agent_awake_until_it_closes() {
         .expect("the terminal socket closes")
         .expect("reader task");
     falls_asleep(&s, &id, idle).await;
-    destroy(&s, &id).await;
+    s.destroy(&id).await;
     s.stop().await;
 }

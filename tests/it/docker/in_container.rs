@@ -250,24 +250,10 @@ impl ServerContainer {
     /// once with busybox `nc`, whose `-e` ends the connection as soon as it is made and whose
     /// `-w 2` gives up on a silent address; refused, unreachable and timed out are all "no".
     async fn reachable(&self, id: &str, addrs: &[String]) -> Vec<bool> {
-        let mut script = String::new();
-        for (i, addr) in addrs.iter().enumerate() {
-            let (ip, port) = addr.rsplit_once(':').expect("ip:port");
-            script.push_str(&format!(
-                "(nc -w 2 {ip} {port} -e echo >/dev/null 2>&1 && echo {i}:open || echo {i}:closed) &\n"
-            ));
-        }
-        script.push_str("wait\n");
-        let out = self.exec(id, &["sh", "-c", &script]).await;
-        let stdout = out["stdout"].as_str().unwrap_or_default();
-        (0..addrs.len())
-            .map(|i| {
-                let open = stdout.lines().any(|l| l == format!("{i}:open"));
-                let closed = stdout.lines().any(|l| l == format!("{i}:closed"));
-                assert!(open != closed, "no clear answer for {}: {out}", addrs[i]);
-                open
-            })
-            .collect()
+        let script = probe_script(addrs, |ip, port| {
+            format!("nc -w 2 {ip} {port} -e echo >/dev/null 2>&1")
+        });
+        probe_results(&self.exec(id, &["sh", "-c", &script]).await, addrs)
     }
 
     /// Stops the server the way `docker stop` does (SIGTERM, then a grace period), then

@@ -139,19 +139,7 @@ async fn agent_image_runs_as_agent_and_home_survives_stop_start_and_rebuild() {
     assert_eq!(s.exec_ok(&id, &["id", "-un"]).await.trim(), "root");
 
     // Destroy removes container, volume and network, then the agent.
-    let r = s
-        .delete(&format!("/api/v1/agents/{id}"))
-        .send()
-        .await
-        .expect("delete");
-    assert_eq!(r.status(), 202);
-    crate::common::wait_for("agent gone", || async {
-        s.get(&format!("/api/v1/agents/{id}"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 404)
-    })
-    .await;
+    s.destroy(&id).await;
     assert!(docker_try(&["inspect", &container]).is_err());
     assert!(docker_try(&["volume", "inspect", &env.volume(&id)]).is_err());
     assert!(docker_try(&["network", "inspect", &env.network(&id)]).is_err());
