@@ -19,6 +19,8 @@ pub struct Client {
     pub http: reqwest::Client,
     /// How long a wait of this client may take before it fails the test.
     pub deadline: Duration,
+    /// The admin token it sends ([`TOKEN`] unless the server has another).
+    pub token: String,
 }
 
 /// What to create an agent from: a name (`"busy"`), a name and an image (`("web", IMAGE)`), or
@@ -74,6 +76,7 @@ impl Client {
             base,
             http: reqwest::Client::new(),
             deadline,
+            token: TOKEN.to_string(),
         }
     }
 
@@ -82,7 +85,9 @@ impl Client {
     }
 
     pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        self.http.request(method, self.url(path)).bearer_auth(TOKEN)
+        self.http
+            .request(method, self.url(path))
+            .bearer_auth(&self.token)
     }
 
     pub fn get(&self, path: &str) -> reqwest::RequestBuilder {

@@ -13,6 +13,7 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use crate::common::docker::*;
+use crate::common::Client;
 use ipnet::Ipv4Net;
 use serde_json::{json, Value};
 
@@ -47,9 +48,8 @@ struct ServerContainer {
     name: String,
     data_volume: String,
     sandboxd_volume: String,
-    base: String,
-    token: String,
-    http: reqwest::Client,
+    /// Its API, once it answers (with the token it was given).
+    api: Client,
     _config_dir: tempfile::TempDir,
     /// Its share of the machine (see [`crate::common::exclusive`]).
     _share: Option<crate::common::share::Shared>,
@@ -81,16 +81,17 @@ impl ServerContainer {
             name: format!("{}-server", env.prefix),
             data_volume: format!("{}-data", env.prefix),
             sandboxd_volume: format!("{}-sandboxd", env.prefix),
-            base: String::new(),
-            token,
-            http: reqwest::Client::new(),
+            api: Client {
+                token,
+                ..Client::new(String::new(), DEADLINE)
+            },
             _config_dir: config_dir,
             _share: crate::common::share::Shared::take().await,
         };
         docker(&["volume", "create", &s.data_volume]);
         let config_mount = format!("{}:/etc/agenthold/config.yaml:ro", config.display());
         let data_mount = format!("{}:/data", s.data_volume);
-        let token_env = format!("AGENTHOLD_ADMIN_TOKEN={}", s.token);
+        let token_env = format!("AGENTHOLD_ADMIN_TOKEN={}", s.api.token);
         let api = format!("127.0.0.1::{API_PORT}");
         docker(&[
             "run",
@@ -116,7 +117,7 @@ impl ServerContainer {
             .find(|l| l.starts_with("127.0.0.1:"))
             .unwrap_or_else(|| panic!("the API is not published on loopback: {published:?}"))
             .to_string();
-        s.base = format!("http://{addr}");
+        s.api.base = format!("http://{addr}");
         s.wait_healthy().await;
         s
     }
@@ -170,82 +171,6 @@ impl ServerContainer {
         }
     }
 
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        self.http
-            .request(method, self.url(path))
-            .bearer_auth(&self.token)
-    }
-
-    /// The agent, or `None` once it is gone (404).
-    async fn agent(&self, id: &str) -> Option<Value> {
-        let r = self
-            .request(reqwest::Method::GET, &format!("/api/v1/agents/{id}"))
-            .send()
-            .await
-            .expect("GET agent");
-        if r.status() == 404 {
-            return None;
-        }
-        assert_eq!(r.status(), 200, "GET agent {id}");
-        Some(r.json().await.expect("agent json"))
-    }
-
-    async fn wait_state(&self, id: &str, want: &str) {
-        let deadline = Instant::now() + DEADLINE;
-        let mut last = Value::Null;
-        while Instant::now() < deadline {
-            last = self.agent(id).await.unwrap_or(Value::Null);
-            if last["state"] == want {
-                return;
-            }
-            if last["state"] == "error" {
-                panic!(
-                    "agent {id} failed: {last}; the server's log:\n{}",
-                    self.logs()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!(
-            "agent {id} did not reach {want} within {DEADLINE:?}; last: {last}; the server's \
-             log:\n{}",
-            self.logs()
-        );
-    }
-
-    /// Asks for a lifecycle action and checks that it was accepted.
-    async fn action(&self, id: &str, action: &str) {
-        let r = self
-            .request(
-                reqwest::Method::POST,
-                &format!("/api/v1/agents/{id}/{action}"),
-            )
-            .send()
-            .await
-            .expect("action request");
-        assert_eq!(
-            r.status(),
-            202,
-            "{action}: {}",
-            r.text().await.unwrap_or_default()
-        );
-    }
-
-    async fn exec(&self, id: &str, command: &[&str]) -> Value {
-        let r = self
-            .request(reqwest::Method::POST, &format!("/api/v1/agents/{id}/exec"))
-            .json(&json!({"command": command, "timeoutMs": 20000}))
-            .send()
-            .await
-            .expect("exec request");
-        assert_eq!(r.status(), 200, "exec {command:?}");
-        r.json().await.expect("exec json")
-    }
-
     /// Which of `addrs` (`ip:port`) agent `id` can open a TCP connection to. All are tried at
     /// once with busybox `nc`, whose `-e` ends the connection as soon as it is made and whose
     /// `-w 2` gives up on a silent address; refused, unreachable and timed out are all "no".
@@ -263,6 +188,13 @@ impl ServerContainer {
         let _ = docker_try(&["rm", "-f", "-v", &self.name]);
         let _ = docker_try(&["volume", "rm", "-f", &self.data_volume]);
         let _ = docker_try(&["volume", "rm", "-f", &self.sandboxd_volume]);
+    }
+}
+
+impl std::ops::Deref for ServerContainer {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        &self.api
     }
 }
 
@@ -460,13 +392,13 @@ async fn the_server_in_a_container_drives_sibling_sandboxes_that_cannot_reach_th
 
     // Stop and start: the sandbox is stopped in Docker, and comes back with its home.
     let container = env.container(&id);
-    srv.action(&id, "stop").await;
+    srv.act(&id, "stop").await;
     srv.wait_state(&id, "sleeping").await;
     assert_eq!(
         docker(&["inspect", "-f", "{{.State.Running}}", &container]),
         "false"
     );
-    srv.action(&id, "start").await;
+    srv.act(&id, "start").await;
     srv.wait_state(&id, "running").await;
     let out = srv.exec(&id, &["echo", "back again"]).await;
     assert_eq!(out["stdout"], "back again\n", "{out}");
@@ -477,7 +409,7 @@ async fn the_server_in_a_container_drives_sibling_sandboxes_that_cannot_reach_th
 
     // A network made while the server ran on the host, with the host's address on its bridge
     // (made here by hand, as the driver did then), is made anew at the next rebuild.
-    srv.action(&id, "stop").await;
+    srv.act(&id, "stop").await;
     srv.wait_state(&id, "sleeping").await;
     docker(&["network", "disconnect", "-f", &network, &srv.name]);
     docker(&["network", "rm", &network]);
@@ -508,7 +440,7 @@ async fn the_server_in_a_container_drives_sibling_sandboxes_that_cannot_reach_th
         old_addrs.contains(&format!("inet {gateway}/")),
         "the hand-made network has no host address on {old_bridge}: {old_addrs:?}"
     );
-    srv.action(&id, "rebuild").await;
+    srv.act(&id, "rebuild").await;
     srv.wait_state(&id, "running").await;
     let (bridge, bridge_addrs) = bridge_ipv4(&network);
     assert_ne!(bridge, old_bridge, "the network was not made anew");
@@ -522,21 +454,7 @@ async fn the_server_in_a_container_drives_sibling_sandboxes_that_cannot_reach_th
     );
 
     // Destroy: container, home volume and network go; the sandboxd volume is the server's.
-    let r = srv
-        .request(reqwest::Method::DELETE, &format!("/api/v1/agents/{id}"))
-        .send()
-        .await
-        .expect("delete request");
-    assert_eq!(r.status(), 202, "{}", r.text().await.unwrap_or_default());
-    let deadline = Instant::now() + DEADLINE;
-    while srv.agent(&id).await.is_some() {
-        assert!(
-            Instant::now() < deadline,
-            "agent {id} was not destroyed within {DEADLINE:?}; the server's log:\n{}",
-            srv.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    srv.destroy(&id).await;
     assert_eq!(env.objects(&["ps", "-a"]), Vec::<String>::new());
     assert_eq!(env.objects(&["network", "ls"]), Vec::<String>::new());
     assert_eq!(
