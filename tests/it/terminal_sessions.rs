@@ -646,23 +646,11 @@ async fn the_cli_reattaches_by_itself() {
         }
     });
     let mut out = String::new();
-    let mut read_until = async |out: &mut String, needle: &str| {
-        let deadline = tokio::time::Instant::now() + DEADLINE;
-        let mut buf = [0u8; 4096];
-        while !out.contains(needle) {
-            let n = tokio::time::timeout_at(deadline, stdout.read(&mut buf))
-                .await
-                .unwrap_or_else(|_| panic!("{needle:?} did not appear: {out:?}"))
-                .unwrap();
-            assert!(n > 0, "the CLI ended before {needle:?}: {out:?}");
-            out.push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-    };
     stdin
         .write_all(b"V=survived-'it'; echo first-'done'\n")
         .await
         .unwrap();
-    read_until(&mut out, "first-done").await;
+    crate::common::read_output_until(&mut stdout, &mut out, "first-done", DEADLINE).await;
 
     s.lc.tunnels().disconnect(&id);
     // Keys typed while the CLI reattaches wait for the new socket. (Keys sent into the old
@@ -673,7 +661,7 @@ async fn the_cli_reattaches_by_itself() {
     })
     .await;
     stdin.write_all(b"echo $V\n").await.unwrap();
-    read_until(&mut out, "survived-it").await;
+    crate::common::read_output_until(&mut stdout, &mut out, "survived-it", DEADLINE).await;
     stdin.write_all(b"exit 0\n").await.unwrap();
     drop(stdin);
     let status = tokio::time::timeout(DEADLINE, child.wait())

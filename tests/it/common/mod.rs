@@ -223,6 +223,26 @@ pub async fn read_until(ws: &mut Ws, needle: &str) -> String {
     }
 }
 
+/// Reads `from` (a CLI's stdout) into `out` until `needle` appears, failing after `within`.
+pub async fn read_output_until(
+    from: &mut (impl tokio::io::AsyncRead + Unpin),
+    out: &mut String,
+    needle: &str,
+    within: Duration,
+) {
+    use tokio::io::AsyncReadExt;
+    let deadline = tokio::time::Instant::now() + within;
+    let mut buf = [0u8; 4096];
+    while !out.contains(needle) {
+        let n = tokio::time::timeout_at(deadline, from.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("{needle:?} did not appear: {out:?}"))
+            .expect("reading the output");
+        assert!(n > 0, "the output ended before {needle:?}: {out:?}");
+        out.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+}
+
 pub async fn send_keys(ws: &mut Ws, keys: &str) {
     use futures::SinkExt;
     use tokio_tungstenite::tungstenite::Message;

@@ -8,7 +8,7 @@ use std::process::Stdio;
 use crate::common::docker::*;
 use crate::common::{free_port, DEADLINE, TOKEN};
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, Command};
 
 fn write_config(dir: &Path, env: &DockerEnv, api: u16, tunnel: u16) -> std::path::PathBuf {
@@ -99,30 +99,18 @@ async fn a_terminal_session_survives_a_server_restart() {
     let mut stdin = shell.stdin.take().unwrap();
     let mut stdout = shell.stdout.take().unwrap();
     let mut out = String::new();
-    let mut read_until = async |out: &mut String, needle: &str| {
-        let deadline = tokio::time::Instant::now() + 2 * DEADLINE;
-        let mut buf = [0u8; 4096];
-        while !out.contains(needle) {
-            let n = tokio::time::timeout_at(deadline, stdout.read(&mut buf))
-                .await
-                .unwrap_or_else(|_| panic!("{needle:?} did not appear: {out:?}"))
-                .unwrap();
-            assert!(n > 0, "the CLI ended before {needle:?}: {out:?}");
-            out.push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-    };
     stdin
         .write_all(b"echo started-'now'; sleep 12; echo done-'after-sleep'\n")
         .await
         .unwrap();
-    read_until(&mut out, "started-now").await;
+    crate::common::read_output_until(&mut stdout, &mut out, "started-now", 2 * DEADLINE).await;
 
     // The server goes away hard and comes back on the same ports and data.
     server.kill().await.unwrap();
     let _server = serve(&config, &base).await;
 
     // The CLI reattaches and sees what the shell printed after the restart.
-    read_until(&mut out, "done-after-sleep").await;
+    crate::common::read_output_until(&mut stdout, &mut out, "done-after-sleep", 2 * DEADLINE).await;
     stdin.write_all(b"exit\n").await.unwrap();
     drop(stdin);
     let status = tokio::time::timeout(DEADLINE, shell.wait())
