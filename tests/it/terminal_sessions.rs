@@ -784,11 +784,7 @@ async fn an_attach_flood_is_refused_beyond_the_cap_and_the_tunnel_stays_up() {
     // The tunnel never dropped: the viewers that got in work, on the same connection.
     va.type_keys("echo during-'flood'\r").await;
     va.read_until("during-flood").await;
-    assert_eq!(
-        s.lc.tunnels().conn_id(&id),
-        Some(conn),
-        "the tunnel was replaced"
-    );
+    s.assert_same_tunnel(&id, conn);
 
     // The flood ends: its streams are given back, and channels open again.
     drop(opened);
@@ -796,11 +792,7 @@ async fn an_attach_flood_is_refused_beyond_the_cap_and_the_tunnel_stays_up() {
     let mut again = Viewer::open(&s, &id, &format!("session={}", va.id)).await;
     again.type_keys("echo after-'flood'\r").await;
     again.read_until("after-flood").await;
-    assert_eq!(
-        s.lc.tunnels().conn_id(&id),
-        Some(conn),
-        "the tunnel was replaced"
-    );
+    s.assert_same_tunnel(&id, conn);
 }
 
 /// More channels at once than the tunnel itself can carry (256): the cap refuses the excess
@@ -824,20 +816,12 @@ async fn a_flood_past_the_tunnels_own_limit_leaves_the_tunnel_up() {
 
     v.type_keys("echo through-'it'\r").await;
     v.read_until("through-it").await;
-    assert_eq!(
-        s.lc.tunnels().conn_id(&id),
-        Some(conn),
-        "the tunnel was replaced"
-    );
+    s.assert_same_tunnel(&id, conn);
 
     // Closing the requests ends the commands and gives their streams back.
     drop(running);
     s.wait_exec_works(&id, "after the flood").await;
-    assert_eq!(
-        s.lc.tunnels().conn_id(&id),
-        Some(conn),
-        "the tunnel was replaced"
-    );
+    s.assert_same_tunnel(&id, conn);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -143,6 +143,15 @@ impl TestServer {
         s
     }
 
+    /// Asserts that agent `id` is still on tunnel connection `conn` (nothing replaced it).
+    pub fn assert_same_tunnel(&self, id: &str, conn: u64) {
+        assert_eq!(
+            self.lc.tunnels().conn_id(id),
+            Some(conn),
+            "the tunnel was replaced"
+        );
+    }
+
     pub fn ws_url(&self, path: &str) -> String {
         format!("ws://{}{}", self.api_addr, path)
     }

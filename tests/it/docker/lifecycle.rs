@@ -262,6 +262,15 @@ async fn without_an_agent_account_commands_run_as_the_images_user() {
     s.stop().await;
 }
 
+/// The subnet the server gave agent `id`.
+async fn subnet_of(s: &crate::common::TestServer, id: &str) -> String {
+    s.store
+        .subnet(id)
+        .await
+        .expect("subnet")
+        .unwrap_or_else(|| panic!("agent {id} has no subnet"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_agents_get_different_subnets() {
     let Some(env) = DockerEnv::new_or_skip() else {
@@ -270,18 +279,8 @@ async fn two_agents_get_different_subnets() {
     let s = env.server(false).await;
     let a = s.running_agent(("a", BUSYBOX_IMAGE)).await;
     let b = s.running_agent(("b", BUSYBOX_IMAGE)).await;
-    let sa = s
-        .store
-        .subnet(&a)
-        .await
-        .expect("subnet a")
-        .expect("a has one");
-    let sb = s
-        .store
-        .subnet(&b)
-        .await
-        .expect("subnet b")
-        .expect("b has one");
+    let sa = subnet_of(&s, &a).await;
+    let sb = subnet_of(&s, &b).await;
     assert_ne!(sa, sb);
     let pool: ipnet::Ipv4Net = env.pool.parse().expect("pool");
     for sn in [&sa, &sb] {
@@ -350,12 +349,7 @@ async fn a_subnet_taken_outside_agenthold_is_skipped() {
     ]);
     let s = env.server(false).await;
     let a = s.running_agent(("a", BUSYBOX_IMAGE)).await;
-    let got = s
-        .store
-        .subnet(&a)
-        .await
-        .expect("subnet")
-        .expect("a has one");
+    let got = subnet_of(&s, &a).await;
     assert_ne!(got, taken);
     assert!(pool.contains(&got.parse::<ipnet::Ipv4Net>().expect("subnet")));
     s.stop().await;
@@ -401,12 +395,7 @@ async fn a_subnet_a_host_interface_is_on_is_skipped() {
     ip(&["link", "set", &bridge.0, "up"]);
     let s = env.server(false).await;
     let a = s.running_agent(("a", BUSYBOX_IMAGE)).await;
-    let got = s
-        .store
-        .subnet(&a)
-        .await
-        .expect("subnet")
-        .expect("a has one");
+    let got = subnet_of(&s, &a).await;
     assert_ne!(got, taken);
     assert_eq!(s.exec_ok(&a, &["echo", "reached"]).await, "reached\n");
     s.stop().await;

@@ -172,18 +172,10 @@ async fn finding_9_a_stream_flood_past_the_tunnels_own_limit_leaves_the_tunnel_u
     let (running, refused) = crate::common::exec_flood(&s, &id, FLOOD).await;
     assert_eq!(running.len(), cap);
     assert_eq!(refused, FLOOD - cap);
-    assert_eq!(
-        s.lc.tunnels().conn_id(&id),
-        Some(conn),
-        "the tunnel was replaced"
-    );
+    s.assert_same_tunnel(&id, conn);
 
     // The flood ends: its streams are given back, and the same tunnel carries exec again.
     drop(running);
     s.wait_exec_works(&id, "after the flood").await;
-    assert_eq!(
-        s.lc.tunnels().conn_id(&id),
-        Some(conn),
-        "the tunnel was replaced"
-    );
+    s.assert_same_tunnel(&id, conn);
 }
