@@ -1,7 +1,7 @@
 //! Background processes over the real tunnel (fake driver): output by offset with both streams
 //! told apart, exit codes and signals, stdin, whole-tree kills and timeouts, wait, events, the
 //! output budget's gap, retention, limits, and hostile input. The same on real Docker, with
-//! tunnel drops, a server SIGKILL and sleep, is in `docker_processes.rs`.
+//! tunnel drops, a server SIGKILL and sleep, is in `docker::processes`.
 
 use crate::common::procs;
 use crate::common::sse;
@@ -124,7 +124,7 @@ async fn a_signal_or_a_timeout_ends_the_whole_tree() {
     let marker = format!("ah-proc-tree-{}", std::process::id());
     // (What escapes with setsid after its parent died is the shim's to catch: the agenthold
     // and sandboxd binaries have one, a test binary's in-process sandboxes do not; see
-    // docker_processes.rs.)
+    // `docker::processes`.)
     let script = format!(
         "(exec -a {marker}-a sleep 1000) & (exec -a {marker}-b sleep 1000) & exec -a {marker}-c sleep 1000"
     );
@@ -292,7 +292,7 @@ async fn a_hundred_processes_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn processes_running_at_a_server_restart_are_lost_with_their_output_kept() {
     // The fake driver's sandboxes end with their server (a Docker sandbox outlives it: see
-    // docker_processes.rs); what ran is then `lost`, and what it wrote stays readable.
+    // `docker::processes`); what ran is then `lost`, and what it wrote stays readable.
     let s = TestServer::start().await;
     let p = agent(&s, "restart").await;
     let running = p.sh("echo before; exec sleep 1000").await;

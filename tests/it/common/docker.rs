@@ -1,4 +1,4 @@
-//! Helpers for the tests against a real Docker engine (`tests/docker_*.rs`).
+//! Helpers for the tests against a real Docker engine (`tests/it/docker/`).
 //!
 //! Each test gets its own `name_prefix` and its own /24 of the network pool, so tests running at
 //! once (and leftovers of earlier runs) never meet. [`DockerEnv`]'s `Drop` removes everything

@@ -1,6 +1,6 @@
 //! The real server binary run as a process of its own, on a config file and data folder that
-//! outlive it, for the tests that SIGKILL it and start it again (`crash.rs`, `docker_crash.rs`,
-//! `docker_daemon_restart.rs`).
+//! outlive it, for the tests that SIGKILL it and start it again (`crash`, `docker::crash`,
+//! `docker::daemon_restart`, `docker::repair`).
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};

@@ -4,12 +4,12 @@
 //!
 //! | # | finding | on Docker |
 //! |---|---|---|
-//! | 1 | connection floods from a sandbox | `docker_flood.rs` |
-//! | 2 | the file API writing as root | `docker_fs_identity.rs` |
-//! | 3 | no disk limit | `docker_disk.rs`, `docker_rootfs.rs` |
+//! | 1 | connection floods from a sandbox | `docker::flood` |
+//! | 2 | the file API writing as root | `docker::fs_identity` |
+//! | 3 | no disk limit | `docker::disk`, `docker::rootfs` |
 //! | 4 | cookie requests from another origin | here |
-//! | 5 | no open-files limit | `docker_limits.rs` |
-//! | 6 | the sandbox seeing the server's folder | `docker_repair.rs` |
+//! | 5 | no open-files limit | `docker::limits` |
+//! | 6 | the sandbox seeing the server's folder | `docker::repair` |
 //! | 7 | exec bodies without a size limit | here |
 //! | 8 | upload temp files left in the home | here |
 //! | 9 | a stream flood dropping the tunnel | here |

@@ -199,7 +199,7 @@ async fn a_gvisor_agent_does_what_a_runc_agent_does_side_by_side() {
     gib_round_trip(&s, &g).await;
     terminal_with_reattach(&s, &g).await;
 
-    // Only the tunnel is reachable, as under runc (tests/docker_isolation.rs): not the API
+    // Only the tunnel is reachable, as under runc (`docker::isolation`): not the API
     // on the agent's gateway, not the host's addresses, not the other agent's gateway.
     let gw = network_gateway(&env.network(&g));
     let tunnel = format!("{gw}:{}", s.tunnel_addr.port());
