@@ -4,8 +4,9 @@
 //! once (and leftovers of earlier runs) never meet. [`DockerEnv`]'s `Drop` removes everything
 //! carrying the test's prefix label, even when the test panics.
 //!
-//! These tests need Docker and fail when it is missing: run `scripts/docker-setup.sh` and
-//! `scripts/build-sandboxd.sh` first.
+//! These tests need Docker, the test images (`scripts/docker-setup.sh`) and a static sandboxd
+//! (`scripts/build-sandboxd.sh`). Without an engine they skip, saying so once for the binary
+//! ([`skip_docker_tests`]); with `AGENTHOLD_DOCKER_TESTS=require` they fail instead.
 
 use std::net::SocketAddr;
 use std::process::Command;
