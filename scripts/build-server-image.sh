@@ -9,7 +9,7 @@
 # crt-static without --target breaks proc-macros.
 #
 # Usage: scripts/build-server-image.sh [TAG]
-#   TAG defaults to $AGENTHOLD_SERVER_IMAGE, else agenthold:dev (what tests/docker_in_container.rs
+#   TAG defaults to $AGENTHOLD_SERVER_IMAGE, else agenthold:dev (what tests/it/docker/in_container.rs
 #   runs). Needs a Docker engine (scripts/docker-setup.sh starts one).
 set -euo pipefail
 

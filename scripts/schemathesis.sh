@@ -6,7 +6,7 @@
 #
 # Left out of the fuzzing, because with the fake driver a sandbox runs commands on this machine
 # as the server's user: `POST …/exec`, `POST …/processes` (start) and `GET …/terminal`. Their bad
-# input is covered by tests/exec.rs, tests/processes.rs and tests/terminal_sessions.rs. Every
+# input is covered by tests/it/exec.rs, tests/it/processes.rs and tests/it/terminal_sessions.rs. Every
 # file operation is confined to the fake sandbox's home, under the temporary directory
 # (sandboxd refuses any path outside it, `..`, and symbolic links that lead out).
 #

@@ -1,0 +1,24 @@
+//! Tests against a real Docker engine, each with its own share of it (`common::docker`).
+//! They need a static sandboxd (scripts/build-sandboxd.sh) and the test images
+//! (scripts/docker-setup.sh); without an engine they skip, saying so once for the binary.
+
+mod crash;
+mod daemon_restart;
+mod disk;
+mod egress;
+mod flood;
+mod fs_identity;
+mod idle;
+mod in_container;
+mod isolation;
+mod lifecycle;
+mod limits;
+mod outside;
+mod presets;
+mod processes;
+mod pull;
+mod redteam;
+mod repair;
+mod rootfs;
+mod runtime;
+mod terminal;
