@@ -18,6 +18,9 @@ pub(super) struct Made {
     pub(super) net: NetRef,
     /// The container, when it existed already.
     pub(super) existing: Option<Existing>,
+    /// Docker's id of the container the sandbox is now (found or made), when known: its events
+    /// are told from those of a container it replaced by this.
+    pub(super) container: Option<String>,
 }
 
 pub(super) struct Existing {
@@ -206,6 +209,7 @@ impl DockerDriver {
         let image = image?;
         volume?;
         let net = net?;
+        let mut container = existing.as_ref().map(|e| e.id.clone());
         if let Some(image) = image {
             self.check_runtime(&spec.runtime).await?;
             let t = std::time::Instant::now();
@@ -233,15 +237,18 @@ impl DockerDriver {
                 }
             }
             match r {
-                Ok(_) => tracing::info!(
-                    agent = id,
-                    container = name,
-                    image = spec.image,
-                    "container created"
-                ),
+                Ok(made) => {
+                    tracing::info!(
+                        agent = id,
+                        container = name,
+                        image = spec.image,
+                        "container created"
+                    );
+                    container = Some(made.id);
+                }
                 // Made meanwhile: ours if it has our labels, refused if not.
                 Err(e) if status_of(&e) == Some(409) => {
-                    self.own_container(id).await?;
+                    container = self.own_container(id).await?.and_then(|c| c.id);
                 }
                 Err(e) if is_not_found(&e) => {
                     return Err(DockerError::ImageMissing {
@@ -253,7 +260,11 @@ impl DockerDriver {
             }
             log_step(id, "create container", t);
         }
-        Ok(Made { net, existing })
+        Ok(Made {
+            net,
+            existing,
+            container,
+        })
     }
 
     /// A container with the agent's name that is not ours counts as missing: it is not the

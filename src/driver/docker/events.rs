@@ -33,7 +33,15 @@ struct Track {
     active: Vec<SystemTime>,
     /// When one of them last asked Docker to start the container: a `die` or `destroy` from
     /// then on is the new sandbox failing, which no operation of ours causes.
-    launched: Option<SystemTime>,
+    launched: Option<Launch>,
+}
+
+struct Launch {
+    at: SystemTime,
+    /// Docker's id of the container launched, when known: a `destroy` or `die` of another
+    /// one (the container it replaced, whose removal Docker may report late) is never the new
+    /// sandbox failing, whatever its time.
+    container: Option<String>,
 }
 
 /// The driver's own operations per sandbox, so their events can be told from outside ones.
@@ -81,12 +89,16 @@ impl OwnOps {
         }
     }
 
-    /// Marks that an operation under way on `id` is about to start its container. Call it
-    /// right before the start request, after any stop or removal the operation makes itself.
-    pub fn launching(&self, id: &str) {
+    /// Marks that an operation under way on `id` is about to start its container (Docker's
+    /// id `container`, when known). Call it right before the start request, after any stop or
+    /// removal the operation makes itself.
+    pub fn launching(&self, id: &str, container: Option<&str>) {
         let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(track) = map.get_mut(id) {
-            track.launched = Some(SystemTime::now());
+            track.launched = Some(Launch {
+                at: SystemTime::now(),
+                container: container.map(str::to_string),
+            });
         }
     }
 
@@ -105,21 +117,36 @@ impl OwnOps {
         map.contains_key(id)
     }
 
-    /// Whether `event` on `id` at `at` belongs to one of our operations still under way.
+    /// Whether `event` on `id` at `at`, about Docker's container `container` (when the event
+    /// says), belongs to one of our operations still under way.
     ///
     /// A stop or removal arriving while one runs is ours, or older than it and made moot by it
     /// (an operation begins only from a settled state, and ends in the state it chooses), unless
-    /// it comes from the container the operation has since launched. A start is ours if it
-    /// happened inside the operation.
-    pub fn caused_by_us(&self, id: &str, at: SystemTime, event: &DriverEvent) -> bool {
+    /// it comes from the container the operation has since launched: one that happened after
+    /// the launch, and not to another container. A start is ours if it happened inside the
+    /// operation.
+    pub fn caused_by_us(
+        &self,
+        id: &str,
+        at: SystemTime,
+        container: Option<&str>,
+        event: &DriverEvent,
+    ) -> bool {
         let map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let Some(track) = map.get(id) else {
             return false;
         };
         match event {
-            DriverEvent::Stopped(_) | DriverEvent::Removed(_) => {
-                track.launched.is_none_or(|l| at < l)
-            }
+            DriverEvent::Stopped(_) | DriverEvent::Removed(_) => match &track.launched {
+                None => true,
+                Some(l) => {
+                    let other = matches!(
+                        (container, l.container.as_deref()),
+                        (Some(seen), Some(launched)) if seen != launched
+                    );
+                    at < l.at || other
+                }
+            },
             DriverEvent::Started(_) => track.active.iter().any(|s| at >= *s),
         }
     }
@@ -217,7 +244,8 @@ pub async fn follow(
                         | DriverEvent::Stopped(id)
                         | DriverEvent::Removed(id) => id.clone(),
                     };
-                    if ops.caused_by_us(&id, at, &de) {
+                    let container = ev.actor.as_ref().and_then(|a| a.id.as_deref());
+                    if ops.caused_by_us(&id, at, container, &de) {
                         tracing::trace!(?de, "docker event from our own operation");
                         continue;
                     }
@@ -320,20 +348,20 @@ mod tests {
         let guard = ops.begin("abc");
         let during = SystemTime::now();
         assert!(ops.busy("abc"));
-        assert!(ops.caused_by_us("abc", during, &stopped));
-        assert!(ops.caused_by_us("abc", during, &started));
-        assert!(!ops.caused_by_us("other", during, &stopped));
+        assert!(ops.caused_by_us("abc", during, None, &stopped));
+        assert!(ops.caused_by_us("abc", during, None, &started));
+        assert!(!ops.caused_by_us("other", during, None, &stopped));
         // A start from before the operation is not ours; a stop from before it, arriving
         // now, is moot (a late `die` of an earlier boot must not fail the start under way).
-        assert!(!ops.caused_by_us("abc", before, &started));
-        assert!(ops.caused_by_us("abc", before, &stopped));
+        assert!(!ops.caused_by_us("abc", before, None, &started));
+        assert!(ops.caused_by_us("abc", before, None, &stopped));
         // Once the operation is over, a late event is passed on (the lifecycle checks it
         // against the container's real state), so an outside change right after it is seen.
         drop(guard);
         assert!(!ops.busy("abc"));
-        assert!(!ops.caused_by_us("abc", during, &stopped));
+        assert!(!ops.caused_by_us("abc", during, None, &stopped));
         let later = SystemTime::now() + Duration::from_secs(5);
-        assert!(!ops.caused_by_us("abc", later, &stopped));
+        assert!(!ops.caused_by_us("abc", later, None, &stopped));
     }
 
     #[test]
@@ -343,16 +371,35 @@ mod tests {
         let _start = ops.begin(id);
         // The stop inside the start (the container ran with an old token) is ours...
         let inner_stop = SystemTime::now();
-        ops.launching(id);
+        ops.launching(id, None);
         let launched = SystemTime::now() + Duration::from_millis(1);
-        assert!(ops.caused_by_us(id, inner_stop, &DriverEvent::Stopped(id.into())));
+        assert!(ops.caused_by_us(id, inner_stop, None, &DriverEvent::Stopped(id.into())));
         // ...and so is the start itself, but the new sandbox dying (sandboxd exiting at
         // boot) or being removed is not, even while the start is still under way.
-        assert!(ops.caused_by_us(id, launched, &DriverEvent::Started(id.into())));
-        assert!(!ops.caused_by_us(id, launched, &DriverEvent::Stopped(id.into())));
-        assert!(!ops.caused_by_us(id, launched, &DriverEvent::Removed(id.into())));
+        assert!(ops.caused_by_us(id, launched, None, &DriverEvent::Started(id.into())));
+        assert!(!ops.caused_by_us(id, launched, None, &DriverEvent::Stopped(id.into())));
+        assert!(!ops.caused_by_us(id, launched, None, &DriverEvent::Removed(id.into())));
         // A start that removes the container it launched, to make another, removed it itself.
         ops.unlaunch(id);
-        assert!(ops.caused_by_us(id, launched, &DriverEvent::Removed(id.into())));
+        assert!(ops.caused_by_us(id, launched, None, &DriverEvent::Removed(id.into())));
+    }
+
+    #[test]
+    fn a_replaced_container_reported_late_is_ours_and_the_launched_one_is_not() {
+        let ops = OwnOps::default();
+        let id = "abc";
+        let _rebuild = ops.begin(id);
+        ops.launching(id, Some("new"));
+        // Docker reports the old container's removal with a time after the launch.
+        let late = SystemTime::now() + Duration::from_millis(5);
+        let removed = DriverEvent::Removed(id.into());
+        let stopped = DriverEvent::Stopped(id.into());
+        assert!(ops.caused_by_us(id, late, Some("old"), &removed));
+        assert!(ops.caused_by_us(id, late, Some("old"), &stopped));
+        // The launched container dying or vanishing is the sandbox failing.
+        assert!(!ops.caused_by_us(id, late, Some("new"), &removed));
+        assert!(!ops.caused_by_us(id, late, Some("new"), &stopped));
+        // An event that names no container is judged by its time alone.
+        assert!(!ops.caused_by_us(id, late, None, &stopped));
     }
 }

@@ -88,7 +88,11 @@ impl DockerDriver {
         let id = &spec.id;
         let name = self.names.container(id);
         let begun = std::time::Instant::now();
-        let Made { net, existing } = self.create_all(spec, pull, Home::Keep).await?;
+        let Made {
+            net,
+            existing,
+            container,
+        } = self.create_all(spec, pull, Home::Keep).await?;
         let NetRef { net, bridge, .. } = net;
         let tunnel_url = self.tunnel_url(&net);
         // The firewall rules and the boot.json upload do not depend on each other, and both
@@ -129,7 +133,7 @@ impl DockerDriver {
         upload?;
         // From here on a `die` is the new sandbox failing (sandboxd exiting at boot), which the
         // lifecycle must hear about even while this start is still under way.
-        self.ops.launching(id);
+        self.ops.launching(id, container.as_deref());
         let t = std::time::Instant::now();
         self.docker
             .start_container(&name, None)
