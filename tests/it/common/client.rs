@@ -260,11 +260,14 @@ impl Client {
             .call("DELETE", &format!("/api/v1/agents/{id}"), None)
             .await;
         assert_eq!(status, 202, "destroy {id}: {body}");
+        // Until it is gone the agent reads as `destroying`: any other answer is a failure.
         wait_for(&format!("agent {id} gone"), || async {
-            self.get(&format!("/api/v1/agents/{id}"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status() == 404)
+            match self.get(&format!("/api/v1/agents/{id}")).send().await {
+                Ok(r) if r.status() == 404 => true,
+                Ok(r) if r.status() == 200 => false,
+                Ok(r) => panic!("while destroying {id}: {}", r.status()),
+                Err(e) => panic!("while destroying {id}: {e}"),
+            }
         })
         .await;
     }

@@ -12,7 +12,7 @@ use agenthold::server::Server;
 use serde_json::{json, Value};
 
 pub use client::Client;
-pub use share::{exclusive, free_port};
+pub use share::{exclusive, free_port, Shared};
 
 pub mod client;
 pub mod docker;

@@ -54,7 +54,9 @@ pub async fn exclusive<F: Future>(body: F) -> F::Output {
     IN_EXCLUSIVE.scope((), body).await
 }
 
-/// A running server's share of the process; `None` inside [`exclusive`].
+/// A running server's share of the process; `None` inside [`exclusive`]. Work of a test that
+/// loads the host without a server of its own (a second Docker engine loading images onto the
+/// host's disk) holds one too.
 pub struct Shared(());
 
 impl Shared {

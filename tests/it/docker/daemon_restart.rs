@@ -24,6 +24,8 @@ async fn a_restarted_dockerd_is_followed_again_and_every_agent_settles() {
     let Some(env) = DockerEnv::new_or_skip() else {
         return;
     };
+    // The engine loads images onto the host's disk: no exclusive test measures it meanwhile.
+    let _share = crate::common::Shared::take().await;
     let mut engine = Engine::new();
     // For a later run, should this one be interrupted: whose firewall rules to remove.
     engine.serves(&env.prefix);

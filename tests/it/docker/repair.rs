@@ -779,6 +779,8 @@ async fn dockerd_restart_soak() {
     let Some(env) = DockerEnv::new_or_skip() else {
         return;
     };
+    // The engine loads images onto the host's disk: no exclusive test measures it meanwhile.
+    let _share = crate::common::Shared::take().await;
     let engine = Engine::new();
     soak("dockerd_restart_soak", 3, &env, Some(engine)).await;
 }

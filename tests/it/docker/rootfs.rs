@@ -230,6 +230,13 @@ impl Drop for OwnEngine {
             for id in ids.lines().filter(|l| !l.is_empty()) {
                 let _ = self.docker(&["rm", "-f", id]);
             }
+            // The agents' networks: their bridges are the host's, and outlive this dockerd,
+            // holding their subnets of the pool for every later run.
+            if let Ok(nets) = self.docker(&["network", "ls", "-q", "--filter", "type=custom"]) {
+                for net in nets.lines().filter(|l| !l.is_empty()) {
+                    let _ = self.docker(&["network", "rm", net]);
+                }
+            }
         }
         // SIGTERM: dockerd stops its containers (and a containerd it started) and unmounts its
         // layers on the way out.
@@ -288,6 +295,8 @@ async fn a_sandbox_that_fills_its_root_filesystem_is_stopped_at_its_limit_and_re
         return;
     };
     // Debian's own image: its commands run as root, who can write all over the layer.
+    // The engine loads images onto the host's disk: no exclusive test measures it meanwhile.
+    let _share = crate::common::Shared::take().await;
     let engine = OwnEngine::start(Fs::Btrfs, DEBIAN_IMAGE);
     let s = server_on(&env, &engine, Fs::Btrfs).await;
     assert_eq!(limits(&s).await["rootfsMb"], ROOTFS_MB);
@@ -347,6 +356,8 @@ async fn an_engine_that_refuses_the_limit_runs_sandboxes_without_it_and_limits_s
         return;
     };
     // overlay2 on XFS looks able to limit the layer, but needs pquota to do it.
+    // The engine loads images onto the host's disk: no exclusive test measures it meanwhile.
+    let _share = crate::common::Shared::take().await;
     let engine = OwnEngine::start(Fs::XfsWithoutQuotas, AGENT_IMAGE);
     let s = server_on(&env, &engine, Fs::XfsWithoutQuotas).await;
     assert_eq!(
