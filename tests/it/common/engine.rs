@@ -258,6 +258,13 @@ impl Engine {
             // The main engine owns the host's iptables chains and sysctls; this one keeps off.
             .args(["--iptables=false", "--ip-masq=false", "--ip-forward=false"])
             .args(["--bridge", &self.bridge])
+            // Namespaces of its own, in case it finds a system containerd and uses that: the
+            // main engine's containers live in `moby`, and tests run beside this one.
+            .args(["--containerd-namespace", &format!("{}-moby", self.bridge)])
+            .args([
+                "--containerd-plugins-namespace",
+                &format!("{}-moby-plugins", self.bridge),
+            ])
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(err_log)
