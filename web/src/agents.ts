@@ -122,9 +122,8 @@ function createForm(): HTMLElement {
     runtimeError,
   );
   const env = envEditor('new');
-  env.el.hidden = true;
   const envError = h('p', { class: 'field-error', 'data-field-error': 'env', 'aria-live': 'polite' });
-  const envWrap = h('div', { class: 'create-env', hidden: true }, env.el, envError);
+  const envWrap = h('div', { class: 'create-env' }, env.el, envError);
 
   let limits: Limits | null = null;
   let presets: Preset[] = [];
@@ -168,12 +167,10 @@ function createForm(): HTMLElement {
     }
     applyPlaceholders();
   });
+  // Without the list (a failed request) the form still creates agents, with the server's
+  // default preset; the next form asks again.
   void api.presets().then((list) => {
-    // null: this server has no presets (nor agent env).
-    if (!list) return;
     presets = list;
-    envWrap.hidden = false;
-    env.el.hidden = false;
     if (list.length === 0) return;
     const hasDefault = list.some((p) => p.default);
     replace(
@@ -187,7 +184,7 @@ function createForm(): HTMLElement {
     presetSelect.value = def ? def.name : '';
     presetWrap.hidden = false;
     applyPlaceholders();
-  });
+  }, () => {});
   presetSelect.addEventListener('change', () => {
     presetError.textContent = '';
     applyPlaceholders();
@@ -243,7 +240,7 @@ function createForm(): HTMLElement {
     }
     if (!presetWrap.hidden && presetSelect.value) body.preset = presetSelect.value;
     if (!runtimeWrap.hidden && runtimeSelect.value) body.runtime = runtimeSelect.value;
-    if (!envWrap.hidden && !env.empty()) {
+    if (!env.empty()) {
       const r = env.read();
       if ('error' in r) {
         envError.textContent = r.error;

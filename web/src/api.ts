@@ -176,20 +176,14 @@ export const api = {
     };
   })(),
   health: () => getJson<Health>('/health'),
-  /**
-   * The server's presets, or null when it has none to offer: a server without presets answers
-   * 404 (the form then shows no preset choice). Other failures are not cached.
-   */
+  /** The server's presets (fetched once; a failed request is asked again next time). */
   presets: (() => {
-    let cached: Promise<Preset[] | null> | null = null;
-    return (): Promise<Preset[] | null> => {
-      cached ??= getJson<Preset[]>('/presets').then(
-        (list) => (Array.isArray(list) ? list : null),
-        (e: unknown) => {
-          if (!(e instanceof ApiError && e.status === 404)) cached = null;
-          return null;
-        },
-      );
+    let cached: Promise<Preset[]> | null = null;
+    return (): Promise<Preset[]> => {
+      cached ??= getJson<Preset[]>('/presets').catch((e: unknown) => {
+        cached = null;
+        throw e;
+      });
       return cached;
     };
   })(),
