@@ -136,7 +136,7 @@ impl Lifecycle {
         .await;
         match started {
             Ok(info) => {
-                self.record_setup(id, status_of(&info)).await;
+                self.record_setup(id, status_of(id, &info)).await;
                 if info.state.is_running() && self.setup_watched(id, &info.id, true) {
                     let (lc, id) = (self.clone(), id.to_string());
                     tokio::spawn(async move { lc.follow_setup(&id, &info.id).await });
@@ -185,7 +185,7 @@ impl Lifecycle {
             match waited {
                 Ok(info) if info.state.is_running() => continue,
                 Ok(info) => {
-                    self.record_setup(id, status_of(&info)).await;
+                    self.record_setup(id, status_of(id, &info)).await;
                     break;
                 }
                 // sandboxd no longer knows it: the sandbox restarted while it ran.
@@ -241,7 +241,8 @@ impl Lifecycle {
     }
 }
 
-fn status_of(info: &ProcessInfo) -> SetupStatus {
+/// The setup status of agent `id` that `info`, its script's process, stands for.
+fn status_of(id: &str, info: &ProcessInfo) -> SetupStatus {
     let (state, error) = match info.state {
         ProcessState::Running => (SetupState::Running, None),
         ProcessState::Exited if info.exit_code == Some(0) => (SetupState::Done, None),
@@ -262,7 +263,10 @@ fn status_of(info: &ProcessInfo) -> SetupStatus {
         ),
         ProcessState::Lost => (
             SetupState::Failed,
-            Some("the sandbox stopped while the setup script ran".to_string()),
+            Some(format!(
+                "the sandbox stopped while the setup script ran; run it again with POST \
+                 /api/v1/agents/{id}/setup"
+            )),
         ),
     };
     SetupStatus {

@@ -418,3 +418,57 @@ async fn setup_requests_at_the_same_moment_start_one_run() {
     assert_eq!(exec_out(&s, &id, "wc -l < setup-ran").await.trim(), "2");
     s.stop().await;
 }
+
+/// A setup script still running when the server restarts is never left `running` for good: the
+/// new server follows it to its end where the sandbox kept it, or records it as cut short (with
+/// how to run it again) where the sandbox lost it; a rerun then completes.
+#[tokio::test]
+async fn a_setup_running_across_a_server_restart_settles_and_can_run_again() {
+    fn slow(c: &mut Config) {
+        presets(c);
+        c.presets.insert(
+            "slow".into(),
+            Preset {
+                // Holds until the test lets it go (a file in the home), then ends well.
+                setup: Some("until [ -e release ]; do sleep 0.05; done; echo released".into()),
+                ..Default::default()
+            },
+        );
+    }
+    let s = TestServer::start_with(slow).await;
+    let a = create(&s, json!({"name": "r", "preset": "slow"})).await;
+    let id = a["id"].as_str().unwrap().to_string();
+    wait_setup(&s, &id, "running").await;
+
+    let s = s.restart_with(slow).await;
+    // A sandbox of the fake driver ends with its server (the agent sleeps); Docker's runs on.
+    let a = s.wait_state(&id, &["running", "sleeping"][..]).await;
+    if a["state"] == "sleeping" {
+        s.start_running(&id).await;
+    }
+    // The sandbox may still run the script (then the release ends it well) or have lost it.
+    exec_out(&s, &id, "touch release").await;
+    crate::common::wait_for("the setup settles after the restart", || async {
+        let setup = s.agent(&id).await["setup"].clone();
+        setup["state"] == "done" || setup["state"] == "failed"
+    })
+    .await;
+    let last = s.agent(&id).await["setup"].clone();
+    if last["state"] == "failed" {
+        let why = last["error"].as_str().unwrap_or_default();
+        assert!(why.contains("stopped while the setup script ran"), "{last}");
+        assert!(
+            why.contains(&format!("/api/v1/agents/{id}/setup")),
+            "{last}"
+        );
+        let r = s
+            .post(&format!("/api/v1/agents/{id}/setup"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 202);
+        wait_setup(&s, &id, "done").await;
+    }
+    assert!(setup_log(&s, &id).await.contains("released"));
+    s.stop().await;
+}
