@@ -123,8 +123,19 @@ impl DockerEnv {
         let tag: String = (0..6)
             .map(|i| alphabet[((n >> (i * 5)) as usize) % alphabet.len()] as char)
             .collect();
-        // 10.213.100.0 - 10.213.254.0: away from the default pool's first subnets.
-        let x = 100 + rand::random::<u8>() % 155;
+        // 10.213.100.0 - 10.213.254.0: away from the default pool's first subnets. Each test
+        // of this process gets a /24 of its own (tests run side by side; there are fewer than
+        // 155 of them).
+        static GIVEN: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<u8>>> =
+            std::sync::LazyLock::new(Default::default);
+        let x = {
+            let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+            let free: Vec<u8> = (100..=254).filter(|x| !given.contains(x)).collect();
+            assert!(!free.is_empty(), "every test address pool is taken");
+            let x = free[rand::random_range(0..free.len())];
+            given.insert(x);
+            x
+        };
         DockerEnv {
             prefix: format!("aht{tag}"),
             pool: format!("10.213.{x}.0/24"),
