@@ -209,7 +209,10 @@ impl DockerDriver {
         let image = image?;
         volume?;
         let net = net?;
-        let mut container = existing.as_ref().map(|e| e.id.clone());
+        let mut container = existing
+            .as_ref()
+            .map(|e| e.id.clone())
+            .filter(|c| !c.is_empty());
         if let Some(image) = image {
             self.check_runtime(&spec.runtime).await?;
             let t = std::time::Instant::now();
