@@ -27,18 +27,24 @@ pub const UID_USER_IMAGE: &str = "agenthold-test/busybox-user-4321:latest";
 /// busybox with `USER ghost`, a name it does not have.
 pub const GHOST_USER_IMAGE: &str = "agenthold-test/busybox-user-ghost:latest";
 
-/// Runs `docker ARGS`, returning stdout; panics with stderr when it fails.
-pub fn docker(args: &[&str]) -> String {
-    let out = Command::new("docker")
+/// Runs the host's `tool` with `args`, returning its stdout; panics with its stderr when it
+/// fails.
+pub fn tool(tool: &str, args: &[&str]) -> String {
+    let out = Command::new(tool)
         .args(args)
         .output()
-        .unwrap_or_else(|e| panic!("cannot run docker {args:?}: {e}"));
+        .unwrap_or_else(|e| panic!("cannot run {tool} {args:?}: {e}"));
     assert!(
         out.status.success(),
-        "docker {args:?} failed: {}",
+        "{tool} {args:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Runs `docker ARGS`, returning stdout; panics with stderr when it fails.
+pub fn docker(args: &[&str]) -> String {
+    tool("docker", args)
 }
 
 /// Like [`docker`], but a failure is returned rather than a panic.

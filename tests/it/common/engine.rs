@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::common::docker::{docker, DockerEnv, BUSYBOX_IMAGE};
+use crate::common::docker::{docker, tool, DockerEnv, BUSYBOX_IMAGE};
 
 /// How long a second dockerd may take to answer, or to stop.
 pub const ENGINE_WAIT: Duration = Duration::from_secs(60);
@@ -89,11 +89,11 @@ impl Engine {
             net,
             daemon: None,
         };
-        run(
+        tool(
             "ip",
             &["link", "add", "name", &engine.bridge, "type", "bridge"],
         );
-        run(
+        tool(
             "ip",
             &[
                 "addr",
@@ -104,7 +104,7 @@ impl Engine {
             ],
         );
         drop(choosing);
-        run("ip", &["link", "set", &engine.bridge, "up"]);
+        tool("ip", &["link", "set", &engine.bridge, "up"]);
         engine.start();
         // No registry here: the image comes from the main engine.
         let mut save = Command::new("docker")
@@ -511,18 +511,6 @@ fn free_net() -> u8 {
                 && !routes.contains(&format!("10.213.{}.", n + 1))
         })
         .expect("every /24 of 10.213.60.0 - 10.213.99.0 is routed already")
-}
-
-fn run(cmd: &str, args: &[&str]) {
-    let out = Command::new(cmd)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 fn read_pid(file: &Path) -> Option<i32> {

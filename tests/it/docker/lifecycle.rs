@@ -369,15 +369,7 @@ async fn a_subnet_a_host_interface_is_on_is_skipped() {
         }
     }
     let ip = |args: &[&str]| {
-        let out = std::process::Command::new("ip")
-            .args(args)
-            .output()
-            .expect("ip");
-        assert!(
-            out.status.success(),
-            "ip {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        crate::common::docker::tool("ip", args);
     };
     let Some(env) = DockerEnv::new_or_skip() else {
         return;

@@ -241,14 +241,6 @@ async fn host_firewall_rules_of_a_gone_agent_are_removed_at_start() {
 }
 
 fn iptables(args: &[&str]) {
-    let out = std::process::Command::new("iptables")
-        .arg("-w")
-        .args(args)
-        .output()
-        .expect("iptables");
-    assert!(
-        out.status.success(),
-        "iptables {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let args: Vec<&str> = std::iter::once("-w").chain(args.iter().copied()).collect();
+    crate::common::docker::tool("iptables", &args);
 }
