@@ -70,6 +70,23 @@ struct RepairLabels {
     kind: Repair,
 }
 
+/// Why a tunnel connection was refused before its session began.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum TunnelRefusal {
+    /// No agent id or no token.
+    no_credentials,
+    /// A token that is not the agent's current boot token (or an agent that does not exist).
+    invalid_token,
+    /// A right token for an agent that is not starting or running.
+    not_started,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TunnelRefusalLabels {
+    reason: TunnelRefusal,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
     state: String,
@@ -96,6 +113,7 @@ pub struct Metrics {
     ops: Family<OpLabels, Histogram, fn() -> Histogram>,
     repairs: Repairs,
     reconnects: Counter,
+    tunnel_refusals: Family<TunnelRefusalLabels, Counter>,
     agents: Family<StateLabels, Gauge>,
     tunnels: Gauge,
     sse: Gauge,
@@ -115,6 +133,7 @@ impl Default for Metrics {
         );
         let repairs = Repairs::default();
         let reconnects = Counter::default();
+        let tunnel_refusals = Family::<TunnelRefusalLabels, Counter>::default();
         let agents = Family::<StateLabels, Gauge>::default();
         let tunnels = Gauge::default();
         let sse = Gauge::default();
@@ -140,6 +159,11 @@ impl Default for Metrics {
             reconnects.clone(),
         );
         registry.register(
+            "tunnel_refusals",
+            "Tunnel connections refused before a session began, by reason",
+            tunnel_refusals.clone(),
+        );
+        registry.register(
             "sse_subscribers",
             "Clients following GET /api/v1/events",
             sse.clone(),
@@ -149,6 +173,7 @@ impl Default for Metrics {
             ops,
             repairs,
             reconnects,
+            tunnel_refusals,
             agents,
             tunnels,
             sse,
@@ -170,6 +195,12 @@ impl Metrics {
 
     pub fn sandboxd_reconnected(&self) {
         self.reconnects.inc();
+    }
+
+    pub fn tunnel_refused(&self, reason: TunnelRefusal) {
+        self.tunnel_refusals
+            .get_or_create(&TunnelRefusalLabels { reason })
+            .inc();
     }
 
     /// Counts an SSE subscriber for as long as the guard lives.
@@ -218,6 +249,7 @@ mod tests {
         m.observe_op(OpKind::start, Outcome::ok, Duration::from_millis(300));
         m.repairs().record(Repair::duplicate_network);
         m.sandboxd_reconnected();
+        m.tunnel_refused(TunnelRefusal::invalid_token);
         let sse = m.sse_subscriber();
         let text = m
             .render(Snapshot {
@@ -246,6 +278,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("agenthold_tunnel_connections 2"), "{text}");
+        assert!(
+            text.contains("agenthold_tunnel_refusals_total{reason=\"invalid_token\"} 1"),
+            "{text}"
+        );
         assert!(text.contains("agenthold_sse_subscribers 1"), "{text}");
         drop(sse);
         let text = m

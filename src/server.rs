@@ -36,6 +36,7 @@ pub struct Server {
     /// Each listener's own caps, so a flood on one leaves the other its file handles.
     pub api_connections: Arc<ConnectionLimiter>,
     pub tunnel_connections: Arc<ConnectionLimiter>,
+    pub egress_connections: Arc<ConnectionLimiter>,
     state: AppState,
     /// An admin token made at this start, kept and shown once the server serves.
     new_admin_token: Option<String>,
@@ -106,7 +107,7 @@ impl Server {
         let Caps {
             api: api_connections,
             tunnel: tunnel_connections,
-            egress: egress_total,
+            egress: egress_connections,
         } = connection_limiters(&config);
         tokio::fs::create_dir_all(&config.server.data_dir)
             .await
@@ -194,7 +195,7 @@ impl Server {
             &config,
             &lifecycle,
             [api_addr.port(), tunnel_addr.port(), egress_addr.port()],
-            egress_total,
+            egress_connections.clone(),
         );
         let state = AppState {
             lc: lifecycle.clone(),
@@ -213,6 +214,7 @@ impl Server {
             resolver,
             api_connections,
             tunnel_connections,
+            egress_connections,
             state,
             new_admin_token,
         })
@@ -229,6 +231,7 @@ impl Server {
         let trim_task = tokio::spawn(listener::return_memory_after_floods(vec![
             self.api_connections.clone(),
             self.tunnel_connections.clone(),
+            self.egress_connections.clone(),
         ]));
         let tunnel_task = tokio::spawn(listener::serve(
             self.tunnel,
@@ -311,7 +314,7 @@ fn egress_proxy(
     config: &Config,
     lifecycle: &Arc<Lifecycle>,
     own_ports: [u16; 3],
-    max_total: usize,
+    limiter: Arc<ConnectionLimiter>,
 ) -> Arc<Proxy> {
     let e = &config.sandbox.egress;
     // Never dialled whatever the rules: the agent networks (a public pool is possible). The
@@ -323,15 +326,16 @@ fn egress_proxy(
         lifecycle.hub().clone(),
         ProxySettings {
             max_connections: e.max_connections,
-            max_total_connections: max_total,
+            limiter,
             header_timeout: e.header_timeout,
         },
     )
 }
 
-/// The fake driver's sandboxes all dial the tunnel from the server's own loopback address, so the
-/// cap per address (one sandbox's share) would hold all of them together: that address counts only
-/// against the total. Docker sandboxes each come from an address of their own bridge.
+/// The fake driver's sandboxes all dial the tunnel (and the proxy) from the server's own loopback
+/// address, so the cap per address (one sandbox's share) would hold all of them together: that
+/// address counts only against the total. Docker sandboxes each come from an address of their
+/// own bridge.
 fn fake_sandboxes_source(config: &Config) -> Vec<ipnet::IpNet> {
     match config.sandbox.driver {
         DriverKind::Fake => vec![ipnet::IpNet::from(std::net::IpAddr::from(
@@ -345,8 +349,9 @@ fn fake_sandboxes_source(config: &Config) -> Vec<ipnet::IpNet> {
 struct Caps {
     api: Arc<ConnectionLimiter>,
     tunnel: Arc<ConnectionLimiter>,
-    /// Connections the egress proxy holds at once, all agents together.
-    egress: usize,
+    /// The egress proxy's: all agents together (each connection holds two handles, the
+    /// sandbox's and the destination's), and per sandbox address.
+    egress: Arc<ConnectionLimiter>,
 }
 
 /// Raises the open-file limit and sizes every listener's cap to fit under it.
@@ -381,7 +386,12 @@ fn connection_limiters(config: &Config) -> Caps {
     };
     let c = &config.server;
     Caps {
-        egress: (egress_fds / 2).max(1),
+        egress: ConnectionLimiter::new(
+            "egress",
+            (egress_fds / 2).max(1),
+            config.sandbox.egress.max_connections,
+            fake_sandboxes_source(config),
+        ),
         api: ConnectionLimiter::new(
             "api",
             api,

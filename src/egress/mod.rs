@@ -14,7 +14,7 @@ mod zerocopy;
 
 pub use dial::{Destination, Dialer, Refusal};
 pub use event::EgressEvent;
-pub use open::{Connections, Full};
+pub use open::Connections;
 pub use proxy::{Proxy, ProxySettings, Sandboxes};
 pub use reach::{is_own, is_public, reachable};
 pub use rule::{canonical, normalize_name, Rule, RuleError};

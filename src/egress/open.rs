@@ -29,22 +29,11 @@ struct Upstream {
 #[derive(Default)]
 struct Inner {
     agents: HashMap<String, AgentConns>,
-    /// Sandbox connections of every agent together.
-    clients: usize,
 }
 
 #[derive(Clone, Default)]
 pub struct Connections {
     inner: Arc<Mutex<Inner>>,
-}
-
-/// Why a sandbox connection was not admitted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Full {
-    /// The agent holds its most (`sandbox.egress.max_connections`).
-    Agent(usize),
-    /// The proxy holds its most for everyone (`sandbox.egress.max_total_connections`).
-    All(usize),
 }
 
 /// One sandbox connection to the proxy; counted until dropped.
@@ -55,10 +44,6 @@ pub struct ClientSlot {
 
 impl Drop for ClientSlot {
     fn drop(&mut self) {
-        {
-            let mut inner = self.conns.lock();
-            inner.clients = inner.clients.saturating_sub(1);
-        }
         self.conns
             .change(&self.agent, |a| a.clients = a.clients.saturating_sub(1));
     }
@@ -97,19 +82,15 @@ impl Connections {
         }
     }
 
-    /// Counts a new sandbox connection, unless the agent already holds `max` or everyone
-    /// together `max_total`.
-    pub fn admit(&self, agent: &str, max: usize, max_total: usize) -> Result<ClientSlot, Full> {
+    /// Counts a new sandbox connection, unless the agent already holds `max` (then `max` is
+    /// the error). The total of all agents is the proxy's accept-time cap, checked before this.
+    pub fn admit(&self, agent: &str, max: usize) -> Result<ClientSlot, usize> {
         let mut inner = self.lock();
-        if inner.clients >= max_total {
-            return Err(Full::All(max_total));
-        }
         let a = inner.agents.entry(agent.to_string()).or_default();
         if a.clients >= max {
-            return Err(Full::Agent(max));
+            return Err(max);
         }
         a.clients += 1;
-        inner.clients += 1;
         Ok(ClientSlot {
             conns: self.clone(),
             agent: agent.to_string(),
@@ -211,12 +192,11 @@ mod tests {
     #[test]
     fn admission_stops_at_the_cap_and_frees_on_drop() {
         let conns = Connections::default();
-        let a = conns.admit("a", 2, 3).unwrap();
-        let _b = conns.admit("a", 2, 3).unwrap();
-        assert_eq!(conns.admit("a", 2, 3).err(), Some(Full::Agent(2)));
-        let _c = conns.admit("other", 2, 3).unwrap();
-        assert_eq!(conns.admit("third", 2, 3).err(), Some(Full::All(3)));
+        let a = conns.admit("a", 2).unwrap();
+        let _b = conns.admit("a", 2).unwrap();
+        assert_eq!(conns.admit("a", 2).err(), Some(2));
+        let _c = conns.admit("other", 2).unwrap();
         drop(a);
-        assert!(conns.admit("a", 2, 3).is_ok());
+        assert!(conns.admit("a", 2).is_ok());
     }
 }

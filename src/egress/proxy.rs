@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
+use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -25,21 +26,19 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
 use self::forward::destination;
-use self::refusal::{refuse_unread, RefusalEvents};
+use self::refusal::{plain_response, refuse_now, RefusalEvents};
 use super::counted::{Counted, Tally};
 use super::dial::{Destination, Dialer, Refusal};
 use super::event::EgressEvent;
-use super::open::{ClientSlot, Connections, Full, UpstreamSlot};
+use super::open::{ClientSlot, Connections, UpstreamSlot};
 use super::rules::{EgressRules, Verdict};
 use crate::events::{AgentEvent, EventHub};
+use crate::listener::{accept_loop, ConnectionGuard, ConnectionLimiter, Refused};
 use crate::model::AgentState;
 
 /// A request head larger than this is refused (`431`): a proxy request needs a line and a few
 /// headers, and each connection's buffer is bounded by it.
 const MAX_HEAD: usize = 64 * 1024;
-/// Pauses of the accept loop when the process is out of file handles.
-const MIN_BACKOFF: Duration = Duration::from_millis(10);
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// What the proxy needs to know about agents.
 #[async_trait::async_trait]
@@ -51,8 +50,11 @@ pub trait Sandboxes: Send + Sync + 'static {
 }
 
 pub struct ProxySettings {
+    /// Connections one agent may hold (also the cap per source address, which under Docker is
+    /// one sandbox).
     pub max_connections: usize,
-    pub max_total_connections: usize,
+    /// The caps checked at accept: all agents together, and per source address.
+    pub limiter: Arc<ConnectionLimiter>,
     pub header_timeout: Duration,
 }
 
@@ -75,6 +77,8 @@ struct Caller {
     /// the firewall redirected it here (transparent mode).
     default_port: u16,
     _slot: ClientSlot,
+    /// The connection's place under the proxy's caps.
+    _guard: ConnectionGuard,
 }
 
 impl Proxy {
@@ -99,64 +103,69 @@ impl Proxy {
         &self.conns
     }
 
-    /// Accepts until `shutdown`, then closes every connection it holds.
+    /// Accepts until `shutdown`, then closes every connection it holds. Each connection is
+    /// counted against the proxy's own caps (its sandbox's address, and the proxy's share of the
+    /// process's file handles) before the server so much as looks up whose it is, and one over
+    /// a cap is answered and closed at once: a flood from a sandbox costs the server no more
+    /// file handles than its cap, and no lookups.
     pub async fn serve(self: Arc<Self>, listener: TcpListener, shutdown: CancellationToken) {
-        let mut backoff = MIN_BACKOFF;
-        loop {
-            let accepted = tokio::select! {
-                () = shutdown.cancelled() => break,
-                a = listener.accept() => a,
-            };
-            let (tcp, peer) = match accepted {
-                Ok(a) => {
-                    backoff = MIN_BACKOFF;
-                    a
-                }
-                Err(e) => {
-                    tracing::warn!("egress proxy: accept failed: {e}");
-                    tokio::select! {
-                        () = shutdown.cancelled() => break,
-                        () = tokio::time::sleep(backoff) => {}
-                    }
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                    continue;
-                }
-            };
-            let proxy = self.clone();
-            tokio::spawn(async move { proxy.serve_connection(tcp, peer).await });
-        }
+        let limiter = self.settings.limiter.clone();
+        let (total, per_source) = limiter.caps();
+        let source_full = Bytes::from(plain_response(
+            StatusCode::TOO_MANY_REQUESTS,
+            &format!(
+                "agenthold: this sandbox holds its most connections through the proxy \
+                 ({per_source}, sandbox.egress.max_connections)\n"
+            ),
+        ));
+        let all_full = Bytes::from(plain_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!(
+                "agenthold: the proxy holds its most connections for all agents \
+                 ({total}, sandbox.egress.max_total_connections)\n"
+            ),
+        ));
+        let refusal = |why: Refused| match why {
+            Refused::SourceFull(_) => source_full.clone(),
+            Refused::ListenerFull(_) => all_full.clone(),
+        };
+        accept_loop(
+            listener,
+            limiter,
+            refusal,
+            shutdown.cancelled(),
+            |tcp, peer, guard| {
+                let proxy = self.clone();
+                tokio::spawn(async move { proxy.serve_connection(tcp, peer, guard).await });
+            },
+        )
+        .await;
         self.closing.cancel();
     }
 
-    async fn serve_connection(self: Arc<Self>, tcp: TcpStream, peer: SocketAddr) {
+    async fn serve_connection(
+        self: Arc<Self>,
+        tcp: TcpStream,
+        peer: SocketAddr,
+        guard: ConnectionGuard,
+    ) {
         let Ok(local) = tcp.local_addr() else { return };
         let Some(id) = self.sandboxes.agent_at(local.ip(), peer.ip()).await else {
             tracing::debug!(%peer, %local, "egress proxy: a connection from no sandbox, refused");
-            refuse_unread(
+            refuse_now(
                 tcp,
                 StatusCode::FORBIDDEN,
-                "agenthold: this proxy serves agent sandboxes only\n".into(),
+                "agenthold: this proxy serves agent sandboxes only\n",
             );
             return;
         };
-        let s = &self.settings;
-        let slot = match self
-            .conns
-            .admit(&id, s.max_connections, s.max_total_connections)
-        {
+        let slot = match self.conns.admit(&id, self.settings.max_connections) {
             Ok(slot) => slot,
-            Err(Full::Agent(n)) => {
+            Err(n) => {
                 let why = format!(
                     "agenthold: agent {id} holds its most connections through the proxy ({n}, sandbox.egress.max_connections)\n"
                 );
-                refuse_unread(tcp, StatusCode::TOO_MANY_REQUESTS, why);
-                return;
-            }
-            Err(Full::All(n)) => {
-                let why = format!(
-                    "agenthold: the proxy holds its most connections for all agents ({n}, sandbox.egress.max_total_connections)\n"
-                );
-                refuse_unread(tcp, StatusCode::SERVICE_UNAVAILABLE, why);
+                refuse_now(tcp, StatusCode::TOO_MANY_REQUESTS, &why);
                 return;
             }
         };
@@ -168,6 +177,7 @@ impl Proxy {
             id,
             default_port: redirected.unwrap_or(80),
             _slot: slot,
+            _guard: guard,
         });
         if redirected == Some(443) {
             self.transparent_tls(tcp, caller).await;

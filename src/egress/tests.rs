@@ -15,18 +15,28 @@ use super::*;
 use crate::bench::servers::{echo_server, hello_server};
 use crate::config::{EgressConfig, SocketAddrOrName};
 use crate::events::{AgentEvent, EventHub};
+use crate::listener::ConnectionLimiter;
 
 const AGENT: &str = "a1";
 const DEADLINE: Duration = Duration::from_secs(10);
 
 struct OneSandbox {
     rules: Mutex<EgressRules>,
+    /// How often the proxy asked whose a connection is (a database look-up in the server).
+    lookups: std::sync::atomic::AtomicUsize,
 }
 
 #[async_trait::async_trait]
 impl Sandboxes for OneSandbox {
     async fn agent_at(&self, _local: IpAddr, peer: IpAddr) -> Option<String> {
-        peer.is_loopback().then(|| AGENT.to_string())
+        self.lookups
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // 127.0.0.2 is no sandbox at all, 127.0.0.3 another agent's; the rest are the agent's.
+        match peer {
+            IpAddr::V4(v4) if v4.octets() == [127, 0, 0, 2] => None,
+            IpAddr::V4(v4) if v4.octets() == [127, 0, 0, 3] => Some("a2".to_string()),
+            _ => Some(AGENT.to_string()),
+        }
     }
     async fn rules(&self, id: &str) -> Option<(String, EgressRules)> {
         let rules = self.rules.lock().unwrap().clone();
@@ -72,6 +82,7 @@ async fn setup(allow: &[&str], deny: &[&str], tune: impl FnOnce(&mut EgressConfi
     tune(&mut config);
     let sandbox = Arc::new(OneSandbox {
         rules: Mutex::new(rules(allow, deny)),
+        lookups: Default::default(),
     });
     let hub = EventHub::default();
     let events = hub.subscribe();
@@ -84,7 +95,12 @@ async fn setup(allow: &[&str], deny: &[&str], tune: impl FnOnce(&mut EgressConfi
         hub,
         ProxySettings {
             max_connections: config.max_connections,
-            max_total_connections: config.max_total_connections,
+            limiter: ConnectionLimiter::new(
+                "egress",
+                config.max_total_connections,
+                config.max_connections,
+                Vec::new(),
+            ),
             header_timeout: config.header_timeout,
         },
     );
@@ -372,6 +388,127 @@ async fn hostile_requests_get_clear_errors_and_limits() {
         .await
         .expect("a 429 once four are held");
     assert!(line.starts_with("HTTP/1.1 429"), "{line}");
+}
+
+/// Connects to `to` from the loopback address `source`.
+async fn connect_from(source: &str, to: SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(SocketAddr::new(source.parse().unwrap(), 0))
+        .unwrap();
+    socket.connect(to).await.unwrap()
+}
+
+/// What a connection reads until the proxy closes it, or `None` if it stays open past `within`.
+async fn read_to_close(c: &mut TcpStream, within: Duration) -> Option<String> {
+    let mut buf = Vec::new();
+    tokio::time::timeout(within, c.read_to_end(&mut buf))
+        .await
+        .ok()
+        .map(|_| String::from_utf8_lossy(&buf).into_owned())
+}
+
+#[tokio::test]
+async fn a_flood_from_one_address_is_refused_before_any_lookup_and_closed_at_once() {
+    // The attacker: a sandbox (or anything on its network) that opens connection after
+    // connection with a header that never ends. Its address holds at most its cap; the rest
+    // are answered and closed without the server looking up whose they are.
+    let s = setup(&["pypi.test"], &[], |c| {
+        c.max_connections = 4;
+        c.max_total_connections = 6;
+        // Long, so that the held ones are still held when the flood comes.
+        c.header_timeout = Duration::from_secs(60);
+    })
+    .await;
+    let lookups = || s.sandbox.lookups.load(std::sync::atomic::Ordering::Relaxed);
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut c = connect_from("127.0.0.2", s.addr).await;
+        c.write_all(b"GET http://pypi.test:1/ HTTP/1.1\r\n")
+            .await
+            .unwrap();
+        held.push(c);
+    }
+    // Each of the held ones was looked up once (it is from no sandbox: answered 403 and closed).
+    for c in &mut held {
+        let answer = read_to_close(c, DEADLINE).await.expect("closed");
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    }
+    assert_eq!(lookups(), 4);
+    // Now four that the proxy holds (from the sandbox, with a header that never ends)...
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut c = connect_from("127.0.0.1", s.addr).await;
+        c.write_all(b"GET http://pypi.test:1/ HTTP/1.1\r\n")
+            .await
+            .unwrap();
+        held.push(c);
+    }
+    wait_until("the four are looked up", || lookups() == 8).await;
+    // ...and a flood from the same address: each is answered 429 and closed at once, with no
+    // lookup, no task and no linger.
+    for _ in 0..200 {
+        let mut c = connect_from("127.0.0.1", s.addr).await;
+        let answer = read_to_close(&mut c, DEADLINE)
+            .await
+            .expect("closed at once");
+        assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+        assert!(
+            answer.contains("sandbox.egress.max_connections"),
+            "{answer}"
+        );
+    }
+    assert_eq!(lookups(), 8, "a refused connection cost a lookup");
+    // The proxy's total: two more from another agent fill it, the next gets 503.
+    let mut others = Vec::new();
+    for _ in 0..2 {
+        others.push(connect_from("127.0.0.3", s.addr).await);
+    }
+    wait_until("the two are looked up", || lookups() == 10).await;
+    let mut c = connect_from("127.0.0.4", s.addr).await;
+    let answer = read_to_close(&mut c, DEADLINE)
+        .await
+        .expect("closed at once");
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(
+        answer.contains("sandbox.egress.max_total_connections"),
+        "{answer}"
+    );
+    // Once the held ones close, the address is served again.
+    drop(held);
+    drop(others);
+    let served = async {
+        loop {
+            let (_, status, _) = ask(
+                s.addr,
+                "GET http://pypi.test:1/ HTTP/1.1\r\nHost: pypi.test:1\r\n\r\n",
+            )
+            .await;
+            if status != 429 {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let status = tokio::time::timeout(DEADLINE, served)
+        .await
+        .expect("served again");
+    assert_eq!(
+        status, 502,
+        "pypi.test:1 answers nothing: a 502, not a refusal"
+    );
+}
+
+/// Polls `check` until it holds, failing after [`DEADLINE`].
+async fn wait_until(what: &str, check: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while !check() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not within {DEADLINE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 #[tokio::test]

@@ -128,6 +128,11 @@ impl ConnectionLimiter {
         })
     }
 
+    /// The caps: connections in total, and per source address.
+    pub fn caps(&self) -> (usize, usize) {
+        (self.max_total, self.max_per_source)
+    }
+
     /// Connections open now.
     pub fn open(&self) -> usize {
         lock(&self.counts).total

@@ -1,5 +1,6 @@
-//! The accept loop of both listeners (the API on `server.listen`, the tunnel on
-//! `sandbox.tunnel_listen`), in place of `axum::serve`.
+//! The accept loop of every listener (the API on `server.listen`, the tunnel on
+//! `sandbox.tunnel_listen`, the egress proxy on `sandbox.egress.port`), in place of
+//! `axum::serve`.
 //!
 //! `axum::serve` gives a client unlimited time to send its headers and accepts until the process
 //! runs out of file handles, so a few thousand connections that trickle a header line now and
@@ -11,6 +12,7 @@
 
 mod caps;
 mod fds;
+mod throttle;
 
 use std::future::Future;
 use std::io;
@@ -22,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use axum::extract::ConnectInfo;
 use axum::Router;
+use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -32,6 +35,7 @@ use tower::ServiceExt;
 
 pub use caps::{source_key, ConnectionGuard, ConnectionLimiter, Refused};
 pub use fds::{fit_to_budget, raise_nofile_limit, FD_RESERVE};
+pub use throttle::ThrottledLog;
 
 /// At most one log line this often about refused connections or failing accepts: during a
 /// flood, a line per connection would be a flood of its own.
@@ -105,18 +109,18 @@ fn is_per_connection(e: &io::Error) -> bool {
     )
 }
 
-/// Serves `app` on `listener` until `shutdown` resolves, then stops accepting, asks every
-/// connection to finish its request and waits for them (upgraded WebSockets are on their own by
-/// then). Handlers see the peer as `ConnectInfo<SocketAddr>`.
-pub async fn serve(
+/// Accepts on `listener` until `shutdown` resolves, counting every connection against
+/// `limiter` before anything else is done for it: one refused is answered with `refusal` (written
+/// without waiting, so it costs no task and no buffer) and closed at once; one admitted is handed
+/// to `admitted` with the guard that holds its place. Shared by every listener of the server, so
+/// that the same caps, the same budget and the same throttled log apply to each.
+pub async fn accept_loop(
     listener: TcpListener,
     limiter: Arc<ConnectionLimiter>,
-    header_timeout: Duration,
-    app: Router,
+    refusal: impl Fn(Refused) -> Bytes,
     shutdown: impl Future<Output = ()>,
+    mut admitted: impl FnMut(TcpStream, SocketAddr, ConnectionGuard),
 ) {
-    let connections = TaskTracker::new();
-    let closing = CancellationToken::new();
     let mut shutdown = std::pin::pin!(shutdown);
     let mut backoff = MIN_BACKOFF;
     let mut last_error_line: Option<Instant> = None;
@@ -156,31 +160,73 @@ pub async fn serve(
                 continue;
             }
         };
-        let guard = match limiter.admit(peer.ip()) {
-            Ok(g) => g,
+        match limiter.admit(peer.ip()) {
+            Ok(guard) => admitted(tcp, peer, guard),
             Err(why) => {
                 limiter.log_refusal(peer, why);
                 // Accepted and closed rather than left in the backlog: the backlog is shared
                 // with everyone else, and a client told at once can back off.
-                let _ = tcp.try_write(REFUSAL);
-                continue;
+                answer_and_close(tcp, &refusal(why));
             }
-        };
-        // Terminal keystrokes and exec round trips are small writes: Nagle's algorithm would
-        // hold them back for a delayed ACK (tens of milliseconds).
-        let _ = tcp.set_nodelay(true);
-        connections.spawn(serve_connection(
-            Counted {
-                io: tcp,
-                _guard: guard,
-            },
-            peer,
-            header_timeout,
-            app.clone(),
-            closing.clone(),
-        ));
+        }
     }
-    drop(listener);
+}
+
+/// What [`answer_and_close`] reads of a refused connection's request, at most.
+const MAX_DRAIN: usize = 16 * 1024;
+
+/// Answers a connection that is refused and closes it, without waiting for anything: what its
+/// client already sent is read first (a socket closed with unread bytes is reset, and the client
+/// might never see the answer), the answer is written if the socket takes it now, and the
+/// socket is closed. A refusal so costs no task, no timer and no file handle past this call.
+pub fn answer_and_close(tcp: TcpStream, answer: &[u8]) {
+    let mut sink = [0u8; 4096];
+    let mut drained = 0;
+    while drained < MAX_DRAIN {
+        match tcp.try_read(&mut sink) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => drained += n,
+        }
+    }
+    let _ = tcp.try_write(answer);
+    // Dropped with nothing unread: closed with a FIN after the answer, not reset.
+    drop(tcp);
+}
+
+/// Serves `app` on `listener` until `shutdown` resolves, then stops accepting, asks every
+/// connection to finish its request and waits for them (upgraded WebSockets are on their own by
+/// then). Handlers see the peer as `ConnectInfo<SocketAddr>`.
+pub async fn serve(
+    listener: TcpListener,
+    limiter: Arc<ConnectionLimiter>,
+    header_timeout: Duration,
+    app: Router,
+    shutdown: impl Future<Output = ()>,
+) {
+    let connections = TaskTracker::new();
+    let closing = CancellationToken::new();
+    accept_loop(
+        listener,
+        limiter,
+        |_| Bytes::from_static(REFUSAL),
+        shutdown,
+        |tcp, peer, guard| {
+            // Terminal keystrokes and exec round trips are small writes: Nagle's algorithm
+            // would hold them back for a delayed ACK (tens of milliseconds).
+            let _ = tcp.set_nodelay(true);
+            connections.spawn(serve_connection(
+                Counted {
+                    io: tcp,
+                    _guard: guard,
+                },
+                peer,
+                header_timeout,
+                app.clone(),
+                closing.clone(),
+            ));
+        },
+    )
+    .await;
     closing.cancel();
     connections.close();
     connections.wait().await;

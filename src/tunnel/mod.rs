@@ -3,6 +3,7 @@
 
 pub mod registry;
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +14,7 @@ use agenthold_proto::{
     Request,
 };
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -24,6 +25,8 @@ use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
 use crate::lifecycle::{BootRefusal, Lifecycle};
+use crate::listener::ThrottledLog;
+use crate::metrics::TunnelRefusal;
 
 /// sandboxd must say hello this soon after connecting.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -50,8 +53,14 @@ fn refuse(status: StatusCode, message: &str) -> Response {
     (status, message.to_string()).into_response()
 }
 
+/// Wrong tokens, one line per source address per ten seconds: anything on a sandbox network
+/// can send them as fast as it likes, naming any agent id it likes.
+static INVALID_TOKEN_LOG: std::sync::LazyLock<ThrottledLog> =
+    std::sync::LazyLock::new(ThrottledLog::default);
+
 async fn accept(
     State(lc): State<Arc<Lifecycle>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     ws: WebSocketUpgrade,
 ) -> Response {
@@ -65,18 +74,28 @@ async fn accept(
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::to_owned);
     let (Some(agent_id), Some(token)) = (agent_id, token) else {
+        lc.metrics().tunnel_refused(TunnelRefusal::no_credentials);
         return refuse(StatusCode::UNAUTHORIZED, "agent id and boot token required");
     };
     match lc.authorize_boot(&agent_id, &token).await {
         Ok(()) => {}
         Err(e @ BootRefusal::InvalidToken) => {
-            tracing::warn!(
-                agent = agent_id,
-                "tunnel connection with an invalid token refused"
-            );
+            lc.metrics().tunnel_refused(TunnelRefusal::invalid_token);
+            if let Some(refused) = INVALID_TOKEN_LOG.count(peer.ip()) {
+                tracing::warn!(
+                    %peer,
+                    refused,
+                    last_agent = agent_id,
+                    "tunnel connections with an invalid token refused (at most one such line \
+                     per address per 10s; agenthold_tunnel_refusals_total counts them all)"
+                );
+            }
             return refuse(StatusCode::UNAUTHORIZED, &e.to_string());
         }
-        Err(e @ BootRefusal::NotStarted(_)) => return refuse(StatusCode::CONFLICT, &e.to_string()),
+        Err(e @ BootRefusal::NotStarted(_)) => {
+            lc.metrics().tunnel_refused(TunnelRefusal::not_started);
+            return refuse(StatusCode::CONFLICT, &e.to_string());
+        }
     }
     ws.max_message_size(MAX_WS_MESSAGE)
         .on_upgrade(move |socket| run_session(lc, agent_id, socket))

@@ -204,3 +204,63 @@ async fn a_peer_that_misses_pings_is_dropped() {
         .unwrap()
         .ok();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_wrong_tokens_is_counted_and_logged_once_per_window() {
+    // The attacker: code in a sandbox that sends wrong tokens to the tunnel as fast as it can,
+    // each naming an agent id of its choosing. Each is refused and counted; the log gets a line
+    // per address per ten seconds, not a line per attempt.
+    const ATTEMPTS: usize = 2000;
+    let dir = tempfile::tempdir().unwrap();
+    let server = crate::common::process::ServerConfig::write(
+        dir.path(),
+        "127.0.0.1",
+        "  driver: fake\n",
+        crate::common::DEADLINE,
+    );
+    let log = dir.path().join("server.log");
+    let _process = server.start_logging_to(&log).await;
+    let tunnel = format!("http://127.0.0.1:{}/tunnel", server.tunnel_port);
+    let http = reqwest::Client::new();
+    let began = std::time::Instant::now();
+    for i in 0..ATTEMPTS {
+        let r = http
+            .get(&tunnel)
+            .header("connection", "upgrade")
+            .header("upgrade", "websocket")
+            .header("sec-websocket-version", "13")
+            .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+            .header(agenthold_proto::boot::AGENT_HEADER, format!("agent-{i}"))
+            .header("authorization", "Bearer not-the-token")
+            .send()
+            .await
+            .expect("the tunnel answers");
+        assert_eq!(r.status(), 401);
+    }
+    let took = began.elapsed();
+    let metrics = server
+        .get("/metrics")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(&format!(
+            "agenthold_tunnel_refusals_total{{reason=\"invalid_token\"}} {ATTEMPTS}"
+        )),
+        "{metrics}"
+    );
+    let written = std::fs::read_to_string(&log).unwrap();
+    let lines = written
+        .lines()
+        .filter(|l| l.contains("invalid token"))
+        .count();
+    // One line when the flood began, and one per ten seconds it lasted after that.
+    let allowed = 1 + took.as_secs() as usize / 10;
+    assert!(
+        (1..=allowed).contains(&lines),
+        "{lines} lines for {ATTEMPTS} attempts in {took:?}:\n{written}"
+    );
+}

@@ -13,9 +13,6 @@ use tokio::net::TcpStream;
 use super::{text, Caller, Proxy};
 use crate::egress::dial::{Destination, Refusal};
 
-/// How long a connection refused before its request was read stays open for the client to
-/// read the answer.
-const REFUSAL_LINGER: Duration = Duration::from_secs(1);
 const REFUSAL_EVENTS_PER_SEC: usize = 20;
 
 impl Proxy {
@@ -105,26 +102,14 @@ impl RefusalEvents {
     }
 }
 
-/// Answers a connection refused before any of its request was read, then closes it gently:
-/// closing with unread bytes would reset it, and the client might never see the answer. The
-/// wait for the client to finish is short and the answer small, so a flood costs little.
-pub(super) fn refuse_unread(mut tcp: TcpStream, status: StatusCode, body: String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    tokio::spawn(async move {
-        let answer = plain_response(status, &body);
-        let polite = async {
-            tcp.write_all(&answer).await?;
-            tcp.shutdown().await?;
-            let mut sink = [0u8; 4096];
-            while tcp.read(&mut sink).await? > 0 {}
-            Ok::<_, std::io::Error>(())
-        };
-        let _ = tokio::time::timeout(REFUSAL_LINGER, polite).await;
-    });
+/// Answers a connection refused before any of its request was read and closes it at once: a
+/// refusal holds no file handle, no task and no buffer past this call, whatever the client does.
+pub(super) fn refuse_now(tcp: TcpStream, status: StatusCode, body: &str) {
+    crate::listener::answer_and_close(tcp, &plain_response(status, body));
 }
 
 /// A whole answer as bytes, for connections refused before any HTTP is read.
-fn plain_response(status: StatusCode, body: &str) -> Vec<u8> {
+pub(super) fn plain_response(status: StatusCode, body: &str) -> Vec<u8> {
     format!(
         "HTTP/1.1 {} {}\r\nconnection: close\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\n\r\n{body}",
         status.as_u16(),

@@ -14,6 +14,8 @@ use crate::common::{free_port, Client, TOKEN};
 /// process on it; agents and data carry over from one to the next.
 pub struct ServerConfig {
     pub path: PathBuf,
+    /// The tunnel's port (on the `tunnel_ip` given to [`ServerConfig::write`]).
+    pub tunnel_port: u16,
     /// The API at `http://127.0.0.1:PORT`; its deadline is how long the server may take to come
     /// up (reconcile runs first), and an agent to settle.
     pub api: Client,
@@ -63,6 +65,7 @@ impl ServerConfig {
         std::fs::write(&path, yaml).expect("write config.yaml");
         ServerConfig {
             path,
+            tunnel_port: tunnel,
             api: Client::new(format!("http://127.0.0.1:{api}"), settle),
             share: std::sync::Mutex::new(None),
         }
@@ -75,6 +78,16 @@ impl ServerConfig {
 
     /// [`ServerConfig::start`] with extra environment variables.
     pub async fn start_with_env(&self, env: &[(&str, &str)]) -> ServerProcess {
+        self.start_inner(env, Stdio::inherit()).await
+    }
+
+    /// [`ServerConfig::start`] with the server's log (its stderr) written to `log`.
+    pub async fn start_logging_to(&self, log: &Path) -> ServerProcess {
+        let file = std::fs::File::create(log).expect("create the server's log file");
+        self.start_inner(&[], Stdio::from(file)).await
+    }
+
+    async fn start_inner(&self, env: &[(&str, &str)], stderr: Stdio) -> ServerProcess {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_agenthold"));
         cmd.args(["serve", "--config"])
             .arg(&self.path)
@@ -85,7 +98,7 @@ impl ServerConfig {
             )
             .envs(env.iter().copied())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+            .stderr(stderr);
         // A test killed halfway (Ctrl-C, a CI timeout) must not leave its server running: the
         // kernel kills the server with the test's thread that started it.
         // SAFETY: prctl is async-signal-safe, as code between fork and exec must be.
