@@ -172,8 +172,9 @@ impl Dialer {
                 }
             };
             // The operator's own addresses are reached only through a rule that names them
-            // (a name, a wildcard, an address): `*` means public destinations alone.
-            let public_only = !trusted || rule.is_any();
+            // (a name, a wildcard, an address range no wider than the private range that holds
+            // them): `*`, `0.0.0.0/0` and `::/0` mean public destinations alone.
+            let public_only = !trusted || !rule.names_on_purpose(addr);
             let own_service = self.own_ports.contains(&dest.port) && super::is_own(addr);
             if own_service || (public_only && !super::reachable(addr, &self.never)) {
                 refusal = Some(Refusal::NotPublic { addr });

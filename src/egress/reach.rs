@@ -65,6 +65,58 @@ fn is_public_v6(a: Ipv6Addr) -> bool {
         || seg[..6] == [0, 0, 0, 0, 0, 0])
 }
 
+/// The ranges [`is_public`] refuses whole, each as one block: a rule that lies inside one of
+/// them names private addresses on purpose; one that reaches past them (`0.0.0.0/0`) does not.
+const NON_PUBLIC_BLOCKS: &[&str] = &[
+    "0.0.0.0/8",
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.0.0.0/24",
+    "192.168.0.0/16",
+    "198.18.0.0/15",
+    "224.0.0.0/4",
+    "240.0.0.0/4",
+    "::/96",
+    "64:ff9b:1::/48",
+    "fc00::/7",
+    "fe80::/10",
+    "ff00::/8",
+];
+
+/// Ranges that hold private addresses only in part (IPv4 carried in IPv6): a rule that touches
+/// them is no rule of public addresses alone.
+const PARTLY_NON_PUBLIC: &[&str] = &["::ffff:0:0/96", "64:ff9b::/96", "2002::/16"];
+
+fn blocks(list: &'static [&'static str]) -> impl Iterator<Item = IpNet> {
+    list.iter().filter_map(|b| b.parse::<IpNet>().ok())
+}
+
+/// Whether `net` names `addr` on purpose, where [`reachable`] would refuse it: for a private
+/// address, `net` lies inside the one private block that holds it (`10.0.0.0/8`, never
+/// `0.0.0.0/0`); for one of this host's public addresses, `net` holds public addresses alone.
+/// So a wide range means what `*` means, and only a rule as narrow as the private range it
+/// opens opens it.
+pub fn names_on_purpose(net: &IpNet, addr: IpAddr) -> bool {
+    let addr = canonical(addr);
+    if !net.contains(&addr) {
+        return false;
+    }
+    if is_public(addr) {
+        let overlaps = |b: IpNet| b.contains(&net.network()) || net.contains(&b.network());
+        return !blocks(NON_PUBLIC_BLOCKS)
+            .chain(blocks(PARTLY_NON_PUBLIC))
+            .any(overlaps);
+    }
+    match blocks(NON_PUBLIC_BLOCKS).find(|b| b.contains(&addr)) {
+        Some(block) => block.contains(net),
+        // A private address carried in IPv6 (NAT64, 6to4): only that very address names it.
+        None => net.prefix_len() == net.max_prefix_len(),
+    }
+}
+
 /// Whether the proxy may dial `addr`: public, in none of `never` (the agent networks, which an
 /// operator may have put in a public range), and not one of this host's own addresses (a host
 /// with a public address would otherwise hand a sandbox its own API).
@@ -98,6 +150,41 @@ pub fn is_own(addr: IpAddr) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_range_names_private_addresses_only_inside_their_block() {
+        let net = |s: &str| s.parse::<IpNet>().unwrap();
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        for (rule, addr, named) in [
+            ("10.0.0.0/8", "10.1.2.3", true),
+            ("10.1.0.0/16", "10.1.2.3", true),
+            ("10.1.2.3/32", "10.1.2.3", true),
+            ("0.0.0.0/0", "10.1.2.3", false),
+            ("0.0.0.0/1", "10.1.2.3", false),
+            ("8.0.0.0/6", "10.1.2.3", false),
+            ("0.0.0.0/0", "127.0.0.1", false),
+            ("127.0.0.0/8", "127.0.0.1", true),
+            ("172.16.0.0/12", "172.20.0.1", true),
+            ("172.0.0.0/8", "172.20.0.1", false),
+            ("::/0", "fd00::1", false),
+            ("fd00::/8", "fd00::1", true),
+            ("::/0", "::ffff:10.1.2.3", false),
+            ("10.0.0.0/8", "::ffff:10.1.2.3", true),
+            // A host's own public address: a range of public addresses alone names it.
+            ("203.0.113.0/24", "203.0.113.7", true),
+            ("0.0.0.0/0", "203.0.113.7", false),
+            ("::/0", "2001:db8::1", false),
+            ("2001:db8::/32", "2001:db8::1", true),
+            // Not in the range at all.
+            ("10.0.0.0/8", "192.168.1.1", false),
+        ] {
+            assert_eq!(
+                names_on_purpose(&net(rule), ip(addr)),
+                named,
+                "{rule} {addr}"
+            );
+        }
+    }
 
     #[test]
     fn only_public_addresses_are_public() {

@@ -217,9 +217,16 @@ impl Rule {
         matches!(self.target, Target::Name(_) | Target::Below(_))
     }
 
-    /// `*`: any public destination.
-    pub fn is_any(&self) -> bool {
-        matches!(self.target, Target::Any)
+    /// Whether this rule names `addr` on purpose, so that a name the operator maps to it
+    /// (`sandbox.egress.resolve`) may reach it although it is private: a name or wildcard rule
+    /// does, an address rule only when it lies inside the private range that holds `addr`
+    /// ([`super::reach::names_on_purpose`]), and `*` never.
+    pub fn names_on_purpose(&self, addr: IpAddr) -> bool {
+        match &self.target {
+            Target::Any => false,
+            Target::Name(_) | Target::Below(_) => true,
+            Target::Net(net) => super::reach::names_on_purpose(net, addr),
+        }
     }
 
     /// Only an address rule (or `*`) can allow a name through its addresses.

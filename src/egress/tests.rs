@@ -317,6 +317,33 @@ async fn star_never_reaches_loopback_or_private_addresses() {
 }
 
 #[tokio::test]
+async fn a_range_that_covers_everything_reaches_no_private_address_either() {
+    // The operator allowed `0.0.0.0/0` (or `::/0`) meaning "the public internet"; the sandbox
+    // asks for a name the operator maps to a loopback service. Like `*`, the wide range does not
+    // open it; only a rule inside the private range (`127.0.0.0/8`) or the name itself does.
+    let echo = echo_server("127.0.0.1:0", b"").await.unwrap();
+    for wide in [&["0.0.0.0/0"][..], &["0.0.0.0/1"], &["0.0.0.0/0", "::/0"]] {
+        let s = setup(wide, &[], |_| {}).await;
+        let (_, status, body) = ask(
+            s.addr,
+            &format!("CONNECT pypi.test:{echo} HTTP/1.1\r\n\r\n"),
+        )
+        .await;
+        assert_eq!(status, 403, "{wide:?}: {body}");
+        assert!(body.contains("not a public address"), "{wide:?}: {body}");
+    }
+    for narrow in ["127.0.0.0/8", "127.0.0.1", "pypi.test"] {
+        let s = setup(&[narrow], &[], |_| {}).await;
+        let (_, status, body) = ask(
+            s.addr,
+            &format!("CONNECT pypi.test:{echo} HTTP/1.1\r\n\r\n"),
+        )
+        .await;
+        assert_eq!(status, 200, "{narrow}: {body}");
+    }
+}
+
+#[tokio::test]
 async fn hostile_requests_get_clear_errors_and_limits() {
     let s = setup(&["pypi.test"], &[], |c| {
         c.max_connections = 4;
