@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use utoipa::{IntoParams, ToSchema};
 
+use super::download::{content_disposition, Disposition};
 use super::error::{ApiError, ApiQuery, ErrorBody};
 use super::AppState;
 use crate::tunnel::registry::LinkStream;
@@ -45,6 +46,25 @@ pub struct PathQuery {
         example = "src/app.py"
     )]
     pub path: String,
+}
+
+/// `?path=` of a file read, and how the browser is to take it.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ReadQuery {
+    /// Relative to /home/agent unless absolute.
+    #[serde(default)]
+    #[param(
+        required = true,
+        min_length = 1,
+        max_length = 4096,
+        example = "src/app.py"
+    )]
+    pub path: String,
+    /// Answer with `Content-Disposition: inline` (for an editor that shows the bytes itself)
+    /// rather than `attachment`, which makes a browser save the file instead of showing it.
+    #[serde(default)]
+    pub inline: bool,
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -126,15 +146,21 @@ pub async fn list(
 
 /// Reads a file, streamed.
 #[utoipa::path(get, path = "/api/v1/agents/{id}/fs/read", tag = "files", operation_id = "readFile",
-    params(("id" = String, Path, description = "The agent's id"), PathQuery),
-    responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>, description = "The file's bytes, streamed (with `Content-Length`)"),
+    params(("id" = String, Path, description = "The agent's id"), ReadQuery),
+    responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>, description = "The file's bytes, streamed (with `Content-Length`, `X-Content-Type-Options: nosniff` and `Content-Disposition: attachment` naming the file, or `inline` when asked)"),
         (status = 400, body = ErrorBody, description = "A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver), or a directory where a file is wanted (or the reverse)"), (status = 403, body = ErrorBody, description = "The sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network"), (status = 404, body = ErrorBody, description = "No such agent, or no such path"), (status = 409, body = ErrorBody, description = "The agent is not running"), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later"), (status = 503, body = ErrorBody, description = "The connection to the sandbox failed")))]
 pub async fn read(
     State(st): State<AppState>,
     Path(id): Path<String>,
-    ApiQuery(q): ApiQuery<PathQuery>,
+    ApiQuery(q): ApiQuery<ReadQuery>,
 ) -> Result<Response, ApiError> {
     check_path(&q.path)?;
+    let how = if q.inline {
+        Disposition::Inline
+    } else {
+        Disposition::Attachment
+    };
+    let disposition = content_disposition(&q.path, how);
     let (stream, size) = open(&st, &id, FsRead { path: q.path }).await?;
     let body = Body::from_stream(tokio_util::io::ReaderStream::with_capacity(
         stream,
@@ -142,7 +168,13 @@ pub async fn read(
     ));
     let mut resp = (
         StatusCode::OK,
-        [(header::CONTENT_TYPE, "application/octet-stream")],
+        [
+            (
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("application/octet-stream"),
+            ),
+            (header::CONTENT_DISPOSITION, disposition),
+        ],
         body,
     )
         .into_response();

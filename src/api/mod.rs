@@ -2,6 +2,7 @@
 
 pub mod agents;
 pub mod auth;
+pub mod download;
 pub mod error;
 pub mod events;
 pub mod exec;
@@ -19,8 +20,11 @@ pub mod types;
 use std::sync::Arc;
 
 use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, HeaderValue};
 use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
+
+use tower_http::set_header::SetResponseHeaderLayer;
 
 use crate::config::Config;
 use crate::lifecycle::Lifecycle;
@@ -99,7 +103,13 @@ pub fn router(state: AppState) -> Router {
         .route("/agents/{id}/fs/mkdir", post(files::mkdir))
         .route("/agents/{id}/fs/remove", delete(files::remove))
         .fallback(|| async { error::ApiError::not_found("no such API route") })
-        .layer(DefaultBodyLimit::max(MAX_JSON_BODY));
+        .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
+        // The API serves a sandbox's bytes (files, process output) on the UI's origin: a
+        // browser must never guess that they are a page and run them there.
+        .layer(SetResponseHeaderLayer::overriding(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ));
     Router::new()
         .nest("/api/v1", api)
         .route(crate::metrics::PATH, get(metrics::metrics))

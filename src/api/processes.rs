@@ -20,6 +20,7 @@ use tokio::io::AsyncWriteExt;
 use tokio_util::codec::FramedRead;
 use utoipa::IntoParams;
 
+use super::download::{content_disposition, Disposition};
 use super::error::{ApiError, ApiJson, ApiQuery, ErrorBody, ErrorDetail};
 use super::exec::{add_agent_env, command_request, line, lost, NDJSON};
 use super::output_lines::OutputLines;
@@ -204,6 +205,8 @@ pub async fn output(
     ApiQuery(q): ApiQuery<OutputQuery>,
 ) -> Result<Response, ApiError> {
     check_name(&pid)?;
+    // A process's output is the sandbox's bytes too: saved, never shown as a page.
+    let disposition = content_disposition(&format!("{pid}.ndjson"), Disposition::Attachment);
     let header = ProcessOutput {
         process: pid,
         offset: q.offset,
@@ -245,7 +248,13 @@ pub async fn output(
     };
     Ok((
         StatusCode::OK,
-        [(header::CONTENT_TYPE, NDJSON)],
+        [
+            (
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static(NDJSON),
+            ),
+            (header::CONTENT_DISPOSITION, disposition),
+        ],
         Body::from_stream(body),
     )
         .into_response())

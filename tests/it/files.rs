@@ -316,3 +316,92 @@ async fn files_need_a_running_agent() {
     let msg = expect_error(r, 409, "conflict").await;
     assert!(msg.contains("sleeping"), "{msg}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_the_agent_wrote_is_downloaded_never_shown_on_the_ui_origin() {
+    // The attacker: code in the sandbox writes HTML with a script (or output that looks like
+    // it) and gets someone to open its download link. The browser must save it, and must never
+    // guess it is a page of the UI's origin, where the script would act with the viewer's cookie.
+    let s = TestServer::start().await;
+    let id = s.running_agent("pages").await;
+    let page = "<html><script>fetch('/api/v1/agents')</script></html>";
+    let r = s
+        .put(&format!("/api/v1/agents/{id}/fs/write?path=evil.html"))
+        .body(page)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    let header = |r: &reqwest::Response, name: &str| {
+        r.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+
+    let r = s
+        .get(&format!("/api/v1/agents/{id}/fs/read?path=evil.html"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        header(&r, "x-content-type-options").as_deref(),
+        Some("nosniff")
+    );
+    assert_eq!(
+        header(&r, "content-type").as_deref(),
+        Some("application/octet-stream")
+    );
+    assert_eq!(
+        header(&r, "content-disposition").as_deref(),
+        Some("attachment; filename=\"evil.html\"; filename*=UTF-8''evil.html")
+    );
+    assert_eq!(r.text().await.unwrap(), page);
+
+    // The editor asks for it inline; still never sniffed.
+    let r = s
+        .get(&format!(
+            "/api/v1/agents/{id}/fs/read?path=evil.html&inline=true"
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        header(&r, "x-content-type-options").as_deref(),
+        Some("nosniff")
+    );
+    assert!(header(&r, "content-disposition").is_some_and(|v| v.starts_with("inline;")));
+
+    // A process's output: the same.
+    let started = s
+        .send(
+            "POST",
+            &format!("/api/v1/agents/{id}/processes"),
+            &serde_json::json!({"command": ["cat", "evil.html"], "tag": "show"}),
+        )
+        .await;
+    assert_eq!(started.status(), 201);
+    let r = s
+        .get(&format!("/api/v1/agents/{id}/processes/show/output"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        header(&r, "x-content-type-options").as_deref(),
+        Some("nosniff")
+    );
+    assert!(header(&r, "content-disposition").is_some_and(|v| v.starts_with("attachment;")));
+
+    // And every other answer of the API, errors included.
+    for path in ["/api/v1/health", "/api/v1/agents", "/api/v1/no-such-route"] {
+        let r = s.get(path).send().await.unwrap();
+        assert_eq!(
+            header(&r, "x-content-type-options").as_deref(),
+            Some("nosniff"),
+            "{path}"
+        );
+    }
+}

@@ -1752,11 +1752,15 @@ export interface operations {
         parameters: {
             query: {
                 /**
-                 * @description Relative to /home/agent unless absolute; at most 4096 bytes (a relative path counted
-                 *     with `/home/agent/` before it), each name at most 255, no `..`.
+                 * @description Relative to /home/agent unless absolute.
                  * @example src/app.py
                  */
                 path: string;
+                /**
+                 * @description Answer with `Content-Disposition: inline` (for an editor that shows the bytes itself)
+                 *     rather than `attachment`, which makes a browser save the file instead of showing it.
+                 */
+                inline?: boolean;
             };
             header?: never;
             path: {
@@ -1767,7 +1771,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The file's bytes, streamed (with `Content-Length`) */
+            /** @description The file's bytes, streamed (with `Content-Length`, `X-Content-Type-Options: nosniff` and `Content-Disposition: attachment` naming the file, or `inline` when asked) */
             200: {
                 headers: {
                     [name: string]: unknown;

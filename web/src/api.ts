@@ -200,7 +200,7 @@ export const api = {
   runSetup: (id: string) => sendJson<unknown>('POST', `${a(id)}/setup`),
 
   list: (id: string, path: string) => getJson<FsEntry[]>(`${a(id)}/fs/list?path=${q(path)}`),
-  readText: async (id: string, path: string) => (await request('GET', `${a(id)}/fs/read?path=${q(path)}`)).arrayBuffer(),
+  readText: async (id: string, path: string) => (await request('GET', `${a(id)}/fs/read?path=${q(path)}&inline=true`)).arrayBuffer(),
   writeText: (id: string, path: string, text: string) =>
     request('PUT', `${a(id)}/fs/write?path=${q(path)}`, new Blob([text], { type: 'application/octet-stream' })),
   mkdir: (id: string, path: string) => request('POST', `${a(id)}/fs/mkdir?path=${q(path)}`),
