@@ -14,7 +14,7 @@ use tokio_tungstenite::tungstenite::Message;
 const GVISOR_KERNEL: &str = "4.4.0";
 
 /// Fails the test when the engine lacks runsc: the setup script registers it.
-fn require_runsc() {
+pub(super) fn require_runsc() {
     let runtimes = docker(&["info", "--format", "{{json .Runtimes}}"]);
     assert!(
         runtimes.contains("\"runsc\""),
