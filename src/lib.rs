@@ -1,7 +1,7 @@
 //! agenthold: self-hosted sandboxes for AI agents.
 
 pub mod activity;
-pub mod agent_env;
+pub mod agents;
 pub mod api;
 pub mod bench;
 pub mod cli;

@@ -70,10 +70,6 @@ impl std::fmt::Display for AgentState {
     }
 }
 
-/// The smallest home an agent may have (`diskMb`): ext4's own structures take a few MiB, and a
-/// shell's dotfiles need room besides.
-pub const MIN_DISK_MB: u64 = 64;
-
 /// An agent and its sandbox, as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]

@@ -6,11 +6,12 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio::net::TcpListener;
 
+use crate::agents::runtimes::Runtimes;
 use crate::api::{self, auth::Auth, AppState};
 use crate::config::{Config, DriverKind};
 use crate::driver::{fake::FakeDriver, Driver};
 use crate::egress::{Dialer, Proxy, ProxySettings};
-use crate::lifecycle::{runtimes::Runtimes, Lifecycle};
+use crate::lifecycle::Lifecycle;
 use crate::listener::{self, ConnectionLimiter};
 use crate::metrics::Metrics;
 use crate::store::{hash_token, new_token, Store};

@@ -1,4 +1,5 @@
-//! `/api/v1/agents`: the agents and their lifecycle actions.
+//! `/api/v1/agents`: the agents and their lifecycle actions. What a request may ask for is
+//! [`crate::agents::spec`]'s business; the handlers here read it, hand it on and answer.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -7,15 +8,9 @@ use axum::Json;
 use super::error::{ApiError, ApiJson, ErrorBody};
 use super::types::{CreateAgent, Health, Limits, UpdateAgent};
 use super::AppState;
-use crate::config::{Preset, PresetInfo};
-use crate::model::{new_agent_id, Agent, AgentPatch, NewAgent, MIN_DISK_MB};
-
-/// Longest agent name: one DNS label.
-const MAX_NAME: usize = 63;
-/// Longest image reference Docker accepts in practice.
-const MAX_IMAGE: usize = 255;
-/// The longest idle time one can ask for: a week.
-pub const MAX_IDLE_MINUTES: u32 = 7 * 24 * 60;
+use crate::agents::spec::{self, AgentRequest, Allowed, MAX_IDLE_MINUTES};
+use crate::config::PresetInfo;
+use crate::model::{Agent, AgentPatch};
 
 /// The server's limits and defaults for agents, files and exec.
 #[utoipa::path(get, path = "/api/v1/limits", tag = "agents", operation_id = "getLimits",
@@ -47,144 +42,11 @@ pub async fn limits(State(st): State<AppState>) -> Json<Limits> {
     })
 }
 
-/// The preset called `name`, or a `400` that names the known ones.
-fn find_preset<'a>(st: &'a AppState, name: &str) -> Result<&'a Preset, ApiError> {
-    st.config.presets.get(name).ok_or_else(|| {
-        let known: Vec<&str> = st.config.presets.keys().map(String::as_str).collect();
-        let known = if known.is_empty() {
-            "this server has none".to_string()
-        } else {
-            format!("the presets are: {}", known.join(", "))
-        };
-        let shown: String = name.chars().take(80).collect();
-        ApiError::invalid_field("preset", format!("no preset {shown:?}; {known}"))
-    })
-}
-
-fn check_env(env: &std::collections::BTreeMap<String, String>) -> Result<(), ApiError> {
-    crate::agent_env::check(env)
-        .map_err(|why| ApiError::invalid_field("env", format!("env: {why}")))
-}
-
 /// The presets agents can be created from, sorted by name.
 #[utoipa::path(get, path = "/api/v1/presets", tag = "agents", operation_id = "listPresets",
     responses((status = 200, body = [PresetInfo])))]
 pub async fn presets(State(st): State<AppState>) -> Json<Vec<PresetInfo>> {
     Json(st.config.preset_infos())
-}
-
-pub fn validate_name(name: &str) -> Result<(), ApiError> {
-    let bad = |why: &str| Err(ApiError::invalid_field("name", format!("name {why}")));
-    if name.is_empty() {
-        return bad("must not be empty");
-    }
-    if name.len() > MAX_NAME {
-        return bad(&format!("is longer than {MAX_NAME} characters"));
-    }
-    if !name
-        .bytes()
-        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-    {
-        return bad("may only hold lowercase letters, digits and '-'");
-    }
-    if name.starts_with('-') || name.ends_with('-') {
-        return bad("must start and end with a letter or digit");
-    }
-    Ok(())
-}
-
-/// An image reference is printable ASCII without spaces (Docker's references are ASCII), 1 to
-/// [`MAX_IMAGE`] characters: the pattern the OpenAPI document states.
-fn validate_image(image: &str) -> Result<(), ApiError> {
-    if image.is_empty() || image.len() > MAX_IMAGE {
-        return Err(ApiError::invalid_field(
-            "image",
-            format!("image must be 1 to {MAX_IMAGE} characters"),
-        ));
-    }
-    if !image.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(ApiError::invalid_field(
-            "image",
-            "image may hold only printable ASCII characters, without spaces",
-        ));
-    }
-    Ok(())
-}
-
-/// A runtime this server allows (`sandbox.docker.allowed_runtimes`).
-fn validate_runtime(st: &AppState, runtime: &str) -> Result<(), ApiError> {
-    let runtimes = st.lc.runtimes();
-    if runtimes.allows(runtime) {
-        return Ok(());
-    }
-    let shown: String = runtime.chars().take(64).collect();
-    Err(ApiError::invalid_field(
-        "runtime",
-        format!(
-            "runtime {shown:?} is not allowed on this server; allowed: {}",
-            runtimes.allowed.join(", ")
-        ),
-    ))
-}
-
-/// What an agent asks for; `None` leaves a setting to its default (or as it is).
-struct Resources {
-    cpus: Option<f64>,
-    memory_mb: Option<u64>,
-    disk_mb: Option<u64>,
-    idle: Option<u32>,
-}
-
-fn validate_resources(st: &AppState, r: Resources) -> Result<(), ApiError> {
-    let Resources {
-        cpus,
-        memory_mb,
-        disk_mb,
-        idle,
-    } = r;
-    let sb = &st.config.sandbox;
-    if let Some(c) = cpus {
-        if !(c.is_finite() && c > 0.0 && c <= sb.max_cpus) {
-            return Err(ApiError::invalid_field(
-                "cpus",
-                format!("cpus must be above 0 and at most {}", sb.max_cpus),
-            ));
-        }
-    }
-    if let Some(m) = memory_mb {
-        if !(16..=sb.max_memory_mb).contains(&m) {
-            return Err(ApiError::invalid_field(
-                "memoryMb",
-                format!("memoryMb must be between 16 and {}", sb.max_memory_mb),
-            ));
-        }
-    }
-    if let Some(d) = disk_mb {
-        if let Some(why) = st.lc.disk_limits_unavailable() {
-            return Err(ApiError::invalid_field(
-                "diskMb",
-                format!("this server cannot limit an agent's disk: {why}"),
-            ));
-        }
-        if !(MIN_DISK_MB..=sb.max_disk_mb).contains(&d) {
-            return Err(ApiError::invalid_field(
-                "diskMb",
-                format!(
-                    "diskMb must be between {MIN_DISK_MB} and {}",
-                    sb.max_disk_mb
-                ),
-            ));
-        }
-    }
-    if let Some(i) = idle {
-        if i > MAX_IDLE_MINUTES {
-            return Err(ApiError::invalid_field(
-                "idleMinutes",
-                format!("idleMinutes must be at most {MAX_IDLE_MINUTES} (0 = never sleep)"),
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// Liveness, version and driver; needs no token.
@@ -214,64 +76,7 @@ pub async fn create(
     State(st): State<AppState>,
     ApiJson(body): ApiJson<CreateAgent>,
 ) -> Result<(StatusCode, Json<Agent>), ApiError> {
-    validate_name(&body.name)?;
-    if let Some(image) = &body.image {
-        validate_image(image)?;
-    }
-    validate_resources(
-        &st,
-        Resources {
-            cpus: body.cpus,
-            memory_mb: body.memory_mb,
-            disk_mb: body.disk_mb,
-            idle: body.idle_minutes,
-        },
-    )?;
-    let sb = &st.config.sandbox;
-    let preset_name = body.preset.clone().or_else(|| sb.default_preset.clone());
-    let preset = match &preset_name {
-        Some(name) => Some(find_preset(&st, name)?),
-        None => None,
-    };
-    let from_preset = preset.cloned().unwrap_or_default();
-    if let Some(env) = &body.env {
-        check_env(env)?;
-    }
-    let mut env = from_preset.env;
-    env.extend(body.env.unwrap_or_default());
-    check_env(&env)?;
-    let disk_default = from_preset.disk_mb.unwrap_or(sb.default_disk_mb);
-    // A preset's runtime is checked here, against what this engine allows now, like one the
-    // request names.
-    let runtime = body.runtime.or(from_preset.runtime);
-    if let Some(runtime) = &runtime {
-        validate_runtime(&st, runtime)?;
-    }
-    let new = NewAgent {
-        id: new_agent_id(),
-        name: body.name,
-        image: body
-            .image
-            .or(from_preset.image)
-            .unwrap_or_else(|| sb.default_image.clone()),
-        cpus: body.cpus.or(from_preset.cpus).unwrap_or(sb.default_cpus),
-        memory_mb: body
-            .memory_mb
-            .or(from_preset.memory_mb)
-            .unwrap_or(sb.default_memory_mb),
-        disk_mb: body.disk_mb.or((disk_default > 0).then_some(disk_default)),
-        idle_minutes: body
-            .idle_minutes
-            .or(from_preset.idle_minutes)
-            .unwrap_or(sb.default_idle_minutes),
-        egress: body
-            .egress
-            .or(from_preset.egress)
-            .unwrap_or_else(|| sb.egress.default.clone()),
-        preset: preset_name,
-        env,
-        runtime: runtime.unwrap_or_else(|| st.lc.runtimes().default.clone()),
-    };
+    let new = spec::resolve(body.into(), &allowed(&st))?;
     let agent = st.lc.create(new).await?;
     Ok((StatusCode::CREATED, Json(agent)))
 }
@@ -298,38 +103,8 @@ pub async fn update(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<UpdateAgent>,
 ) -> Result<Json<Agent>, ApiError> {
-    if let Some(name) = &body.name {
-        validate_name(name)?;
-    }
-    if let Some(image) = &body.image {
-        validate_image(image)?;
-    }
-    validate_resources(
-        &st,
-        Resources {
-            cpus: body.cpus,
-            memory_mb: body.memory_mb,
-            disk_mb: body.disk_mb,
-            idle: body.idle_minutes,
-        },
-    )?;
-    if let Some(env) = &body.env {
-        check_env(env)?;
-    }
-    if let Some(runtime) = &body.runtime {
-        validate_runtime(&st, runtime)?;
-    }
-    let patch = AgentPatch {
-        name: body.name,
-        image: body.image,
-        cpus: body.cpus,
-        memory_mb: body.memory_mb,
-        disk_mb: body.disk_mb,
-        idle_minutes: body.idle_minutes,
-        egress: body.egress,
-        env: body.env,
-        runtime: body.runtime,
-    };
+    let patch = AgentPatch::from(body);
+    spec::check_patch(&patch, &allowed(&st))?;
     Ok(Json(st.lc.patch(&id, patch).await?))
 }
 
@@ -385,27 +160,45 @@ pub async fn rerun_setup(
     Ok((StatusCode::ACCEPTED, Json(st.lc.rerun_setup(&id).await?)))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// What this server offers agents now: its config, and what its engine can do.
+fn allowed(st: &AppState) -> Allowed<'_> {
+    Allowed {
+        sandbox: &st.config.sandbox,
+        presets: &st.config.presets,
+        runtimes: st.lc.runtimes(),
+        no_disk_limits: st.lc.disk_limits_unavailable(),
+    }
+}
 
-    #[test]
-    fn names_must_be_dns_labels() {
-        for ok in ["a", "builder", "agent-7", &"x".repeat(63)] {
-            assert!(validate_name(ok).is_ok(), "{ok}");
+impl From<CreateAgent> for AgentRequest {
+    fn from(body: CreateAgent) -> AgentRequest {
+        AgentRequest {
+            name: body.name,
+            preset: body.preset,
+            image: body.image,
+            cpus: body.cpus,
+            memory_mb: body.memory_mb,
+            disk_mb: body.disk_mb,
+            idle_minutes: body.idle_minutes,
+            egress: body.egress,
+            env: body.env,
+            runtime: body.runtime,
         }
-        for bad in [
-            "",
-            "Builder",
-            "-a",
-            "a-",
-            "a_b",
-            "a.b",
-            "ä",
-            "a b",
-            &"x".repeat(64),
-        ] {
-            assert!(validate_name(bad).is_err(), "{bad}");
+    }
+}
+
+impl From<UpdateAgent> for AgentPatch {
+    fn from(body: UpdateAgent) -> AgentPatch {
+        AgentPatch {
+            name: body.name,
+            image: body.image,
+            cpus: body.cpus,
+            memory_mb: body.memory_mb,
+            disk_mb: body.disk_mb,
+            idle_minutes: body.idle_minutes,
+            egress: body.egress,
+            env: body.env,
+            runtime: body.runtime,
         }
     }
 }

@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::types::ErrorCode;
 pub use super::types::{ErrorBody, ErrorDetail};
+use crate::agents::spec::SpecError;
 use crate::lifecycle::LifecycleError;
 
 #[derive(Debug)]
@@ -109,6 +110,13 @@ impl From<LifecycleError> for ApiError {
             LifecycleError::Store(_) => ApiError::internal(message),
             LifecycleError::Refused(_) => ApiError::conflict(message),
         }
+    }
+}
+
+/// A setting that breaks its rule is the request's fault, in the field of the same name.
+impl From<SpecError> for ApiError {
+    fn from(e: SpecError) -> ApiError {
+        ApiError::invalid_field(e.field, e.why)
     }
 }
 

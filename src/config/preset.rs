@@ -8,6 +8,10 @@ use utoipa::ToSchema;
 
 use super::validate::Fail;
 use super::{Config, ConfigError, SandboxConfig};
+use crate::agents::env;
+use crate::agents::spec::{
+    self, MAX_IDLE_MINUTES, MAX_IMAGE, MAX_NAME, MIN_DISK_MB, MIN_MEMORY_MB,
+};
 use crate::egress::EgressRules;
 
 /// One preset as the config file writes it; every key is optional and falls back to the
@@ -86,18 +90,22 @@ impl Preset {
     }
 }
 
-/// Checks one preset against the sandbox's limits; `Err((key under the preset, problem))`.
+/// Checks one preset against the sandbox's limits by the rules of an agent's settings (a preset
+/// may also ask for a home without a limit, `diskMb: 0`); `Err((key under the preset, problem))`,
+/// phrased for the config file.
 pub(super) fn check(p: &Preset, sb: &SandboxConfig) -> Result<(), (&'static str, String)> {
     if let Some(image) = &p.image {
-        if image.is_empty() || image.len() > 255 || !image.bytes().all(|b| b.is_ascii_graphic()) {
+        if spec::check_image(image).is_err() {
             return Err((
                 "image",
-                format!("({image:?}) must be 1 to 255 printable ASCII characters, no spaces"),
+                format!(
+                    "({image:?}) must be 1 to {MAX_IMAGE} printable ASCII characters, no spaces"
+                ),
             ));
         }
     }
     if let Some(c) = p.cpus {
-        if !(c.is_finite() && c > 0.0 && c <= sb.max_cpus) {
+        if spec::check_cpus(c, sb).is_err() {
             return Err((
                 "cpus",
                 format!(
@@ -108,40 +116,36 @@ pub(super) fn check(p: &Preset, sb: &SandboxConfig) -> Result<(), (&'static str,
         }
     }
     if let Some(m) = p.memory_mb {
-        if !(16..=sb.max_memory_mb).contains(&m) {
+        if spec::check_memory_mb(m, sb).is_err() {
             return Err((
                 "memoryMb",
                 format!(
-                    "({m}) must be between 16 and sandbox.max_memory_mb ({})",
+                    "({m}) must be between {MIN_MEMORY_MB} and sandbox.max_memory_mb ({})",
                     sb.max_memory_mb
                 ),
             ));
         }
     }
-    const MIN_DISK: u64 = crate::model::MIN_DISK_MB;
     if let Some(d) = p.disk_mb {
-        if d != 0 && !(MIN_DISK..=sb.max_disk_mb).contains(&d) {
+        if d != 0 && spec::check_disk_mb(d, sb).is_err() {
             return Err((
                 "diskMb",
                 format!(
-                    "({d}) must be 0 (no limit) or between {MIN_DISK} and sandbox.max_disk_mb ({})",
+                    "({d}) must be 0 (no limit) or between {MIN_DISK_MB} and sandbox.max_disk_mb ({})",
                     sb.max_disk_mb
                 ),
             ));
         }
     }
     if let Some(i) = p.idle_minutes {
-        if i > crate::api::agents::MAX_IDLE_MINUTES {
+        if spec::check_idle_minutes(i).is_err() {
             return Err((
                 "idleMinutes",
-                format!(
-                    "({i}) must be at most {} (a week); 0 = never sleep",
-                    crate::api::agents::MAX_IDLE_MINUTES
-                ),
+                format!("({i}) must be at most {MAX_IDLE_MINUTES} (a week); 0 = never sleep"),
             ));
         }
     }
-    crate::agent_env::check(&p.env).map_err(|e| ("env", e))?;
+    env::check(&p.env).map_err(|e| ("env", e))?;
     if let Some(s) = &p.setup {
         if s.trim().is_empty() || s.contains('\0') || s.len() > MAX_SETUP {
             return Err((
@@ -164,12 +168,13 @@ pub const MAX_SETUP: usize = 64 * 1024;
 /// Each preset's name and keys, and that `sandbox.default_preset` names one.
 pub(super) fn validate(config: &Config, fail: &Fail) -> Result<(), ConfigError> {
     for (name, p) in &config.presets {
-        if crate::api::agents::validate_name(name).is_err() {
+        if spec::check_name(name).is_err() {
             return Err(fail(
                 &format!("presets.{name}"),
-                "is not a valid preset name: lowercase letters, digits and '-', at most 63, \
-                 not starting or ending with '-'"
-                    .into(),
+                format!(
+                    "is not a valid preset name: lowercase letters, digits and '-', at most \
+                     {MAX_NAME}, not starting or ending with '-'"
+                ),
             ));
         }
         check(p, &config.sandbox)

@@ -11,6 +11,7 @@ use serde::Deserialize;
 use super::de::{de_duration, de_opt_path, de_opt_string, de_socket_addr};
 use super::validate::{check_connection_caps, min_duration, Fail};
 use super::{ConfigError, DockerConfig, EgressConfig};
+use crate::agents::spec::{MIN_DISK_MB, MIN_MEMORY_MB};
 
 /// Which driver runs the sandboxes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -198,9 +199,8 @@ fn agent_limits(sb: &SandboxConfig, fail: &Fail) -> Result<(), ConfigError> {
         ("sandbox.default_memory_mb", sb.default_memory_mb),
         ("sandbox.max_memory_mb", sb.max_memory_mb),
     ] {
-        // Docker refuses limits under 6 MB, and nothing useful runs in less than 16.
-        if v < 16 {
-            return Err(fail(key, format!("({v}) must be at least 16")));
+        if v < MIN_MEMORY_MB {
+            return Err(fail(key, format!("({v}) must be at least {MIN_MEMORY_MB}")));
         }
     }
     default_within_max(
@@ -208,27 +208,26 @@ fn agent_limits(sb: &SandboxConfig, fail: &Fail) -> Result<(), ConfigError> {
         ("sandbox.max_memory_mb", sb.max_memory_mb),
         fail,
     )?;
-    const MIN_DISK: u64 = crate::model::MIN_DISK_MB;
-    if sb.max_disk_mb < MIN_DISK {
+    if sb.max_disk_mb < MIN_DISK_MB {
         return Err(fail(
             "sandbox.max_disk_mb",
-            format!("({}) must be at least {MIN_DISK}", sb.max_disk_mb),
+            format!("({}) must be at least {MIN_DISK_MB}", sb.max_disk_mb),
         ));
     }
-    if sb.default_disk_mb != 0 && !(MIN_DISK..=sb.max_disk_mb).contains(&sb.default_disk_mb) {
+    if sb.default_disk_mb != 0 && !(MIN_DISK_MB..=sb.max_disk_mb).contains(&sb.default_disk_mb) {
         return Err(fail(
             "sandbox.default_disk_mb",
             format!(
-                "({}) must be 0 (no limit) or between {MIN_DISK} and sandbox.max_disk_mb ({})",
+                "({}) must be 0 (no limit) or between {MIN_DISK_MB} and sandbox.max_disk_mb ({})",
                 sb.default_disk_mb, sb.max_disk_mb
             ),
         ));
     }
-    if sb.rootfs_mb != 0 && sb.rootfs_mb < MIN_DISK {
+    if sb.rootfs_mb != 0 && sb.rootfs_mb < MIN_DISK_MB {
         return Err(fail(
             "sandbox.rootfs_mb",
             format!(
-                "({}) must be 0 (no limit) or at least {MIN_DISK}",
+                "({}) must be 0 (no limit) or at least {MIN_DISK_MB}",
                 sb.rootfs_mb
             ),
         ));

@@ -819,6 +819,42 @@ fn a_bad_preset_names_its_key() {
 }
 
 #[test]
+fn a_bad_preset_says_what_its_key_takes() {
+    for (yaml, message) in [
+        (
+            "presets:\n  dev:\n    image: 'a b'\n",
+            "presets.dev.image (\"a b\") must be 1 to 255 printable ASCII characters, no spaces",
+        ),
+        (
+            "presets:\n  dev:\n    cpus: 99\n",
+            "presets.dev.cpus (99) must be above 0 and at most sandbox.max_cpus (8)",
+        ),
+        (
+            "presets:\n  dev:\n    memoryMb: 8\n",
+            "presets.dev.memoryMb (8) must be between 16 and sandbox.max_memory_mb (16384)",
+        ),
+        (
+            "presets:\n  dev:\n    diskMb: 10\n",
+            "presets.dev.diskMb (10) must be 0 (no limit) or between 64 and sandbox.max_disk_mb \
+             (102400)",
+        ),
+        (
+            "presets:\n  dev:\n    idleMinutes: 99999\n",
+            "presets.dev.idleMinutes (99999) must be at most 10080 (a week); 0 = never sleep",
+        ),
+        (
+            "presets:\n  Dev: {}\n",
+            "presets.Dev is not a valid preset name: lowercase letters, digits and '-', at most \
+             63, not starting or ending with '-'",
+        ),
+    ] {
+        assert_eq!(err(yaml), format!("config.yaml: {message}"), "{yaml:?}");
+    }
+    // A preset may ask for a home without a limit, which a request cannot.
+    assert!(load("presets:\n  dev:\n    diskMb: 0\n").is_ok());
+}
+
+#[test]
 fn without_a_file_the_dev_preset_is_the_default() {
     let c = Config::load(None, no_env).unwrap();
     let infos = c.preset_infos();

@@ -16,7 +16,6 @@ mod moves;
 mod ops;
 mod outside;
 pub mod reconcile;
-pub mod runtimes;
 pub mod setup;
 pub mod sleeper;
 mod view;
@@ -29,6 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::activity::ActivityTracker;
+use crate::agents::runtimes::Runtimes;
 use crate::config::Config;
 use crate::driver::{Driver, DriverError, SandboxSpec};
 use crate::events::{AgentEvent, EventHub};
@@ -107,7 +107,7 @@ pub struct Lifecycle {
     /// Held from the check that no setup runs to the record of the one started, so that a
     /// hello and a `POST …/setup` at the same moment start one script, not two.
     setup_start: tokio::sync::Mutex<()>,
-    runtimes: runtimes::Runtimes,
+    runtimes: Runtimes,
 }
 
 impl Lifecycle {
@@ -116,7 +116,7 @@ impl Lifecycle {
         driver: Arc<dyn Driver>,
         config: Arc<Config>,
         metrics: Arc<Metrics>,
-        runtimes: runtimes::Runtimes,
+        runtimes: Runtimes,
     ) -> Lifecycle {
         Lifecycle {
             store,
@@ -169,7 +169,7 @@ impl Lifecycle {
     }
 
     /// The runtimes agents may ask for, and the default.
-    pub fn runtimes(&self) -> &runtimes::Runtimes {
+    pub fn runtimes(&self) -> &Runtimes {
         &self.runtimes
     }
 

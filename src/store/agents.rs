@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Row, TransactionBehavior};
 
 use super::{now_text, unique_violation, Result, Store, StoreError};
+use crate::agents::spec::check_disk_change;
 use crate::egress::EgressRules;
 use crate::model::{Agent, AgentPatch, AgentState, NewAgent, SetupStatus};
 
@@ -135,25 +136,6 @@ fn memory_to_sql(mb: u64) -> Result<i64> {
 
 fn mb_to_sql(what: &str, mb: u64) -> Result<i64> {
     i64::try_from(mb).map_err(|_| StoreError::Invalid(format!("{what} {mb} is too large")))
-}
-
-/// A home's limit may grow; a smaller one would lose files, and a home without one has its
-/// files on the host's disk, outside any image.
-fn check_disk_change(old: Option<u64>, new: Option<u64>) -> Result<()> {
-    match (old, new) {
-        (_, None) => Ok(()),
-        (None, Some(_)) => Err(StoreError::BadChange {
-            field: "diskMb",
-            why: "this agent's home has no disk limit (it was made without one); its size \
-                  cannot be set now: make a new agent with diskMb and copy the files over"
-                .into(),
-        }),
-        (Some(o), Some(n)) if n < o => Err(StoreError::BadChange {
-            field: "diskMb",
-            why: format!("diskMb can only grow: the home holds {o} MiB, not less ({n} asked)"),
-        }),
-        _ => Ok(()),
-    }
 }
 
 fn egress_to_sql(e: &EgressRules) -> Result<String> {

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use rusqlite::{ffi, Connection};
 
+use crate::agents::spec::SpecError;
 use crate::model::AgentState;
 
 pub use subnets::SubnetBook;
@@ -63,6 +64,15 @@ pub enum StoreError {
         path: PathBuf,
         source: std::io::Error,
     },
+}
+
+impl From<SpecError> for StoreError {
+    fn from(e: SpecError) -> StoreError {
+        StoreError::BadChange {
+            field: e.field,
+            why: e.why,
+        }
+    }
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

@@ -202,4 +202,43 @@ mod tests {
         );
         assert_eq!(pattern(DriverKind::Docker).as_deref(), Some(PATH_PATTERN));
     }
+
+    /// The bodies' schema attributes restate the rules of an agent's settings as numbers; they
+    /// must stay the rules' own.
+    #[test]
+    fn the_bodies_bounds_are_the_agent_rules() {
+        use crate::agents::spec::{
+            MAX_IDLE_MINUTES, MAX_IMAGE, MAX_NAME, MIN_DISK_MB, MIN_MEMORY_MB,
+        };
+        let doc = doc(&Config::default(), true);
+        for schema in ["CreateAgent", "UpdateAgent"] {
+            let bound = |prop: &str, key: &str| {
+                doc.pointer(&format!(
+                    "/components/schemas/{schema}/properties/{prop}/{key}"
+                ))
+                .and_then(Value::as_u64)
+            };
+            assert_eq!(
+                bound("name", "maxLength"),
+                Some(MAX_NAME as u64),
+                "{schema}"
+            );
+            assert_eq!(
+                bound("image", "maxLength"),
+                Some(MAX_IMAGE as u64),
+                "{schema}"
+            );
+            assert_eq!(
+                bound("memoryMb", "minimum"),
+                Some(MIN_MEMORY_MB),
+                "{schema}"
+            );
+            assert_eq!(bound("diskMb", "minimum"), Some(MIN_DISK_MB), "{schema}");
+            assert_eq!(
+                bound("idleMinutes", "maximum"),
+                Some(u64::from(MAX_IDLE_MINUTES)),
+                "{schema}"
+            );
+        }
+    }
 }

@@ -74,17 +74,17 @@ pub(super) fn configured_limits(doc: &mut Value, config: &Config, facts: Facts) 
     }
 }
 
-/// `env`'s rules (`agent_env::check`) as a schema: names, their count, and values of at most
+/// `env`'s rules (`agents::env::check`) as a schema: names, their count, and values of at most
 /// 4096 characters without NUL.
 pub(super) fn agent_env(doc: &mut Value) {
     let env = json!({
-        "maxProperties": crate::agent_env::MAX_VARS,
+        "maxProperties": crate::agents::env::MAX_VARS,
         "propertyNames": {
-            "pattern": crate::agent_env::NAME_PATTERN,
+            "pattern": crate::agents::env::NAME_PATTERN,
         },
         "additionalProperties": {
             "type": "string",
-            "maxLength": crate::agent_env::MAX_VALUE,
+            "maxLength": crate::agents::env::MAX_VALUE,
             "pattern": "^[^\\u0000]*$",
         },
     });

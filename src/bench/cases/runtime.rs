@@ -9,10 +9,10 @@ use futures::StreamExt;
 
 use super::common::{first_shell_bytes, until_running, wait_state};
 use super::Ctx;
+use crate::agents::runtimes::{GVISOR, RUNC};
 use crate::bench::docker_cli::docker;
 use crate::bench::stats::{ms, Row};
 use crate::cli::{AgentAction, ApiClient, CreateAgent, ExecBody};
-use crate::lifecycle::runtimes::{GVISOR, RUNC};
 use crate::model::AgentState;
 
 /// Whether the engine has gVisor registered (scripts/docker-setup.sh does it).

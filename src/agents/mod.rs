@@ -1,0 +1,11 @@
+//! What an agent may be: the rules of its settings and how a request becomes one, apart from
+//! any way of asking. The API, the config's presets, and whatever else makes agents use these
+//! rules rather than keep their own.
+//!
+//! [`spec`] checks each setting and merges a request with its preset and the server's defaults,
+//! [`env`](mod@env) holds the rules of an agent's variables, and [`runtimes`] the container
+//! runtimes agents may ask for.
+
+pub mod env;
+pub mod runtimes;
+pub mod spec;
