@@ -7,8 +7,9 @@
 use serde::{de::DeserializeOwned, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::channel::{ChannelError, ErrorCode, Request};
+use crate::channel::Request;
 use crate::frame::MAX_FRAME_LEN;
+use crate::reply::{ChannelError, ErrorCode};
 
 /// Largest header or reply accepted, in bytes (for `exec` headers see [`MAX_EXEC_HEADER_LEN`]).
 pub const MAX_HEADER_LEN: usize = 64 * 1024;

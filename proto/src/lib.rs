@@ -17,6 +17,7 @@ pub mod frame;
 pub mod header;
 pub mod mux;
 pub mod process;
+pub mod reply;
 pub mod wsio;
 
 pub use channel::*;
@@ -26,6 +27,7 @@ pub use process::{
     ProcessGet, ProcessInfo, ProcessList, ProcessOutput, ProcessRemove, ProcessSignal,
     ProcessStart, ProcessState, ProcessStdin, ProcessWait, ProcessWatch,
 };
+pub use reply::{ChannelError, ErrorCode, Reply};
 
 /// The agent's home, as paths in the API and inside the sandbox name it.
 pub const LOGICAL_HOME: &str = "/home/agent";
