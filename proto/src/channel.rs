@@ -7,12 +7,16 @@
 //! `activity` and `terminal.open`.
 //!
 //! Each channel is declared once, in the table below: its name, the type of its header and the
-//! type of its `ok` reply. [`open`] sends a header and returns the reply as that type.
+//! type of its `ok` reply. [`open`] sends a header and returns the reply as that type;
+//! [`read_request`] and [`read_server_request`] read one on the acceptor's side.
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::header::{read_message, write_request, ProtoError, MAX_EXEC_ARGS_LEN, MAX_EXEC_ARG_LEN};
+use crate::header::{
+    read_body, read_message, read_message_body, write_limited, ProtoError, MAX_EXEC_ARGS_LEN,
+    MAX_EXEC_ARG_LEN, MAX_EXEC_HEADER_LEN, MAX_HEADER_LEN,
+};
 use crate::process::{
     ProcessGet, ProcessInfo, ProcessList, ProcessOutput, ProcessRemove, ProcessSignal,
     ProcessStart, ProcessStdin, ProcessWait, ProcessWatch,
@@ -112,9 +116,9 @@ impl Request {
         match self {
             // A new terminal carries the agent's env, which may be as large as an exec's.
             Request::Exec(_) | Request::ProcessStart(_) | Request::TerminalOpen(_) => {
-                crate::header::MAX_EXEC_HEADER_LEN
+                MAX_EXEC_HEADER_LEN
             }
-            _ => crate::header::MAX_HEADER_LEN,
+            _ => MAX_HEADER_LEN,
         }
     }
 
@@ -376,6 +380,45 @@ pub struct ExecExit {
     pub timed_out: bool,
     pub duration_ms: u64,
     pub truncated: bool,
+}
+
+/// Writes a channel header, within the limit of its channel.
+pub async fn write_request<W>(w: &mut W, req: &Request) -> Result<(), ProtoError>
+where
+    W: AsyncWrite + Unpin,
+{
+    write_limited(w, req, req.header_limit()).await
+}
+
+/// Reads a channel header of at most [`MAX_HEADER_LEN`] bytes, whatever the channel: how the
+/// server reads the headers of the channels sandboxd opens.
+pub async fn read_request<R: AsyncRead + Unpin>(r: &mut R) -> Result<Request, ProtoError> {
+    let body = read_message_body(r).await?;
+    Request::parse(&body)
+}
+
+/// Reads a channel header the server sent, as sandboxd does: an `exec`, process start or
+/// terminal open header (each may carry the agent's env) may take up to
+/// [`MAX_EXEC_HEADER_LEN`] bytes, every other one [`MAX_HEADER_LEN`].
+///
+/// Only this direction gets the larger limit. The limits matter most to the server: a sandbox
+/// may be in hostile hands (root in its container can stand in for sandboxd), so what the server
+/// reads from it (replies, and the headers of `hello` and `activity`) stays within
+/// [`MAX_HEADER_LEN`]. sandboxd runs whatever the server asks of it anyway; the limit here only
+/// stops a broken server, and a few megabytes for one header is not worth refusing real
+/// commands for. The size of every header is checked against its channel's limit once it
+/// is parsed, so the file channels keep the small one.
+pub async fn read_server_request<R: AsyncRead + Unpin>(r: &mut R) -> Result<Request, ProtoError> {
+    let body = read_body(r, MAX_EXEC_HEADER_LEN).await?;
+    let req = Request::parse(&body)?;
+    let limit = req.header_limit();
+    if body.len() > limit {
+        return Err(ProtoError::HeaderTooLarge {
+            len: body.len(),
+            limit,
+        });
+    }
+    Ok(req)
 }
 
 /// Sends `header` on a fresh stream and waits for the reply, returned as the channel's own
