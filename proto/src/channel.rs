@@ -13,16 +13,15 @@
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::header::{
-    read_body, read_message, read_message_body, write_limited, ProtoError, MAX_EXEC_ARGS_LEN,
-    MAX_EXEC_ARG_LEN, MAX_EXEC_HEADER_LEN, MAX_HEADER_LEN,
+use crate::header::{read_body, read_message, read_message_body, write_limited, ProtoError};
+use crate::limits::{
+    MAX_EXEC_ARGS_LEN, MAX_EXEC_ARG_LEN, MAX_EXEC_HEADER_LEN, MAX_HEADER_LEN, MAX_PATH_LEN,
 };
 use crate::process::{
     ProcessGet, ProcessInfo, ProcessList, ProcessOutput, ProcessRemove, ProcessSignal,
     ProcessStart, ProcessStdin, ProcessWait, ProcessWatch,
 };
 use crate::reply::{ChannelError, Reply};
-use crate::MAX_PATH_LEN;
 
 /// A channel's header type: it names the channel and the shape of its `ok` reply.
 pub trait Channel: Into<Request> {

@@ -15,14 +15,16 @@ pub mod boot;
 pub mod channel;
 pub mod frame;
 pub mod header;
+pub mod limits;
 pub mod mux;
 pub mod process;
 pub mod reply;
 pub mod wsio;
 
 pub use channel::*;
-pub use frame::{Frame, FrameCodec, DATA_CHUNK, MAX_FRAME_LEN};
+pub use frame::{Frame, FrameCodec, DATA_CHUNK};
 pub use header::*;
+pub use limits::*;
 pub use process::{
     ProcessGet, ProcessInfo, ProcessList, ProcessOutput, ProcessRemove, ProcessSignal,
     ProcessStart, ProcessState, ProcessStdin, ProcessWait, ProcessWatch,
@@ -31,8 +33,6 @@ pub use reply::{ChannelError, ErrorCode, Reply};
 
 /// The agent's home, as paths in the API and inside the sandbox name it.
 pub const LOGICAL_HOME: &str = "/home/agent";
-/// Longest path accepted, in bytes (Linux's `PATH_MAX`).
-pub const MAX_PATH_LEN: usize = 4096;
 /// The protocol's version, which sandboxd reports at hello.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
