@@ -13,10 +13,9 @@
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use crate::exec::ExecRequest;
 use crate::header::{read_body, read_message, read_message_body, write_limited, ProtoError};
-use crate::limits::{
-    MAX_EXEC_ARGS_LEN, MAX_EXEC_ARG_LEN, MAX_EXEC_HEADER_LEN, MAX_HEADER_LEN, MAX_PATH_LEN,
-};
+use crate::limits::{MAX_EXEC_HEADER_LEN, MAX_HEADER_LEN};
 use crate::process::{
     ProcessGet, ProcessInfo, ProcessList, ProcessOutput, ProcessRemove, ProcessSignal,
     ProcessStart, ProcessStdin, ProcessWait, ProcessWatch,
@@ -183,16 +182,6 @@ pub struct TerminalKill {
     pub session: String,
 }
 
-/// Characters of a terminal session id, and its length (sandboxd makes them; anything else is
-/// simply not a session).
-pub const SESSION_ID_ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
-pub const SESSION_ID_LEN: usize = 16;
-
-/// True for a string that could be a session id; anything else is simply not found.
-pub fn is_session_id(id: &str) -> bool {
-    id.len() == SESSION_ID_LEN && id.bytes().all(|b| SESSION_ID_ALPHABET.contains(&b))
-}
-
 /// What sandboxd says first.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -279,106 +268,6 @@ pub struct TerminalInfo {
     pub offset: u64,
     /// Set once the shell has exited; the session stays until a viewer has seen the end.
     pub exit_code: Option<i32>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
-#[serde(rename_all = "camelCase")]
-pub struct ExecRequest {
-    pub command: Vec<String>,
-    #[serde(default)]
-    pub cwd: Option<String>,
-    #[serde(default)]
-    pub env: Vec<(String, String)>,
-    /// Killed (the whole process group) after this many milliseconds.
-    #[serde(default)]
-    pub timeout_ms: Option<u64>,
-    /// Bytes of each of stdout and stderr forwarded; the rest is read and dropped.
-    #[serde(default)]
-    pub output_cap: Option<u64>,
-}
-
-/// Why an exec's command line cannot be sent or run (see [`ExecRequest::check_size`]).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ExecTooLarge {
-    #[error(
-        "the command and env take {0} bytes (each argument and each KEY=VALUE counted with a \
-         terminating NUL); at most {MAX_EXEC_ARGS_LEN} bytes (1 MiB) are accepted"
-    )]
-    Total(usize),
-    #[error(
-        "argument {index} of the command is {len} bytes; Linux runs no command with an argument \
-         over {max} bytes: pass a long script on stdin instead (for example command [\"sh\"] \
-         with the script as stdin)",
-        max = MAX_EXEC_ARG_LEN - 1
-    )]
-    Argument { index: usize, len: usize },
-    #[error(
-        "env variable {name:?} is {len} bytes as KEY=VALUE; Linux runs no command with a \
-         variable over {max} bytes",
-        max = MAX_EXEC_ARG_LEN - 1
-    )]
-    EnvVar { name: String, len: usize },
-    #[error("cwd of {0} bytes is longer than {MAX_PATH_LEN} bytes")]
-    Cwd(usize),
-}
-
-impl ExecTooLarge {
-    /// The request field it is about.
-    pub fn field(&self) -> &'static str {
-        match self {
-            ExecTooLarge::Total(_) | ExecTooLarge::Argument { .. } => "command",
-            ExecTooLarge::EnvVar { .. } => "env",
-            ExecTooLarge::Cwd(_) => "cwd",
-        }
-    }
-}
-
-impl ExecRequest {
-    /// Checks the command line against the limits above, returning the bytes it counts.
-    ///
-    /// Both sides check: the server to answer with a reason before anything reaches the
-    /// sandbox, sandboxd because its header limit is only large enough for requests that pass.
-    pub fn check_size(&self) -> Result<usize, ExecTooLarge> {
-        let mut total = 0usize;
-        for (index, arg) in self.command.iter().enumerate() {
-            let len = arg.len() + 1;
-            if len > MAX_EXEC_ARG_LEN {
-                return Err(ExecTooLarge::Argument {
-                    index,
-                    len: arg.len(),
-                });
-            }
-            total += len;
-        }
-        for (k, v) in &self.env {
-            let len = k.len() + 1 + v.len() + 1;
-            if len > MAX_EXEC_ARG_LEN {
-                return Err(ExecTooLarge::EnvVar {
-                    name: truncate(k, 64),
-                    len: len - 1,
-                });
-            }
-            total += len;
-        }
-        if total > MAX_EXEC_ARGS_LEN {
-            return Err(ExecTooLarge::Total(total));
-        }
-        match &self.cwd {
-            Some(cwd) if cwd.len() > MAX_PATH_LEN => Err(ExecTooLarge::Cwd(cwd.len())),
-            _ => Ok(total),
-        }
-    }
-}
-
-/// How an `exec` ended, sent as the last frame.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
-#[serde(rename_all = "camelCase")]
-pub struct ExecExit {
-    /// The exit code; `128 + signal` when a signal ended it, -1 when it could not be started.
-    pub exit_code: i32,
-    pub timed_out: bool,
-    pub duration_ms: u64,
-    pub truncated: bool,
 }
 
 /// Writes a channel header, within the limit of its channel.

@@ -4,7 +4,7 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec};
 
-use crate::channel::ExecExit;
+use crate::exec::ExecExit;
 use crate::header::ProtoError;
 use crate::limits::MAX_FRAME_LEN;
 use crate::process::ProcessInfo;
