@@ -7,17 +7,20 @@
 //! `activity` and `terminal.open`.
 //!
 //! Each channel is declared once, in the table below: its name, the type of its header and the
-//! type of its `ok` reply. [`open`] sends a header and returns the reply as that type.
+//! type of its `ok` reply. [`open`] sends a header and returns the reply as that type;
+//! [`read_request`] and [`read_server_request`] read one on the acceptor's side.
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::header::{read_message, write_request, ProtoError, MAX_EXEC_ARGS_LEN, MAX_EXEC_ARG_LEN};
+use crate::exec::ExecRequest;
+use crate::header::{read_body, read_message, read_message_body, write_limited, ProtoError};
+use crate::limits::{MAX_EXEC_HEADER_LEN, MAX_HEADER_LEN};
 use crate::process::{
     ProcessGet, ProcessInfo, ProcessList, ProcessOutput, ProcessRemove, ProcessSignal,
     ProcessStart, ProcessStdin, ProcessWait, ProcessWatch,
 };
-use crate::MAX_PATH_LEN;
+use crate::reply::{ChannelError, Reply};
 
 /// A channel's header type: it names the channel and the shape of its `ok` reply.
 pub trait Channel: Into<Request> {
@@ -111,9 +114,9 @@ impl Request {
         match self {
             // A new terminal carries the agent's env, which may be as large as an exec's.
             Request::Exec(_) | Request::ProcessStart(_) | Request::TerminalOpen(_) => {
-                crate::header::MAX_EXEC_HEADER_LEN
+                MAX_EXEC_HEADER_LEN
             }
-            _ => crate::header::MAX_HEADER_LEN,
+            _ => MAX_HEADER_LEN,
         }
     }
 
@@ -177,16 +180,6 @@ pub struct Size {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct TerminalKill {
     pub session: String,
-}
-
-/// Characters of a terminal session id, and its length (sandboxd makes them; anything else is
-/// simply not a session).
-pub const SESSION_ID_ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
-pub const SESSION_ID_LEN: usize = 16;
-
-/// True for a string that could be a session id; anything else is simply not found.
-pub fn is_session_id(id: &str) -> bool {
-    id.len() == SESSION_ID_LEN && id.bytes().all(|b| SESSION_ID_ALPHABET.contains(&b))
 }
 
 /// What sandboxd says first.
@@ -277,183 +270,43 @@ pub struct TerminalInfo {
     pub exit_code: Option<i32>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
-#[serde(rename_all = "camelCase")]
-pub struct ExecRequest {
-    pub command: Vec<String>,
-    #[serde(default)]
-    pub cwd: Option<String>,
-    #[serde(default)]
-    pub env: Vec<(String, String)>,
-    /// Killed (the whole process group) after this many milliseconds.
-    #[serde(default)]
-    pub timeout_ms: Option<u64>,
-    /// Bytes of each of stdout and stderr forwarded; the rest is read and dropped.
-    #[serde(default)]
-    pub output_cap: Option<u64>,
+/// Writes a channel header, within the limit of its channel.
+pub async fn write_request<W>(w: &mut W, req: &Request) -> Result<(), ProtoError>
+where
+    W: AsyncWrite + Unpin,
+{
+    write_limited(w, req, req.header_limit()).await
 }
 
-/// Why an exec's command line cannot be sent or run (see [`ExecRequest::check_size`]).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ExecTooLarge {
-    #[error(
-        "the command and env take {0} bytes (each argument and each KEY=VALUE counted with a \
-         terminating NUL); at most {MAX_EXEC_ARGS_LEN} bytes (1 MiB) are accepted"
-    )]
-    Total(usize),
-    #[error(
-        "argument {index} of the command is {len} bytes; Linux runs no command with an argument \
-         over {max} bytes: pass a long script on stdin instead (for example command [\"sh\"] \
-         with the script as stdin)",
-        max = MAX_EXEC_ARG_LEN - 1
-    )]
-    Argument { index: usize, len: usize },
-    #[error(
-        "env variable {name:?} is {len} bytes as KEY=VALUE; Linux runs no command with a \
-         variable over {max} bytes",
-        max = MAX_EXEC_ARG_LEN - 1
-    )]
-    EnvVar { name: String, len: usize },
-    #[error("cwd of {0} bytes is longer than {MAX_PATH_LEN} bytes")]
-    Cwd(usize),
+/// Reads a channel header of at most [`MAX_HEADER_LEN`] bytes, whatever the channel: how the
+/// server reads the headers of the channels sandboxd opens.
+pub async fn read_request<R: AsyncRead + Unpin>(r: &mut R) -> Result<Request, ProtoError> {
+    let body = read_message_body(r).await?;
+    Request::parse(&body)
 }
 
-impl ExecTooLarge {
-    /// The request field it is about.
-    pub fn field(&self) -> &'static str {
-        match self {
-            ExecTooLarge::Total(_) | ExecTooLarge::Argument { .. } => "command",
-            ExecTooLarge::EnvVar { .. } => "env",
-            ExecTooLarge::Cwd(_) => "cwd",
-        }
+/// Reads a channel header the server sent, as sandboxd does: an `exec`, process start or
+/// terminal open header (each may carry the agent's env) may take up to
+/// [`MAX_EXEC_HEADER_LEN`] bytes, every other one [`MAX_HEADER_LEN`].
+///
+/// Only this direction gets the larger limit. The limits matter most to the server: a sandbox
+/// may be in hostile hands (root in its container can stand in for sandboxd), so what the server
+/// reads from it (replies, and the headers of `hello` and `activity`) stays within
+/// [`MAX_HEADER_LEN`]. sandboxd runs whatever the server asks of it anyway; the limit here only
+/// stops a broken server, and a few megabytes for one header is not worth refusing real
+/// commands for. The size of every header is checked against its channel's limit once it
+/// is parsed, so the file channels keep the small one.
+pub async fn read_server_request<R: AsyncRead + Unpin>(r: &mut R) -> Result<Request, ProtoError> {
+    let body = read_body(r, MAX_EXEC_HEADER_LEN).await?;
+    let req = Request::parse(&body)?;
+    let limit = req.header_limit();
+    if body.len() > limit {
+        return Err(ProtoError::HeaderTooLarge {
+            len: body.len(),
+            limit,
+        });
     }
-}
-
-impl ExecRequest {
-    /// Checks the command line against the limits above, returning the bytes it counts.
-    ///
-    /// Both sides check: the server to answer with a reason before anything reaches the
-    /// sandbox, sandboxd because its header limit is only large enough for requests that pass.
-    pub fn check_size(&self) -> Result<usize, ExecTooLarge> {
-        let mut total = 0usize;
-        for (index, arg) in self.command.iter().enumerate() {
-            let len = arg.len() + 1;
-            if len > MAX_EXEC_ARG_LEN {
-                return Err(ExecTooLarge::Argument {
-                    index,
-                    len: arg.len(),
-                });
-            }
-            total += len;
-        }
-        for (k, v) in &self.env {
-            let len = k.len() + 1 + v.len() + 1;
-            if len > MAX_EXEC_ARG_LEN {
-                return Err(ExecTooLarge::EnvVar {
-                    name: truncate(k, 64),
-                    len: len - 1,
-                });
-            }
-            total += len;
-        }
-        if total > MAX_EXEC_ARGS_LEN {
-            return Err(ExecTooLarge::Total(total));
-        }
-        match &self.cwd {
-            Some(cwd) if cwd.len() > MAX_PATH_LEN => Err(ExecTooLarge::Cwd(cwd.len())),
-            _ => Ok(total),
-        }
-    }
-}
-
-/// How an `exec` ended, sent as the last frame.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
-#[serde(rename_all = "camelCase")]
-pub struct ExecExit {
-    /// The exit code; `128 + signal` when a signal ended it, -1 when it could not be started.
-    pub exit_code: i32,
-    pub timed_out: bool,
-    pub duration_ms: u64,
-    pub truncated: bool,
-}
-
-/// The acceptor's answer to a header.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(rename_all = "lowercase")]
-pub enum Reply {
-    Ok(serde_json::Value),
-    Error(ChannelError),
-}
-
-impl Reply {
-    pub fn ok() -> Reply {
-        Reply::Ok(serde_json::Value::Object(Default::default()))
-    }
-
-    pub fn ok_with<T: Serialize>(value: &T) -> Reply {
-        Reply::Ok(serde_json::to_value(value).unwrap_or(serde_json::Value::Null))
-    }
-
-    /// The `ok` payload, or the peer's error.
-    pub fn into_result(self) -> Result<serde_json::Value, ChannelError> {
-        match self {
-            Reply::Ok(v) => Ok(v),
-            Reply::Error(e) => Err(e),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum ErrorCode {
-    NotFound,
-    Invalid,
-    IsDir,
-    NotDir,
-    Exists,
-    PermissionDenied,
-    TooLarge,
-    UnknownChannel,
-    Unauthorized,
-    Io,
-    /// A limit on concurrent use was reached (viewers of a terminal, terminal sessions).
-    Busy,
-    /// The sandbox's disk is full (its home's limit, or `/tmp`'s).
-    NoSpace,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, thiserror::Error)]
-#[error("{message}")]
-pub struct ChannelError {
-    pub code: ErrorCode,
-    pub message: String,
-}
-
-impl ChannelError {
-    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        ChannelError {
-            code,
-            message: message.into(),
-        }
-    }
-
-    /// Maps an I/O error on `what` to the code a client can act on.
-    pub fn from_io(err: &std::io::Error, what: &str) -> Self {
-        use std::io::ErrorKind as K;
-        let code = match err.kind() {
-            K::NotFound => ErrorCode::NotFound,
-            K::PermissionDenied => ErrorCode::PermissionDenied,
-            K::AlreadyExists => ErrorCode::Exists,
-            K::IsADirectory => ErrorCode::IsDir,
-            K::NotADirectory => ErrorCode::NotDir,
-            K::DirectoryNotEmpty => ErrorCode::Invalid,
-            K::InvalidInput | K::InvalidFilename => ErrorCode::Invalid,
-            K::FileTooLarge => ErrorCode::TooLarge,
-            K::StorageFull | K::QuotaExceeded => ErrorCode::NoSpace,
-            _ => ErrorCode::Io,
-        };
-        ChannelError::new(code, format!("{what}: {err}"))
-    }
+    Ok(req)
 }
 
 /// Sends `header` on a fresh stream and waits for the reply, returned as the channel's own

@@ -4,12 +4,10 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec};
 
-use crate::channel::ExecExit;
+use crate::exec::ExecExit;
 use crate::header::ProtoError;
+use crate::limits::MAX_FRAME_LEN;
 use crate::process::ProcessInfo;
-
-/// Largest frame payload accepted, in bytes.
-pub const MAX_FRAME_LEN: usize = 1024 * 1024;
 
 /// A message inside the `exec`, `activity` and `terminal.open` channels.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,29 +1,14 @@
 //! Channel headers and replies on the wire: a big-endian `u32` length followed by that many
 //! bytes of JSON. Lengths are checked before anything is allocated, so a hostile peer cannot make
 //! either side buffer more than [`MAX_HEADER_LEN`] bytes. The one exception is the `exec` header
-//! as sandboxd reads it ([`read_server_request`], [`MAX_EXEC_HEADER_LEN`]): it carries a whole
-//! command line, and only the server sends it.
+//! as sandboxd reads it ([`crate::read_server_request`], [`crate::MAX_EXEC_HEADER_LEN`]): it
+//! carries a whole command line, and only the server sends it.
 
 use serde::{de::DeserializeOwned, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::channel::{ChannelError, ErrorCode, Request};
-use crate::frame::MAX_FRAME_LEN;
-
-/// Largest header or reply accepted, in bytes (for `exec` headers see [`MAX_EXEC_HEADER_LEN`]).
-pub const MAX_HEADER_LEN: usize = 64 * 1024;
-/// Most bytes an exec's command and environment may take together, counted the way `execve`
-/// counts them: every argument and every `KEY=VALUE`, each with its terminating NUL.
-pub const MAX_EXEC_ARGS_LEN: usize = 1024 * 1024;
-/// Longest single argument or `KEY=VALUE`, with its NUL: Linux's `MAX_ARG_STRLEN` (32 pages of
-/// 4 KiB). `execve` refuses a longer one with `E2BIG` whatever the total, so it is refused up
-/// front with a reason instead of failing as exit code 126.
-pub const MAX_EXEC_ARG_LEN: usize = 128 * 1024;
-/// Largest `exec` header, in bytes. JSON may spend 6 bytes on one (`\u0001`) and 3 to 8 on the
-/// quotes and commas around each string, which the NUL each one is counted with covers 6 times
-/// over; so any request [`crate::ExecRequest::check_size`] accepts fits, with [`MAX_HEADER_LEN`] to
-/// spare for `cwd` (at most [`crate::MAX_PATH_LEN`] bytes) and the other fields.
-pub const MAX_EXEC_HEADER_LEN: usize = 6 * MAX_EXEC_ARGS_LEN + MAX_HEADER_LEN;
+use crate::limits::{MAX_FRAME_LEN, MAX_HEADER_LEN};
+use crate::reply::{ChannelError, ErrorCode};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProtoError {
@@ -70,15 +55,7 @@ where
     write_limited(w, msg, MAX_HEADER_LEN).await
 }
 
-/// Writes a channel header, within the limit of its channel.
-pub async fn write_request<W>(w: &mut W, req: &Request) -> Result<(), ProtoError>
-where
-    W: AsyncWrite + Unpin,
-{
-    write_limited(w, req, req.header_limit()).await
-}
-
-async fn write_limited<W, T>(w: &mut W, msg: &T, limit: usize) -> Result<(), ProtoError>
+pub(crate) async fn write_limited<W, T>(w: &mut W, msg: &T, limit: usize) -> Result<(), ProtoError>
 where
     W: AsyncWrite + Unpin,
     T: Serialize,
@@ -104,7 +81,10 @@ pub async fn read_message_body<R: AsyncRead + Unpin>(r: &mut R) -> Result<Vec<u8
     read_body(r, MAX_HEADER_LEN).await
 }
 
-async fn read_body<R: AsyncRead + Unpin>(r: &mut R, limit: usize) -> Result<Vec<u8>, ProtoError> {
+pub(crate) async fn read_body<R: AsyncRead + Unpin>(
+    r: &mut R,
+    limit: usize,
+) -> Result<Vec<u8>, ProtoError> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len).await {
         Ok(_) => {}
@@ -131,35 +111,4 @@ where
 {
     let body = read_message_body(r).await?;
     serde_json::from_slice(&body).map_err(|e| ProtoError::Malformed(e.to_string()))
-}
-
-/// Reads a channel header of at most [`MAX_HEADER_LEN`] bytes, whatever the channel: how the
-/// server reads the headers of the channels sandboxd opens.
-pub async fn read_request<R: AsyncRead + Unpin>(r: &mut R) -> Result<Request, ProtoError> {
-    let body = read_message_body(r).await?;
-    Request::parse(&body)
-}
-
-/// Reads a channel header the server sent, as sandboxd does: an `exec`, process start or
-/// terminal open header (each may carry the agent's env) may take up to
-/// [`MAX_EXEC_HEADER_LEN`] bytes, every other one [`MAX_HEADER_LEN`].
-///
-/// Only this direction gets the larger limit. The limits matter most to the server: a sandbox
-/// may be in hostile hands (root in its container can stand in for sandboxd), so what the server
-/// reads from it (replies, and the headers of `hello` and `activity`) stays within
-/// [`MAX_HEADER_LEN`]. sandboxd runs whatever the server asks of it anyway; the limit here only
-/// stops a broken server, and a few megabytes for one header is not worth refusing real
-/// commands for. The size of every header is checked against its channel's limit once it
-/// is parsed, so the file channels keep the small one.
-pub async fn read_server_request<R: AsyncRead + Unpin>(r: &mut R) -> Result<Request, ProtoError> {
-    let body = read_body(r, MAX_EXEC_HEADER_LEN).await?;
-    let req = Request::parse(&body)?;
-    let limit = req.header_limit();
-    if body.len() > limit {
-        return Err(ProtoError::HeaderTooLarge {
-            len: body.len(),
-            limit,
-        });
-    }
-    Ok(req)
 }

@@ -4,33 +4,40 @@
 //!
 //! sandboxd dials the server over a WebSocket ([`wsio`] makes its messages a byte stream) that
 //! carries a yamux session ([`mux`]); every yamux stream is one channel, opened by a header and
-//! answered by a reply ([`header`]). [`channel`] declares every channel once, with the types of
-//! its header and reply; [`frame`] is the framing some channels use once open; [`boot`] is what
-//! the server hands a sandbox before it starts.
+//! answered by a [`reply`], both framed as [`header`] says. [`channel`] declares every channel
+//! once, with the types of its header and reply ([`exec`] and [`process`] hold the larger ones,
+//! [`session_id`] the ids of terminal sessions and processes); [`frame`] is the framing some
+//! channels use once open; [`boot`] is what the server hands a sandbox before it starts.
 //!
-//! Every length is checked before anything is allocated, and every check has a test that plays
-//! a hostile peer (`tests.rs`).
+//! Every length is checked before anything is allocated ([`limits`] holds those more than one
+//! module checks), and every check has a test that plays a hostile peer (`tests.rs`).
 
 pub mod boot;
 pub mod channel;
+pub mod exec;
 pub mod frame;
 pub mod header;
+pub mod limits;
 pub mod mux;
 pub mod process;
+pub mod reply;
+pub mod session_id;
 pub mod wsio;
 
 pub use channel::*;
-pub use frame::{Frame, FrameCodec, DATA_CHUNK, MAX_FRAME_LEN};
+pub use exec::{ExecExit, ExecRequest, ExecTooLarge};
+pub use frame::{Frame, FrameCodec, DATA_CHUNK};
 pub use header::*;
+pub use limits::*;
 pub use process::{
     ProcessGet, ProcessInfo, ProcessList, ProcessOutput, ProcessRemove, ProcessSignal,
     ProcessStart, ProcessState, ProcessStdin, ProcessWait, ProcessWatch,
 };
+pub use reply::{ChannelError, ErrorCode, Reply};
+pub use session_id::{is_session_id, SESSION_ID_ALPHABET, SESSION_ID_LEN};
 
 /// The agent's home, as paths in the API and inside the sandbox name it.
 pub const LOGICAL_HOME: &str = "/home/agent";
-/// Longest path accepted, in bytes (Linux's `PATH_MAX`).
-pub const MAX_PATH_LEN: usize = 4096;
 /// The protocol's version, which sandboxd reports at hello.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 

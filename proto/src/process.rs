@@ -7,7 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::channel::ExecRequest;
+use crate::exec::ExecRequest;
+use crate::session_id::is_session_id;
 
 /// Longest tag, in bytes.
 pub const MAX_TAG_LEN: usize = 64;
@@ -72,7 +73,7 @@ impl ProcessInfo {
     /// The report as sandboxd makes it, or `None` when it cannot be one: what the server does
     /// with every report, since sandboxd is a program inside the sandbox.
     pub fn sanitized(mut self) -> Option<ProcessInfo> {
-        if !crate::is_session_id(&self.id) {
+        if !is_session_id(&self.id) {
             return None;
         }
         self.command = shown_command(&self.command);

@@ -19,7 +19,8 @@ use crate::dial::{self, DialError, Target};
 use crate::sandbox::Sandbox;
 use crate::serve;
 
-pub use crate::sandbox::{CpuScope, SandboxOptions};
+pub use crate::cpu::CpuScope;
+pub use crate::sandbox::SandboxOptions;
 
 /// How long the server may take to answer a hello or a ping.
 pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);

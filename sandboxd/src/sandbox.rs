@@ -10,22 +10,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::account::{Account, UnknownUser};
-use crate::channels::activity::CpuMeter;
+use crate::cpu::{CpuMeter, CpuScope};
 use crate::fsid::FsIdentity;
 use crate::paths::PathMap;
 use crate::process::Processes;
 use crate::procs::ProcessTable;
 use crate::terminal::Terminals;
 use crate::uploads::Uploads;
-
-/// Whose CPU time the `activity` channel reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CpuScope {
-    /// Everything in the container: the cgroup's `cpu.stat`, else every process in `/proc`.
-    Container,
-    /// Only the processes sandboxd started (the fake driver, on a shared host).
-    Descendants,
-}
 
 #[derive(Debug, Clone)]
 pub struct SandboxOptions {

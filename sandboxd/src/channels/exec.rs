@@ -8,9 +8,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use agenthold_proto::mux::MuxStream;
-use agenthold_proto::{
-    ChannelError, ErrorCode, ExecExit, ExecRequest, Frame, FrameCodec, Reply, DATA_CHUNK,
-};
+use agenthold_proto::{ExecExit, ExecRequest, Frame, FrameCodec, Reply, DATA_CHUNK};
 use bytes::Bytes;
 use futures::StreamExt;
 use nix::sys::signal::{killpg, Signal};
@@ -20,69 +18,15 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
-use super::{env, frame_writer, refuse, reply, FrameTx};
+use super::{frame_writer, refuse, reply, FrameTx};
 use crate::duplex::{self, ReadHalf, ResetProbe};
 use crate::sandbox::Sandbox;
+use crate::spawn::{pre_exec, prepare, Prepared};
 
 /// How long output may keep flowing after the group is gone, from processes that left it but
 /// still hold the pipes.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 const SIGKILL_EXIT: i32 = 128 + 9;
-
-/// Where a command runs and what environment it gets, checked.
-pub struct Prepared {
-    pub cwd: std::path::PathBuf,
-    pub env: Vec<(String, String)>,
-}
-
-/// Checks a command line, its cwd and env the way every command of the sandbox is checked.
-pub(crate) fn prepare(sb: &Sandbox, req: &ExecRequest) -> Result<Prepared, ChannelError> {
-    let invalid = |m: String| ChannelError::new(ErrorCode::Invalid, m);
-    match req.command.first() {
-        None => return Err(invalid("the command is empty".into())),
-        Some(c) if c.is_empty() => return Err(invalid("the command name is empty".into())),
-        _ => {}
-    }
-    // The server checks this too; a request that skipped it gets the reason here, not a late
-    // E2BIG as exit code 126 (the header limit alone counts JSON, not what execve takes).
-    req.check_size()
-        .map_err(|e| ChannelError::new(ErrorCode::TooLarge, e.to_string()))?;
-    if req.command.iter().any(|a| a.contains('\0')) {
-        return Err(invalid("command arguments cannot contain NUL".into()));
-    }
-    for (k, v) in &req.env {
-        if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
-            return Err(invalid(format!("invalid environment variable {k:?}")));
-        }
-    }
-    let cwd = match &req.cwd {
-        Some(c) => {
-            let r = sb.paths().resolve(c)?;
-            match std::fs::metadata(&r.physical) {
-                Ok(m) if m.is_dir() => r.physical,
-                Ok(_) => {
-                    return Err(ChannelError::new(
-                        ErrorCode::NotDir,
-                        format!(
-                            "working directory {} is not a directory",
-                            r.logical.display()
-                        ),
-                    ))
-                }
-                Err(e) => {
-                    return Err(ChannelError::from_io(
-                        &e,
-                        &format!("working directory {}", r.logical.display()),
-                    ))
-                }
-            }
-        }
-        None => sb.options().home.clone(),
-    };
-    let mut env = env::base(sb);
-    env.extend(req.env.iter().cloned());
-    Ok(Prepared { cwd, env })
-}
 
 fn command(sb: &Sandbox, req: &ExecRequest, p: &Prepared) -> Command {
     let mut cmd = Command::new(&req.command[0]);
@@ -96,13 +40,13 @@ fn command(sb: &Sandbox, req: &ExecRequest, p: &Prepared) -> Command {
         .stderr(Stdio::piped());
     let account = sb.account();
     let switch = account.needs_switch();
-    let (uid, gid, groups) = (account.uid, account.gid, env::gids(account));
+    let (uid, gid, groups) = (account.uid, account.gid, pre_exec::gids(account));
     // SAFETY: the closure only makes async-signal-safe calls and allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
-            env::default_signals()?;
+            pre_exec::default_signals()?;
             if switch {
-                env::drop_privileges(uid, gid, &groups)?;
+                pre_exec::drop_privileges(uid, gid, &groups)?;
             }
             Ok(())
         });

@@ -6,8 +6,6 @@ pub mod fs;
 pub mod process;
 pub mod terminal;
 
-pub(crate) mod env;
-
 use agenthold_proto::{self as proto, ChannelError, Frame, FrameCodec, ProtoError, Reply};
 use futures::SinkExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt};

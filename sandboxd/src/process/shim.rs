@@ -24,8 +24,8 @@ use nix::sys::signal::{kill, signal, SigHandler, SigSet, SigmaskHow, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
-use crate::channels::env;
 use crate::procs;
+use crate::spawn::pre_exec;
 
 /// The first argument that makes sandboxd (or agenthold) a shim.
 pub const SHIM_ARG: &str = "__agenthold-process-shim";
@@ -206,9 +206,9 @@ fn main(args: Vec<String>) -> i32 {
     // SAFETY: the closure only makes async-signal-safe calls and allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
-            env::default_signals()?;
+            pre_exec::default_signals()?;
             if let Some((uid, gid, _)) = account {
-                env::drop_privileges(uid, gid, &groups)?;
+                pre_exec::drop_privileges(uid, gid, &groups)?;
             }
             Ok(())
         });

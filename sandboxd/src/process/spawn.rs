@@ -15,10 +15,9 @@ use tokio::net::unix::pipe;
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 
 use super::shim::{Ended, ShimArgs, StatusLine};
-use crate::channels::env;
-use crate::channels::exec::Prepared;
 use crate::procs;
 use crate::sandbox::Sandbox;
+use crate::spawn::{pre_exec, Prepared};
 
 /// How long a shim may take to say its command runs.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -71,16 +70,16 @@ pub async fn launch(
             launch_shim(shim, command, p, account, stdin()).await
         }
         None => {
-            let (uid, gid, groups) = (account.uid, account.gid, env::gids(account));
+            let (uid, gid, groups) = (account.uid, account.gid, pre_exec::gids(account));
             let mut cmd = Command::new(&command[0]);
             cmd.args(&command[1..]);
             configure(&mut cmd, p, stdin());
             // SAFETY: the closure only makes async-signal-safe calls and allocates nothing.
             unsafe {
                 cmd.pre_exec(move || {
-                    env::default_signals()?;
+                    pre_exec::default_signals()?;
                     if switch {
-                        env::drop_privileges(uid, gid, &groups)?;
+                        pre_exec::drop_privileges(uid, gid, &groups)?;
                     }
                     Ok(())
                 });

@@ -15,8 +15,8 @@ use super::log::{OutputLog, Stream};
 use super::shim::Ended;
 use super::spawn::{self, Launched, Start};
 use super::{cancelled, Process, Processes, State};
-use crate::channels::exec::prepare;
 use crate::sandbox::Sandbox;
+use crate::spawn::prepare;
 use crate::terminal::{new_id, session::now_ms};
 
 /// How long output may keep coming after the tree is gone (nothing should hold the pipes

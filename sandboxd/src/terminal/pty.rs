@@ -17,8 +17,8 @@ use nix::unistd::Pid;
 use tokio::io::unix::AsyncFd;
 use tokio::process::{Child, Command};
 
-use crate::channels::env;
 use crate::sandbox::Sandbox;
+use crate::spawn::{env, pre_exec};
 
 pub const DEFAULT_TERM: &str = "xterm-256color";
 /// How long a hung-up shell gets to exit before its session is killed.
@@ -103,18 +103,18 @@ pub fn spawn_shell(
             Some(nix::unistd::Gid::from_raw(account.gid)),
         )?;
     }
-    let (uid, gid, groups) = (account.uid, account.gid, env::gids(account));
+    let (uid, gid, groups) = (account.uid, account.gid, pre_exec::gids(account));
     // SAFETY: the closure only makes async-signal-safe calls and allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
-            env::default_signals()?;
+            pre_exec::default_signals()?;
             nix::unistd::setsid()?;
             // Stdin is the terminal by now: make it our controlling terminal.
             if libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
             if switch {
-                env::drop_privileges(uid, gid, &groups)?;
+                pre_exec::drop_privileges(uid, gid, &groups)?;
             }
             Ok(())
         });

@@ -1,25 +1,9 @@
-//! The environment shells and commands start with: nothing inherited from sandboxd.
+//! What runs in a child between fork and exec (`CommandExt::pre_exec`): its signals back to their
+//! defaults, and the switch to the account. Only async-signal-safe calls: the child of a
+//! multi-threaded process must not allocate or take a lock another thread may have held at the
+//! fork.
 
 use crate::account::Account;
-use crate::sandbox::Sandbox;
-
-pub const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-
-/// The account's own variables, then the ones the server hands every program (boot.json's
-/// `env`: the egress proxy's).
-pub fn base(sb: &Sandbox) -> Vec<(String, String)> {
-    let (account, home) = (sb.account(), &sb.options().home);
-    let mut env = vec![
-        ("HOME".into(), home.to_string_lossy().into_owned()),
-        ("USER".into(), account.name.clone()),
-        ("LOGNAME".into(), account.name.clone()),
-        ("SHELL".into(), account.shell.to_string_lossy().into_owned()),
-        ("PATH".into(), PATH.into()),
-        ("LANG".into(), "C.UTF-8".into()),
-    ];
-    env.extend(sb.options().env.iter().map(|(k, v)| (k.clone(), v.clone())));
-    env
-}
 
 /// Runs in the child between fork and exec: switch to the account for good.
 ///
@@ -54,6 +38,7 @@ pub fn default_signals() -> std::io::Result<()> {
     Ok(())
 }
 
+/// The account's groups as [`drop_privileges`] takes them, built before the fork.
 pub fn gids(account: &Account) -> Vec<nix::unistd::Gid> {
     account
         .groups
