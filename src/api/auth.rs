@@ -142,6 +142,17 @@ pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
+/// Whether the request carries `server.metrics_token`, which opens this route and nothing else.
+pub fn is_scraper(st: &AppState, path: &str, headers: &HeaderMap) -> bool {
+    if path != crate::metrics::PATH {
+        return false;
+    }
+    let Some(token) = st.config.server.metrics_token.as_deref() else {
+        return false;
+    };
+    bearer_token(headers).is_some_and(|t| verify_token(t, &hash_token(token)))
+}
+
 pub fn session_cookie(headers: &HeaderMap) -> Option<String> {
     headers
         .get_all(header::COOKIE)
@@ -176,7 +187,7 @@ pub async fn guard(
         return next.run(req).await;
     }
     // A scraper's token opens /metrics and nothing else.
-    if super::metrics::is_scraper(&state, req.uri().path(), req.headers()) {
+    if is_scraper(&state, req.uri().path(), req.headers()) {
         return next.run(req).await;
     }
     match state.auth.credential(req.headers()) {

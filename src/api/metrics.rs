@@ -1,25 +1,13 @@
 //! `GET /metrics`: the Prometheus scrape (see [`crate::metrics`]), on the API listener.
 
 use axum::extract::State;
-use axum::http::{header, HeaderMap};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
 use super::AppState;
 use crate::metrics::Snapshot;
 use crate::model::AgentState;
-use crate::store::{hash_token, verify_token};
-
-/// Whether the request carries `server.metrics_token`, which opens this route and nothing else.
-pub fn is_scraper(st: &AppState, path: &str, headers: &HeaderMap) -> bool {
-    if path != crate::metrics::PATH {
-        return false;
-    }
-    let Some(token) = st.config.server.metrics_token.as_deref() else {
-        return false;
-    };
-    super::auth::bearer_token(headers).is_some_and(|t| verify_token(t, &hash_token(token)))
-}
 
 pub async fn metrics(State(st): State<AppState>) -> Result<Response, ApiError> {
     let agents = st

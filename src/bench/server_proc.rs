@@ -24,6 +24,15 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// The made-up name of the benchmark's test servers (`sandbox.egress.resolve` maps it to
+/// 127.0.0.1).
+pub const EGRESS_NAME: &str = "bench.test";
+
+/// `sandbox.process_output_kb` of the benchmark's server: the most there is (1 GiB), so a
+/// follower of the biggest output measured here is never skipped ahead (see the processes case).
+/// Kept on the sandbox's disk, not in memory, and only by processes that write that much.
+pub const OUTPUT_KIB: u64 = agenthold_proto::process::MAX_OUTPUT / 1024;
+
 /// Writes the benchmark server's config into `dir`.
 pub fn write_config(dir: &Path, prefix: &str, image: &str) -> anyhow::Result<(PathBuf, String)> {
     let api = free_port()?;
@@ -34,8 +43,8 @@ pub fn write_config(dir: &Path, prefix: &str, image: &str) -> anyhow::Result<(Pa
          process_output_kb: {process_kib}\n  \
          tunnel_listen: 0.0.0.0:{tunnel}\n  egress:\n    port: 0\n    dns_port: 0\n    resolve: {{{name}: 127.0.0.1}}\n  docker:\n    name_prefix: {prefix}\n    network_pool: 10.214.0.0/16\n",
         data = dir.join("data").display(),
-        name = super::cases::egress::NAME,
-        process_kib = super::cases::processes::OUTPUT_KIB,
+        name = EGRESS_NAME,
+        process_kib = OUTPUT_KIB,
     );
     let path = dir.join("config.yaml");
     std::fs::write(&path, yaml)?;

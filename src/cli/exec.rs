@@ -8,12 +8,11 @@ use futures::StreamExt;
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::client::ApiClient;
+use super::exit_code::EXIT_TIMED_OUT;
 use super::types::ExecEvent;
 use crate::api::types::process::StartProcess;
 use crate::api::types::{ExecBody, ExecExit, OutputStream};
 
-/// What coreutils `timeout` exits with, so scripts can tell a timeout from a failure.
-pub const EXIT_TIMED_OUT: i32 = 124;
 /// What a shell reports for a writer killed by SIGPIPE (`exec … | head`).
 const EXIT_BROKEN_PIPE: i32 = 128 + 13;
 

@@ -6,6 +6,7 @@ mod cp;
 mod egress;
 mod error;
 mod exec;
+mod exit_code;
 mod lines;
 mod output;
 mod process_client;

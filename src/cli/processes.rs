@@ -9,7 +9,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use super::client::ApiClient;
 use super::error::ClientError;
-use super::exec::EXIT_TIMED_OUT;
+use super::exit_code::EXIT_TIMED_OUT;
 use super::output::{plain_table, render};
 use super::process_client::OutputEvent;
 use crate::api::output_lines::line_bytes;

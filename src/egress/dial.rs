@@ -39,7 +39,7 @@ impl Destination {
             .and_then(|h| h.strip_suffix(']'))
             .unwrap_or(host);
         let host = match host.parse::<IpAddr>() {
-            Ok(addr) => super::canonical(addr).to_string(),
+            Ok(addr) => addr.to_canonical().to_string(),
             Err(_) => normalize_name(host)?,
         };
         Some(Destination { host, port })
@@ -217,7 +217,7 @@ impl Dialer {
         let found = tokio::time::timeout(self.connect_timeout, lookup)
             .await
             .map_err(|_| timed_out())??;
-        Ok(found.map(|a| super::canonical(a.ip())).collect())
+        Ok(found.map(|a| a.ip().to_canonical()).collect())
     }
 
     async fn connect(&self, addr: SocketAddr) -> Result<TcpStream, Refusal> {

@@ -17,7 +17,7 @@ pub use event::EgressEvent;
 pub use open::Connections;
 pub use proxy::{Proxy, ProxySettings, Sandboxes};
 pub use reach::{is_own, is_public, reachable};
-pub use rule::{canonical, normalize_name, Rule, RuleError};
+pub use rule::{normalize_name, Rule, RuleError};
 pub use rules::{EgressRules, NameVerdict, Verdict, MAX_RULES};
 pub use sni::client_hello;
 

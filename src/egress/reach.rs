@@ -6,13 +6,11 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
 
-use super::rule::canonical;
-
 /// Whether `addr` is an address of the public internet: not loopback, private, shared (CGNAT),
 /// link-local, multicast, broadcast, unspecified, reserved, nor an
 /// IPv6 form of one of those.
 pub fn is_public(addr: IpAddr) -> bool {
-    match canonical(addr) {
+    match addr.to_canonical() {
         IpAddr::V4(v4) => is_public_v4(v4),
         IpAddr::V6(v6) => is_public_v6(v6),
     }
@@ -100,7 +98,7 @@ fn blocks(list: &'static [&'static str]) -> impl Iterator<Item = IpNet> {
 /// So a wide range means what `*` means, and only a rule as narrow as the private range it
 /// opens opens it.
 pub fn names_on_purpose(net: &IpNet, addr: IpAddr) -> bool {
-    let addr = canonical(addr);
+    let addr = addr.to_canonical();
     if !net.contains(&addr) {
         return false;
     }
@@ -121,14 +119,14 @@ pub fn names_on_purpose(net: &IpNet, addr: IpAddr) -> bool {
 /// operator may have put in a public range), and not one of this host's own addresses (a host
 /// with a public address would otherwise hand a sandbox its own API).
 pub fn reachable(addr: IpAddr, never: &[IpNet]) -> bool {
-    let addr = canonical(addr);
+    let addr = addr.to_canonical();
     is_public(addr) && !never.iter().any(|n| n.contains(&addr)) && !is_own(addr)
 }
 
 /// Whether `addr` is an address of one of this host's interfaces (or loopback), read at each
 /// call: addresses come and go. Unreadable counts as own, so a failure refuses.
 pub fn is_own(addr: IpAddr) -> bool {
-    let addr = canonical(addr);
+    let addr = addr.to_canonical();
     if addr.is_loopback() || addr.is_unspecified() {
         return true;
     }
@@ -143,7 +141,7 @@ pub fn is_own(addr: IpAddr) -> bool {
         } else {
             return false;
         };
-        canonical(found) == addr
+        found.to_canonical() == addr
     })
 }
 

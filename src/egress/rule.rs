@@ -8,7 +8,8 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
-use super::rules::MAX_RULE_LEN;
+/// A host name (253) plus `:65535`, and room for a wildcard's `*.`.
+pub const MAX_RULE_LEN: usize = 261;
 
 /// What a rule names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -206,7 +207,7 @@ impl Rule {
         self.port_matches(port)
             && match &self.target {
                 Target::Any => true,
-                Target::Net(net) => net.contains(&canonical(addr)),
+                Target::Net(net) => net.contains(&addr.to_canonical()),
                 Target::Name(_) | Target::Below(_) => false,
             }
     }
@@ -246,14 +247,6 @@ impl Rule {
             port: None,
         }
         .matches_name(name, 0)
-    }
-}
-
-/// An IPv4 address written as IPv6 (`::ffff:10.0.0.1`) is that IPv4 address.
-pub fn canonical(addr: IpAddr) -> IpAddr {
-    match addr {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(addr, IpAddr::V4),
-        v4 => v4,
     }
 }
 

@@ -17,8 +17,6 @@ use super::rule::Rule;
 
 /// Most rules in one list (`allow` or `deny`): a rule is matched on every connection.
 pub const MAX_RULES: usize = 256;
-/// A host name (253) plus `:65535`, and room for a wildcard's `*.`.
-pub const MAX_RULE_LEN: usize = 261;
 
 /// An agent's `egress`: what its sandbox may reach through the server.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

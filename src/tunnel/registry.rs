@@ -43,12 +43,6 @@ pub struct Registry {
     max_streams: usize,
 }
 
-impl Default for Registry {
-    fn default() -> Self {
-        Registry::new(crate::config::SandboxConfig::default().max_streams_per_agent)
-    }
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum TunnelError {
     #[error("the sandbox did not connect within {0:?}")]

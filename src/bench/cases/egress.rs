@@ -16,9 +16,7 @@ use crate::bench::target::Bound;
 use crate::cli::ExecBody;
 use crate::egress::EgressRules;
 
-/// The made-up name of the benchmark's test servers (`sandbox.egress.resolve` maps it to
-/// 127.0.0.1).
-pub const NAME: &str = "bench.test";
+use crate::bench::server_proc::EGRESS_NAME as NAME;
 
 /// Bash functions for the sandbox (the image need have nothing but bash): `proxy_addr` reads
 /// `$HTTP_PROXY`, `head` skips an answer's headers on fd 3, `get ADDR PORT TARGET HOST` downloads

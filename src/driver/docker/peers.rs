@@ -19,7 +19,7 @@ impl DockerDriver {
 
     /// The agent whose sandbox is at `peer`, with the server's address on its network.
     pub(super) async fn agent_from(&self, peer: IpAddr) -> Option<(String, IpAddr)> {
-        let IpAddr::V4(peer) = crate::egress::canonical(peer) else {
+        let IpAddr::V4(peer) = peer.to_canonical() else {
             return None;
         };
         if !self.cfg.network_pool.contains(&peer) {
@@ -35,10 +35,8 @@ impl DockerDriver {
 
     /// The agent whose sandbox at `peer` reached the server's address `local` on its network.
     pub(super) async fn agent_at(&self, local: IpAddr, peer: IpAddr) -> Option<String> {
-        let (IpAddr::V4(local), IpAddr::V4(peer)) = (
-            crate::egress::canonical(local),
-            crate::egress::canonical(peer),
-        ) else {
+        let (IpAddr::V4(local), IpAddr::V4(peer)) = (local.to_canonical(), peer.to_canonical())
+        else {
             return None;
         };
         // Anyone may knock (the proxy listens where the tunnel does): only the agent networks

@@ -17,11 +17,6 @@ use crate::api::types::process::{Process, StartProcess};
 use crate::bench::stats::Row;
 use crate::cli::ApiClient;
 
-/// `sandbox.process_output_kb` of the benchmark's server: the most there is (1 GiB), so a
-/// follower of the biggest output measured here is never skipped ahead (see [`follow::following`]).
-/// Kept on the sandbox's disk, not in memory, and only by processes that write that much.
-pub const OUTPUT_KIB: u64 = agenthold_proto::process::MAX_OUTPUT / 1024;
-
 pub async fn processes(cx: &mut Ctx<'_>, id: &str) -> anyhow::Result<Vec<Row>> {
     let client = cx.server.client.clone();
     let mut started: Vec<String> = Vec::new();
