@@ -41,8 +41,9 @@ struct Followed {
 /// MiB: counting the gaps as delivered would report the writer's speed as the follower's, and
 /// counting only what arrived would time a race of a few MiB against the writer. So the
 /// benchmark's server keeps the most output there is
-/// ([`crate::bench::server_proc::OUTPUT_KIB`], 1 GiB) and the output does not outrun the follower: the figure is the data bytes the follower received per second,
-/// from before the POST to the exit line, gap bytes not counted. At a full 1 GiB the log's
+/// ([`crate::bench::server_proc::OUTPUT_KIB`], 1 GiB) and the output does not outrun the
+/// follower: the figure is the data bytes the follower received per second, from before the
+/// POST to the exit line, gap bytes not counted. At a full 1 GiB the log's
 /// record heads take it just past its budget, so its oldest segment (an eighth) goes near the
 /// end; a follower still inside it is skipped ahead, and the row says how much that skipped.
 /// The exec stream holds its command back when its reader is slow, so everything arrives there;
