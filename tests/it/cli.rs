@@ -298,13 +298,8 @@ async fn background_processes_from_the_command_line() {
     let agents: Vec<Value> = serde_json::from_value(s.get_json("/api/v1/agents").await).unwrap();
     let agent_id = agents[0]["id"].as_str().unwrap();
     let lines = s
-        .get(&format!("/api/v1/agents/{agent_id}/processes/{id}/output"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+        .get_text(&format!("/api/v1/agents/{agent_id}/processes/{id}/output"))
+        .await;
     let offset = lines
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())

@@ -136,12 +136,7 @@ async fn ndjson_streams_lines_and_ends_with_the_exit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exec_wakes_a_sleeping_agent() {
     let s = TestServer::start().await;
-    let id = s.running_agent("wake").await;
-    s.post(&format!("/api/v1/agents/{id}/stop"))
-        .send()
-        .await
-        .unwrap();
-    s.wait_state(&id, "sleeping").await;
+    let id = s.sleeping_agent("wake").await;
     let r = s.exec(&id, &["echo", "up"]).await;
     assert_eq!(r["stdout"], "up\n");
     assert_eq!(s.state(&id).await, "running");
@@ -235,12 +230,7 @@ async fn large_commands_and_environments_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_over_the_limits_are_413_before_the_sandbox_is_woken() {
     let s = TestServer::start().await;
-    let id = s.running_agent("toolarge").await;
-    s.post(&format!("/api/v1/agents/{id}/stop"))
-        .send()
-        .await
-        .unwrap();
-    s.wait_state(&id, "sleeping").await;
+    let id = s.sleeping_agent("toolarge").await;
 
     let command = command_of(&["true"], (1 << 20) + 1024);
     let r = exec_body(&s, &id, json!({ "command": command })).await;

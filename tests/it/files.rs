@@ -1,10 +1,10 @@
 //! The file API over the real tunnel: streamed 64 MiB round trip, list, mkdir -p, remove,
 //! whole-or-nothing writes, hostile paths and limits.
 
-use crate::common::{expect_error, TestServer};
+use crate::common::client::query as q;
+use crate::common::{expect_error, wait_for, TestServer};
 use bytes::Bytes;
 use futures::StreamExt;
-use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// A deterministic pseudo-random 64 KiB block, repeated with its index mixed in.
@@ -18,10 +18,6 @@ fn block(i: u64) -> Bytes {
         *byte = x as u8;
     }
     Bytes::from(b)
-}
-
-fn q(path: &str) -> String {
-    url::form_urlencoded::byte_serialize(path.as_bytes()).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -60,11 +56,7 @@ async fn sixty_four_mib_round_trip_is_byte_identical() {
     assert_eq!(n, BLOCKS * 64 * 1024);
     assert_eq!(got.finalize(), want.finalize());
 
-    let list: Vec<Value> = serde_json::from_value(
-        s.get_json(&format!("/api/v1/agents/{id}/fs/list?path=."))
-            .await,
-    )
-    .unwrap();
+    let list = s.list_dir(&id, ".").await;
     let big = list
         .iter()
         .find(|e| e["name"] == "big.bin")
@@ -78,25 +70,11 @@ async fn mkdir_list_remove_and_errors() {
     let s = TestServer::start().await;
     let id = s.running_agent("tree").await;
     let base = format!("/api/v1/agents/{id}/fs");
-    let r = s
-        .post(&format!("{base}/mkdir?path=a/b/c"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 204);
+    // `mkdir -p a/b/c`, then a file with a hostile name in it.
     let name = "we ird \"name\" 'q' <script>alert(1)<script> ü.txt";
-    let r = s
-        .put(&format!(
-            "{base}/write?path={}",
-            q(&format!("a/b/c/{name}"))
-        ))
-        .body("hello")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 204);
-    let list: Vec<Value> =
-        serde_json::from_value(s.get_json(&format!("{base}/list?path=a/b/c")).await).unwrap();
+    s.write_tree(&id, &[(&format!("a/b/c/{name}"), "hello")])
+        .await;
+    let list = s.list_dir(&id, "a/b/c").await;
     assert_eq!(list.len(), 1);
     assert_eq!(list[0]["name"], name);
     // Absolute paths under /home/agent are the same files.
@@ -158,8 +136,7 @@ async fn mkdir_list_remove_and_errors() {
         .await
         .unwrap();
     assert_eq!(r.status(), 204);
-    let list: Vec<Value> =
-        serde_json::from_value(s.get_json(&format!("{base}/list?path=.")).await).unwrap();
+    let list = s.list_dir(&id, ".").await;
     assert!(list.iter().all(|e| e["name"] != "a"));
 }
 
@@ -184,12 +161,10 @@ async fn hostile_paths_are_refused() {
             ("DELETE", "remove"),
         ] {
             let r = s
-                .http
                 .request(
                     method.parse().unwrap(),
-                    s.url(&format!("{base}/{route}?path={}", q(path))),
+                    &format!("{base}/{route}?path={}", q(path)),
                 )
-                .bearer_auth(crate::common::TOKEN)
                 .body("x")
                 .send()
                 .await
@@ -212,13 +187,7 @@ async fn a_broken_upload_leaves_no_file() {
     let id = s.running_agent("broken").await;
     let base = format!("/api/v1/agents/{id}/fs");
     // An existing file must survive a failed overwrite untouched.
-    let r = s
-        .put(&format!("{base}/write?path=keep.txt"))
-        .body("original")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 204);
+    s.write_tree(&id, &[("keep.txt", "original")]).await;
     for path in ["keep.txt", "new.bin"] {
         let body = futures::stream::iter((0..40u64).map(|i| {
             if i < 20 {
@@ -235,9 +204,8 @@ async fn a_broken_upload_leaves_no_file() {
         assert!(r.is_err() || !r.unwrap().status().is_success());
     }
     // The sandbox finishes discarding asynchronously; poll for the settled listing.
-    crate::common::wait_for("partial upload discarded", || async {
-        let list: Vec<Value> =
-            serde_json::from_value(s.get_json(&format!("{base}/list?path=.")).await).unwrap();
+    wait_for("partial upload discarded", || async {
+        let list = s.list_dir(&id, ".").await;
         let names: Vec<&str> = list.iter().filter_map(|e| e["name"].as_str()).collect();
         names == ["keep.txt"]
     })
@@ -290,10 +258,10 @@ async fn uploads_over_the_limit_are_413_and_leave_nothing() {
             Some("close")
         );
     }
-    crate::common::wait_for("oversized upload discarded", || async {
-        let list: Vec<Value> =
-            serde_json::from_value(s.get_json(&format!("{base}/list?path=.")).await).unwrap();
-        list.iter()
+    wait_for("oversized upload discarded", || async {
+        s.list_dir(&id, ".")
+            .await
+            .iter()
             .all(|e| e["name"] != "big" && !e["name"].as_str().unwrap().contains("tmp"))
     })
     .await;
@@ -302,12 +270,7 @@ async fn uploads_over_the_limit_are_413_and_leave_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn files_need_a_running_agent() {
     let s = TestServer::start().await;
-    let id = s.running_agent("nap").await;
-    s.post(&format!("/api/v1/agents/{id}/stop"))
-        .send()
-        .await
-        .unwrap();
-    s.wait_state(&id, "sleeping").await;
+    let id = s.sleeping_agent("nap").await;
     let r = s
         .get(&format!("/api/v1/agents/{id}/fs/list?path=."))
         .send()
@@ -325,13 +288,7 @@ async fn a_page_the_agent_wrote_is_downloaded_never_shown_on_the_ui_origin() {
     let s = TestServer::start().await;
     let id = s.running_agent("pages").await;
     let page = "<html><script>fetch('/api/v1/agents')</script></html>";
-    let r = s
-        .put(&format!("/api/v1/agents/{id}/fs/write?path=evil.html"))
-        .body(page)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 204);
+    s.write_tree(&id, &[("evil.html", page)]).await;
     let header = |r: &reqwest::Response, name: &str| {
         r.headers()
             .get(name)

@@ -206,14 +206,7 @@ async fn a_full_api_leaves_the_tunnel_working() {
             c.server.max_connections_per_ip = 10;
         })
         .await;
-        let id = s.running_agent("sleeper").await;
-        let r = s
-            .post(&format!("/api/v1/agents/{id}/stop"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 202);
-        s.wait_state(&id, "sleeping").await;
+        let id = s.sleeping_agent("sleeper").await;
 
         // Many addresses, so that it is the API's total that fills, not one address's share.
         let mut flood = Vec::new();

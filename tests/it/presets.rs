@@ -26,12 +26,6 @@ fn presets(c: &mut Config) {
     c.sandbox.default_preset = Some("dev".into());
 }
 
-async fn create(s: &TestServer, body: Value) -> Value {
-    let r = s.send("POST", "/api/v1/agents", &body).await;
-    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
-    r.json().await.unwrap()
-}
-
 #[tokio::test]
 async fn the_presets_list_matches_the_config() {
     let s = TestServer::start_with(presets).await;
@@ -55,7 +49,7 @@ async fn the_presets_list_matches_the_config() {
 async fn a_create_takes_the_preset_and_its_own_fields_win() {
     let s = TestServer::start_with(presets).await;
     // No preset named: the default one.
-    let a = create(&s, json!({"name": "a"})).await;
+    let a = s.created_agent(json!({"name": "a"})).await;
     assert_eq!(a["preset"], "dev");
     assert_eq!(a["image"], "example/dev:1");
     assert_eq!(
@@ -66,12 +60,12 @@ async fn a_create_takes_the_preset_and_its_own_fields_win() {
     assert_eq!(a["env"], json!({"FROM_PRESET": "p", "SHARED": "preset"}));
     assert_eq!(a["setup"], Value::Null);
     // Fields of the request override the preset's; env is merged, the request winning.
-    let b = create(
-        &s,
-        json!({"name": "b", "preset": "dev", "cpus": 1, "image": "example/other:2",
+    let b = s
+        .created_agent(
+            json!({"name": "b", "preset": "dev", "cpus": 1, "image": "example/other:2",
                "env": {"SHARED": "request", "OWN": "o"}}),
-    )
-    .await;
+        )
+        .await;
     assert_eq!(
         (b["cpus"].as_f64(), b["image"].as_str()),
         (Some(1.0), Some("example/other:2"))
@@ -81,7 +75,9 @@ async fn a_create_takes_the_preset_and_its_own_fields_win() {
         b["env"],
         json!({"FROM_PRESET": "p", "SHARED": "request", "OWN": "o"})
     );
-    let c = create(&s, json!({"name": "c", "preset": "plain"})).await;
+    let c = s
+        .created_agent(json!({"name": "c", "preset": "plain"}))
+        .await;
     assert_eq!(
         (c["preset"].as_str(), c["image"].as_str()),
         (Some("plain"), Some("debian:bookworm-slim"))
@@ -93,7 +89,7 @@ async fn a_create_takes_the_preset_and_its_own_fields_win() {
 #[tokio::test]
 async fn without_presets_an_agent_has_none() {
     let s = TestServer::start().await;
-    let a = create(&s, json!({"name": "a"})).await;
+    let a = s.created_agent(json!({"name": "a"})).await;
     assert_eq!(
         (&a["preset"], &a["env"], &a["setup"]),
         (&Value::Null, &json!({}), &Value::Null)
@@ -152,9 +148,9 @@ async fn exec_out(s: &TestServer, id: &str, script: &str) -> String {
 #[tokio::test]
 async fn env_reaches_exec_processes_and_terminals_and_a_patch_applies_to_new_ones() {
     let s = TestServer::start_with(presets).await;
-    let a = create(&s, json!({"name": "e", "env": {"OWN": "one"}})).await;
-    let id = a["id"].as_str().unwrap().to_string();
-    s.wait_state(&id, "running").await;
+    let id = s
+        .running_agent(json!({"name": "e", "env": {"OWN": "one"}}))
+        .await;
     assert_eq!(
         exec_out(&s, &id, "echo $FROM_PRESET-$OWN-$SHARED").await,
         "p-one-preset\n"
@@ -171,13 +167,7 @@ async fn env_reaches_exec_processes_and_terminals_and_a_patch_applies_to_new_one
     // The egress proxy's variables are still the server's.
     let proxy = exec_out(&s, &id, "echo ${HTTP_PROXY:-unset}").await;
 
-    let r = s
-        .send(
-            "PATCH",
-            &format!("/api/v1/agents/{id}"),
-            &json!({"env": {"OWN": "two"}}),
-        )
-        .await;
+    let r = s.patch_agent(&id, json!({"env": {"OWN": "two"}})).await;
     assert_eq!(r.status(), 200);
     let patched: Value = r.json().await.unwrap();
     assert_eq!(patched["env"], json!({"OWN": "two"}));
@@ -197,28 +187,17 @@ async fn env_reaches_exec_processes_and_terminals_and_a_patch_applies_to_new_one
         .await;
     assert_eq!(r.status(), 201);
     let out = s
-        .get(&format!(
+        .get_text(&format!(
             "/api/v1/agents/{id}/processes/envtest/output?follow=true"
         ))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+        .await;
     assert!(out.contains("proc-two"), "{out}");
 
     let mut ws = s.terminal(&id, 80, 24).await;
     crate::common::send_keys(&mut ws, "echo term-$OWN-end\r").await;
     read_until(&mut ws, "term-two-end").await;
 
-    let r = s
-        .send(
-            "PATCH",
-            &format!("/api/v1/agents/{id}"),
-            &json!({"env": {"NO_PROXY": "x"}}),
-        )
-        .await;
+    let r = s.patch_agent(&id, json!({"env": {"NO_PROXY": "x"}})).await;
     let msg = expect_error(r, 400, "invalid").await;
     assert!(msg.contains("NO_PROXY"), "{msg}");
     s.stop().await;
@@ -245,13 +224,8 @@ fn with_setup(c: &mut Config) {
 
 /// What the setup script has written so far: the `setup` process's output.
 async fn setup_log(s: &TestServer, id: &str) -> String {
-    s.get(&format!("/api/v1/agents/{id}/processes/setup/output"))
-        .send()
+    s.get_text(&format!("/api/v1/agents/{id}/processes/setup/output"))
         .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
 }
 
 /// Waits until the agent's `setup` is in `state`, returning it.
@@ -271,8 +245,9 @@ async fn wait_setup(s: &TestServer, id: &str, state: &str) -> Value {
 #[tokio::test]
 async fn setup_runs_once_at_the_first_start_and_again_on_request() {
     let s = TestServer::start_with(with_setup).await;
-    let a = create(&s, json!({"name": "s", "preset": "scripted"})).await;
-    let id = a["id"].as_str().unwrap().to_string();
+    let id = s
+        .create_agent(json!({"name": "s", "preset": "scripted"}))
+        .await;
     let done = wait_setup(&s, &id, "done").await;
     assert_eq!(done["exitCode"], 0);
     let pid = done["processId"].as_str().unwrap().to_string();
@@ -285,25 +260,12 @@ async fn setup_runs_once_at_the_first_start_and_again_on_request() {
     assert!(log.contains("setting up"), "{log}");
 
     // A stop and start does not run it again.
-    s.post(&format!("/api/v1/agents/{id}/stop"))
-        .send()
-        .await
-        .unwrap();
-    s.wait_state(&id, "sleeping").await;
-    s.post(&format!("/api/v1/agents/{id}/start"))
-        .send()
-        .await
-        .unwrap();
-    s.wait_state(&id, "running").await;
+    s.stop_sleeping(&id).await;
+    s.start_running(&id).await;
     assert_eq!(s.agent(&id).await["setup"]["processId"], pid.as_str());
 
     // On request it runs again; had the start run it too, there would be three lines.
-    let r = s
-        .post(&format!("/api/v1/agents/{id}/setup"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 202);
+    s.act(&id, "setup").await;
     crate::common::wait_for("the rerun is recorded", || async {
         let setup = s.agent(&id).await["setup"].clone();
         setup["state"] == "done" && setup["processId"] != pid.as_str()
@@ -316,8 +278,9 @@ async fn setup_runs_once_at_the_first_start_and_again_on_request() {
 #[tokio::test]
 async fn a_failed_setup_is_recorded_and_the_agent_stays_usable() {
     let s = TestServer::start_with(with_setup).await;
-    let a = create(&s, json!({"name": "f", "preset": "broken"})).await;
-    let id = a["id"].as_str().unwrap().to_string();
+    let id = s
+        .create_agent(json!({"name": "f", "preset": "broken"}))
+        .await;
     let failed = wait_setup(&s, &id, "failed").await;
     assert_eq!(failed["exitCode"], 3);
     assert_eq!(s.state(&id).await, "running");
@@ -326,7 +289,9 @@ async fn a_failed_setup_is_recorded_and_the_agent_stays_usable() {
     assert!(log.contains("oops"), "{log}");
 
     // An agent without a setup script cannot rerun one.
-    let plain = create(&s, json!({"name": "p", "preset": "plain"})).await;
+    let plain = s
+        .created_agent(json!({"name": "p", "preset": "plain"}))
+        .await;
     let r = s
         .post(&format!(
             "/api/v1/agents/{}/setup",
@@ -359,15 +324,11 @@ async fn setup_on_rebuild_runs_the_script_again_after_a_rebuild() {
         );
     })
     .await;
-    let a = create(&s, json!({"name": "r", "preset": "again"})).await;
-    let id = a["id"].as_str().unwrap().to_string();
+    let id = s
+        .create_agent(json!({"name": "r", "preset": "again"}))
+        .await;
     let first = wait_setup(&s, &id, "done").await;
-    let r = s
-        .post(&format!("/api/v1/agents/{id}/rebuild"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 202);
+    s.act(&id, "rebuild").await;
     s.wait_state(&id, "running").await;
     crate::common::wait_for("setup ran again after the rebuild", || async {
         let setup = s.agent(&id).await["setup"].clone();
@@ -396,8 +357,9 @@ async fn setup_requests_at_the_same_moment_start_one_run() {
         );
     })
     .await;
-    let a = create(&s, json!({"name": "racy", "preset": "held"})).await;
-    let id = a["id"].as_str().unwrap().to_string();
+    let id = s
+        .create_agent(json!({"name": "racy", "preset": "held"}))
+        .await;
     wait_setup(&s, &id, "running").await;
     exec_out(&s, &id, "touch release").await;
     let first = wait_setup(&s, &id, "done").await;
@@ -436,8 +398,7 @@ async fn a_setup_running_across_a_server_restart_settles_and_can_run_again() {
         );
     }
     let s = TestServer::start_with(slow).await;
-    let a = create(&s, json!({"name": "r", "preset": "slow"})).await;
-    let id = a["id"].as_str().unwrap().to_string();
+    let id = s.create_agent(json!({"name": "r", "preset": "slow"})).await;
     wait_setup(&s, &id, "running").await;
 
     let s = s.restart_with(slow).await;
@@ -461,12 +422,7 @@ async fn a_setup_running_across_a_server_restart_settles_and_can_run_again() {
             why.contains(&format!("/api/v1/agents/{id}/setup")),
             "{last}"
         );
-        let r = s
-            .post(&format!("/api/v1/agents/{id}/setup"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 202);
+        s.act(&id, "setup").await;
         wait_setup(&s, &id, "done").await;
     }
     assert!(setup_log(&s, &id).await.contains("released"));

@@ -12,19 +12,9 @@ fn sandbox_runtime(s: &TestServer, id: &str) -> String {
         .unwrap_or_default()
 }
 
+/// Asks for an agent that may be refused: the response, whatever its status.
 async fn create(s: &TestServer, body: Value) -> reqwest::Response {
     s.send("POST", "/api/v1/agents", &body).await
-}
-
-async fn created(s: &TestServer, body: Value) -> Value {
-    let r = create(s, body).await;
-    assert_eq!(r.status(), 201);
-    r.json().await.unwrap()
-}
-
-async fn patch(s: &TestServer, id: &str, body: Value) -> reqwest::Response {
-    s.send("PATCH", &format!("/api/v1/agents/{id}"), &body)
-        .await
 }
 
 async fn limits(s: &TestServer) -> Value {
@@ -36,9 +26,11 @@ async fn each_agent_runs_on_the_runtime_it_asked_for() {
     let s = TestServer::start().await;
     assert_eq!(limits(&s).await["runtimes"], json!(["runc", "runsc"]));
 
-    let plain = created(&s, json!({"name": "plain"})).await;
+    let plain = s.created_agent(json!({"name": "plain"})).await;
     assert_eq!(plain["runtime"], "runc", "the engine's default");
-    let gvisor = created(&s, json!({"name": "gvisor", "runtime": "runsc"})).await;
+    let gvisor = s
+        .created_agent(json!({"name": "gvisor", "runtime": "runsc"}))
+        .await;
     assert_eq!(gvisor["runtime"], "runsc");
     let (plain, gvisor) = (
         plain["id"].as_str().unwrap(),
@@ -73,7 +65,7 @@ async fn a_runtime_not_allowed_is_400_naming_the_allowed_ones() {
     let r = create(&s, json!({"name": "x", "runtime": 7})).await;
     expect_error(r, 400, "invalid").await;
     let id = s.running_agent("ok").await;
-    let r = patch(&s, &id, json!({"runtime": "kata"})).await;
+    let r = s.patch_agent(&id, json!({"runtime": "kata"})).await;
     let msg = expect_error(r, 400, "invalid").await;
     assert!(msg.contains("allowed: runc, runsc"), "{msg}");
     assert_eq!(s.agent(&id).await["needsRebuild"], false);
@@ -96,10 +88,10 @@ async fn changing_the_runtime_needs_a_rebuild_which_keeps_the_home() {
     let home = s.dir.path().join("fake").join(&id).join("home");
     std::fs::write(home.join("kept.txt"), "still here").unwrap();
 
-    let r = patch(&s, &id, json!({"runtime": "runc"})).await;
+    let r = s.patch_agent(&id, json!({"runtime": "runc"})).await;
     let a: Value = r.json().await.unwrap();
     assert_eq!(a["needsRebuild"], false, "the same runtime is no change");
-    let r = patch(&s, &id, json!({"runtime": "runsc"})).await;
+    let r = s.patch_agent(&id, json!({"runtime": "runsc"})).await;
     assert_eq!(r.status(), 200);
     let a: Value = r.json().await.unwrap();
     assert_eq!(
@@ -112,12 +104,7 @@ async fn changing_the_runtime_needs_a_rebuild_which_keeps_the_home() {
         "applied only by a rebuild"
     );
 
-    let r = s
-        .post(&format!("/api/v1/agents/{id}/rebuild"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 202);
+    s.act(&id, "rebuild").await;
     s.wait_state(&id, "running").await;
     wait_for("needsRebuild cleared", || async {
         s.agent(&id).await["needsRebuild"] == json!(false)
@@ -141,7 +128,9 @@ async fn a_runtime_the_engine_lacks_fails_the_start_saying_so_and_can_be_changed
     let msg = expect_error(r, 400, "invalid").await;
     assert!(msg.contains("allowed: runc, kata"), "{msg}");
 
-    let a = created(&s, json!({"name": "k", "runtime": "kata"})).await;
+    let a = s
+        .created_agent(json!({"name": "k", "runtime": "kata"}))
+        .await;
     let id = a["id"].as_str().unwrap();
     wait_for("the create to fail", || async {
         s.state(id).await == "error"
@@ -153,15 +142,9 @@ async fn a_runtime_the_engine_lacks_fails_the_start_saying_so_and_can_be_changed
         "{error}"
     );
     // `error` stays recoverable: another runtime, then a start.
-    let r = patch(&s, id, json!({"runtime": "runc"})).await;
+    let r = s.patch_agent(id, json!({"runtime": "runc"})).await;
     assert_eq!(r.status(), 200);
-    let r = s
-        .post(&format!("/api/v1/agents/{id}/start"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 202);
-    s.wait_state(id, "running").await;
+    s.start_running(id).await;
     assert_eq!(sandbox_runtime(&s, id), "runc");
 }
 
@@ -169,7 +152,7 @@ async fn a_runtime_the_engine_lacks_fails_the_start_saying_so_and_can_be_changed
 async fn the_configured_default_runtime_comes_first_and_applies_to_agents_asking_for_none() {
     let s = TestServer::start_with(|c| c.sandbox.docker.runtime = "runsc".into()).await;
     assert_eq!(limits(&s).await["runtimes"], json!(["runsc", "runc"]));
-    let a = created(&s, json!({"name": "d"})).await;
+    let a = s.created_agent(json!({"name": "d"})).await;
     assert_eq!(a["runtime"], "runsc");
     let id = a["id"].as_str().unwrap();
     s.wait_state(id, "running").await;
@@ -206,17 +189,17 @@ async fn a_preset_s_runtime_applies_unless_the_request_names_one() {
         c.presets.insert("elsewhere".into(), unknown);
     })
     .await;
-    let from_preset = created(&s, json!({"name": "iso", "preset": "isolated"})).await;
+    let from_preset = s
+        .created_agent(json!({"name": "iso", "preset": "isolated"}))
+        .await;
     assert_eq!(from_preset["runtime"], "runsc");
     let id = from_preset["id"].as_str().unwrap();
     s.wait_state(id, "running").await;
     assert_eq!(sandbox_runtime(&s, id), "runsc");
 
-    let overridden = created(
-        &s,
-        json!({"name": "iso-runc", "preset": "isolated", "runtime": "runc"}),
-    )
-    .await;
+    let overridden = s
+        .created_agent(json!({"name": "iso-runc", "preset": "isolated", "runtime": "runc"}))
+        .await;
     assert_eq!(overridden["runtime"], "runc");
 
     // A preset naming a runtime this server does not allow is refused like a request would be.

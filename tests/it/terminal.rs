@@ -47,14 +47,7 @@ async fn shell_echoes_resizes_and_closes_with_1000_on_exit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn terminal_wakes_a_sleeping_agent() {
     let s = TestServer::start().await;
-    let id = s.running_agent("sleepy").await;
-    let r = s
-        .post(&format!("/api/v1/agents/{id}/stop"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 202);
-    s.wait_state(&id, "sleeping").await;
+    let id = s.sleeping_agent("sleepy").await;
 
     let mut ws = s.terminal(&id, 80, 24).await;
     read_until(&mut ws, "Starting the sandbox").await;

@@ -575,13 +575,7 @@ async fn sessions_are_listed_outlive_their_socket_and_end_with_sleep() {
     drop(v);
 
     // Sleep ends every process: the session is gone, and saying so does not wake the agent.
-    let r = s
-        .post(&format!("/api/v1/agents/{id}/stop"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 202);
-    s.wait_state(&id, "sleeping").await;
+    s.stop_sleeping(&id).await;
     assert!(list(&s, &id).await.is_empty());
     let r = connect(&s, &id, &format!("session={session}")).await;
     assert_eq!(r.err(), Some(404));

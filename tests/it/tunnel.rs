@@ -99,12 +99,7 @@ async fn missing_wrong_and_foreign_tokens_are_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_is_refused_once_the_agent_stopped() {
     let s = TestServer::start().await;
-    let a = s.running_agent("gamma").await;
-    s.post(&format!("/api/v1/agents/{a}/stop"))
-        .send()
-        .await
-        .unwrap();
-    s.wait_state(&a, "sleeping").await;
+    let a = s.sleeping_agent("gamma").await;
     know_token(&s, &a).await;
     assert_eq!(
         status_of(dial(&s, Some(&a), Some(KNOWN)).await.unwrap_err()),
@@ -238,14 +233,7 @@ async fn a_flood_of_wrong_tokens_is_counted_and_logged_once_per_window() {
         assert_eq!(r.status(), 401);
     }
     let took = began.elapsed();
-    let metrics = server
-        .get("/metrics")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = server.get_text("/metrics").await;
     assert!(
         metrics.contains(&format!(
             "agenthold_tunnel_refusals_total{{reason=\"invalid_token\"}} {ATTEMPTS}"

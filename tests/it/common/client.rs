@@ -1,6 +1,7 @@
 //! The API of a running server as the tests use it, whichever way the server runs (in this
 //! process, as a process of its own, in a container): requests with the admin token, agents
-//! created and waited for, lifecycle actions and exec. [`crate::common::TestServer`] and
+//! waited for, lifecycle actions, files and exec. What a test starts from (an agent in a given
+//! state, a file tree) is made in [`crate::common::factories`]. [`crate::common::TestServer`] and
 //! [`crate::common::process::ServerConfig`] both dereference to one.
 
 use std::time::{Duration, Instant};
@@ -21,30 +22,6 @@ pub struct Client {
     pub deadline: Duration,
     /// The admin token it sends ([`TOKEN`] unless the server has another).
     pub token: String,
-}
-
-/// What to create an agent from: a name (`"busy"`), a name and an image (`("web", IMAGE)`), or
-/// the whole request body (`json!({…})`).
-pub trait NewAgent {
-    fn body(self) -> Value;
-}
-
-impl NewAgent for &str {
-    fn body(self) -> Value {
-        json!({ "name": self })
-    }
-}
-
-impl NewAgent for (&str, &str) {
-    fn body(self) -> Value {
-        json!({ "name": self.0, "image": self.1 })
-    }
-}
-
-impl NewAgent for Value {
-    fn body(self) -> Value {
-        self
-    }
 }
 
 /// The states a wait accepts: one (`"running"`) or any of several (`&["error"]`).
@@ -102,16 +79,12 @@ impl Client {
         self.request(reqwest::Method::PUT, path)
     }
 
-    pub fn patch(&self, path: &str) -> reqwest::RequestBuilder {
-        self.request(reqwest::Method::PATCH, path)
-    }
-
     pub fn delete(&self, path: &str) -> reqwest::RequestBuilder {
         self.request(reqwest::Method::DELETE, path)
     }
 
-    /// `GET path`, which must answer 200, as JSON.
-    pub async fn get_json(&self, path: &str) -> Value {
+    /// `GET path`, which must answer 200, as text.
+    pub async fn get_text(&self, path: &str) -> String {
         let r = self
             .get(path)
             .send()
@@ -120,6 +93,12 @@ impl Client {
         let status = r.status();
         let text = r.text().await.unwrap_or_default();
         assert_eq!(status, 200, "GET {path}: {text}");
+        text
+    }
+
+    /// `GET path`, which must answer 200, as JSON.
+    pub async fn get_json(&self, path: &str) -> Value {
+        let text = self.get_text(path).await;
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("GET {path}: not JSON ({e}): {text}"))
     }
 
@@ -151,6 +130,20 @@ impl Client {
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
+    /// `PATCH` agent `id` with `body`; the response, whatever its status.
+    pub async fn patch_agent(&self, id: &str, body: Value) -> reqwest::Response {
+        self.send("PATCH", &format!("/api/v1/agents/{id}"), &body)
+            .await
+    }
+
+    /// The entries of the folder `path` in the agent (relative to its home), as listed.
+    pub async fn list_dir(&self, id: &str, path: &str) -> Vec<Value> {
+        let listed = self
+            .get_json(&format!("/api/v1/agents/{id}/fs/list?path={}", query(path)))
+            .await;
+        serde_json::from_value(listed).expect("a listing is an array")
+    }
+
     pub async fn agent(&self, id: &str) -> Value {
         self.get_json(&format!("/api/v1/agents/{id}")).await
     }
@@ -160,23 +153,6 @@ impl Client {
             .as_str()
             .expect("state")
             .to_string()
-    }
-
-    /// Asks for an agent (expecting 201) and returns its id, without waiting for it.
-    pub async fn create_agent(&self, new: impl NewAgent) -> String {
-        let body = new.body();
-        let (status, agent) = self
-            .call("POST", "/api/v1/agents", Some(body.clone()))
-            .await;
-        assert_eq!(status, 201, "create {body}: {agent}");
-        agent["id"].as_str().expect("id").to_string()
-    }
-
-    /// Creates an agent and waits until it runs.
-    pub async fn running_agent(&self, new: impl NewAgent) -> String {
-        let id = self.create_agent(new).await;
-        self.wait_state(&id, "running").await;
-        id
     }
 
     /// Waits until the agent's state is one of `want` and returns the agent; `error` fails the
@@ -234,7 +210,8 @@ impl Client {
         assert_eq!(self.settled(id).await.as_deref(), Some(want), "{what}");
     }
 
-    /// Asks for a lifecycle `action` (`start`, `stop`, `rebuild`) and checks it was accepted.
+    /// Asks for a lifecycle `action` (`start`, `stop`, `rebuild`, `setup`) and checks it was
+    /// accepted.
     pub async fn act(&self, id: &str, action: &str) {
         let (status, body) = self
             .call("POST", &format!("/api/v1/agents/{id}/{action}"), None)
@@ -303,4 +280,9 @@ impl Client {
         })
         .await;
     }
+}
+
+/// `value` as a query parameter's value.
+pub fn query(value: &str) -> String {
+    url::form_urlencoded::byte_serialize(value.as_bytes()).collect()
 }

@@ -17,6 +17,7 @@ pub use share::{exclusive, free_port, Shared};
 pub mod client;
 pub mod docker;
 pub mod engine;
+pub mod factories;
 pub mod process;
 pub mod procs;
 pub mod registry;
