@@ -15,7 +15,8 @@ pub fn is_scraper(st: &AppState, path: &str, headers: &HeaderMap) -> bool {
     if path != crate::metrics::PATH {
         return false;
     }
-    let Some(token) = st.config.server.metrics_token.as_deref() else {
+    let config = st.config();
+    let Some(token) = config.server.metrics_token.as_deref() else {
         return false;
     };
     super::auth::bearer_token(headers).is_some_and(|t| verify_token(t, &hash_token(token)))
