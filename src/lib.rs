@@ -11,6 +11,7 @@ pub mod egress;
 pub mod events;
 pub mod lifecycle;
 pub mod listener;
+pub mod logging;
 pub mod metrics;
 pub mod model;
 pub mod server;

@@ -1,12 +1,17 @@
 //! The `agenthold` binary: the server (`serve`) and the command-line client.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use agenthold::cli::{ClientCommand, ClientOpts};
+use agenthold::config::reload::{ConfigSource, Reloader};
 use agenthold::config::Config;
+use agenthold::logging::LogFilter;
 use agenthold::server::Server;
 
 #[derive(Parser)]
@@ -47,22 +52,24 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Work with config files without running a server
+    #[command(subcommand)]
+    Config(ConfigCommand),
     #[command(flatten)]
     Client(ClientCommand),
 }
 
-fn init_tracing() {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("AGENTHOLD_LOG")
-        .unwrap_or_else(|_| EnvFilter::new("info,tower_http=warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Check a config file as `serve` would (the environment included), starting nothing;
+    /// exits non-zero naming the key at fault
+    Check {
+        /// The YAML config file
+        file: PathBuf,
+    },
 }
 
 async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
     let term = async {
         match signal(SignalKind::terminate()) {
             Ok(mut s) => {
@@ -78,10 +85,33 @@ async fn shutdown_signal() {
     tracing::info!("shutting down");
 }
 
-async fn serve(config: Option<PathBuf>) -> anyhow::Result<()> {
-    let config = Config::load(config.as_deref(), |k| std::env::var(k).ok())?;
-    let server = Server::bind(config).await?;
+async fn serve(path: Option<PathBuf>) -> anyhow::Result<()> {
+    // Caught from the start: SIGHUP's default would end the server.
+    let hangups = signal(SignalKind::hangup()).context("listening for SIGHUP")?;
+    let config = Config::load(path.as_deref(), |k| std::env::var(k).ok())?;
+    let log = LogFilter::install(&config.server.log_level);
+    let server = Server::bind_from(config, ConfigSource { path, log }).await?;
+    tokio::spawn(reload_on_hangup(hangups, server.reloader()));
     server.run(shutdown_signal()).await
+}
+
+/// `SIGHUP` reads the config file again; the reload says in the log what came of it.
+async fn reload_on_hangup(mut hangups: Signal, reloader: Arc<Reloader>) {
+    while hangups.recv().await.is_some() {
+        tracing::info!("SIGHUP: reading the config file again");
+        // Logged by the reload, whatever the outcome; there is nobody else to tell.
+        let _outcome = reloader.reload().await;
+    }
+}
+
+/// `agenthold config check FILE`: the file's warnings on stderr, and `FILE: ok` on stdout.
+fn config_check(file: &Path) -> anyhow::Result<()> {
+    let config = Config::load(Some(file), |k| std::env::var(k).ok())?;
+    for warning in config.warnings() {
+        eprintln!("warning: {warning}");
+    }
+    println!("{}: ok", file.display());
+    Ok(())
 }
 
 async fn admin_token(config: Option<PathBuf>) -> anyhow::Result<()> {
@@ -129,16 +159,13 @@ fn main() -> ExitCode {
 async fn run() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve { config } => {
-            init_tracing();
-            match serve(config).await {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("agenthold: {}", agenthold::cli::error_report(&e));
-                    ExitCode::FAILURE
-                }
+        Command::Serve { config } => match serve(config).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("agenthold: {}", agenthold::cli::error_report(&e));
+                ExitCode::FAILURE
             }
-        }
+        },
         Command::AdminToken { reset: _, config } => match admin_token(config).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -147,6 +174,13 @@ async fn run() -> ExitCode {
             }
         },
         Command::Openapi { config } => match openapi(config) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("agenthold: {}", agenthold::cli::error_report(&e));
+                ExitCode::FAILURE
+            }
+        },
+        Command::Config(ConfigCommand::Check { file }) => match config_check(&file) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("agenthold: {}", agenthold::cli::error_report(&e));

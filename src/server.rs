@@ -8,8 +8,8 @@ use tokio::net::TcpListener;
 
 use crate::agents::runtimes::Runtimes;
 use crate::api::{self, auth::Auth, AppState};
+use crate::config::reload::{ConfigSource, Reloader};
 use crate::config::{Config, DriverKind};
-use crate::driver::{fake::FakeDriver, Driver};
 use crate::egress::{Dialer, Proxy, ProxySettings};
 use crate::lifecycle::Lifecycle;
 use crate::listener::{self, ConnectionLimiter};
@@ -99,8 +99,16 @@ pub async fn reset_admin_token(config: &Config) -> anyhow::Result<String> {
 }
 
 impl Server {
-    /// Opens everything and binds both listeners, without serving yet.
+    /// Opens everything and binds both listeners, without serving yet; a server with no file
+    /// to read its config from again (see [`Server::bind_from`]).
     pub async fn bind(config: Config) -> anyhow::Result<Server> {
+        Server::bind_from(config, ConfigSource::none()).await
+    }
+
+    /// [`Server::bind`], for `config` as read from `source`, which a reload reads again.
+    pub async fn bind_from(config: Config, source: ConfigSource) -> anyhow::Result<Server> {
+        // What the server fixes at its start (listeners, the driver) is read from this; all
+        // else reads the config in force at each use, which a reload replaces.
         let config = Arc::new(config);
         for warning in config.warnings() {
             tracing::warn!("{warning}");
@@ -117,14 +125,6 @@ impl Server {
             .await
             .with_context(|| format!("opening {}", config.database_path().display()))?;
         let (admin_hash, new_admin_token) = admin_token_hash(&config, &store).await?;
-        let auth = Auth::load(
-            admin_hash,
-            config.sandbox.docker.network_pool,
-            store.clone(),
-            config.server.session_ttl,
-        )
-        .await
-        .context("reading the web sessions")?;
 
         let tunnel = TcpListener::bind(config.sandbox.tunnel_listen)
             .await
@@ -158,39 +158,44 @@ impl Server {
         let api_addr = api.local_addr()?;
 
         let metrics = Arc::new(Metrics::default());
-        let driver: Arc<dyn Driver> = match config.sandbox.driver {
-            DriverKind::Fake => Arc::new(FakeDriver::new(
-                config.server.data_dir.join("fake"),
-                tunnel_addr,
-                config.sandbox.ping_interval,
-            )),
-            // Connecting also fills the sandboxd volume when the server runs in a container.
-            DriverKind::Docker => Arc::new(
-                crate::driver::docker::DockerDriver::connect(
-                    &config,
-                    Arc::new(store.clone()),
-                    tunnel_addr,
-                    egress_addr.port(),
-                    dns_port,
-                    metrics.repairs(),
-                )
-                .await
-                .context("starting the docker driver")?,
-            ),
-        };
-        let runtimes = Runtimes::resolve(&config.sandbox.docker, &driver.runtimes())
-            .map_err(anyhow::Error::msg)?;
+        let driver = crate::driver::open(
+            &config,
+            crate::driver::Wiring {
+                subnets: Arc::new(store.clone()),
+                tunnel: tunnel_addr,
+                egress_port: egress_addr.port(),
+                dns_port,
+                repairs: metrics.repairs(),
+            },
+        )
+        .await?;
+        let auth = Auth::load(
+            admin_hash,
+            driver.sandbox_networks(),
+            store.clone(),
+            config.server.session_ttl,
+        )
+        .await
+        .context("reading the web sessions")?;
+        let runtimes =
+            Runtimes::resolve(&config.sandbox, &driver.runtimes()).map_err(anyhow::Error::msg)?;
         tracing::info!(
             allowed = runtimes.allowed.join(","),
             default = runtimes.default,
             "agents' runtimes"
         );
+        let (config_tx, config_rx) = tokio::sync::watch::channel(config.clone());
         let lifecycle = Arc::new(Lifecycle::new(
             store.clone(),
             driver,
-            config.clone(),
+            config_rx,
             metrics,
             runtimes,
+        ));
+        let reloader = Arc::new(Reloader::new(
+            source,
+            config_tx,
+            lifecycle.disk_limits_unavailable(),
         ));
         let egress = egress_proxy(
             &config,
@@ -201,7 +206,7 @@ impl Server {
         let state = AppState {
             lc: lifecycle.clone(),
             auth: Arc::new(auth),
-            config,
+            reloader,
         };
         Ok(Server {
             api_addr,
@@ -219,6 +224,11 @@ impl Server {
             state,
             new_admin_token,
         })
+    }
+
+    /// What reads the config file again (on `SIGHUP`, as the API's reload does).
+    pub fn reloader(&self) -> Arc<Reloader> {
+        self.state.reloader.clone()
     }
 
     /// Serves until `shutdown` resolves. The tunnel comes up before reconcile, so sandboxes
@@ -320,7 +330,7 @@ fn egress_proxy(
     let e = &config.sandbox.egress;
     // Never dialled whatever the rules: the agent networks (a public pool is possible). The
     // host's own addresses are refused too, looked up at each dial.
-    let never = vec![ipnet::IpNet::from(config.sandbox.docker.network_pool)];
+    let never = lifecycle.sandbox_networks();
     Proxy::new(
         lifecycle.clone(),
         Dialer::new(e, never, own_ports.to_vec()),

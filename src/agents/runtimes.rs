@@ -1,6 +1,6 @@
 //! Which container runtimes agents may ask for, and the one they get when they ask for none.
 
-use crate::config::DockerConfig;
+use crate::config::SandboxConfig;
 use crate::driver::EngineRuntimes;
 
 /// gVisor's runtime, as `scripts/docker-setup.sh` registers it.
@@ -18,19 +18,19 @@ pub struct Runtimes {
 }
 
 impl Runtimes {
-    /// From `sandbox.docker.runtime` and `allowed_runtimes` (validated at load) and what the
-    /// engine has. Without `allowed_runtimes`: runc, gVisor when the engine has it, and the
-    /// default. The allowed list may name runtimes the engine lacks (it may gain them without
-    /// a server restart): an agent on one fails to start, saying so.
-    pub fn resolve(cfg: &DockerConfig, engine: &EngineRuntimes) -> Result<Runtimes, String> {
+    /// From `sandbox.runtime` and `sandbox.allowed_runtimes` (validated at load) and what the
+    /// driver's engine has. Without `allowed_runtimes`: runc, gVisor when the engine has it,
+    /// and the default. The allowed list may name runtimes the engine lacks (it may gain them
+    /// without a server restart): an agent on one fails to start, saying so.
+    pub fn resolve(cfg: &SandboxConfig, engine: &EngineRuntimes) -> Result<Runtimes, String> {
         let default = cfg.runtime().unwrap_or(&engine.default).to_string();
         let listed = match &cfg.allowed_runtimes {
             Some(list) => {
                 if !list.contains(&default) {
                     return Err(format!(
-                        "sandbox.docker.allowed_runtimes ({}) does not hold {default}, the \
-                         engine's default runtime and so that of an agent that asks for none: \
-                         add it, or set sandbox.docker.runtime to one of the list",
+                        "sandbox.allowed_runtimes ({}) does not hold {default}, the engine's \
+                         default runtime and so that of an agent that asks for none: add it, \
+                         or set sandbox.runtime to one of the list",
                         list.join(", ")
                     ));
                 }
@@ -65,11 +65,11 @@ mod tests {
         }
     }
 
-    fn docker(runtime: &str, allowed: Option<&[&str]>) -> DockerConfig {
-        DockerConfig {
+    fn sandbox(runtime: &str, allowed: Option<&[&str]>) -> SandboxConfig {
+        SandboxConfig {
             runtime: runtime.to_string(),
             allowed_runtimes: allowed.map(|a| a.iter().map(|r| r.to_string()).collect()),
-            ..DockerConfig::default()
+            ..SandboxConfig::default()
         }
     }
 
@@ -79,10 +79,10 @@ mod tests {
 
     #[test]
     fn by_default_runc_and_gvisor_when_the_engine_has_it() {
-        let r = Runtimes::resolve(&docker("", None), &engine(&["runc"])).unwrap();
+        let r = Runtimes::resolve(&sandbox("", None), &engine(&["runc"])).unwrap();
         assert_eq!((allowed(&r), r.default.as_str()), (vec!["runc"], "runc"));
         let r = Runtimes::resolve(
-            &docker("", None),
+            &sandbox("", None),
             &engine(&["io.containerd.runc.v2", "runc", "runsc"]),
         )
         .unwrap();
@@ -92,20 +92,20 @@ mod tests {
 
     #[test]
     fn the_configured_default_comes_first_and_is_allowed() {
-        let r = Runtimes::resolve(&docker("runsc", None), &engine(&["runc", "runsc"])).unwrap();
+        let r = Runtimes::resolve(&sandbox("runsc", None), &engine(&["runc", "runsc"])).unwrap();
         assert_eq!(
             (allowed(&r), r.default.as_str()),
             (vec!["runsc", "runc"], "runsc")
         );
         // A default the engine lacks stays the default: its agents fail to start, saying so.
-        let r = Runtimes::resolve(&docker("kata", None), &engine(&["runc"])).unwrap();
+        let r = Runtimes::resolve(&sandbox("kata", None), &engine(&["runc"])).unwrap();
         assert_eq!(allowed(&r), ["kata", "runc"]);
     }
 
     #[test]
     fn an_explicit_list_is_taken_as_it_is() {
         let r = Runtimes::resolve(
-            &docker("", Some(&["runsc", "runc", "kata"])),
+            &sandbox("", Some(&["runsc", "runc", "kata"])),
             &engine(&["runc"]),
         )
         .unwrap();
@@ -117,10 +117,10 @@ mod tests {
 
     #[test]
     fn an_explicit_list_without_the_engines_default_is_refused() {
-        let e = Runtimes::resolve(&docker("", Some(&["runsc"])), &engine(&["runc", "runsc"]))
+        let e = Runtimes::resolve(&sandbox("", Some(&["runsc"])), &engine(&["runc", "runsc"]))
             .unwrap_err();
         assert!(
-            e.starts_with("sandbox.docker.allowed_runtimes (runsc) does not hold runc"),
+            e.starts_with("sandbox.allowed_runtimes (runsc) does not hold runc"),
             "{e}"
         );
     }

@@ -277,7 +277,7 @@ fn check_env(vars: &BTreeMap<String, String>) -> Result<(), SpecError> {
     env::check(vars).map_err(|why| SpecError::new("env", format!("env: {why}")))
 }
 
-/// A runtime this server allows (`sandbox.docker.allowed_runtimes`).
+/// A runtime this server allows (`sandbox.allowed_runtimes`).
 fn check_runtime(runtime: &str, runtimes: &Runtimes) -> Result<(), SpecError> {
     if runtimes.allows(runtime) {
         return Ok(());

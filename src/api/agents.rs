@@ -9,15 +9,15 @@ use super::error::{ApiError, ApiJson, ErrorBody};
 use super::types::{CreateAgent, Health, Limits, UpdateAgent};
 use super::AppState;
 use crate::agents::spec::{self, AgentRequest, Allowed, MAX_IDLE_MINUTES};
-use crate::config::PresetInfo;
+use crate::config::{Config, PresetInfo};
 use crate::model::{Agent, AgentPatch};
 
 /// The server's limits and defaults for agents, files and exec.
 #[utoipa::path(get, path = "/api/v1/limits", tag = "agents", operation_id = "getLimits",
     responses((status = 200, body = Limits)))]
 pub async fn limits(State(st): State<AppState>) -> Json<Limits> {
-    let sb = &st.config.sandbox;
-    let server = &st.config.server;
+    let config = st.config();
+    let (sb, server) = (&config.sandbox, &config.server);
     Json(Limits {
         default_image: sb.default_image.clone(),
         default_cpus: sb.default_cpus,
@@ -46,7 +46,7 @@ pub async fn limits(State(st): State<AppState>) -> Json<Limits> {
 #[utoipa::path(get, path = "/api/v1/presets", tag = "agents", operation_id = "listPresets",
     responses((status = 200, body = [PresetInfo])))]
 pub async fn presets(State(st): State<AppState>) -> Json<Vec<PresetInfo>> {
-    Json(st.config.preset_infos())
+    Json(st.config().preset_infos())
 }
 
 /// Liveness, version and driver; needs no token.
@@ -76,7 +76,8 @@ pub async fn create(
     State(st): State<AppState>,
     ApiJson(body): ApiJson<CreateAgent>,
 ) -> Result<(StatusCode, Json<Agent>), ApiError> {
-    let new = spec::resolve(body.into(), &allowed(&st))?;
+    let config = st.config();
+    let new = spec::resolve(body.into(), &allowed(&st, &config))?;
     let agent = st.lc.create(new).await?;
     Ok((StatusCode::CREATED, Json(agent)))
 }
@@ -104,7 +105,8 @@ pub async fn update(
     ApiJson(body): ApiJson<UpdateAgent>,
 ) -> Result<Json<Agent>, ApiError> {
     let patch = AgentPatch::from(body);
-    spec::check_patch(&patch, &allowed(&st))?;
+    let config = st.config();
+    spec::check_patch(&patch, &allowed(&st, &config))?;
     Ok(Json(st.lc.patch(&id, patch).await?))
 }
 
@@ -160,11 +162,11 @@ pub async fn rerun_setup(
     Ok((StatusCode::ACCEPTED, Json(st.lc.rerun_setup(&id).await?)))
 }
 
-/// What this server offers agents now: its config, and what its engine can do.
-fn allowed(st: &AppState) -> Allowed<'_> {
+/// What this server offers agents now: its config in force, and what its engine can do.
+fn allowed<'a>(st: &'a AppState, config: &'a Config) -> Allowed<'a> {
     Allowed {
-        sandbox: &st.config.sandbox,
-        presets: &st.config.presets,
+        sandbox: &config.sandbox,
+        presets: &config.presets,
         runtimes: st.lc.runtimes(),
         no_disk_limits: st.lc.disk_limits_unavailable(),
     }

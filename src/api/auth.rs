@@ -10,7 +10,7 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderMap, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use ipnet::Ipv4Net;
+use ipnet::IpNet;
 
 use super::error::ApiError;
 use super::{origin, AppState};
@@ -25,7 +25,8 @@ pub struct Auth {
     sessions: Mutex<HashMap<String, i64>>,
     store: Store,
     session_ttl: Duration,
-    sandbox_pool: Ipv4Net,
+    /// Where sandboxes' requests come from (the driver's [`crate::driver::Driver::sandbox_networks`]).
+    sandbox_networks: Vec<IpNet>,
 }
 
 fn unix_now() -> i64 {
@@ -39,7 +40,7 @@ impl Auth {
     /// token and not yet ended. The others are deleted, so a new admin token signs everyone out.
     pub async fn load(
         admin_hash: String,
-        sandbox_pool: Ipv4Net,
+        sandbox_networks: Vec<IpNet>,
         store: Store,
         session_ttl: Duration,
     ) -> Result<Auth, StoreError> {
@@ -49,7 +50,7 @@ impl Auth {
             sessions: Mutex::new(live.into_iter().collect()),
             store,
             session_ttl,
-            sandbox_pool,
+            sandbox_networks,
         })
     }
 
@@ -97,10 +98,9 @@ impl Auth {
     }
 
     pub fn from_sandbox(&self, ip: IpAddr) -> bool {
-        match ip.to_canonical() {
-            IpAddr::V4(v4) => self.sandbox_pool.contains(&v4),
-            IpAddr::V6(_) => false,
-        }
+        // An IPv4 peer on a dual-stack socket arrives as ::ffff:a.b.c.d.
+        let ip = ip.to_canonical();
+        self.sandbox_networks.iter().any(|n| n.contains(&ip))
     }
 
     /// Which credential the request carries that is good, if any. The admin token is looked
@@ -147,7 +147,8 @@ pub fn is_scraper(st: &AppState, path: &str, headers: &HeaderMap) -> bool {
     if path != crate::metrics::PATH {
         return false;
     }
-    let Some(token) = st.config.server.metrics_token.as_deref() else {
+    let config = st.config();
+    let Some(token) = config.server.metrics_token.as_deref() else {
         return false;
     };
     bearer_token(headers).is_some_and(|t| verify_token(t, &hash_token(token)))
@@ -195,7 +196,8 @@ pub async fn guard(
         Some(Credential::AdminToken) => {}
         Some(Credential::SessionCookie) => {
             if origin::needs_same_origin(req.method(), req.headers()) {
-                if let Err(e) = origin::check(&state.config.server, peer, req.uri(), req.headers())
+                if let Err(e) =
+                    origin::check(&state.config().server, peer, req.uri(), req.headers())
                 {
                     // Either a page elsewhere trying its luck or a proxy that needs
                     // server.public_url: worth the operator's eye either way.

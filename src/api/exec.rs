@@ -103,7 +103,8 @@ pub(super) async fn add_agent_env(
 }
 
 fn validate(st: &AppState, body: &ExecBody) -> Result<ExecRequest, ApiError> {
-    let server = &st.config.server;
+    let config = st.config();
+    let server = &config.server;
     let max = server.exec_max_timeout.as_millis() as u64;
     let timeout_ms = body
         .timeout_ms
@@ -143,7 +144,7 @@ pub async fn exec(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains(NDJSON));
     if !streaming {
-        req.output_cap = Some(st.config.server.exec_output_cap_kb.saturating_mul(1024));
+        req.output_cap = Some(st.config().server.exec_output_cap_kb.saturating_mul(1024));
     }
     let handle = st.lc.wake(&id, || {}).await?;
     let guard = st.lc.activity().hold(&id, Use::Exec);

@@ -220,11 +220,11 @@ async fn write_body(
     req: Request,
 ) -> Result<StatusCode, ApiError> {
     check_path(&q.path)?;
-    let limit = st.config.server.max_file_mb.saturating_mul(1024 * 1024);
+    let max_file_mb = st.config().server.max_file_mb;
+    let limit = max_file_mb.saturating_mul(1024 * 1024);
     let too_large = || {
         ApiError::too_large(format!(
-            "the file is larger than the server's limit of {} MiB (server.max_file_mb)",
-            st.config.server.max_file_mb
+            "the file is larger than the server's limit of {max_file_mb} MiB (server.max_file_mb)"
         ))
     };
     let declared = req

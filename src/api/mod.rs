@@ -1,5 +1,6 @@
 //! The HTTP API v1 (see docs/api.md), the web UI and the OpenAPI description, on `server.listen`.
 
+pub mod admin;
 pub mod agents;
 pub mod auth;
 pub mod download;
@@ -26,6 +27,7 @@ use axum::{Json, Router};
 
 use tower_http::set_header::SetResponseHeaderLayer;
 
+use crate::config::reload::Reloader;
 use crate::config::Config;
 use crate::lifecycle::Lifecycle;
 pub use openapi::ApiDoc;
@@ -38,7 +40,14 @@ const MAX_JSON_BODY: usize = 16 * 1024 * 1024;
 pub struct AppState {
     pub lc: Arc<Lifecycle>,
     pub auth: Arc<auth::Auth>,
-    pub config: Arc<Config>,
+    pub reloader: Arc<Reloader>,
+}
+
+impl AppState {
+    /// The config in force now (a reload may replace it between two requests).
+    pub fn config(&self) -> Arc<Config> {
+        self.lc.config()
+    }
 }
 
 /// The OpenAPI document, as this server stands (see [`openapi::document`]).
@@ -48,7 +57,7 @@ async fn openapi(State(st): State<AppState>) -> Json<serde_json::Value> {
         preset_names: true,
         runtimes: Some(st.lc.runtimes().allowed.clone()),
     };
-    Json(openapi::document(&st.config, facts))
+    Json(openapi::document(&st.config(), facts))
 }
 
 pub fn router(state: AppState) -> Router {
@@ -57,6 +66,7 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.json", get(openapi))
         .route("/limits", get(agents::limits))
         .route("/presets", get(agents::presets))
+        .route("/admin/reload", post(admin::reload))
         .route(
             "/session",
             post(session::sign_in)

@@ -118,7 +118,8 @@ pub async fn start(
         body.timeout_ms,
     )?;
     add_agent_env(&st, &id, &mut run).await?;
-    let sb = &st.config.sandbox;
+    let config = st.config();
+    let sb = &config.sandbox;
     let header = ProcessStart {
         run,
         tag: body.tag,
@@ -141,7 +142,7 @@ pub async fn list(
     State(st): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Vec<Process>>, ApiError> {
-    let retention_ms = Some(st.config.sandbox.process_retention.as_millis() as u64);
+    let retention_ms = Some(st.config().sandbox.process_retention.as_millis() as u64);
     let (stream, count) = open(&st, &id, ProcessList { retention_ms }).await?;
     if count.size > MAX_LISTED as u64 {
         return Err(malformed());
@@ -367,7 +368,7 @@ pub async fn wait(
     ApiQuery(q): ApiQuery<WaitQuery>,
 ) -> Result<Response, ApiError> {
     check_name(&pid)?;
-    let max = st.config.server.exec_max_timeout.as_millis() as u64;
+    let max = st.config().server.exec_max_timeout.as_millis() as u64;
     let timeout_ms = q.timeout_ms.unwrap_or(DEFAULT_WAIT_MS);
     if timeout_ms > max {
         return Err(ApiError::invalid_field(

@@ -16,7 +16,7 @@ use super::{origin, AppState};
 /// The cookie's attributes. `Secure` only over HTTPS: a browser would not send a `Secure`
 /// cookie back over plain http, and the UI on http://127.0.0.1 must keep working.
 fn attributes(st: &AppState, peer: SocketAddr, headers: &HeaderMap) -> &'static str {
-    if origin::is_https(&st.config.server, peer, headers) {
+    if origin::is_https(&st.config().server, peer, headers) {
         "Path=/; HttpOnly; SameSite=Strict; Secure"
     } else {
         "Path=/; HttpOnly; SameSite=Strict"

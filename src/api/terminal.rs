@@ -140,7 +140,8 @@ fn to_open(st: &AppState, q: TerminalQuery) -> Result<TerminalOpen, ApiError> {
             ));
         }
     }
-    let sb = &st.config.sandbox;
+    let config = st.config();
+    let sb = &config.sandbox;
     let new = q.session.is_none();
     Ok(TerminalOpen {
         cols: if new {

@@ -1,6 +1,7 @@
 //! How config values are read: addresses, networks and durations parsed inside serde's
 //! visitors (so a bad value's message carries its own dotted key and line), and empty strings
-//! taken as unset.
+//! taken as unset; and durations written back as the file writes them, for comparing two
+//! configs key by key.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -111,6 +112,12 @@ pub(super) fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D
         }
     }
     d.deserialize_any(V)
+}
+
+/// A duration as the file writes it (`1h 30m`), so that it compares as one key, not as its
+/// seconds and nanoseconds.
+pub(super) fn ser_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&humantime::format_duration(*d))
 }
 
 pub(super) fn de_opt_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {

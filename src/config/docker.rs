@@ -1,17 +1,18 @@
-//! `sandbox.docker`: the Docker driver's names, networks, runtimes and hardening, and the host
-//! mounts every sandbox gets; their defaults and their checks.
+//! `sandbox.docker`: the Docker driver's names, networks and hardening, and the host mounts
+//! every sandbox gets; their defaults and their checks. Only the Docker driver reads them:
+//! what the layers above need of them (the sandboxes' networks) comes through the `Driver`.
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 
 use ipnet::Ipv4Net;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-use super::de::de_ipv4_net;
+use super::de::{de_ipv4_net, de_opt_string};
 use super::validate::Fail;
-use super::ConfigError;
+use super::{ConfigError, SandboxConfig};
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DockerConfig {
     /// Starts every container, volume and network name; lets several installations share a host.
@@ -21,11 +22,6 @@ pub struct DockerConfig {
     pub network_pool: Ipv4Net,
     /// The prefix length of each agent's subnet.
     pub subnet_bits: u8,
-    /// The OCI runtime of an agent that asks for none; empty means Docker's default.
-    pub runtime: String,
-    /// The runtimes an agent may ask for; `None` (absent) means `runc`, plus `runsc` when the
-    /// engine has it, plus `runtime`.
-    pub allowed_runtimes: Option<Vec<String>>,
     /// The server's own container; empty means detect it.
     pub server_container: String,
     /// The volume sandboxd is served from; empty means `<name_prefix>-sandboxd`.
@@ -36,6 +32,17 @@ pub struct DockerConfig {
     pub cap_drop: Vec<String>,
     /// `HOST:CONTAINER[:ro|:rw]` bind mounts added to every sandbox.
     pub host_mounts: Vec<String>,
+    /// Where `sandbox.runtime` was before every driver had runtimes: still read (see
+    /// [`take_moved_keys`]), with a warning. Empty, as older files write it, is left out.
+    #[serde(
+        rename = "runtime",
+        deserialize_with = "de_opt_string",
+        skip_serializing
+    )]
+    pub moved_runtime: Option<String>,
+    /// Where `sandbox.allowed_runtimes` was; read the same way.
+    #[serde(rename = "allowed_runtimes", skip_serializing)]
+    pub moved_allowed_runtimes: Option<Vec<String>>,
 }
 
 impl Default for DockerConfig {
@@ -45,8 +52,6 @@ impl Default for DockerConfig {
             network_pool: Ipv4Net::new(Ipv4Addr::new(10, 213, 0, 0), 16)
                 .expect("16 is a valid IPv4 prefix length"),
             subnet_bits: 28,
-            runtime: String::new(),
-            allowed_runtimes: None,
             server_container: String::new(),
             sandboxd_volume: String::new(),
             socket: String::new(),
@@ -63,16 +68,13 @@ impl Default for DockerConfig {
             .map(String::from)
             .collect(),
             host_mounts: Vec::new(),
+            moved_runtime: None,
+            moved_allowed_runtimes: None,
         }
     }
 }
 
 impl DockerConfig {
-    /// The OCI runtime to ask for, if not Docker's default.
-    pub fn runtime(&self) -> Option<&str> {
-        non_empty(&self.runtime)
-    }
-
     /// The server's container id or name, if set rather than to be detected.
     pub fn server_container(&self) -> Option<&str> {
         non_empty(&self.server_container)
@@ -156,6 +158,62 @@ impl HostMount {
     }
 }
 
+/// Takes `sandbox.docker.runtime` and `allowed_runtimes`, written where they were before
+/// every driver had runtimes, as `sandbox.runtime` and `sandbox.allowed_runtimes`, so that
+/// older files keep working (the startup warnings say where they belong now). Both places at
+/// once must agree.
+pub(super) fn take_moved_keys(sb: &mut SandboxConfig, fail: &Fail) -> Result<(), ConfigError> {
+    if let Some(runtime) = &sb.docker.moved_runtime {
+        if sb.runtime.is_empty() {
+            sb.runtime.clone_from(runtime);
+        } else if sb.runtime != *runtime {
+            return Err(fail(
+                "sandbox.docker.runtime",
+                format!(
+                    "({runtime:?}) is the old place of sandbox.runtime, which says {:?}; keep \
+                     only sandbox.runtime",
+                    sb.runtime
+                ),
+            ));
+        }
+    }
+    if let Some(allowed) = &sb.docker.moved_allowed_runtimes {
+        match &sb.allowed_runtimes {
+            None => sb.allowed_runtimes = Some(allowed.clone()),
+            Some(now) if now != allowed => {
+                return Err(fail(
+                    "sandbox.docker.allowed_runtimes",
+                    format!(
+                        "({}) is the old place of sandbox.allowed_runtimes, which says ({}); \
+                         keep only sandbox.allowed_runtimes",
+                        allowed.join(", "),
+                        now.join(", ")
+                    ),
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// The startup warnings for keys read from where they were before.
+pub(super) fn moved_key_warnings(d: &DockerConfig) -> Vec<String> {
+    [
+        ("runtime", d.moved_runtime.is_some()),
+        ("allowed_runtimes", d.moved_allowed_runtimes.is_some()),
+    ]
+    .into_iter()
+    .filter(|(_, set)| *set)
+    .map(|(key, _)| {
+        format!(
+            "sandbox.docker.{key} has moved to sandbox.{key}, where it applies to every \
+             driver; it is read from its old place for now, move it"
+        )
+    })
+    .collect()
+}
+
 pub(super) fn validate(d: &DockerConfig, fail: &Fail) -> Result<(), ConfigError> {
     check_dns_label(&d.name_prefix).map_err(|p| fail("sandbox.docker.name_prefix", p))?;
     if d.network_pool.trunc() != d.network_pool {
@@ -180,7 +238,6 @@ pub(super) fn validate(d: &DockerConfig, fail: &Fail) -> Result<(), ConfigError>
         ));
     }
     for (key, v) in [
-        ("sandbox.docker.runtime", &d.runtime),
         ("sandbox.docker.server_container", &d.server_container),
         ("sandbox.docker.sandboxd_volume", &d.sandboxd_volume),
         ("sandbox.docker.socket", &d.socket),
@@ -190,39 +247,6 @@ pub(super) fn validate(d: &DockerConfig, fail: &Fail) -> Result<(), ConfigError>
                 key,
                 format!("({v:?}) has spaces or control characters at its ends"),
             ));
-        }
-    }
-    if !d.runtime.is_empty() {
-        check_runtime_name(&d.runtime).map_err(|p| fail("sandbox.docker.runtime", p))?;
-    }
-    if let Some(allowed) = &d.allowed_runtimes {
-        if allowed.is_empty() {
-            return Err(fail(
-                "sandbox.docker.allowed_runtimes",
-                "is empty: list at least one runtime (runc is Docker's own)".to_string(),
-            ));
-        }
-        for (i, r) in allowed.iter().enumerate() {
-            check_runtime_name(r)
-                .map_err(|p| fail(&format!("sandbox.docker.allowed_runtimes[{i}]"), p))?;
-            if allowed[..i].contains(r) {
-                return Err(fail(
-                    &format!("sandbox.docker.allowed_runtimes[{i}]"),
-                    format!("({r:?}) is listed twice"),
-                ));
-            }
-        }
-        if let Some(default) = d.runtime() {
-            if !allowed.iter().any(|r| r == default) {
-                return Err(fail(
-                    "sandbox.docker.allowed_runtimes",
-                    format!(
-                        "({}) does not hold sandbox.docker.runtime ({default}), the runtime of \
-                         an agent that asks for none",
-                        allowed.join(", ")
-                    ),
-                ));
-            }
         }
     }
     for (i, cap) in d.cap_drop.iter().enumerate() {
@@ -251,21 +275,4 @@ fn check_dns_label(s: &str) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// A Docker runtime name as `daemon.json` registers it: `runc`, `runsc`, `sysbox-runc`.
-fn check_runtime_name(name: &str) -> Result<(), String> {
-    let ok = (1..=64).contains(&name.len())
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "({name:?}) is not a runtime name like runc or runsc (1 to 64 letters, digits, '-', \
-             '_' or '.', starting with a letter or digit)"
-        ))
-    }
 }

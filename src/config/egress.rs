@@ -4,15 +4,15 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-use super::de::{de_duration, de_opt_upstream};
+use super::de::{de_duration, de_opt_upstream, ser_duration};
 use super::validate::{min_duration, Fail};
 use super::{ConfigError, SandboxConfig};
 use crate::egress::EgressRules;
 
 /// `sandbox.egress`: the proxy that is a sandbox's only way out.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EgressConfig {
     /// The `egress` of agents created without one.
@@ -33,7 +33,7 @@ pub struct EgressConfig {
     /// handles); more are refused with `503`.
     pub max_total_connections: usize,
     /// How long a sandbox may take to send a proxy request's headers.
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
     pub header_timeout: Duration,
     /// Transparent mode: the firewall sends a sandbox's DNS to the server's resolver (which
     /// answers allowed names only) and its TCP to ports 80 and 443 to the proxy (which decides
@@ -44,7 +44,7 @@ pub struct EgressConfig {
     /// one at startup.
     pub dns_port: u16,
     /// How long the proxy waits for a destination to accept a connection.
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
     pub connect_timeout: Duration,
 }
 
@@ -70,6 +70,13 @@ impl Default for EgressConfig {
 pub struct SocketAddrOrName {
     pub host: String,
     pub port: u16,
+}
+
+/// Written as it is shown, for comparing two configs.
+impl Serialize for SocketAddrOrName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
 }
 
 impl std::fmt::Display for SocketAddrOrName {

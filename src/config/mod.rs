@@ -5,19 +5,24 @@
 //!
 //! Each section (its keys, defaults and checks) has its own file: [`server`], [`sandbox`],
 //! [`egress`] (`sandbox.egress`), [`docker`] (`sandbox.docker`) and [`preset`] (`presets`).
-//! This file holds the whole: loading, the environment, and the startup warnings.
+//! This file holds the whole: loading, the environment, and the startup warnings. A running
+//! server reads its file again on request ([`reload`]): [`restart`] says which keys only a
+//! restart changes, [`diff`] which keys two configs differ in.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 mod de;
+mod diff;
 mod docker;
 mod egress;
 mod origin;
 mod preset;
+pub mod reload;
+mod restart;
 mod sandbox;
 mod server;
 mod validate;
@@ -32,11 +37,14 @@ pub use server::ServerConfig;
 /// file.
 pub const ADMIN_TOKEN_ENV: &str = "AGENTHOLD_ADMIN_TOKEN";
 
+/// The environment variable that overrides `server.log_level`.
+pub const LOG_ENV: &str = "AGENTHOLD_LOG";
+
 /// The ready agent image (`images/agent/Dockerfile`, built by `scripts/build-agent-image.sh`).
 pub const AGENT_IMAGE: &str = "agenthold/agent:bookworm";
 
 /// Everything the server reads from its config file.
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub server: ServerConfig,
@@ -65,6 +73,17 @@ pub enum ConfigError {
     },
 }
 
+impl ConfigError {
+    /// The dotted key at fault, when the file's values are well-formed but one cannot work (a
+    /// parse error names its key in the message).
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            ConfigError::Invalid { key, .. } => Some(key),
+            ConfigError::Read { .. } | ConfigError::Parse { .. } => None,
+        }
+    }
+}
+
 impl Config {
     /// Reads the config file at `path`, or takes the defaults when there is none, then applies
     /// the environment (looked up through `env`, so tests need not touch the process's).
@@ -82,8 +101,8 @@ impl Config {
             }
             None => {
                 let mut config = Config::without_file();
-                config.apply_env("defaults", env)?;
                 config.validate("defaults")?;
+                config.apply_env("defaults", env)?;
                 Ok(config)
             }
         }
@@ -128,8 +147,11 @@ impl Config {
             file: source.to_string(),
             message: e.to_string(),
         })?;
-        config.apply_env(source, env)?;
+        docker::take_moved_keys(&mut config.sandbox, &validate::failing(source))?;
+        // The file is checked as written, then the environment (whose values are checked as
+        // they are taken) overrides it.
         config.validate(source)?;
+        config.apply_env(source, env)?;
         Ok(config)
     }
 
@@ -149,6 +171,7 @@ impl Config {
                     .to_string(),
             );
         }
+        out.extend(docker::moved_key_warnings(&self.sandbox.docker));
         if self.sandbox.driver == DriverKind::Docker {
             for m in &self.sandbox.docker.host_mounts {
                 out.push(format!(
@@ -188,6 +211,14 @@ impl Config {
                 problem,
             })?;
             self.server.admin_token = Some(token);
+        }
+        if let Some(filter) = env(LOG_ENV).filter(|f| !f.is_empty()) {
+            server::check_log_filter(&filter).map_err(|problem| ConfigError::Invalid {
+                file: source.to_string(),
+                key: LOG_ENV.to_string(),
+                problem,
+            })?;
+            self.server.log_level = filter;
         }
         Ok(())
     }

@@ -79,6 +79,13 @@ impl WebOrigin {
     }
 }
 
+/// Written as it is shown, for comparing two configs.
+impl serde::Serialize for WebOrigin {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 impl fmt::Display for WebOrigin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (scheme, default) = if self.https {

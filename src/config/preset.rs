@@ -16,7 +16,7 @@ use crate::egress::EgressRules;
 
 /// One preset as the config file writes it; every key is optional and falls back to the
 /// `sandbox.default_*` settings.
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct Preset {
     /// One line for people choosing a preset.

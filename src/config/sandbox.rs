@@ -1,20 +1,20 @@
-//! `sandbox`: the driver, the defaults and ceilings of an agent's limits, the tunnel, idle
-//! times, terminals and background processes; their defaults and their checks. The
-//! subsections `sandbox.egress` and `sandbox.docker` have files of their own.
+//! `sandbox`: the driver, the defaults and ceilings of an agent's limits, its runtimes, the
+//! tunnel, idle times, terminals and background processes; their defaults and their checks.
+//! The subsections `sandbox.egress` and `sandbox.docker` have files of their own.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-use super::de::{de_duration, de_opt_path, de_opt_string, de_socket_addr};
+use super::de::{de_duration, de_opt_path, de_opt_string, de_socket_addr, ser_duration};
 use super::validate::{check_connection_caps, min_duration, Fail};
 use super::{ConfigError, DockerConfig, EgressConfig};
 use crate::agents::spec::{MIN_DISK_MB, MIN_MEMORY_MB};
 
 /// Which driver runs the sandboxes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DriverKind {
     #[default]
@@ -38,7 +38,7 @@ impl std::fmt::Display for DriverKind {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SandboxConfig {
     pub driver: DriverKind,
@@ -80,17 +80,17 @@ pub struct SandboxConfig {
     /// it reconnects); every fake-driver sandbox comes from loopback, so that driver may need
     /// more.
     pub tunnel_max_connections_per_ip: u32,
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
     pub idle_check_interval: Duration,
     /// How long one `idleMinutes` unit lasts; a minute, except in tests that need idle times in
     /// seconds.
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
     pub idle_minute: Duration,
     /// `None` (written `""`) means the `sandboxd` next to the agenthold binary.
     #[serde(deserialize_with = "de_opt_path")]
     pub sandboxd_path: Option<PathBuf>,
     /// How often the server pings each sandbox; three missed pings mark the session dead.
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
     pub ping_interval: Duration,
     /// How long a terminal session lives on after its last viewer left, in minutes; 0 ends it
     /// with its last viewer.
@@ -102,7 +102,7 @@ pub struct SandboxConfig {
     pub process_output_kb: u64,
     /// How long a finished background process stays listed (with its output) before it is
     /// forgotten.
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
     pub process_retention: Duration,
     /// Background processes one agent may run at once; more get `409`. Finished ones count
     /// towards no limit but this many are kept at most.
@@ -111,6 +111,12 @@ pub struct SandboxConfig {
     /// server may have open to one agent's sandbox at once; more get `429`. Kept below the
     /// tunnel's own limit, which ends the whole tunnel when reached.
     pub max_streams_per_agent: usize,
+    /// The runtime of an agent that asks for none (`runc`, `runsc`, a Kubernetes
+    /// RuntimeClass: whatever the driver's engine calls one); empty means the engine's default.
+    pub runtime: String,
+    /// The runtimes an agent may ask for; `None` (absent) means `runc`, plus `runsc` when the
+    /// engine has it, plus `runtime`.
+    pub allowed_runtimes: Option<Vec<String>>,
     pub egress: EgressConfig,
     pub docker: DockerConfig,
 }
@@ -145,6 +151,8 @@ impl Default for SandboxConfig {
             process_retention: Duration::from_secs(60 * 60),
             max_processes: 128,
             max_streams_per_agent: 128,
+            runtime: String::new(),
+            allowed_runtimes: None,
             egress: EgressConfig::default(),
             docker: DockerConfig::default(),
         }
@@ -153,7 +161,7 @@ impl Default for SandboxConfig {
 
 /// `sandbox.nofile`: the soft limit is what a process starts with, the hard one how far it may
 /// raise it itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct NofileLimit {
     pub soft: u32,
@@ -169,9 +177,72 @@ impl Default for NofileLimit {
     }
 }
 
+impl SandboxConfig {
+    /// The runtime to ask the engine for when an agent names none, if not the engine's default.
+    pub fn runtime(&self) -> Option<&str> {
+        Some(self.runtime.as_str()).filter(|r| !r.is_empty())
+    }
+}
+
 pub(super) fn validate(sb: &SandboxConfig, fail: &Fail) -> Result<(), ConfigError> {
     agent_limits(sb, fail)?;
+    runtimes(sb, fail)?;
     sessions(sb, fail)
+}
+
+/// `runtime` and `allowed_runtimes`: names an engine could register, the default among them.
+fn runtimes(sb: &SandboxConfig, fail: &Fail) -> Result<(), ConfigError> {
+    if !sb.runtime.is_empty() {
+        check_runtime_name(&sb.runtime).map_err(|p| fail("sandbox.runtime", p))?;
+    }
+    let Some(allowed) = &sb.allowed_runtimes else {
+        return Ok(());
+    };
+    if allowed.is_empty() {
+        return Err(fail(
+            "sandbox.allowed_runtimes",
+            "is empty: list at least one runtime (runc is Docker's own)".to_string(),
+        ));
+    }
+    for (i, r) in allowed.iter().enumerate() {
+        check_runtime_name(r).map_err(|p| fail(&format!("sandbox.allowed_runtimes[{i}]"), p))?;
+        if allowed[..i].contains(r) {
+            return Err(fail(
+                &format!("sandbox.allowed_runtimes[{i}]"),
+                format!("({r:?}) is listed twice"),
+            ));
+        }
+    }
+    if let Some(default) = sb.runtime() {
+        if !allowed.iter().any(|r| r == default) {
+            return Err(fail(
+                "sandbox.allowed_runtimes",
+                format!(
+                    "({}) does not hold sandbox.runtime ({default}), the runtime of an agent \
+                     that asks for none",
+                    allowed.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A runtime name as an engine registers it: `runc`, `runsc`, `sysbox-runc`.
+fn check_runtime_name(name: &str) -> Result<(), String> {
+    let ok = (1..=64).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "({name:?}) is not a runtime name like runc or runsc (1 to 64 letters, digits, '-', \
+             '_' or '.', starting with a letter or digit)"
+        ))
+    }
 }
 
 /// The image and the defaults and ceilings of what an agent may take.

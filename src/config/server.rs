@@ -6,13 +6,15 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use ipnet::IpNet;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-use super::de::{de_duration, de_ip_nets, de_opt_origin, de_opt_string, de_socket_addr};
+use super::de::{
+    de_duration, de_ip_nets, de_opt_origin, de_opt_string, de_socket_addr, ser_duration,
+};
 use super::validate::{check_connection_caps, min_duration, Fail};
 use super::{ConfigError, WebOrigin};
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
     /// Where the REST API, web UI and CLI clients connect.
@@ -28,13 +30,13 @@ pub struct ServerConfig {
     /// How much of each of stdout and stderr a non-streaming exec keeps, in KiB.
     pub exec_output_cap_kb: u64,
     /// The exec timeout when the request names none.
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
     pub exec_default_timeout: Duration,
     /// The longest timeout an exec request may ask for.
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
     pub exec_max_timeout: Duration,
     /// How long a web UI sign-in lasts; it survives restarts, not a change of admin token.
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
     pub session_ttl: Duration,
     /// A token that opens `GET /metrics` alone, for a Prometheus scraper; empty means the
     /// admin token (or a web session) is needed there too.
@@ -58,8 +60,11 @@ pub struct ServerConfig {
     pub max_connections_per_ip: u32,
     /// How long a client may take to send a request's headers, on both listeners; also how long
     /// a kept-alive connection may sit idle between requests.
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
     pub header_timeout: Duration,
+    /// What the server logs: a level (`info`, `debug`) or per-module directives
+    /// (`info,agenthold::egress=debug`); [`super::LOG_ENV`] wins over it.
+    pub log_level: String,
 }
 
 impl Default for ServerConfig {
@@ -79,6 +84,7 @@ impl Default for ServerConfig {
             max_connections: 4096,
             max_connections_per_ip: 256,
             header_timeout: Duration::from_secs(10),
+            log_level: "info".to_string(),
         }
     }
 }
@@ -140,8 +146,20 @@ pub(super) fn validate(s: &ServerConfig, fail: &Fail) -> Result<(), ConfigError>
             "is longer than 400 days, the longest a browser keeps a cookie".into(),
         ));
     }
-
+    check_log_filter(&s.log_level).map_err(|p| fail("server.log_level", p))?;
     Ok(())
+}
+
+/// A level or `tracing` directives, as `tracing_subscriber`'s `EnvFilter` reads them.
+pub(super) fn check_log_filter(filter: &str) -> Result<(), String> {
+    if filter.trim().is_empty() {
+        return Err("is empty; write a level such as info".to_string());
+    }
+    tracing_subscriber::EnvFilter::try_new(filter)
+        .map(drop)
+        .map_err(|e| {
+            format!("({filter:?}) is not a log level or filter like info or agenthold=debug: {e}")
+        })
 }
 
 pub(super) fn check_token(token: &str) -> Result<(), String> {

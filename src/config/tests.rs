@@ -59,8 +59,9 @@ fn defaults_are_the_documented_ones() {
     assert_eq!(d.name_prefix, "agenthold");
     assert_eq!(d.network_pool, "10.213.0.0/16".parse().unwrap());
     assert_eq!(d.subnet_bits, 28);
-    assert_eq!(d.runtime(), None);
-    assert_eq!(d.allowed_runtimes, None);
+    assert_eq!(c.sandbox.runtime(), None);
+    assert_eq!(c.sandbox.allowed_runtimes, None);
+    assert_eq!(c.server.log_level, "info");
     assert_eq!(d.server_container(), None);
     assert_eq!(d.socket(), None);
     assert_eq!(d.sandboxd_volume_name(), "agenthold-sandboxd");
@@ -142,10 +143,10 @@ sandbox:
   idle_check_interval: 1s
   idle_minute: 2s
   sandboxd_path: /opt/sandboxd
+  runtime: runsc
+  allowed_runtimes: [runc, runsc]
   docker:
     name_prefix: ah-test
-    runtime: runsc
-    allowed_runtimes: [runc, runsc]
     sandboxd_volume: sbd
     cap_drop: []
     host_mounts: ['/srv/cache:/cache:ro', '/srv/x:/x']
@@ -202,9 +203,9 @@ sandbox:
         c.sandbox.sandboxd_path,
         Some(PathBuf::from("/opt/sandboxd"))
     );
-    assert_eq!(c.sandbox.docker.runtime(), Some("runsc"));
+    assert_eq!(c.sandbox.runtime(), Some("runsc"));
     assert_eq!(
-        c.sandbox.docker.allowed_runtimes,
+        c.sandbox.allowed_runtimes,
         Some(vec!["runc".to_string(), "runsc".to_string()])
     );
     assert_eq!(c.sandbox.docker.sandboxd_volume_name(), "sbd");
@@ -598,32 +599,52 @@ fn impossible_values_are_refused_with_one_message() {
             "config.yaml: sandbox.docker.subnet_bits (28) must be above the pool's prefix length (28)",
         ),
         (
-            "sandbox:\n  docker:\n    runtime: \" runsc\"\n",
-            "config.yaml: sandbox.docker.runtime (\" runsc\") has spaces",
+            "sandbox:\n  runtime: \" runsc\"\n",
+            "config.yaml: sandbox.runtime (\" runsc\") is not a runtime name like runc",
         ),
         (
-            "sandbox:\n  docker:\n    runtime: \"run sc\"\n",
-            "config.yaml: sandbox.docker.runtime (\"run sc\") is not a runtime name like runc",
+            "sandbox:\n  runtime: \"run sc\"\n",
+            "config.yaml: sandbox.runtime (\"run sc\") is not a runtime name like runc",
         ),
         (
-            "sandbox:\n  docker:\n    allowed_runtimes: []\n",
-            "config.yaml: sandbox.docker.allowed_runtimes is empty",
+            "sandbox:\n  allowed_runtimes: []\n",
+            "config.yaml: sandbox.allowed_runtimes is empty",
         ),
         (
-            "sandbox:\n  docker:\n    allowed_runtimes: [runc, \"-x\"]\n",
-            "config.yaml: sandbox.docker.allowed_runtimes[1] (\"-x\") is not a runtime name",
+            "sandbox:\n  allowed_runtimes: [runc, \"-x\"]\n",
+            "config.yaml: sandbox.allowed_runtimes[1] (\"-x\") is not a runtime name",
         ),
         (
-            "sandbox:\n  docker:\n    allowed_runtimes: [runc, runsc, runc]\n",
-            "config.yaml: sandbox.docker.allowed_runtimes[2] (\"runc\") is listed twice",
+            "sandbox:\n  allowed_runtimes: [runc, runsc, runc]\n",
+            "config.yaml: sandbox.allowed_runtimes[2] (\"runc\") is listed twice",
+        ),
+        (
+            "sandbox:\n  runtime: runsc\n  allowed_runtimes: [runc]\n",
+            "config.yaml: sandbox.allowed_runtimes (runc) does not hold sandbox.runtime (runsc)",
+        ),
+        (
+            "sandbox:\n  allowed_runtimes: runc\n",
+            "config.yaml: sandbox.allowed_runtimes",
+        ),
+        (
+            "sandbox:\n  runtime: runc\n  docker:\n    runtime: runsc\n",
+            "config.yaml: sandbox.docker.runtime (\"runsc\") is the old place of sandbox.runtime, which says \"runc\"",
+        ),
+        (
+            "sandbox:\n  allowed_runtimes: [runc]\n  docker:\n    allowed_runtimes: [runsc]\n",
+            "config.yaml: sandbox.docker.allowed_runtimes (runsc) is the old place of sandbox.allowed_runtimes",
         ),
         (
             "sandbox:\n  docker:\n    runtime: runsc\n    allowed_runtimes: [runc]\n",
-            "config.yaml: sandbox.docker.allowed_runtimes (runc) does not hold sandbox.docker.runtime (runsc)",
+            "config.yaml: sandbox.allowed_runtimes (runc) does not hold sandbox.runtime (runsc)",
         ),
         (
-            "sandbox:\n  docker:\n    allowed_runtimes: runc\n",
-            "config.yaml: sandbox.docker.allowed_runtimes",
+            "server:\n  log_level: \"\"\n",
+            "config.yaml: server.log_level is empty",
+        ),
+        (
+            "server:\n  log_level: \"info,agenthold=loud\"\n",
+            "config.yaml: server.log_level (\"info,agenthold=loud\") is not a log level",
         ),
         (
             "sandbox:\n  docker:\n    cap_drop: [NET_RAW, \"NET ADMIN\"]\n",
@@ -709,6 +730,19 @@ fn env_token_wins_over_the_file() {
 }
 
 #[test]
+fn env_log_filter_wins_over_the_file() {
+    let env = |k: &str| (k == LOG_ENV).then(|| "agenthold=debug".to_string());
+    let c = Config::from_yaml_str("server:\n  log_level: warn\n", "c.yaml", env).unwrap();
+    assert_eq!(c.server.log_level, "agenthold=debug");
+    let c = Config::from_yaml_str("server:\n  log_level: warn\n", "c.yaml", no_env).unwrap();
+    assert_eq!(c.server.log_level, "warn");
+
+    let bad = |k: &str| (k == LOG_ENV).then(|| "agenthold=loud".to_string());
+    let e = Config::load(None, bad).unwrap_err();
+    assert_eq!(e.key(), Some("AGENTHOLD_LOG"));
+}
+
+#[test]
 fn load_reads_the_file_and_names_a_missing_one() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("agenthold.yaml");
@@ -751,6 +785,31 @@ fn risky_settings_are_reported_as_warnings() {
     assert!(w.iter().any(|l| l.contains("admin_token")), "{w:?}");
     let c = load("sandbox:\n  driver: fake\n").unwrap();
     assert!(c.warnings()[0].contains("fake"));
+}
+
+#[test]
+fn runtimes_written_where_they_were_are_read_with_a_warning() {
+    let c = load("sandbox:\n  docker:\n    runtime: runsc\n    allowed_runtimes: [runc, runsc]\n")
+        .unwrap();
+    assert_eq!(c.sandbox.runtime(), Some("runsc"));
+    assert_eq!(
+        c.sandbox.allowed_runtimes,
+        Some(vec!["runc".to_string(), "runsc".to_string()])
+    );
+    let w = c.warnings();
+    assert!(
+        w.iter()
+            .any(|l| l.starts_with("sandbox.docker.runtime has moved to sandbox.runtime")),
+        "{w:?}"
+    );
+    assert!(
+        w.iter().any(|l| l
+            .starts_with("sandbox.docker.allowed_runtimes has moved to sandbox.allowed_runtimes")),
+        "{w:?}"
+    );
+    // Both places saying the same is no conflict.
+    let c = load("sandbox:\n  runtime: runsc\n  docker:\n    runtime: runsc\n").unwrap();
+    assert_eq!(c.sandbox.runtime(), Some("runsc"));
 }
 
 #[test]

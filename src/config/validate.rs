@@ -10,16 +10,21 @@ use super::{docker, egress, preset, sandbox, server, Config, ConfigError};
 pub(super) type Fail<'a> = dyn Fn(&str, String) -> ConfigError + 'a;
 
 pub(super) fn validate(config: &Config, file: &str) -> Result<(), ConfigError> {
-    let fail = |key: &str, problem: String| ConfigError::Invalid {
-        file: file.to_string(),
-        key: key.to_string(),
-        problem,
-    };
+    let fail = failing(file);
     server::validate(&config.server, &fail)?;
     sandbox::validate(&config.sandbox, &fail)?;
     egress::validate(&config.sandbox.egress, &config.sandbox, &fail)?;
     docker::validate(&config.sandbox.docker, &fail)?;
     preset::validate(config, &fail)
+}
+
+/// What fails with a key of `file`.
+pub(super) fn failing(file: &str) -> impl Fn(&str, String) -> ConfigError + '_ {
+    move |key: &str, problem: String| ConfigError::Invalid {
+        file: file.to_string(),
+        key: key.to_string(),
+        problem,
+    }
 }
 
 /// A listener's total and per-address caps: at least 1, per address at most the total, and the

@@ -56,6 +56,8 @@ pub struct FakeDriver {
     root: PathBuf,
     tunnel: SocketAddr,
     ping_interval: Duration,
+    /// What [`Driver::sandbox_networks`] answers (see there).
+    networks: Vec<ipnet::IpNet>,
     op_delay: Duration,
     running: Mutex<HashMap<String, Running>>,
     /// Images under [`FAKE_REGISTRY`] pulled so far.
@@ -63,8 +65,9 @@ pub struct FakeDriver {
 }
 
 impl FakeDriver {
-    /// `root` holds one folder per sandbox; `tunnel` is where the server's tunnel listens.
-    pub fn new(root: PathBuf, tunnel: SocketAddr, ping_interval: Duration) -> FakeDriver {
+    /// One folder per sandbox under `<data_dir>/fake`; `tunnel` is where the server's tunnel
+    /// listens.
+    pub fn new(config: &crate::config::Config, tunnel: SocketAddr) -> FakeDriver {
         tracing::warn!(
             "the fake driver runs every sandbox inside this server, as this server's user, with no \
              isolation: use it for development and tests only"
@@ -80,9 +83,14 @@ impl FakeDriver {
             tunnel
         };
         FakeDriver {
-            root,
+            root: config.server.data_dir.join("fake"),
             tunnel,
-            ping_interval,
+            ping_interval: config.sandbox.ping_interval,
+            // Its sandboxes share the server's loopback and have no network of their own. It
+            // answers the pool Docker's sandboxes would come from all the same, so that a
+            // server on it refuses and never dials what one on Docker would (and the API's
+            // refusal can be tested without Docker).
+            networks: vec![config.sandbox.docker.network_pool.into()],
             op_delay,
             running: Mutex::new(HashMap::new()),
             pulled: Mutex::new(HashSet::new()),
@@ -172,6 +180,10 @@ fn io_err(what: &str, e: std::io::Error) -> DriverError {
 impl Driver for FakeDriver {
     fn kind(&self) -> &'static str {
         "fake"
+    }
+
+    fn sandbox_networks(&self) -> Vec<ipnet::IpNet> {
+        self.networks.clone()
     }
 
     fn runtimes(&self) -> EngineRuntimes {

@@ -5,11 +5,13 @@
 
 pub mod docker;
 pub mod fake;
+mod open;
 pub mod pull;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 
+pub use open::{open, Wiring};
 pub use pull::{PullMeter, PullSink};
 
 /// What a sandbox is made from.
@@ -104,6 +106,10 @@ pub trait Driver: Send + Sync + 'static {
     fn kind(&self) -> &'static str;
     /// The runtimes the engine has.
     fn runtimes(&self) -> EngineRuntimes;
+    /// The networks sandboxes' addresses come from: the API refuses every request from them (a
+    /// sandbox may not drive agenthold), and the egress proxy never dials them (nor one
+    /// sandbox another through it).
+    fn sandbox_networks(&self) -> Vec<ipnet::IpNet>;
     /// Why this driver cannot give a home a size limit (`diskMb`), or `None` when it can.
     fn disk_limits_unavailable(&self) -> Option<String> {
         None

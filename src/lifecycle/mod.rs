@@ -27,6 +27,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use tokio::sync::watch;
+
 use crate::activity::ActivityTracker;
 use crate::agents::runtimes::Runtimes;
 use crate::config::Config;
@@ -88,7 +90,9 @@ pub struct Lifecycle {
     hub: EventHub,
     tunnels: Registry,
     activity: ActivityTracker,
-    config: Arc<Config>,
+    /// The config in force: a reload replaces it (see [`crate::config::reload`]), so it is
+    /// read anew at each use.
+    config: watch::Receiver<Arc<Config>>,
     /// Boot tokens the driver put into sleeping sandboxes (see `stage_next_boot`), by agent.
     /// In memory only: after a server restart a start hands over a new token itself.
     staged_boots: std::sync::Mutex<HashMap<String, String>>,
@@ -114,15 +118,16 @@ impl Lifecycle {
     pub fn new(
         store: Store,
         driver: Arc<dyn Driver>,
-        config: Arc<Config>,
+        config: watch::Receiver<Arc<Config>>,
         metrics: Arc<Metrics>,
         runtimes: Runtimes,
     ) -> Lifecycle {
+        let max_streams = config.borrow().sandbox.max_streams_per_agent;
         Lifecycle {
             store,
             driver,
             hub: EventHub::default(),
-            tunnels: Registry::new(config.sandbox.max_streams_per_agent),
+            tunnels: Registry::new(max_streams),
             activity: ActivityTracker::default(),
             config,
             staged_boots: Default::default(),
@@ -135,8 +140,9 @@ impl Lifecycle {
         }
     }
 
-    pub fn config(&self) -> &Config {
-        &self.config
+    /// The config in force now; hold it for one use (a request, a decision), not for good.
+    pub fn config(&self) -> Arc<Config> {
+        self.config.borrow().clone()
     }
 
     /// The sandboxes' tunnels, by agent.
@@ -186,6 +192,11 @@ impl Lifecycle {
     /// The limit on each sandbox's writes outside its home and `/tmp`, if enforced.
     pub fn rootfs_limit_mb(&self) -> Option<u64> {
         self.driver.rootfs_limit_mb()
+    }
+
+    /// The networks sandboxes' addresses come from (see [`Driver::sandbox_networks`]).
+    pub fn sandbox_networks(&self) -> Vec<ipnet::IpNet> {
+        self.driver.sandbox_networks()
     }
 
     /// Lets the driver finish what it does in the background, at server shutdown.

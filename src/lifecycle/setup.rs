@@ -20,16 +20,18 @@ impl Lifecycle {
     /// The setup script of the agent's preset, if it has one (a preset removed from the config
     /// since the agent was made has none).
     pub fn setup_script(&self, agent: &Agent) -> Option<String> {
-        let preset = self.config.presets.get(agent.preset.as_deref()?)?;
+        let config = self.config();
+        let preset = config.presets.get(agent.preset.as_deref()?)?;
         preset.setup.clone()
     }
 
     /// Whether a rebuild should run the setup script again.
     pub(super) fn setup_on_rebuild(&self, agent: &Agent) -> bool {
+        let config = self.config();
         agent
             .preset
             .as_deref()
-            .and_then(|p| self.config.presets.get(p))
+            .and_then(|p| config.presets.get(p))
             .is_some_and(|p| p.setup_on_rebuild && p.setup.is_some())
     }
 
@@ -110,7 +112,8 @@ impl Lifecycle {
             // Started a moment ago by the hello or a request that got here first.
             return Ok(());
         }
-        let sb = &self.config.sandbox;
+        let config = self.config();
+        let sb = &config.sandbox;
         let header = ProcessStart {
             run: ExecRequest {
                 command: vec!["/bin/sh".into(), "-c".into(), script],

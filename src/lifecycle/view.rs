@@ -19,9 +19,10 @@ impl Lifecycle {
     /// they existed (the server's default), activity, the time the agent will sleep, and
     /// the image pull under way.
     pub fn decorate(&self, mut agent: Agent) -> Agent {
+        let config = self.config();
         agent
             .egress
-            .get_or_insert_with(|| self.config.sandbox.egress.default.clone());
+            .get_or_insert_with(|| config.sandbox.egress.default.clone());
         if agent.runtime.is_empty() {
             agent.runtime = self.runtimes.default.clone();
         }
@@ -33,7 +34,7 @@ impl Lifecycle {
         agent.last_activity_at = Some(view.last_activity_at);
         // An agent with no idle time never sleeps.
         agent.sleeps_at = if agent.state == Running && agent.idle_minutes > 0 {
-            let idle = idle_time(&self.config.sandbox, agent.idle_minutes);
+            let idle = idle_time(&config.sandbox, agent.idle_minutes);
             let from = if view.busy {
                 Utc::now()
             } else {

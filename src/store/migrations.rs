@@ -58,7 +58,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE agents ADD COLUMN setup TEXT;
     "#,
     // 6: the container runtime the agent asked for (`runc`, `runsc`); NULL for agents made
-    // before, which run on `sandbox.docker.runtime`.
+    // before, which run on the server's default (`sandbox.runtime`).
     r#"
     ALTER TABLE agents ADD COLUMN runtime TEXT;
     "#,

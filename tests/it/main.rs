@@ -19,6 +19,7 @@ mod flood;
 mod presets;
 mod processes;
 mod races;
+mod reload;
 mod runtime;
 mod terminal;
 mod terminal_sessions;

@@ -120,7 +120,7 @@ async fn changing_the_runtime_needs_a_rebuild_which_keeps_the_home() {
 #[tokio::test]
 async fn a_runtime_the_engine_lacks_fails_the_start_saying_so_and_can_be_changed() {
     let s = TestServer::start_with(|c| {
-        c.sandbox.docker.allowed_runtimes = Some(vec!["runc".into(), "kata".into()]);
+        c.sandbox.allowed_runtimes = Some(vec!["runc".into(), "kata".into()]);
     })
     .await;
     assert_eq!(limits(&s).await["runtimes"], json!(["runc", "kata"]));
@@ -150,7 +150,7 @@ async fn a_runtime_the_engine_lacks_fails_the_start_saying_so_and_can_be_changed
 
 #[tokio::test]
 async fn the_configured_default_runtime_comes_first_and_applies_to_agents_asking_for_none() {
-    let s = TestServer::start_with(|c| c.sandbox.docker.runtime = "runsc".into()).await;
+    let s = TestServer::start_with(|c| c.sandbox.runtime = "runsc".into()).await;
     assert_eq!(limits(&s).await["runtimes"], json!(["runsc", "runc"]));
     let a = s.created_agent(json!({"name": "d"})).await;
     assert_eq!(a["runtime"], "runsc");
@@ -163,13 +163,13 @@ async fn the_configured_default_runtime_comes_first_and_applies_to_agents_asking
 async fn an_allowed_list_without_the_default_stops_the_server_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config(dir.path());
-    config.sandbox.docker.allowed_runtimes = Some(vec!["runsc".into()]);
+    config.sandbox.allowed_runtimes = Some(vec!["runsc".into()]);
     let err = match agenthold::server::Server::bind(config).await {
         Ok(_) => panic!("a server without its default runtime allowed started"),
         Err(e) => format!("{e:#}"),
     };
     assert!(
-        err.contains("sandbox.docker.allowed_runtimes (runsc) does not hold runc"),
+        err.contains("sandbox.allowed_runtimes (runsc) does not hold runc"),
         "{err}"
     );
 }

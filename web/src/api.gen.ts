@@ -6,6 +6,26 @@
  */
 
 export interface paths {
+    "/api/v1/admin/reload": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Reads the config file again, as `SIGHUP` does: puts in force what can change at runtime
+         *     and names what needs a restart; a file that is not a valid config changes nothing.
+         */
+        post: operations["reloadConfig"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/agents": {
         parameters: {
             query?: never;
@@ -552,6 +572,29 @@ export interface components {
          * @enum {string}
          */
         AgentState: "creating" | "starting" | "running" | "stopping" | "sleeping" | "rebuilding" | "destroying" | "error";
+        /**
+         * @description `POST /api/v1/admin/reload`: what reading the config file again changed, by dotted key as
+         *     the file writes them. Both lists empty: the file says what the server runs on.
+         */
+        ConfigReload: {
+            /**
+             * @description Keys whose new values are in force now: new agents, requests and the egress proxy's
+             *     decisions from now on follow them; running agents keep what they were made with.
+             * @example [
+             *       "presets.dev.image",
+             *       "sandbox.egress.default.allow"
+             *     ]
+             */
+            applied: string[];
+            /**
+             * @description Keys the file changed that only a restart puts in force (listeners, `server.data_dir`,
+             *     the driver and its settings, …); the server keeps their running values until then.
+             * @example [
+             *       "server.listen"
+             *     ]
+             */
+            needsRestart: string[];
+        };
         /** @description `POST /api/v1/agents`; fields left out take the server's defaults. */
         CreateAgent: {
             /**
@@ -607,7 +650,7 @@ export interface components {
              */
             preset?: string | null;
             /**
-             * @description The container runtime (`sandbox.docker.runtime`, or the engine's default, when absent):
+             * @description The container runtime (`sandbox.runtime`, or the engine's default, when absent):
              *     one of `runtimes` in `/limits`, such as `runc` (Docker's own) or `runsc` (gVisor, a
              *     kernel of its own in user space: stronger isolation, slower system calls). Another is
              *     `400` with `"field": "runtime"`.
@@ -1092,6 +1135,62 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    reloadConfig: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Read and checked; `applied` is in force, `needsRestart` waits for a restart */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConfigReload"];
+                };
+            };
+            /** @description The file is not a valid config; the message names the file and the key. The server keeps its config */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server was started without a config file, or cannot read it now */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     listAgents: {
         parameters: {
             query?: never;

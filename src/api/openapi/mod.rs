@@ -16,7 +16,7 @@ mod schemas;
 use serde_json::{json, Map, Value};
 use utoipa::OpenApi;
 
-use super::{agents, events, exec, files, processes, session, terminal, terminals, types};
+use super::{admin, agents, events, exec, files, processes, session, terminal, terminals, types};
 use crate::config::Config;
 
 #[derive(OpenApi)]
@@ -33,7 +33,7 @@ use crate::config::Config;
         terminal::terminal, terminals::list, terminals::kill, exec::exec,
         processes::start, processes::list, processes::get, processes::output, processes::stdin,
         processes::signal, processes::wait, processes::remove,
-        session::sign_in, session::status, session::sign_out,
+        session::sign_in, session::status, session::sign_out, admin::reload,
     ),
     components(schemas(
         crate::model::Agent, crate::model::AgentState, types::CreateAgent, types::UpdateAgent,
@@ -43,7 +43,7 @@ use crate::config::Config;
         crate::egress::EgressRules, crate::egress::EgressEvent,
         types::process::StartProcess, types::process::Process, types::process::ProcessState,
         types::process::SignalBody, types::process::StdinWritten, types::process::ProcessEvent,
-        types::process::Gap,
+        types::process::Gap, types::ConfigReload,
     )),
     modifiers(&BearerAuth),
     security(("bearer" = [])),

@@ -8,7 +8,13 @@ use super::{operations, property, set};
 use crate::api::types::ErrorCode;
 
 /// The operations that cannot fail inside the server (no store, no sandbox): no `500`.
-const NEVER_INTERNAL: &[&str] = &["getHealth", "getLimits", "events", "getSession"];
+const NEVER_INTERNAL: &[&str] = &[
+    "getHealth",
+    "getLimits",
+    "events",
+    "getSession",
+    "reloadConfig",
+];
 
 fn error_response(description: &str) -> Value {
     json!({

@@ -169,7 +169,7 @@ agent_bodies! {
         #[schema(min_length = 1, max_length = 64, example = "runsc")]
         runtime: [String],
         create {
-            /// The container runtime (`sandbox.docker.runtime`, or the engine's default, when absent):
+            /// The container runtime (`sandbox.runtime`, or the engine's default, when absent):
             /// one of `runtimes` in `/limits`, such as `runc` (Docker's own) or `runsc` (gVisor, a
             /// kernel of its own in user space: stronger isolation, slower system calls). Another is
             /// `400` with `"field": "runtime"`.

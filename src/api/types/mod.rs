@@ -4,9 +4,10 @@
 
 //!
 //! One file per resource: `agents`, `exec`, [`process`], `terminal`, `server` (health
-//! and limits) and `error`; `whole` reads the whole numbers they take. Each type is also
-//! named from here.
+//! and limits), `admin` (the config's reload) and `error`; `whole` reads the whole numbers they
+//! take. Each type is also named from here.
 
+mod admin;
 mod agents;
 mod error;
 mod exec;
@@ -15,6 +16,7 @@ mod server;
 mod terminal;
 pub(crate) mod whole;
 
+pub use admin::ConfigReload;
 pub use agents::{CreateAgent, UpdateAgent};
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use exec::{ExecBody, ExecExit, ExecLine, ExecResult, OutputStream};

@@ -121,6 +121,11 @@ impl Driver for DockerDriver {
         self.agent_at(local, peer).await
     }
 
+    fn sandbox_networks(&self) -> Vec<ipnet::IpNet> {
+        // Every agent network is a subnet of the pool.
+        vec![self.cfg.network_pool.into()]
+    }
+
     fn runtimes(&self) -> EngineRuntimes {
         self.runtimes
             .lock()

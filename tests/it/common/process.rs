@@ -83,8 +83,17 @@ impl ServerConfig {
 
     /// [`ServerConfig::start`] with the server's log (its stderr) written to `log`.
     pub async fn start_logging_to(&self, log: &Path) -> ServerProcess {
+        self.start_logging_to_with_env(log, &[]).await
+    }
+
+    /// [`ServerConfig::start_logging_to`] with extra environment variables.
+    pub async fn start_logging_to_with_env(
+        &self,
+        log: &Path,
+        env: &[(&str, &str)],
+    ) -> ServerProcess {
         let file = std::fs::File::create(log).expect("create the server's log file");
-        self.start_inner(&[], Stdio::from(file)).await
+        self.start_inner(env, Stdio::from(file)).await
     }
 
     async fn start_inner(&self, env: &[(&str, &str)], stderr: Stdio) -> ServerProcess {
@@ -154,6 +163,21 @@ impl ServerProcess {
     pub fn kill(mut self) {
         self.child.kill().expect("SIGKILL the server");
         self.child.wait().expect("wait for the server");
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends the server `signal` (`SIGHUP` to make it read its config again).
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.pid()).expect("a pid"));
+        nix::sys::signal::kill(pid, signal).expect("signal the server");
+    }
+
+    /// Whether the process still runs (it has not exited, nor been restarted).
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 }
 

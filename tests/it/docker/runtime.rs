@@ -305,7 +305,7 @@ async fn a_runtime_the_engine_lacks_ends_the_start_in_error_saying_so() {
     };
     let s = env
         .server_with(false, |c| {
-            c.sandbox.docker.allowed_runtimes =
+            c.sandbox.allowed_runtimes =
                 Some(vec!["runc".into(), "agenthold-no-such-runtime".into()]);
         })
         .await;
