@@ -1,16 +1,15 @@
-//! The agent as the API and the store see it.
+//! The agent as the store keeps it and the lifecycle moves it. The API shows it through its own
+//! types ([`crate::api::types::Agent`] and the rest), made from these.
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use crate::egress::EgressRules;
 
 /// Where an agent's sandbox is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AgentState {
     Creating,
     Starting,
@@ -70,20 +69,14 @@ impl std::fmt::Display for AgentState {
     }
 }
 
-/// An agent and its sandbox, as stored.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
+/// An agent and its sandbox, as stored (with what the lifecycle fills in when it reads one).
+#[derive(Debug, Clone, PartialEq)]
 pub struct Agent {
     /// Short, lowercase, DNS-safe; part of the container, volume and network names.
-    #[schema(example = "k3f9x2m1q8ab")]
     pub id: String,
-    #[schema(example = "builder")]
     pub name: String,
-    #[schema(example = "debian:bookworm-slim")]
     pub image: String,
-    #[schema(example = 2)]
     pub cpus: f64,
-    #[schema(example = 4096)]
     pub memory_mb: u64,
     /// The home's size limit in MiB (`df` in the sandbox shows it); null for a home without
     /// one, which shares the host's disk (agents made before disk limits, or on a server
@@ -92,13 +85,10 @@ pub struct Agent {
     /// The container runtime the sandbox runs on: `runc` (Docker's own: namespaces on the
     /// host's kernel) or `runsc` (gVisor: a kernel of its own in user space). Agents made
     /// before agents had a runtime of their own run on the server's default, shown here.
-    #[serde(default)]
-    #[schema(required = true, example = "runc")]
     pub runtime: String,
     /// What the sandbox may reach through the egress proxy. Agents made before egress rules
     /// existed follow the server's `sandbox.egress.default`, which the API shows here.
     pub egress: Option<EgressRules>,
-    #[schema(example = 15)]
     pub idle_minutes: u32,
     pub state: AgentState,
     /// The last failure's message while `state` is `error`.
@@ -112,22 +102,17 @@ pub struct Agent {
     pub sleeps_at: Option<DateTime<Utc>>,
     /// The image pull under way for this agent's sandbox (while creating, starting or
     /// rebuilding); null when none is. Filled in by the server; not stored.
-    #[serde(default)]
     pub pull: Option<PullProgress>,
     /// The preset the agent was made from; null for none.
-    #[serde(default)]
-    #[schema(example = "dev")]
     pub preset: Option<String>,
     /// Variables every shell, exec, terminal and background process of the agent starts with.
-    #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// The preset's setup script's last run; null when it has none or it has not run yet.
-    #[serde(default)]
     pub setup: Option<SetupStatus>,
 }
 
 /// Where a setup script's run is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SetupState {
     Running,
@@ -136,8 +121,9 @@ pub enum SetupState {
 }
 
 /// The setup script's last run: a background process with the tag `setup`, whose output
-/// `GET /api/v1/agents/{id}/processes/setup/output` gives.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+/// `GET /api/v1/agents/{id}/processes/setup/output` gives. Kept in the store as JSON (the
+/// `setup` column), which is what its `serde` form is for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SetupStatus {
     pub state: SetupState,
@@ -209,7 +195,6 @@ mod tests {
     fn states_round_trip_through_their_names() {
         for st in AgentState::ALL {
             assert_eq!(AgentState::parse(st.as_str()), Some(st));
-            assert_eq!(serde_json::to_value(st).unwrap(), st.as_str());
         }
         assert_eq!(AgentState::parse("paused"), None);
     }
@@ -228,8 +213,7 @@ mod tests {
 }
 
 /// Where a pull is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PullStatus {
     Pulling,
     Done,
@@ -239,8 +223,7 @@ pub enum PullStatus {
 /// How far an image pull has got. Byte counts cover the layers whose size the registry has
 /// announced so far (Docker learns a layer's size when its download starts); a layer that was
 /// already on the machine counts as done without bytes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PullProgress {
     /// The image reference being pulled (with the tag the pull uses).
     pub image: String,

@@ -6,11 +6,11 @@ use axum::http::StatusCode;
 use axum::Json;
 
 use super::error::{ApiError, ApiJson, ErrorBody};
-use super::types::{CreateAgent, Health, Limits, UpdateAgent};
+use super::types::{Agent, CreateAgent, Health, Limits, PresetInfo, UpdateAgent};
 use super::AppState;
 use crate::agents::spec::{self, AgentRequest, Allowed, MAX_IDLE_MINUTES};
-use crate::config::{Config, PresetInfo};
-use crate::model::{Agent, AgentPatch};
+use crate::config::Config;
+use crate::model::AgentPatch;
 
 /// The server's limits and defaults for agents, files and exec.
 #[utoipa::path(get, path = "/api/v1/limits", tag = "agents", operation_id = "getLimits",
@@ -46,7 +46,13 @@ pub async fn limits(State(st): State<AppState>) -> Json<Limits> {
 #[utoipa::path(get, path = "/api/v1/presets", tag = "agents", operation_id = "listPresets",
     responses((status = 200, body = [PresetInfo])))]
 pub async fn presets(State(st): State<AppState>) -> Json<Vec<PresetInfo>> {
-    Json(st.config().preset_infos())
+    Json(
+        st.config()
+            .preset_infos()
+            .into_iter()
+            .map(Into::into)
+            .collect(),
+    )
 }
 
 /// Liveness, version and driver; needs no token.
@@ -64,7 +70,9 @@ pub async fn health(State(st): State<AppState>) -> Json<Health> {
 #[utoipa::path(get, path = "/api/v1/agents", tag = "agents", operation_id = "listAgents",
     responses((status = 200, body = [Agent])))]
 pub async fn list(State(st): State<AppState>) -> Result<Json<Vec<Agent>>, ApiError> {
-    Ok(Json(st.lc.list().await?))
+    Ok(Json(
+        st.lc.list().await?.into_iter().map(Into::into).collect(),
+    ))
 }
 
 /// Creates an agent; it goes on to `running` in the background.
@@ -79,7 +87,7 @@ pub async fn create(
     let config = st.config();
     let new = spec::resolve(body.into(), &allowed(&st, &config))?;
     let agent = st.lc.create(new).await?;
-    Ok((StatusCode::CREATED, Json(agent)))
+    Ok((StatusCode::CREATED, Json(agent.into())))
 }
 
 /// One agent.
@@ -89,7 +97,7 @@ pub async fn get(
     State(st): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Agent>, ApiError> {
-    Ok(Json(st.lc.get(&id).await?))
+    Ok(Json(st.lc.get(&id).await?.into()))
 }
 
 /// Changes settings; a changed image, resource or runtime sets `needsRebuild`.
@@ -107,7 +115,7 @@ pub async fn update(
     let patch = AgentPatch::from(body);
     let config = st.config();
     spec::check_patch(&patch, &allowed(&st, &config))?;
-    Ok(Json(st.lc.patch(&id, patch).await?))
+    Ok(Json(st.lc.patch(&id, patch).await?.into()))
 }
 
 /// Declares a route that runs one lifecycle action on an agent and answers `202` with the
@@ -123,7 +131,7 @@ macro_rules! agent_action {
             State(st): State<AppState>,
             Path(id): Path<String>,
         ) -> Result<(StatusCode, Json<Agent>), ApiError> {
-            Ok((StatusCode::ACCEPTED, Json(st.lc.$name(&id).await?)))
+            Ok((StatusCode::ACCEPTED, Json(st.lc.$name(&id).await?.into())))
         }
     };
 }
@@ -159,7 +167,10 @@ pub async fn rerun_setup(
     State(st): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<(StatusCode, Json<Agent>), ApiError> {
-    Ok((StatusCode::ACCEPTED, Json(st.lc.rerun_setup(&id).await?)))
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(st.lc.rerun_setup(&id).await?.into()),
+    ))
 }
 
 /// What this server offers agents now: its config in force, and what its engine can do.
@@ -182,7 +193,7 @@ impl From<CreateAgent> for AgentRequest {
             memory_mb: body.memory_mb,
             disk_mb: body.disk_mb,
             idle_minutes: body.idle_minutes,
-            egress: body.egress,
+            egress: body.egress.map(Into::into),
             env: body.env,
             runtime: body.runtime,
         }
@@ -198,7 +209,7 @@ impl From<UpdateAgent> for AgentPatch {
             memory_mb: body.memory_mb,
             disk_mb: body.disk_mb,
             idle_minutes: body.idle_minutes,
-            egress: body.egress,
+            egress: body.egress.map(Into::into),
             env: body.env,
             runtime: body.runtime,
         }

@@ -11,15 +11,15 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
 use tokio::sync::broadcast::error::RecvError;
 
+use super::types::{Agent, EgressEvent, PullProgress};
 use super::AppState;
 use crate::events::AgentEvent;
-use crate::model::Agent;
-use crate::model::PullProgress;
+use crate::model;
 
-fn agent_event(agent: &Agent) -> Event {
+fn agent_event(agent: model::Agent) -> Event {
     Event::default()
         .event("agent")
-        .json_data(agent)
+        .json_data(Agent::from(agent))
         .unwrap_or_else(|_| Event::default().comment("unencodable agent"))
 }
 
@@ -28,13 +28,16 @@ fn agent_event(agent: &Agent) -> Event {
 struct PullEvent<'a> {
     id: &'a str,
     #[serde(flatten)]
-    progress: &'a PullProgress,
+    progress: PullProgress,
 }
 
-fn pull_event(id: &str, progress: &PullProgress) -> Event {
+fn pull_event(id: &str, progress: model::PullProgress) -> Event {
     Event::default()
         .event("pull")
-        .json_data(PullEvent { id, progress })
+        .json_data(PullEvent {
+            id,
+            progress: progress.into(),
+        })
         .unwrap_or_else(|_| Event::default().comment("unencodable pull progress"))
 }
 
@@ -55,20 +58,20 @@ pub async fn events(
             if snapshot {
                 snapshot = false;
                 if let Ok(agents) = lc.list().await {
-                    for a in &agents {
+                    for a in agents {
                         yield Ok(agent_event(a));
                     }
                 }
             }
             match rx.recv().await {
-                Ok(AgentEvent::Changed(a)) => yield Ok(agent_event(&a)),
+                Ok(AgentEvent::Changed(a)) => yield Ok(agent_event(*a)),
                 Ok(AgentEvent::Deleted(id)) => {
                     yield Ok(Event::default().event("deleted").data(serde_json::json!({"id": id}).to_string()));
                 }
-                Ok(AgentEvent::Pull { id, progress }) => yield Ok(pull_event(&id, &progress)),
+                Ok(AgentEvent::Pull { id, progress }) => yield Ok(pull_event(&id, *progress)),
                 Ok(AgentEvent::Egress(e)) => yield Ok(Event::default()
                     .event("egress")
-                    .json_data(&e)
+                    .json_data(EgressEvent::from(*e))
                     .unwrap_or_else(|_| Event::default().comment("unencodable egress event"))),
                 Ok(AgentEvent::Process(e)) => yield Ok(Event::default()
                     .event("process")

@@ -8,12 +8,13 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::StreamExt;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use utoipa::{IntoParams, ToSchema};
+use utoipa::IntoParams;
 
 use super::download::{content_disposition, Disposition};
 use super::error::{ApiError, ApiQuery, ErrorBody};
+use super::types::DirEntry;
 use super::AppState;
 use crate::tunnel::registry::LinkStream;
 
@@ -77,22 +78,6 @@ pub struct RemoveQuery {
     /// Remove a directory that is not empty, with everything in it.
     #[serde(default)]
     pub recursive: bool,
-}
-
-#[derive(Serialize, Deserialize, ToSchema)]
-pub struct DirEntry {
-    #[schema(example = "app.py")]
-    pub name: String,
-    /// file, dir, symlink or other
-    #[serde(rename = "type")]
-    #[schema(pattern = "^(?:file|dir|symlink|other)$", example = "file")]
-    pub kind: String,
-    pub size: u64,
-    /// The permission bits (and the file type's, as `st_mode` has them).
-    pub mode: u32,
-    /// RFC 3339.
-    #[schema(example = "2026-11-29T07:10:00Z")]
-    pub mtime: String,
 }
 
 /// Opens the channel of `header` on a running agent's sandbox, returning its reply. File

@@ -6,11 +6,10 @@ use std::net::SocketAddr;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use super::auth::{session_cookie, SESSION_COOKIE};
 use super::error::{ApiError, ApiJson};
+use super::types::{SessionStatus, SignIn};
 use super::{origin, AppState};
 
 /// The cookie's attributes. `Secure` only over HTTPS: a browser would not send a `Secure`
@@ -21,18 +20,6 @@ fn attributes(st: &AppState, peer: SocketAddr, headers: &HeaderMap) -> &'static 
     } else {
         "Path=/; HttpOnly; SameSite=Strict"
     }
-}
-
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SignIn {
-    /// The admin token.
-    pub token: String,
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct SessionStatus {
-    pub authenticated: bool,
 }
 
 /// Signs in with a token; the answer sets the session cookie.

@@ -4,63 +4,20 @@
 //! Neither wakes an agent nor counts as use of it: a sleeping agent simply has no sessions, and
 //! a page that polls the list must not keep its agent awake.
 
-use agenthold_proto::{self as proto, TerminalInfo, TerminalKill, TerminalList};
+use agenthold_proto::{self as proto, TerminalKill, TerminalList};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use chrono::{DateTime, SecondsFormat, Utc};
-use serde::Serialize;
-use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody};
 use super::terminal::SESSION_ENDED;
+use super::types::TerminalSession;
 use super::AppState;
 use crate::model::AgentState;
 use crate::tunnel::registry::Link;
 
 /// How long a request waits for a running agent's sandboxd to reconnect.
 const RECONNECT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
-
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct TerminalSession {
-    /// Attach with `GET …/terminal?session=ID`.
-    pub id: String,
-    /// The shell, or the command line it runs.
-    pub command: String,
-    pub cols: u16,
-    pub rows: u16,
-    pub created_at: String,
-    /// When a viewer last typed (the creation time if nobody has).
-    pub last_input_at: String,
-    /// WebSockets attached right now.
-    pub viewers: u32,
-    /// Output produced so far, in bytes: the offset of the next byte.
-    pub offset: u64,
-    /// Set once the shell has exited; the session stays until a viewer has seen its end.
-    pub exit_code: Option<i32>,
-}
-
-fn time(ms: u64) -> String {
-    let t = DateTime::<Utc>::from_timestamp_millis(ms as i64).unwrap_or_default();
-    t.to_rfc3339_opts(SecondsFormat::Secs, true)
-}
-
-impl From<TerminalInfo> for TerminalSession {
-    fn from(t: TerminalInfo) -> Self {
-        TerminalSession {
-            id: t.id,
-            command: t.command,
-            cols: t.cols,
-            rows: t.rows,
-            created_at: time(t.created_at_ms),
-            last_input_at: time(t.last_input_at_ms),
-            viewers: t.viewers,
-            offset: t.offset,
-            exit_code: t.exit_code,
-        }
-    }
-}
 
 /// The agent's sandboxd, if the agent is running; `None` when it cannot have sessions.
 async fn sandbox(st: &AppState, id: &str) -> Result<Option<Link>, ApiError> {

@@ -6,9 +6,8 @@ use super::client::ApiClient;
 use super::output;
 use super::types::AgentAction;
 use super::wait::{Goal, Watch};
-use crate::api::types::CreateAgent;
-use crate::egress::{EgressRules, Rule};
-use crate::model::Agent;
+use crate::api::types::{Agent, CreateAgent, EgressRules};
+use crate::egress::Rule;
 
 #[derive(clap::Subcommand, Debug)]
 pub enum AgentsCommand {

@@ -20,8 +20,9 @@ use super::error::ClientError;
 use super::lines::LineSplitter;
 use super::sse::SseParser;
 use super::types::{decode_exec_line, AgentAction, ExecEvent, ServerEvent};
-use crate::api::types::{CreateAgent, ExecBody, ExecResult, Health, UpdateAgent};
-use crate::model::Agent;
+use crate::api::types::{
+    Agent, CreateAgent, ExecBody, ExecResult, Health, PresetInfo, UpdateAgent,
+};
 
 pub type Terminal = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
@@ -118,7 +119,7 @@ impl ApiClient {
         self.json(self.request(Method::GET, &["agents"])).await
     }
 
-    pub async fn list_presets(&self) -> Result<Vec<crate::config::PresetInfo>, ClientError> {
+    pub async fn list_presets(&self) -> Result<Vec<PresetInfo>, ClientError> {
         self.json(self.request(Method::GET, &["presets"])).await
     }
 
@@ -364,7 +365,7 @@ fn parse_base(server: &str) -> Result<Url, ClientError> {
 }
 
 fn pick_agent(agents: Vec<Agent>, id_or_name: &str) -> Option<Agent> {
-    use crate::model::AgentState;
+    use crate::api::types::AgentState;
     let mut by_name: Option<Agent> = None;
     for agent in agents {
         if agent.id == id_or_name {
@@ -394,7 +395,7 @@ fn is_connect_failure(e: &std::io::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::AgentState;
+    use crate::api::types::AgentState;
 
     fn client(server: &str) -> ApiClient {
         match ApiClient::new(server, Some("t0k")) {

@@ -4,8 +4,8 @@ use std::io::Write;
 
 use super::client::ApiClient;
 use super::output;
-use crate::api::types::UpdateAgent;
-use crate::egress::{EgressRules, Rule};
+use crate::api::types::{EgressRules, UpdateAgent};
+use crate::egress::Rule;
 
 #[derive(clap::Args, Debug, Clone, PartialEq)]
 pub struct EgressArgs {

@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use comfy_table::{presets, Table};
 
-use crate::model::{Agent, AgentState};
+use crate::api::types::{Agent, AgentState, PresetInfo};
 
 /// Longest error message shown in a table cell; `show` prints it whole.
 const ERROR_CELL: usize = 60;
@@ -34,7 +34,7 @@ pub fn agents_table(agents: &[Agent], now: DateTime<Utc>) -> String {
 }
 
 /// `agenthold presets`: one line each, the default marked.
-pub fn presets_table(presets: &[crate::config::PresetInfo]) -> String {
+pub fn presets_table(presets: &[PresetInfo]) -> String {
     let mut table = plain_table();
     table.set_header([
         "NAME",

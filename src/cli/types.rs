@@ -5,9 +5,7 @@ use serde::Deserialize;
 
 use super::error::ClientError;
 use super::sse::SseEvent;
-use crate::api::types::{ErrorCode, ExecExit, OutputStream};
-use crate::model::Agent;
-use crate::model::PullProgress;
+use crate::api::types::{Agent, ErrorCode, ExecExit, OutputStream, PullProgress};
 
 /// The lifecycle operations under `POST /api/v1/agents/{id}/…`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,7 +201,7 @@ mod tests {
             Ok(ServerEvent::Pull { id, progress }) => {
                 assert_eq!(id, "a1");
                 assert_eq!(progress.image, "x:1");
-                assert_eq!(progress.status, crate::model::PullStatus::Pulling);
+                assert_eq!(progress.status, crate::api::types::PullStatus::Pulling);
                 assert_eq!((progress.bytes_done, progress.bytes_total), (5, 10));
                 assert_eq!(progress.percent, 45);
             }

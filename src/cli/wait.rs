@@ -11,8 +11,7 @@ use indicatif::{BinaryBytes, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use super::client::ApiClient;
 use super::error::ClientError;
 use super::types::ServerEvent;
-use crate::model::{Agent, AgentState};
-use crate::model::{PullProgress, PullStatus};
+use crate::api::types::{Agent, AgentState, PullProgress, PullStatus};
 
 /// Events can be lost (a proxy drops the stream, a server without `/events`); a slow poll
 /// makes sure the wait still ends, and notices a removed agent, which sends no event.

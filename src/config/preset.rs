@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use super::validate::Fail;
 use super::{Config, ConfigError, SandboxConfig};
@@ -41,14 +40,12 @@ pub struct Preset {
     pub runtime: Option<String>,
 }
 
-/// `GET /api/v1/presets`: a preset with the server's defaults filled in.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
+/// A preset with the server's defaults filled in: what an agent made from it gets. The API
+/// shows it as [`crate::api::types::PresetInfo`].
+#[derive(Debug, Clone, PartialEq)]
 pub struct PresetInfo {
-    #[schema(example = "dev")]
     pub name: String,
     pub description: Option<String>,
-    #[schema(example = "agenthold/agent:bookworm")]
     pub image: String,
     pub cpus: f64,
     pub memory_mb: u64,

@@ -1,10 +1,7 @@
 //! The `egress` event: one per decision, and one more when an allowed connection closes.
 
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
+/// What the proxy publishes; the API shows it as [`crate::api::types::EgressEvent`].
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EgressEvent {
     /// The agent.
     pub id: String,
@@ -15,7 +12,6 @@ pub struct EgressEvent {
     /// The rule that decided, or null when no rule matched (so it was refused).
     pub rule: Option<String>,
     /// Why it was refused (or could not be reached), for a person to read.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// True on the event sent when an allowed connection closes; the byte counts are then final.
     pub closed: bool,

@@ -11,25 +11,24 @@
 use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use super::rule::Rule;
 
 /// Most rules in one list (`allow` or `deny`): a rule is matched on every connection.
 pub const MAX_RULES: usize = 256;
 
-/// An agent's `egress`: what its sandbox may reach through the server.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+/// An agent's `egress`: what its sandbox may reach through the server. Its `serde` form is the
+/// store's (the `egress` column) and the config file's (presets, `sandbox.egress.default`); the
+/// API has its own type, [`crate::api::types::EgressRules`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, try_from = "RawRules")]
 pub struct EgressRules {
     /// Destinations the sandbox may reach: `pypi.org`, `*.pythonhosted.org`, `203.0.113.0/24`,
     /// `*` (any public destination), each optionally ending in `:PORT`.
     #[serde(default)]
-    #[schema(value_type = Vec<String>, max_items = 256, example = json!(["pypi.org", "*.pythonhosted.org:443"]))]
     pub allow: Vec<Rule>,
     /// Destinations refused even when an allow rule matches them; same forms.
     #[serde(default)]
-    #[schema(value_type = Vec<String>, max_items = 256)]
     pub deny: Vec<Rule>,
 }
 

@@ -34,11 +34,12 @@ from agenthold import (
     Unavailable,
     UnknownEvent,
 )
+from agenthold._decode import parse_time
 from agenthold._http import resolve_settings
 from agenthold._lines import NdjsonDecoder, SseDecoder
 from agenthold.commands import argv
 from agenthold.errors import error_for
-from agenthold.models import AgentInfo, Process, parse_event, parse_time
+from agenthold.models import AgentInfo, Process, parse_event
 from agenthold.processes import ProcessHandle
 
 AGENT = {
@@ -107,6 +108,32 @@ def test_agent_info_reads_every_field_and_ignores_unknown_ones() -> None:
     assert a.egress is not None and a.egress.allow == ("pypi.org",)
     assert a.created_at is not None and a.created_at.microsecond == 123456
     assert a.sleeps_at is None and a.pull is None and not a.needs_rebuild
+
+
+def test_fields_of_another_type_read_as_empty() -> None:
+    a = AgentInfo.from_json(
+        {
+            "id": 3,
+            "cpus": True,
+            "memoryMb": "4096",
+            "diskMb": "x",
+            "egress": ["pypi.org"],
+            "env": {"A": 1, "B": "b"},
+            "createdAt": 5,
+            "setup": {"state": "done", "exitCode": 1.0},
+        }
+    )
+    assert (a.id, a.cpus, a.memory_mb, a.disk_mb, a.egress, a.env, a.created_at) == (
+        "",
+        0.0,
+        0,
+        None,
+        None,
+        {"B": "b"},
+        None,
+    )
+    assert a.setup is not None and a.setup.exit_code == 1
+    assert Process.from_json({"command": ["ls", 1, "-l"], "pid": None}).command == ("ls", "-l")
 
 
 def test_events_are_typed_and_unknown_kinds_pass_through() -> None:

@@ -1,12 +1,12 @@
-//! The bodies of the agent routes: create and update, and how their `egress` is read.
+//! The bodies of the agent routes: create and update.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::egress::{rules_object, EgressRules};
 use super::whole;
-use crate::egress::{EgressRules, Rule, MAX_RULES};
 
 /// Declares [`CreateAgent`] and [`UpdateAgent`] from one list of the settings both take, so
 /// that each setting's wire form and bounds (its `serde` and `schema` attributes, before the
@@ -179,74 +179,4 @@ agent_bodies! {
             /// rebuild applies it, keeping the home).
         };
     }
-}
-
-/// `egress` as a JSON object or null (serde would read the rules from an array too, which the
-/// schema does not allow), with rules of ASCII only: `Rule` would take one padded with Unicode
-/// white space, whose bytes its length limit counts, so no schema could state it.
-fn rules_object<'de, D>(d: D) -> Result<Option<EgressRules>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-{
-    #[derive(Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct RulesText {
-        #[serde(default)]
-        allow: Vec<String>,
-        #[serde(default)]
-        deny: Vec<String>,
-    }
-
-    fn parse(list: &str, rules: Vec<String>) -> Result<Vec<Rule>, String> {
-        if rules.len() > MAX_RULES {
-            return Err(format!(
-                "egress.{list} holds {} rules; at most {MAX_RULES} are allowed (a wildcard or a \
-                 CIDR covers many)",
-                rules.len()
-            ));
-        }
-        let parse_one = |(i, rule): (usize, String)| {
-            if !rule.is_ascii() {
-                let shown: String = rule.chars().take(80).collect();
-                return Err(format!(
-                    "{list}[{i}]: {shown:?} is not an egress rule: it holds characters other than \
-                     ASCII"
-                ));
-            }
-            rule.parse::<Rule>()
-                .map_err(|e| format!("{list}[{i}]: {e}"))
-        };
-        rules.into_iter().enumerate().map(parse_one).collect()
-    }
-
-    struct RulesObject;
-    impl<'de> serde::de::Visitor<'de> for RulesObject {
-        type Value = Option<EgressRules>;
-
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str(r#"an object {"allow": [..], "deny": [..]} or null"#)
-        }
-
-        fn visit_none<E>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-
-        fn visit_unit<E>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-
-        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-            d.deserialize_map(RulesObject)
-        }
-
-        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-            use serde::de::Error;
-            let text = RulesText::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
-            Ok(Some(EgressRules {
-                allow: parse("allow", text.allow).map_err(A::Error::custom)?,
-                deny: parse("deny", text.deny).map_err(A::Error::custom)?,
-            }))
-        }
-    }
-    d.deserialize_option(RulesObject)
 }

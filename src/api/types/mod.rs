@@ -1,24 +1,44 @@
 //! The request and answer bodies of the HTTP API, declared once: the server reads and writes
 //! them, the CLI and `agenthold bench` write and read them the other way, and the OpenAPI
-//! document is generated from them. The agent itself is [`crate::model::Agent`].
-
+//! document is generated from them. Every schema of the document is a type here, and only here.
 //!
-//! One file per resource: `agents`, `exec`, [`process`], `terminal`, `server` (health
-//! and limits), `admin` (the config's reload) and `error`; `whole` reads the whole numbers they
-//! take. Each type is also named from here.
+//! What the server keeps (the store's agent, the config's presets, the egress proxy's rules and
+//! events, the driver's pull progress) has types of its own elsewhere; the API's are made from
+//! them by `From` conversions that name every field, so a field added to the store or the config
+//! reaches the API only when it is added to the type here as well.
+//!
+//! One file per resource: `agent` (the agent as shown), `agents` (its create and update bodies),
+//! `pull`, `egress`, `preset`, `exec`, [`process`], `files`, `terminal` (the WebSocket's
+//! messages), `terminals` (the session list), `session` (signing in), `server` (health and
+//! limits), `admin` (the config's reload) and `error`; `whole` reads the whole numbers they take. Each type is also named from
+//! here.
 
 mod admin;
+mod agent;
 mod agents;
+mod egress;
 mod error;
 mod exec;
+mod files;
+mod preset;
 pub mod process;
+mod pull;
 mod server;
+mod session;
 mod terminal;
+mod terminals;
 pub(crate) mod whole;
 
 pub use admin::ConfigReload;
+pub use agent::{Agent, AgentState, SetupState, SetupStatus};
 pub use agents::{CreateAgent, UpdateAgent};
+pub use egress::{EgressEvent, EgressRules};
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use exec::{ExecBody, ExecExit, ExecLine, ExecResult, OutputStream};
+pub use files::DirEntry;
+pub use preset::PresetInfo;
+pub use pull::{PullProgress, PullStatus};
 pub use server::{Health, Limits};
+pub use session::{SessionStatus, SignIn};
 pub use terminal::{close, TerminalMessage};
+pub use terminals::TerminalSession;

@@ -9,10 +9,10 @@ use futures::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::Message;
 
 use super::{Ctx, STEP_DEADLINE};
+use crate::api::types::AgentState;
 use crate::bench::docker_cli::docker;
 use crate::bench::server_proc::{children, rss_kib};
 use crate::cli::{ApiClient, CreateAgent, ServerEvent, Terminal};
-use crate::model::AgentState;
 
 const WAKE_MESSAGE: &str = "Starting the sandbox";
 
@@ -53,7 +53,7 @@ pub async fn create_all_running(
 pub async fn create_all_running_with(
     client: &ApiClient,
     names: &[String],
-    egress: Option<crate::egress::EgressRules>,
+    egress: Option<crate::api::types::EgressRules>,
 ) -> anyhow::Result<Vec<String>> {
     // Subscribed before the first create, so no state change can slip past.
     let mut events = client.events().await?;
@@ -111,7 +111,7 @@ pub async fn until_running(
 /// Takes a running agent off `pending`; an agent of ours in `error` fails the wait.
 fn note(
     pending: &mut std::collections::HashSet<&str>,
-    a: &crate::model::Agent,
+    a: &crate::api::types::Agent,
 ) -> anyhow::Result<()> {
     if !pending.contains(a.id.as_str()) {
         return Ok(());

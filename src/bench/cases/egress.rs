@@ -10,11 +10,11 @@ use tokio::net::TcpListener;
 
 use super::common::{create_all_running_with, RssWatch};
 use super::Ctx;
+use crate::api::types::EgressRules;
 use crate::bench::servers::echo_server;
 use crate::bench::stats::{ms, percentile, Row};
 use crate::bench::target::Bound;
 use crate::cli::ExecBody;
-use crate::egress::EgressRules;
 
 use crate::bench::server_proc::EGRESS_NAME as NAME;
 

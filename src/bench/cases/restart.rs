@@ -7,10 +7,10 @@ use anyhow::bail;
 
 use super::common::{create_all_running, wait_state};
 use super::{Ctx, STEP_DEADLINE};
+use crate::api::types::AgentState;
 use crate::bench::stats::Row;
 use crate::bench::target::Bound;
 use crate::cli::{AgentAction, ExecBody};
-use crate::model::AgentState;
 
 const TARGET: &[Bound] = &[Bound::AtMost(3.0)];
 

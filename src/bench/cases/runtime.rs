@@ -10,10 +10,10 @@ use futures::StreamExt;
 use super::common::{first_shell_bytes, until_running, wait_state};
 use super::Ctx;
 use crate::agents::runtimes::{GVISOR, RUNC};
+use crate::api::types::AgentState;
 use crate::bench::docker_cli::docker;
 use crate::bench::stats::{ms, Row};
 use crate::cli::{AgentAction, ApiClient, CreateAgent, ExecBody};
-use crate::model::AgentState;
 
 /// Whether the engine has gVisor registered (scripts/docker-setup.sh does it).
 pub async fn engine_has_gvisor() -> anyhow::Result<bool> {

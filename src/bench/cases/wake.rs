@@ -5,11 +5,11 @@ use std::time::Instant;
 
 use super::common::{baseline_container, first_shell_bytes, wait_state};
 use super::Ctx;
+use crate::api::types::AgentState;
 use crate::bench::docker_cli::docker;
 use crate::bench::stats::{ms, Row};
 use crate::bench::target::Bound;
 use crate::cli::AgentAction;
-use crate::model::AgentState;
 
 const TARGET: &[Bound] = &[Bound::AtMost(400.0), Bound::RatioAtMost(1.0)];
 

@@ -2,16 +2,20 @@
 
 Each class reads its JSON with ``from_json``, which is lenient on purpose: a field a newer or
 older server lacks takes its empty value and an unknown field is ignored, so one client works
-across server versions. Times become aware ``datetime`` objects (UTC).
+across server versions. Times become aware ``datetime`` objects (UTC). Each field is its wire
+field's snake_case name (``memory_mb`` for ``memoryMb``); the tests hold every class to the
+schema it reads, as generated from the OpenAPI document into ``_wire.py``.
 """
 
 from __future__ import annotations
 
 import base64
-import re
+import dataclasses
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, ClassVar, Literal
+
+from ._decode import decode, read
 
 __all__ = [
     "AgentState",
@@ -43,51 +47,6 @@ AgentState = Literal[
 #: States an operation is under way in: a wait goes on through them.
 TRANSIENT_STATES = frozenset({"creating", "starting", "stopping", "rebuilding", "destroying"})
 
-_FRACTION = re.compile(r"\.(\d+)")
-
-
-def parse_time(value: Any) -> datetime | None:
-    """An RFC 3339 time as the server writes it (``Z``, up to nanoseconds) or ``None``.
-
-    ``datetime.fromisoformat`` of Python 3.10 takes neither ``Z`` nor more than six fraction
-    digits, so both are normalised first.
-    """
-    if not isinstance(value, str) or not value:
-        return None
-    text = value.strip()
-    if text.endswith(("Z", "z")):
-        text = text[:-1] + "+00:00"
-    text = _FRACTION.sub(lambda m: "." + (m.group(1) + "000000")[:6], text, count=1)
-    try:
-        t = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
-
-
-def _str(v: Any) -> str:
-    return v if isinstance(v, str) else ""
-
-
-def _opt_str(v: Any) -> str | None:
-    return v if isinstance(v, str) else None
-
-
-def _int(v: Any) -> int:
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
-
-
-def _opt_int(v: Any) -> int | None:
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-def _float(v: Any) -> float:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0
-
-
-def _obj(v: Any) -> dict[str, Any]:
-    return v if isinstance(v, dict) else {}
-
 
 @dataclass(frozen=True)
 class EgressRules:
@@ -99,11 +58,7 @@ class EgressRules:
 
     @classmethod
     def from_json(cls, d: Any) -> EgressRules:
-        d = _obj(d)
-        return cls(
-            allow=tuple(x for x in d.get("allow") or () if isinstance(x, str)),
-            deny=tuple(x for x in d.get("deny") or () if isinstance(x, str)),
-        )
+        return decode(cls, d)
 
     def to_json(self) -> dict[str, list[str]]:
         return {"allow": list(self.allow), "deny": list(self.deny)}
@@ -125,21 +80,7 @@ class PullProgress:
 
     @classmethod
     def from_json(cls, d: Any) -> PullProgress:
-        d = _obj(d)
-        return cls(
-            image=_str(d.get("image")),
-            status=_str(d.get("status")),
-            layers_done=_int(d.get("layersDone")),
-            layers_total=_int(d.get("layersTotal")),
-            bytes_done=_int(d.get("bytesDone")),
-            bytes_total=_int(d.get("bytesTotal")),
-            percent=_int(d.get("percent")),
-            error=_opt_str(d.get("error")),
-        )
-
-
-def _env(v: Any) -> dict[str, str]:
-    return {k: x for k, x in _obj(v).items() if isinstance(k, str) and isinstance(x, str)}
+        return decode(cls, d)
 
 
 @dataclass(frozen=True)
@@ -156,13 +97,7 @@ class SetupStatus:
 
     @classmethod
     def from_json(cls, d: Any) -> SetupStatus:
-        d = _obj(d)
-        return cls(
-            state=_str(d.get("state")),
-            exit_code=_opt_int(d.get("exitCode")),
-            process_id=_opt_str(d.get("processId")),
-            error=_opt_str(d.get("error")),
-        )
+        return decode(cls, d)
 
 
 @dataclass(frozen=True)
@@ -186,24 +121,7 @@ class Preset:
 
     @classmethod
     def from_json(cls, d: Any) -> Preset:
-        d = _obj(d)
-        return cls(
-            name=_str(d.get("name")),
-            description=_opt_str(d.get("description")),
-            image=_str(d.get("image")),
-            cpus=_float(d.get("cpus")),
-            memory_mb=_int(d.get("memoryMb")),
-            disk_mb=_opt_int(d.get("diskMb")),
-            idle_minutes=_int(d.get("idleMinutes")),
-            env=_env(d.get("env")),
-            egress=EgressRules.from_json(d["egress"])
-            if isinstance(d.get("egress"), dict)
-            else None,
-            setup=_opt_str(d.get("setup")),
-            setup_on_rebuild=bool(d.get("setupOnRebuild")),
-            runtime=_opt_str(d.get("runtime")),
-            default=bool(d.get("default")),
-        )
+        return decode(cls, d)
 
 
 @dataclass(frozen=True)
@@ -239,30 +157,7 @@ class AgentInfo:
 
     @classmethod
     def from_json(cls, d: Any) -> AgentInfo:
-        d = _obj(d)
-        return cls(
-            id=_str(d.get("id")),
-            name=_str(d.get("name")),
-            state=_str(d.get("state")),
-            image=_str(d.get("image")),
-            cpus=_float(d.get("cpus")),
-            memory_mb=_int(d.get("memoryMb")),
-            disk_mb=_opt_int(d.get("diskMb")),
-            egress=EgressRules.from_json(d["egress"])
-            if isinstance(d.get("egress"), dict)
-            else None,
-            runtime=_str(d.get("runtime")),
-            idle_minutes=_int(d.get("idleMinutes")),
-            error=_opt_str(d.get("error")),
-            needs_rebuild=bool(d.get("needsRebuild")),
-            created_at=parse_time(d.get("createdAt")),
-            last_activity_at=parse_time(d.get("lastActivityAt")),
-            sleeps_at=parse_time(d.get("sleepsAt")),
-            pull=PullProgress.from_json(d["pull"]) if isinstance(d.get("pull"), dict) else None,
-            preset=_opt_str(d.get("preset")),
-            env=_env(d.get("env")),
-            setup=SetupStatus.from_json(d["setup"]) if isinstance(d.get("setup"), dict) else None,
-        )
+        return decode(cls, d)
 
 
 @dataclass(frozen=True)
@@ -275,8 +170,7 @@ class Health:
 
     @classmethod
     def from_json(cls, d: Any) -> Health:
-        d = _obj(d)
-        return cls(_str(d.get("status")), _str(d.get("version")), _str(d.get("driver")))
+        return decode(cls, d)
 
 
 @dataclass(frozen=True)
@@ -303,25 +197,7 @@ class Limits:
 
     @classmethod
     def from_json(cls, d: Any) -> Limits:
-        d = _obj(d)
-        return cls(
-            default_image=_str(d.get("defaultImage")),
-            default_cpus=_float(d.get("defaultCpus")),
-            default_memory_mb=_int(d.get("defaultMemoryMb")),
-            default_idle_minutes=_int(d.get("defaultIdleMinutes")),
-            max_cpus=_float(d.get("maxCpus")),
-            max_memory_mb=_int(d.get("maxMemoryMb")),
-            default_disk_mb=_opt_int(d.get("defaultDiskMb")),
-            max_disk_mb=_opt_int(d.get("maxDiskMb")),
-            tmp_mb=_opt_int(d.get("tmpMb")),
-            rootfs_mb=_opt_int(d.get("rootfsMb")),
-            max_idle_minutes=_int(d.get("maxIdleMinutes")),
-            max_file_mb=_int(d.get("maxFileMb")),
-            exec_output_cap_kb=_int(d.get("execOutputCapKb")),
-            exec_default_timeout_ms=_int(d.get("execDefaultTimeoutMs")),
-            exec_max_timeout_ms=_int(d.get("execMaxTimeoutMs")),
-            runtimes=tuple(_str(r) for r in d.get("runtimes") or [] if isinstance(r, str)),
-        )
+        return decode(cls, d)
 
 
 @dataclass(frozen=True)
@@ -346,14 +222,11 @@ class CommandResult:
         cls, d: Any, stdout: str | None = None, stderr: str | None = None
     ) -> CommandResult:
         """The JSON answer, or a streamed exit line with the output gathered from its lines."""
-        d = _obj(d)
-        return cls(
-            exit_code=_int(d.get("exitCode")),
-            stdout=_str(d.get("stdout")) if stdout is None else stdout,
-            stderr=_str(d.get("stderr")) if stderr is None else stderr,
-            timed_out=bool(d.get("timedOut")),
-            duration_ms=_int(d.get("durationMs")),
-            truncated=bool(d.get("truncated")),
+        result = decode(cls, d)
+        return dataclasses.replace(
+            result,
+            stdout=result.stdout if stdout is None else stdout,
+            stderr=result.stderr if stderr is None else stderr,
         )
 
 
@@ -387,23 +260,7 @@ class Process:
 
     @classmethod
     def from_json(cls, d: Any) -> Process:
-        d = _obj(d)
-        return cls(
-            id=_str(d.get("id")),
-            state=_str(d.get("state")),
-            command=tuple(x for x in d.get("command") or () if isinstance(x, str)),
-            tag=_opt_str(d.get("tag")),
-            pid=_opt_int(d.get("pid")),
-            exit_code=_opt_int(d.get("exitCode")),
-            signal=_opt_str(d.get("signal")),
-            timed_out=bool(d.get("timedOut")),
-            started_at=parse_time(d.get("startedAt")),
-            ended_at=parse_time(d.get("endedAt")),
-            output_bytes=_int(d.get("outputBytes")),
-            output_start=_int(d.get("outputStart")),
-            keep_awake=bool(d.get("keepAwake")),
-            stdin_open=bool(d.get("stdinOpen")),
-        )
+        return decode(cls, d)
 
 
 @dataclass(frozen=True)
@@ -428,11 +285,11 @@ class OutputChunk:
     def from_json(cls, d: dict[str, Any]) -> OutputChunk:
         """A ``{offset, stream, data}`` (text) or ``{offset, stream, data64}`` (base64) line."""
         if "data64" in d:
-            data = base64.b64decode(_str(d.get("data64")))
+            data = base64.b64decode(read(str, d.get("data64")))
         else:
-            data = _str(d.get("data")).encode("utf-8")
+            data = read(str, d.get("data")).encode("utf-8")
         stream: Literal["stdout", "stderr"] = "stderr" if d.get("stream") == "stderr" else "stdout"
-        return cls(offset=_int(d.get("offset")), stream=stream, data=data)
+        return cls(offset=read(int, d.get("offset")), stream=stream, data=data)
 
 
 @dataclass(frozen=True)
@@ -459,14 +316,7 @@ class DirEntry:
 
     @classmethod
     def from_json(cls, d: Any) -> DirEntry:
-        d = _obj(d)
-        return cls(
-            name=_str(d.get("name")),
-            type=_str(d.get("type")),
-            size=_int(d.get("size")),
-            mode=_int(d.get("mode")),
-            mtime=parse_time(d.get("mtime")),
-        )
+        return decode(cls, d)
 
 
 @dataclass(frozen=True)
@@ -486,18 +336,7 @@ class TerminalSession:
 
     @classmethod
     def from_json(cls, d: Any) -> TerminalSession:
-        d = _obj(d)
-        return cls(
-            id=_str(d.get("id")),
-            command=_str(d.get("command")),
-            cols=_int(d.get("cols")),
-            rows=_int(d.get("rows")),
-            created_at=parse_time(d.get("createdAt")),
-            last_input_at=parse_time(d.get("lastInputAt")),
-            viewers=_int(d.get("viewers")),
-            offset=_int(d.get("offset")),
-            exit_code=_opt_int(d.get("exitCode")),
-        )
+        return decode(cls, d)
 
 
 # The events of GET /api/v1/events. Each has a fixed ``kind`` (the SSE event name) except
@@ -571,25 +410,16 @@ Event = AgentEvent | DeletedEvent | PullEvent | EgressEvent | ProcessEvent | Unk
 
 def parse_event(kind: str, data: Any) -> Event:
     """The typed event for an SSE event name and its decoded JSON data."""
-    d = _obj(data)
+    d = data if isinstance(data, dict) else {}
     if kind == "agent" and d:
         return AgentEvent(AgentInfo.from_json(d))
     if kind == "deleted" and d:
-        return DeletedEvent(_str(d.get("id")))
+        return decode(DeletedEvent, d)
     if kind == "pull" and d:
-        return PullEvent(_str(d.get("id")), PullProgress.from_json(d))
+        # The progress's fields stand beside the agent's id.
+        return PullEvent(read(str, d.get("id")), PullProgress.from_json(d))
     if kind == "egress" and d:
-        return EgressEvent(
-            id=_str(d.get("id")),
-            host=_str(d.get("host")),
-            port=_int(d.get("port")),
-            allowed=bool(d.get("allowed")),
-            rule=_opt_str(d.get("rule")),
-            reason=_opt_str(d.get("reason")),
-            closed=bool(d.get("closed")),
-            bytes_up=_int(d.get("bytesUp")),
-            bytes_down=_int(d.get("bytesDown")),
-        )
+        return decode(EgressEvent, d)
     if kind == "process" and d:
-        return ProcessEvent(_str(d.get("id")), Process.from_json(d.get("process")))
+        return decode(ProcessEvent, d)
     return UnknownEvent(kind, data)

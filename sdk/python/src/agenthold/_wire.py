@@ -1,0 +1,649 @@
+# Generated from the OpenAPI document by sdk/python/scripts/gen-models.sh.
+# Do not edit: change the server, then regenerate.
+
+from __future__ import annotations
+
+from typing import Literal, TypeAlias
+
+from typing_extensions import NotRequired, TypedDict
+
+AgentState: TypeAlias = Literal[
+    "creating",
+    "starting",
+    "running",
+    "stopping",
+    "sleeping",
+    "rebuilding",
+    "destroying",
+    "error",
+]
+"""
+Where an agent's sandbox is in its life.
+"""
+
+
+class DirEntry(TypedDict):
+    mode: int
+    """
+    The permission bits (and the file type's, as `st_mode` has them).
+    """
+    mtime: str
+    """
+    RFC 3339.
+    """
+    name: str
+    size: int
+    type: str
+    """
+    file, dir, symlink or other
+    """
+
+
+class EgressEvent(TypedDict):
+    allowed: bool
+    bytesDown: int
+    """
+    Bytes sent from the destination to the sandbox.
+    """
+    bytesUp: int
+    """
+    Bytes sent from the sandbox to the destination.
+    """
+    closed: bool
+    """
+    True on the event sent when an allowed connection closes; the byte counts are then final.
+    """
+    host: str
+    """
+    The destination as the sandbox named it (a host name or an address).
+    """
+    id: str
+    """
+    The agent.
+    """
+    port: int
+    reason: NotRequired[str | None]
+    """
+    Why it was refused (or could not be reached), for a person to read.
+    """
+    rule: NotRequired[str | None]
+    """
+    The rule that decided, or null when no rule matched (so it was refused).
+    """
+
+
+AllowItem: TypeAlias = str
+
+
+DenyItem: TypeAlias = str
+
+
+class EgressRules(TypedDict, closed=True):
+    """
+    An agent's `egress`: what its sandbox may reach through the server.
+    """
+
+    allow: NotRequired[list[AllowItem]]
+    """
+    Destinations the sandbox may reach: `pypi.org`, `*.pythonhosted.org`, `203.0.113.0/24`,
+    `*` (any public destination), each optionally ending in `:PORT`.
+    """
+    deny: NotRequired[list[DenyItem]]
+    """
+    Destinations refused even when an allow rule matches them; same forms.
+    """
+
+
+class ErrorDetail(TypedDict):
+    code: Literal[
+        "invalid",
+        "unauthorized",
+        "forbidden",
+        "not_found",
+        "conflict",
+        "too_large",
+        "too_many_requests",
+        "no_space",
+        "unavailable",
+        "internal",
+    ]
+    """
+    A machine word: invalid, unauthorized, forbidden, not_found, conflict, too_large,
+    too_many_requests, no_space, unavailable, internal.
+    """
+    field: NotRequired[str | None]
+    """
+    The camelCase request field the error is about, so a form can show it there.
+    """
+    message: str
+    """
+    A sentence for a person.
+    """
+
+
+class ExecBody(TypedDict, closed=True):
+    """
+    `POST /api/v1/agents/{id}/exec`.
+    """
+
+    command: list[str]
+    """
+    The program and its arguments; no shell unless you name one. With `env`, at most 1 MiB
+    (each argument and each `KEY=VALUE` counted with a NUL), each argument at most 131071
+    bytes (Linux's limit): send a longer script as `stdin` (`["sh"]`). Beyond: `413`.
+    """
+    cwd: NotRequired[str | None]
+    """
+    Working directory; /home/agent by default.
+    """
+    env: NotRequired[dict[str, str]]
+    """
+    Counted with `command` towards its 1 MiB; each `KEY=VALUE` at most 131071 bytes.
+    """
+    stdin: NotRequired[str | None]
+    timeoutMs: NotRequired[int | None]
+    """
+    Kills the whole process group after this long (1 to `server.exec_max_timeout`); the
+    server's default applies when absent.
+    """
+
+
+class ExecResult(TypedDict):
+    """
+    The answer to an exec, once the command has ended.
+    """
+
+    durationMs: int
+    exitCode: int
+    """
+    The command's exit status; 128 + N when signal N ended it (a timeout kills with SIGKILL).
+    """
+    stderr: str
+    stdout: str
+    timedOut: bool
+    truncated: bool
+    """
+    Output beyond the server's cap (server.exec_output_cap_kb) was cut.
+    """
+
+
+Gap = TypedDict(
+    "Gap",
+    {
+        "from": int,
+        "to": int,
+    },
+)
+
+
+class Health(TypedDict):
+    """
+    `GET /api/v1/health`.
+    """
+
+    driver: NotRequired[str]
+    status: NotRequired[str]
+    version: NotRequired[str]
+
+
+class Limits(TypedDict):
+    """
+    `GET /api/v1/limits`: what the server allows and assumes, so a client can check input
+    before sending it.
+    """
+
+    defaultCpus: float
+    defaultDiskMb: NotRequired[int | None]
+    """
+    The home size of an agent that asks for none; null when such agents get no limit.
+    """
+    defaultIdleMinutes: int
+    defaultImage: str
+    defaultMemoryMb: int
+    execDefaultTimeoutMs: int
+    execMaxTimeoutMs: int
+    execOutputCapKb: int
+    maxCpus: float
+    maxDiskMb: NotRequired[int | None]
+    """
+    The largest home one may ask for; null when this server cannot limit homes.
+    """
+    maxFileMb: int
+    """
+    The largest file `fs/write` accepts.
+    """
+    maxIdleMinutes: int
+    maxMemoryMb: int
+    rootfsMb: NotRequired[int | None]
+    """
+    What each sandbox may write outside its home and `/tmp` (its container's writable
+    layer); null when nothing limits it on this server.
+    """
+    runtimes: list[str]
+    """
+    The container runtimes an agent may ask for (`runtime`), the default first.
+    """
+    tmpMb: NotRequired[int | None]
+    """
+    The size of each sandbox's in-memory `/tmp` and `/var/tmp`; null when they are on the
+    container's own layer.
+    """
+
+
+class PresetInfo(TypedDict):
+    """
+    `GET /api/v1/presets`: a preset with the server's defaults filled in.
+    """
+
+    cpus: float
+    default: bool
+    """
+    Whether it is `sandbox.default_preset`, the one a create without `preset` gets.
+    """
+    description: NotRequired[str | None]
+    diskMb: NotRequired[int | None]
+    """
+    The home's size in MiB; null for a home without a limit.
+    """
+    egress: NotRequired[EgressRules | None]
+    env: dict[str, str]
+    idleMinutes: int
+    image: str
+    memoryMb: int
+    name: str
+    runtime: NotRequired[str | None]
+    setup: NotRequired[str | None]
+    setupOnRebuild: bool
+
+
+ProcessState: TypeAlias = Literal["running", "exited", "killed", "lost"]
+"""
+How a process stands.
+"""
+
+
+PullStatus: TypeAlias = Literal["pulling", "done", "failed"]
+"""
+Where a pull is.
+"""
+
+
+class SessionStatus(TypedDict):
+    authenticated: bool
+
+
+SetupState: TypeAlias = Literal["running", "done", "failed"]
+"""
+Where a setup script's run is.
+"""
+
+
+class SetupStatus(TypedDict):
+    """
+    The setup script's last run: a background process with the tag `setup`, whose output
+    `GET /api/v1/agents/{id}/processes/setup/output` gives.
+    """
+
+    error: NotRequired[str | None]
+    """
+    Why it could not be started, or how it ended when it failed.
+    """
+    exitCode: NotRequired[int | None]
+    """
+    The script's exit status once it has ended; null while it runs or when it could not be
+    started.
+    """
+    processId: NotRequired[str | None]
+    """
+    The background process's id; null when it could not be started.
+    """
+    state: SetupState
+
+
+class SignIn(TypedDict, closed=True):
+    token: str
+    """
+    The admin token.
+    """
+
+
+class SignalBody(TypedDict, closed=True):
+    """
+    `POST …/processes/{pid}/signal`.
+    """
+
+    signal: str
+    """
+    A name (`TERM`, `SIGINT`, `kill`: any case, with or without `SIG`) or a number, of the
+    signals Linux numbers 1 to 31 but 16.
+    """
+
+
+class StartProcess(TypedDict, closed=True):
+    """
+    `POST /api/v1/agents/{id}/processes`.
+    """
+
+    command: list[str]
+    """
+    The program and its arguments, as `exec` takes them (no shell unless you name one; the
+    same size limits, `413` beyond).
+    """
+    cwd: NotRequired[str | None]
+    """
+    Working directory; /home/agent by default.
+    """
+    env: NotRequired[dict[str, str]]
+    keepAwake: NotRequired[bool]
+    """
+    While it runs, the agent does not fall asleep (a quiet process otherwise lets it).
+    """
+    stdin: NotRequired[bool]
+    """
+    Keep a pipe to the process's stdin for `…/stdin`; without it, stdin is `/dev/null`.
+    """
+    tag: NotRequired[str | None]
+    """
+    A name of your own (1 to 64 of letters, digits, `.`, `_`, `-`, starting with a letter or
+    digit), usable wherever an id is; two running processes of an agent cannot share one.
+    """
+    timeoutMs: NotRequired[int | None]
+    """
+    Kills the whole tree after this long (at most 30 days); none by default.
+    """
+
+
+class StdinWritten(TypedDict):
+    """
+    The answer to `POST …/processes/{pid}/stdin`.
+    """
+
+    written: int
+    """
+    Bytes written to the process's stdin.
+    """
+
+
+class TerminalSession(TypedDict):
+    cols: int
+    command: str
+    """
+    The shell, or the command line it runs.
+    """
+    createdAt: str
+    exitCode: NotRequired[int | None]
+    """
+    Set once the shell has exited; the session stays until a viewer has seen its end.
+    """
+    id: str
+    """
+    Attach with `GET …/terminal?session=ID`.
+    """
+    lastInputAt: str
+    """
+    When a viewer last typed (the creation time if nobody has).
+    """
+    offset: int
+    """
+    Output produced so far, in bytes: the offset of the next byte.
+    """
+    rows: int
+    viewers: int
+    """
+    WebSockets attached right now.
+    """
+
+
+class UpdateAgent(TypedDict, closed=True):
+    """
+    `PATCH /api/v1/agents/{id}`; fields left out stay as they are.
+    """
+
+    cpus: NotRequired[float | None]
+    """
+    Above 0 and at most `sandbox.max_cpus`.
+    """
+    diskMb: NotRequired[int | None]
+    """
+    A larger home in MiB (it never shrinks), applied at the agent's next start; at most
+    `sandbox.max_disk_mb`. A smaller value, or any for an agent whose home has no limit, is
+    `400` with `"field": "diskMb"`.
+    """
+    egress: NotRequired[EgressRules | None]
+    env: NotRequired[dict[str, str]]
+    """
+    Replaces the whole `env`; processes started from now on get it (running ones keep
+    theirs). Checked as on create.
+    """
+    idleMinutes: NotRequired[int | None]
+    """
+    At most 10080 (a week); 0 = never sleep.
+    """
+    image: NotRequired[str | None]
+    memoryMb: NotRequired[int | None]
+    """
+    16 to `sandbox.max_memory_mb`.
+    """
+    name: NotRequired[str | None]
+    """
+    A new name: unique, DNS-safe, as at create.
+    """
+    runtime: NotRequired[str | None]
+    """
+    Another container runtime, one of `runtimes` in `/limits`; sets `needsRebuild` (a
+    rebuild applies it, keeping the home).
+    """
+
+
+class CreateAgent(TypedDict, closed=True):
+    """
+    `POST /api/v1/agents`; fields left out take the server's defaults.
+    """
+
+    cpus: NotRequired[float | None]
+    """
+    CPUs, above 0 and at most `sandbox.max_cpus` (`sandbox.default_cpus` when absent).
+    """
+    diskMb: NotRequired[int | None]
+    """
+    The home's size in MiB, 64 to `sandbox.max_disk_mb` (`sandbox.default_disk_mb` when
+    absent). Not accepted by a server that cannot limit disks (`maxDiskMb` null in
+    `/limits`).
+    """
+    egress: NotRequired[EgressRules | None]
+    env: NotRequired[dict[str, str]]
+    """
+    Variables every process of the agent starts with, merged over the preset's (these win).
+    Names `[A-Za-z_][A-Za-z0-9_]*`, at most 128; values at most 4096 characters, no NUL; the
+    proxy variables and `AGENTHOLD_*` are reserved.
+    """
+    idleMinutes: NotRequired[int | None]
+    """
+    Minutes without use before the agent sleeps, at most 10080 (a week); 0 = never.
+    """
+    image: NotRequired[str | None]
+    """
+    An image reference (`sandbox.default_image` when absent): printable ASCII without
+    spaces, at most 255 characters.
+    """
+    memoryMb: NotRequired[int | None]
+    """
+    Memory in MiB, 16 to `sandbox.max_memory_mb` (`sandbox.default_memory_mb` when absent).
+    """
+    name: str
+    """
+    Unique, DNS-safe: lowercase letters, digits and `-`, at most 63.
+    """
+    preset: NotRequired[str | None]
+    """
+    A preset from `GET /api/v1/presets` (`sandbox.default_preset` when absent): the fields
+    it sets apply unless this request gives them too.
+    """
+    runtime: NotRequired[str | None]
+    """
+    The container runtime (`sandbox.docker.runtime`, or the engine's default, when absent):
+    one of `runtimes` in `/limits`, such as `runc` (Docker's own) or `runsc` (gVisor, a
+    kernel of its own in user space: stronger isolation, slower system calls). Another is
+    `400` with `"field": "runtime"`.
+    """
+
+
+class ErrorBody(TypedDict):
+    """
+    An error answer: `{"error": {"code", "message", "field"?}}` with the status of its code.
+    """
+
+    error: ErrorDetail
+
+
+class Process(TypedDict):
+    """
+    A background process.
+    """
+
+    command: list[str]
+    """
+    The command line (an argument past the first 8 KiB in all is cut and ends in `…`).
+    """
+    endedAt: NotRequired[str | None]
+    exitCode: NotRequired[int | None]
+    """
+    Set once it exited by itself; 127 when the program was not found, 126 when it could not
+    be run.
+    """
+    id: str
+    """
+    Made by the agent's sandboxd; use it, or the tag, in the process's URLs.
+    """
+    keepAwake: bool
+    outputBytes: int
+    """
+    Output so far, both streams together, in bytes: the offset of the next byte.
+    """
+    outputStart: int
+    """
+    The oldest offset still kept (`sandbox.process_output_kb`); reading from before it
+    starts with a gap.
+    """
+    pid: NotRequired[int | None]
+    """
+    Its process id in the sandbox: the leader of its process group.
+    """
+    signal: NotRequired[str | None]
+    """
+    The signal that ended it, without `SIG` (`TERM`, `KILL`).
+    """
+    startedAt: str
+    """
+    RFC 3339.
+    """
+    state: ProcessState
+    stdinOpen: bool
+    """
+    A pipe to its stdin is open.
+    """
+    tag: NotRequired[str | None]
+    timedOut: bool
+    """
+    Ended by its `timeoutMs`.
+    """
+
+
+class ProcessEvent(TypedDict):
+    """
+    The `process` event's data: agent `id`'s process started or ended.
+    """
+
+    id: str
+    """
+    The agent's id.
+    """
+    process: Process
+
+
+class PullProgress(TypedDict):
+    """
+    How far an image pull has got. Byte counts cover the layers whose size the registry has
+    announced so far (Docker learns a layer's size when its download starts); a layer that was
+    already on the machine counts as done without bytes.
+    """
+
+    bytesDone: int
+    bytesTotal: int
+    error: NotRequired[str | None]
+    """
+    Why the pull failed, with `status: failed`.
+    """
+    image: str
+    """
+    The image reference being pulled (with the tag the pull uses).
+    """
+    layersDone: int
+    """
+    Layers downloaded and unpacked (or already present).
+    """
+    layersTotal: int
+    percent: int
+    """
+    An estimate for display, 0–100: mostly the share of the (estimated) bytes downloaded,
+    the rest the share of layers unpacked. It never goes down during a pull and is 100
+    only when the pull is done.
+    """
+    status: PullStatus
+
+
+class Agent(TypedDict):
+    """
+    An agent and its sandbox, as stored.
+    """
+
+    cpus: float
+    createdAt: str
+    diskMb: NotRequired[int | None]
+    """
+    The home's size limit in MiB (`df` in the sandbox shows it); null for a home without
+    one, which shares the host's disk (agents made before disk limits, or on a server
+    without them).
+    """
+    egress: NotRequired[EgressRules | None]
+    env: NotRequired[dict[str, str]]
+    """
+    Variables every shell, exec, terminal and background process of the agent starts with.
+    """
+    error: NotRequired[str | None]
+    """
+    The last failure's message while `state` is `error`.
+    """
+    id: str
+    """
+    Short, lowercase, DNS-safe; part of the container, volume and network names.
+    """
+    idleMinutes: int
+    image: str
+    lastActivityAt: NotRequired[str | None]
+    """
+    Filled in by the server from its activity tracker; not stored.
+    """
+    memoryMb: int
+    name: str
+    needsRebuild: bool
+    """
+    The image or resources changed since the container was made; a rebuild applies them.
+    """
+    preset: NotRequired[str | None]
+    """
+    The preset the agent was made from; null for none.
+    """
+    pull: NotRequired[PullProgress | None]
+    runtime: str
+    """
+    The container runtime the sandbox runs on: `runc` (Docker's own: namespaces on the
+    host's kernel) or `runsc` (gVisor: a kernel of its own in user space). Agents made
+    before agents had a runtime of their own run on the server's default, shown here.
+    """
+    setup: NotRequired[SetupStatus | None]
+    sleepsAt: NotRequired[str | None]
+    """
+    When the sleeper will stop this agent if nothing happens; null unless running.
+    """
+    state: AgentState

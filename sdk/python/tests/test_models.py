@@ -1,0 +1,72 @@
+"""The models against the OpenAPI document: each model reads exactly the fields of the schema it
+stands for, as ``scripts/gen-models.sh`` generates them into ``_wire.py``. A field or a schema the
+server adds, renames or drops fails here until the client follows (regenerate, then change
+``models.py``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any
+
+import pytest
+from typing_extensions import is_typeddict
+
+from agenthold import _wire, models
+from agenthold._decode import wire_name
+
+# Each model, and the schema it is read from.
+READ: list[tuple[type[Any], Any]] = [
+    (models.AgentInfo, _wire.Agent),
+    (models.EgressRules, _wire.EgressRules),
+    (models.PullProgress, _wire.PullProgress),
+    (models.SetupStatus, _wire.SetupStatus),
+    (models.Preset, _wire.PresetInfo),
+    (models.Health, _wire.Health),
+    (models.Limits, _wire.Limits),
+    (models.CommandResult, _wire.ExecResult),
+    (models.Process, _wire.Process),
+    (models.DirEntry, _wire.DirEntry),
+    (models.TerminalSession, _wire.TerminalSession),
+    (models.EgressEvent, _wire.EgressEvent),
+    (models.ProcessEvent, _wire.ProcessEvent),
+]
+
+# The schemas no model reads, and why.
+NOT_READ = {
+    # Request bodies: the calls build them from their keyword arguments.
+    "CreateAgent",
+    "UpdateAgent",
+    "ExecBody",
+    "StartProcess",
+    "SignalBody",
+    # Read where they are met: errors.error_for, and the output and stdin calls.
+    "ErrorBody",
+    "ErrorDetail",
+    "Gap",
+    "StdinWritten",
+    # The web UI's sign-in, which a client with a token has no use for.
+    "SignIn",
+    "SessionStatus",
+}
+
+
+def _keys(schema: Any) -> set[str]:
+    return set(schema.__required_keys__ | schema.__optional_keys__)
+
+
+@pytest.mark.parametrize(("model", "schema"), READ, ids=[m.__name__ for m, _ in READ])
+def test_each_model_has_the_fields_of_its_schema(model: type[Any], schema: Any) -> None:
+    fields = {wire_name(f.name) for f in dataclasses.fields(model)}
+    assert fields == _keys(schema)
+
+
+def test_every_schema_is_read_by_a_model_or_known_not_to_be() -> None:
+    schemas = {name for name, value in vars(_wire).items() if is_typeddict(value)}
+    read = {schema.__name__ for _, schema in READ}
+    assert schemas == read | NOT_READ
+
+
+def test_the_agent_states_are_the_servers() -> None:
+    assert typing.get_args(models.AgentState) == typing.get_args(_wire.AgentState)
+    assert set(typing.get_args(models.AgentState)) >= models.TRANSIENT_STATES

@@ -1,0 +1,151 @@
+//! The egress rules as the API shows and takes them (and how a create or update body reads
+//! them), and the `egress` event; each made from, or into, the egress proxy's own type by a `From`
+//! that names every field.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::egress::{self, Rule, MAX_RULES};
+
+/// An agent's `egress`: what its sandbox may reach through the server.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EgressRules {
+    /// Destinations the sandbox may reach: `pypi.org`, `*.pythonhosted.org`, `203.0.113.0/24`,
+    /// `*` (any public destination), each optionally ending in `:PORT`.
+    #[serde(default)]
+    #[schema(value_type = Vec<String>, max_items = 256, example = json!(["pypi.org", "*.pythonhosted.org:443"]))]
+    pub allow: Vec<Rule>,
+    /// Destinations refused even when an allow rule matches them; same forms.
+    #[serde(default)]
+    #[schema(value_type = Vec<String>, max_items = 256)]
+    pub deny: Vec<Rule>,
+}
+
+impl From<egress::EgressRules> for EgressRules {
+    fn from(r: egress::EgressRules) -> Self {
+        EgressRules {
+            allow: r.allow,
+            deny: r.deny,
+        }
+    }
+}
+
+impl From<EgressRules> for egress::EgressRules {
+    fn from(r: EgressRules) -> Self {
+        egress::EgressRules {
+            allow: r.allow,
+            deny: r.deny,
+        }
+    }
+}
+
+// The `egress` event's data: one per decision of the egress proxy, and one more when an allowed
+// connection closes. A plain comment, as a doc comment would add a description to the schema.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EgressEvent {
+    /// The agent.
+    pub id: String,
+    /// The destination as the sandbox named it (a host name or an address).
+    pub host: String,
+    pub port: u16,
+    pub allowed: bool,
+    /// The rule that decided, or null when no rule matched (so it was refused).
+    pub rule: Option<String>,
+    /// Why it was refused (or could not be reached), for a person to read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// True on the event sent when an allowed connection closes; the byte counts are then final.
+    pub closed: bool,
+    /// Bytes sent from the sandbox to the destination.
+    pub bytes_up: u64,
+    /// Bytes sent from the destination to the sandbox.
+    pub bytes_down: u64,
+}
+
+impl From<egress::EgressEvent> for EgressEvent {
+    fn from(e: egress::EgressEvent) -> Self {
+        EgressEvent {
+            id: e.id,
+            host: e.host,
+            port: e.port,
+            allowed: e.allowed,
+            rule: e.rule,
+            reason: e.reason,
+            closed: e.closed,
+            bytes_up: e.bytes_up,
+            bytes_down: e.bytes_down,
+        }
+    }
+}
+
+/// `egress` as a JSON object or null (serde would read the rules from an array too, which the
+/// schema does not allow), with rules of ASCII only: `Rule` would take one padded with Unicode
+/// white space, whose bytes its length limit counts, so no schema could state it.
+pub(super) fn rules_object<'de, D>(d: D) -> Result<Option<EgressRules>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct RulesText {
+        #[serde(default)]
+        allow: Vec<String>,
+        #[serde(default)]
+        deny: Vec<String>,
+    }
+
+    fn parse(list: &str, rules: Vec<String>) -> Result<Vec<Rule>, String> {
+        if rules.len() > MAX_RULES {
+            return Err(format!(
+                "egress.{list} holds {} rules; at most {MAX_RULES} are allowed (a wildcard or a \
+                 CIDR covers many)",
+                rules.len()
+            ));
+        }
+        let parse_one = |(i, rule): (usize, String)| {
+            if !rule.is_ascii() {
+                let shown: String = rule.chars().take(80).collect();
+                return Err(format!(
+                    "{list}[{i}]: {shown:?} is not an egress rule: it holds characters other than \
+                     ASCII"
+                ));
+            }
+            rule.parse::<Rule>()
+                .map_err(|e| format!("{list}[{i}]: {e}"))
+        };
+        rules.into_iter().enumerate().map(parse_one).collect()
+    }
+
+    struct RulesObject;
+    impl<'de> serde::de::Visitor<'de> for RulesObject {
+        type Value = Option<EgressRules>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str(r#"an object {"allow": [..], "deny": [..]} or null"#)
+        }
+
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_map(RulesObject)
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            use serde::de::Error;
+            let text = RulesText::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+            Ok(Some(EgressRules {
+                allow: parse("allow", text.allow).map_err(A::Error::custom)?,
+                deny: parse("deny", text.deny).map_err(A::Error::custom)?,
+            }))
+        }
+    }
+    d.deserialize_option(RulesObject)
+}

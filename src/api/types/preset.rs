@@ -1,0 +1,53 @@
+//! A preset as `GET /api/v1/presets` shows it, made from the config's [`config::PresetInfo`].
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::EgressRules;
+use crate::config;
+
+/// `GET /api/v1/presets`: a preset with the server's defaults filled in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PresetInfo {
+    #[schema(example = "dev")]
+    pub name: String,
+    pub description: Option<String>,
+    #[schema(example = "agenthold/agent:bookworm")]
+    pub image: String,
+    pub cpus: f64,
+    pub memory_mb: u64,
+    /// The home's size in MiB; null for a home without a limit.
+    pub disk_mb: Option<u64>,
+    pub idle_minutes: u32,
+    pub env: BTreeMap<String, String>,
+    /// Null: agents from it follow `sandbox.egress.default`.
+    pub egress: Option<EgressRules>,
+    pub setup: Option<String>,
+    pub setup_on_rebuild: bool,
+    pub runtime: Option<String>,
+    /// Whether it is `sandbox.default_preset`, the one a create without `preset` gets.
+    pub default: bool,
+}
+
+impl From<config::PresetInfo> for PresetInfo {
+    fn from(p: config::PresetInfo) -> Self {
+        PresetInfo {
+            name: p.name,
+            description: p.description,
+            image: p.image,
+            cpus: p.cpus,
+            memory_mb: p.memory_mb,
+            disk_mb: p.disk_mb,
+            idle_minutes: p.idle_minutes,
+            env: p.env,
+            egress: p.egress.map(Into::into),
+            setup: p.setup,
+            setup_on_rebuild: p.setup_on_rebuild,
+            runtime: p.runtime,
+            default: p.default,
+        }
+    }
+}
