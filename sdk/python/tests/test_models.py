@@ -48,6 +48,8 @@ NOT_READ = {
     # The web UI's sign-in, which a client with a token has no use for.
     "SignIn",
     "SessionStatus",
+    # The operator's config reload (`POST /api/v1/admin/reload`), which the client does not wrap.
+    "ConfigReload",
 }
 
 

@@ -22,6 +22,24 @@ Where an agent's sandbox is in its life.
 """
 
 
+class ConfigReload(TypedDict):
+    """
+    `POST /api/v1/admin/reload`: what reading the config file again changed, by dotted key as
+    the file writes them. Both lists empty: the file says what the server runs on.
+    """
+
+    applied: list[str]
+    """
+    Keys whose new values are in force now: new agents, requests and the egress proxy's
+    decisions from now on follow them; running agents keep what they were made with.
+    """
+    needsRestart: list[str]
+    """
+    Keys the file changed that only a restart puts in force (listeners, `server.data_dir`,
+    the driver and its settings, …); the server keeps their running values until then.
+    """
+
+
 class DirEntry(TypedDict):
     mode: int
     """
@@ -481,7 +499,7 @@ class CreateAgent(TypedDict, closed=True):
     """
     runtime: NotRequired[str | None]
     """
-    The container runtime (`sandbox.docker.runtime`, or the engine's default, when absent):
+    The container runtime (`sandbox.runtime`, or the engine's default, when absent):
     one of `runtimes` in `/limits`, such as `runc` (Docker's own) or `runsc` (gVisor, a
     kernel of its own in user space: stronger isolation, slower system calls). Another is
     `400` with `"field": "runtime"`.
