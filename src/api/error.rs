@@ -173,7 +173,9 @@ impl From<ConnError> for ApiError {
             | ConnError::Unconfirmed(_)
             | ConnError::ConfirmedEarly => ApiError::unavailable(message),
             ConnError::BadListing(_) => ApiError::internal(message),
-            ConnError::StdinCut(_) | ConnError::UploadCut(_) => ApiError::invalid(message),
+            ConnError::StdinClosed | ConnError::StdinCut(_) | ConnError::UploadCut(_) => {
+                ApiError::invalid(message)
+            }
             ConnError::FileTooLarge { .. } => ApiError::too_large(message),
         }
     }

@@ -26,6 +26,12 @@ pub enum ConnError {
     ListingCut(std::io::Error),
     #[error("the sandbox sent a bad listing: {0}")]
     BadListing(serde_json::Error),
+    /// On an attach: sandboxd said the process's stdin is not open.
+    #[error(
+        "the process's stdin is not open (it was started without stdin, was closed, or the \
+         process stopped reading it)"
+    )]
+    StdinClosed,
     /// The bytes for a process's stdin stopped coming with an error.
     #[error("the body broke off: {0}")]
     StdinCut(std::io::Error),

@@ -1,9 +1,10 @@
 //! A typed connection to one agent's sandbox: every call the server makes of sandboxd's
-//! channels for background processes (`process.rs`, `output.rs`, `stdin.rs`), commands
-//! (`exec.rs`) and files (`files.rs`) as a method, so that its callers (the API's handlers, the
-//! setup script, and next the agent sessions) neither open raw streams nor repeat how a command
-//! is launched: a command reaches the sandbox only as a [`crate::launch::Launch`], with the
-//! agent's env in it, and a process only with the server's limits.
+//! channels for background processes (`process.rs`, `output.rs`, `stdin.rs`, and `attach.rs`
+//! for a caller that talks to one over a single stream), commands (`exec.rs`) and files
+//! (`files.rs`) as a method, so that its callers (the API's handlers, the setup script, and
+//! next the agent sessions) neither open raw streams nor repeat how a command is launched: a
+//! command reaches the sandbox only as a [`crate::launch::Launch`], with the agent's env in
+//! it, and a process only with the server's limits.
 //!
 //! A [`SandboxConn`] comes from the lifecycle: `wake_conn` wakes the agent for it, `conn` and
 //! `running_conn` take one whose sandboxd is connected now. Each call opens one stream of the
@@ -11,6 +12,7 @@
 //! an exec holds it while it runs; process calls count through the wake that got the
 //! connection, so that the setup script's follower, which does not wake, keeps nobody awake.
 
+mod attach;
 mod error;
 mod exec;
 mod files;
@@ -20,6 +22,7 @@ mod stdin;
 
 use agenthold_proto::{self as proto, Channel};
 
+pub use attach::{Attached, AttachedOutput, StdinWriter};
 pub use error::ConnError;
 pub use exec::{ExecOutput, ExecPiece, ExecRun};
 pub use files::{FileReader, UploadLimit};

@@ -1,8 +1,12 @@
 //! A process's output from a byte offset: the pieces as they come, then how it stands.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use agenthold_proto::{Frame, FrameCodec, ProcessInfo, ProcessOutput};
 use bytes::Bytes;
 use futures::StreamExt;
+use tokio::io::AsyncRead;
 use tokio_util::codec::FramedRead;
 
 use super::process::{checked, ProcessName};
@@ -24,13 +28,23 @@ pub enum OutputPiece {
     End(ProcessInfo),
 }
 
-/// The pieces of one `output` call.
-pub struct OutputReader {
-    frames: FramedRead<LinkStream, FrameCodec>,
+/// The pieces of one `output` call, or of an attach (see `attach.rs`).
+pub struct OutputReader<R = LinkStream> {
+    frames: FramedRead<R, FrameCodec>,
     ended: bool,
+    /// Set when sandboxd says, on an attach, that the process's stdin is not open.
+    stdin_closed: Arc<AtomicBool>,
 }
 
-impl OutputReader {
+impl<R: AsyncRead + Unpin> OutputReader<R> {
+    pub(super) fn new(stream: R, stdin_closed: Arc<AtomicBool>) -> OutputReader<R> {
+        OutputReader {
+            frames: FramedRead::new(stream, FrameCodec::default()),
+            ended: false,
+            stdin_closed,
+        }
+    }
+
     /// The next piece; `None` after the end. A stream cut before its end gives
     /// [`ConnError::Lost`], an end no sandboxd sends [`ConnError::MalformedReport`].
     pub async fn next(&mut self) -> Option<Result<OutputPiece, ConnError>> {
@@ -45,6 +59,10 @@ impl OutputReader {
                 Some(Ok(Frame::Process(info))) => {
                     self.ended = true;
                     return Some(checked(*info).map(OutputPiece::End));
+                }
+                Some(Ok(Frame::StdinEof)) => {
+                    self.stdin_closed.store(true, Ordering::Relaxed);
+                    continue;
                 }
                 // Frames of other channels mean nothing here.
                 Some(Ok(_)) => continue,
@@ -73,9 +91,6 @@ impl SandboxConn {
             follow,
         };
         let (stream, _) = self.open(header).await?;
-        Ok(OutputReader {
-            frames: FramedRead::new(stream, FrameCodec::default()),
-            ended: false,
-        })
+        Ok(OutputReader::new(stream, Arc::default()))
     }
 }
