@@ -217,10 +217,11 @@ pub struct ProcessOutput {
 /// sends from `offset` (`Stdout`, `Stderr` and `Gap` frames, and last a `Process` frame once the
 /// process has ended and its output was all sent), while the server sends `Data` frames for the
 /// process's stdin, in order, and `StdinEof` to close it. Writes are queued behind one that a
-/// `process.stdin` stream has under way, not refused. Once the process's stdin is not open
-/// (never was, was closed, or the process stopped reading it), sandboxd sends one `StdinEof`
-/// among the output frames and drops what the server sends for it after that. The end of the
-/// server's side, a close or a reset, is the server leaving: it closes stdin with `StdinEof`.
+/// `process.stdin` stream has under way, not refused. When the process's stdin is not open at
+/// the attach, or a write finds it not open (closed by another caller, or the process stopped
+/// reading it), sandboxd sends one `StdinEof` among the output frames and drops what the server
+/// sends for stdin after that. The end of the server's side, a close or a reset, is the server
+/// leaving: it closes stdin with `StdinEof`, never by half-closing.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ProcessAttach {
     pub process: String,

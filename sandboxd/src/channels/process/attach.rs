@@ -66,12 +66,13 @@ async fn take_stdin(
         if !open {
             continue;
         }
-        let written = p
+        match p
             .write_stdin_queued(&mut &data[..], eof, || probe.was_reset())
-            .await;
-        if written.is_err() || eof {
-            open = false;
-            if written.is_err() {
+            .await
+        {
+            Ok(_) => open = !eof,
+            Err(_) => {
+                open = false;
                 let _ = tx.send(Frame::StdinEof).await;
             }
         }
