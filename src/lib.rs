@@ -9,6 +9,7 @@ pub mod config;
 pub mod driver;
 pub mod egress;
 pub mod events;
+pub mod launch;
 pub mod lifecycle;
 pub mod listener;
 pub mod logging;

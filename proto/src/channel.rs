@@ -4,7 +4,7 @@
 //! [`crate::header`] says) naming the channel and its parameters; the acceptor answers with a
 //! [`Reply`]: `{"ok": {...}}` or `{"error": {"code", "message"}}`. After that the channel's own
 //! bytes flow: raw bytes for `fs.read` / `fs.write` / `fs.list`, [`crate::Frame`]s for `exec`,
-//! `activity` and `terminal.open`.
+//! `activity`, `terminal.open` and the `process.*` channels that stream.
 //!
 //! Each channel is declared once, in the table below: its name, the type of its header and the
 //! type of its `ok` reply. [`open`] sends a header and returns the reply as that type;
@@ -17,8 +17,8 @@ use crate::exec::ExecRequest;
 use crate::header::{read_body, read_message, read_message_body, write_limited, ProtoError};
 use crate::limits::{MAX_EXEC_HEADER_LEN, MAX_HEADER_LEN};
 use crate::process::{
-    ProcessGet, ProcessInfo, ProcessList, ProcessOutput, ProcessRemove, ProcessSignal,
-    ProcessStart, ProcessStdin, ProcessWait, ProcessWatch,
+    ProcessAttach, ProcessGet, ProcessInfo, ProcessList, ProcessOutput, ProcessRemove,
+    ProcessSignal, ProcessStart, ProcessStdin, ProcessWait, ProcessWatch,
 };
 use crate::reply::{ChannelError, Reply};
 
@@ -99,6 +99,8 @@ channels! {
     "process.output" => ProcessOutput(ProcessOutput) -> ProcessInfo;
     /// Bytes for a process's stdin follow the reply.
     "process.stdin" => ProcessStdin(ProcessStdin) -> Empty;
+    /// A process's output from an offset and its stdin, on one stream (see [`ProcessAttach`]).
+    "process.attach" => ProcessAttach(ProcessAttach) -> ProcessInfo;
     "process.signal" => ProcessSignal(ProcessSignal) -> Empty;
     /// Answers once the process has ended or the wait is up.
     "process.wait" => ProcessWait(ProcessWait) -> ProcessInfo;

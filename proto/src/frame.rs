@@ -16,7 +16,8 @@ pub enum Frame {
     Data(Bytes),
     Stdout(Bytes),
     Stderr(Bytes),
-    /// No more stdin.
+    /// No more stdin: from the server, close it; on `process.attach` from sandboxd, the
+    /// process's stdin is not open (what is sent for it is dropped).
     StdinEof,
     Resize {
         cols: u16,

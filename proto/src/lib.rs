@@ -30,8 +30,8 @@ pub use frame::{Frame, FrameCodec, DATA_CHUNK};
 pub use header::*;
 pub use limits::*;
 pub use process::{
-    ProcessGet, ProcessInfo, ProcessList, ProcessOutput, ProcessRemove, ProcessSignal,
-    ProcessStart, ProcessState, ProcessStdin, ProcessWait, ProcessWatch,
+    ProcessAttach, ProcessGet, ProcessInfo, ProcessList, ProcessOutput, ProcessRemove,
+    ProcessSignal, ProcessStart, ProcessState, ProcessStdin, ProcessWait, ProcessWatch,
 };
 pub use reply::{ChannelError, ErrorCode, Reply};
 pub use session_id::{is_session_id, SESSION_ID_ALPHABET, SESSION_ID_LEN};

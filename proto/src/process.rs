@@ -209,6 +209,26 @@ pub struct ProcessOutput {
     pub follow: bool,
 }
 
+/// `process.attach`: one stream for a process's output and its stdin, for a caller that talks
+/// to the process for as long as it runs (an agent harness speaking a protocol on its stdio)
+/// rather than one `process.stdin` stream per write.
+///
+/// The reply is the process as it is. Then sandboxd sends what `process.output` with `follow`
+/// sends from `offset` (`Stdout`, `Stderr` and `Gap` frames, and last a `Process` frame once the
+/// process has ended and its output was all sent), while the server sends `Data` frames for the
+/// process's stdin, in order, and `StdinEof` to close it. Writes are queued behind one that a
+/// `process.stdin` stream has under way, not refused. When the process's stdin is not open at
+/// the attach, or a write finds it not open (closed by another caller, or the process stopped
+/// reading it), sandboxd sends one `StdinEof` among the output frames and drops what the server
+/// sends for stdin after that. The end of the server's side, a close or a reset, is the server
+/// leaving: it closes stdin with `StdinEof`, never by half-closing.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ProcessAttach {
+    pub process: String,
+    #[serde(default)]
+    pub offset: u64,
+}
+
 /// `process.stdin`: after the reply the server sends raw bytes for the process's stdin and
 /// half-closes; sandboxd answers a second reply with the [`crate::Size`] written. With `eof`,
 /// stdin is closed after them.

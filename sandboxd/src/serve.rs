@@ -63,6 +63,7 @@ async fn handle(sb: Sandbox, mut s: MuxStream) {
         Request::ProcessGet(ProcessGet { process: p }) => process::get(sb, s, p).await,
         Request::ProcessOutput(req) => process::output(sb, s, req).await,
         Request::ProcessStdin(req) => process::stdin(sb, s, req).await,
+        Request::ProcessAttach(req) => process::attach(sb, s, req).await,
         Request::ProcessSignal(req) => process::signal(sb, s, req).await,
         Request::ProcessWait(req) => process::wait(sb, s, req).await,
         Request::ProcessRemove(ProcessRemove { process: p }) => process::remove(sb, s, p).await,

@@ -8,7 +8,9 @@ use axum::response::{IntoResponse, Response};
 use super::types::ErrorCode;
 pub use super::types::{ErrorBody, ErrorDetail};
 use crate::agents::spec::SpecError;
+use crate::launch::CommandError;
 use crate::lifecycle::LifecycleError;
+use crate::tunnel::conn::{ConnError, NoSuchProcess};
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -105,7 +107,9 @@ impl From<LifecycleError> for ApiError {
             LifecycleError::Driver(_) | LifecycleError::Tunnel { .. } => {
                 ApiError::unavailable(message)
             }
-            LifecycleError::WakeFailed(_) => ApiError::conflict(message),
+            LifecycleError::WakeFailed(_) | LifecycleError::NotRunning { .. } => {
+                ApiError::conflict(message)
+            }
             LifecycleError::BadChange { field, .. } => ApiError::invalid_field(field, message),
             LifecycleError::Store(_) => ApiError::internal(message),
             LifecycleError::Refused(_) => ApiError::conflict(message),
@@ -117,6 +121,63 @@ impl From<LifecycleError> for ApiError {
 impl From<SpecError> for ApiError {
     fn from(e: SpecError) -> ApiError {
         ApiError::invalid_field(e.field, e.why)
+    }
+}
+
+/// A command the request describes that may not run: the request's fault, in the field it is
+/// about; one over exec's size limits is too large, except for its cwd.
+impl From<CommandError> for ApiError {
+    fn from(e: CommandError) -> ApiError {
+        let field = Some(e.field());
+        let message = e.to_string();
+        match e {
+            CommandError::TooLarge(agenthold_proto::ExecTooLarge::Cwd(_))
+            | CommandError::NoProgram
+            | CommandError::NulInCommand
+            | CommandError::BadEnvName(_)
+            | CommandError::NulInCwd
+            | CommandError::ExecTimeout { .. }
+            | CommandError::ProcessTimeout
+            | CommandError::BadTag(_)
+            | CommandError::TooManyVars(_) => ApiError {
+                field,
+                ..ApiError::invalid(message)
+            },
+            CommandError::TooLarge(_) => ApiError {
+                field,
+                ..ApiError::too_large(message)
+            },
+        }
+    }
+}
+
+impl From<NoSuchProcess> for ApiError {
+    fn from(e: NoSuchProcess) -> ApiError {
+        ApiError::not_found(e.to_string())
+    }
+}
+
+impl From<ConnError> for ApiError {
+    fn from(e: ConnError) -> ApiError {
+        let message = e.to_string();
+        match e {
+            ConnError::Tunnel(t) => t.into(),
+            ConnError::Refused(c) => c.into(),
+            ConnError::Proto(p) => {
+                ApiError::unavailable(format!("the sandbox connection failed: {p}"))
+            }
+            ConnError::Lost
+            | ConnError::MalformedReport
+            | ConnError::ListingCut(_)
+            | ConnError::UploadFailed(_)
+            | ConnError::Unconfirmed(_)
+            | ConnError::ConfirmedEarly => ApiError::unavailable(message),
+            ConnError::BadListing(_) => ApiError::internal(message),
+            ConnError::StdinClosed | ConnError::StdinCut(_) | ConnError::UploadCut(_) => {
+                ApiError::invalid(message)
+            }
+            ConnError::FileTooLarge { .. } => ApiError::too_large(message),
+        }
     }
 }
 

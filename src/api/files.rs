@@ -1,25 +1,20 @@
 //! `/api/v1/agents/{id}/fs/*`: the file browser, over the `fs.*` channels. Reads and writes
 //! stream; a write that does not arrive whole is thrown away by sandboxd.
 
-use agenthold_proto::{self as proto, Channel, FsList, FsMkdir, FsRead, FsRemove, FsWrite, Reply};
+use agenthold_proto as proto;
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use futures::StreamExt;
 use serde::Deserialize;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use utoipa::IntoParams;
 
 use super::download::{content_disposition, Disposition};
 use super::error::{ApiError, ApiQuery, ErrorBody};
 use super::types::DirEntry;
 use super::AppState;
-use crate::tunnel::registry::LinkStream;
-
-/// Largest `fs.list` answer read from a sandbox.
-const MAX_LISTING: u64 = 64 * 1024 * 1024;
+use crate::tunnel::conn::{SandboxConn, UploadLimit};
 
 /// `?path=` of `fs/list`: the home when absent.
 #[derive(Deserialize, IntoParams)]
@@ -80,24 +75,9 @@ pub struct RemoveQuery {
     pub recursive: bool,
 }
 
-/// Opens the channel of `header` on a running agent's sandbox, returning its reply. File
-/// operations do not wake an agent.
-pub(super) async fn open<C: Channel>(
-    st: &AppState,
-    id: &str,
-    header: C,
-) -> Result<(LinkStream, C::Reply), ApiError> {
-    let Some(handle) = st.lc.tunnels().get(id) else {
-        let agent = st.lc.get(id).await?;
-        return Err(ApiError::conflict(format!(
-            "agent {} is {}; file operations need a running agent",
-            agent.name, agent.state
-        )));
-    };
-    st.lc.activity().touch(id);
-    let mut stream = handle.open().await?;
-    let ok = proto::open(&mut stream, header).await?;
-    Ok((stream, ok))
+/// The sandbox of a running agent: file operations do not wake one.
+async fn running(st: &AppState, id: &str) -> Result<SandboxConn, ApiError> {
+    Ok(st.lc.running_conn(id, "file operations").await?)
 }
 
 fn check_path(path: &str) -> Result<(), ApiError> {
@@ -117,15 +97,7 @@ pub async fn list(
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<Json<Vec<DirEntry>>, ApiError> {
-    let (stream, _) = open(&st, &id, FsList { path: q.path }).await?;
-    let mut body = Vec::new();
-    stream
-        .take(MAX_LISTING)
-        .read_to_end(&mut body)
-        .await
-        .map_err(|e| ApiError::unavailable(format!("reading the listing failed: {e}")))?;
-    let entries = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::internal(format!("the sandbox sent a bad listing: {e}")))?;
+    let entries = running(&st, &id).await?.list_dir(q.path).await?;
     Ok(Json(entries))
 }
 
@@ -146,9 +118,9 @@ pub async fn read(
         Disposition::Attachment
     };
     let disposition = content_disposition(&q.path, how);
-    let (stream, size) = open(&st, &id, FsRead { path: q.path }).await?;
+    let file = running(&st, &id).await?.read_file(q.path).await?;
     let body = Body::from_stream(tokio_util::io::ReaderStream::with_capacity(
-        stream,
+        file.bytes,
         proto::DATA_CHUNK,
     ));
     let mut resp = (
@@ -164,7 +136,7 @@ pub async fn read(
     )
         .into_response();
     resp.headers_mut()
-        .insert(header::CONTENT_LENGTH, header::HeaderValue::from(size.size));
+        .insert(header::CONTENT_LENGTH, header::HeaderValue::from(file.size));
     Ok(resp)
 }
 
@@ -205,66 +177,16 @@ async fn write_body(
     req: Request,
 ) -> Result<StatusCode, ApiError> {
     check_path(&q.path)?;
-    let max_file_mb = st.config().server.max_file_mb;
-    let limit = max_file_mb.saturating_mul(1024 * 1024);
-    let too_large = || {
-        ApiError::too_large(format!(
-            "the file is larger than the server's limit of {max_file_mb} MiB (server.max_file_mb)"
-        ))
-    };
+    let limit = UploadLimit::mb(st.config().server.max_file_mb);
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return Err(too_large());
-    }
-    let (stream, _) = open(&st, &id, FsWrite { path: q.path }).await?;
-    let (mut from_sandbox, mut to_sandbox) = tokio::io::split(stream);
-    let mut body = req.into_body().into_data_stream();
-    let upload = async {
-        let mut written: u64 = 0;
-        while let Some(chunk) = body.next().await {
-            // Returning early drops the stream without a shutdown: a reset, so sandboxd
-            // discards the partial file.
-            let chunk =
-                chunk.map_err(|e| ApiError::invalid(format!("the upload broke off: {e}")))?;
-            written += chunk.len() as u64;
-            if written > limit {
-                return Err(too_large());
-            }
-            to_sandbox.write_all(&chunk).await.map_err(|e| {
-                ApiError::unavailable(format!("the sandbox connection failed: {e}"))
-            })?;
-        }
-        to_sandbox
-            .shutdown()
-            .await
-            .map_err(|e| ApiError::unavailable(format!("the sandbox connection failed: {e}")))
-    };
-    // sandboxd answers once, at the end; an answer before that is a failure (a full disk) after
-    // which it reads no more, so the rest of the body would wait forever on the stream's window.
-    let answer = proto::read_message::<_, Reply>(&mut from_sandbox);
-    tokio::pin!(answer);
-    tokio::select! {
-        // An answer that is already there wins over a send that failed because of it.
-        biased;
-        early = &mut answer => {
-            let reply = early.map_err(|e| {
-                ApiError::unavailable(format!("the sandbox did not confirm the write: {e}"))
-            })?;
-            reply.into_result()?;
-            return Err(ApiError::unavailable(
-                "the sandbox confirmed the write before the upload ended",
-            ));
-        }
-        sent = upload => sent?,
-    }
-    let reply = answer.await.map_err(|e| {
-        ApiError::unavailable(format!("the sandbox did not confirm the write: {e}"))
-    })?;
-    reply.into_result()?;
+    limit.admit(declared)?;
+    let conn = running(&st, &id).await?;
+    let body = req.into_body().into_data_stream();
+    conn.write_file(q.path, body, limit).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -281,7 +203,7 @@ pub async fn mkdir(
     ApiQuery(q): ApiQuery<PathQuery>,
 ) -> Result<StatusCode, ApiError> {
     check_path(&q.path)?;
-    open(&st, &id, FsMkdir { path: q.path }).await?;
+    running(&st, &id).await?.mkdir(q.path).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -299,14 +221,9 @@ pub async fn remove(
     ApiQuery(q): ApiQuery<RemoveQuery>,
 ) -> Result<StatusCode, ApiError> {
     check_path(&q.path)?;
-    open(
-        &st,
-        &id,
-        FsRemove {
-            path: q.path,
-            recursive: q.recursive,
-        },
-    )
-    .await?;
+    running(&st, &id)
+        .await?
+        .remove_path(q.path, q.recursive)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }

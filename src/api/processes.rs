@@ -4,80 +4,25 @@
 
 use std::time::Duration;
 
-use agenthold_proto::process::{tag_problem, ProcessList, ProcessStart, ProcessWait};
-use agenthold_proto::{
-    self as proto, is_session_id, Frame, FrameCodec, ProcessGet, ProcessInfo, ProcessOutput,
-    ProcessRemove, ProcessSignal, ProcessStdin, Reply, Size,
-};
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use futures::StreamExt;
 use serde::Deserialize;
-use tokio::io::AsyncWriteExt;
-use tokio_util::codec::FramedRead;
 use utoipa::IntoParams;
 
 use super::download::{content_disposition, Disposition};
-use super::error::{ApiError, ApiJson, ApiQuery, ErrorBody, ErrorDetail};
-use super::exec::{add_agent_env, command_request, line, lost, NDJSON};
+use super::error::{ApiError, ApiJson, ApiQuery, ErrorBody};
+use super::exec::{error_line, line, NDJSON};
 use super::output_lines::OutputLines;
 use super::types::process::{Process, ProcessState, SignalBody, StartProcess, StdinWritten};
 use super::AppState;
-use crate::tunnel::registry::LinkStream;
+use crate::launch::{check_command, check_process, Launch, ProcessOptions};
+use crate::tunnel::conn::{ConnError, OutputPiece, ProcessName};
 
-/// The longest `timeoutMs` a process may be started with (30 days).
-pub const MAX_PROCESS_TIMEOUT_MS: u64 = 30 * 24 * 3600 * 1000;
-/// Most variables a process's `env` may name.
-pub const MAX_ENV_ENTRIES: usize = 4096;
 /// How long `…/wait` waits when it is not told.
 const DEFAULT_WAIT_MS: u64 = 30_000;
-/// Processes read from one `process.list` at most (running and finished together).
-const MAX_LISTED: usize = 4096;
-
-/// How long a list may take to arrive once sandboxd has answered.
-const LIST_TIME: Duration = Duration::from_secs(30);
-
-/// A process as sandboxd reported it, cut to the shapes sandboxd makes (it runs in the
-/// sandbox: its reports are input like any other).
-fn shown(info: ProcessInfo) -> Result<Process, ApiError> {
-    info.sanitized().map(Process::from).ok_or_else(malformed)
-}
-
-fn malformed() -> ApiError {
-    ApiError::unavailable("the sandbox sent a malformed process report")
-}
-
-fn not_found(name: &str) -> ApiError {
-    ApiError::not_found(format!(
-        "no process {:?} (by id or tag)",
-        name.chars().take(80).collect::<String>()
-    ))
-}
-
-/// A process is named by its id or its tag; anything else names none, without waking the
-/// agent to say so.
-fn check_name(name: &str) -> Result<(), ApiError> {
-    if is_session_id(name) || tag_problem(name).is_none() {
-        Ok(())
-    } else {
-        Err(not_found(name))
-    }
-}
-
-/// Wakes the agent and opens `header`'s channel on its sandbox.
-async fn open<C: proto::Channel>(
-    st: &AppState,
-    id: &str,
-    header: C,
-) -> Result<(LinkStream, C::Reply), ApiError> {
-    let link = st.lc.wake(id, || {}).await?;
-    let mut stream = link.open().await?;
-    let reply = proto::open(&mut stream, header).await?;
-    Ok((stream, reply))
-}
 
 /// Starts a background process; wakes a sleeping agent first.
 #[utoipa::path(post, path = "/api/v1/agents/{id}/processes", tag = "processes", operation_id = "startProcess",
@@ -92,45 +37,28 @@ pub async fn start(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<StartProcess>,
 ) -> Result<(StatusCode, Json<Process>), ApiError> {
-    if let Some(t) = body.timeout_ms {
-        if t == 0 || t > MAX_PROCESS_TIMEOUT_MS {
-            return Err(ApiError::invalid_field(
-                "timeoutMs",
-                format!("timeoutMs must be between 1 and {MAX_PROCESS_TIMEOUT_MS} (30 days)"),
-            ));
-        }
-    }
-    if let Some(why) = body.tag.as_deref().and_then(tag_problem) {
-        return Err(ApiError::invalid_field("tag", why));
-    }
-    // Exec takes any count within its 1 MiB; a process refuses a hostile number of names.
     let vars = body.env.as_ref().map_or(0, |e| e.len());
-    if vars > MAX_ENV_ENTRIES {
-        return Err(ApiError::invalid_field(
-            "env",
-            format!("env names {vars} variables; a process may have at most {MAX_ENV_ENTRIES}"),
-        ));
-    }
-    let mut run = command_request(
+    check_process(body.timeout_ms, body.tag.as_deref(), vars)?;
+    let run = check_command(
         &body.command,
         body.cwd.as_deref(),
         body.env.as_ref(),
         body.timeout_ms,
     )?;
-    add_agent_env(&st, &id, &mut run).await?;
-    let config = st.config();
-    let sb = &config.sandbox;
-    let header = ProcessStart {
-        run,
+    let agent = st.lc.get(&id).await?;
+    let launch = Launch::new(run, &agent.env)?;
+    let options = ProcessOptions {
         tag: body.tag,
         stdin: body.stdin,
         keep_awake: body.keep_awake,
-        output_bytes: sb.process_output_kb.saturating_mul(1024),
-        max_running: sb.max_processes,
-        retention_ms: Some(sb.process_retention.as_millis() as u64),
     };
-    let (_, info) = open(&st, &id, header).await?;
-    Ok((StatusCode::CREATED, Json(shown(info)?)))
+    let info = st
+        .lc
+        .wake_conn(&id)
+        .await?
+        .start_process(launch, options)
+        .await?;
+    Ok((StatusCode::CREATED, Json(info.into())))
 }
 
 /// Lists the agent's processes, running and finished, oldest first.
@@ -142,28 +70,8 @@ pub async fn list(
     State(st): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Vec<Process>>, ApiError> {
-    let retention_ms = Some(st.config().sandbox.process_retention.as_millis() as u64);
-    let (stream, count) = open(&st, &id, ProcessList { retention_ms }).await?;
-    if count.size > MAX_LISTED as u64 {
-        return Err(malformed());
-    }
-    let mut frames = FramedRead::new(stream, FrameCodec::default());
-    let mut out = Vec::with_capacity(count.size as usize);
-    // Exactly as many as sandboxd said: fewer is a cut stream, not a shorter list.
-    let read_all = async {
-        while out.len() < count.size as usize {
-            match frames.next().await {
-                Some(Ok(Frame::Process(info))) => out.push(shown(*info)?),
-                Some(Ok(_)) => return Err(malformed()),
-                Some(Err(_)) | None => return Err(lost()),
-            }
-        }
-        Ok(())
-    };
-    tokio::time::timeout(LIST_TIME, read_all)
-        .await
-        .map_err(|_| lost())??;
-    Ok(Json(out))
+    let all = st.lc.wake_conn(&id).await?.list_processes().await?;
+    Ok(Json(all.into_iter().map(Process::from).collect()))
 }
 
 /// One process, by id or tag (a tag names the running process with it, else the one started
@@ -176,9 +84,9 @@ pub async fn get(
     State(st): State<AppState>,
     Path((id, pid)): Path<(String, String)>,
 ) -> Result<Json<Process>, ApiError> {
-    check_name(&pid)?;
-    let (_, info) = open(&st, &id, ProcessGet { process: pid }).await?;
-    Ok(Json(shown(info)?))
+    let name = ProcessName::parse(pid)?;
+    let info = st.lc.wake_conn(&id).await?.process(&name).await?;
+    Ok(Json(info.into()))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -205,45 +113,39 @@ pub async fn output(
     Path((id, pid)): Path<(String, String)>,
     ApiQuery(q): ApiQuery<OutputQuery>,
 ) -> Result<Response, ApiError> {
-    check_name(&pid)?;
+    let name = ProcessName::parse(pid)?;
     // A process's output is the sandbox's bytes too: saved, never shown as a page.
-    let disposition = content_disposition(&format!("{pid}.ndjson"), Disposition::Attachment);
-    let header = ProcessOutput {
-        process: pid,
-        offset: q.offset,
-        follow: q.follow,
-    };
-    let (stream, _) = open(&st, &id, header).await?;
-    let mut frames = FramedRead::new(stream, FrameCodec::default());
+    let disposition = content_disposition(
+        &format!("{}.ndjson", name.as_str()),
+        Disposition::Attachment,
+    );
+    let conn = st.lc.wake_conn(&id).await?;
+    let mut output = conn.output(&name, q.offset, q.follow).await?;
     let mut lines = OutputLines::new(q.offset);
     let body = async_stream::stream! {
-        loop {
-            let (out, last) = match frames.next().await {
-                Some(Ok(Frame::Stdout(b))) => (lines.stdout(&b), false),
-                Some(Ok(Frame::Stderr(b))) => (lines.stderr(&b), false),
-                Some(Ok(Frame::Gap { from, to })) => (lines.gap(from, to), false),
-                // The last frame: the process as it now is. An exit line only if it has ended.
-                Some(Ok(Frame::Process(info))) => match shown(*info) {
-                    Ok(p) if p.state != ProcessState::Running => (lines.exit(p), true),
-                    Ok(_) => (lines.finish(), true),
-                    Err(_) => (Vec::new(), true),
+        while let Some(piece) = output.next().await {
+            let out = match piece {
+                Ok(OutputPiece::Stdout(b)) => lines.stdout(&b),
+                Ok(OutputPiece::Stderr(b)) => lines.stderr(&b),
+                Ok(OutputPiece::Gap { from, to }) => lines.gap(from, to),
+                // The last piece: the process as it now is. An exit line only if it has ended.
+                Ok(OutputPiece::End(info)) => match Process::from(info) {
+                    p if p.state != ProcessState::Running => lines.exit(p),
+                    _ => lines.finish(),
                 },
-                Some(Ok(_)) => continue,
-                // Ended without its last frame: cut.
-                Some(Err(_)) | None => {
+                // A last report no sandboxd sends ends the answer without a last line.
+                Err(ConnError::MalformedReport) => Vec::new(),
+                // Ended without its last piece: cut.
+                Err(e) => {
                     for l in lines.finish() {
                         yield Ok::<_, std::io::Error>(line(&l));
                     }
-                    let e = lost();
-                    yield Ok(line(&ErrorBody { error: ErrorDetail { code: e.code.as_str().to_string(), message: e.message, field: None } }));
-                    break;
+                    yield Ok(error_line(e));
+                    continue;
                 }
             };
             for l in out {
                 yield Ok::<_, std::io::Error>(line(&l));
-            }
-            if last {
-                break;
             }
         }
     };
@@ -283,37 +185,11 @@ pub async fn stdin(
     ApiQuery(q): ApiQuery<StdinQuery>,
     req: Request,
 ) -> Result<Json<StdinWritten>, ApiError> {
-    check_name(&pid)?;
-    let header = ProcessStdin {
-        process: pid,
-        eof: q.eof,
-    };
-    let (stream, _) = open(&st, &id, header).await?;
-    let (mut from_sandbox, mut to_sandbox) = tokio::io::split(stream);
-    let mut body = req.into_body().into_data_stream();
-    let send = async {
-        while let Some(chunk) = body.next().await {
-            // Returning early drops the stream without a shutdown: nothing more is written.
-            let chunk = chunk.map_err(|e| ApiError::invalid(format!("the body broke off: {e}")))?;
-            to_sandbox.write_all(&chunk).await.map_err(|_| lost())?;
-        }
-        to_sandbox.shutdown().await.map_err(|_| lost())
-    };
-    // sandboxd answers once, after the last byte; an answer before that is a failure (the
-    // process stopped reading) after which it reads no more.
-    let answer = proto::read_message::<_, Reply>(&mut from_sandbox);
-    tokio::pin!(answer);
-    let reply = tokio::select! {
-        biased;
-        early = &mut answer => early,
-        sent = send => {
-            sent?;
-            answer.await
-        }
-    };
-    let size: Size =
-        serde_json::from_value(reply.map_err(|_| lost())?.into_result()?).map_err(|_| lost())?;
-    Ok(Json(StdinWritten { written: size.size }))
+    let name = ProcessName::parse(pid)?;
+    let conn = st.lc.wake_conn(&id).await?;
+    let body = req.into_body().into_data_stream();
+    let written = conn.write_stdin(&name, body, q.eof).await?;
+    Ok(Json(StdinWritten { written }))
 }
 
 /// Sends a signal to the process's whole process group.
@@ -328,8 +204,8 @@ pub async fn signal(
     Path((id, pid)): Path<(String, String)>,
     ApiJson(body): ApiJson<SignalBody>,
 ) -> Result<StatusCode, ApiError> {
-    check_name(&pid)?;
-    if proto::process::parse_signal(&body.signal).is_none() {
+    let name = ProcessName::parse(pid)?;
+    if agenthold_proto::process::parse_signal(&body.signal).is_none() {
         return Err(ApiError::invalid_field(
             "signal",
             format!(
@@ -338,11 +214,11 @@ pub async fn signal(
             ),
         ));
     }
-    let header = ProcessSignal {
-        process: pid,
-        signal: body.signal,
-    };
-    open(&st, &id, header).await?;
+    st.lc
+        .wake_conn(&id)
+        .await?
+        .signal(&name, body.signal)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -367,7 +243,7 @@ pub async fn wait(
     Path((id, pid)): Path<(String, String)>,
     ApiQuery(q): ApiQuery<WaitQuery>,
 ) -> Result<Response, ApiError> {
-    check_name(&pid)?;
+    let name = ProcessName::parse(pid)?;
     let max = st.config().server.exec_max_timeout.as_millis() as u64;
     let timeout_ms = q.timeout_ms.unwrap_or(DEFAULT_WAIT_MS);
     if timeout_ms > max {
@@ -376,21 +252,9 @@ pub async fn wait(
             format!("timeoutMs must be at most {max}"),
         ));
     }
-    let header = ProcessWait {
-        process: pid,
-        timeout_ms,
-    };
-    // The wait starts once the agent is awake; sandboxd answers at the end or when the time
-    // is up, and a little slack covers the trip.
-    let link = st.lc.wake(&id, || {}).await?;
-    let mut stream = link.open().await?;
-    let info: ProcessInfo = tokio::time::timeout(
-        Duration::from_millis(timeout_ms) + Duration::from_secs(10),
-        proto::open(&mut stream, header),
-    )
-    .await
-    .map_err(|_| lost())??;
-    let p = shown(info)?;
+    // The wait starts once the agent is awake.
+    let conn = st.lc.wake_conn(&id).await?;
+    let p = Process::from(conn.wait(&name, Duration::from_millis(timeout_ms)).await?);
     let status = if p.state == ProcessState::Running {
         StatusCode::REQUEST_TIMEOUT
     } else {
@@ -408,7 +272,7 @@ pub async fn remove(
     State(st): State<AppState>,
     Path((id, pid)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    check_name(&pid)?;
-    open(&st, &id, ProcessRemove { process: pid }).await?;
+    let name = ProcessName::parse(pid)?;
+    st.lc.wake_conn(&id).await?.remove_process(&name).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -7,11 +7,12 @@
 //! Every change of state goes through `moves`, which publishes it (decorated, see
 //! [`Lifecycle::decorate`]) to SSE clients and waiters: nothing else holds the store or the driver.
 //! `ops` accepts and runs the operations, `boot` hands out and checks boot tokens and takes
-//! the hello, `wake` starts an agent for its user, `outside` takes in what the driver saw
-//! happen, `view` is what others read. [`reconcile`] settles agents with the driver at boot,
-//! and [`sleeper`] puts idle ones to sleep.
+//! the hello, `wake` starts an agent for its user, `conn` hands out the typed connection to its
+//! sandbox, `outside` takes in what the driver saw happen, `view` is what others read.
+//! [`reconcile`] settles agents with the driver at boot, and [`sleeper`] puts idle ones to sleep.
 
 mod boot;
+mod conn;
 mod moves;
 mod ops;
 mod outside;
@@ -65,6 +66,13 @@ pub enum LifecycleError {
     Tunnel { id: String, source: TunnelError },
     #[error("the agent went to error while waking: {0}")]
     WakeFailed(String),
+    /// The agent's sandboxd is not connected, and `needs` (a plural) will not wake it.
+    #[error("agent {name} is {state}; {needs} need a running agent")]
+    NotRunning {
+        name: String,
+        state: AgentState,
+        needs: &'static str,
+    },
     #[error("store: {0}")]
     Store(StoreError),
     /// Not possible for this agent as it is (a conflict); the message says why.

@@ -5,11 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agenthold_proto::process::{ProcessStart, ProcessState, ProcessWait};
-use agenthold_proto::{self as proto, ExecRequest, ProcessInfo};
+use agenthold_proto::process::ProcessState;
+use agenthold_proto::{ErrorCode, ExecRequest, ProcessInfo};
 
 use super::{Lifecycle, LifecycleError};
+use crate::launch::{Launch, ProcessOptions};
 use crate::model::{Agent, SetupState, SetupStatus};
+use crate::tunnel::conn::{ConnError, ProcessName};
 
 /// The tag the setup process runs under; its output is `processes/setup/output`.
 pub const SETUP_TAG: &str = "setup";
@@ -98,7 +100,7 @@ impl Lifecycle {
     /// Starts the script as a background process and follows it in the background. A start
     /// that fails is recorded as a failed setup.
     async fn start_setup(self: &Arc<Self>, id: &str) -> Result<(), LifecycleError> {
-        let link = self.wake(id, || {}).await?;
+        let conn = self.wake_conn(id).await?;
         let _starting = self.setup_start.lock().await;
         let agent = self.get(id).await?;
         let Some(script) = self.setup_script(&agent) else {
@@ -112,31 +114,23 @@ impl Lifecycle {
             // Started a moment ago by the hello or a request that got here first.
             return Ok(());
         }
-        let config = self.config();
-        let sb = &config.sandbox;
-        let header = ProcessStart {
-            run: ExecRequest {
-                command: vec!["/bin/sh".into(), "-c".into(), script],
-                cwd: None,
-                env: agent.env.clone().into_iter().collect(),
-                timeout_ms: None,
-                output_cap: None,
-            },
+        let run = ExecRequest {
+            command: vec!["/bin/sh".into(), "-c".into(), script],
+            ..ExecRequest::default()
+        };
+        let options = ProcessOptions {
             tag: Some(SETUP_TAG.into()),
             stdin: false,
             // A setup that installs for a while must not be put to sleep halfway.
             keep_awake: true,
-            output_bytes: sb.process_output_kb.saturating_mul(1024),
-            max_running: sb.max_processes,
-            retention_ms: Some(sb.process_retention.as_millis() as u64),
         };
-        let started: Result<ProcessInfo, String> = async {
-            let mut stream = link.open().await.map_err(|e| e.to_string())?;
-            proto::open(&mut stream, header)
+        let started: Result<ProcessInfo, String> = match Launch::new(run, &agent.env) {
+            Ok(launch) => conn
+                .start_process(launch, options)
                 .await
-                .map_err(|e| e.to_string())
-        }
-        .await;
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
         match started {
             Ok(info) => {
                 self.record_setup(id, status_of(id, &info)).await;
@@ -161,57 +155,44 @@ impl Lifecycle {
     /// Waits for the setup process to end and records how; a sandbox that went away before
     /// that leaves the record for the next hello to settle.
     async fn follow_setup(self: &Arc<Self>, id: &str, pid: &str) {
-        loop {
-            let Some(link) = self.tunnels.get(id) else {
-                break;
-            };
-            let header = ProcessWait {
-                process: pid.to_string(),
-                timeout_ms: WAIT_SLICE.as_millis() as u64,
-            };
-            let waited = async {
-                let mut stream = link.open().await.map_err(|e| (false, e.to_string()))?;
-                tokio::time::timeout(
-                    WAIT_SLICE + Duration::from_secs(10),
-                    proto::open(&mut stream, header),
-                )
-                .await
-                .map_err(|_| (false, "no answer".to_string()))?
-                .map_err(|e| match e {
-                    proto::OpenError::Refused(c) if c.code == proto::ErrorCode::NotFound => {
-                        (true, c.message)
-                    }
-                    other => (false, other.to_string()),
-                })
-            }
-            .await;
-            match waited {
+        match ProcessName::parse(pid.to_string()) {
+            Ok(name) => self.wait_for_setup(id, &name).await,
+            Err(e) => tracing::debug!(agent = id, "the setup's process is not followed: {e}"),
+        }
+        self.setup_watched(id, pid, false);
+    }
+
+    /// Waits, while the sandbox stays connected, for the setup process `name` to end, and
+    /// records how.
+    async fn wait_for_setup(self: &Arc<Self>, id: &str, name: &ProcessName) {
+        while let Some(conn) = self.conn(id) {
+            match conn.wait(name, WAIT_SLICE).await {
                 Ok(info) if info.state.is_running() => continue,
                 Ok(info) => {
                     self.record_setup(id, status_of(id, &info)).await;
-                    break;
+                    return;
                 }
                 // sandboxd no longer knows it: the sandbox restarted while it ran.
-                Err((true, why)) => {
+                Err(ConnError::Refused(c)) if c.code == ErrorCode::NotFound => {
                     let status = SetupStatus {
                         state: SetupState::Failed,
                         exit_code: None,
-                        process_id: Some(pid.to_string()),
+                        process_id: Some(name.as_str().to_string()),
                         error: Some(format!(
-                            "the sandbox stopped while the setup script ran ({why}); run it \
-                             again with POST /api/v1/agents/{id}/setup"
+                            "the sandbox stopped while the setup script ran ({}); run it \
+                             again with POST /api/v1/agents/{id}/setup",
+                            c.message
                         )),
                     };
                     self.record_setup(id, status).await;
-                    break;
+                    return;
                 }
-                Err((false, why)) => {
+                Err(why) => {
                     tracing::debug!(agent = id, "following the setup script stopped: {why}");
-                    break;
+                    return;
                 }
             }
         }
-        self.setup_watched(id, pid, false);
     }
 
     async fn record_setup(&self, id: &str, status: SetupStatus) {

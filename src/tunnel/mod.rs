@@ -1,6 +1,7 @@
 //! The server's end of the sandboxd tunnel: a WebSocket endpoint on `sandbox.tunnel_listen`
 //! that authenticates a sandbox by its boot token and runs one yamux session per agent.
 
+pub mod conn;
 pub mod registry;
 
 use std::net::SocketAddr;

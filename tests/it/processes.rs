@@ -522,3 +522,64 @@ async fn waits_their_callers_gave_up_on_cost_the_tunnel_nothing() {
     assert_eq!(r["stdout"], "still here\n");
     assert_eq!(p.get(&long.id).await.1["state"], "running");
 }
+
+/// Reads an attach's output until its stdout holds `want`.
+async fn attached_stdout_until(output: &mut agenthold::tunnel::conn::AttachedOutput, want: &[u8]) {
+    use agenthold::tunnel::conn::OutputPiece;
+    let mut got = Vec::new();
+    while got.len() < want.len() {
+        match tokio::time::timeout(crate::common::DEADLINE, output.next()).await {
+            Ok(Some(Ok(OutputPiece::Stdout(b)))) => got.extend_from_slice(&b),
+            other => panic!("expected stdout, got {other:?}"),
+        }
+    }
+    assert_eq!(got, want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attached_caller_talks_to_a_process_over_one_stream_beside_the_api() {
+    use agenthold::tunnel::conn::{ConnError, OutputPiece, ProcessName};
+    let s = TestServer::start().await;
+    let p = agent(&s, "attach").await;
+    let cat = p
+        .start(json!({"command": ["cat"], "stdin": true, "tag": "talk"}))
+        .await;
+    let conn = s.lc.wake_conn(&p.agent).await.unwrap();
+    let talk = ProcessName::parse("talk".into()).unwrap();
+    let mut attached = conn.attach(&talk, 0).await.unwrap();
+    assert_eq!(attached.info.id, cat.id);
+    assert!(attached.info.stdin_open);
+
+    attached.stdin.write(b"over the attach\n").await.unwrap();
+    attached_stdout_until(&mut attached.output, b"over the attach\n").await;
+    // A write through the API goes to the same stdin and comes back on the attach.
+    let (status, _) = p.stdin(&cat.id, b"over the API\n", false).await;
+    assert_eq!(status, 200);
+    attached_stdout_until(&mut attached.output, b"over the API\n").await;
+    attached.stdin.close().await.unwrap();
+    match tokio::time::timeout(crate::common::DEADLINE, attached.output.next()).await {
+        Ok(Some(Ok(OutputPiece::End(end)))) => {
+            assert_eq!(end.exit_code, Some(0));
+            assert!(!end.stdin_open);
+        }
+        other => panic!("expected the end, got {other:?}"),
+    }
+    assert!(attached.output.next().await.is_none());
+    let all = p.output_to_end(&cat.id).await;
+    assert_eq!(all.stdout, b"over the attach\nover the API\n");
+
+    // A process without stdin: once the reader has seen sandboxd say so, writes are refused.
+    let quiet = p.sh("sleep 30").await;
+    let name = ProcessName::parse(quiet.id.clone()).unwrap();
+    let mut attached = conn.attach(&name, 0).await.unwrap();
+    assert!(!attached.info.stdin_open);
+    let read = tokio::time::timeout(Duration::from_millis(500), attached.output.next()).await;
+    assert!(read.is_err(), "nothing to read yet: {read:?}");
+    assert!(matches!(
+        attached.stdin.write(b"nobody reads this").await,
+        Err(ConnError::StdinClosed)
+    ));
+    // Leaving the attach leaves the process running.
+    drop(attached);
+    assert_eq!(p.get(&quiet.id).await.1["state"], "running");
+}

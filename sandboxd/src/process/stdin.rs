@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use agenthold_proto::{ChannelError, ErrorCode, DATA_CHUNK};
 use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::ChildStdin;
 
 use super::Process;
 
@@ -22,8 +23,6 @@ impl Process {
         eof: bool,
         gone: impl Fn() -> bool,
     ) -> Result<u64, ChannelError> {
-        use tokio::io::AsyncWriteExt;
-        let ended = || ChannelError::new(ErrorCode::Invalid, "the process has ended");
         let Ok(mut stdin) = self.stdin.try_lock() else {
             return Err(ChannelError::new(
                 ErrorCode::Busy,
@@ -31,6 +30,31 @@ impl Process {
                  reading it); try again once it is done",
             ));
         };
+        self.write_locked(&mut stdin, data, eof, gone).await
+    }
+
+    /// As [`Process::write_stdin`], but a write under way is waited for rather than refused:
+    /// the writes of an attached caller, which come in order on one stream.
+    pub async fn write_stdin_queued<R: AsyncRead + Unpin>(
+        &self,
+        data: &mut R,
+        eof: bool,
+        gone: impl Fn() -> bool,
+    ) -> Result<u64, ChannelError> {
+        let mut stdin = self.stdin.lock().await;
+        self.write_locked(&mut stdin, data, eof, gone).await
+    }
+
+    /// Writes with the stdin lock held.
+    async fn write_locked<R: AsyncRead + Unpin>(
+        &self,
+        stdin: &mut Option<ChildStdin>,
+        data: &mut R,
+        eof: bool,
+        gone: impl Fn() -> bool,
+    ) -> Result<u64, ChannelError> {
+        use tokio::io::AsyncWriteExt;
+        let ended = || ChannelError::new(ErrorCode::Invalid, "the process has ended");
         let Some(pipe) = stdin.as_mut() else {
             let why = if self.lock().info.state.is_running() {
                 "the process's stdin is not open: start it with \"stdin\": true (and it was not \

@@ -4,5 +4,6 @@ mod agent;
 mod exec;
 mod fs;
 mod harness;
+mod process;
 mod protocol;
 mod terminal;

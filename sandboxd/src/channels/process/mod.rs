@@ -1,11 +1,18 @@
-//! The `process.*` channels: the wire side of [`crate::process`].
+//! The `process.*` channels: the wire side of [`crate::process`]. A process's output goes out
+//! as `output.rs` sends it, on `process.output` and on `process.attach` (`attach.rs`), which
+//! also takes the process's stdin.
+
+mod attach;
+mod output;
+
+pub use attach::attach;
+pub use output::output;
 
 use std::time::Duration;
 
 use agenthold_proto::mux::{MuxHandle, MuxStream};
 use agenthold_proto::process::{
-    parse_signal, ProcessList, ProcessOutput, ProcessSignal, ProcessStart, ProcessStdin,
-    ProcessWait, ProcessWatch,
+    parse_signal, ProcessList, ProcessSignal, ProcessStart, ProcessStdin, ProcessWait, ProcessWatch,
 };
 use agenthold_proto::{self as proto, ChannelError, ErrorCode, Frame, FrameCodec, Reply, Size};
 use futures::SinkExt;
@@ -14,9 +21,8 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio_util::codec::FramedWrite;
 use tokio_util::sync::CancellationToken;
 
-use super::{frame_writer, refuse, reply};
+use super::{refuse, reply};
 use crate::duplex;
-use crate::process::log::{Cursor, Piece, Stream};
 use crate::sandbox::Sandbox;
 
 /// The longest wait a `process.wait` may ask for.
@@ -126,79 +132,6 @@ pub async fn stdin(sb: Sandbox, mut s: MuxStream, req: ProcessStdin) {
     if reply(&mut w, &second).await {
         let _ = w.shutdown().await;
     }
-}
-
-/// `process.output`: the output from an offset, and with `follow` what comes after it until
-/// the process's end.
-pub async fn output(sb: Sandbox, mut s: MuxStream, req: ProcessOutput) {
-    let p = match sb.processes().resolve(&req.process) {
-        Ok(p) => p,
-        Err(e) => return refuse(s, e).await,
-    };
-    let end = p.output_end();
-    if req.offset > end {
-        let err = ChannelError::new(
-            ErrorCode::Invalid,
-            format!(
-                "offset {} is past the process's output so far ({end} bytes)",
-                req.offset
-            ),
-        );
-        return refuse(s, err).await;
-    }
-    if !reply(&mut s, &Reply::ok_with(&p.info())).await {
-        return;
-    }
-    let (mut r, w, _) = duplex::split(s);
-    let (tx, writer) = frame_writer(w);
-    // The server sends nothing on this channel: its end (or a reset) is the reader leaving.
-    let gone = CancellationToken::new();
-    let watcher = tokio::spawn({
-        let gone = gone.clone();
-        async move {
-            let mut sink = [0u8; 64];
-            while matches!(r.read(&mut sink).await, Ok(n) if n > 0) {}
-            gone.cancel();
-        }
-    });
-    let mut cursor = Cursor::at(req.offset);
-    let mut changed = p.subscribe();
-    loop {
-        changed.borrow_and_update();
-        let (piece, done) = match p.read(&mut cursor, proto::DATA_CHUNK) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(process = %p.id(), error = %e, "cannot read the process's output");
-                break;
-            }
-        };
-        let frame = match piece {
-            Piece::Data { stream, bytes, .. } => match stream {
-                Stream::Stdout => Frame::Stdout(bytes.into()),
-                Stream::Stderr => Frame::Stderr(bytes.into()),
-            },
-            Piece::Gap { from, to } => Frame::Gap { from, to },
-            // The last frame says how the process stands; a stream without it was cut.
-            Piece::End if done || !req.follow => {
-                let _ = tx.send(Frame::Process(Box::new(p.info()))).await;
-                break;
-            }
-            Piece::End => {
-                tokio::select! {
-                    r = changed.changed() => if r.is_err() { break },
-                    _ = gone.cancelled() => break,
-                    _ = tx.closed() => break,
-                }
-                continue;
-            }
-        };
-        if tx.send(frame).await.is_err() {
-            break;
-        }
-    }
-    drop(tx);
-    watcher.abort();
-    let _ = writer.await;
 }
 
 /// Opens `process.watch` towards the server and reports every process, then each start and

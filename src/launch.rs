@@ -1,0 +1,271 @@
+//! How the server has a command run in an agent's sandbox, whoever asks (an exec, a background
+//! process, the setup script): what a command may be, the agent's `env` it starts with, and
+//! the limits a background process is started with. [`crate::tunnel::conn`] sends what this
+//! makes, and sends nothing else.
+//!
+//! The account a command runs as is not decided here: sandboxd runs everything as the account
+//! it reports at hello (the image's `agent`, else its `USER`, else root).
+
+use std::collections::BTreeMap;
+
+use agenthold_proto::process::{tag_problem, ProcessList, ProcessStart};
+use agenthold_proto::{ExecRequest, ExecTooLarge};
+
+use crate::config::{SandboxConfig, ServerConfig};
+
+/// The longest `timeoutMs` a process may be started with (30 days).
+pub const MAX_PROCESS_TIMEOUT_MS: u64 = 30 * 24 * 3600 * 1000;
+/// Most variables a process's `env` may name.
+pub const MAX_ENV_ENTRIES: usize = 4096;
+
+/// Why a command is not run; [`CommandError::field`] names the request field it is about.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    #[error("command must name a program")]
+    NoProgram,
+    #[error("command may not contain NUL bytes")]
+    NulInCommand,
+    /// The name, cut to 80 characters.
+    #[error("{0:?} is not a valid environment variable")]
+    BadEnvName(String),
+    #[error("cwd may not contain NUL bytes")]
+    NulInCwd,
+    #[error("timeoutMs must be between 1 and {max}")]
+    ExecTimeout { max: u64 },
+    #[error("timeoutMs must be between 1 and {MAX_PROCESS_TIMEOUT_MS} (30 days)")]
+    ProcessTimeout,
+    /// Why the tag is refused.
+    #[error("{0}")]
+    BadTag(String),
+    #[error("env names {0} variables; a process may have at most {MAX_ENV_ENTRIES}")]
+    TooManyVars(usize),
+    /// Over exec's limits, the agent's `env` counted in.
+    #[error(transparent)]
+    TooLarge(#[from] ExecTooLarge),
+}
+
+impl CommandError {
+    /// The camelCase request field it is about.
+    pub fn field(&self) -> &'static str {
+        match self {
+            CommandError::NoProgram | CommandError::NulInCommand => "command",
+            CommandError::BadEnvName(_) | CommandError::TooManyVars(_) => "env",
+            CommandError::NulInCwd => "cwd",
+            CommandError::ExecTimeout { .. } | CommandError::ProcessTimeout => "timeoutMs",
+            CommandError::BadTag(_) => "tag",
+            CommandError::TooLarge(e) => e.field(),
+        }
+    }
+}
+
+/// Checks a command line, its cwd and env the way every command the API runs is checked, and
+/// makes the request sandboxd takes (with `timeout_ms` as given, already checked).
+pub fn check_command(
+    command: &[String],
+    cwd: Option<&str>,
+    env: Option<&BTreeMap<String, String>>,
+    timeout_ms: Option<u64>,
+) -> Result<ExecRequest, CommandError> {
+    if command.first().is_none_or(String::is_empty) {
+        return Err(CommandError::NoProgram);
+    }
+    if command.iter().any(|a| a.contains('\0')) {
+        return Err(CommandError::NulInCommand);
+    }
+    let env = env.cloned().unwrap_or_default();
+    for (k, v) in &env {
+        if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+            return Err(CommandError::BadEnvName(k.chars().take(80).collect()));
+        }
+    }
+    if cwd.is_some_and(|c| c.contains('\0')) {
+        return Err(CommandError::NulInCwd);
+    }
+    let req = ExecRequest {
+        command: command.to_vec(),
+        cwd: cwd.map(str::to_string),
+        env: env.into_iter().collect(),
+        timeout_ms,
+        output_cap: None,
+    };
+    // Here, before waking the agent: past this limit the header would not be accepted.
+    req.check_size()?;
+    Ok(req)
+}
+
+/// An exec's timeout: the one asked for, or the server's default; within the server's maximum.
+pub fn exec_timeout(asked: Option<u64>, server: &ServerConfig) -> Result<u64, CommandError> {
+    let max = server.exec_max_timeout.as_millis() as u64;
+    let timeout_ms = asked.unwrap_or(server.exec_default_timeout.as_millis() as u64);
+    if timeout_ms == 0 || timeout_ms > max {
+        return Err(CommandError::ExecTimeout { max });
+    }
+    Ok(timeout_ms)
+}
+
+/// What a background process may ask for beyond its command: a timeout of at most 30 days, a
+/// tag of the shape [`tag_problem`] allows, and at most [`MAX_ENV_ENTRIES`] variables (an exec
+/// takes any count within its 1 MiB; a process that lives on refuses a hostile number).
+pub fn check_process(
+    timeout_ms: Option<u64>,
+    tag: Option<&str>,
+    vars: usize,
+) -> Result<(), CommandError> {
+    if timeout_ms.is_some_and(|t| t == 0 || t > MAX_PROCESS_TIMEOUT_MS) {
+        return Err(CommandError::ProcessTimeout);
+    }
+    if let Some(why) = tag.and_then(tag_problem) {
+        return Err(CommandError::BadTag(why));
+    }
+    if vars > MAX_ENV_ENTRIES {
+        return Err(CommandError::TooManyVars(vars));
+    }
+    Ok(())
+}
+
+/// A command with the agent's `env` in it: the only form in which the tunnel's client runs one,
+/// so that no caller can forget the agent's variables.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    run: ExecRequest,
+}
+
+impl Launch {
+    /// Puts `agent_env` under the command's own variables (a variable the command names wins)
+    /// and checks the size again with them.
+    pub fn new(
+        mut run: ExecRequest,
+        agent_env: &BTreeMap<String, String>,
+    ) -> Result<Launch, CommandError> {
+        let mut env: Vec<(String, String)> = agent_env
+            .iter()
+            .filter(|(k, _)| !run.env.iter().any(|(own, _)| own == *k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        env.append(&mut run.env);
+        run.env = env;
+        run.check_size()?;
+        Ok(Launch { run })
+    }
+
+    /// Forwards at most `bytes` of each of stdout and stderr (an exec whose output is
+    /// collected into one answer).
+    pub fn with_output_cap(mut self, bytes: u64) -> Launch {
+        self.run.output_cap = Some(bytes);
+        self
+    }
+
+    /// The exec header.
+    pub(crate) fn into_request(self) -> ExecRequest {
+        self.run
+    }
+}
+
+/// How a background process is to run, beyond its command.
+#[derive(Debug, Clone, Default)]
+pub struct ProcessOptions {
+    pub tag: Option<String>,
+    /// Keep a pipe to its stdin.
+    pub stdin: bool,
+    /// The agent does not fall asleep while it runs.
+    pub keep_awake: bool,
+}
+
+/// The server's limits on background processes (`sandbox.process_output_kb`,
+/// `sandbox.max_processes`, `sandbox.process_retention`), as every start and list sends them.
+#[derive(Debug, Clone, Copy)]
+pub struct ProcessLimits {
+    output_bytes: u64,
+    max_running: u32,
+    retention_ms: u64,
+}
+
+impl ProcessLimits {
+    pub fn of(sandbox: &SandboxConfig) -> ProcessLimits {
+        ProcessLimits {
+            output_bytes: sandbox.process_output_kb.saturating_mul(1024),
+            max_running: sandbox.max_processes,
+            retention_ms: sandbox.process_retention.as_millis() as u64,
+        }
+    }
+
+    /// The `process.start` header for `launch`.
+    pub fn start(&self, launch: Launch, options: ProcessOptions) -> ProcessStart {
+        ProcessStart {
+            run: launch.into_request(),
+            tag: options.tag,
+            stdin: options.stdin,
+            keep_awake: options.keep_awake,
+            output_bytes: self.output_bytes,
+            max_running: self.max_running,
+            retention_ms: Some(self.retention_ms),
+        }
+    }
+
+    /// The `process.list` header: finished processes past their retention are forgotten first.
+    pub fn list(&self) -> ProcessList {
+        ProcessList {
+            retention_ms: Some(self.retention_ms),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(env: &[(&str, &str)]) -> ExecRequest {
+        ExecRequest {
+            command: vec!["true".into()],
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_agents_env_goes_under_the_commands_own() {
+        let agent: BTreeMap<String, String> = [("A", "agent"), ("B", "agent")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let launch = Launch::new(run(&[("B", "own"), ("C", "own")]), &agent).unwrap();
+        let env = launch.into_request().env;
+        let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (&**k, &**v)).collect();
+        // One entry per name: the command's own value where both name it.
+        assert_eq!(pairs, [("A", "agent"), ("B", "own"), ("C", "own")]);
+    }
+
+    #[test]
+    fn the_agents_env_counts_towards_the_size_limit() {
+        let big = "x".repeat(100 * 1024);
+        let agent: BTreeMap<String, String> =
+            (0..12).map(|i| (format!("V{i}"), big.clone())).collect();
+        let err = Launch::new(run(&[]), &agent).unwrap_err();
+        assert!(
+            matches!(err, CommandError::TooLarge(ExecTooLarge::Total(_))),
+            "{err}"
+        );
+        assert_eq!(err.field(), "command");
+    }
+
+    #[test]
+    fn a_command_is_checked_before_anything_is_sent() {
+        let no_program = check_command(&[String::new()], None, None, None).unwrap_err();
+        assert_eq!(no_program.field(), "command");
+        let env: BTreeMap<String, String> = [("A=B".to_string(), "x".to_string())].into();
+        let bad_env = check_command(&["sh".into()], None, Some(&env), None).unwrap_err();
+        assert_eq!(
+            bad_env.to_string(),
+            "\"A=B\" is not a valid environment variable"
+        );
+        assert!(check_process(Some(0), None, 0).is_err());
+        assert!(check_process(Some(MAX_PROCESS_TIMEOUT_MS), Some("web"), 3).is_ok());
+        assert_eq!(
+            check_process(None, Some("-x"), 0).unwrap_err().field(),
+            "tag"
+        );
+    }
+}
