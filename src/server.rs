@@ -177,8 +177,12 @@ impl Server {
         )
         .await
         .context("reading the web sessions")?;
-        let runtimes =
-            Runtimes::resolve(&config.sandbox, &driver.runtimes()).map_err(anyhow::Error::msg)?;
+        let runtimes = Runtimes::resolve(
+            config.sandbox.runtime(),
+            config.sandbox.allowed_runtimes.as_deref(),
+            &driver.runtimes(),
+        )
+        .map_err(anyhow::Error::msg)?;
         tracing::info!(
             allowed = runtimes.allowed.join(","),
             default = runtimes.default,

@@ -22,6 +22,16 @@ pub type MuxStream = Compat<yamux::Stream>;
 /// below (`sandbox.max_streams_per_agent`), and sandboxd opens only a few of its own.
 pub const MAX_STREAMS: usize = 256;
 
+/// Streams of each session that `sandbox.max_streams_per_agent` may not take: the ones the
+/// cap does not count (the server's pings, sandboxd's hello, activity and pings) and the
+/// streams one end has let go of that the other still holds while its channel winds down.
+/// Pings are exempt from the cap on purpose: they are what keeps the session alive under a
+/// flood of other channels.
+pub const STREAM_HEADROOM: usize = 32;
+/// The most streams the server opens on one session for the API: the largest
+/// `sandbox.max_streams_per_agent`.
+pub const MAX_STREAMS_PER_AGENT: usize = MAX_STREAMS - STREAM_HEADROOM;
+
 #[derive(Debug, thiserror::Error)]
 pub enum MuxError {
     #[error("the tunnel session is closed")]

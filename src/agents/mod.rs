@@ -2,10 +2,12 @@
 //! any way of asking. The API, the config's presets, and whatever else makes agents use these
 //! rules rather than keep their own.
 //!
-//! [`spec`] checks each setting and merges a request with its preset and the server's defaults,
-//! [`env`](mod@env) holds the rules of an agent's variables, and [`runtimes`] the container
-//! runtimes agents may ask for.
+//! [`spec`] checks each setting and merges a request with its preset and the server's
+//! [`defaults`], [`env`](mod@env) holds the rules of an agent's variables, [`preset`] the
+//! templates agents are made from, and [`runtimes`] the container runtimes agents may ask for.
 
+pub mod defaults;
 pub mod env;
+pub mod preset;
 pub mod runtimes;
 pub mod spec;

@@ -1,6 +1,5 @@
 //! Which container runtimes agents may ask for, and the one they get when they ask for none.
 
-use crate::config::SandboxConfig;
 use crate::driver::EngineRuntimes;
 
 /// gVisor's runtime, as `scripts/docker-setup.sh` registers it.
@@ -22,9 +21,13 @@ impl Runtimes {
     /// driver's engine has. Without `allowed_runtimes`: runc, gVisor when the engine has it,
     /// and the default. The allowed list may name runtimes the engine lacks (it may gain them
     /// without a server restart): an agent on one fails to start, saying so.
-    pub fn resolve(cfg: &SandboxConfig, engine: &EngineRuntimes) -> Result<Runtimes, String> {
-        let default = cfg.runtime().unwrap_or(&engine.default).to_string();
-        let listed = match &cfg.allowed_runtimes {
+    pub fn resolve(
+        runtime: Option<&str>,
+        allowed_runtimes: Option<&[String]>,
+        engine: &EngineRuntimes,
+    ) -> Result<Runtimes, String> {
+        let default = runtime.unwrap_or(&engine.default).to_string();
+        let listed = match allowed_runtimes {
             Some(list) => {
                 if !list.contains(&default) {
                     return Err(format!(
@@ -34,7 +37,7 @@ impl Runtimes {
                         list.join(", ")
                     ));
                 }
-                list.clone()
+                list.to_vec()
             }
             None => {
                 let mut list = vec![RUNC.to_string()];
@@ -65,12 +68,18 @@ mod tests {
         }
     }
 
-    fn sandbox(runtime: &str, allowed: Option<&[&str]>) -> SandboxConfig {
-        SandboxConfig {
-            runtime: runtime.to_string(),
-            allowed_runtimes: allowed.map(|a| a.iter().map(|r| r.to_string()).collect()),
-            ..SandboxConfig::default()
-        }
+    /// As the config gives them: an empty `runtime` is none.
+    fn resolve(
+        runtime: &str,
+        allowed: Option<&[&str]>,
+        engine: &EngineRuntimes,
+    ) -> Result<Runtimes, String> {
+        let list: Option<Vec<String>> = allowed.map(|a| a.iter().map(|r| r.to_string()).collect());
+        Runtimes::resolve(
+            (!runtime.is_empty()).then_some(runtime),
+            list.as_deref(),
+            engine,
+        )
     }
 
     fn allowed(r: &Runtimes) -> Vec<&str> {
@@ -79,10 +88,11 @@ mod tests {
 
     #[test]
     fn by_default_runc_and_gvisor_when_the_engine_has_it() {
-        let r = Runtimes::resolve(&sandbox("", None), &engine(&["runc"])).unwrap();
+        let r = resolve("", None, &engine(&["runc"])).unwrap();
         assert_eq!((allowed(&r), r.default.as_str()), (vec!["runc"], "runc"));
-        let r = Runtimes::resolve(
-            &sandbox("", None),
+        let r = resolve(
+            "",
+            None,
             &engine(&["io.containerd.runc.v2", "runc", "runsc"]),
         )
         .unwrap();
@@ -92,23 +102,19 @@ mod tests {
 
     #[test]
     fn the_configured_default_comes_first_and_is_allowed() {
-        let r = Runtimes::resolve(&sandbox("runsc", None), &engine(&["runc", "runsc"])).unwrap();
+        let r = resolve("runsc", None, &engine(&["runc", "runsc"])).unwrap();
         assert_eq!(
             (allowed(&r), r.default.as_str()),
             (vec!["runsc", "runc"], "runsc")
         );
         // A default the engine lacks stays the default: its agents fail to start, saying so.
-        let r = Runtimes::resolve(&sandbox("kata", None), &engine(&["runc"])).unwrap();
+        let r = resolve("kata", None, &engine(&["runc"])).unwrap();
         assert_eq!(allowed(&r), ["kata", "runc"]);
     }
 
     #[test]
     fn an_explicit_list_is_taken_as_it_is() {
-        let r = Runtimes::resolve(
-            &sandbox("", Some(&["runsc", "runc", "kata"])),
-            &engine(&["runc"]),
-        )
-        .unwrap();
+        let r = resolve("", Some(&["runsc", "runc", "kata"]), &engine(&["runc"])).unwrap();
         assert_eq!(
             (allowed(&r), r.default.as_str()),
             (vec!["runc", "runsc", "kata"], "runc")
@@ -117,8 +123,7 @@ mod tests {
 
     #[test]
     fn an_explicit_list_without_the_engines_default_is_refused() {
-        let e = Runtimes::resolve(&sandbox("", Some(&["runsc"])), &engine(&["runc", "runsc"]))
-            .unwrap_err();
+        let e = resolve("", Some(&["runsc"]), &engine(&["runc", "runsc"])).unwrap_err();
         assert!(
             e.starts_with("sandbox.allowed_runtimes (runsc) does not hold runc"),
             "{e}"

@@ -5,9 +5,10 @@
 
 use std::collections::BTreeMap;
 
+use super::defaults::Defaults;
 use super::env;
+use super::preset::Preset;
 use super::runtimes::Runtimes;
-use crate::config::{Preset, SandboxConfig};
 use crate::egress::EgressRules;
 use crate::model::{new_agent_id, AgentPatch, NewAgent};
 
@@ -65,7 +66,7 @@ pub struct AgentRequest {
 /// can do.
 #[derive(Debug, Clone)]
 pub struct Allowed<'a> {
-    pub sandbox: &'a SandboxConfig,
+    pub defaults: Defaults,
     pub presets: &'a BTreeMap<String, Preset>,
     pub runtimes: &'a Runtimes,
     /// Why this server cannot limit a home's size, when it cannot: then no `diskMb` is taken.
@@ -86,8 +87,8 @@ pub fn resolve(request: AgentRequest, allowed: &Allowed) -> Result<NewAgent, Spe
         },
         allowed,
     )?;
-    let sb = allowed.sandbox;
-    let preset_name = request.preset.or_else(|| sb.default_preset.clone());
+    let sb = &allowed.defaults;
+    let preset_name = request.preset.or_else(|| sb.preset.clone());
     let no_preset = Preset::default();
     let preset = match &preset_name {
         Some(name) => find_preset(allowed.presets, name)?,
@@ -108,30 +109,30 @@ pub fn resolve(request: AgentRequest, allowed: &Allowed) -> Result<NewAgent, Spe
         check_runtime(runtime, allowed.runtimes)?;
     }
     // 0 is a home without a limit: such an agent has no `diskMb`.
-    let disk_default = preset.disk_mb.unwrap_or(sb.default_disk_mb);
+    let disk_default = preset.disk_mb.unwrap_or(sb.disk_mb);
     Ok(NewAgent {
         id: new_agent_id(),
         name: request.name,
         image: request
             .image
             .or_else(|| preset.image.clone())
-            .unwrap_or_else(|| sb.default_image.clone()),
-        cpus: request.cpus.or(preset.cpus).unwrap_or(sb.default_cpus),
+            .unwrap_or_else(|| sb.image.clone()),
+        cpus: request.cpus.or(preset.cpus).unwrap_or(sb.cpus),
         memory_mb: request
             .memory_mb
             .or(preset.memory_mb)
-            .unwrap_or(sb.default_memory_mb),
+            .unwrap_or(sb.memory_mb),
         disk_mb: request
             .disk_mb
             .or((disk_default > 0).then_some(disk_default)),
         idle_minutes: request
             .idle_minutes
             .or(preset.idle_minutes)
-            .unwrap_or(sb.default_idle_minutes),
+            .unwrap_or(sb.idle_minutes),
         egress: request
             .egress
             .or_else(|| preset.egress.clone())
-            .unwrap_or_else(|| sb.egress.default.clone()),
+            .unwrap_or_else(|| sb.egress.clone()),
         preset: preset_name,
         env,
         runtime: runtime.unwrap_or_else(|| allowed.runtimes.default.clone()),
@@ -204,42 +205,36 @@ pub fn check_image(image: &str) -> Result<(), SpecError> {
 }
 
 /// Above 0 and at most `sandbox.max_cpus`.
-pub fn check_cpus(cpus: f64, sb: &SandboxConfig) -> Result<(), SpecError> {
-    if cpus.is_finite() && cpus > 0.0 && cpus <= sb.max_cpus {
+pub fn check_cpus(cpus: f64, max_cpus: f64) -> Result<(), SpecError> {
+    if cpus.is_finite() && cpus > 0.0 && cpus <= max_cpus {
         return Ok(());
     }
     Err(SpecError::new(
         "cpus",
-        format!("cpus must be above 0 and at most {}", sb.max_cpus),
+        format!("cpus must be above 0 and at most {max_cpus}"),
     ))
 }
 
 /// [`MIN_MEMORY_MB`] to `sandbox.max_memory_mb`.
-pub fn check_memory_mb(memory_mb: u64, sb: &SandboxConfig) -> Result<(), SpecError> {
-    if (MIN_MEMORY_MB..=sb.max_memory_mb).contains(&memory_mb) {
+pub fn check_memory_mb(memory_mb: u64, max_memory_mb: u64) -> Result<(), SpecError> {
+    if (MIN_MEMORY_MB..=max_memory_mb).contains(&memory_mb) {
         return Ok(());
     }
     Err(SpecError::new(
         "memoryMb",
-        format!(
-            "memoryMb must be between {MIN_MEMORY_MB} and {}",
-            sb.max_memory_mb
-        ),
+        format!("memoryMb must be between {MIN_MEMORY_MB} and {max_memory_mb}"),
     ))
 }
 
 /// [`MIN_DISK_MB`] to `sandbox.max_disk_mb`: the size of a home with a limit. Whether this
 /// server can limit one at all is [`Allowed::no_disk_limits`].
-pub fn check_disk_mb(disk_mb: u64, sb: &SandboxConfig) -> Result<(), SpecError> {
-    if (MIN_DISK_MB..=sb.max_disk_mb).contains(&disk_mb) {
+pub fn check_disk_mb(disk_mb: u64, max_disk_mb: u64) -> Result<(), SpecError> {
+    if (MIN_DISK_MB..=max_disk_mb).contains(&disk_mb) {
         return Ok(());
     }
     Err(SpecError::new(
         "diskMb",
-        format!(
-            "diskMb must be between {MIN_DISK_MB} and {}",
-            sb.max_disk_mb
-        ),
+        format!("diskMb must be between {MIN_DISK_MB} and {max_disk_mb}"),
     ))
 }
 
@@ -320,15 +315,15 @@ struct Shared<'a> {
 
 /// Checks them in one order, so that a create and an update name the same setting first.
 fn check_shared(s: Shared, allowed: &Allowed) -> Result<(), SpecError> {
-    let sb = allowed.sandbox;
+    let sb = &allowed.defaults;
     if let Some(image) = s.image {
         check_image(image)?;
     }
     if let Some(cpus) = s.cpus {
-        check_cpus(cpus, sb)?;
+        check_cpus(cpus, sb.max_cpus)?;
     }
     if let Some(memory_mb) = s.memory_mb {
-        check_memory_mb(memory_mb, sb)?;
+        check_memory_mb(memory_mb, sb.max_memory_mb)?;
     }
     if let Some(disk_mb) = s.disk_mb {
         if let Some(why) = &allowed.no_disk_limits {
@@ -337,7 +332,7 @@ fn check_shared(s: Shared, allowed: &Allowed) -> Result<(), SpecError> {
                 format!("this server cannot limit an agent's disk: {why}"),
             ));
         }
-        check_disk_mb(disk_mb, sb)?;
+        check_disk_mb(disk_mb, sb.max_disk_mb)?;
     }
     if let Some(idle_minutes) = s.idle_minutes {
         check_idle_minutes(idle_minutes)?;

@@ -176,7 +176,7 @@ pub async fn rerun_setup(
 /// What this server offers agents now: its config in force, and what its engine can do.
 fn allowed<'a>(st: &'a AppState, config: &'a Config) -> Allowed<'a> {
     Allowed {
-        sandbox: &config.sandbox,
+        defaults: config.sandbox.agent_defaults(),
         presets: &config.presets,
         runtimes: st.lc.runtimes(),
         no_disk_limits: st.lc.disk_limits_unavailable(),

@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::agents::preset::{Preset, PresetInfo};
+
 mod de;
 mod diff;
 mod docker;
@@ -29,7 +31,7 @@ mod validate;
 pub use docker::{DockerConfig, HostMount};
 pub use egress::{EgressConfig, SocketAddrOrName};
 pub use origin::{is_trusted, WebOrigin};
-pub use preset::{Preset, PresetInfo, MAX_SETUP};
+pub use preset::MAX_SETUP;
 pub use sandbox::{DriverKind, NofileLimit, SandboxConfig};
 pub use server::ServerConfig;
 
@@ -229,9 +231,10 @@ impl Config {
 
     /// Every preset with the defaults filled in, sorted by name.
     pub fn preset_infos(&self) -> Vec<PresetInfo> {
+        let defaults = self.sandbox.agent_defaults();
         self.presets
             .iter()
-            .map(|(name, p)| p.info(name, &self.sandbox))
+            .map(|(name, p)| p.info(name, &defaults))
             .collect()
     }
 }

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::de::{de_duration, de_opt_path, de_opt_string, de_socket_addr, ser_duration};
 use super::validate::{check_connection_caps, min_duration, Fail};
 use super::{ConfigError, DockerConfig, EgressConfig};
+use crate::agents::defaults::Defaults;
 use crate::agents::spec::{MIN_DISK_MB, MIN_MEMORY_MB};
 
 /// Which driver runs the sandboxes.
@@ -178,6 +179,22 @@ impl Default for NofileLimit {
 }
 
 impl SandboxConfig {
+    /// What agents get when they ask for nothing, and the most they may ask for.
+    pub fn agent_defaults(&self) -> Defaults {
+        Defaults {
+            preset: self.default_preset.clone(),
+            image: self.default_image.clone(),
+            cpus: self.default_cpus,
+            memory_mb: self.default_memory_mb,
+            disk_mb: self.default_disk_mb,
+            idle_minutes: self.default_idle_minutes,
+            egress: self.egress.default.clone(),
+            max_cpus: self.max_cpus,
+            max_memory_mb: self.max_memory_mb,
+            max_disk_mb: self.max_disk_mb,
+        }
+    }
+
     /// The runtime to ask the engine for when an agent names none, if not the engine's default.
     pub fn runtime(&self) -> Option<&str> {
         Some(self.runtime.as_str()).filter(|r| !r.is_empty())
@@ -412,7 +429,7 @@ fn sessions(sb: &SandboxConfig, fail: &Fail) -> Result<(), ConfigError> {
             format!("({}) must be between 1 and 1024", sb.max_processes),
         ));
     }
-    let max_streams = crate::tunnel::registry::MAX_STREAMS_PER_AGENT;
+    let max_streams = agenthold_proto::mux::MAX_STREAMS_PER_AGENT;
     if !(1..=max_streams).contains(&sb.max_streams_per_agent) {
         return Err(fail(
             "sandbox.max_streams_per_agent",
@@ -421,7 +438,7 @@ fn sessions(sb: &SandboxConfig, fail: &Fail) -> Result<(), ConfigError> {
                  streams, less {} kept for pings and streams being closed)",
                 sb.max_streams_per_agent,
                 agenthold_proto::mux::MAX_STREAMS,
-                crate::tunnel::registry::STREAM_HEADROOM,
+                agenthold_proto::mux::STREAM_HEADROOM,
             ),
         ));
     }

@@ -4,7 +4,8 @@
 //! [`agenthold_proto::mux::MAX_STREAMS`] per connection, and in the yamux we use (0.14) going past that
 //! on either end ends the whole connection, every other channel of the agent with it. So the
 //! server keeps its own opens well below (`sandbox.max_streams_per_agent`) and refuses the
-//! excess instead; what is left of yamux's limit is [`STREAM_HEADROOM`].
+//! excess instead; what is left of yamux's limit is
+//! [`agenthold_proto::mux::STREAM_HEADROOM`].
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -16,15 +17,6 @@ use agenthold_proto::mux::{MuxHandle, MuxStream};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
-
-/// Streams of each session that `sandbox.max_streams_per_agent` may not take: the ones the
-/// cap does not count (the server's pings, sandboxd's hello, activity and pings) and the
-/// streams one end has let go of that the other still holds while its channel winds down.
-/// Pings are exempt from the cap on purpose: they are what keeps the session alive under a
-/// flood of other channels.
-pub const STREAM_HEADROOM: usize = 32;
-/// The largest `sandbox.max_streams_per_agent`.
-pub const MAX_STREAMS_PER_AGENT: usize = agenthold_proto::mux::MAX_STREAMS - STREAM_HEADROOM;
 
 #[derive(Clone)]
 struct Live {

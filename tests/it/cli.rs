@@ -323,7 +323,7 @@ async fn presets_and_env_from_the_command_line() {
     let s = TestServer::start_with(|c| {
         c.presets.insert(
             "dev".into(),
-            agenthold::config::Preset {
+            agenthold::agents::preset::Preset {
                 description: Some("the tools".into()),
                 cpus: Some(1.0),
                 env: [("FROM_PRESET".to_string(), "p".to_string())].into(),

@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 
 use crate::common::{expect_error, read_until, TestServer};
-use agenthold::config::{Config, Preset};
+use agenthold::agents::preset::Preset;
+use agenthold::config::Config;
 use serde_json::{json, Value};
 
 fn presets(c: &mut Config) {

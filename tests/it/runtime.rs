@@ -177,12 +177,12 @@ async fn an_allowed_list_without_the_default_stops_the_server_naming_the_key() {
 #[tokio::test]
 async fn a_preset_s_runtime_applies_unless_the_request_names_one() {
     let s = TestServer::start_with(|c| {
-        let gvisor = agenthold::config::Preset {
+        let gvisor = agenthold::agents::preset::Preset {
             runtime: Some("runsc".into()),
             ..Default::default()
         };
         c.presets.insert("isolated".into(), gvisor);
-        let unknown = agenthold::config::Preset {
+        let unknown = agenthold::agents::preset::Preset {
             runtime: Some("kata".into()),
             ..Default::default()
         };

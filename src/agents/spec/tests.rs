@@ -1,6 +1,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
+use crate::config::SandboxConfig;
 use crate::egress::Rule;
 
 fn rules(allow: &[&str]) -> EgressRules {
@@ -43,7 +44,7 @@ impl Server {
 
     fn allowed(&self) -> Allowed<'_> {
         Allowed {
-            sandbox: &self.sandbox,
+            defaults: self.sandbox.agent_defaults(),
             presets: &self.presets,
             runtimes: &self.runtimes,
             no_disk_limits: self.no_disk_limits.clone(),

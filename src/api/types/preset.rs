@@ -1,4 +1,4 @@
-//! A preset as `GET /api/v1/presets` shows it, made from the config's [`config::PresetInfo`].
+//! A preset as `GET /api/v1/presets` shows it, made from [`preset::PresetInfo`].
 
 use std::collections::BTreeMap;
 
@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::EgressRules;
-use crate::config;
+use crate::agents::preset;
 
 /// `GET /api/v1/presets`: a preset with the server's defaults filled in.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -32,8 +32,8 @@ pub struct PresetInfo {
     pub default: bool,
 }
 
-impl From<config::PresetInfo> for PresetInfo {
-    fn from(p: config::PresetInfo) -> Self {
+impl From<preset::PresetInfo> for PresetInfo {
+    fn from(p: preset::PresetInfo) -> Self {
         PresetInfo {
             name: p.name,
             description: p.description,

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use crate::common::docker::*;
 use crate::common::{TestServer, DEADLINE};
-use agenthold::config::{Config, Preset, AGENT_IMAGE as DEV_IMAGE};
+use agenthold::agents::preset::Preset;
+use agenthold::config::{Config, AGENT_IMAGE as DEV_IMAGE};
 use serde_json::{json, Value};
 
 fn dev_preset(c: &mut Config) {
