@@ -1,22 +1,20 @@
 //! A sandbox's boot, seen from the server: the token each start hands out (or stages in a
 //! stopped sandbox ahead of its next start), the check a dialling sandboxd must pass, and the
-//! hello that makes the agent run, or the wait that fails it when none comes.
+//! hello that makes the agent run, or the wait that fails it when none comes; what the tunnel
+//! asks of the server ([`TunnelHost`]).
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use agenthold_proto::ProcessInfo;
 
 use super::{Lifecycle, LifecycleError, START_TIMEOUT};
-use crate::model::AgentState::{self, *};
+use crate::activity::ActivityTracker;
+use crate::metrics::Metrics;
+use crate::model::AgentState::*;
 use crate::store::{hash_token, new_token};
-
-/// Why a sandbox's tunnel connection is refused (see [`Lifecycle::authorize_boot`]).
-#[derive(Debug, thiserror::Error)]
-pub enum BootRefusal {
-    /// One answer for an unknown agent and a wrong token, so that ids cannot be probed.
-    #[error("invalid boot token")]
-    InvalidToken,
-    #[error("agent is {0}; only a starting or running agent may connect")]
-    NotStarted(AgentState),
-}
+use crate::tunnel::registry::Registry;
+use crate::tunnel::{BootRefusal, TunnelHost};
 
 impl Lifecycle {
     /// Whether a sandbox that dials the tunnel as agent `id` with boot `token` may connect: the
@@ -102,5 +100,36 @@ impl Lifecycle {
             }
         }
         self.setup_after_hello(id);
+    }
+}
+
+#[async_trait::async_trait]
+impl TunnelHost for Lifecycle {
+    async fn authorize_boot(&self, id: &str, token: &str) -> Result<(), BootRefusal> {
+        Lifecycle::authorize_boot(self, id, token).await
+    }
+
+    async fn on_hello(self: Arc<Self>, id: &str) {
+        Lifecycle::on_hello(&self, id).await
+    }
+
+    fn tunnels(&self) -> &Registry {
+        Lifecycle::tunnels(self)
+    }
+
+    fn activity(&self) -> &ActivityTracker {
+        Lifecycle::activity(self)
+    }
+
+    fn process_reported(&self, id: &str, info: ProcessInfo) {
+        self.hub.process(id, info);
+    }
+
+    fn metrics(&self) -> &Metrics {
+        Lifecycle::metrics(self)
+    }
+
+    fn ping_interval(&self) -> Duration {
+        self.config().sandbox.ping_interval
     }
 }

@@ -22,8 +22,6 @@ pub mod sleeper;
 mod view;
 mod wake;
 
-pub use boot::BootRefusal;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};

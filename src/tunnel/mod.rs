@@ -2,7 +2,10 @@
 //! that authenticates a sandbox by its boot token and runs one yamux session per agent.
 
 pub mod conn;
+mod host;
 pub mod registry;
+
+pub use host::{BootRefusal, TunnelHost};
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -25,7 +28,6 @@ use futures::{SinkExt, StreamExt};
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
-use crate::lifecycle::{BootRefusal, Lifecycle};
 use crate::listener::ThrottledLog;
 use crate::metrics::TunnelRefusal;
 
@@ -44,7 +46,7 @@ const _: () = assert!(
 
 static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 
-pub fn router(lc: Arc<Lifecycle>) -> Router {
+pub fn router(lc: Arc<dyn TunnelHost>) -> Router {
     Router::new()
         .route(agenthold_proto::boot::TUNNEL_PATH, get(accept))
         .with_state(lc)
@@ -60,7 +62,7 @@ static INVALID_TOKEN_LOG: std::sync::LazyLock<ThrottledLog> =
     std::sync::LazyLock::new(ThrottledLog::default);
 
 async fn accept(
-    State(lc): State<Arc<Lifecycle>>,
+    State(lc): State<Arc<dyn TunnelHost>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     ws: WebSocketUpgrade,
@@ -129,7 +131,7 @@ fn socket_io(
     agenthold_proto::wsio::WsIo::new(Box::pin(sink_stream))
 }
 
-async fn run_session(lc: Arc<Lifecycle>, id: String, socket: WebSocket) {
+async fn run_session(lc: Arc<dyn TunnelHost>, id: String, socket: WebSocket) {
     let conn_id = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
     let mut session = mux::spawn(socket_io(socket), Mode::Server);
     let cancel = CancellationToken::new();
@@ -151,10 +153,10 @@ async fn run_session(lc: Arc<Lifecycle>, id: String, socket: WebSocket) {
     lc.tunnels()
         .insert(&id, conn_id, session.handle.clone(), cancel.clone());
     tracing::info!(agent = id, conn = conn_id, "sandbox connected");
-    lc.on_hello(&id).await;
+    lc.clone().on_hello(&id).await;
 
     let missed = Arc::new(AtomicU32::new(0));
-    let mut ping_every = tokio::time::interval(lc.config().sandbox.ping_interval);
+    let mut ping_every = tokio::time::interval(lc.ping_interval());
     ping_every.tick().await;
     loop {
         tokio::select! {
@@ -169,7 +171,7 @@ async fn run_session(lc: Arc<Lifecycle>, id: String, socket: WebSocket) {
                     tracing::warn!(agent = id, "sandboxd missed {MAX_MISSED_PINGS} pings; dropping the session");
                     break;
                 }
-                tokio::spawn(ping(session.handle.clone(), missed.clone(), lc.config().sandbox.ping_interval));
+                tokio::spawn(ping(session.handle.clone(), missed.clone(), lc.ping_interval()));
             }
         }
     }
@@ -202,7 +204,7 @@ async fn accept_hello(id: &str, mut stream: MuxStream) -> Result<(), String> {
 }
 
 /// Channels sandboxd may open towards the server.
-async fn serve_inbound(lc: Arc<Lifecycle>, id: String, mut stream: MuxStream) {
+async fn serve_inbound(lc: Arc<dyn TunnelHost>, id: String, mut stream: MuxStream) {
     let req = match tokio::time::timeout(HELLO_TIMEOUT, proto::read_request(&mut stream)).await {
         Ok(Ok(req)) => req,
         Ok(Err(e)) => {
@@ -230,7 +232,7 @@ async fn serve_inbound(lc: Arc<Lifecycle>, id: String, mut stream: MuxStream) {
         Request::ProcessWatch(ProcessWatch {}) => {
             reports(stream, |frame| {
                 if let Frame::Process(info) = frame {
-                    lc.hub().process(&id, *info);
+                    lc.process_reported(&id, *info);
                 }
             })
             .await;
