@@ -7,8 +7,6 @@ use tokio::sync::broadcast;
 
 use agenthold_proto::{ProcessInfo, ProcessState};
 
-use crate::api::types::process::ProcessEvent;
-use crate::driver::PullSink;
 use crate::model::Agent;
 use crate::model::{PullProgress, PullStatus};
 
@@ -27,8 +25,11 @@ pub enum AgentEvent {
     },
     /// The egress proxy decided on a destination, or an allowed connection closed.
     Egress(Box<crate::egress::EgressEvent>),
-    /// A background process started or ended.
-    Process(Box<ProcessEvent>),
+    /// A background process of agent `id` started or ended.
+    Process {
+        id: String,
+        process: Box<ProcessInfo>,
+    },
 }
 
 /// A broadcast of [`AgentEvent`]s; a slow subscriber loses old events and is told so. It also
@@ -128,10 +129,10 @@ impl EventHub {
             }
             seen.insert(info.id.clone(), info.clone());
         }
-        self.publish(AgentEvent::Process(Box::new(ProcessEvent {
+        self.publish(AgentEvent::Process {
             id: id.to_string(),
-            process: info.into(),
-        })));
+            process: Box::new(info),
+        });
     }
 
     /// Agent `id`'s sandbox stopped: the processes last seen running ended with it. Announced
@@ -164,13 +165,6 @@ impl EventHub {
             .unwrap_or_else(|e| e.into_inner())
             .remove(id);
     }
-
-    /// A sink for the driver that reports agent `id`'s pull here.
-    pub fn pull_sink(&self, id: &str) -> PullSink {
-        let hub = self.clone();
-        let id = id.to_string();
-        PullSink::new(move |progress| hub.pull(&id, progress))
-    }
 }
 
 #[cfg(test)]
@@ -194,7 +188,10 @@ mod tests {
     fn a_pull_is_shown_while_it_runs_and_every_report_is_announced() {
         let hub = EventHub::default();
         let mut rx = hub.subscribe();
-        let sink = hub.pull_sink("a1");
+        let sink = crate::driver::PullSink::new({
+            let hub = hub.clone();
+            move |progress| hub.pull("a1", progress)
+        });
         assert_eq!(hub.pull_of("a1"), None);
         let mut meter = crate::driver::PullMeter::start(sink, "x:1");
         assert_eq!(
@@ -256,19 +253,19 @@ mod tests {
             }
         }
         let mut seen = Vec::new();
-        while let Ok(AgentEvent::Process(e)) = rx.try_recv() {
-            assert_eq!(e.id, "a");
-            seen.push((e.process.id, e.process.state.as_str()));
+        while let Ok(AgentEvent::Process { id, process }) = rx.try_recv() {
+            assert_eq!(id, "a");
+            seen.push((process.id, process.state));
         }
         let expected = [
-            ("p1pppppppppppppp", "running"),
-            ("p1pppppppppppppp", "exited"),
-            ("p2pppppppppppppp", "running"),
+            ("p1pppppppppppppp", ProcessState::Running),
+            ("p1pppppppppppppp", ProcessState::Exited),
+            ("p2pppppppppppppp", ProcessState::Running),
         ];
         assert_eq!(seen, expected.map(|(a, b)| (a.to_string(), b)));
         hub.forget_processes("a");
         hub.process("a", info("p1pppppppppppppp", ProcessState::Exited));
-        assert!(matches!(rx.try_recv(), Ok(AgentEvent::Process(_))));
+        assert!(matches!(rx.try_recv(), Ok(AgentEvent::Process { .. })));
     }
 
     #[test]
@@ -284,9 +281,9 @@ mod tests {
         big.tag = Some("no spaces allowed".into());
         hub.process("a", big);
         match rx.try_recv() {
-            Ok(AgentEvent::Process(e)) => {
-                assert!(e.process.command[0].len() <= 8 * 1024 + 4);
-                assert_eq!(e.process.tag, None);
+            Ok(AgentEvent::Process { process, .. }) => {
+                assert!(process.command[0].len() <= 8 * 1024 + 4);
+                assert_eq!(process.tag, None);
             }
             other => panic!("{other:?}"),
         }
@@ -310,12 +307,12 @@ mod tests {
         let mut rx = hub.subscribe();
         hub.sandbox_stopped("a");
         match rx.try_recv() {
-            Ok(AgentEvent::Process(e)) => {
+            Ok(AgentEvent::Process { process, .. }) => {
                 assert_eq!(
-                    (e.process.id.as_str(), e.process.state.as_str()),
-                    ("p1pppppppppppppp", "lost")
+                    (process.id.as_str(), process.state),
+                    ("p1pppppppppppppp", ProcessState::Lost)
                 );
-                assert!(e.process.ended_at.is_some());
+                assert!(process.ended_at_ms.is_some());
             }
             other => panic!("{other:?}"),
         }

@@ -11,6 +11,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
 use tokio::sync::broadcast::error::RecvError;
 
+use super::types::process::ProcessEvent;
 use super::types::{Agent, EgressEvent, PullProgress};
 use super::AppState;
 use crate::events::AgentEvent;
@@ -73,9 +74,9 @@ pub async fn events(
                     .event("egress")
                     .json_data(EgressEvent::from(*e))
                     .unwrap_or_else(|_| Event::default().comment("unencodable egress event"))),
-                Ok(AgentEvent::Process(e)) => yield Ok(Event::default()
+                Ok(AgentEvent::Process { id, process }) => yield Ok(Event::default()
                     .event("process")
-                    .json_data(&e)
+                    .json_data(ProcessEvent { id, process: (*process).into() })
                     .unwrap_or_else(|_| Event::default().comment("unencodable process event"))),
                 Err(RecvError::Lagged(_)) => snapshot = true,
                 Err(RecvError::Closed) => break,

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::{Lifecycle, LifecycleError, CREATE_FAILED, START_TIMEOUT};
+use crate::driver::PullSink;
 use crate::metrics::{OpKind, Outcome};
 use crate::model::{Agent, AgentPatch, AgentState, AgentState::*, NewAgent};
 use crate::store::{hash_token, new_token};
@@ -99,6 +100,13 @@ impl Lifecycle {
         Ok(agent)
     }
 
+    /// A sink for the driver that reports agent `id`'s pull to the event hub.
+    fn pull_sink(&self, id: &str) -> PullSink {
+        let hub = self.hub.clone();
+        let id = id.to_string();
+        PullSink::new(move |progress| hub.pull(&id, progress))
+    }
+
     // Background work. Each `run_*` may also be called by reconcile to finish an operation that
     // a crash interrupted, which is why each driver call is idempotent.
 
@@ -108,7 +116,7 @@ impl Lifecycle {
         };
         let created = self
             .driver
-            .create(&self.spec(&agent), &self.hub.pull_sink(&id))
+            .create(&self.spec(&agent), &self.pull_sink(&id))
             .await;
         self.hub.forget_pull(&id);
         if let Err(e) = created {
@@ -150,7 +158,7 @@ impl Lifecycle {
         self.tunnels.disconnect(&id);
         let started = self
             .driver
-            .start(&self.spec(&agent), &token, &self.hub.pull_sink(&id))
+            .start(&self.spec(&agent), &token, &self.pull_sink(&id))
             .await;
         self.driver_starts_lock()
             .insert(id.clone(), Some(SystemTime::now()));
@@ -200,7 +208,7 @@ impl Lifecycle {
         self.tunnels.disconnect(&id);
         let rebuilt = self
             .driver
-            .rebuild(&self.spec(&agent), &self.hub.pull_sink(&id))
+            .rebuild(&self.spec(&agent), &self.pull_sink(&id))
             .await;
         self.hub.forget_pull(&id);
         // The new container starts with no processes.
