@@ -1,11 +1,19 @@
 //! Which container runtimes agents may ask for, and the one they get when they ask for none.
 
-use crate::driver::EngineRuntimes;
-
 /// gVisor's runtime, as `scripts/docker-setup.sh` registers it.
 pub const GVISOR: &str = "runsc";
 /// Docker's own runtime.
 pub const RUNC: &str = "runc";
+
+/// The runtimes the engine has, as it said when the driver connected (the driver
+/// reports them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineRuntimes {
+    /// Every runtime registered with the engine, sorted.
+    pub names: Vec<String>,
+    /// The one it uses when asked for none.
+    pub default: String,
+}
 
 /// The runtimes of this server, settled at start.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -23,9 +23,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Driver, DriverError, DriverEvent, EngineRuntimes, PullMeter, PullSink, SandboxInfo,
-    SandboxSpec, SandboxStatus,
+    Driver, DriverError, DriverEvent, PullMeter, PullSink, SandboxInfo, SandboxSpec, SandboxStatus,
 };
+use crate::agents::runtimes::EngineRuntimes;
 
 /// Environment variable that slows every driver operation down, so tests can crash the server
 /// in the middle of one.

@@ -11,6 +11,8 @@ pub mod pull;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 
+use crate::agents::runtimes::EngineRuntimes;
+
 pub use open::{open, Wiring};
 pub use pull::{PullMeter, PullSink};
 
@@ -44,15 +46,6 @@ impl SandboxSpec {
             },
         }
     }
-}
-
-/// The runtimes the engine has, as it said when the driver connected.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EngineRuntimes {
-    /// Every runtime registered with the engine, sorted.
-    pub names: Vec<String>,
-    /// The one it uses when asked for none.
-    pub default: String,
 }
 
 /// The message of a start that asked the engine for a runtime it lacks.

@@ -12,8 +12,8 @@ use super::events::OwnOps;
 use super::firewall::Firewall;
 use super::names::Names;
 use super::{layer, placement, DockerDriver, DockerError, Placement};
+use crate::agents::runtimes::EngineRuntimes;
 use crate::config::{Config, DockerConfig};
-use crate::driver::EngineRuntimes;
 use crate::metrics::Repairs;
 use crate::store::SubnetBook;
 

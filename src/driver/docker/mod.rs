@@ -44,10 +44,8 @@ use async_trait::async_trait;
 use bollard::Docker;
 use futures::stream::BoxStream;
 
-use super::{
-    Driver, DriverError, DriverEvent, EngineRuntimes, PullSink, SandboxInfo, SandboxSpec,
-    SandboxStatus,
-};
+use super::{Driver, DriverError, DriverEvent, PullSink, SandboxInfo, SandboxSpec, SandboxStatus};
+use crate::agents::runtimes::EngineRuntimes;
 use crate::config::{DockerConfig, HostMount, NofileLimit};
 use crate::metrics::Repairs;
 use crate::store::SubnetBook;
