@@ -263,7 +263,7 @@ impl Server {
                 .clone()
                 .serve(egress_listener, egress_shutdown.clone()),
         );
-        let egress_follow = tokio::spawn(proxy.follow_rule_changes());
+        let egress_follow = tokio::spawn(lc.clone().follow_rule_changes(proxy));
         let resolver_task = self.resolver.map(|socket| {
             tokio::spawn(crate::egress::dns::serve(
                 socket,
@@ -337,8 +337,7 @@ fn egress_proxy(
     let never = lifecycle.sandbox_networks();
     Proxy::new(
         lifecycle.clone(),
-        Dialer::new(e, never, own_ports.to_vec()),
-        lifecycle.hub().clone(),
+        Dialer::new(e.dial_settings(), never, own_ports.to_vec()),
         ProxySettings {
             max_connections: e.max_connections,
             limiter,

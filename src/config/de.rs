@@ -34,14 +34,14 @@ pub(super) fn de_ipv4_net<'de, D: Deserializer<'de>>(d: D) -> Result<Ipv4Net, D:
 /// `http://host:port`, or empty for none.
 pub(super) fn de_opt_upstream<'de, D: Deserializer<'de>>(
     d: D,
-) -> Result<Option<super::SocketAddrOrName>, D::Error> {
+) -> Result<Option<crate::egress::SocketAddrOrName>, D::Error> {
     d.deserialize_str(ParseStr {
         expecting: "an http://host:port proxy address, or \"\" for none",
         parse: parse_upstream,
     })
 }
 
-pub(super) fn parse_upstream(s: &str) -> Result<Option<super::SocketAddrOrName>, String> {
+pub(super) fn parse_upstream(s: &str) -> Result<Option<crate::egress::SocketAddrOrName>, String> {
     let s = s.trim();
     if s.is_empty() {
         return Ok(None);
@@ -57,7 +57,7 @@ pub(super) fn parse_upstream(s: &str) -> Result<Option<super::SocketAddrOrName>,
     if !valid || rest.contains('@') {
         return Err(bad());
     }
-    Ok(Some(super::SocketAddrOrName {
+    Ok(Some(crate::egress::SocketAddrOrName {
         host: host.to_string(),
         port,
     }))

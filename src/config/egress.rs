@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::de::{de_duration, de_opt_upstream, ser_duration};
 use super::validate::{min_duration, Fail};
 use super::{ConfigError, SandboxConfig};
-use crate::egress::EgressRules;
+use crate::egress::{DialSettings, EgressRules, SocketAddrOrName};
 
 /// `sandbox.egress`: the proxy that is a sandbox's only way out.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -65,23 +65,14 @@ impl Default for EgressConfig {
     }
 }
 
-/// `host:port` of an upstream proxy, as the operator wrote it (a name is resolved per dial).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SocketAddrOrName {
-    pub host: String,
-    pub port: u16,
-}
-
-/// Written as it is shown, for comparing two configs.
-impl Serialize for SocketAddrOrName {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl std::fmt::Display for SocketAddrOrName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}", self.host, self.port)
+impl EgressConfig {
+    /// What the proxy's dialer needs of this section.
+    pub fn dial_settings(&self) -> DialSettings {
+        DialSettings {
+            resolve: self.resolve.clone(),
+            upstream_proxy: self.upstream_proxy.clone(),
+            connect_timeout: self.connect_timeout,
+        }
     }
 }
 

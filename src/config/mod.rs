@@ -29,7 +29,7 @@ mod sandbox;
 mod server;
 mod validate;
 pub use docker::{DockerConfig, HostMount};
-pub use egress::{EgressConfig, SocketAddrOrName};
+pub use egress::EgressConfig;
 pub use origin::{is_trusted, WebOrigin};
 pub use preset::MAX_SETUP;
 pub use sandbox::{DriverKind, NofileLimit, SandboxConfig};

@@ -12,7 +12,37 @@ use tokio::net::TcpStream;
 
 use super::rule::{normalize_name, Rule};
 use super::rules::{EgressRules, NameVerdict, Verdict};
-use crate::config::{EgressConfig, SocketAddrOrName};
+
+/// `host:port` of an upstream proxy, as the operator wrote it (a name is resolved per dial).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SocketAddrOrName {
+    pub host: String,
+    pub port: u16,
+}
+
+/// Written as it is shown, for comparing two configs.
+impl serde::Serialize for SocketAddrOrName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl std::fmt::Display for SocketAddrOrName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
+    }
+}
+
+/// How the dialer reaches destinations (`sandbox.egress`'s `resolve`, `upstream_proxy` and
+/// `connect_timeout`).
+#[derive(Debug, Clone)]
+pub struct DialSettings {
+    /// Host names answered from here instead of DNS.
+    pub resolve: BTreeMap<String, IpAddr>,
+    /// A proxy every dial goes through; `None` dials directly.
+    pub upstream_proxy: Option<SocketAddrOrName>,
+    pub connect_timeout: Duration,
+}
 
 /// The longest answer head an upstream proxy may send to our CONNECT.
 const MAX_UPSTREAM_HEAD: usize = 16 * 1024;
@@ -114,11 +144,11 @@ fn upstream_may_resolve(rule: &Rule, rules: &EgressRules) -> bool {
 }
 
 impl Dialer {
-    pub fn new(config: &EgressConfig, never: Vec<IpNet>, own_ports: Vec<u16>) -> Dialer {
+    pub fn new(settings: DialSettings, never: Vec<IpNet>, own_ports: Vec<u16>) -> Dialer {
         Dialer {
-            resolve: config.resolve.clone(),
-            upstream: config.upstream_proxy.clone(),
-            connect_timeout: config.connect_timeout,
+            resolve: settings.resolve,
+            upstream: settings.upstream_proxy,
+            connect_timeout: settings.connect_timeout,
             never,
             own_ports,
             lookups: tokio::sync::Semaphore::new(MAX_LOOKUPS),

@@ -12,7 +12,7 @@ mod rules;
 mod sni;
 mod zerocopy;
 
-pub use dial::{Destination, Dialer, Refusal};
+pub use dial::{Destination, DialSettings, Dialer, Refusal, SocketAddrOrName};
 pub use event::EgressEvent;
 pub use open::Connections;
 pub use proxy::{Proxy, ProxySettings, Sandboxes};

@@ -22,7 +22,6 @@ use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
 use self::forward::destination;
@@ -32,21 +31,21 @@ use super::dial::{Destination, Dialer, Refusal};
 use super::event::EgressEvent;
 use super::open::{ClientSlot, Connections, UpstreamSlot};
 use super::rules::{EgressRules, Verdict};
-use crate::events::{AgentEvent, EventHub};
 use crate::listener::{accept_loop, ConnectionGuard, ConnectionLimiter, Refused};
-use crate::model::AgentState;
 
 /// A request head larger than this is refused (`431`): a proxy request needs a line and a few
 /// headers, and each connection's buffer is bounded by it.
 const MAX_HEAD: usize = 64 * 1024;
 
-/// What the proxy needs to know about agents.
+/// What the proxy needs to know about agents, and where its decisions go.
 #[async_trait::async_trait]
 pub trait Sandboxes: Send + Sync + 'static {
     /// The agent whose sandbox reaches the proxy at `local` from `peer`, if one does.
     async fn agent_at(&self, local: IpAddr, peer: IpAddr) -> Option<String>;
     /// The agent's name and rules now; `None` once it is gone.
     async fn rules(&self, id: &str) -> Option<(String, EgressRules)>;
+    /// Announces a decision of the proxy, or the close of a connection it allowed.
+    fn publish(&self, event: EgressEvent);
 }
 
 pub struct ProxySettings {
@@ -63,7 +62,6 @@ pub struct Proxy {
     sandboxes: Arc<dyn Sandboxes>,
     dialer: Dialer,
     conns: Connections,
-    hub: EventHub,
     settings: ProxySettings,
     closing: CancellationToken,
 }
@@ -85,7 +83,6 @@ impl Proxy {
     pub fn new(
         sandboxes: Arc<dyn Sandboxes>,
         dialer: Dialer,
-        hub: EventHub,
         settings: ProxySettings,
     ) -> Arc<Proxy> {
         Arc::new(Proxy {
@@ -93,7 +90,6 @@ impl Proxy {
             sandboxes,
             dialer,
             conns: Connections::default(),
-            hub,
             settings,
             closing: CancellationToken::new(),
         })
@@ -287,7 +283,7 @@ impl Proxy {
         closed: Option<(u64, u64)>,
     ) {
         let (bytes_up, bytes_down) = closed.unwrap_or_default();
-        self.hub.publish(AgentEvent::Egress(Box::new(EgressEvent {
+        self.sandboxes.publish(EgressEvent {
             id: caller.id.clone(),
             host: dest.host.clone(),
             port: dest.port,
@@ -297,38 +293,7 @@ impl Proxy {
             closed: closed.is_some() || !allowed,
             bytes_up,
             bytes_down,
-        })));
-    }
-
-    /// Closes connections that rules changed since no longer allow, and every connection of
-    /// an agent that stopped or is gone. Runs for the server's life.
-    pub async fn follow_rule_changes(self: Arc<Self>) {
-        let mut rx = self.hub.subscribe();
-        loop {
-            match rx.recv().await {
-                Ok(AgentEvent::Changed(agent)) => {
-                    if !matches!(agent.state, AgentState::Running | AgentState::Starting) {
-                        self.conns.close_all(&agent.id);
-                    } else if let Some(rules) = &agent.egress {
-                        self.conns.recheck(&agent.id, rules);
-                    }
-                }
-                Ok(AgentEvent::Deleted(id)) => self.conns.close_all(&id),
-                Ok(_) => {}
-                // Some changes went by unseen: check every agent that has connections.
-                Err(RecvError::Lagged(_)) => {
-                    for id in self.conns.agents() {
-                        match self.sandboxes.rules(&id).await {
-                            Some((_, rules)) => {
-                                self.conns.recheck(&id, &rules);
-                            }
-                            None => self.conns.close_all(&id),
-                        }
-                    }
-                }
-                Err(RecvError::Closed) => break,
-            }
-        }
+        });
     }
 }
 

@@ -11,9 +11,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
+use super::SocketAddrOrName;
 use super::*;
 use crate::bench::servers::{echo_server, hello_server};
-use crate::config::{EgressConfig, SocketAddrOrName};
+use crate::config::EgressConfig;
 use crate::events::{AgentEvent, EventHub};
 use crate::listener::ConnectionLimiter;
 
@@ -24,6 +25,7 @@ struct OneSandbox {
     rules: Mutex<EgressRules>,
     /// How often the proxy asked whose a connection is (a database look-up in the server).
     lookups: std::sync::atomic::AtomicUsize,
+    hub: EventHub,
 }
 
 #[async_trait::async_trait]
@@ -41,6 +43,9 @@ impl Sandboxes for OneSandbox {
     async fn rules(&self, id: &str) -> Option<(String, EgressRules)> {
         let rules = self.rules.lock().unwrap().clone();
         (id == AGENT).then(|| ("builder".to_string(), rules))
+    }
+    fn publish(&self, event: EgressEvent) {
+        self.hub.publish(AgentEvent::Egress(Box::new(event)));
     }
 }
 
@@ -83,16 +88,15 @@ async fn setup(allow: &[&str], deny: &[&str], tune: impl FnOnce(&mut EgressConfi
     let sandbox = Arc::new(OneSandbox {
         rules: Mutex::new(rules(allow, deny)),
         lookups: Default::default(),
+        hub: EventHub::default(),
     });
-    let hub = EventHub::default();
-    let events = hub.subscribe();
+    let events = sandbox.hub.subscribe();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let proxy = Proxy::new(
         sandbox.clone(),
         // The proxy's own port stands for the server's ports.
-        Dialer::new(&config, vec![], vec![addr.port()]),
-        hub,
+        Dialer::new(config.dial_settings(), vec![], vec![addr.port()]),
         ProxySettings {
             max_connections: config.max_connections,
             limiter: ConnectionLimiter::new(

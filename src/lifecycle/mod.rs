@@ -13,6 +13,7 @@
 
 mod boot;
 mod conn;
+mod egress;
 mod moves;
 mod ops;
 mod outside;
@@ -163,11 +164,6 @@ impl Lifecycle {
 
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
-    }
-
-    /// Where agent changes are announced; the egress proxy announces its decisions there too.
-    pub fn hub(&self) -> &EventHub {
-        &self.hub
     }
 
     /// Every agent change from now on, as published.

@@ -73,6 +73,11 @@ impl crate::egress::Sandboxes for Lifecycle {
         self.driver.sandbox_at(local, peer).await
     }
 
+    fn publish(&self, event: crate::egress::EgressEvent) {
+        self.hub
+            .publish(crate::events::AgentEvent::Egress(Box::new(event)));
+    }
+
     async fn rules(&self, id: &str) -> Option<(String, crate::egress::EgressRules)> {
         let agent = self.get(id).await.ok()?;
         // `decorate` fills in the default for agents made before rules existed.
