@@ -3,6 +3,7 @@
 //! resolves to `10.0.0.5` (or `localhost`) is refused too.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::LazyLock;
 
 use ipnet::IpNet;
 
@@ -17,31 +18,14 @@ pub fn is_public(addr: IpAddr) -> bool {
 }
 
 fn is_public_v4(a: Ipv4Addr) -> bool {
-    let [b0, b1, ..] = a.octets();
-    !(a.is_unspecified()
-        || a.is_loopback()
-        || a.is_private()
-        || a.is_link_local()
-        || a.is_multicast()
-        || a.is_broadcast()
-        || b0 == 0
-        // 100.64.0.0/10, shared address space (carrier-grade NAT).
-        || (b0 == 100 && (64..128).contains(&b1))
-        // 192.0.0.0/24, protocol assignments.
-        || (b0 == 192 && b1 == 0 && a.octets()[2] == 0)
-        // 198.18.0.0/15, benchmarking.
-        || (b0 == 198 && (b1 == 18 || b1 == 19))
-        // 240.0.0.0/4, reserved.
-        || b0 >= 240)
+    !NON_PUBLIC.iter().any(|b| b.contains(&IpAddr::V4(a)))
 }
 
 fn is_public_v6(a: Ipv6Addr) -> bool {
     let seg = a.segments();
     // NAT64 (64:ff9b::/96) and 6to4 (2002::/16) carry an IPv4 address: judge that one.
-    // 64:ff9b:1::/48, NAT64 for local use: whatever it maps to is the operator's network.
-    if seg[0] == 0x64 && seg[1] == 0xff9b && seg[2] == 1 {
-        return false;
-    }
+    // (64:ff9b:1::/48, NAT64 for local use, is in the list below: whatever it maps to is the
+    // operator's network.)
     if seg[0] == 0x64 && seg[1] == 0xff9b && seg[2..6] == [0, 0, 0, 0] {
         let [a, b, c, d] =
             [seg[6] >> 8, seg[6] & 0xff, seg[7] >> 8, seg[7] & 0xff].map(|x| x as u8);
@@ -52,19 +36,15 @@ fn is_public_v6(a: Ipv6Addr) -> bool {
             [seg[1] >> 8, seg[1] & 0xff, seg[2] >> 8, seg[2] & 0xff].map(|x| x as u8);
         return is_public_v4(Ipv4Addr::new(a, b, c, d));
     }
-    !(a.is_unspecified()
-        || a.is_loopback()
-        || a.is_multicast()
-        // fc00::/7, unique local.
-        || (seg[0] & 0xfe00) == 0xfc00
-        // fe80::/10, link-local.
-        || (seg[0] & 0xffc0) == 0xfe80
-        // ::/96, the deprecated IPv4-compatible form, and the other reserved low addresses.
-        || seg[..6] == [0, 0, 0, 0, 0, 0])
+    !NON_PUBLIC.iter().any(|b| b.contains(&IpAddr::V6(a)))
 }
 
-/// The ranges [`is_public`] refuses whole, each as one block: a rule that lies inside one of
-/// them names private addresses on purpose; one that reaches past them (`0.0.0.0/0`) does not.
+/// Every address that is not of the public internet, as [`is_public`] decides, block by block:
+/// unspecified and "this network", private, shared (CGNAT), loopback, link-local, protocol
+/// assignments, benchmarking, multicast, reserved and broadcast; in IPv6 the low reserved
+/// addresses (`::`, `::1`, the IPv4-compatible form), NAT64 for local use, unique local,
+/// link-local and multicast. A rule that lies inside one of them names private addresses on
+/// purpose; one that reaches past them (`0.0.0.0/0`) does not.
 const NON_PUBLIC_BLOCKS: &[&str] = &[
     "0.0.0.0/8",
     "10.0.0.0/8",
@@ -88,8 +68,17 @@ const NON_PUBLIC_BLOCKS: &[&str] = &[
 /// them is no rule of public addresses alone.
 const PARTLY_NON_PUBLIC: &[&str] = &["::ffff:0:0/96", "64:ff9b::/96", "2002::/16"];
 
-fn blocks(list: &'static [&'static str]) -> impl Iterator<Item = IpNet> {
-    list.iter().filter_map(|b| b.parse::<IpNet>().ok())
+/// [`NON_PUBLIC_BLOCKS`] and [`PARTLY_NON_PUBLIC`], parsed once: every dial reads them.
+static NON_PUBLIC: LazyLock<Vec<IpNet>> = LazyLock::new(|| parse(NON_PUBLIC_BLOCKS));
+static PARTLY: LazyLock<Vec<IpNet>> = LazyLock::new(|| parse(PARTLY_NON_PUBLIC));
+
+fn parse(list: &[&str]) -> Vec<IpNet> {
+    list.iter()
+        .map(|b| {
+            b.parse()
+                .expect("the lists above are literals, and a test parses them")
+        })
+        .collect()
 }
 
 /// Whether `net` names `addr` on purpose, where [`reachable`] would refuse it: for a private
@@ -103,12 +92,10 @@ pub fn names_on_purpose(net: &IpNet, addr: IpAddr) -> bool {
         return false;
     }
     if is_public(addr) {
-        let overlaps = |b: IpNet| b.contains(&net.network()) || net.contains(&b.network());
-        return !blocks(NON_PUBLIC_BLOCKS)
-            .chain(blocks(PARTLY_NON_PUBLIC))
-            .any(overlaps);
+        let overlaps = |b: &IpNet| b.contains(&net.network()) || net.contains(&b.network());
+        return !NON_PUBLIC.iter().chain(PARTLY.iter()).any(overlaps);
     }
-    match blocks(NON_PUBLIC_BLOCKS).find(|b| b.contains(&addr)) {
+    match NON_PUBLIC.iter().find(|b| b.contains(&addr)) {
         Some(block) => block.contains(net),
         // A private address carried in IPv6 (NAT64, 6to4): only that very address names it.
         None => net.prefix_len() == net.max_prefix_len(),
@@ -148,6 +135,12 @@ pub fn is_own(addr: IpAddr) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_block_lists_parse() {
+        assert_eq!(parse(NON_PUBLIC_BLOCKS).len(), NON_PUBLIC_BLOCKS.len());
+        assert_eq!(parse(PARTLY_NON_PUBLIC).len(), PARTLY_NON_PUBLIC.len());
+    }
 
     #[test]
     fn a_range_names_private_addresses_only_inside_their_block() {
@@ -209,6 +202,11 @@ mod tests {
             "2002:a00:1::1",
             "::10.0.0.1",
             "64:ff9b:1::808:808",
+            // The edges of the smaller blocks.
+            "100.127.255.255",
+            "192.0.0.9",
+            "198.18.0.1",
+            "198.19.255.255",
         ] {
             assert!(!is_public(private.parse().unwrap()), "{private}");
         }
@@ -217,6 +215,11 @@ mod tests {
             "203.0.113.1",
             "2606:4700::1111",
             "64:ff9b::808:808",
+            "100.128.0.1",
+            "100.63.255.255",
+            "192.0.1.1",
+            "198.20.0.1",
+            "172.32.0.1",
         ] {
             assert!(is_public(public.parse().unwrap()), "{public}");
         }
