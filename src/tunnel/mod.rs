@@ -22,6 +22,7 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::Extension;
 use axum::Router;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
@@ -49,6 +50,7 @@ static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 pub fn router(lc: Arc<dyn TunnelHost>) -> Router {
     Router::new()
         .route(agenthold_proto::boot::TUNNEL_PATH, get(accept))
+        .layer(Extension(Arc::new(ThrottledLog::default())))
         .with_state(lc)
 }
 
@@ -56,13 +58,11 @@ fn refuse(status: StatusCode, message: &str) -> Response {
     (status, message.to_string()).into_response()
 }
 
-/// Wrong tokens, one line per source address per ten seconds: anything on a sandbox network
-/// can send them as fast as it likes, naming any agent id it likes.
-static INVALID_TOKEN_LOG: std::sync::LazyLock<ThrottledLog> =
-    std::sync::LazyLock::new(ThrottledLog::default);
-
+/// `invalid_tokens` logs wrong tokens, one line per source address per ten seconds: anything on
+/// a sandbox network can send them as fast as it likes, naming any agent id it likes.
 async fn accept(
     State(lc): State<Arc<dyn TunnelHost>>,
+    Extension(invalid_tokens): Extension<Arc<ThrottledLog>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     ws: WebSocketUpgrade,
@@ -84,7 +84,7 @@ async fn accept(
         Ok(()) => {}
         Err(e @ BootRefusal::InvalidToken) => {
             lc.metrics().tunnel_refused(TunnelRefusal::invalid_token);
-            if let Some(refused) = INVALID_TOKEN_LOG.count(peer.ip()) {
+            if let Some(refused) = invalid_tokens.count(peer.ip()) {
                 tracing::warn!(
                     %peer,
                     refused,
