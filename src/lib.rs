@@ -16,6 +16,7 @@ pub mod logging;
 pub mod metrics;
 pub mod model;
 pub mod server;
+pub mod sessions;
 pub mod store;
 pub mod tunnel;
 pub mod utf8;

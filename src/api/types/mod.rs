@@ -16,6 +16,7 @@
 mod admin;
 mod agent;
 mod agents;
+pub mod conversation;
 mod egress;
 mod error;
 mod exec;
