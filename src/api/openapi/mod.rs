@@ -44,7 +44,7 @@ use crate::config::Config;
     components(schemas(
         types::Agent, types::AgentState, types::CreateAgent, types::UpdateAgent,
         types::PresetInfo, types::SetupStatus, types::SetupState,
-        types::Health, types::Limits, types::DirEntry, types::ExecBody, types::ExecResult, types::ErrorBody,
+        types::Health, types::Limits, types::HarnessInfo, types::DirEntry, types::ExecBody, types::ExecResult, types::ErrorBody,
         types::ErrorDetail, types::SignIn, types::SessionStatus, types::TerminalSession,
         types::EgressRules, types::EgressEvent,
         types::process::StartProcess, types::process::Process, types::process::ProcessState,

@@ -125,7 +125,7 @@ pub struct TranscriptEvent {
     /// Increases by one per event of the session, from 1; the SSE `id:`.
     pub seq: u64,
     pub event: SessionEventKind,
-    #[schema(value_type = Object)]
+    #[schema(value_type = Value)]
     pub data: Value,
     /// RFC 3339.
     pub at: String,
@@ -224,7 +224,7 @@ pub struct Approval {
     pub session_id: String,
     pub kind: ApprovalKind,
     /// The ACP tool call the permission is for, verbatim.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Value)]
     pub tool_call: Value,
     pub options: Vec<ApprovalOption>,
     pub state: ApprovalState,

@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 pub use client::Client;
 pub use share::{exclusive, free_port, Shared};
 
+pub mod acp;
 pub mod client;
 pub mod docker;
 pub mod engine;
@@ -177,6 +178,22 @@ where
     while Instant::now() < deadline {
         if check().await {
             return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{what}: not true within {DEADLINE:?}");
+}
+
+/// Polls `check` until it gives a value, failing the test after [`DEADLINE`].
+pub async fn wait_for_value<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + DEADLINE;
+    while Instant::now() < deadline {
+        if let Some(v) = check().await {
+            return v;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
