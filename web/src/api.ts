@@ -36,6 +36,76 @@ export type AgentUpdate = Schemas['UpdateAgent'];
 /** `GET /api/v1/limits`: defaults and maxima, so forms can say them up front. */
 export type Limits = Schemas['Limits'];
 
+// Agent sessions (conversations with a harness over ACP) and the approval queue (docs/api.md,
+// "Agent sessions" and "Approvals"; the server's src/api/types/conversation.rs).
+export type SessionState = 'idle' | 'running';
+/** A conversation with a harness running in the agent's sandbox. */
+export interface ChatSession {
+  id: string;
+  agentId: string;
+  harness: string;
+  title: string;
+  cwd: string;
+  state: SessionState;
+  acpSessionId?: string | null;
+  restore?: 'resume' | 'load' | 'new' | null;
+  processId?: string | null;
+  createdAt: string;
+  updatedAt: string;
+  turns: number;
+}
+export interface NewChatSession {
+  harness?: string;
+  cwd?: string;
+  title?: string;
+}
+/** An ACP content block (text, image, resource_link, …), as the harness or the user sent it. */
+export type ContentBlock = { type: string; text?: string; [key: string]: unknown };
+export type ApprovalOutcome = 'selected' | 'cancelled' | 'expired';
+export interface ApprovalOption {
+  optionId: string;
+  name: string;
+  /** ACP's allow_once, allow_always, reject_once, reject_always (or what the harness sent). */
+  kind: string;
+}
+/** A question waiting for a person (or answered): today a harness's permission request. */
+export interface Approval {
+  id: string;
+  agentId: string;
+  sessionId: string;
+  kind: 'permission';
+  /** The ACP tool call the permission is for, verbatim. */
+  toolCall: { toolCallId?: string; title?: string | null; [key: string]: unknown } | null;
+  options: ApprovalOption[];
+  state: 'pending' | 'resolved';
+  createdAt: string;
+  expiresAt: string;
+  outcome?: ApprovalOutcome | null;
+  optionId?: string | null;
+  decidedBy?: string | null;
+}
+/** A `permission_resolved` event. */
+export interface PermissionResolved {
+  id: string;
+  outcome: ApprovalOutcome;
+  optionId?: string | null;
+  by: string;
+}
+/** One event of a session's transcript: the SSE `id:`, `event:` and `data:`. */
+export interface TranscriptEvent {
+  seq: number;
+  event: string;
+  data: unknown;
+}
+/**
+ * A configured harness, as far as the server tells: the contract names no route that lists them,
+ * so `/limits` may carry `harnesses` (names, or objects with a name) and `defaultHarness`.
+ */
+export interface Harness {
+  name: string;
+  description?: string;
+}
+
 /** Not in the document: the NDJSON lines are described in prose there. */
 export type OutputStream = 'stdout' | 'stderr';
 
@@ -232,6 +302,37 @@ export const api = {
   async *processOutput(id: string, pid: string, offset: number, signal: AbortSignal): AsyncGenerator<ProcessOutputLine> {
     const res = await request('GET', `${a(id)}/processes/${q(pid)}/output?offset=${offset}&follow=true`, null, false, signal);
     yield* ndjson<ProcessOutputLine>(res);
+  },
+
+  /** The agent's agent sessions (conversations with a harness), oldest first. */
+  sessions: (id: string) => getJson<ChatSession[]>(`${a(id)}/sessions`),
+  /** Creating a session does not wake the agent: the harness starts with the first prompt. */
+  createSession: (id: string, body: NewChatSession) => sendJson<ChatSession>('POST', `${a(id)}/sessions`, body),
+  renameSession: (id: string, sid: string, title: string) => sendJson<ChatSession>('PATCH', `${a(id)}/sessions/${q(sid)}`, { title }),
+  deleteSession: (id: string, sid: string) => sendJson<void>('DELETE', `${a(id)}/sessions/${q(sid)}`),
+  chatSession: (id: string, sid: string) => getJson<ChatSession>(`${a(id)}/sessions/${q(sid)}`),
+  /** `202 {turn}`; 409 while a turn runs. Wakes a sleeping agent. */
+  prompt: (id: string, sid: string, text: string) => sendJson<{ turn: number }>('POST', `${a(id)}/sessions/${q(sid)}/prompt`, { text }),
+  cancelTurn: (id: string, sid: string) => sendJson<void>('POST', `${a(id)}/sessions/${q(sid)}/cancel`),
+  /** The session's transcript as Server-Sent Events, from after `after` and then live. */
+  sessionEventsUrl: (id: string, sid: string, after: number) => `${BASE}${a(id)}/sessions/${q(sid)}/events?after=${after}`,
+
+  approvals: (state: 'pending' | 'resolved' = 'pending') => getJson<Approval[]>(`/approvals?state=${state}`),
+  /** Answer with one of the offered options, by its id; 409 when already decided or expired. */
+  answerApproval: (approvalId: string, optionId: string) => sendJson<Approval>('POST', `/approvals/${q(approvalId)}`, { optionId }),
+  /** The configured harnesses, when the server tells them (see `Harness`). */
+  async harnesses(): Promise<{ harnesses: Harness[]; defaultHarness: string | null }> {
+    const l = (await api.limits()) as (Limits & { harnesses?: unknown; defaultHarness?: unknown }) | null;
+    const list = Array.isArray(l?.harnesses) ? l.harnesses : [];
+    const harnesses: Harness[] = [];
+    for (const x of list) {
+      if (typeof x === 'string') harnesses.push({ name: x });
+      else if (x && typeof x === 'object' && typeof (x as Harness).name === 'string') {
+        const d = (x as Harness).description;
+        harnesses.push({ name: (x as Harness).name, description: typeof d === 'string' ? d : undefined });
+      }
+    }
+    return { harnesses, defaultHarness: typeof l?.defaultHarness === 'string' ? l.defaultHarness : null };
   },
 };
 
