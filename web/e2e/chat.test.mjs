@@ -2,7 +2,8 @@
 // agent (acp-test-agent/README.md): a session made from the tab, a prompt echoed back as an agent
 // message, Markdown that cannot become HTML, a permission answered from its card and one from the
 // header's approvals badge, a plan and a thought, a reload in the middle of a turn that still
-// shows the conversation and keeps streaming, Cancel, rename and delete.
+// shows the conversation and keeps streaming, Cancel, a network drop the stream resumes from,
+// rename and delete.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -20,6 +21,8 @@ if (!existsSync(HARNESS)) {
 
 const ctx = browserSuite({
   agent: 'chatty',
+  // The browser goes through a proxy that can cut its connections (a network drop).
+  proxied: true,
   options: {
     // With the fake driver the harness runs on the host: an absolute host path works.
     sandboxConfig: ['  default_harness: test'],
@@ -115,24 +118,38 @@ test('tool: the permission card offers each option by name; Allow once completes
   assert.equal(resolved.decidedBy, 'admin');
 });
 
-test('the approvals badge lists the pending ones across agents and answers them; the link leads to the session', async () => {
+test('the approvals badge lists the pending ones across agents, leads to the session and answers them', async () => {
   const { page } = ctx.b;
   await send(page, 'tool');
   const card = log(page).locator('.chat-permission').last();
   await card.and(page.locator('[data-state="pending"]')).waitFor();
   const badge = page.getByTestId('approvals-badge');
-  await badge.click();
   const panel = page.getByTestId('approvals-panel');
-  await panel.waitFor();
   const item = panel.locator('.approval-item');
+
+  // From the agents list, the badge's link opens the Chat tab on the session that asks.
+  await page.getByRole('link', { name: '← Agents' }).click();
+  await page.getByRole('heading', { name: 'Agents' }).waitFor();
+  await badge.click();
+  await panel.waitFor();
   assert.equal(await item.count(), 1);
   assert.match(await item.textContent(), /chatty.*Run the test tool/s);
-  assert.equal(await item.getByRole('link', { name: 'Open the session' }).getAttribute('href'), `/agents/${ctx.agent.id}#chat/${sid}`);
+  assert.deepEqual(await item.getByRole('button').allTextContents(), ['Reject always', 'Allow once', 'Reject once', 'Allow always']);
   await screenshot(page, 'chat-approvals.png');
+  await item.getByRole('link', { name: 'Open the session' }).click();
+  await panel.waitFor({ state: 'hidden' });
+  await page.locator(`.chat-conversation[data-session-id="${sid}"][data-stream="live"]`).waitFor();
+  assert.equal(new URL(page.url()).pathname, `/agents/${ctx.agent.id}`);
+  assert.equal(new URL(page.url()).hash, `#chat/${sid}`);
+  await card.and(page.locator('[data-state="pending"]')).waitFor();
+
+  // Answered from the badge's list: the card in the conversation resolves too.
+  await badge.click();
   await item.getByRole('button', { name: 'Reject once' }).click();
   await card.and(page.locator('[data-state="resolved"]')).waitFor();
   assert.match(await card.getByTestId('permission-outcome').textContent(), /Reject once/);
   await log(page).locator('.chat-tool').last().and(page.locator('[data-status="failed"]')).waitFor();
+  assert.match(await log(page).locator('.chat-tool').last().textContent(), /rejected \(reject_once\): the test tool did not run/);
   await badge.waitFor({ state: 'hidden' });
   await idle(page);
 });
@@ -182,6 +199,32 @@ test('a reload in the middle of a turn shows the same conversation and keeps str
   assert.equal(await input(page).isDisabled(), false);
   const s = await ctx.server.apiJson('GET', `/agents/${ctx.agent.id}/sessions/${sid}`);
   assert.equal(s.state, 'idle');
+});
+
+test('a network drop: the stream resumes with Last-Event-ID and shows what it missed, once', async () => {
+  const { page } = ctx.b;
+  await send(page, 'wait');
+  await log(page).locator('.chat-message').last().filter({ hasText: 'waiting for session/cancel' }).waitFor();
+  await page.getByTestId('chat-running').waitFor();
+  const items = await log(page).locator('.chat-item').count();
+  const stops = await log(page).locator('.chat-stop').count();
+
+  assert.ok(ctx.proxy.setDown(true) > 0, 'the proxy had connections to cut');
+  try {
+    // The turn ends while the page cannot hear it.
+    await ctx.server.apiJson('POST', `/agents/${ctx.agent.id}/sessions/${sid}/cancel`);
+    await until('the turn to end', async () => (await ctx.server.apiJson('GET', `/agents/${ctx.agent.id}/sessions/${sid}`)).state === 'idle', { timeout: 20_000 });
+    await page.locator('.chat-conversation[data-stream="reconnecting"]').waitFor();
+  } finally {
+    ctx.proxy.setDown(false);
+  }
+  await log(page).locator('.chat-stop[data-stop-reason="cancelled"]').nth(stops).waitFor({ timeout: 30_000 });
+  await idle(page);
+  assert.equal(await log(page).locator('.chat-stop').count(), stops + 1);
+  assert.equal(await log(page).locator('.chat-item').count(), items + 1, 'nothing shown twice');
+  await send(page, 'back again');
+  await log(page).locator('.chat-message').last().filter({ hasText: 'back again' }).waitFor();
+  await idle(page);
 });
 
 test('rename and delete a session', async () => {
