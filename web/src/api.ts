@@ -37,61 +37,29 @@ export type AgentUpdate = Schemas['UpdateAgent'];
 export type Limits = Schemas['Limits'];
 
 // Agent sessions (conversations with a harness over ACP) and the approval queue (docs/api.md,
-// "Agent sessions" and "Approvals"; the server's src/api/types/conversation.rs).
-export type SessionState = 'idle' | 'running';
+// "Agent sessions" and "Approvals").
+export type SessionState = Schemas['SessionState'];
 /** A conversation with a harness running in the agent's sandbox. */
-export interface ChatSession {
-  id: string;
-  agentId: string;
-  harness: string;
-  title: string;
-  cwd: string;
-  state: SessionState;
-  acpSessionId?: string | null;
-  restore?: 'resume' | 'load' | 'new' | null;
-  processId?: string | null;
-  createdAt: string;
-  updatedAt: string;
-  turns: number;
-}
-export interface NewChatSession {
-  harness?: string;
-  cwd?: string;
-  title?: string;
-}
+export type ChatSession = Schemas['Session'];
+export type NewChatSession = Schemas['CreateSession'];
 /** An ACP content block (text, image, resource_link, …), as the harness or the user sent it. */
 export type ContentBlock = { type: string; text?: string; [key: string]: unknown };
-export type ApprovalOutcome = 'selected' | 'cancelled' | 'expired';
-export interface ApprovalOption {
-  optionId: string;
-  name: string;
-  /** ACP's allow_once, allow_always, reject_once, reject_always (or what the harness sent). */
-  kind: string;
-}
-/** A question waiting for a person (or answered): today a harness's permission request. */
-export interface Approval {
-  id: string;
-  agentId: string;
-  sessionId: string;
-  kind: 'permission';
-  /** The ACP tool call the permission is for, verbatim. */
-  toolCall: { toolCallId?: string; title?: string | null; [key: string]: unknown } | null;
-  options: ApprovalOption[];
-  state: 'pending' | 'resolved';
-  createdAt: string;
-  expiresAt: string;
-  outcome?: ApprovalOutcome | null;
-  optionId?: string | null;
-  decidedBy?: string | null;
-}
+export type ApprovalOutcome = Schemas['ApprovalOutcome'];
+export type ApprovalOption = Schemas['ApprovalOption'];
+/**
+ * A question waiting for a person (or answered): today a harness's permission request. The
+ * document types `toolCall` as any object (the ACP tool call, verbatim); these are the fields
+ * the UI reads.
+ */
+export type Approval = Omit<Schemas['Approval'], 'toolCall'> & {
+  toolCall: { toolCallId?: unknown; title?: unknown; [key: string]: unknown } | null;
+};
 /** A `permission_resolved` event. */
-export interface PermissionResolved {
-  id: string;
-  outcome: ApprovalOutcome;
-  optionId?: string | null;
-  by: string;
-}
-/** One event of a session's transcript: the SSE `id:`, `event:` and `data:`. */
+export type PermissionResolved = Schemas['PermissionResolved'];
+/**
+ * One event of a session's transcript as the UI reads it: the SSE `id:`, `event:` and `data:`
+ * (`Schemas['TranscriptEvent']` with any event name, so that one newer than this UI is shown raw).
+ */
 export interface TranscriptEvent {
   seq: number;
   event: string;
