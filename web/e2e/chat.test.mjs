@@ -3,7 +3,7 @@
 // message, Markdown that cannot become HTML, a permission answered from its card and one from the
 // header's approvals badge, a plan and a thought, a reload in the middle of a turn that still
 // shows the conversation and keeps streaming, Cancel, a network drop the stream resumes from,
-// rename and delete.
+// a harness that crashes, rename and delete.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -225,6 +225,21 @@ test('a network drop: the stream resumes with Last-Event-ID and shows what it mi
   await send(page, 'back again');
   await log(page).locator('.chat-message').last().filter({ hasText: 'back again' }).waitFor();
   await idle(page);
+});
+
+test('a harness that crashes mid-turn: a notice inline, the turn ends with an error; the next prompt starts it again', async () => {
+  const { page } = ctx.b;
+  await send(page, 'crash 7');
+  await log(page).locator('.chat-stop[data-stop-reason="error"]').last().waitFor({ timeout: 30_000 });
+  await log(page).locator('.chat-notice[data-kind="harness_exited"]').last().waitFor();
+  assert.match(await log(page).locator('.chat-stop').last().textContent(), /error/);
+  await idle(page);
+  await send(page, 'after the crash');
+  await log(page).locator('.chat-message').last().filter({ hasText: 'after the crash' }).waitFor({ timeout: 30_000 });
+  await idle(page);
+  // The test agent offers session/load by default: the conversation was reopened.
+  await page.locator('.chat-meta').filter({ hasText: 'restored by session/load' }).waitFor();
+  await screenshot(page, 'chat-notices.png');
 });
 
 test('rename and delete a session', async () => {
