@@ -724,7 +724,7 @@ export interface components {
             sessionId: string;
             state: components["schemas"]["ApprovalState"];
             /** @description The ACP tool call the permission is for, verbatim. */
-            toolCall: Record<string, never>;
+            toolCall: unknown;
         };
         /**
          * @description What an approval asks about.
@@ -979,6 +979,11 @@ export interface components {
             /** Format: int64 */
             to: number;
         };
+        /** @description A harness sessions can run. */
+        HarnessInfo: {
+            description?: string | null;
+            name: string;
+        };
         /** @description `GET /api/v1/health`. */
         Health: {
             /** @default  */
@@ -1000,6 +1005,8 @@ export interface components {
              * @description The home size of an agent that asks for none; null when such agents get no limit.
              */
             defaultDiskMb?: number | null;
+            /** @description The harness of a session whose agent's preset names none (`sandbox.default_harness`). */
+            defaultHarness?: string | null;
             /** Format: int32 */
             defaultIdleMinutes: number;
             defaultImage: string;
@@ -1011,6 +1018,8 @@ export interface components {
             execMaxTimeoutMs: number;
             /** Format: int64 */
             execOutputCapKb: number;
+            /** @description The harnesses sessions can run (the config's `harnesses`), sorted by name. */
+            harnesses: components["schemas"]["HarnessInfo"][];
             /** Format: double */
             maxCpus: number;
             /**
@@ -1082,6 +1091,11 @@ export interface components {
             env: {
                 [key: string]: string;
             };
+            /**
+             * @description The harness new sessions of its agents run; null: the server's default
+             *     (`defaultHarness` in `/limits`).
+             */
+            harness?: string | null;
             /** Format: int32 */
             idleMinutes: number;
             /** @example agenthold/agent:bookworm */
@@ -1358,7 +1372,7 @@ export interface components {
         TranscriptEvent: {
             /** @description RFC 3339. */
             at: string;
-            data: Record<string, never>;
+            data: unknown;
             event: components["schemas"]["SessionEventKind"];
             /**
              * Format: int64
