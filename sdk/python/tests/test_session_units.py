@@ -5,6 +5,7 @@ so that each turn is followed across reconnections (``Last-Event-ID``)."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import httpx
@@ -23,6 +24,7 @@ from agenthold import (
     SessionDeletedEvent,
     SessionEvent,
     TurnEvent,
+    TurnTimeout,
     UnknownConversationEvent,
     UpdateEvent,
 )
@@ -289,3 +291,27 @@ def test_a_permission_left_to_others_is_not_answered() -> None:
 
         r = session.prompt("write notes", on_update=someone_else, on_permission=lambda a: "a2")
     assert r.ok and fake.answers == ["c9", "a2"]
+
+
+def test_a_prompt_that_runs_out_of_time_says_what_its_turn_did() -> None:
+    fake = FakeSessions()
+    calls: list[int] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/events") and "format" not in request.url.params:
+            calls.append(1)
+            if len(calls) > 1:
+                # The turn says no more: the stream is silent until its read times out.
+                time.sleep(0.02)
+                raise httpx.ReadTimeout("silent", request=request)
+        return fake.handle(request)
+
+    http = httpx.Client(transport=httpx.MockTransport(handle))
+    with http, Client("http://mock", "t", http=http) as c:
+        session = Agent(c._t, AgentInfo("a1", "x", "running")).sessions.get("s1")
+        with pytest.raises(TurnTimeout) as info:
+            session.prompt("write notes", timeout=0.3)
+    partial = info.value.result
+    assert (info.value.turn, partial.stop_reason) == (2, None)
+    assert [e.seq for e in partial.events] == [5, 6]
+    assert len(calls) > 2  # a silent stream is opened again, not given up on

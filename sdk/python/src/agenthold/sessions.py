@@ -380,8 +380,9 @@ class Session(_SessionBase):
         ``option_id`` to choose (by id or by kind, ``approval.option_for("allow_once")``,
         never by position) or ``None`` to leave it to others (the web UI,
         ``client.approvals.answer``). An approval answered before ours is left as it is (the
-        first answer wins). Unanswered, it expires at the server's ``approval_timeout`` with
-        its ``reject_once`` option.
+        first answer wins); an option it did not offer raises :class:`InvalidRequest` (the
+        question stays open). Unanswered, it expires at the server's ``approval_timeout``
+        with its ``reject_once`` option: silence is never consent.
 
         :class:`Conflict` when a turn runs already. :class:`TurnTimeout` (with what the turn
         did so far) when ``timeout`` seconds pass first; the turn goes on (``cancel()``).
