@@ -15,7 +15,9 @@ import pytest
 
 from agenthold import (
     Agent,
+    AgentEvent,
     Approval,
+    ApprovalEvent,
     AsyncClient,
     Client,
     Conflict,
@@ -27,6 +29,8 @@ from agenthold import (
     PermissionResolvedEvent,
     PromptEvent,
     Session,
+    SessionDeletedEvent,
+    SessionEvent,
     TurnEvent,
     TurnTimeout,
     UpdateEvent,
@@ -295,6 +299,29 @@ def test_a_prompt_wakes_a_sleeping_agent_and_the_conversation_is_restored(
         assert forgetful.refresh().info.restore == "new"
     finally:
         a.destroy()
+
+
+def test_the_server_event_stream_tells_of_sessions_and_approvals(
+    hclient: Client, hagent: Agent
+) -> None:
+    with hclient.events(read_timeout=60) as events:
+        it = iter(events)
+        assert isinstance(next(it), AgentEvent)  # the snapshot: open and subscribed
+        s = hagent.sessions.create(title="watched")
+        r = s.prompt("tool", on_permission=lambda a: a.option_for("allow_once"))
+        s.delete()
+        states, approvals = [], []
+        for event in it:
+            if isinstance(event, SessionEvent) and event.id == s.id:
+                states.append((event.session.state, event.session.turns))
+            elif isinstance(event, ApprovalEvent) and event.approval.session_id == s.id:
+                approvals.append((event.approval.state, event.approval.option_id))
+            elif isinstance(event, SessionDeletedEvent) and event.id == s.id:
+                assert event.agent_id == hagent.id
+                break
+    assert r.ok
+    assert states[0] == ("idle", 0) and ("running", 1) in states and states[-1] == ("idle", 1)
+    assert approvals == [("pending", None), ("resolved", "a2")]
 
 
 # --- async --------------------------------------------------------------------------------
