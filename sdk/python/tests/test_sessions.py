@@ -31,6 +31,7 @@ from agenthold import (
     Session,
     SessionDeletedEvent,
     SessionEvent,
+    TooLarge,
     TurnEvent,
     TurnTimeout,
     UpdateEvent,
@@ -197,6 +198,16 @@ def test_answering_through_the_approvals_queue(hclient: Client, session: Session
     assert a.decided_by == "admin"
     with pytest.raises(NotFound):
         hclient.approvals.answer(NO_SUCH_APPROVAL, "a2")
+
+
+def test_a_prompt_over_a_mib_is_too_large_and_unknown_ids_are_not_found(
+    hagent: Agent, session: Session
+) -> None:
+    with pytest.raises(TooLarge):
+        session.prompt("x" * (1024 * 1024 + 1))
+    with pytest.raises(NotFound):
+        hagent.sessions.get("zzzzzzzzzzzz")
+    assert session.prompt("still fine").ok
 
 
 def test_cancel_during_a_turn(session: Session) -> None:
