@@ -524,7 +524,8 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /** One approval. */
+        get: operations["getApproval"];
         put?: never;
         /** Answers an approval with one of its options, by id. The first answer wins. */
         post: operations["answerApproval"];
@@ -1235,6 +1236,12 @@ export interface components {
             /** @description The harness (a key of the config's `harnesses`). */
             harness: string;
             id: string;
+            /**
+             * Format: int64
+             * @description The sequence number of the transcript's last event (0 for none): follow
+             *     `…/events?after=lastSeq` to see only what comes next.
+             */
+            lastSeq: number;
             /**
              * @description The background process running the harness (its stderr is the harness's log:
              *     `GET …/processes/{processId}/output`); null until it first started.
@@ -4391,6 +4398,63 @@ export interface operations {
             };
             /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    getApproval: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The approval's id */
+                aid: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Approval"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -24,6 +24,7 @@ READ: list[tuple[type[Any], Any]] = [
     (models.Preset, _wire.PresetInfo),
     (models.Health, _wire.Health),
     (models.Limits, _wire.Limits),
+    (models.HarnessInfo, _wire.HarnessInfo),
     (models.CommandResult, _wire.ExecResult),
     (models.Process, _wire.Process),
     (models.DirEntry, _wire.DirEntry),

@@ -202,7 +202,7 @@ class FakeSessions:
             ]
             return httpx.Response(200, json=approval("resolved", optionId=option))
         if path.endswith("/sessions/s1"):
-            return httpx.Response(200, json=SESSION)
+            return httpx.Response(200, json={**SESSION, "lastSeq": len(self.events)})
         return httpx.Response(404, json={"error": {"code": "not_found", "message": path}})
 
     def sse_requests(self) -> list[tuple[str | None, str | None]]:

@@ -39,7 +39,7 @@ use crate::config::Config;
         session::sign_in, session::status, session::sign_out, admin::reload,
         agent_sessions::create, agent_sessions::list, agent_sessions::get, agent_sessions::update,
         agent_sessions::delete, agent_sessions::prompt, agent_sessions::cancel, agent_sessions::events,
-        approvals::list, approvals::answer,
+        approvals::list, approvals::get, approvals::answer,
     ),
     components(schemas(
         types::Agent, types::AgentState, types::CreateAgent, types::UpdateAgent,

@@ -79,6 +79,9 @@ pub struct Session {
     pub updated_at: String,
     /// Turns started so far (the number of the last one).
     pub turns: u64,
+    /// The sequence number of the transcript's last event (0 for none): follow
+    /// `…/events?after=lastSeq` to see only what comes next.
+    pub last_seq: u64,
 }
 
 /// `POST …/sessions/{sid}/prompt`: either `prompt` (ACP content blocks) or `text`.
@@ -276,6 +279,7 @@ impl From<record::SessionRecord> for Session {
             created_at: s.created_at,
             updated_at: s.updated_at,
             turns: s.turns,
+            last_seq: s.last_seq,
         }
     }
 }

@@ -257,6 +257,15 @@ Gap = TypedDict(
 )
 
 
+class HarnessInfo(TypedDict):
+    """
+    A harness sessions can run.
+    """
+
+    description: NotRequired[str | None]
+    name: str
+
+
 class Health(TypedDict):
     """
     `GET /api/v1/health`.
@@ -278,12 +287,20 @@ class Limits(TypedDict):
     """
     The home size of an agent that asks for none; null when such agents get no limit.
     """
+    defaultHarness: NotRequired[str | None]
+    """
+    The harness of a session whose agent's preset names none (`sandbox.default_harness`).
+    """
     defaultIdleMinutes: int
     defaultImage: str
     defaultMemoryMb: int
     execDefaultTimeoutMs: int
     execMaxTimeoutMs: int
     execOutputCapKb: int
+    harnesses: list[HarnessInfo]
+    """
+    The harnesses sessions can run (the config's `harnesses`), sorted by name.
+    """
     maxCpus: float
     maxDiskMb: NotRequired[int | None]
     """
@@ -350,6 +367,11 @@ class PresetInfo(TypedDict):
     """
     egress: NotRequired[EgressRules | None]
     env: dict[str, str]
+    harness: NotRequired[str | None]
+    """
+    The harness new sessions of its agents run; null: the server's default
+    (`defaultHarness` in `/limits`).
+    """
     idleMinutes: int
     image: str
     memoryMb: int
@@ -549,7 +571,7 @@ class TranscriptEvent(TypedDict):
     """
     RFC 3339.
     """
-    data: dict[str, Any]
+    data: Any
     event: SessionEventKind
     seq: int
     """
@@ -638,7 +660,7 @@ class Approval(TypedDict):
     outcome: NotRequired[ApprovalOutcome | None]
     sessionId: str
     state: ApprovalState
-    toolCall: dict[str, Any]
+    toolCall: Any
     """
     The ACP tool call the permission is for, verbatim.
     """
@@ -833,6 +855,11 @@ class Session(TypedDict):
     The harness (a key of the config's `harnesses`).
     """
     id: str
+    lastSeq: int
+    """
+    The sequence number of the transcript's last event (0 for none): follow
+    `…/events?after=lastSeq` to see only what comes next.
+    """
     processId: NotRequired[str | None]
     """
     The background process running the harness (its stderr is the harness's log:

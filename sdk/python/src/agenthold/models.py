@@ -137,6 +137,8 @@ class Preset:
     runtime: str | None
     #: The preset a create that names none gets.
     default: bool
+    #: The harness its agents' new sessions run (``None``: the server's default).
+    harness: str | None = None
 
     @classmethod
     def from_json(cls, d: Any) -> Preset:
@@ -193,6 +195,18 @@ class Health:
 
 
 @dataclass(frozen=True)
+class HarnessInfo:
+    """A harness (a coding agent speaking ACP) that sessions can run."""
+
+    name: str
+    description: str | None = None
+
+    @classmethod
+    def from_json(cls, d: Any) -> HarnessInfo:
+        return decode(cls, d)
+
+
+@dataclass(frozen=True)
 class Limits:
     """``GET /api/v1/limits``: what the server allows, to check input before sending it."""
 
@@ -213,6 +227,10 @@ class Limits:
     exec_max_timeout_ms: int
     #: The container runtimes an agent may ask for, the default first.
     runtimes: tuple[str, ...] = ()
+    #: The harnesses sessions can run.
+    harnesses: tuple[HarnessInfo, ...] = ()
+    #: The harness of a session whose agent's preset names none.
+    default_harness: str | None = None
 
     @classmethod
     def from_json(cls, d: Any) -> Limits:
@@ -390,6 +408,8 @@ class SessionInfo:
     updated_at: datetime | None = None
     #: Turns started so far (the number of the last one).
     turns: int = 0
+    #: The sequence number of the transcript's last event (0 for none).
+    last_seq: int = 0
 
     @property
     def running(self) -> bool:

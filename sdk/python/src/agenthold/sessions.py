@@ -119,9 +119,14 @@ def _page_params(after: int, limit: int) -> dict[str, str]:
     return {"format": "json", "after": str(after), "limit": str(limit)}
 
 
-def _last_seq(page: Any, after: int) -> int:
-    seqs = [read(int, x.get("seq")) for x in page if isinstance(x, dict)] if page else []
-    return max([after, *seqs])
+def _session_path(events_path: str) -> str:
+    return events_path.removesuffix("/events")
+
+
+def _last_seq_of(info: Any, seen: int) -> int:
+    """The session's ``lastSeq`` (its transcript's last event), or ``seen`` if later."""
+    last = info.get("lastSeq") if isinstance(info, dict) else None
+    return max(seen, read(int, last)) if last is not None else seen
 
 
 def _silent(e: NetworkError) -> bool:
@@ -411,12 +416,10 @@ class Session(_SessionBase):
         raise turn.timed_out(timeout)
 
     def _catch_up(self) -> int:
-        """The seq of the transcript's last event (read from the last one this handle saw)."""
-        while True:
-            page = self._t.json("GET", self._events_path, params=_page_params(self._seen, PAGE))
-            self._seen = _last_seq(page, self._seen)
-            if not isinstance(page, list) or len(page) < PAGE:
-                return self._seen
+        """The seq of the transcript's last event, as the session says (``lastSeq``)."""
+        info = self._t.json("GET", _session_path(self._events_path))
+        self._seen = _last_seq_of(info, self._seen)
+        return self._seen
 
     def events(self, after: int = 0, read_timeout: float | None = SSE_READ) -> SessionEventStream:
         """The session's events after seq ``after`` (0: from the start), then live, as they
@@ -499,13 +502,9 @@ class AsyncSession(_SessionBase):
         raise turn.timed_out(timeout)
 
     async def _catch_up(self) -> int:
-        while True:
-            page = await self._t.json(
-                "GET", self._events_path, params=_page_params(self._seen, PAGE)
-            )
-            self._seen = _last_seq(page, self._seen)
-            if not isinstance(page, list) or len(page) < PAGE:
-                return self._seen
+        info = await self._t.json("GET", _session_path(self._events_path))
+        self._seen = _last_seq_of(info, self._seen)
+        return self._seen
 
     def events(
         self, after: int = 0, read_timeout: float | None = SSE_READ
