@@ -681,10 +681,18 @@ async fn a_transcript_over_its_limit_drops_its_oldest_events_with_a_gap_notice()
     .await;
     let id = s.running_agent("talkative").await;
     let chat = Chat::open(&s, &id, json!({})).await;
-    // About 3 MB of updates: at least two trims.
-    let events = chat.ask("flood 40000").await;
-    assert_eq!(Chat::stop_reason(&events), "end_turn");
-    let all = chat.events(0).await;
+    // About 4 MB of updates: several trims, the turn's own start among what goes.
+    chat.prompt("flood 40000").await;
+    let all = crate::common::wait_for_value("the turn ends", || async {
+        let all = chat.events(0).await;
+        let ended = all
+            .iter()
+            .any(|(_, e, d)| e == "turn" && d["state"] == "ended");
+        ended.then_some(all)
+    })
+    .await;
+    let (_, _, last) = all.last().expect("events");
+    assert_eq!(last["stopReason"], "end_turn");
     let first = all.first().expect("events").0;
     assert!(first > 1, "the oldest events were dropped");
     let gap = all
