@@ -25,6 +25,8 @@ const REDRAW_LAST_LINE: &str = "\x1b[1A\r\x1b[2K";
 struct Tool {
     title: String,
     status: String,
+    /// The first line of a finished call's text content.
+    outcome: Option<String>,
 }
 
 pub struct View {
@@ -91,6 +93,7 @@ impl View {
                 let tool = Tool {
                     title: str_field(update, "title").unwrap_or_else(|| "a tool call".into()),
                     status: str_field(update, "status").unwrap_or_else(|| "pending".into()),
+                    outcome: None,
                 };
                 self.tools.insert(id.clone(), tool);
                 self.tool_line(&id)
@@ -99,7 +102,7 @@ impl View {
                 let id = str_field(update, "toolCallId").unwrap_or_default();
                 let tool = self.tools.entry(id.clone()).or_insert_with(|| Tool {
                     title: id.clone(),
-                    status: String::new(),
+                    ..Tool::default()
                 });
                 if let Some(title) = str_field(update, "title") {
                     tool.title = title;
@@ -107,6 +110,11 @@ impl View {
                 match str_field(update, "status") {
                     Some(status) if status != tool.status => {
                         tool.status = status;
+                        // A finished call's first text says what came of it.
+                        tool.outcome = match tool.status.as_str() {
+                            "completed" | "failed" => first_text(update.get("content")),
+                            _ => None,
+                        };
                         self.tool_line(&id)
                     }
                     // Content or title only: the line says what matters, the status.
@@ -310,7 +318,12 @@ impl View {
         let Some(tool) = self.tools.get(id) else {
             return Ok(());
         };
-        let text = format!("[tool] {}: {}", tool.title, tool.status);
+        let mut text = format!("[tool] {}: {}", tool.title, tool.status);
+        if let Some(outcome) = &tool.outcome {
+            text.push_str(" (");
+            text.push_str(outcome);
+            text.push(')');
+        }
         self.end_err_line()?;
         self.end_out_line_on_terminal()?;
         if self.err_tty && self.last_tool.as_deref() == Some(id) {
@@ -384,6 +397,25 @@ pub fn block_text(block: &Value) -> String {
         Some(other) => format!("[{other}]"),
         None => String::new(),
     }
+}
+
+/// Longest outcome shown on a tool call's status line.
+const OUTCOME_CHARS: usize = 100;
+
+/// The first line of the first text in a tool call's `content` (ACP `ToolCallContent`s:
+/// `{"type": "content", "content": ContentBlock}`, diffs, terminals), cut to a status line's
+/// length.
+fn first_text(content: Option<&Value>) -> Option<String> {
+    let text = content?.as_array()?.iter().find_map(|c| {
+        let block = c.get("content")?;
+        (block.get("type")?.as_str()? == "text").then(|| block_text(block))
+    })?;
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty())?;
+    let mut cut: String = line.chars().take(OUTCOME_CHARS).collect();
+    if line.chars().count() > OUTCOME_CHARS {
+        cut.push('\u{2026}');
+    }
+    Some(cut)
 }
 
 /// The `title` of an ACP tool call (or tool call update), when it has one.
@@ -470,7 +502,9 @@ mod tests {
         ok(v.update(
             &json!({"sessionUpdate": "tool_call_update", "toolCallId": "t1", "content": []}),
         ));
-        ok(v.update(&json!({"sessionUpdate": "tool_call_update", "toolCallId": "t1", "status": "completed"})));
+        ok(v.update(&json!({"sessionUpdate": "tool_call_update", "toolCallId": "t1", "status": "completed",
+            "content": [{"type": "diff", "path": "/a", "newText": "x"},
+                        {"type": "content", "content": {"type": "text", "text": "\n wrote 3 lines \nmore"}}]})));
         ok(v.update(&json!({"sessionUpdate": "plan", "entries": [
             {"content": "a", "status": "completed", "priority": "high"},
             {"content": "b", "status": "pending", "priority": "low"}]})));
@@ -485,7 +519,7 @@ mod tests {
         assert_eq!(
             err.text(),
             "[thought] pondering\n[thought] more\n[tool] Edit a.txt: pending\n\
-             [tool] Edit a.txt: completed\n[plan]\n  [x] a\n  [ ] b\n"
+             [tool] Edit a.txt: completed (wrote 3 lines)\n[plan]\n  [x] a\n  [ ] b\n"
         );
     }
 

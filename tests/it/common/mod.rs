@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 pub use client::Client;
 pub use share::{exclusive, free_port, Shared};
 
+pub mod acp;
 pub mod client;
 pub mod docker;
 pub mod engine;
