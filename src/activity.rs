@@ -15,6 +15,8 @@ struct Entry {
     last: DateTime<Utc>,
     terminals: usize,
     execs: usize,
+    /// Turns running in the agent's sessions.
+    turns: usize,
     cpu: Option<(u64, DateTime<Utc>)>,
     /// sandboxd's last report said a process started with `keepAwake` runs.
     kept_awake: bool,
@@ -26,6 +28,7 @@ impl Entry {
             last: now,
             terminals: 0,
             execs: 0,
+            turns: 0,
             cpu: None,
             kept_awake: false,
         }
@@ -41,8 +44,8 @@ pub struct ActivityTracker {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ActivityView {
     pub last_activity_at: DateTime<Utc>,
-    /// A terminal is open, a command runs, or a background process that keeps its agent awake
-    /// runs: the agent is in use whatever the clock says.
+    /// A terminal is open, a command or a session's turn runs, or a background process that
+    /// keeps its agent awake runs: the agent is in use whatever the clock says.
     pub busy: bool,
 }
 
@@ -50,6 +53,8 @@ pub struct ActivityView {
 pub enum Use {
     Terminal,
     Exec,
+    /// A turn of an agent session: the agent is in use however quiet its CPU.
+    Turn,
 }
 
 impl ActivityTracker {
@@ -74,6 +79,7 @@ impl ActivityTracker {
             match kind {
                 Use::Terminal => e.terminals += 1,
                 Use::Exec => e.execs += 1,
+                Use::Turn => e.turns += 1,
             }
         });
         UseGuard {
@@ -129,7 +135,7 @@ impl ActivityTracker {
     pub fn view(&self, id: &str) -> ActivityView {
         self.with(id, |e| ActivityView {
             last_activity_at: e.last,
-            busy: e.terminals > 0 || e.execs > 0 || e.kept_awake,
+            busy: e.terminals > 0 || e.execs > 0 || e.turns > 0 || e.kept_awake,
         })
     }
 
@@ -154,6 +160,7 @@ impl Drop for UseGuard {
             match kind {
                 Use::Terminal => e.terminals = e.terminals.saturating_sub(1),
                 Use::Exec => e.execs = e.execs.saturating_sub(1),
+                Use::Turn => e.turns = e.turns.saturating_sub(1),
             }
         });
     }

@@ -25,6 +25,15 @@ pub enum AgentEvent {
     },
     /// The egress proxy decided on a destination, or an allowed connection closed.
     Egress(Box<crate::egress::EgressEvent>),
+    /// A session was created or changed (a turn started or ended, a rename).
+    Session(Box<crate::model::sessions::SessionRecord>),
+    /// A session was deleted.
+    SessionDeleted {
+        id: String,
+        agent_id: String,
+    },
+    /// An approval was asked for or resolved.
+    Approval(Box<crate::model::sessions::ApprovalRecord>),
     /// A background process of agent `id` started or ended.
     Process {
         id: String,

@@ -207,10 +207,12 @@ impl Server {
             [api_addr.port(), tunnel_addr.port(), egress_addr.port()],
             egress_connections.clone(),
         );
+        let sessions = crate::sessions::Sessions::new(store.clone(), lifecycle.clone());
         let state = AppState {
             lc: lifecycle.clone(),
             auth: Arc::new(auth),
             reloader,
+            sessions,
         };
         Ok(Server {
             api_addr,
@@ -278,6 +280,13 @@ impl Server {
             lc.clone(),
         ));
         let sleeper_task = tokio::spawn(crate::lifecycle::sleeper::run(lc.clone()));
+        // After reconcile: the turns the last server left running are carried on once their
+        // sandboxes reconnect.
+        self.state
+            .sessions
+            .recover()
+            .await
+            .context("carrying on the sessions' turns at startup")?;
         if let Some(token) = &self.new_admin_token {
             // Kept only now that everything has started: a start that failed before this spent
             // no token, and the next one makes and shows one.

@@ -33,6 +33,8 @@ pub struct Preset {
     /// The OCI runtime of agents made from it; checked at each create against the runtimes the
     /// server allows then (`/limits`'s `runtimes`), as a request's own would be.
     pub runtime: Option<String>,
+    /// The harness (a key of `harnesses`) new sessions of its agents run by default.
+    pub harness: Option<String>,
 }
 
 /// A preset with the server's defaults filled in: what an agent made from it gets. The API

@@ -11,6 +11,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
 use tokio::sync::broadcast::error::RecvError;
 
+use super::types::conversation::{Approval, Session};
 use super::types::process::ProcessEvent;
 use super::types::{Agent, EgressEvent, PullProgress};
 use super::AppState;
@@ -44,7 +45,7 @@ fn pull_event(id: &str, progress: model::PullProgress) -> Event {
 
 /// A stream of agent changes.
 #[utoipa::path(get, path = "/api/v1/events", tag = "agents", operation_id = "events",
-    responses((status = 200, content_type = "text/event-stream", description = "`agent` events carry an Agent; `deleted` events carry {\"id\"}; `pull` events carry {\"id\"} and a PullProgress; `egress` events carry an EgressEvent; `process` events carry a ProcessEvent when a background process starts or ends")))]
+    responses((status = 200, content_type = "text/event-stream", description = "`agent` events carry an Agent; `deleted` events carry {\"id\"}; `pull` events carry {\"id\"} and a PullProgress; `egress` events carry an EgressEvent; `process` events carry a ProcessEvent when a background process starts or ends; `session` events carry a Session when one is created or changes, `session_deleted` events {\"id\", \"agentId\", \"deleted\": true}; `approval` events carry an Approval when one is asked for or resolved")))]
 pub async fn events(
     State(st): State<AppState>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
@@ -78,6 +79,17 @@ pub async fn events(
                     .event("process")
                     .json_data(ProcessEvent { id, process: (*process).into() })
                     .unwrap_or_else(|_| Event::default().comment("unencodable process event"))),
+                Ok(AgentEvent::Session(s)) => yield Ok(Event::default()
+                    .event("session")
+                    .json_data(Session::from(*s))
+                    .unwrap_or_else(|_| Event::default().comment("unencodable session"))),
+                Ok(AgentEvent::SessionDeleted { id, agent_id }) => yield Ok(Event::default()
+                    .event("session_deleted")
+                    .data(serde_json::json!({"id": id, "agentId": agent_id, "deleted": true}).to_string())),
+                Ok(AgentEvent::Approval(a)) => yield Ok(Event::default()
+                    .event("approval")
+                    .json_data(Approval::from(*a))
+                    .unwrap_or_else(|_| Event::default().comment("unencodable approval"))),
                 Err(RecvError::Lagged(_)) => snapshot = true,
                 Err(RecvError::Closed) => break,
             }

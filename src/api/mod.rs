@@ -1,7 +1,9 @@
 //! The HTTP API v1 (see docs/api.md), the web UI and the OpenAPI description, on `server.listen`.
 
 pub mod admin;
+pub mod agent_sessions;
 pub mod agents;
+pub mod approvals;
 pub mod auth;
 pub mod download;
 pub mod error;
@@ -30,6 +32,7 @@ use tower_http::set_header::SetResponseHeaderLayer;
 use crate::config::reload::Reloader;
 use crate::config::Config;
 use crate::lifecycle::Lifecycle;
+use crate::sessions::Sessions;
 pub use openapi::ApiDoc;
 
 /// Largest JSON body (an exec's stdin is the big one). File uploads stream and have their own
@@ -41,6 +44,7 @@ pub struct AppState {
     pub lc: Arc<Lifecycle>,
     pub auth: Arc<auth::Auth>,
     pub reloader: Arc<Reloader>,
+    pub sessions: Arc<Sessions>,
 }
 
 impl AppState {
@@ -104,6 +108,30 @@ pub fn router(state: AppState) -> Router {
             post(processes::signal),
         )
         .route("/agents/{id}/processes/{pid}/wait", get(processes::wait))
+        .route(
+            "/agents/{id}/sessions",
+            get(agent_sessions::list).post(agent_sessions::create),
+        )
+        .route(
+            "/agents/{id}/sessions/{sid}",
+            get(agent_sessions::get)
+                .patch(agent_sessions::update)
+                .delete(agent_sessions::delete),
+        )
+        .route(
+            "/agents/{id}/sessions/{sid}/prompt",
+            post(agent_sessions::prompt),
+        )
+        .route(
+            "/agents/{id}/sessions/{sid}/cancel",
+            post(agent_sessions::cancel),
+        )
+        .route(
+            "/agents/{id}/sessions/{sid}/events",
+            get(agent_sessions::events),
+        )
+        .route("/approvals", get(approvals::list))
+        .route("/approvals/{aid}", post(approvals::answer))
         .route("/agents/{id}/terminal", get(terminal::terminal))
         .route("/agents/{id}/terminals", get(terminals::list))
         .route("/agents/{id}/terminals/{sid}", delete(terminals::kill))

@@ -27,6 +27,7 @@ pub mod reload;
 mod restart;
 mod sandbox;
 mod server;
+mod sessions;
 mod validate;
 pub use docker::{DockerConfig, HostMount};
 pub use egress::EgressConfig;
@@ -34,6 +35,7 @@ pub use origin::{is_trusted, WebOrigin};
 pub use preset::MAX_SETUP;
 pub use sandbox::{DriverKind, NofileLimit, SandboxConfig};
 pub use server::ServerConfig;
+pub use sessions::{harness_names, HarnessConfig, SessionsConfig};
 
 /// The environment variable that overrides `server.admin_token`, so the secret need not sit in a
 /// file.
@@ -53,6 +55,10 @@ pub struct Config {
     pub sandbox: SandboxConfig,
     /// Named templates for new agents, by name (DNS-safe, like agent names).
     pub presets: BTreeMap<String, Preset>,
+    /// The coding agents sessions can run (ACP over stdio), by name.
+    pub harnesses: BTreeMap<String, HarnessConfig>,
+    /// Limits of agent sessions and approvals.
+    pub sessions: SessionsConfig,
 }
 
 /// Why the config could not be loaded; the message says which file and key to fix.

@@ -47,6 +47,10 @@ pub struct SandboxConfig {
     /// `default_*` settings below apply.
     #[serde(deserialize_with = "de_opt_string")]
     pub default_preset: Option<String>,
+    /// The harness of new sessions whose agent's preset names none; `None` (written `""`):
+    /// sessions must name one.
+    #[serde(deserialize_with = "de_opt_string")]
+    pub default_harness: Option<String>,
     pub default_image: String,
     pub default_cpus: f64,
     pub default_memory_mb: u64,
@@ -127,6 +131,7 @@ impl Default for SandboxConfig {
         SandboxConfig {
             driver: DriverKind::Docker,
             default_preset: None,
+            default_harness: None,
             default_image: "debian:bookworm-slim".to_string(),
             default_cpus: 2.0,
             default_memory_mb: 4096,

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{docker, egress, preset, sandbox, server, Config, ConfigError};
+use super::{docker, egress, preset, sandbox, server, sessions, Config, ConfigError};
 
 /// Fails with the offending key and what is wrong with it.
 pub(super) type Fail<'a> = dyn Fn(&str, String) -> ConfigError + 'a;
@@ -15,7 +15,8 @@ pub(super) fn validate(config: &Config, file: &str) -> Result<(), ConfigError> {
     sandbox::validate(&config.sandbox, &fail)?;
     egress::validate(&config.sandbox.egress, &config.sandbox, &fail)?;
     docker::validate(&config.sandbox.docker, &fail)?;
-    preset::validate(config, &fail)
+    preset::validate(config, &fail)?;
+    sessions::validate(config, &fail)
 }
 
 /// What fails with a key of `file`.

@@ -166,6 +166,11 @@ impl Lifecycle {
         &self.metrics
     }
 
+    /// Announces `event` to every subscriber (the sessions' changes go out this way too).
+    pub fn announce(&self, event: AgentEvent) {
+        self.hub.publish(event);
+    }
+
     /// Every agent change from now on, as published.
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<AgentEvent> {
         self.hub.subscribe()

@@ -62,6 +62,54 @@ pub(super) const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE agents ADD COLUMN runtime TEXT;
     "#,
+    // 7: agent sessions (conversations with a harness), their transcripts, and approvals;
+    // each goes with its agent. `output_offset` is how far the harness's output was read,
+    // committed with the events it gave, so a restarted server reads on from there.
+    r#"
+    CREATE TABLE sessions (
+        id             TEXT PRIMARY KEY,
+        agent_id       TEXT NOT NULL REFERENCES agents (id) ON DELETE CASCADE,
+        harness        TEXT NOT NULL,
+        title          TEXT NOT NULL,
+        cwd            TEXT NOT NULL,
+        running        INTEGER NOT NULL DEFAULT 0,
+        acp_session_id TEXT,
+        restore        TEXT,
+        process_id     TEXT,
+        created_at     TEXT NOT NULL,
+        updated_at     TEXT NOT NULL,
+        turns          INTEGER NOT NULL DEFAULT 0,
+        output_offset  INTEGER NOT NULL DEFAULT 0,
+        prompt_rpc     INTEGER,
+        next_rpc       INTEGER NOT NULL DEFAULT 1,
+        last_seq       INTEGER NOT NULL DEFAULT 0,
+        transcript_bytes INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX sessions_by_agent ON sessions (agent_id, created_at);
+    CREATE TABLE session_events (
+        session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        seq        INTEGER NOT NULL,
+        kind       TEXT NOT NULL,
+        data       TEXT NOT NULL,
+        at         TEXT NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE approvals (
+        id         TEXT PRIMARY KEY,
+        agent_id   TEXT NOT NULL REFERENCES agents (id) ON DELETE CASCADE,
+        session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        tool_call  TEXT NOT NULL,
+        options    TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        expires_at TEXT NOT NULL,
+        outcome    TEXT,
+        option_id  TEXT,
+        decided_by TEXT,
+        rpc_id     TEXT NOT NULL
+    );
+    CREATE INDEX approvals_pending ON approvals (outcome, created_at);
+    CREATE INDEX approvals_by_session ON approvals (session_id);
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -6,6 +6,7 @@
 
 mod agents;
 mod migrations;
+pub mod sessions;
 mod settings;
 mod subnets;
 pub mod tokens;

@@ -16,7 +16,10 @@ mod schemas;
 use serde_json::{json, Map, Value};
 use utoipa::OpenApi;
 
-use super::{admin, agents, events, exec, files, processes, session, terminal, terminals, types};
+use super::{
+    admin, agent_sessions, agents, approvals, events, exec, files, processes, session, terminal,
+    terminals, types,
+};
 use crate::config::Config;
 
 #[derive(OpenApi)]
@@ -34,6 +37,9 @@ use crate::config::Config;
         processes::start, processes::list, processes::get, processes::output, processes::stdin,
         processes::signal, processes::wait, processes::remove,
         session::sign_in, session::status, session::sign_out, admin::reload,
+        agent_sessions::create, agent_sessions::list, agent_sessions::get, agent_sessions::update,
+        agent_sessions::delete, agent_sessions::prompt, agent_sessions::cancel, agent_sessions::events,
+        approvals::list, approvals::answer,
     ),
     components(schemas(
         types::Agent, types::AgentState, types::CreateAgent, types::UpdateAgent,
@@ -44,6 +50,15 @@ use crate::config::Config;
         types::process::StartProcess, types::process::Process, types::process::ProcessState,
         types::process::SignalBody, types::process::StdinWritten, types::process::ProcessEvent,
         types::process::Gap, types::ConfigReload,
+        types::conversation::CreateSession, types::conversation::UpdateSession,
+        types::conversation::Session, types::conversation::SessionState, types::conversation::Restore,
+        types::conversation::PromptBody, types::conversation::PromptAccepted,
+        types::conversation::TranscriptEvent, types::conversation::SessionEventKind,
+        types::conversation::TurnEvent, types::conversation::TurnState, types::conversation::Notice,
+        types::conversation::NoticeKind, types::conversation::Approval, types::conversation::ApprovalKind,
+        types::conversation::ApprovalState, types::conversation::ApprovalOutcome,
+        types::conversation::ApprovalOption, types::conversation::AnswerApproval,
+        types::conversation::PermissionResolved,
     )),
     modifiers(&BearerAuth),
     security(("bearer" = [])),

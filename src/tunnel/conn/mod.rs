@@ -34,6 +34,7 @@ use crate::activity::ActivityTracker;
 use crate::launch::ProcessLimits;
 
 /// One agent's sandbox, as its session's link to it. Cheap to make; holds no stream itself.
+#[derive(Clone)]
 pub struct SandboxConn {
     id: String,
     link: Link,

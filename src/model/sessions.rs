@@ -1,4 +1,4 @@
-//! What the server keeps of sessions, their transcripts and approvals (the store's rows), and
+//! What the server keeps of agent sessions, their transcripts and approvals (the store's rows), and
 //! the data of the transcript events it writes. The API's types are made from these
 //! (`api::types::conversation`); a test there checks that the event data written here reads as
 //! the API documents it.

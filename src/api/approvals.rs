@@ -1,0 +1,67 @@
+//! `/api/v1/approvals…`: the queue of questions waiting for a person (see
+//! [`crate::sessions`]).
+
+use axum::extract::{Path, State};
+use axum::Json;
+use serde::Deserialize;
+use utoipa::IntoParams;
+
+use super::error::{ApiError, ApiJson, ApiQuery, ErrorBody};
+use super::types::conversation::{AnswerApproval, Approval};
+use super::AppState;
+
+/// Who answers through the API today: the admin token (or a session opened with it).
+const BY_ADMIN: &str = "admin";
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ApprovalsQuery {
+    /// `pending` or `resolved`; both by default.
+    #[serde(default)]
+    #[param(pattern = "^(pending|resolved)$")]
+    pub state: Option<String>,
+    /// Only this agent's (its id).
+    #[serde(default)]
+    pub agent: Option<String>,
+}
+
+/// Approvals, oldest first (at most the last 1000).
+#[utoipa::path(get, path = "/api/v1/approvals", tag = "approvals", operation_id = "listApprovals",
+    params(ApprovalsQuery),
+    responses((status = 200, body = [Approval])))]
+pub async fn list(
+    State(st): State<AppState>,
+    ApiQuery(q): ApiQuery<ApprovalsQuery>,
+) -> Result<Json<Vec<Approval>>, ApiError> {
+    let pending = match q.state.as_deref() {
+        None => None,
+        Some("pending") => Some(true),
+        Some("resolved") => Some(false),
+        Some(_) => {
+            return Err(ApiError::invalid_field(
+                "state",
+                "state is pending or resolved",
+            ))
+        }
+    };
+    let all = st.sessions.approvals(pending, q.agent).await?;
+    Ok(Json(all.into_iter().map(Approval::from).collect()))
+}
+
+/// Answers an approval with one of its options, by id. The first answer wins.
+#[utoipa::path(post, path = "/api/v1/approvals/{aid}", tag = "approvals", operation_id = "answerApproval",
+    request_body = AnswerApproval,
+    params(("aid" = String, Path, description = "The approval's id")),
+    responses((status = 200, body = Approval),
+        (status = 400, body = ErrorBody, description = "The option was not offered"),
+        (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "Already decided, or expired")))]
+pub async fn answer(
+    State(st): State<AppState>,
+    Path(aid): Path<String>,
+    ApiJson(body): ApiJson<AnswerApproval>,
+) -> Result<Json<Approval>, ApiError> {
+    let a = st.sessions.answer(&aid, &body.option_id, BY_ADMIN).await?;
+    Ok(Json(a.into()))
+}

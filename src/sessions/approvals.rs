@@ -1,0 +1,164 @@
+//! Deciding approvals: by an answer (by option id, never by position), by the timeout, which
+//! fails closed (the offered `reject_once`, else `cancelled`), or by a cancel. Whichever comes
+//! first wins; the store's guarded update decides which that is. The harness gets the
+//! decision through the session's runner.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_client_protocol_schema::v1::{RequestPermissionOutcome, SelectedPermissionOutcome};
+use chrono::{DateTime, Utc};
+
+use super::runner::Command;
+use super::{SessionError, Sessions};
+use crate::events::AgentEvent;
+use crate::model::sessions::{ApprovalRecord, Outcome};
+
+/// Who decided, when no person did.
+pub const BY_TIMEOUT: &str = "timeout";
+pub const BY_CANCEL: &str = "cancel";
+
+impl Sessions {
+    /// Approvals, oldest first: `pending` only, resolved only, or both; of one agent.
+    pub async fn approvals(
+        &self,
+        pending: Option<bool>,
+        agent: Option<String>,
+    ) -> Result<Vec<ApprovalRecord>, SessionError> {
+        Ok(self.store.approvals(pending, agent, None).await?)
+    }
+
+    /// Answers approval `id` with `option_id` (one it offered), on behalf of `by`.
+    pub async fn answer(
+        &self,
+        id: &str,
+        option_id: &str,
+        by: &str,
+    ) -> Result<ApprovalRecord, SessionError> {
+        let a = self.store.approval(id).await?;
+        if let Some(o) = a.outcome {
+            return Err(SessionError::Conflict(format!(
+                "approval {id} was already {}",
+                o.as_str()
+            )));
+        }
+        if !a.options.iter().any(|o| o.option_id == option_id) {
+            let offered: Vec<&str> = a.options.iter().map(|o| o.option_id.as_str()).collect();
+            return Err(SessionError::Invalid {
+                field: "optionId",
+                why: format!(
+                    "option {:?} was not offered; the options are: {}",
+                    option_id.chars().take(80).collect::<String>(),
+                    offered.join(", ")
+                ),
+            });
+        }
+        self.decide(
+            id,
+            Outcome::Selected,
+            Some(option_id.to_string()),
+            by.to_string(),
+        )
+        .await
+    }
+
+    /// Records the decision and tells the harness.
+    pub(super) async fn decide(
+        &self,
+        id: &str,
+        outcome: Outcome,
+        option_id: Option<String>,
+        by: String,
+    ) -> Result<ApprovalRecord, SessionError> {
+        let (a, seq) = self
+            .store
+            .resolve_approval(id, outcome, option_id.clone(), by, self.max_transcript())
+            .await?;
+        if let Some(t) = self
+            .timers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id)
+        {
+            t.abort();
+        }
+        self.feeds.grew(&a.session_id, seq);
+        self.lc.announce(AgentEvent::Approval(Box::new(a.clone())));
+        let answer = match option_id {
+            Some(o) => RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(o)),
+            None => RequestPermissionOutcome::Cancelled,
+        };
+        self.command(
+            &a.session_id,
+            Command::Answer {
+                rpc_id: super::rpc::id_from_value(&a.rpc_id),
+                outcome: answer,
+            },
+        );
+        Ok(a)
+    }
+
+    /// Resolves every pending approval of session `sid` `cancelled`.
+    pub(super) async fn cancel_approvals(&self, sid: &str) {
+        let pending = self
+            .store
+            .approvals(Some(true), None, Some(sid.to_string()))
+            .await
+            .unwrap_or_default();
+        for a in pending {
+            let _ = self
+                .decide(&a.id, Outcome::Cancelled, None, BY_CANCEL.to_string())
+                .await;
+        }
+    }
+
+    /// Expires `a` when its time comes, unless it was decided before.
+    pub(super) fn arm(self: &Arc<Self>, a: &ApprovalRecord) {
+        let due = DateTime::parse_from_rfc3339(&a.expires_at)
+            .map(|t| t.with_timezone(&Utc))
+            .unwrap_or_else(|_| Utc::now());
+        let wait = (due - Utc::now()).to_std().unwrap_or(Duration::ZERO);
+        // Fails closed: the offered "reject once", else a plain `cancelled`.
+        let reject = a
+            .options
+            .iter()
+            .find(|o| o.kind == "reject_once")
+            .map(|o| o.option_id.clone());
+        let me = self.clone();
+        let id = a.id.clone();
+        let task = tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            me.timers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&id);
+            let _ = me
+                .decide(&id, Outcome::Expired, reject, BY_TIMEOUT.to_string())
+                .await;
+        });
+        self.timers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(a.id.clone(), task.abort_handle());
+    }
+
+    /// At boot: pending approvals of running turns wait on; others can never be answered
+    /// (their harness is gone) and are resolved `cancelled`.
+    pub(super) async fn rearm_approvals(self: &Arc<Self>) -> Result<(), SessionError> {
+        for a in self.store.approvals(Some(true), None, None).await? {
+            let running = self
+                .store
+                .session(&a.session_id)
+                .await
+                .is_ok_and(|s| s.running);
+            if running {
+                self.arm(&a);
+            } else {
+                let _ = self
+                    .decide(&a.id, Outcome::Cancelled, None, BY_CANCEL.to_string())
+                    .await;
+            }
+        }
+        Ok(())
+    }
+}
