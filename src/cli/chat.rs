@@ -296,9 +296,15 @@ impl Chat<'_> {
                             continue;
                         }
                     };
-                    // The `permission_resolved` event that follows says how it went.
+                    // The `permission_resolved` event that follows says how it went; the
+                    // next line of stdin is not for this question any more.
                     match self.client.answer_approval(&front.id, &option_id).await {
-                        Ok(_) | Err(ClientError::Api { status: 409, .. }) => {}
+                        Ok(_) | Err(ClientError::Api { status: 409, .. }) => {
+                            questions.pop_front();
+                            if let Some(next) = questions.front().cloned() {
+                                self.ask(&next)?;
+                            }
+                        }
                         Err(e) => {
                             self.view
                                 .line(&format!("[permission] answering failed: {e}"))?;

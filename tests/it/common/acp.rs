@@ -4,8 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use agenthold::config::Config;
-use serde_json::json;
+use agenthold::config::{Config, HarnessConfig};
 
 /// The name the test servers give the test agent under `harnesses:`.
 pub const HARNESS: &str = "test";
@@ -70,13 +69,17 @@ pub async fn test_agent() -> PathBuf {
 
 /// Makes the test agent at `bin` (with `args` after it) the server's only harness, [`HARNESS`],
 /// and its default: `harnesses: {test: {command: [bin, args…]}}`, `sandbox.default_harness:
-/// test`. Written as the config file would say it, so it reads the keys docs/api.md names.
+/// test`.
 pub fn use_test_harness(c: &mut Config, bin: &Path, args: &[&str]) {
     let mut command = vec![bin.display().to_string()];
     command.extend(args.iter().map(|a| a.to_string()));
-    let mut v = serde_json::to_value(&*c).expect("the config as JSON");
-    v["harnesses"] = json!({ HARNESS: { "command": command } });
-    v["sandbox"]["default_harness"] = json!(HARNESS);
-    *c = serde_json::from_value(v)
-        .expect("the config takes `harnesses` and `sandbox.default_harness`");
+    c.harnesses = [(
+        HARNESS.to_string(),
+        HarnessConfig {
+            command,
+            ..Default::default()
+        },
+    )]
+    .into();
+    c.sandbox.default_harness = Some(HARNESS.to_string());
 }
