@@ -55,6 +55,8 @@ pub struct PresetInfo {
     pub setup: Option<String>,
     pub setup_on_rebuild: bool,
     pub runtime: Option<String>,
+    /// The harness new sessions of its agents run (null: `sandbox.default_harness`).
+    pub harness: Option<String>,
     /// Whether it is `sandbox.default_preset`, the one a create without `preset` gets.
     pub default: bool,
 }
@@ -76,6 +78,7 @@ impl Preset {
             setup: self.setup.clone(),
             setup_on_rebuild: self.setup_on_rebuild,
             runtime: self.runtime.clone(),
+            harness: self.harness.clone(),
             default: defaults.preset.as_deref() == Some(name),
         }
     }

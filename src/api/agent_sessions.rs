@@ -56,7 +56,7 @@ pub async fn list(
 }
 
 /// One session.
-#[utoipa::path(get, path = "/api/v1/agents/{id}/sessions/{sid}", tag = "sessions", operation_id = "getSession",
+#[utoipa::path(get, path = "/api/v1/agents/{id}/sessions/{sid}", tag = "sessions", operation_id = "getAgentSession",
     params(("id" = String, Path, description = "The agent's id"), ("sid" = String, Path, description = "The session's id")),
     responses((status = 200, body = Session), (status = 404, body = ErrorBody)))]
 pub async fn get(

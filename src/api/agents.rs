@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::Json;
 
 use super::error::{ApiError, ApiJson, ErrorBody};
-use super::types::{Agent, CreateAgent, Health, Limits, PresetInfo, UpdateAgent};
+use super::types::{Agent, CreateAgent, HarnessInfo, Health, Limits, PresetInfo, UpdateAgent};
 use super::AppState;
 use crate::agents::spec::{self, AgentRequest, Allowed, MAX_IDLE_MINUTES};
 use crate::config::Config;
@@ -39,6 +39,15 @@ pub async fn limits(State(st): State<AppState>) -> Json<Limits> {
         exec_default_timeout_ms: server.exec_default_timeout.as_millis() as u64,
         exec_max_timeout_ms: server.exec_max_timeout.as_millis() as u64,
         runtimes: st.lc.runtimes().allowed.clone(),
+        harnesses: config
+            .harnesses
+            .iter()
+            .map(|(name, h)| HarnessInfo {
+                name: name.clone(),
+                description: h.description.clone(),
+            })
+            .collect(),
+        default_harness: sb.default_harness.clone(),
     })
 }
 

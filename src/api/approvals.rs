@@ -49,6 +49,17 @@ pub async fn list(
     Ok(Json(all.into_iter().map(Approval::from).collect()))
 }
 
+/// One approval.
+#[utoipa::path(get, path = "/api/v1/approvals/{aid}", tag = "approvals", operation_id = "getApproval",
+    params(("aid" = String, Path, description = "The approval's id")),
+    responses((status = 200, body = Approval), (status = 404, body = ErrorBody)))]
+pub async fn get(
+    State(st): State<AppState>,
+    Path(aid): Path<String>,
+) -> Result<Json<Approval>, ApiError> {
+    Ok(Json(st.sessions.approval(&aid).await?.into()))
+}
+
 /// Answers an approval with one of its options, by id. The first answer wins.
 #[utoipa::path(post, path = "/api/v1/approvals/{aid}", tag = "approvals", operation_id = "answerApproval",
     request_body = AnswerApproval,

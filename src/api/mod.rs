@@ -131,7 +131,10 @@ pub fn router(state: AppState) -> Router {
             get(agent_sessions::events),
         )
         .route("/approvals", get(approvals::list))
-        .route("/approvals/{aid}", post(approvals::answer))
+        .route(
+            "/approvals/{aid}",
+            get(approvals::get).post(approvals::answer),
+        )
         .route("/agents/{id}/terminal", get(terminal::terminal))
         .route("/agents/{id}/terminals", get(terminals::list))
         .route("/agents/{id}/terminals/{sid}", delete(terminals::kill))

@@ -42,6 +42,10 @@ pub struct SessionsConfig {
     /// Each session's transcript at most, in MiB: older events are dropped beyond it (with a
     /// `gap` notice).
     pub transcript_max_mb: u64,
+    /// How long a harness that was just started has to answer `initialize`, and then to open
+    /// (or reopen) the session; one that does not is stopped and the turn ends `error`.
+    #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
+    pub start_timeout: Duration,
 }
 
 impl Default for SessionsConfig {
@@ -51,6 +55,7 @@ impl Default for SessionsConfig {
             max_per_agent: 32,
             update_max_kb: 1024,
             transcript_max_mb: 64,
+            start_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -130,6 +135,12 @@ pub(super) fn validate(config: &Config, fail: &Fail) -> Result<(), ConfigError> 
     if s.approval_timeout < Duration::from_secs(1) {
         return Err(fail(
             "sessions.approval_timeout",
+            "must be at least 1s".to_string(),
+        ));
+    }
+    if s.start_timeout < Duration::from_secs(1) {
+        return Err(fail(
+            "sessions.start_timeout",
             "must be at least 1s".to_string(),
         ));
     }

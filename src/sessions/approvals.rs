@@ -28,6 +28,10 @@ impl Sessions {
         Ok(self.store.approvals(pending, agent, None).await?)
     }
 
+    pub async fn approval(&self, id: &str) -> Result<ApprovalRecord, SessionError> {
+        Ok(self.store.approval(id).await?)
+    }
+
     /// Answers approval `id` with `option_id` (one it offered), on behalf of `by`.
     pub async fn answer(
         &self,

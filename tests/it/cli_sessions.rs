@@ -12,10 +12,17 @@ use tokio::process::{Child, ChildStderr, ChildStdout};
 use crate::cli::{cli, run};
 use crate::common::{acp, read_output_until, TestServer, DEADLINE};
 
-/// A server whose default harness is the test agent.
+/// A server whose one harness, `test`, is the test agent, and its default.
 async fn server() -> TestServer {
-    let bin = acp::test_agent().await;
-    TestServer::start_with(|c| acp::use_test_harness(c, &bin, &[])).await
+    let bin = tokio::task::spawn_blocking(acp::test_agent)
+        .await
+        .expect("building the test agent");
+    TestServer::start_with(|c| {
+        let harness = acp::harness(&bin.display().to_string(), &[]);
+        c.harnesses.insert("test".into(), harness);
+        c.sandbox.default_harness = Some("test".into());
+    })
+    .await
 }
 
 /// The agent's sessions, as the CLI's `--json` lists them.

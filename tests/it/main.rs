@@ -22,6 +22,7 @@ mod processes;
 mod races;
 mod reload;
 mod runtime;
+mod sessions;
 mod terminal;
 mod terminal_sessions;
 mod tunnel;

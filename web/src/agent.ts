@@ -1,10 +1,11 @@
-// One agent: header with state and actions, then Terminal, Files and Processes tabs.
+// One agent: header with state and actions, then Terminal, Files, Processes and Chat tabs.
 import { api, ApiError, errorMessage, type Agent } from './api';
 import { actions, badge, resources, statusLine } from './agentui';
 import { h, replace, setText } from './dom';
 import { filesView } from './files';
 import { linkHandler, navigate, type Page } from './nav';
 import { processesView } from './processes';
+import { chatView } from './chat';
 import { store } from './store';
 import { settingsForm } from './settings';
 import { egressCard } from './egress';
@@ -12,7 +13,7 @@ import { envCard } from './env';
 import { setupCard } from './setup';
 import { terminalView } from './terminal';
 
-type Tab = 'terminal' | 'files' | 'processes';
+type Tab = 'terminal' | 'files' | 'processes' | 'chat';
 
 export function agentPage(id: string): Page {
   let agent: Agent | null = store.agents.get(id) ?? null;
@@ -72,6 +73,7 @@ export function agentPage(id: string): Page {
   const term = terminalView(id, () => agent?.name ?? id);
   const files = filesView(id);
   const procs = processesView(id);
+  const chat = chatView(id);
 
   const tabs: Record<Tab, { button: HTMLButtonElement; panel: HTMLElement }> = {
     terminal: {
@@ -86,9 +88,14 @@ export function agentPage(id: string): Page {
       button: h('button', { type: 'button', role: 'tab', id: 'tab-processes', 'aria-controls': 'panel-processes', class: 'tab' }, 'Processes'),
       panel: h('section', { role: 'tabpanel', id: 'panel-processes', 'aria-labelledby': 'tab-processes', class: 'panel panel-processes' }, procs.el),
     },
+    chat: {
+      button: h('button', { type: 'button', role: 'tab', id: 'tab-chat', 'aria-controls': 'panel-chat', class: 'tab' }, 'Chat'),
+      panel: h('section', { role: 'tabpanel', id: 'panel-chat', 'aria-labelledby': 'tab-chat', class: 'panel panel-chat' }, chat.el),
+    },
   };
-  const tabOrder: Tab[] = ['terminal', 'files', 'processes'];
-  let active: Tab = tabOrder.find((t) => t !== 'terminal' && location.hash === `#${t}`) ?? 'terminal';
+  const tabOrder: Tab[] = ['terminal', 'files', 'processes', 'chat'];
+  // `#chat/SID` opens the Chat tab on that session.
+  let active: Tab = tabOrder.find((t) => t !== 'terminal' && (location.hash === `#${t}` || location.hash.startsWith(`#${t}/`))) ?? 'terminal';
   const select = (t: Tab, focus = false) => {
     active = t;
     for (const k of tabOrder) {
@@ -97,11 +104,15 @@ export function agentPage(id: string): Page {
       tabs[k].button.tabIndex = on ? 0 : -1;
       tabs[k].panel.hidden = !on;
     }
-    history.replaceState(null, '', t === 'terminal' ? location.pathname : `#${t}`);
+    // The Chat tab writes its own address (with the session).
+    if (t !== 'chat') history.replaceState(null, '', t === 'terminal' ? location.pathname : `#${t}`);
     if (focus) tabs[t].button.focus();
     // Listing processes wakes a sleeping agent: only while their tab is open.
     if (t === 'processes') procs.shown();
     else procs.hidden();
+    // A conversation streams only while its tab is open.
+    if (t === 'chat') chat.shown();
+    else chat.hidden();
     if (t === 'terminal') {
       term.shown();
       maybeConnect();
@@ -225,6 +236,7 @@ export function agentPage(id: string): Page {
       term.dispose();
       files.dispose();
       procs.dispose();
+      chat.dispose();
       setup.dispose();
       document.title = 'agenthold';
     },

@@ -289,6 +289,100 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/agents/{id}/sessions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The agent's sessions, oldest first. */
+        get: operations["listSessions"];
+        put?: never;
+        /** Makes a session; its harness starts with the first prompt. */
+        post: operations["createSession"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/agents/{id}/sessions/{sid}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One session. */
+        get: operations["getAgentSession"];
+        put?: never;
+        post?: never;
+        /** Deletes a session: a running turn is cancelled, the harness ended, the transcript deleted. */
+        delete: operations["deleteSession"];
+        options?: never;
+        head?: never;
+        /** Renames a session. */
+        patch: operations["updateSession"];
+        trace?: never;
+    };
+    "/api/v1/agents/{id}/sessions/{sid}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Cancels the running turn. */
+        post: operations["cancelSession"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/agents/{id}/sessions/{sid}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The session's transcript from after `after`: Server-Sent Events that go on live, or with
+         *     `format=json` the events so far as a JSON array.
+         */
+        get: operations["sessionEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/agents/{id}/sessions/{sid}/prompt": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Starts a turn: wakes a sleeping agent, starts the harness if it does not run, and sends
+         *     the prompt. The turn's events follow on `…/events`.
+         */
+        post: operations["promptSession"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/agents/{id}/setup": {
         parameters: {
             query?: never;
@@ -401,6 +495,41 @@ export interface paths {
         post?: never;
         /** Ends a terminal session: its shell gets SIGHUP (then SIGKILL); viewers get the exit. */
         delete: operations["killTerminal"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/approvals": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Approvals, oldest first (at most the last 1000). */
+        get: operations["listApprovals"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/approvals/{aid}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One approval. */
+        get: operations["getApproval"];
+        put?: never;
+        /** Answers an approval with one of its options, by id. The first answer wins. */
+        post: operations["answerApproval"];
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -572,6 +701,57 @@ export interface components {
          * @enum {string}
          */
         AgentState: "creating" | "starting" | "running" | "stopping" | "sleeping" | "rebuilding" | "destroying" | "error";
+        /** @description `POST /api/v1/approvals/{id}`. */
+        AnswerApproval: {
+            /** @description One of the approval's `options`. */
+            optionId: string;
+        };
+        /** @description A question waiting for a person (or answered). */
+        Approval: {
+            agentId: string;
+            createdAt: string;
+            /**
+             * @description Who decided: `admin` (a person or program with the admin token), `timeout`, or
+             *     `cancel`.
+             */
+            decidedBy?: string | null;
+            /** @description When it expires unanswered. */
+            expiresAt: string;
+            id: string;
+            kind: components["schemas"]["ApprovalKind"];
+            optionId?: string | null;
+            options: components["schemas"]["ApprovalOption"][];
+            outcome?: null | components["schemas"]["ApprovalOutcome"];
+            sessionId: string;
+            state: components["schemas"]["ApprovalState"];
+            /** @description The ACP tool call the permission is for, verbatim. */
+            toolCall: unknown;
+        };
+        /**
+         * @description What an approval asks about.
+         * @enum {string}
+         */
+        ApprovalKind: "permission";
+        /** @description One option of an approval, as the harness offered it. */
+        ApprovalOption: {
+            /**
+             * @description ACP's `allow_once`, `allow_always`, `reject_once`, `reject_always` (or what the harness
+             *     sent).
+             */
+            kind: string;
+            name: string;
+            optionId: string;
+        };
+        /**
+         * @description How an approval was resolved.
+         * @enum {string}
+         */
+        ApprovalOutcome: "selected" | "cancelled" | "expired";
+        /**
+         * @description Whether an approval waits for an answer.
+         * @enum {string}
+         */
+        ApprovalState: "pending" | "resolved";
         /**
          * @description `POST /api/v1/admin/reload`: what reading the config file again changed, by dotted key as
          *     the file writes them. Both lists empty: the file says what the server runs on.
@@ -657,6 +837,22 @@ export interface components {
              * @example runsc
              */
             runtime?: string | null;
+        };
+        /** @description `POST /api/v1/agents/{id}/sessions`. */
+        CreateSession: {
+            /**
+             * @description The absolute directory the harness runs in; `/home/agent` by default.
+             * @example /home/agent/project
+             */
+            cwd?: string | null;
+            /**
+             * @description A harness of the config's `harnesses`; by default the agent's preset's, else
+             *     `sandbox.default_harness`.
+             * @example claude
+             */
+            harness?: string | null;
+            /** @description At most 200 characters; "New session" by default. */
+            title?: string | null;
         };
         DirEntry: {
             /**
@@ -784,6 +980,11 @@ export interface components {
             /** Format: int64 */
             to: number;
         };
+        /** @description A harness sessions can run. */
+        HarnessInfo: {
+            description?: string | null;
+            name: string;
+        };
         /** @description `GET /api/v1/health`. */
         Health: {
             /** @default  */
@@ -805,6 +1006,8 @@ export interface components {
              * @description The home size of an agent that asks for none; null when such agents get no limit.
              */
             defaultDiskMb?: number | null;
+            /** @description The harness of a session whose agent's preset names none (`sandbox.default_harness`). */
+            defaultHarness?: string | null;
             /** Format: int32 */
             defaultIdleMinutes: number;
             defaultImage: string;
@@ -816,6 +1019,8 @@ export interface components {
             execMaxTimeoutMs: number;
             /** Format: int64 */
             execOutputCapKb: number;
+            /** @description The harnesses sessions can run (the config's `harnesses`), sorted by name. */
+            harnesses: components["schemas"]["HarnessInfo"][];
             /** Format: double */
             maxCpus: number;
             /**
@@ -853,6 +1058,24 @@ export interface components {
              */
             tmpMb?: number | null;
         };
+        /** @description A `notice` event. */
+        Notice: {
+            kind: components["schemas"]["NoticeKind"];
+            text: string;
+        };
+        /**
+         * @description What a notice is about.
+         * @enum {string}
+         */
+        NoticeKind: "waking" | "context_reset" | "harness_exited" | "gap" | "error";
+        /** @description A `permission_resolved` event. */
+        PermissionResolved: {
+            by: string;
+            /** @description The approval's id. */
+            id: string;
+            optionId?: string | null;
+            outcome: components["schemas"]["ApprovalOutcome"];
+        };
         /** @description `GET /api/v1/presets`: a preset with the server's defaults filled in. */
         PresetInfo: {
             /** Format: double */
@@ -869,6 +1092,11 @@ export interface components {
             env: {
                 [key: string]: string;
             };
+            /**
+             * @description The harness new sessions of its agents run; null: the server's default
+             *     (`defaultHarness` in `/limits`).
+             */
+            harness?: string | null;
             /** Format: int32 */
             idleMinutes: number;
             /** @example agenthold/agent:bookworm */
@@ -933,6 +1161,29 @@ export interface components {
          * @enum {string}
          */
         ProcessState: "running" | "exited" | "killed" | "lost";
+        /** @description `202` to a prompt: the turn it started. */
+        PromptAccepted: {
+            /** Format: int64 */
+            turn: number;
+        };
+        /** @description `POST …/sessions/{sid}/prompt`: either `prompt` (ACP content blocks) or `text`. */
+        PromptBody: {
+            /**
+             * @description ACP `ContentBlock`s, sent to the harness as they are.
+             * @example [
+             *       {
+             *         "type": "text",
+             *         "text": "Hello"
+             *       }
+             *     ]
+             */
+            prompt?: Record<string, never>[] | null;
+            /**
+             * @description Shorthand for one text block.
+             * @example Add a README
+             */
+            text?: string | null;
+        };
         /**
          * @description How far an image pull has got. Byte counts cover the layers whose size the registry has
          *     announced so far (Docker learns a layer's size when its download starts); a layer that was
@@ -968,6 +1219,54 @@ export interface components {
          * @enum {string}
          */
         PullStatus: "pulling" | "done" | "failed";
+        /**
+         * @description How the conversation was reopened the last time its harness started again.
+         * @enum {string}
+         */
+        Restore: "resume" | "load" | "new";
+        /** @description A conversation with a harness running in the agent's sandbox. */
+        Session: {
+            /** @description The harness's own id for the conversation; null until its first start. */
+            acpSessionId?: string | null;
+            agentId: string;
+            /** @description RFC 3339. */
+            createdAt: string;
+            /** @description The directory the harness runs in. */
+            cwd: string;
+            /** @description The harness (a key of the config's `harnesses`). */
+            harness: string;
+            id: string;
+            /**
+             * Format: int64
+             * @description The sequence number of the transcript's last event (0 for none): follow
+             *     `…/events?after=lastSeq` to see only what comes next.
+             */
+            lastSeq: number;
+            /**
+             * @description The background process running the harness (its stderr is the harness's log:
+             *     `GET …/processes/{processId}/output`); null until it first started.
+             */
+            processId?: string | null;
+            restore?: null | components["schemas"]["Restore"];
+            state: components["schemas"]["SessionState"];
+            title: string;
+            /**
+             * Format: int64
+             * @description Turns started so far (the number of the last one).
+             */
+            turns: number;
+            updatedAt: string;
+        };
+        /**
+         * @description The name of a transcript event (the SSE `event:`).
+         * @enum {string}
+         */
+        SessionEventKind: "prompt" | "update" | "turn" | "notice" | "permission" | "permission_resolved";
+        /**
+         * @description Whether a turn runs.
+         * @enum {string}
+         */
+        SessionState: "idle" | "running";
         SessionStatus: {
             authenticated: boolean;
         };
@@ -1076,6 +1375,35 @@ export interface components {
              */
             viewers: number;
         };
+        /** @description One event of a session's transcript (`GET …/events?format=json`). */
+        TranscriptEvent: {
+            /** @description RFC 3339. */
+            at: string;
+            data: unknown;
+            event: components["schemas"]["SessionEventKind"];
+            /**
+             * Format: int64
+             * @description Increases by one per event of the session, from 1; the SSE `id:`.
+             */
+            seq: number;
+        };
+        /** @description A `turn` event. */
+        TurnEvent: {
+            state: components["schemas"]["TurnState"];
+            /**
+             * @description When it ended: ACP's `end_turn`, `max_tokens`, `max_turn_requests`, `refusal`,
+             *     `cancelled`, or `error` when the harness died, could not be reached or answered with
+             *     an error (a `notice` says which).
+             */
+            stopReason?: string | null;
+            /** Format: int64 */
+            turn: number;
+        };
+        /**
+         * @description Whether a turn started or ended.
+         * @enum {string}
+         */
+        TurnState: "started" | "ended";
         /** @description `PATCH /api/v1/agents/{id}`; fields left out stay as they are. */
         UpdateAgent: {
             /**
@@ -1125,6 +1453,11 @@ export interface components {
              * @example runsc
              */
             runtime?: string | null;
+        };
+        /** @description `PATCH /api/v1/agents/{id}/sessions/{sid}`. */
+        UpdateSession: {
+            /** @description At most 200 characters. */
+            title: string;
         };
     };
     responses: never;
@@ -2991,6 +3324,581 @@ export interface operations {
             };
         };
     };
+    listSessions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Session"][];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    createSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateSession"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Session"];
+                };
+            };
+            /** @description No such harness (the message names the configured ones), or a bad cwd or title */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The agent has `sessions.max_per_agent` sessions */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The JSON body is over 16 MiB */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    getAgentSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+                /** @description The session's id */
+                sid: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Session"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    deleteSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+                /** @description The session's id */
+                sid: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    updateSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+                /** @description The session's id */
+                sid: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UpdateSession"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Session"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The JSON body is over 16 MiB */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    cancelSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+                /** @description The session's id */
+                sid: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The harness was asked to stop the turn */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No turn is running */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    sessionEvents: {
+        parameters: {
+            query?: {
+                /** @description Events after this sequence number (0: from the start). `Last-Event-ID` wins over it. */
+                after?: number;
+                /** @description `json` for the transcript as a JSON array instead of Server-Sent Events. */
+                format?: string;
+                /** @description With `format=json`: at most this many events (1 to 10000; default 1000). */
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+                /** @description The session's id */
+                sid: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description With `format=json`: the events, oldest first. Otherwise `text/event-stream`: each event's `id:` is its sequence number, its name `prompt`, `update`, `turn`, `notice`, `permission` or `permission_resolved`, its data as in the transcript */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TranscriptEvent"][];
+                };
+            };
+            /** @description The request is malformed: its JSON or query does not fit the schema */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    promptSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+                /** @description The session's id */
+                sid: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PromptBody"];
+            };
+        };
+        responses: {
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PromptAccepted"];
+                };
+            };
+            /** @description Neither or both of `prompt` and `text`, or a block that is not ACP content */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A turn is running */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The prompt is over 1 MiB as JSON */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     rerunSetup: {
         parameters: {
             query?: never;
@@ -3448,6 +4356,211 @@ export interface operations {
             };
         };
     };
+    listApprovals: {
+        parameters: {
+            query?: {
+                /** @description `pending` or `resolved`; both by default. */
+                state?: string;
+                /** @description Only this agent's (its id). */
+                agent?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Approval"][];
+                };
+            };
+            /** @description The request is malformed: its JSON or query does not fit the schema */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    getApproval: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The approval's id */
+                aid: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Approval"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    answerApproval: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The approval's id */
+                aid: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AnswerApproval"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Approval"];
+                };
+            };
+            /** @description The option was not offered */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Already decided, or expired */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The JSON body is over 16 MiB */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     events: {
         parameters: {
             query?: never;
@@ -3457,7 +4570,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description `agent` events carry an Agent; `deleted` events carry {"id"}; `pull` events carry {"id"} and a PullProgress; `egress` events carry an EgressEvent; `process` events carry a ProcessEvent when a background process starts or ends */
+            /** @description `agent` events carry an Agent; `deleted` events carry {"id"}; `pull` events carry {"id"} and a PullProgress; `egress` events carry an EgressEvent; `process` events carry a ProcessEvent when a background process starts or ends; `session` events carry a Session when one is created or changes, `session_deleted` events {"id", "agentId", "deleted": true}; `approval` events carry an Approval when one is asked for or resolved */
             200: {
                 headers: {
                     [name: string]: unknown;

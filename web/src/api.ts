@@ -36,6 +36,44 @@ export type AgentUpdate = Schemas['UpdateAgent'];
 /** `GET /api/v1/limits`: defaults and maxima, so forms can say them up front. */
 export type Limits = Schemas['Limits'];
 
+// Agent sessions (conversations with a harness over ACP) and the approval queue (docs/api.md,
+// "Agent sessions" and "Approvals").
+export type SessionState = Schemas['SessionState'];
+/** A conversation with a harness running in the agent's sandbox. */
+export type ChatSession = Schemas['Session'];
+export type NewChatSession = Schemas['CreateSession'];
+/** An ACP content block (text, image, resource_link, …), as the harness or the user sent it. */
+export type ContentBlock = { type: string; text?: string; [key: string]: unknown };
+export type ApprovalOutcome = Schemas['ApprovalOutcome'];
+export type ApprovalOption = Schemas['ApprovalOption'];
+/**
+ * A question waiting for a person (or answered): today a harness's permission request. The
+ * document types `toolCall` as any object (the ACP tool call, verbatim); these are the fields
+ * the UI reads.
+ */
+export type Approval = Omit<Schemas['Approval'], 'toolCall'> & {
+  toolCall: { toolCallId?: unknown; title?: unknown; [key: string]: unknown } | null;
+};
+/** A `permission_resolved` event. */
+export type PermissionResolved = Schemas['PermissionResolved'];
+/**
+ * One event of a session's transcript as the UI reads it: the SSE `id:`, `event:` and `data:`
+ * (`Schemas['TranscriptEvent']` with any event name, so that one newer than this UI is shown raw).
+ */
+export interface TranscriptEvent {
+  seq: number;
+  event: string;
+  data: unknown;
+}
+/**
+ * A configured harness, as far as the server tells: the contract names no route that lists them,
+ * so `/limits` may carry `harnesses` (names, or objects with a name) and `defaultHarness`.
+ */
+export interface Harness {
+  name: string;
+  description?: string;
+}
+
 /** Not in the document: the NDJSON lines are described in prose there. */
 export type OutputStream = 'stdout' | 'stderr';
 
@@ -232,6 +270,37 @@ export const api = {
   async *processOutput(id: string, pid: string, offset: number, signal: AbortSignal): AsyncGenerator<ProcessOutputLine> {
     const res = await request('GET', `${a(id)}/processes/${q(pid)}/output?offset=${offset}&follow=true`, null, false, signal);
     yield* ndjson<ProcessOutputLine>(res);
+  },
+
+  /** The agent's agent sessions (conversations with a harness), oldest first. */
+  sessions: (id: string) => getJson<ChatSession[]>(`${a(id)}/sessions`),
+  /** Creating a session does not wake the agent: the harness starts with the first prompt. */
+  createSession: (id: string, body: NewChatSession) => sendJson<ChatSession>('POST', `${a(id)}/sessions`, body),
+  renameSession: (id: string, sid: string, title: string) => sendJson<ChatSession>('PATCH', `${a(id)}/sessions/${q(sid)}`, { title }),
+  deleteSession: (id: string, sid: string) => sendJson<void>('DELETE', `${a(id)}/sessions/${q(sid)}`),
+  chatSession: (id: string, sid: string) => getJson<ChatSession>(`${a(id)}/sessions/${q(sid)}`),
+  /** `202 {turn}`; 409 while a turn runs. Wakes a sleeping agent. */
+  prompt: (id: string, sid: string, text: string) => sendJson<{ turn: number }>('POST', `${a(id)}/sessions/${q(sid)}/prompt`, { text }),
+  cancelTurn: (id: string, sid: string) => sendJson<void>('POST', `${a(id)}/sessions/${q(sid)}/cancel`),
+  /** The session's transcript as Server-Sent Events, from after `after` and then live. */
+  sessionEventsUrl: (id: string, sid: string, after: number) => `${BASE}${a(id)}/sessions/${q(sid)}/events?after=${after}`,
+
+  approvals: (state: 'pending' | 'resolved' = 'pending') => getJson<Approval[]>(`/approvals?state=${state}`),
+  /** Answer with one of the offered options, by its id; 409 when already decided or expired. */
+  answerApproval: (approvalId: string, optionId: string) => sendJson<Approval>('POST', `/approvals/${q(approvalId)}`, { optionId }),
+  /** The configured harnesses, when the server tells them (see `Harness`). */
+  async harnesses(): Promise<{ harnesses: Harness[]; defaultHarness: string | null }> {
+    const l = (await api.limits()) as (Limits & { harnesses?: unknown; defaultHarness?: unknown }) | null;
+    const list = Array.isArray(l?.harnesses) ? l.harnesses : [];
+    const harnesses: Harness[] = [];
+    for (const x of list) {
+      if (typeof x === 'string') harnesses.push({ name: x });
+      else if (x && typeof x === 'object' && typeof (x as Harness).name === 'string') {
+        const d = (x as Harness).description;
+        harnesses.push({ name: (x as Harness).name, description: typeof d === 'string' ? d : undefined });
+      }
+    }
+    return { harnesses, defaultHarness: typeof l?.defaultHarness === 'string' ? l.defaultHarness : null };
   },
 };
 

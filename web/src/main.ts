@@ -2,6 +2,7 @@ import './style.css';
 import { api, errorMessage, setUnauthorizedHandler } from './api';
 import { h, replace } from './dom';
 import { store } from './store';
+import { approvals, approvalsBadge } from './approvals';
 import { agentsPage } from './agents';
 import { agentPage } from './agent';
 import { linkHandler, setRenderer, type Page } from './nav';
@@ -31,7 +32,7 @@ function header(): HTMLElement {
   });
   const home = h('a', { href: '/', class: 'brand' }, h('span', { class: 'brand-mark', 'aria-hidden': 'true' }, '▸'), 'agenthold');
   home.addEventListener('click', linkHandler('/'));
-  return h('header', { class: 'topbar' }, home, h('div', { class: 'topbar-right' }, signOut));
+  return h('header', { class: 'topbar' }, home, h('div', { class: 'topbar-right' }, approvalsBadge().el, signOut));
 }
 
 function render(): void {
@@ -47,6 +48,7 @@ function render(): void {
 
 function showSignIn(message?: string): void {
   signedIn = false;
+  approvals.stop();
   store.stop();
   const input = h('input', {
     id: 'token',
@@ -100,6 +102,7 @@ function showSignIn(message?: string): void {
 function startApp(): void {
   signedIn = true;
   store.start();
+  approvals.start();
   render();
 }
 

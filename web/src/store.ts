@@ -6,6 +6,9 @@ const BLOCKED_KEPT = 20;
 
 type Listener = () => void;
 type ProcessListener = (e: ProcessEvent) => void;
+/** Events of the stream that the store passes on without keeping them (see `on`). */
+export type PassedEvent = 'session' | 'session_deleted' | 'approval';
+type EventListener = (data: unknown) => void;
 
 export type StreamStatus = 'connecting' | 'live' | 'reconnecting';
 
@@ -20,6 +23,7 @@ class AgentStore {
   readonly blocked = new Map<string, EgressEvent[]>();
   private listeners = new Set<Listener>();
   private processListeners = new Set<ProcessListener>();
+  private eventListeners = new Map<PassedEvent, Set<EventListener>>();
   private source: EventSource | null = null;
   private pending: Array<(m: Map<string, Agent>) => void> | null = null;
   private generation = 0;
@@ -36,6 +40,18 @@ class AgentStore {
   subscribeProcesses(fn: ProcessListener): () => void {
     this.processListeners.add(fn);
     return () => this.processListeners.delete(fn);
+  }
+
+  /**
+   * `session`, `session_deleted` and `approval` events (parsed JSON), as they come: the pages
+   * that show sessions and approvals keep them. After a drop the stream does not repeat what it
+   * missed: such a page loads its list again when `status` goes back to `live`.
+   */
+  on(name: PassedEvent, fn: EventListener): () => void {
+    const set = this.eventListeners.get(name) ?? new Set<EventListener>();
+    this.eventListeners.set(name, set);
+    set.add(fn);
+    return () => set.delete(fn);
   }
 
   private emit(): void {
@@ -174,6 +190,17 @@ class AgentStore {
       if (!e.id || !e.process?.id) return;
       for (const fn of [...this.processListeners]) fn(e);
     });
+    for (const name of ['session', 'session_deleted', 'approval'] as const) {
+      es.addEventListener(name, (ev) => {
+        let data: unknown;
+        try {
+          data = JSON.parse((ev as MessageEvent<string>).data);
+        } catch {
+          return; /* ignore a malformed event */
+        }
+        for (const fn of [...(this.eventListeners.get(name) ?? [])]) fn(data);
+      });
+    }
     es.addEventListener('deleted', (ev) => {
       try {
         const { id } = JSON.parse((ev as MessageEvent<string>).data) as { id: string };

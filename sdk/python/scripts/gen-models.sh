@@ -8,15 +8,18 @@
 #
 #   bash sdk/python/scripts/gen-models.sh [--check]
 #
-# Environment: AGENTHOLD_BIN, the binary (default target/debug/agenthold, built when missing);
-# AGENTHOLD_GEN_VENV, the virtual environment the generator is installed in (default
-# sdk/python/.venv-gen, made when missing); PYTHON, the interpreter that makes it (python3).
+# Environment: AGENTHOLD_BIN, the binary (default $CARGO_TARGET_DIR/debug/agenthold, the target
+# directory being target/ unless set; built when missing); AGENTHOLD_GEN_VENV, the virtual
+# environment the generator is installed in (default sdk/python/.venv-gen, made when missing);
+# PYTHON, the interpreter that makes it (python3).
 set -euo pipefail
 exec </dev/null
 
 SDK="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ROOT="$(cd "$SDK/../.." && pwd)"
-BIN=${AGENTHOLD_BIN:-$ROOT/target/debug/agenthold}
+TARGET=${CARGO_TARGET_DIR:-target}
+[[ $TARGET == /* ]] || TARGET=$ROOT/$TARGET
+BIN=${AGENTHOLD_BIN:-$TARGET/debug/agenthold}
 VENV=${AGENTHOLD_GEN_VENV:-$SDK/.venv-gen}
 REQUIREMENTS=$SDK/scripts/gen-models.requirements.txt
 GENERATED=$SDK/src/agenthold/_wire.py

@@ -8,12 +8,16 @@
 #
 # Needs python3 (3.10 or newer) with a working `python3 -m venv`; on Debian that is the
 # python3-venv package, which this installs when it is missing and we run as root. The server
-# binary is $AGENTHOLD_BIN, else target/debug/agenthold (built here when cargo is installed).
+# binary is $AGENTHOLD_BIN, else $CARGO_TARGET_DIR/debug/agenthold (target/ by default; built
+# here when cargo is installed). The session tests' harness, the model-free ACP test agent, is
+# $ACP_TEST_AGENT_BIN, else $CARGO_TARGET_DIR/acp-test-agent/acp-test-agent (built here by
+# scripts/build-acp-test-agent.sh when cargo is installed).
 set -euo pipefail
 exec </dev/null
 
 SDK="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ROOT="$(cd "$SDK/../.." && pwd)"
+TARGET="$(cd "$ROOT" && mkdir -p "${CARGO_TARGET_DIR:-target}" && cd "${CARGO_TARGET_DIR:-target}" && pwd)"
 PYTHON="${PYTHON:-python3}"
 VENV="${AGENTHOLD_SDK_VENV:-$SDK/.venv}"
 
@@ -62,12 +66,26 @@ if [ -n "${AGENTHOLD_BIN:-}" ]; then
     echo "using $AGENTHOLD_BIN"
 elif command -v cargo >/dev/null; then
     (cd "$ROOT" && AGENTHOLD_SKIP_WEB_BUILD=1 cargo build --bin agenthold)
-    export AGENTHOLD_BIN="$ROOT/target/debug/agenthold"
-elif [ -x "$ROOT/target/debug/agenthold" ]; then
-    echo "cargo is not installed: using the existing $ROOT/target/debug/agenthold"
-    export AGENTHOLD_BIN="$ROOT/target/debug/agenthold"
+    export AGENTHOLD_BIN="$TARGET/debug/agenthold"
+elif [ -x "$TARGET/debug/agenthold" ]; then
+    echo "cargo is not installed: using the existing $TARGET/debug/agenthold"
+    export AGENTHOLD_BIN="$TARGET/debug/agenthold"
 else
     die "no server binary: install Rust (cargo) or set AGENTHOLD_BIN"
+fi
+
+step "ACP test agent (the session tests' harness)"
+if [ -n "${ACP_TEST_AGENT_BIN:-}" ]; then
+    [ -x "$ACP_TEST_AGENT_BIN" ] || die "ACP_TEST_AGENT_BIN=$ACP_TEST_AGENT_BIN is not an executable"
+    echo "using $ACP_TEST_AGENT_BIN"
+elif command -v cargo >/dev/null; then
+    (cd "$ROOT" && bash scripts/build-acp-test-agent.sh)
+    export ACP_TEST_AGENT_BIN="$TARGET/acp-test-agent/acp-test-agent"
+elif [ -x "$TARGET/acp-test-agent/acp-test-agent" ]; then
+    export ACP_TEST_AGENT_BIN="$TARGET/acp-test-agent/acp-test-agent"
+    echo "cargo is not installed: using the existing $ACP_TEST_AGENT_BIN"
+else
+    die "no ACP test agent: install Rust (cargo) or set ACP_TEST_AGENT_BIN"
 fi
 
 cd "$SDK"

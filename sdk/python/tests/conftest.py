@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agenthold import Agent, AsyncAgent, AsyncClient, Client
+from agenthold import Agent, AsyncAgent, AsyncClient, Client, Session
 
 SDK_DIR = Path(__file__).resolve().parents[1]
 REPO_ROOT = SDK_DIR.parents[1]
@@ -44,8 +44,14 @@ def unique(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
+def target_dir() -> Path:
+    """Cargo's target directory: ``$CARGO_TARGET_DIR`` (relative to the repository), else
+    the repository's ``target``."""
+    return REPO_ROOT / os.environ.get("CARGO_TARGET_DIR", "target")
+
+
 def server_binary() -> Path:
-    path = Path(os.environ.get("AGENTHOLD_BIN") or REPO_ROOT / "target" / "debug" / "agenthold")
+    path = Path(os.environ.get("AGENTHOLD_BIN") or target_dir() / "debug" / "agenthold")
     if not path.is_file():
         pytest.exit(
             f"the agenthold server binary is missing at {path}: build it with "
@@ -54,6 +60,55 @@ def server_binary() -> Path:
             returncode=2,
         )
     return path
+
+
+def acp_test_agent_path() -> Path:
+    """Where the model-free ACP agent (acp-test-agent/) that session tests use as their
+    harness is: ``$ACP_TEST_AGENT_BIN``, else the static build of
+    ``scripts/build-acp-test-agent.sh``."""
+    given = os.environ.get("ACP_TEST_AGENT_BIN")
+    return Path(given) if given else target_dir() / "acp-test-agent" / "acp-test-agent"
+
+
+def build_acp_test_agent() -> str | None:
+    """Builds the ACP test agent when it is missing; why that failed, else ``None``."""
+    path = acp_test_agent_path()
+    if path.is_file():
+        return None
+    if os.environ.get("ACP_TEST_AGENT_BIN"):
+        return f"ACP_TEST_AGENT_BIN={path} is not a file"
+    script = REPO_ROOT / "scripts" / "build-acp-test-agent.sh"
+    print(f"\nbuilding the ACP test agent ({script})", file=sys.stderr)
+    try:
+        built = subprocess.run(
+            ["bash", str(script)],
+            cwd=REPO_ROOT,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"could not run {script}: {e}"
+    if built.returncode != 0 or not path.is_file():
+        return (
+            f"{script} failed (it needs cargo), so the session tests have no harness:\n"
+            f"{built.stdout[-2000:]}{built.stderr[-4000:]}"
+        )
+    return None
+
+
+#: Why the ACP test agent could not be had, once a session test asked for it.
+_ACP_BUILD_ERROR: list[str] = []
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Builds the ACP test agent before the tests run (a build takes minutes, longer than one
+    test may), when a collected test needs it and it is missing."""
+    if any("harness_server" in getattr(i, "fixturenames", ()) for i in session.items):
+        error = build_acp_test_agent()
+        if error:
+            _ACP_BUILD_ERROR.append(error)
 
 
 def _die_with_parent() -> None:
@@ -96,10 +151,14 @@ FAKE_SANDBOX = "  driver: fake\n  process_output_kb: 64\n"
 
 
 def _start(
-    binary: Path, root: Path, sandbox: str = FAKE_SANDBOX, tunnel_ip: str = "127.0.0.1"
+    binary: Path,
+    root: Path,
+    sandbox: str = FAKE_SANDBOX,
+    tunnel_ip: str = "127.0.0.1",
+    extra: str = "",
 ) -> Server:
     """Starts a server on free ports with ``sandbox`` (lines under ``sandbox:``, indented by
-    two spaces) in its config."""
+    two spaces) and ``extra`` (top-level sections) in its config."""
     api, tunnel = free_port(), free_port()
     token = secrets.token_hex(16)
     data = root / "data"
@@ -111,6 +170,7 @@ def _start(
         f"  egress: {{port: 0, dns_port: 0}}\n"
         f"{sandbox}"
         f"{PRESETS}"
+        f"{extra}"
     )
     log = root / "server.log"
     env = {**os.environ, "AGENTHOLD_LOG": os.environ.get("AGENTHOLD_TEST_LOG", "warn")}
@@ -142,13 +202,14 @@ def serve(
     tmp_path_factory: pytest.TempPathFactory,
     sandbox: str = FAKE_SANDBOX,
     tunnel_ip: str = "127.0.0.1",
+    extra: str = "",
 ) -> Iterator[Server]:
     """A running server for the length of a fixture; stopped (SIGTERM, then SIGKILL) after."""
     binary = server_binary()
     # Another process may take a port between our probe and the server's bind: try again.
     for attempt in range(5):
         root = tmp_path_factory.mktemp(f"server{attempt}")
-        srv = _start(binary, root, sandbox, tunnel_ip)
+        srv = _start(binary, root, sandbox, tunnel_ip, extra)
         if srv.process.poll() is None:
             break
         if "already in use" not in srv.log_tail():
@@ -167,6 +228,59 @@ def serve(
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     yield from serve(tmp_path_factory)
+
+
+def harness_config(agent_bin: Path) -> str:
+    """The ``harnesses`` of the session tests' server: the ACP test agent (the default harness,
+    by ``sandbox.default_harness``), and once more with no way to reopen a conversation."""
+    return (
+        "harnesses:\n"
+        f"  test: {{command: ['{agent_bin}'], description: the model-free ACP test agent}}\n"
+        f"  test-forgetful: {{command: ['{agent_bin}', '--restore', 'none']}}\n"
+    )
+
+
+@pytest.fixture(scope="session")
+def harness_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A fake-driver server of its own for the session tests, whose harness is the ACP test
+    agent (built before the tests when missing)."""
+    if _ACP_BUILD_ERROR:
+        pytest.fail(_ACP_BUILD_ERROR[0])
+    agent_bin = acp_test_agent_path()
+    if not agent_bin.is_file():
+        pytest.fail(build_acp_test_agent() or f"no ACP test agent at {agent_bin}")
+    sandbox = FAKE_SANDBOX + "  default_harness: test\n"
+    yield from serve(tmp_path_factory, sandbox, extra=harness_config(agent_bin.resolve()))
+
+
+@pytest.fixture(scope="session")
+def hclient(harness_server: Server) -> Iterator[Client]:
+    with Client(harness_server.url, harness_server.token) as c:
+        yield c
+
+
+@pytest.fixture
+async def haclient(harness_server: Server) -> AsyncIterator[AsyncClient]:
+    async with AsyncClient(harness_server.url, harness_server.token) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def hagent(hclient: Client) -> Iterator[Agent]:
+    """A running agent on the session tests' server, shared by the tests that only make
+    sessions on it."""
+    a = hclient.agents.create(unique("chat"), idle_minutes=0)
+    yield a
+    a.destroy()
+
+
+@pytest.fixture
+def session(hagent: Agent) -> Iterator[Session]:
+    """A session of this test's own on the shared agent (deleted after)."""
+    s = hagent.sessions.create(title="a test's")
+    yield s
+    with contextlib.suppress(Exception):
+        s.delete()
 
 
 @pytest.fixture(scope="session")
@@ -267,6 +381,14 @@ class CuttingProxy:
 def proxy(server: Server) -> Iterator[CuttingProxy]:
     port = int(server.url.rsplit(":", 1)[1])
     p = CuttingProxy(port)
+    yield p
+    p.close()
+
+
+@pytest.fixture
+def proxy_h(harness_server: Server) -> Iterator[CuttingProxy]:
+    """A :class:`CuttingProxy` in front of the session tests' server."""
+    p = CuttingProxy(int(harness_server.url.rsplit(":", 1)[1]))
     yield p
     p.close()
 

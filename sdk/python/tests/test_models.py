@@ -24,12 +24,27 @@ READ: list[tuple[type[Any], Any]] = [
     (models.Preset, _wire.PresetInfo),
     (models.Health, _wire.Health),
     (models.Limits, _wire.Limits),
+    (models.HarnessInfo, _wire.HarnessInfo),
     (models.CommandResult, _wire.ExecResult),
     (models.Process, _wire.Process),
     (models.DirEntry, _wire.DirEntry),
     (models.TerminalSession, _wire.TerminalSession),
     (models.EgressEvent, _wire.EgressEvent),
     (models.ProcessEvent, _wire.ProcessEvent),
+    (models.SessionInfo, _wire.Session),
+    (models.Approval, _wire.Approval),
+    (models.ApprovalOption, _wire.ApprovalOption),
+    # A transcript event as it stands in the JSON form, kept whole when its name is unknown.
+    (models.UnknownConversationEvent, _wire.TranscriptEvent),
+]
+
+# A session's events: each has its schema's fields (the event's data) and the transcript
+# entry's ``seq`` and ``at``. (``prompt`` and ``update`` data have no schema: an ACP object.)
+ENVELOPE = {"seq", "at"}
+EVENTS: list[tuple[type[Any], Any]] = [
+    (models.TurnEvent, _wire.TurnEvent),
+    (models.NoticeEvent, _wire.Notice),
+    (models.PermissionResolvedEvent, _wire.PermissionResolved),
 ]
 
 # The schemas no model reads, and why.
@@ -40,11 +55,16 @@ NOT_READ = {
     "ExecBody",
     "StartProcess",
     "SignalBody",
+    "CreateSession",
+    "UpdateSession",
+    "PromptBody",
+    "AnswerApproval",
     # Read where they are met: errors.error_for, and the output and stdin calls.
     "ErrorBody",
     "ErrorDetail",
     "Gap",
     "StdinWritten",
+    "PromptAccepted",
     # The web UI's sign-in, which a client with a token has no use for.
     "SignIn",
     "SessionStatus",
@@ -63,12 +83,37 @@ def test_each_model_has_the_fields_of_its_schema(model: type[Any], schema: Any) 
     assert fields == _keys(schema)
 
 
+@pytest.mark.parametrize(("model", "schema"), EVENTS, ids=[m.__name__ for m, _ in EVENTS])
+def test_each_session_event_has_the_fields_of_its_data(model: type[Any], schema: Any) -> None:
+    fields = {wire_name(f.name) for f in dataclasses.fields(model)}
+    assert _keys(_wire.TranscriptEvent) >= ENVELOPE
+    assert fields == _keys(schema) | ENVELOPE
+
+
 def test_every_schema_is_read_by_a_model_or_known_not_to_be() -> None:
     schemas = {name for name, value in vars(_wire).items() if is_typeddict(value)}
-    read = {schema.__name__ for _, schema in READ}
+    read = {schema.__name__ for _, schema in READ + EVENTS}
     assert schemas == read | NOT_READ
 
 
 def test_the_agent_states_are_the_servers() -> None:
     assert typing.get_args(models.AgentState) == typing.get_args(_wire.AgentState)
     assert set(typing.get_args(models.AgentState)) >= models.TRANSIENT_STATES
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs"),
+    [
+        (models.SessionState, _wire.SessionState),
+        (models.ApprovalState, _wire.ApprovalState),
+        (models.ApprovalOutcome, _wire.ApprovalOutcome),
+        (models.NoticeKind, _wire.NoticeKind),
+    ],
+)
+def test_the_session_words_are_the_servers(ours: Any, theirs: Any) -> None:
+    assert typing.get_args(ours) == typing.get_args(theirs)
+
+
+def test_each_session_event_name_has_its_class() -> None:
+    names = {cls.event for cls in typing.get_args(models.ConversationEvent) if "event" in vars(cls)}
+    assert names == set(typing.get_args(_wire.SessionEventKind))

@@ -79,6 +79,9 @@ pub struct Session {
     pub updated_at: String,
     /// Turns started so far (the number of the last one).
     pub turns: u64,
+    /// The sequence number of the transcript's last event (0 for none): follow
+    /// `…/events?after=lastSeq` to see only what comes next.
+    pub last_seq: u64,
 }
 
 /// `POST …/sessions/{sid}/prompt`: either `prompt` (ACP content blocks) or `text`.
@@ -125,7 +128,7 @@ pub struct TranscriptEvent {
     /// Increases by one per event of the session, from 1; the SSE `id:`.
     pub seq: u64,
     pub event: SessionEventKind,
-    #[schema(value_type = Object)]
+    #[schema(value_type = Value)]
     pub data: Value,
     /// RFC 3339.
     pub at: String,
@@ -224,7 +227,7 @@ pub struct Approval {
     pub session_id: String,
     pub kind: ApprovalKind,
     /// The ACP tool call the permission is for, verbatim.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Value)]
     pub tool_call: Value,
     pub options: Vec<ApprovalOption>,
     pub state: ApprovalState,
@@ -276,6 +279,7 @@ impl From<record::SessionRecord> for Session {
             created_at: s.created_at,
             updated_at: s.updated_at,
             turns: s.turns,
+            last_seq: s.last_seq,
         }
     }
 }

@@ -39,7 +39,7 @@ pub use exec::{ExecBody, ExecExit, ExecLine, ExecResult, OutputStream};
 pub use files::DirEntry;
 pub use preset::PresetInfo;
 pub use pull::{PullProgress, PullStatus};
-pub use server::{Health, Limits};
+pub use server::{HarnessInfo, Health, Limits};
 pub use session::{SessionStatus, SignIn};
 pub use terminal::{close, TerminalMessage};
 pub use terminals::TerminalSession;

@@ -28,6 +28,9 @@ pub struct PresetInfo {
     pub setup: Option<String>,
     pub setup_on_rebuild: bool,
     pub runtime: Option<String>,
+    /// The harness new sessions of its agents run; null: the server's default
+    /// (`defaultHarness` in `/limits`).
+    pub harness: Option<String>,
     /// Whether it is `sandbox.default_preset`, the one a create without `preset` gets.
     pub default: bool,
 }
@@ -47,6 +50,7 @@ impl From<preset::PresetInfo> for PresetInfo {
             setup: p.setup,
             setup_on_rebuild: p.setup_on_rebuild,
             runtime: p.runtime,
+            harness: p.harness,
             default: p.default,
         }
     }

@@ -43,4 +43,15 @@ pub struct Limits {
     /// The container runtimes an agent may ask for (`runtime`), the default first.
     #[schema(example = json!(["runc", "runsc"]))]
     pub runtimes: Vec<String>,
+    /// The harnesses sessions can run (the config's `harnesses`), sorted by name.
+    pub harnesses: Vec<HarnessInfo>,
+    /// The harness of a session whose agent's preset names none (`sandbox.default_harness`).
+    pub default_harness: Option<String>,
+}
+
+/// A harness sessions can run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct HarnessInfo {
+    pub name: String,
+    pub description: Option<String>,
 }

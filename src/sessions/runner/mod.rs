@@ -23,10 +23,6 @@ use super::{rpc, Sessions};
 use crate::activity::Use;
 use crate::model::sessions::{EventKind, NewEvent, NoticeKind, SessionRecord, TurnData};
 
-/// How long a harness has to answer `initialize`.
-const INITIALIZE_TIME: Duration = Duration::from_secs(30);
-/// How long a harness has to open or reopen a session.
-const OPEN_TIME: Duration = Duration::from_secs(60);
 /// How long a harness has to end a turn once it was cancelled, before it is stopped.
 const CANCEL_GRACE: Duration = Duration::from_secs(5);
 /// How long a write to the harness's stdin may wait for it to read.

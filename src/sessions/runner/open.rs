@@ -11,7 +11,7 @@ use agent_client_protocol_schema::ProtocolVersion;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::{Failed, Gone, Runner, INITIALIZE_TIME, OPEN_TIME, REATTACH_TIME};
+use super::{Failed, Gone, Runner, REATTACH_TIME};
 use crate::model::sessions::{NewEvent, NoticeKind, Restore, SessionRecord};
 use crate::model::AgentState;
 use crate::sessions::harness;
@@ -137,8 +137,8 @@ impl Runner {
             .call(
                 "initialize",
                 request,
-                INITIALIZE_TIME,
-                "The harness did not answer initialize within 30 s; it was stopped",
+                self.start_time(),
+                "The harness did not answer initialize within sessions.start_timeout; it was stopped",
             )
             .await?;
         let caps = serde_json::from_value::<InitializeResponse>(answer.clone())
@@ -175,7 +175,10 @@ impl Runner {
         };
         if can_resume {
             let request = ResumeSessionRequest::new(acp.clone(), cwd.clone());
-            match self.try_call("session/resume", request, OPEN_TIME).await {
+            match self
+                .try_call("session/resume", request, self.start_time())
+                .await
+            {
                 Ok(Ok(_)) => return self.opened(acp, Some(Restore::Resume)).await,
                 Ok(Err(e)) => {
                     tracing::info!(session = %self.sid, "session/resume refused ({}); trying session/load", e.message)
@@ -186,7 +189,9 @@ impl Runner {
         if can_load {
             let request = LoadSessionRequest::new(acp.clone(), cwd.clone());
             self.replaying = true;
-            let loaded = self.try_call("session/load", request, OPEN_TIME).await;
+            let loaded = self
+                .try_call("session/load", request, self.start_time())
+                .await;
             self.replaying = false;
             match loaded {
                 Ok(Ok(_)) => return self.opened(acp, Some(Restore::Load)).await,
@@ -209,8 +214,9 @@ impl Runner {
             .call(
                 "session/new",
                 NewSessionRequest::new(cwd.to_string()),
-                OPEN_TIME,
-                "The harness did not answer session/new within 60 s; it was stopped",
+                self.start_time(),
+                "The harness did not answer session/new within sessions.start_timeout; it was \
+                 stopped",
             )
             .await?;
         match answer.get("sessionId").and_then(Value::as_str) {
@@ -221,6 +227,10 @@ impl Runner {
             )
             .stopping()),
         }
+    }
+
+    fn start_time(&self) -> std::time::Duration {
+        self.s.lc.config().sessions.start_timeout
     }
 
     /// Records the ACP session the harness has open.

@@ -184,6 +184,22 @@ where
     panic!("{what}: not true within {DEADLINE:?}");
 }
 
+/// Polls `check` until it gives a value, failing the test after [`DEADLINE`].
+pub async fn wait_for_value<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + DEADLINE;
+    while Instant::now() < deadline {
+        if let Some(v) = check().await {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{what}: not true within {DEADLINE:?}");
+}
+
 /// Asserts an API error's status and code, returning its message.
 pub async fn expect_error(resp: reqwest::Response, status: u16, code: &str) -> String {
     assert_eq!(resp.status().as_u16(), status);

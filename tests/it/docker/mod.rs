@@ -22,4 +22,5 @@ mod redteam;
 mod repair;
 mod rootfs;
 mod runtime;
+mod sessions;
 mod terminal;

@@ -28,6 +28,7 @@ from .errors import (
     RateLimited,
     ServerError,
     TooLarge,
+    TurnTimeout,
     Unauthorized,
     Unavailable,
     WaitTimeout,
@@ -36,7 +37,11 @@ from .files import AsyncFileStream, FileStream
 from .models import (
     AgentEvent,
     AgentInfo,
+    Approval,
+    ApprovalEvent,
+    ApprovalOption,
     CommandResult,
+    ConversationEvent,
     DeletedEvent,
     DirEntry,
     EgressEvent,
@@ -44,18 +49,30 @@ from .models import (
     Event,
     Health,
     Limits,
+    NoticeEvent,
     OutputChunk,
     OutputGap,
+    PermissionEvent,
+    PermissionResolvedEvent,
     Preset,
     Process,
     ProcessEvent,
+    PromptEvent,
+    PromptResult,
     PullEvent,
     PullProgress,
+    SessionDeletedEvent,
+    SessionEvent,
+    SessionInfo,
     SetupStatus,
     TerminalSession,
+    TurnEvent,
+    UnknownConversationEvent,
     UnknownEvent,
+    UpdateEvent,
 )
 from .processes import AsyncProcessHandle, ProcessHandle
+from .sessions import AsyncSession, AsyncSessionEventStream, Session, SessionEventStream
 from .terminals import AsyncTerminal, Terminal
 
 __all__ = [
@@ -68,6 +85,10 @@ __all__ = [
     "AsyncProcessHandle",
     "Terminal",
     "AsyncTerminal",
+    "Session",
+    "AsyncSession",
+    "SessionEventStream",
+    "AsyncSessionEventStream",
     "FileStream",
     "AsyncFileStream",
     # values
@@ -84,6 +105,10 @@ __all__ = [
     "OutputGap",
     "DirEntry",
     "TerminalSession",
+    "SessionInfo",
+    "Approval",
+    "ApprovalOption",
+    "PromptResult",
     # events
     "Event",
     "AgentEvent",
@@ -91,7 +116,19 @@ __all__ = [
     "PullEvent",
     "EgressEvent",
     "ProcessEvent",
+    "SessionEvent",
+    "SessionDeletedEvent",
+    "ApprovalEvent",
     "UnknownEvent",
+    # a session's events
+    "ConversationEvent",
+    "PromptEvent",
+    "UpdateEvent",
+    "TurnEvent",
+    "NoticeEvent",
+    "PermissionEvent",
+    "PermissionResolvedEvent",
+    "UnknownConversationEvent",
     # errors
     "AgentholdError",
     "InvalidRequest",
@@ -109,4 +146,5 @@ __all__ = [
     "WaitTimeout",
     "CommandExitError",
     "CommandTimeout",
+    "TurnTimeout",
 ]

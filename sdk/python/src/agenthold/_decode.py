@@ -75,6 +75,8 @@ def _readers(cls: type[Any]) -> _Readers:
 
 def _reader(hint: Any) -> Callable[[Any], Any]:
     """How a JSON value becomes a field of type ``hint``; a value of another type is empty."""
+    if hint is Any:
+        return lambda v: v  # verbatim JSON (an ACP object the server passes on as it came)
     args = typing.get_args(hint)
     if isinstance(hint, types.UnionType) and type(None) in args:
         (inner,) = (a for a in args if a is not type(None))
@@ -83,6 +85,8 @@ def _reader(hint: Any) -> Callable[[Any], Any]:
     if origin is tuple:
         item = _reader(args[0])
         return lambda v: tuple(item(x) for x in v if _is(args[0], x)) if isinstance(v, list) else ()
+    if origin is dict and args[1] is Any:
+        return lambda v: dict(v) if isinstance(v, dict) else {}
     if origin is dict:
         return lambda v: (
             {k: x for k, x in v.items() if isinstance(k, str) and isinstance(x, str)}
@@ -116,7 +120,7 @@ def _is(hint: Any, v: Any) -> bool:
         return _is_number(v)
     if dataclasses.is_dataclass(hint):
         return isinstance(v, dict)
-    return isinstance(v, hint)
+    return isinstance(v, typing.get_origin(hint) or hint)
 
 
 def _is_number(v: Any) -> bool:

@@ -40,18 +40,23 @@ class NdjsonDecoder:
 class SseMessage:
     event: str
     data: str
+    #: The last event id the stream set (an ``id:`` field of this event or an earlier one),
+    #: as the WHATWG format has it; ``None`` before any. A session's events carry their seq.
+    id: str | None = None
 
 
 class SseDecoder:
-    """The WHATWG event-stream format: ``event:``/``data:`` fields, a blank line dispatches.
+    """The WHATWG event-stream format: ``event:``/``data:``/``id:`` fields, a blank line
+    dispatches.
 
-    Comments (the server's keep-alives) and ``id``/``retry`` fields are skipped.
+    Comments (the server's keep-alives) and ``retry`` fields are skipped.
     """
 
     def __init__(self) -> None:
         self._buf = ""
         self._event = ""
         self._data: list[str] = []
+        self._id: str | None = None
         # Holds a UTF-8 character cut between two chunks until it is whole.
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
         # A CR that ended a chunk may be the first half of a CRLF.
@@ -77,7 +82,7 @@ class SseDecoder:
             if not self._data:
                 self._event = ""
                 return None
-            msg = SseMessage(self._event or "message", "\n".join(self._data))
+            msg = SseMessage(self._event or "message", "\n".join(self._data), self._id)
             self._event, self._data = "", []
             return msg
         if line.startswith(":"):
@@ -89,4 +94,6 @@ class SseDecoder:
             self._event = value
         elif name == "data":
             self._data.append(value)
+        elif name == "id" and "\0" not in value:
+            self._id = value
         return None

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from typing_extensions import NotRequired, TypedDict
 
@@ -22,6 +22,49 @@ Where an agent's sandbox is in its life.
 """
 
 
+class AnswerApproval(TypedDict, closed=True):
+    """
+    `POST /api/v1/approvals/{id}`.
+    """
+
+    optionId: str
+    """
+    One of the approval's `options`.
+    """
+
+
+ApprovalKind: TypeAlias = Literal["permission"]
+"""
+What an approval asks about.
+"""
+
+
+class ApprovalOption(TypedDict):
+    """
+    One option of an approval, as the harness offered it.
+    """
+
+    kind: str
+    """
+    ACP's `allow_once`, `allow_always`, `reject_once`, `reject_always` (or what the harness
+    sent).
+    """
+    name: str
+    optionId: str
+
+
+ApprovalOutcome: TypeAlias = Literal["selected", "cancelled", "expired"]
+"""
+How an approval was resolved.
+"""
+
+
+ApprovalState: TypeAlias = Literal["pending", "resolved"]
+"""
+Whether an approval waits for an answer.
+"""
+
+
 class ConfigReload(TypedDict):
     """
     `POST /api/v1/admin/reload`: what reading the config file again changed, by dotted key as
@@ -37,6 +80,26 @@ class ConfigReload(TypedDict):
     """
     Keys the file changed that only a restart puts in force (listeners, `server.data_dir`,
     the driver and its settings, …); the server keeps their running values until then.
+    """
+
+
+class CreateSession(TypedDict, closed=True):
+    """
+    `POST /api/v1/agents/{id}/sessions`.
+    """
+
+    cwd: NotRequired[str | None]
+    """
+    The absolute directory the harness runs in; `/home/agent` by default.
+    """
+    harness: NotRequired[str | None]
+    """
+    A harness of the config's `harnesses`; by default the agent's preset's, else
+    `sandbox.default_harness`.
+    """
+    title: NotRequired[str | None]
+    """
+    At most 200 characters; "New session" by default.
     """
 
 
@@ -194,6 +257,15 @@ Gap = TypedDict(
 )
 
 
+class HarnessInfo(TypedDict):
+    """
+    A harness sessions can run.
+    """
+
+    description: NotRequired[str | None]
+    name: str
+
+
 class Health(TypedDict):
     """
     `GET /api/v1/health`.
@@ -215,12 +287,20 @@ class Limits(TypedDict):
     """
     The home size of an agent that asks for none; null when such agents get no limit.
     """
+    defaultHarness: NotRequired[str | None]
+    """
+    The harness of a session whose agent's preset names none (`sandbox.default_harness`).
+    """
     defaultIdleMinutes: int
     defaultImage: str
     defaultMemoryMb: int
     execDefaultTimeoutMs: int
     execMaxTimeoutMs: int
     execOutputCapKb: int
+    harnesses: list[HarnessInfo]
+    """
+    The harnesses sessions can run (the config's `harnesses`), sorted by name.
+    """
     maxCpus: float
     maxDiskMb: NotRequired[int | None]
     """
@@ -248,6 +328,28 @@ class Limits(TypedDict):
     """
 
 
+NoticeKind: TypeAlias = Literal[
+    "waking", "context_reset", "harness_exited", "gap", "error"
+]
+"""
+What a notice is about.
+"""
+
+
+class PermissionResolved(TypedDict):
+    """
+    A `permission_resolved` event.
+    """
+
+    by: str
+    id: str
+    """
+    The approval's id.
+    """
+    optionId: NotRequired[str | None]
+    outcome: ApprovalOutcome
+
+
 class PresetInfo(TypedDict):
     """
     `GET /api/v1/presets`: a preset with the server's defaults filled in.
@@ -265,6 +367,11 @@ class PresetInfo(TypedDict):
     """
     egress: NotRequired[EgressRules | None]
     env: dict[str, str]
+    harness: NotRequired[str | None]
+    """
+    The harness new sessions of its agents run; null: the server's default
+    (`defaultHarness` in `/limits`).
+    """
     idleMinutes: int
     image: str
     memoryMb: int
@@ -280,9 +387,52 @@ How a process stands.
 """
 
 
+class PromptAccepted(TypedDict):
+    """
+    `202` to a prompt: the turn it started.
+    """
+
+    turn: int
+
+
+class PromptBody(TypedDict, closed=True):
+    """
+    `POST …/sessions/{sid}/prompt`: either `prompt` (ACP content blocks) or `text`.
+    """
+
+    prompt: NotRequired[list[dict[str, Any]] | None]
+    """
+    ACP `ContentBlock`s, sent to the harness as they are.
+    """
+    text: NotRequired[str | None]
+    """
+    Shorthand for one text block.
+    """
+
+
 PullStatus: TypeAlias = Literal["pulling", "done", "failed"]
 """
 Where a pull is.
+"""
+
+
+Restore: TypeAlias = Literal["resume", "load", "new"]
+"""
+How the conversation was reopened the last time its harness started again.
+"""
+
+
+SessionEventKind: TypeAlias = Literal[
+    "prompt", "update", "turn", "notice", "permission", "permission_resolved"
+]
+"""
+The name of a transcript event (the SSE `event:`).
+"""
+
+
+SessionState: TypeAlias = Literal["idle", "running"]
+"""
+Whether a turn runs.
 """
 
 
@@ -412,6 +562,29 @@ class TerminalSession(TypedDict):
     """
 
 
+class TranscriptEvent(TypedDict):
+    """
+    One event of a session's transcript (`GET …/events?format=json`).
+    """
+
+    at: str
+    """
+    RFC 3339.
+    """
+    data: Any
+    event: SessionEventKind
+    seq: int
+    """
+    Increases by one per event of the session, from 1; the SSE `id:`.
+    """
+
+
+TurnState: TypeAlias = Literal["started", "ended"]
+"""
+Whether a turn started or ended.
+"""
+
+
 class UpdateAgent(TypedDict, closed=True):
     """
     `PATCH /api/v1/agents/{id}`; fields left out stay as they are.
@@ -450,6 +623,46 @@ class UpdateAgent(TypedDict, closed=True):
     """
     Another container runtime, one of `runtimes` in `/limits`; sets `needsRebuild` (a
     rebuild applies it, keeping the home).
+    """
+
+
+class UpdateSession(TypedDict, closed=True):
+    """
+    `PATCH /api/v1/agents/{id}/sessions/{sid}`.
+    """
+
+    title: str
+    """
+    At most 200 characters.
+    """
+
+
+class Approval(TypedDict):
+    """
+    A question waiting for a person (or answered).
+    """
+
+    agentId: str
+    createdAt: str
+    decidedBy: NotRequired[str | None]
+    """
+    Who decided: `admin` (a person or program with the admin token), `timeout`, or
+    `cancel`.
+    """
+    expiresAt: str
+    """
+    When it expires unanswered.
+    """
+    id: str
+    kind: ApprovalKind
+    optionId: NotRequired[str | None]
+    options: list[ApprovalOption]
+    outcome: NotRequired[ApprovalOutcome | None]
+    sessionId: str
+    state: ApprovalState
+    toolCall: Any
+    """
+    The ACP tool call the permission is for, verbatim.
     """
 
 
@@ -512,6 +725,15 @@ class ErrorBody(TypedDict):
     """
 
     error: ErrorDetail
+
+
+class Notice(TypedDict):
+    """
+    A `notice` event.
+    """
+
+    kind: NoticeKind
+    text: str
 
 
 class Process(TypedDict):
@@ -608,6 +830,64 @@ class PullProgress(TypedDict):
     only when the pull is done.
     """
     status: PullStatus
+
+
+class Session(TypedDict):
+    """
+    A conversation with a harness running in the agent's sandbox.
+    """
+
+    acpSessionId: NotRequired[str | None]
+    """
+    The harness's own id for the conversation; null until its first start.
+    """
+    agentId: str
+    createdAt: str
+    """
+    RFC 3339.
+    """
+    cwd: str
+    """
+    The directory the harness runs in.
+    """
+    harness: str
+    """
+    The harness (a key of the config's `harnesses`).
+    """
+    id: str
+    lastSeq: int
+    """
+    The sequence number of the transcript's last event (0 for none): follow
+    `…/events?after=lastSeq` to see only what comes next.
+    """
+    processId: NotRequired[str | None]
+    """
+    The background process running the harness (its stderr is the harness's log:
+    `GET …/processes/{processId}/output`); null until it first started.
+    """
+    restore: NotRequired[Restore | None]
+    state: SessionState
+    title: str
+    turns: int
+    """
+    Turns started so far (the number of the last one).
+    """
+    updatedAt: str
+
+
+class TurnEvent(TypedDict):
+    """
+    A `turn` event.
+    """
+
+    state: TurnState
+    stopReason: NotRequired[str | None]
+    """
+    When it ended: ACP's `end_turn`, `max_tokens`, `max_turn_requests`, `refusal`,
+    `cancelled`, or `error` when the harness died, could not be reached or answered with
+    an error (a `notice` says which).
+    """
+    turn: int
 
 
 class Agent(TypedDict):

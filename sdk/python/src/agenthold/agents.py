@@ -28,6 +28,7 @@ from .models import (
     PullProgress,
     SetupStatus,
 )
+from .sessions import AsyncSessions, Sessions
 from .terminals import AsyncTerminals, Terminals
 
 __all__ = [
@@ -183,7 +184,8 @@ class _AgentView:
 
 
 class Agent(_AgentView):
-    """One agent: its settings (as last seen), lifecycle, commands, files and terminals.
+    """One agent: its settings (as last seen), lifecycle, commands, files, terminals and
+    sessions (conversations with a harness).
 
     As a context manager it destroys the agent on leaving the block.
     """
@@ -194,6 +196,7 @@ class Agent(_AgentView):
         self.commands = Commands(transport, info.id)
         self.files = Files(transport, info.id)
         self.terminals = Terminals(transport, info.id)
+        self.sessions = Sessions(transport, info.id)
 
     def _set(self, body: Any) -> Agent:
         self.info = AgentInfo.from_json(body)
@@ -302,6 +305,7 @@ class AsyncAgent(_AgentView):
         self.commands = AsyncCommands(transport, info.id)
         self.files = AsyncFiles(transport, info.id)
         self.terminals = AsyncTerminals(transport, info.id)
+        self.sessions = AsyncSessions(transport, info.id)
 
     def _set(self, body: Any) -> AsyncAgent:
         self.info = AgentInfo.from_json(body)

@@ -12,6 +12,7 @@ import httpx
 
 from ._http import DEFAULT_TIMEOUT, AsyncTransport, SyncTransport
 from .agents import Agents, AsyncAgents, AsyncPresets, Presets
+from .approvals import Approvals, AsyncApprovals
 from .events import AsyncEventStream, EventStream
 from .models import Health, Limits
 
@@ -38,6 +39,8 @@ class Client:
         self._t = SyncTransport(url, token, timeout, http)
         self.agents = Agents(self._t)
         self.presets = Presets(self._t)
+        #: The server's queue of questions for a person (harnesses' permission requests).
+        self.approvals = Approvals(self._t)
 
     @property
     def url(self) -> str:
@@ -81,6 +84,7 @@ class AsyncClient:
         self._t = AsyncTransport(url, token, timeout, http)
         self.agents = AsyncAgents(self._t)
         self.presets = AsyncPresets(self._t)
+        self.approvals = AsyncApprovals(self._t)
 
     @property
     def url(self) -> str:

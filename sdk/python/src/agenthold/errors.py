@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .models import AgentInfo, CommandResult, Process
+    from .models import AgentInfo, CommandResult, Process, PromptResult
 
 __all__ = [
     "AgentholdError",
@@ -31,6 +31,7 @@ __all__ = [
     "WaitTimeout",
     "CommandExitError",
     "CommandTimeout",
+    "TurnTimeout",
     "error_for",
 ]
 
@@ -176,6 +177,22 @@ class CommandTimeout(AgentholdError, TimeoutError):
         super().__init__(message, code="timeout")
         self.result = result
         self.process = process
+
+
+class TurnTimeout(WaitTimeout):
+    """``session.prompt(..., timeout=)`` ran out before the turn ended. The turn goes on in
+    the server (``session.cancel()`` stops it); ``result`` is what it had done so far
+    (``stop_reason`` ``None``, its ``turn``, ``text`` and ``events``)."""
+
+    result: PromptResult
+
+    def __init__(self, message: str, result: PromptResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+    @property
+    def turn(self) -> int:
+        return self.result.turn
 
 
 _BY_CODE: dict[str, type[AgentholdError]] = {

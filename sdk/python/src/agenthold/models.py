@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Literal
 
-from ._decode import decode, read
+from ._decode import decode, parse_time, read
 
 __all__ = [
     "AgentState",
@@ -32,13 +32,32 @@ __all__ = [
     "OutputGap",
     "DirEntry",
     "TerminalSession",
+    "SessionState",
+    "SessionInfo",
+    "ApprovalState",
+    "ApprovalOutcome",
+    "ApprovalOption",
+    "Approval",
     "AgentEvent",
     "DeletedEvent",
     "PullEvent",
     "EgressEvent",
     "ProcessEvent",
+    "SessionEvent",
+    "SessionDeletedEvent",
+    "ApprovalEvent",
     "UnknownEvent",
     "Event",
+    "NoticeKind",
+    "PromptEvent",
+    "UpdateEvent",
+    "TurnEvent",
+    "NoticeEvent",
+    "PermissionEvent",
+    "PermissionResolvedEvent",
+    "UnknownConversationEvent",
+    "ConversationEvent",
+    "PromptResult",
 ]
 
 AgentState = Literal[
@@ -118,6 +137,8 @@ class Preset:
     runtime: str | None
     #: The preset a create that names none gets.
     default: bool
+    #: The harness its agents' new sessions run (``None``: the server's default).
+    harness: str | None = None
 
     @classmethod
     def from_json(cls, d: Any) -> Preset:
@@ -174,6 +195,18 @@ class Health:
 
 
 @dataclass(frozen=True)
+class HarnessInfo:
+    """A harness (a coding agent speaking ACP) that sessions can run."""
+
+    name: str
+    description: str | None = None
+
+    @classmethod
+    def from_json(cls, d: Any) -> HarnessInfo:
+        return decode(cls, d)
+
+
+@dataclass(frozen=True)
 class Limits:
     """``GET /api/v1/limits``: what the server allows, to check input before sending it."""
 
@@ -194,6 +227,10 @@ class Limits:
     exec_max_timeout_ms: int
     #: The container runtimes an agent may ask for, the default first.
     runtimes: tuple[str, ...] = ()
+    #: The harnesses sessions can run.
+    harnesses: tuple[HarnessInfo, ...] = ()
+    #: The harness of a session whose agent's preset names none.
+    default_harness: str | None = None
 
     @classmethod
     def from_json(cls, d: Any) -> Limits:
@@ -339,6 +376,110 @@ class TerminalSession:
         return decode(cls, d)
 
 
+SessionState = Literal["idle", "running"]
+ApprovalState = Literal["pending", "resolved"]
+ApprovalOutcome = Literal["selected", "cancelled", "expired"]
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """An agent session (a conversation with a harness) as the server last described it.
+
+    ``state`` is ``idle`` or ``running`` (a turn runs); ``restore`` says how the conversation
+    was reopened the last time the harness had to start again (``resume``, ``load``, or ``new``
+    when the context was reset), ``None`` until then.
+    """
+
+    id: str
+    agent_id: str = ""
+    #: The harness (a key of the server's ``harnesses``).
+    harness: str = ""
+    title: str = ""
+    #: The directory the harness runs in.
+    cwd: str = ""
+    state: str = "idle"
+    #: The harness's own id for the conversation; ``None`` until its first start.
+    acp_session_id: str | None = None
+    restore: str | None = None
+    #: The background process running the harness (its stderr is the harness's log:
+    #: ``agent.commands.get(process_id).output()``); ``None`` until it first started.
+    process_id: str | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    #: Turns started so far (the number of the last one).
+    turns: int = 0
+    #: The sequence number of the transcript's last event (0 for none).
+    last_seq: int = 0
+
+    @property
+    def running(self) -> bool:
+        return self.state == "running"
+
+    @classmethod
+    def from_json(cls, d: Any) -> SessionInfo:
+        return decode(cls, d)
+
+
+@dataclass(frozen=True)
+class ApprovalOption:
+    """One answer a harness offers. ``kind`` is ACP's ``allow_once``, ``allow_always``,
+    ``reject_once`` or ``reject_always``: choose by it or by ``option_id``, never by position."""
+
+    option_id: str
+    name: str = ""
+    kind: str = ""
+
+
+@dataclass(frozen=True)
+class Approval:
+    """A question for a person: today, a harness asking permission for a tool call.
+
+    ``state`` is ``pending`` or ``resolved``; once resolved, ``outcome`` is ``selected`` (by
+    ``decided_by`` ``admin``, an answer through the API), ``cancelled`` (the turn was
+    cancelled: ``cancel``) or ``expired`` (nobody answered in time: ``timeout``, and
+    ``option_id`` is the ``reject_once`` option chosen for it, if one was offered).
+    """
+
+    id: str
+    agent_id: str = ""
+    session_id: str = ""
+    #: ``permission``.
+    kind: str = ""
+    #: The ACP tool call the permission is for, verbatim (``title``, ``kind``, ``toolCallId``…).
+    tool_call: dict[str, Any] = field(default_factory=dict)
+    options: tuple[ApprovalOption, ...] = ()
+    state: str = "pending"
+    created_at: datetime | None = None
+    #: When it expires unanswered (and is answered with its ``reject_once`` option).
+    expires_at: datetime | None = None
+    outcome: str | None = None
+    option_id: str | None = None
+    decided_by: str | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self.state == "pending"
+
+    @property
+    def title(self) -> str:
+        """The tool call's title, for a person to read (empty when the harness gave none)."""
+        title = self.tool_call.get("title")
+        return title if isinstance(title, str) else ""
+
+    def option_for(self, *kinds: str) -> str | None:
+        """The id of an offered option of the first of ``kinds`` that one has, else ``None``:
+        ``approval.option_for("allow_once", "allow_always")``."""
+        for kind in kinds:
+            for option in self.options:
+                if option.kind == kind:
+                    return option.option_id
+        return None
+
+    @classmethod
+    def from_json(cls, d: Any) -> Approval:
+        return decode(cls, d)
+
+
 # The events of GET /api/v1/events. Each has a fixed ``kind`` (the SSE event name) except
 # UnknownEvent, which carries whatever a newer server sends so that nothing is dropped.
 
@@ -398,6 +539,39 @@ class ProcessEvent:
 
 
 @dataclass(frozen=True)
+class SessionEvent:
+    """An agent session was created or changed (a turn started or ended, a rename)."""
+
+    kind: ClassVar[str] = "session"
+    session: SessionInfo
+
+    @property
+    def id(self) -> str:
+        return self.session.id
+
+
+@dataclass(frozen=True)
+class SessionDeletedEvent:
+    """Session ``id`` of agent ``agent_id`` was deleted."""
+
+    kind: ClassVar[str] = "session_deleted"
+    id: str
+    agent_id: str = ""
+
+
+@dataclass(frozen=True)
+class ApprovalEvent:
+    """An approval was asked for, or resolved (see its ``state``)."""
+
+    kind: ClassVar[str] = "approval"
+    approval: Approval
+
+    @property
+    def id(self) -> str:
+        return self.approval.id
+
+
+@dataclass(frozen=True)
 class UnknownEvent:
     """An event this client does not know (from a newer server), passed through as it came."""
 
@@ -405,7 +579,17 @@ class UnknownEvent:
     data: Any = field(default=None)
 
 
-Event = AgentEvent | DeletedEvent | PullEvent | EgressEvent | ProcessEvent | UnknownEvent
+Event = (
+    AgentEvent
+    | DeletedEvent
+    | PullEvent
+    | EgressEvent
+    | ProcessEvent
+    | SessionEvent
+    | SessionDeletedEvent
+    | ApprovalEvent
+    | UnknownEvent
+)
 
 
 def parse_event(kind: str, data: Any) -> Event:
@@ -422,4 +606,216 @@ def parse_event(kind: str, data: Any) -> Event:
         return decode(EgressEvent, d)
     if kind == "process" and d:
         return decode(ProcessEvent, d)
+    if kind == "session" and d:
+        # The Session itself, or its deletion when it says so.
+        if d.get("deleted") is True:
+            return decode(SessionDeletedEvent, d)
+        return SessionEvent(SessionInfo.from_json(d))
+    if kind == "session_deleted" and d:
+        return decode(SessionDeletedEvent, d)
+    if kind == "approval" and d:
+        return ApprovalEvent(Approval.from_json(d))
     return UnknownEvent(kind, data)
+
+
+# The events of a session's transcript (GET …/sessions/{sid}/events). Each has the session's
+# sequence number ``seq`` (1, 2, …: the SSE id) and ``at``, the time it was recorded (only in
+# the transcript's JSON form; ``None`` as streamed). ``event`` is the event's name on the wire;
+# their payload's fields stand beside them.
+
+NoticeKind = Literal["waking", "context_reset", "harness_exited", "gap", "error"]
+#: The message kinds of ``session/update`` whose ``content`` is the text of a message.
+_CHUNKS = frozenset({"agent_message_chunk", "agent_thought_chunk", "user_message_chunk"})
+
+
+def _block_text(block: Any) -> str | None:
+    if isinstance(block, dict) and block.get("type") == "text":
+        text = block.get("text")
+        return text if isinstance(text, str) else None
+    return None
+
+
+@dataclass(frozen=True)
+class PromptEvent:
+    """The user's prompt that started ``turn``: ACP content blocks, as sent."""
+
+    event: ClassVar[str] = "prompt"
+    seq: int
+    turn: int
+    prompt: tuple[dict[str, Any], ...] = ()
+    at: datetime | None = None
+
+    @property
+    def text(self) -> str:
+        """The text blocks, joined by newlines (as a harness reads them)."""
+        return "\n".join(t for t in map(_block_text, self.prompt) if t is not None)
+
+
+@dataclass(frozen=True)
+class UpdateEvent:
+    """An ACP ``session/update``: ``update`` is its ``update`` object, verbatim, whose
+    ``sessionUpdate`` says what it is (``agent_message_chunk``, ``agent_thought_chunk``,
+    ``tool_call``, ``tool_call_update``, ``plan``, …, or a kind newer than this client)."""
+
+    event: ClassVar[str] = "update"
+    seq: int
+    update: dict[str, Any] = field(default_factory=dict)
+    at: datetime | None = None
+
+    @property
+    def session_update(self) -> str:
+        """The update's kind, ACP's ``sessionUpdate``."""
+        kind = self.update.get("sessionUpdate")
+        return kind if isinstance(kind, str) else ""
+
+    @property
+    def text(self) -> str | None:
+        """The text of a message or thought chunk; ``None`` for other updates (and for
+        chunks of images, audio, resources)."""
+        if self.session_update not in _CHUNKS:
+            return None
+        return _block_text(self.update.get("content"))
+
+    @property
+    def tool_call_id(self) -> str | None:
+        """The tool call a ``tool_call`` or ``tool_call_update`` is about."""
+        v = self.update.get("toolCallId")
+        return v if isinstance(v, str) else None
+
+    @property
+    def status(self) -> str | None:
+        """A tool call's status: ``pending``, ``in_progress``, ``completed``, ``failed``."""
+        v = self.update.get("status")
+        return v if isinstance(v, str) else None
+
+
+@dataclass(frozen=True)
+class TurnEvent:
+    """Turn ``turn`` ``started`` or ``ended``; when it ended, ``stop_reason`` is ACP's
+    ``end_turn``, ``max_tokens``, ``max_turn_requests``, ``refusal``, ``cancelled``, or
+    ``error`` (the harness died, could not be reached, or failed the prompt: a
+    :class:`NoticeEvent` before it says which)."""
+
+    event: ClassVar[str] = "turn"
+    seq: int
+    turn: int
+    state: str
+    stop_reason: str | None = None
+    at: datetime | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.state == "ended"
+
+
+@dataclass(frozen=True)
+class NoticeEvent:
+    """Something a person should know, in ``text``; ``kind`` is ``waking`` (the prompt woke
+    the agent), ``context_reset`` (the harness could not reopen the conversation),
+    ``harness_exited``, ``gap`` (older events were dropped, or harness output was lost) or
+    ``error`` (the harness misbehaved or could not start)."""
+
+    event: ClassVar[str] = "notice"
+    seq: int
+    kind: str
+    text: str = ""
+    at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class PermissionEvent:
+    """The harness asks permission for a tool call: ``approval`` waits for an answer
+    (``client.approvals.answer(approval.id, option_id)``, or ``prompt(on_permission=…)``)."""
+
+    event: ClassVar[str] = "permission"
+    seq: int
+    approval: Approval
+    at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class PermissionResolvedEvent:
+    """Approval ``id`` was resolved: ``outcome`` ``selected`` (``option_id``), ``cancelled``
+    or ``expired``; ``by`` is ``admin``, ``cancel`` or ``timeout``."""
+
+    event: ClassVar[str] = "permission_resolved"
+    seq: int
+    id: str
+    outcome: str
+    option_id: str | None = None
+    by: str = ""
+    at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class UnknownConversationEvent:
+    """A transcript event this client does not know (from a newer server), as it came."""
+
+    seq: int
+    event: str
+    data: Any = None
+    at: datetime | None = None
+
+
+ConversationEvent = (
+    PromptEvent
+    | UpdateEvent
+    | TurnEvent
+    | NoticeEvent
+    | PermissionEvent
+    | PermissionResolvedEvent
+    | UnknownConversationEvent
+)
+
+_CONVERSATION: dict[str, type[Any]] = {
+    "prompt": PromptEvent,
+    "turn": TurnEvent,
+    "notice": NoticeEvent,
+    "permission_resolved": PermissionResolvedEvent,
+}
+
+
+def parse_conversation_event(name: str, data: Any, seq: int, at: Any = None) -> ConversationEvent:
+    """The typed transcript event for an event name, its decoded JSON data, its seq and (in
+    the JSON form) its time."""
+    if not isinstance(data, dict):
+        return UnknownConversationEvent(seq, name, data, parse_time(at))
+    if name == "update":
+        return UpdateEvent(seq, dict(data), parse_time(at))
+    if name == "permission":
+        return PermissionEvent(seq, Approval.from_json(data), parse_time(at))
+    cls = _CONVERSATION.get(name)
+    if cls is None:
+        return UnknownConversationEvent(seq, name, data, parse_time(at))
+    event: ConversationEvent = decode(cls, {**data, "seq": seq, "at": at})
+    return event
+
+
+@dataclass(frozen=True)
+class PromptResult:
+    """The end of a turn that ``session.prompt`` started.
+
+    ``text`` is what the agent said: the text of the turn's ``agent_message_chunk`` updates,
+    joined. ``events`` are the turn's events, in order (what ``on_update`` was given).
+    ``stop_reason`` is the :class:`TurnEvent`'s (``end_turn``, ``cancelled``, ``error``, …);
+    it is ``None`` only in a :class:`~agenthold.errors.TurnTimeout`'s partial result.
+    """
+
+    turn: int
+    stop_reason: str | None
+    text: str = ""
+    events: tuple[ConversationEvent, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """The agent ended its turn normally (``end_turn``)."""
+        return self.stop_reason == "end_turn"
+
+    @property
+    def notices(self) -> tuple[NoticeEvent, ...]:
+        """The turn's notices: why a turn ended ``error``, that the agent was woken, …"""
+        return tuple(e for e in self.events if isinstance(e, NoticeEvent))
+
+    @property
+    def updates(self) -> tuple[UpdateEvent, ...]:
+        return tuple(e for e in self.events if isinstance(e, UpdateEvent))
