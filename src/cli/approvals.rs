@@ -7,6 +7,7 @@ use anyhow::Context;
 
 use super::chat_view::tool_call_title;
 use super::client::ApiClient;
+use super::error::ClientError;
 use super::output::{json, plain_table, render};
 use crate::api::types::conversation::{Approval, ApprovalOption, ApprovalOutcome, ApprovalState};
 
@@ -175,18 +176,21 @@ pub(super) async fn approve(
     json_out: bool,
     args: ApproveArgs,
 ) -> anyhow::Result<i32> {
-    // The pending one tells its options, so a name can be matched; one that is not pending is
-    // answered as given, and the server says why it cannot be (decided, expired, unknown).
-    let pending = client
-        .list_approvals(Some(ApprovalState::Pending), None)
-        .await?;
-    let option_id = match pending.iter().find(|a| a.id == args.id) {
-        Some(a) => pick_option(&a.options, &args.option)
-            .map_err(anyhow::Error::msg)?
-            .option_id
-            .clone(),
-        None => args.option.clone(),
-    };
+    // Its options, so that a name can be matched; whether it can still be answered is the
+    // server's to say (the first answer wins).
+    let approval = client.get_approval(&args.id).await.map_err(|e| match e {
+        ClientError::Api { status: 404, .. } => {
+            anyhow::anyhow!(
+                "no approval {:?} (`agenthold approvals` lists them)",
+                args.id
+            )
+        }
+        e => e.into(),
+    })?;
+    let option_id = pick_option(&approval.options, &args.option)
+        .map_err(anyhow::Error::msg)?
+        .option_id
+        .clone();
     let answered = client
         .answer_approval(&args.id, &option_id)
         .await

@@ -2,7 +2,7 @@
 //! sessions. With PROMPT, one turn; without, a prompt per line of stdin until its end.
 //!
 //! A turn: the session's stream of events is followed from its last event before the prompt
-//! (so nothing of the turn is missed), the prompt is posted, and the stream is shown (see
+//! (its `lastSeq`, so nothing of the turn is missed), the prompt is posted, and the stream is shown (see
 //! `chat_view.rs`) until the turn's `turn` `ended` event. Permission requests are asked on the
 //! terminal (an answer is an option's id or name, read from stdin) or, with `--no-approve`,
 //! refused at once. Ctrl-C cancels the turn (once); a second Ctrl-C quits.
@@ -217,7 +217,8 @@ impl Chat<'_> {
     async fn turn(&mut self, text: String) -> anyhow::Result<TurnEnd> {
         let (agent, sid) = (self.agent.id.clone(), self.session.id.clone());
         if self.events.seen.is_none() {
-            self.events.seen = Some(self.client.last_seq(&agent, &sid).await?);
+            // Only what comes after the session as it was when this command found it.
+            self.events.seen = Some(self.session.last_seq);
         }
         // Subscribed before the prompt is posted: nothing the turn does can come before it.
         self.events.connect(self.client, &agent, &sid).await?;
@@ -692,6 +693,7 @@ mod tests {
             created_at: created.into(),
             updated_at: created.into(),
             turns: 0,
+            last_seq: 0,
         }
     }
 

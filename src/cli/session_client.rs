@@ -121,16 +121,6 @@ impl ApiClient {
         .await
     }
 
-    /// The sequence number of the session's last event (0 for none), so that a client can
-    /// follow the session from now on without reading its whole transcript.
-    pub async fn last_seq(&self, agent: &str, sid: &str) -> Result<u64, ClientError> {
-        last_seq_by(|after| async move {
-            let page = self.transcript(agent, sid, after, 1).await?;
-            Ok(page.first().map(|e| e.seq))
-        })
-        .await
-    }
-
     /// Follows the session's events after `after`, live; the subscription is open once this
     /// returns.
     pub async fn session_events(
@@ -180,6 +170,11 @@ impl ApiClient {
             .await
     }
 
+    pub async fn get_approval(&self, id: &str) -> Result<Approval, ClientError> {
+        self.json(self.request(Method::GET, &["approvals", id]))
+            .await
+    }
+
     /// Answers an approval with one of its options, by the option's id.
     pub async fn answer_approval(
         &self,
@@ -194,82 +189,9 @@ impl ApiClient {
     }
 }
 
-/// The largest sequence number, found with `first_after(k)`: the sequence number of the first
-/// event after `k`, if any. Sequence numbers only grow, so "some event after k" is true below
-/// the last one and false from it on: a galloping search finds it in about 2·log2(last) asks
-/// of one event each, whatever the size of the events or of the transcript.
-pub(super) async fn last_seq_by<F, Fut>(mut first_after: F) -> Result<u64, ClientError>
-where
-    F: FnMut(u64) -> Fut,
-    Fut: std::future::Future<Output = Result<Option<u64>, ClientError>>,
-{
-    // Invariant: an event after `lo` exists, none after `hi` (once `hi` is known).
-    let Some(first) = first_after(0).await? else {
-        return Ok(0);
-    };
-    let mut lo = first.saturating_sub(1);
-    let mut step = 1u64;
-    let mut hi = loop {
-        // Nothing comes after u64::MAX, so this ends.
-        let probe = lo.saturating_add(step);
-        match first_after(probe).await? {
-            Some(seq) => {
-                lo = seq.saturating_sub(1).max(probe);
-                step = step.saturating_mul(2);
-            }
-            None => break probe,
-        }
-    };
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        match first_after(mid).await? {
-            Some(seq) => lo = seq.saturating_sub(1).max(mid),
-            None => hi = mid,
-        }
-    }
-    Ok(hi)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicU32, Ordering};
-
-    /// A transcript whose kept events are `first..=last` (older ones dropped).
-    async fn search(first: u64, last: u64) -> (u64, u32) {
-        let asks = AtomicU32::new(0);
-        let found = last_seq_by(|after| {
-            asks.fetch_add(1, Ordering::Relaxed);
-            async move {
-                Ok(if last == 0 || after >= last {
-                    None
-                } else {
-                    Some(after.max(first - 1) + 1)
-                })
-            }
-        })
-        .await;
-        match found {
-            Ok(seq) => (seq, asks.load(Ordering::Relaxed)),
-            Err(e) => panic!("{e}"),
-        }
-    }
-
-    #[tokio::test]
-    async fn the_last_sequence_number_is_found_in_few_asks() {
-        assert_eq!(search(1, 0).await.0, 0);
-        for last in [1, 2, 3, 63, 64, 65, 127, 1000, 65_537, 10_000_000] {
-            let (seq, asks) = search(1, last).await;
-            assert_eq!(seq, last);
-            assert!(
-                asks <= 2 * (64 - last.leading_zeros()) + 3,
-                "{last}: {asks}"
-            );
-        }
-        // Older events dropped: the first kept one says where to start.
-        assert_eq!(search(5000, 5003).await.0, 5003);
-        assert_eq!(search(5000, 7000).await.0, 7000);
-    }
 
     #[test]
     fn session_events_decode_with_their_sequence_numbers() {

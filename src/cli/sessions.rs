@@ -103,6 +103,7 @@ mod tests {
             created_at: String::new(),
             updated_at: String::new(),
             turns: 3,
+            last_seq: 9,
         };
         assert_eq!(
             sessions_table(&[s]),
