@@ -630,3 +630,73 @@ async fn session_and_approval_changes_are_announced_on_the_event_stream() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_turn_whose_harness_died_with_the_server_ends_in_error_after_a_restart() {
+    // The fake driver's sandboxes live in the server's process: a SIGKILL takes the harness
+    // with it, and the restarted server must end the turn rather than leave it running.
+    let dir = tempfile::tempdir().expect("dir");
+    let agent = test_agent();
+    let yaml = format!(
+        "  driver: fake\n  default_harness: test\nharnesses:\n  test:\n    command: [{}]\n",
+        agent.display()
+    );
+    let server = crate::common::process::ServerConfig::write(
+        dir.path(),
+        "127.0.0.1",
+        &yaml,
+        crate::common::DEADLINE,
+    );
+    let running = server.start().await;
+    let id = server.create_agent("phoenix").await;
+    server.wait_state(&id, "running").await;
+    let chat = Chat::open(&server, &id, json!({})).await;
+    let turn = chat.prompt("wait").await;
+    wait_for("the harness waits", || async {
+        Chat::text(&chat.events(0).await).contains("waiting for session/cancel")
+    })
+    .await;
+    running.kill();
+    let _running = server.start().await;
+    let events = chat.turn(turn).await;
+    assert_eq!(Chat::stop_reason(&events), "error");
+    let notice = events
+        .iter()
+        .rev()
+        .find(|(_, e, _)| e == "notice")
+        .expect("a notice");
+    assert_eq!(notice.2["kind"], "harness_exited", "{}", notice.2);
+    assert_eq!(chat.session().await["state"], "idle");
+    // The next prompt starts a harness again and reopens the conversation.
+    let events = chat.ask("back").await;
+    assert_eq!(Chat::text(&events), "back");
+}
+
+#[tokio::test]
+async fn a_transcript_over_its_limit_drops_its_oldest_events_with_a_gap_notice() {
+    let s = TestServer::start_with(|c| {
+        with_harnesses(c);
+        c.sessions.transcript_max_mb = 1;
+    })
+    .await;
+    let id = s.running_agent("talkative").await;
+    let chat = Chat::open(&s, &id, json!({})).await;
+    // About 3 MB of updates: at least two trims.
+    let events = chat.ask("flood 40000").await;
+    assert_eq!(Chat::stop_reason(&events), "end_turn");
+    let all = chat.events(0).await;
+    let first = all.first().expect("events").0;
+    assert!(first > 1, "the oldest events were dropped");
+    let gap = all
+        .iter()
+        .find(|(_, e, d)| e == "notice" && d["kind"] == "gap")
+        .expect("a gap notice");
+    assert!(gap.2["text"]
+        .as_str()
+        .unwrap()
+        .contains("transcript_max_mb"));
+    let bytes: usize = all.iter().map(|(_, _, d)| d.to_string().len() + 32).sum();
+    assert!(bytes <= 1024 * 1024, "{bytes} bytes kept");
+    // What is kept has no holes after the first kept event.
+    assert!(all.windows(2).all(|w| w[1].0 == w[0].0 + 1));
+}

@@ -358,3 +358,64 @@ impl From<record::StoredEvent> for TranscriptEvent {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::sessions as record;
+    use serde_json::json;
+
+    // The domain writes the transcript's event data with its own types; these must read as the
+    // API documents them.
+    #[test]
+    fn event_data_written_by_the_domain_reads_as_the_api_documents_it() {
+        let notice = serde_json::to_value(record::NoticeData {
+            kind: record::NoticeKind::ContextReset,
+            text: "reset".into(),
+        })
+        .unwrap();
+        let read: Notice = serde_json::from_value(notice).unwrap();
+        assert_eq!(read.kind, NoticeKind::ContextReset);
+
+        let turn = serde_json::to_value(record::TurnData {
+            turn: 3,
+            state: "ended",
+            stop_reason: Some("end_turn".into()),
+        })
+        .unwrap();
+        let read: TurnEvent = serde_json::from_value(turn).unwrap();
+        assert_eq!((read.turn, read.state), (3, TurnState::Ended));
+
+        let resolved = serde_json::to_value(record::ResolvedData {
+            id: "a".into(),
+            outcome: record::Outcome::Expired,
+            option_id: Some("c9".into()),
+            by: "timeout".into(),
+        })
+        .unwrap();
+        let read: PermissionResolved = serde_json::from_value(resolved).unwrap();
+        assert_eq!(read.outcome, ApprovalOutcome::Expired);
+
+        let approval = record::ApprovalRecord {
+            id: "a".into(),
+            agent_id: "g".into(),
+            session_id: "s".into(),
+            tool_call: json!({"toolCallId": "t"}),
+            options: vec![record::OptionRecord {
+                option_id: "o".into(),
+                name: "Allow".into(),
+                kind: "allow_once".into(),
+            }],
+            created_at: "2026-12-06T00:00:00Z".into(),
+            expires_at: "2026-12-06T00:10:00Z".into(),
+            outcome: None,
+            option_id: None,
+            decided_by: None,
+            rpc_id: json!(1),
+        };
+        let written = serde_json::to_value(approval.data()).unwrap();
+        let read: Approval = serde_json::from_value(written.clone()).unwrap();
+        assert_eq!(read, Approval::from(approval));
+        assert_eq!(serde_json::to_value(&read).unwrap(), written);
+    }
+}
