@@ -8,13 +8,10 @@ use futures::StreamExt;
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::client::ApiClient;
-use super::exit_code::EXIT_TIMED_OUT;
+use super::exit_code::{EXIT_BROKEN_PIPE, EXIT_TIMED_OUT};
 use super::types::ExecEvent;
 use crate::api::types::process::StartProcess;
 use crate::api::types::{ExecBody, ExecExit, OutputStream};
-
-/// What a shell reports for a writer killed by SIGPIPE (`exec … | head`).
-const EXIT_BROKEN_PIPE: i32 = 128 + 13;
 
 #[derive(clap::Args, Debug, Clone, PartialEq)]
 pub struct ExecArgs {

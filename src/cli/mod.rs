@@ -1,6 +1,9 @@
-//! The command-line client: `agenthold agents|exec|ps|logs|kill|wait|shell|cp|egress`, speaking the HTTP API of docs/api.md.
+//! The command-line client: `agenthold agents|exec|ps|logs|kill|wait|shell|cp|egress|sessions|chat|approvals|approve`, speaking the HTTP API of docs/api.md.
 
 mod agents;
+mod approvals;
+mod chat;
+mod chat_view;
 mod client;
 mod cp;
 mod egress;
@@ -11,6 +14,8 @@ mod lines;
 mod output;
 mod process_client;
 mod processes;
+mod session_client;
+mod sessions;
 mod shell;
 mod sse;
 mod types;
@@ -20,6 +25,8 @@ pub use crate::api::types::{
     CreateAgent, ExecBody, ExecExit, ExecResult, Health, OutputStream, UpdateAgent,
 };
 pub use agents::{ActionArgs, AgentsCommand, CreateArgs};
+pub use approvals::{ApprovalsArgs, ApproveArgs};
+pub use chat::ChatArgs;
 pub use client::{ApiClient, Terminal};
 pub use cp::{CpArgs, Location};
 pub use egress::EgressArgs;
@@ -27,6 +34,8 @@ pub use error::ClientError;
 pub use exec::{exit_status, ExecArgs};
 pub use process_client::OutputEvent;
 pub use processes::{process_status, KillArgs, LogsArgs, PsArgs, WaitArgs};
+pub use session_client::SessionEvent;
+pub use sessions::SessionsArgs;
 pub use shell::ShellArgs;
 pub use sse::{SseEvent, SseParser};
 pub use types::{decode_exec_line, AgentAction, ExecEvent, ServerEvent};
@@ -73,6 +82,23 @@ pub enum ClientCommand {
     Egress(EgressArgs),
     /// List the presets agents can be created from (agenthold agents create NAME --preset P)
     Presets,
+    /// List an agent's sessions with its harnesses, or start one: agenthold sessions AGENT [--new]
+    Sessions(SessionsArgs),
+    /// Talk to an agent's harness: agenthold chat AGENT ["PROMPT"] (without PROMPT: a prompt a line)
+    ///
+    /// With PROMPT, one turn: the agent's message streams to stdout; thoughts, tool calls and
+    /// notices go to stderr. Permission requests are asked on the terminal (answer with an
+    /// option's id or name) or, with --no-approve, refused. Ctrl-C cancels the turn; a second
+    /// Ctrl-C quits. Without PROMPT, each line of stdin is a prompt, until its end.
+    ///
+    /// Exit code (of the last turn): 0 end_turn, 3 error (the harness failed; a notice says
+    /// why), 4 refusal, 5 max_tokens, 6 max_turn_requests, 130 cancelled (or a second Ctrl-C),
+    /// 1 when the chat itself failed.
+    Chat(ChatArgs),
+    /// List the approvals waiting for an answer (--all: the answered ones too)
+    Approvals(ApprovalsArgs),
+    /// Answer an approval: agenthold approve ID OPTION (an option's id, or its name)
+    Approve(ApproveArgs),
 }
 
 /// Runs one client command and returns the process exit code. Failures are reported on
@@ -90,6 +116,10 @@ pub async fn run(opts: ClientOpts, cmd: ClientCommand) -> anyhow::Result<i32> {
             ClientCommand::Shell(args) => shell::run(&client, args).await,
             ClientCommand::Cp(args) => cp::run(&client, args).await,
             ClientCommand::Egress(args) => egress::run(&client, opts.json, args).await,
+            ClientCommand::Sessions(args) => sessions::run(&client, opts.json, args).await,
+            ClientCommand::Chat(args) => chat::run(&client, args).await,
+            ClientCommand::Approvals(args) => approvals::list(&client, opts.json, args).await,
+            ClientCommand::Approve(args) => approvals::approve(&client, opts.json, args).await,
             ClientCommand::Presets => {
                 let presets = client.list_presets().await?;
                 let text = if opts.json {

@@ -204,3 +204,118 @@ fn shell_and_cp() {
     }
     assert!(parse(&["cp", "only-one"]).is_err());
 }
+
+#[test]
+fn sessions_list_new_and_delete() {
+    match ok(&["sessions", "builder"]).cmd {
+        ClientCommand::Sessions(s) => assert_eq!(
+            s,
+            SessionsArgs {
+                agent: "builder".into(),
+                new: false,
+                harness: None,
+                cwd: None,
+                title: None,
+                delete: None,
+            }
+        ),
+        other => panic!("{other:?}"),
+    }
+    match ok(&[
+        "sessions",
+        "builder",
+        "--new",
+        "--harness",
+        "claude",
+        "--cwd",
+        "/home/agent/src",
+        "--title",
+        "a title",
+    ])
+    .cmd
+    {
+        ClientCommand::Sessions(s) => {
+            assert!(s.new);
+            assert_eq!(s.harness.as_deref(), Some("claude"));
+            assert_eq!(s.cwd.as_deref(), Some("/home/agent/src"));
+            assert_eq!(s.title.as_deref(), Some("a title"));
+        }
+        other => panic!("{other:?}"),
+    }
+    match ok(&["sessions", "builder", "--delete", "s1"]).cmd {
+        ClientCommand::Sessions(s) => assert_eq!(s.delete.as_deref(), Some("s1")),
+        other => panic!("{other:?}"),
+    }
+    assert!(parse(&["sessions"]).is_err());
+    assert!(
+        parse(&["sessions", "b", "--harness", "x"]).is_err(),
+        "--harness goes with --new"
+    );
+    assert!(parse(&["sessions", "b", "--new", "--delete", "s1"]).is_err());
+}
+
+#[test]
+fn chat_takes_an_optional_prompt_of_words() {
+    match ok(&["chat", "builder"]).cmd {
+        ClientCommand::Chat(c) => {
+            assert_eq!(c.agent, "builder");
+            assert!(c.prompt.is_empty() && c.session.is_none() && !c.no_approve);
+        }
+        other => panic!("{other:?}"),
+    }
+    match ok(&[
+        "chat",
+        "--no-approve",
+        "builder",
+        "--session",
+        "s1",
+        "stream",
+        "3",
+    ])
+    .cmd
+    {
+        ClientCommand::Chat(c) => {
+            assert_eq!(c.prompt, ["stream", "3"]);
+            assert_eq!(c.session.as_deref(), Some("s1"));
+            assert!(c.no_approve);
+        }
+        other => panic!("{other:?}"),
+    }
+    match ok(&["chat", "b", "Add a README, please"]).cmd {
+        ClientCommand::Chat(c) => assert_eq!(c.prompt, ["Add a README, please"]),
+        other => panic!("{other:?}"),
+    }
+    assert!(parse(&["chat"]).is_err());
+}
+
+#[test]
+fn approvals_and_approve() {
+    match ok(&["approvals"]).cmd {
+        ClientCommand::Approvals(a) => assert_eq!(
+            a,
+            ApprovalsArgs {
+                all: false,
+                agent: None
+            }
+        ),
+        other => panic!("{other:?}"),
+    }
+    match ok(&["approvals", "--all", "--agent", "builder"]).cmd {
+        ClientCommand::Approvals(a) => {
+            assert!(a.all);
+            assert_eq!(a.agent.as_deref(), Some("builder"));
+        }
+        other => panic!("{other:?}"),
+    }
+    match ok(&["approve", "ap1", "Allow once"]).cmd {
+        ClientCommand::Approve(a) => assert_eq!(
+            a,
+            ApproveArgs {
+                id: "ap1".into(),
+                option: "Allow once".into()
+            }
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(parse(&["approve", "ap1"]).is_err(), "an option is required");
+}

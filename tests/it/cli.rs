@@ -8,7 +8,7 @@ use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
-fn cli(s: &TestServer) -> Command {
+pub(crate) fn cli(s: &TestServer) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_agenthold"));
     c.env("AGENTHOLD_URL", &s.base)
         .env("AGENTHOLD_TOKEN", TOKEN)
@@ -17,7 +17,7 @@ fn cli(s: &TestServer) -> Command {
     c
 }
 
-async fn run(s: &TestServer, args: &[&str]) -> (i32, String, String) {
+pub(crate) async fn run(s: &TestServer, args: &[&str]) -> (i32, String, String) {
     let out = tokio::time::timeout(crate::common::DEADLINE, cli(s).args(args).output())
         .await
         .expect("the CLI hung")
