@@ -103,13 +103,10 @@ pub(super) fn validate(config: &Config, fail: &Fail) -> Result<(), ConfigError> 
                 format!("must have at most {MAX_ARGS} arguments, none with a NUL byte"),
             ));
         }
-        for (k, v) in &h.env {
-            if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
-                return Err(fail(
-                    &format!("{key}.env"),
-                    format!("{k:?} is not a valid environment variable"),
-                ));
-            }
+        // Checked as an agent's env is: the egress proxy's variables and agenthold's own are
+        // not a harness's to change.
+        if let Err(why) = crate::agents::env::check(&h.env) {
+            return Err(fail(&format!("{key}.env"), why));
         }
     }
     let known = |name: &str| config.harnesses.contains_key(name);
@@ -132,16 +129,19 @@ pub(super) fn validate(config: &Config, fail: &Fail) -> Result<(), ConfigError> 
         }
     }
     let s = &config.sessions;
-    if s.approval_timeout < Duration::from_secs(1) {
+    if s.approval_timeout < Duration::from_secs(1)
+        || s.approval_timeout > Duration::from_secs(30 * 24 * 3600)
+    {
         return Err(fail(
             "sessions.approval_timeout",
-            "must be at least 1s".to_string(),
+            "must be between 1s and 30 days (720h)".to_string(),
         ));
     }
-    if s.start_timeout < Duration::from_secs(1) {
+    if s.start_timeout < Duration::from_secs(1) || s.start_timeout > Duration::from_secs(24 * 3600)
+    {
         return Err(fail(
             "sessions.start_timeout",
-            "must be at least 1s".to_string(),
+            "must be between 1s and 1 day (24h)".to_string(),
         ));
     }
     if s.max_per_agent == 0 || s.max_per_agent > 10_000 {

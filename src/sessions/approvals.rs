@@ -34,7 +34,7 @@ impl Sessions {
 
     /// Answers approval `id` with `option_id` (one it offered), on behalf of `by`.
     pub async fn answer(
-        &self,
+        self: &Arc<Self>,
         id: &str,
         option_id: &str,
         by: &str,
@@ -57,13 +57,12 @@ impl Sessions {
                 ),
             });
         }
-        self.decide(
-            id,
-            Outcome::Selected,
-            Some(option_id.to_string()),
-            by.to_string(),
-        )
-        .await
+        // Recorded and handed to the harness together, even if the client goes away.
+        let me = self.clone();
+        let (id, option_id, by) = (id.to_string(), option_id.to_string(), by.to_string());
+        tokio::spawn(async move { me.decide(&id, Outcome::Selected, Some(option_id), by).await })
+            .await
+            .map_err(|e| SessionError::Conflict(format!("the answer was not taken: {e}")))?
     }
 
     /// Records the decision and tells the harness.
@@ -130,6 +129,8 @@ impl Sessions {
             .map(|o| o.option_id.clone());
         let me = self.clone();
         let id = a.id.clone();
+        // Registered before it can run, so that its own removal always finds it.
+        let mut timers = self.timers.lock().unwrap_or_else(|e| e.into_inner());
         let task = tokio::spawn(async move {
             tokio::time::sleep(wait).await;
             me.timers
@@ -140,10 +141,7 @@ impl Sessions {
                 .decide(&id, Outcome::Expired, reject, BY_TIMEOUT.to_string())
                 .await;
         });
-        self.timers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(a.id.clone(), task.abort_handle());
+        timers.insert(a.id.clone(), task.abort_handle());
     }
 
     /// At boot: pending approvals of running turns wait on; others can never be answered

@@ -6,22 +6,23 @@ use agenthold_proto::{ErrorCode, ProcessInfo};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::lines::{Line, Lines};
+pub use super::lines::Line;
+use super::lines::Lines;
 use crate::config::HarnessConfig;
 use crate::launch::{check_command, Launch, ProcessOptions};
 use crate::model::sessions::SessionRecord;
 use crate::tunnel::conn::{ConnError, OutputPiece, ProcessName, SandboxConn, StdinWriter};
 
-/// Lines the reader may have read ahead of the runner (each at most `sessions.update_max_kb`).
+/// Pieces the reader may have read ahead of the runner: each holds the lines of one frame of
+/// output (at most 64 KiB), and a line it completes is at most `sessions.update_max_kb`.
 const READ_AHEAD: usize = 8;
 
 /// What the reader saw.
 #[derive(Debug)]
 pub enum Output {
-    /// A whole line of stdout, and the offset to read on from once it is handled.
-    Line(Vec<u8>, u64),
-    /// A line over the limit was dropped.
-    TooLong(u64),
+    /// The lines one piece of stdout completed, in order: whole ones, and over-long ones cut to
+    /// their start; each with the offset to read on from once it is handled.
+    Lines(Vec<Line>),
     /// Output had left sandboxd's buffer before it was read.
     Gap { from: u64, to: u64 },
     /// The process ended (all of its output was read).
@@ -126,16 +127,10 @@ async fn read(
             Some(Ok(OutputPiece::Stdout(b))) => {
                 lines.feed(&b, pos, &mut cut);
                 pos += b.len() as u64;
-                for l in cut.drain(..) {
-                    let o = match l {
-                        Line::Whole(bytes, end) => Output::Line(bytes, end),
-                        Line::TooLong(end) => Output::TooLong(end),
-                    };
-                    if tx.send(o).await.is_err() {
-                        return;
-                    }
+                if cut.is_empty() {
+                    continue;
                 }
-                continue;
+                Output::Lines(std::mem::take(&mut cut))
             }
             Some(Ok(OutputPiece::Stderr(b))) => {
                 pos += b.len() as u64;

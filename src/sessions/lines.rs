@@ -1,21 +1,25 @@
 //! The harness's stdout cut into lines, each at most a given size: a longer line is dropped as
 //! it comes (never held whole), so a harness that writes 100 MB without a newline costs the
-//! server no more than the limit.
+//! server no more than the limit. The start of a dropped line is kept, so that what it was (a
+//! request, the answer to one) can still be told and answered.
+
+/// How much of an over-long line is kept to tell what it was.
+pub const KEPT_PREFIX: usize = 4096;
 
 /// What one piece of output gave.
 #[derive(Debug, PartialEq)]
 pub enum Line {
     /// A whole line (without its newline), and the output offset just after it.
     Whole(Vec<u8>, u64),
-    /// A line longer than the limit ended (or was found to be too long); its bytes were
-    /// dropped. The offset just after what was dropped so far.
-    TooLong(u64),
+    /// A line longer than the limit ended; its first [`KEPT_PREFIX`] bytes, and the offset just
+    /// after it.
+    TooLong(Vec<u8>, u64),
 }
 
 pub struct Lines {
     max: usize,
     partial: Vec<u8>,
-    /// Dropping the rest of a line found too long.
+    /// Dropping the rest of a line found too long (its prefix is in `partial`).
     skipping: bool,
 }
 
@@ -44,10 +48,10 @@ impl Lines {
                     let end = pos + i as u64 + 1;
                     if self.skipping {
                         self.skipping = false;
-                        out.push(Line::TooLong(end));
+                        out.push(Line::TooLong(std::mem::take(&mut self.partial), end));
                     } else if self.partial.len() + i > self.max {
-                        self.partial.clear();
-                        out.push(Line::TooLong(end));
+                        self.keep_prefix(&rest[..i]);
+                        out.push(Line::TooLong(std::mem::take(&mut self.partial), end));
                     } else {
                         self.partial.extend_from_slice(&rest[..i]);
                         out.push(Line::Whole(std::mem::take(&mut self.partial), end));
@@ -58,7 +62,7 @@ impl Lines {
                 None => {
                     if !self.skipping {
                         if self.partial.len() + rest.len() > self.max {
-                            self.partial = Vec::new();
+                            self.keep_prefix(rest);
                             self.skipping = true;
                         } else {
                             self.partial.extend_from_slice(rest);
@@ -69,6 +73,16 @@ impl Lines {
                 }
             }
         }
+    }
+
+    /// Cuts the partial line to its first [`KEPT_PREFIX`] bytes (with `more` after it), giving
+    /// back the memory of the rest.
+    fn keep_prefix(&mut self, more: &[u8]) {
+        let room = KEPT_PREFIX.saturating_sub(self.partial.len());
+        self.partial
+            .extend_from_slice(&more[..room.min(more.len())]);
+        self.partial.truncate(KEPT_PREFIX);
+        self.partial.shrink_to(KEPT_PREFIX);
     }
 }
 
@@ -93,23 +107,25 @@ mod tests {
     }
 
     #[test]
-    fn a_line_over_the_limit_is_dropped_without_being_held() {
-        let mut l = Lines::new(4);
+    fn a_line_over_the_limit_is_dropped_without_being_held_but_its_start_is_kept() {
+        let mut l = Lines::new(5000);
         let mut out = Vec::new();
+        l.feed(b"{\"id\":7,", 0, &mut out);
         for i in 0..1000u64 {
-            l.feed(&[b'x'; 1000], i * 1000, &mut out);
-            assert!(l.partial.capacity() <= 1000, "a long line is not held");
+            l.feed(&[b'x'; 1000], 8 + i * 1000, &mut out);
+            assert!(l.partial.capacity() <= 8 * 1024, "a long line is not held");
         }
-        l.feed(b"x\nok\n", 1_000_000, &mut out);
-        assert_eq!(
-            out,
-            vec![
-                Line::TooLong(1_000_002),
-                Line::Whole(b"ok".to_vec(), 1_000_005)
-            ]
-        );
+        l.feed(b"x\nok\n", 1_000_008, &mut out);
+        let Line::TooLong(prefix, end) = &out[0] else {
+            panic!("{out:?}")
+        };
+        assert_eq!(*end, 1_000_010);
+        assert_eq!(prefix.len(), KEPT_PREFIX);
+        assert!(prefix.starts_with(b"{\"id\":7,"));
+        assert_eq!(out[1], Line::Whole(b"ok".to_vec(), 1_000_013));
         let mut out = Vec::new();
+        let mut l = Lines::new(4);
         l.feed(b"12345\n", 0, &mut out);
-        assert_eq!(out, vec![Line::TooLong(6)]);
+        assert_eq!(out, vec![Line::TooLong(b"12345".to_vec(), 6)]);
     }
 }

@@ -183,24 +183,28 @@ impl Sessions {
 
     /// Deletes the session: a running turn is cancelled, the harness ended, the transcript
     /// and approvals deleted.
-    pub async fn delete(&self, agent: &str, sid: &str) -> Result<(), SessionError> {
+    pub async fn delete(self: &Arc<Self>, agent: &str, sid: &str) -> Result<(), SessionError> {
         let s = self.get(agent, sid).await?;
-        self.store.delete_session(sid).await?;
-        self.command(sid, Command::Stop);
-        self.feeds.forget(sid);
-        self.lc.announce(AgentEvent::SessionDeleted {
-            id: s.id.clone(),
-            agent_id: s.agent_id.clone(),
-        });
-        // The harness may run without a runner (an idle session after a restart).
-        if let (Some(conn), Some(pid)) = (self.lc.conn(&s.agent_id), s.process_id) {
-            if let Ok(name) = crate::tunnel::conn::ProcessName::parse(pid) {
-                tokio::spawn(async move {
+        let me = self.clone();
+        // Carried out whole even if the client goes away meanwhile.
+        tokio::spawn(async move {
+            me.store.delete_session(&s.id).await?;
+            me.command(&s.id, Command::Stop);
+            me.feeds.forget(&s.id);
+            me.lc.announce(AgentEvent::SessionDeleted {
+                id: s.id.clone(),
+                agent_id: s.agent_id.clone(),
+            });
+            // The harness may run without a runner (an idle session after a restart).
+            if let (Some(conn), Some(pid)) = (me.lc.conn(&s.agent_id), s.process_id) {
+                if let Ok(name) = crate::tunnel::conn::ProcessName::parse(pid) {
                     let _ = conn.remove_process(&name).await;
-                });
+                }
             }
-        }
-        Ok(())
+            Ok::<_, SessionError>(())
+        })
+        .await
+        .map_err(|e| SessionError::Conflict(format!("the session was not deleted: {e}")))?
     }
 
     /// Starts a turn with `prompt` (ACP content blocks): `Ok(turn)` once it is recorded; the
@@ -211,32 +215,41 @@ impl Sessions {
         sid: &str,
         prompt: Vec<serde_json::Value>,
     ) -> Result<u64, SessionError> {
-        let blocks = prompt::check(&prompt)?;
         self.get(agent, sid).await?;
-        let (s, turn) = self
-            .store
-            .start_turn(
-                sid,
-                move |turn| {
-                    vec![
-                        NewEvent::of(EventKind::Prompt, &PromptData { turn, prompt }),
-                        NewEvent::of(
-                            EventKind::Turn,
-                            &TurnData {
-                                turn,
-                                state: "started",
-                                stop_reason: None,
-                            },
-                        ),
-                    ]
-                },
-                self.max_transcript(),
-            )
-            .await?;
-        self.feeds.grew(sid, s.last_seq);
-        self.announce(&s);
-        self.dispatch(&s, Command::Prompt { turn, blocks });
-        Ok(turn)
+        let blocks = prompt::check(&prompt)?;
+        // The turn's start and its hand-over to the runner happen together even if the client
+        // goes away meanwhile (a dropped request must not leave a turn recorded and never run).
+        let me = self.clone();
+        let sid = sid.to_string();
+        tokio::spawn(async move {
+            let max = me.max_transcript();
+            let (s, turn) = me
+                .store
+                .start_turn(
+                    &sid,
+                    move |turn| {
+                        vec![
+                            NewEvent::of(EventKind::Prompt, &PromptData { turn, prompt }),
+                            NewEvent::of(
+                                EventKind::Turn,
+                                &TurnData {
+                                    turn,
+                                    state: "started",
+                                    stop_reason: None,
+                                },
+                            ),
+                        ]
+                    },
+                    max,
+                )
+                .await?;
+            me.feeds.grew(&sid, s.last_seq);
+            me.announce(&s);
+            me.dispatch(&s, Command::Prompt { turn, blocks });
+            Ok::<_, SessionError>(turn)
+        })
+        .await
+        .map_err(|e| SessionError::Conflict(format!("the prompt was not taken: {e}")))?
     }
 
     /// Cancels the running turn.
@@ -328,7 +341,13 @@ impl Sessions {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(s.id.clone(), RunnerHandle { generation, tx });
-        tokio::spawn(runner::run(self.clone(), s.clone(), rx, generation, mode));
+        tokio::spawn(runner::supervise(
+            self.clone(),
+            s.clone(),
+            rx,
+            generation,
+            mode,
+        ));
     }
 
     /// A runner that ends takes itself out of the map (unless a newer one replaced it), then

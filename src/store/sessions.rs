@@ -138,7 +138,8 @@ fn append(
         let target = (max_bytes / 4 * 3) as i64;
         let mut dropped = 0u64;
         let mut rows = c.prepare_cached(
-            "SELECT seq, length(data) + 32 FROM session_events WHERE session_id = ?1 ORDER BY seq",
+            "SELECT seq, length(CAST(data AS BLOB)) + 32 FROM session_events WHERE session_id = ?1 \
+             ORDER BY seq",
         )?;
         let mut upto = 0i64;
         let mut q = rows.query([session])?;
@@ -442,10 +443,20 @@ impl Store {
         .await
     }
 
-    /// Records a new approval and its `permission` event.
-    pub async fn add_approval(&self, a: ApprovalRecord, max_bytes: u64) -> SResult<u64> {
+    /// Records a new approval and its `permission` event, with how far the harness's output
+    /// was read (past the request).
+    pub async fn add_approval(
+        &self,
+        a: ApprovalRecord,
+        output_offset: u64,
+        max_bytes: u64,
+    ) -> SResult<u64> {
         self.call_s(move |c| {
             let tx = c.transaction()?;
+            tx.execute(
+                "UPDATE sessions SET output_offset = ?2 WHERE id = ?1",
+                params![a.session_id, output_offset as i64],
+            )?;
             tx.execute(
                 &format!("INSERT INTO approvals ({APPROVAL_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, NULL, NULL, ?8)"),
                 params![
@@ -490,7 +501,11 @@ impl Store {
                 Some(false) => sql.push_str(" AND outcome IS NOT NULL"),
                 None => {}
             }
-            sql.push_str(" ORDER BY created_at DESC, id LIMIT 1000");
+            sql.push_str(" ORDER BY created_at DESC, id");
+            // Resolved ones are history: the last 1000. Pending ones are all listed.
+            if pending == Some(false) {
+                sql.push_str(" LIMIT 1000");
+            }
             let mut q = c.prepare(&sql)?;
             let mut out = q
                 .query_map(params![agent, session], approval_row)?

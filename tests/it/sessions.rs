@@ -677,24 +677,29 @@ async fn a_transcript_over_its_limit_drops_its_oldest_events_with_a_gap_notice()
     let s = TestServer::start_with(|c| {
         with_harnesses(c);
         c.sessions.transcript_max_mb = 1;
+        // Room for the whole flood in sandboxd's buffer: this test is about the transcript.
+        c.sandbox.process_output_kb = 64 * 1024;
     })
     .await;
     let id = s.running_agent("talkative").await;
     let chat = Chat::open(&s, &id, json!({})).await;
     // About 4 MB of updates: several trims, the turn's own start among what goes.
     chat.prompt("flood 40000").await;
-    let all = crate::common::wait_for_value("the turn ends", || async {
-        let all = chat.events(0).await;
-        let ended = all
-            .iter()
-            .any(|(_, e, d)| e == "turn" && d["state"] == "ended");
-        ended.then_some(all)
+    wait_for("the turn ends", || async {
+        chat.session().await["state"] == "idle"
     })
     .await;
+    // Read once nothing is written any more (pages read while trims go on would mix).
+    let all = chat.events(0).await;
     let (_, _, last) = all.last().expect("events");
     assert_eq!(last["stopReason"], "end_turn");
     let first = all.first().expect("events").0;
-    assert!(first > 1, "the oldest events were dropped");
+    assert!(
+        first > 1,
+        "the oldest events were dropped: {} events, the first {:?}",
+        all.len(),
+        all.iter().take(3).collect::<Vec<_>>()
+    );
     let gap = all
         .iter()
         .find(|(_, e, d)| e == "notice" && d["kind"] == "gap")
@@ -707,4 +712,24 @@ async fn a_transcript_over_its_limit_drops_its_oldest_events_with_a_gap_notice()
     assert!(bytes <= 1024 * 1024, "{bytes} bytes kept");
     // What is kept has no holes after the first kept event.
     assert!(all.windows(2).all(|w| w[1].0 == w[0].0 + 1));
+}
+
+#[tokio::test]
+async fn a_cancel_while_the_harness_starts_ends_the_turn_at_once() {
+    let s = TestServer::start_with(|c| {
+        with_harnesses(c);
+        // Far past the test's deadline: the cancel, not the timeout, must end the turn.
+        c.sessions.start_timeout = Duration::from_secs(600);
+    })
+    .await;
+    let id = s.running_agent("impatient").await;
+    let chat = Chat::open(&s, &id, json!({"harness": "mute"})).await;
+    let turn = chat.prompt("hello").await;
+    wait_for("the harness started", || async {
+        chat.session().await["processId"].is_string()
+    })
+    .await;
+    let (status, _) = s.call("POST", &chat.path("/cancel"), None).await;
+    assert_eq!(status, 202);
+    assert_eq!(Chat::stop_reason(&chat.turn(turn).await), "cancelled");
 }

@@ -31,8 +31,18 @@ const WRITE_TIME: Duration = Duration::from_secs(10);
 const REATTACH_TIME: Duration = Duration::from_secs(60);
 /// Most options a permission request may offer.
 const MAX_OPTIONS: usize = 64;
-/// Events written to the store in one transaction at most.
-const BATCH: usize = 512;
+/// Events written to the store in one transaction at most, and their bytes.
+const BATCH: usize = 2048;
+const BATCH_BYTES: usize = 4 * 1024 * 1024;
+/// How long a runner stays attached to a harness that is quiet between turns; it then lets go
+/// of its stream (the harness runs on, and the next prompt attaches again).
+const IDLE_DETACH: Duration = Duration::from_secs(30);
+/// How long a turn waits on a harness that went quiet after part of its output was lost.
+const AFTER_GAP: Duration = Duration::from_secs(30);
+/// Permission requests one turn may have open at once; more are answered `cancelled`.
+const MAX_OPEN_APPROVALS: usize = 32;
+/// File requests of a harness served at once; more are refused.
+const MAX_FILE_REQUESTS: usize = 4;
 
 /// What the runner is asked to do.
 pub enum Command {
@@ -46,8 +56,12 @@ pub enum Command {
         rpc_id: RequestId,
         outcome: RequestPermissionOutcome,
     },
-    /// A line to send the harness (the answer to a file request served on the side).
-    Reply(Vec<u8>),
+    /// A line to send the harness process `process` (the answer to a file request served on
+    /// the side); dropped if another process runs the harness by then.
+    Reply {
+        process: String,
+        line: Vec<u8>,
+    },
     /// The session was deleted.
     Stop,
 }
@@ -71,6 +85,8 @@ enum Gone {
     Stuck,
     /// It was cancelled and did not end the turn in time.
     CancelIgnored,
+    /// Its output was lost before it was read (what was lost may have been an answer).
+    OutputLost(String),
     /// The session was deleted.
     Stopped,
 }
@@ -108,10 +124,22 @@ struct Runner {
     /// While `session/load` replays the conversation: its updates are in the transcript
     /// already.
     replaying: bool,
-    /// Events not yet written, and the output offset to record with them.
+    /// Events not yet written (and their size), and the output offset to record with them.
     pending: Vec<NewEvent>,
+    pending_bytes: usize,
     offset: u64,
     committed: u64,
+    /// Lines read but not yet handled (the rest of a piece after the answer waited for).
+    backlog: std::collections::VecDeque<super::harness::Line>,
+    /// A turn runs (its permission requests become approvals; between turns they are refused).
+    in_turn: bool,
+    /// Permission requests of this turn still open.
+    open_approvals: usize,
+    /// Set when output was lost while an answer was awaited: the wait ends then unless the
+    /// harness speaks again.
+    after_gap: Option<Instant>,
+    /// File requests being served, at most [`MAX_FILE_REQUESTS`]; aborted when the runner ends.
+    file_tasks: tokio::task::JoinSet<()>,
     /// A cancel arrived for the running turn.
     cancelled: bool,
     cancel_deadline: Option<Instant>,
@@ -160,8 +188,14 @@ pub async fn run(
         acp_session: record.acp_session_id.clone(),
         replaying: false,
         pending: Vec::new(),
+        pending_bytes: 0,
         offset: record.output_offset,
         committed: record.output_offset,
+        backlog: Default::default(),
+        in_turn: false,
+        open_approvals: 0,
+        after_gap: None,
+        file_tasks: tokio::task::JoinSet::new(),
         cancelled: false,
         cancel_deadline: None,
         prompt_rpc: None,
@@ -172,6 +206,29 @@ pub async fn run(
     r.serve().await;
     let Runner { sid, rx, .. } = r;
     s.runner_ended(&sid, generation, rx);
+}
+
+/// Runs a runner, and ends its session's turn `error` should it panic (a bug), so that no
+/// session is left `running` by one.
+pub async fn supervise(
+    s: Arc<Sessions>,
+    record: SessionRecord,
+    rx: mpsc::UnboundedReceiver<Command>,
+    generation: u64,
+    mode: Mode,
+) {
+    let sid = record.id.clone();
+    let task = tokio::spawn(run(s.clone(), record, rx, generation, mode));
+    if let Err(e) = task.await {
+        if e.is_panic() {
+            tracing::error!(session = %sid, "a session runner panicked: {e}");
+            if let Ok(rec) = s.store.session(&sid).await {
+                if rec.running {
+                    s.end_orphan_turn(&rec, "error").await;
+                }
+            }
+        }
+    }
 }
 
 impl Runner {
@@ -197,38 +254,87 @@ impl Runner {
                     self.stop_harness().await;
                     return;
                 }
-                Command::Cancel | Command::Answer { .. } | Command::Reply(_) => {}
+                // A cancel with no turn of ours running: a turn the store holds as running
+                // without a runner (its end could not be written) is ended here.
+                Command::Cancel => {
+                    if let Ok(rec) = self.s.store.session(&self.sid).await {
+                        if rec.running {
+                            self.s.end_orphan_turn(&rec, "cancelled").await;
+                        }
+                    }
+                }
+                Command::Answer { .. } | Command::Reply { .. } => {}
             }
         }
     }
 
-    /// Reads the harness's output until a command comes; `None` when the harness is gone.
+    /// Reads the harness's output until a command comes (answers and replies are sent on the
+    /// way); `None` when the harness is gone, or quiet for [`IDLE_DETACH`] (it runs on).
     async fn between_turns(&mut self) -> Option<Command> {
         loop {
+            while let Some(line) = self.backlog.pop_front() {
+                if self.handle_line(line, None).await.is_err() {
+                    return self.harness_gone_between_turns(None).await;
+                }
+            }
             self.flush().await;
             let h = self.harness.as_mut()?;
             tokio::select! {
-                cmd = self.rx.recv() => return cmd.or(Some(Command::Stop)),
-                out = h.output.recv() => {
-                    match self.on_output(out, None).await {
-                        Ok(_) => {}
-                        Err(_) => {
-                            self.harness = None;
-                            self.flush().await;
-                            return None;
+                cmd = self.rx.recv() => match cmd {
+                    Some(Command::Answer { .. }) | Some(Command::Reply { .. }) => {
+                        if let Some(cmd) = cmd {
+                            if self.on_command(Some(cmd)).await.is_err() {
+                                return self.harness_gone_between_turns(None).await;
+                            }
                         }
                     }
+                    other => return other.or(Some(Command::Stop)),
+                },
+                out = h.output.recv() => {
+                    if let Err(g) = self.on_output(out, None).await {
+                        let info = match g {
+                            Gone::Exited(info) => info,
+                            _ => None,
+                        };
+                        return self.harness_gone_between_turns(info).await;
+                    }
+                }
+                _ = tokio::time::sleep(IDLE_DETACH) => {
+                    self.flush().await;
+                    self.harness = None;
+                    return None;
                 }
             }
         }
     }
 
+    /// The harness ended (or could not be reached) while no turn ran.
+    async fn harness_gone_between_turns(&mut self, info: Option<ProcessInfo>) -> Option<Command> {
+        if info.is_some() {
+            self.pending.push(NewEvent::notice(
+                NoticeKind::HarnessExited,
+                exited_text(info.as_ref()),
+            ));
+        }
+        self.harness = None;
+        self.flush().await;
+        None
+    }
+
     /// Runs turn `turn` to its end.
     async fn turn(&mut self, turn: u64, blocks: Vec<ContentBlock>) {
+        // A prompt that reached a runner late (handed on when another ended) runs only if its
+        // turn is still the session's running one: a cancel may have ended it meanwhile.
+        match self.s.store.session(&self.sid).await {
+            Ok(rec) if rec.running && rec.turns == turn => {}
+            _ => return,
+        }
         let _busy = self.s.lc.activity().hold(&self.agent, Use::Turn);
         self.cancelled = false;
         self.cancel_deadline = None;
         self.prompt_rpc = None;
+        self.in_turn = true;
+        self.open_approvals = 0;
         let outcome = async {
             self.ensure_harness().await?;
             if self.cancelled {
@@ -275,6 +381,11 @@ impl Runner {
                 Failed::error(NoticeKind::HarnessExited, why)
             }
             Gone::Timeout(what) => Failed::error(NoticeKind::Error, what).stopping(),
+            Gone::OutputLost(what) => Failed {
+                notice: Some((NoticeKind::Gap, what)),
+                stop_reason: "error",
+                stop_harness: true,
+            },
             Gone::Stuck => Failed::error(
                 NoticeKind::Error,
                 "The harness stopped reading its input; it was stopped",
@@ -324,19 +435,30 @@ impl Runner {
                 stop_reason: Some(stop_reason),
             },
         )];
-        match self
-            .s
-            .store
-            .end_turn(&self.sid, events, self.s.max_transcript())
-            .await
-        {
-            Ok(Some(rec)) => {
-                self.s.feeds.grew(&self.sid, rec.last_seq);
-                self.s.announce(&rec);
+        // A turn must end: a store that fails for a moment is tried again.
+        for attempt in 0..5u32 {
+            match self
+                .s
+                .store
+                .end_turn(&self.sid, events.clone(), self.s.max_transcript())
+                .await
+            {
+                Ok(Some(rec)) => {
+                    self.s.feeds.grew(&self.sid, rec.last_seq);
+                    self.s.announce(&rec);
+                    break;
+                }
+                Ok(None) | Err(crate::store::sessions::SessionStoreError::NoSession(_)) => break,
+                Err(e) => {
+                    tracing::warn!(session = %self.sid, attempt, "ending the turn: {e}");
+                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+                }
             }
-            Ok(None) => {}
-            Err(e) => tracing::debug!(session = %self.sid, "ending the turn: {e}"),
         }
+        self.in_turn = false;
+        self.cancelled = false;
+        self.open_approvals = 0;
+        self.after_gap = None;
         self.cancel_deadline = None;
         self.prompt_rpc = None;
     }

@@ -29,7 +29,8 @@ impl Runner {
             .get(&self.agent)
             .await
             .map_err(|e| Failed::error(NoticeKind::Error, e.to_string()))?;
-        if self.s.lc.conn(&self.agent).is_none() {
+        // Said only when the sandbox has to start (not while a running one reconnects).
+        if !matches!(agent.state, AgentState::Running | AgentState::Starting) {
             self.pending.push(NewEvent::notice(
                 NoticeKind::Waking,
                 "Starting the sandbox…",
@@ -49,7 +50,8 @@ impl Runner {
             .await
             .map_err(|e| Failed::error(NoticeKind::Error, e.to_string()))?;
         let max_line = self.s.lc.config().sessions.update_max_bytes();
-        // A harness that still runs (the server restarted between turns) has the session open.
+        // A harness that still runs (between turns, or the server restarted) has the session
+        // open: attached to again, never replaced while it runs.
         if let Some(name) = record
             .process_id
             .clone()
@@ -60,22 +62,27 @@ impl Runner {
                 .await
                 .is_ok_and(|p| p.state.is_running())
             {
-                if let Ok((h, _)) =
-                    harness::attach(conn.clone(), name, record.output_offset, max_line).await
-                {
-                    self.offset = record.output_offset;
-                    self.committed = record.output_offset;
-                    self.harness = Some(h);
-                    if record.acp_session_id.is_some() {
-                        return Ok(());
-                    }
+                let (h, _) = harness::attach(conn.clone(), name, record.output_offset, max_line)
+                    .await
+                    .map_err(|e| {
+                        Failed::error(
+                            NoticeKind::Error,
+                            format!("The harness runs but could not be reached: {e}"),
+                        )
+                    })?;
+                self.offset = record.output_offset;
+                self.committed = record.output_offset;
+                self.backlog.clear();
+                self.harness = Some(h);
+                if record.acp_session_id.is_some() {
+                    return Ok(());
                 }
+                // Started, but it never opened the session: start over.
+                self.stop_harness().await;
             }
         }
-        if self.harness.is_none() {
-            self.start_harness(conn, &record, &agent.env, max_line)
-                .await?;
-        }
+        self.start_harness(conn, &record, &agent.env, max_line)
+            .await?;
         let caps = self.initialize().await?;
         self.open_session(&record, caps).await
     }
@@ -103,25 +110,38 @@ impl Runner {
             .map_err(|e| Failed::error(NoticeKind::Error, e))?;
         let name = ProcessName::parse(info.id.clone())
             .map_err(|e| Failed::error(NoticeKind::Error, e.to_string()))?;
-        let rec = self
-            .s
-            .store
-            .set_session_harness(&self.sid, Some((info.id.clone(), 0)), None)
-            .await
-            .map_err(|e| Failed::error(NoticeKind::Error, e.to_string()))?;
-        self.s.announce(&rec);
-        let (h, _) = harness::attach(conn, name, 0, max_line)
-            .await
-            .map_err(|e| {
-                Failed::error(
-                    NoticeKind::Error,
-                    format!("The harness could not be reached: {e}"),
-                )
-            })?;
-        self.offset = 0;
-        self.committed = 0;
-        self.harness = Some(h);
-        Ok(())
+        let attached = async {
+            let rec = self
+                .s
+                .store
+                .set_session_harness(&self.sid, Some((info.id.clone(), 0)), None)
+                .await
+                .map_err(|e| Failed::error(NoticeKind::Error, e.to_string()))?;
+            self.s.announce(&rec);
+            harness::attach(conn.clone(), name.clone(), 0, max_line)
+                .await
+                .map_err(|e| {
+                    Failed::error(
+                        NoticeKind::Error,
+                        format!("The harness could not be reached: {e}"),
+                    )
+                })
+        }
+        .await;
+        match attached {
+            Ok((h, _)) => {
+                self.offset = 0;
+                self.committed = 0;
+                self.backlog.clear();
+                self.harness = Some(h);
+                Ok(())
+            }
+            Err(f) => {
+                // Nobody else knows of it: it is ended here rather than left running.
+                let _ = conn.signal(&name, "KILL".to_string()).await;
+                Err(f)
+            }
+        }
     }
 
     /// `initialize`: what the harness can do to reopen a conversation (load, resume).
@@ -239,11 +259,10 @@ impl Runner {
         acp: String,
         restore: Option<Restore>,
     ) -> Result<(), Failed> {
-        let keep_restore = restore.or(None);
         let rec = self
             .s
             .store
-            .set_session_harness(&self.sid, None, Some((acp.clone(), keep_restore)))
+            .set_session_harness(&self.sid, None, Some((acp.clone(), restore)))
             .await
             .map_err(|e| Failed::error(NoticeKind::Error, e.to_string()))?;
         self.s.announce(&rec);

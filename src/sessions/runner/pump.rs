@@ -11,11 +11,14 @@ use serde_json::Value;
 use tokio::io::AsyncReadExt;
 use tokio::time::Instant;
 
-use super::{Command, Gone, Runner, BATCH, CANCEL_GRACE, MAX_OPTIONS, WRITE_TIME};
+use super::{
+    Command, Gone, Runner, AFTER_GAP, BATCH, BATCH_BYTES, CANCEL_GRACE, MAX_FILE_REQUESTS,
+    MAX_OPEN_APPROVALS, MAX_OPTIONS, WRITE_TIME,
+};
 use crate::model::sessions::{ApprovalRecord, EventKind, NewEvent, NoticeKind, OptionRecord};
-use crate::sessions::harness::Output;
+use crate::sessions::harness::{Line, Output};
 use crate::sessions::rpc::{self, FromHarness};
-use crate::tunnel::conn::{SandboxConn, UploadLimit};
+use crate::tunnel::conn::{ConnError, SandboxConn, UploadLimit};
 
 /// Longest option id, name and kind taken from a permission request, in bytes.
 const MAX_OPTION_ID: usize = 256;
@@ -35,17 +38,26 @@ impl Runner {
     }
 
     /// Writes `line` to the harness's stdin; a harness that does not read it within
-    /// [`WRITE_TIME`] is taken for stuck.
+    /// [`WRITE_TIME`] is taken for stuck. A connection that broke is attached again and the
+    /// line sent once more (what sandboxd took before the break was written whole or not at
+    /// all: each frame is one write).
     pub(super) async fn send(&mut self, line: Vec<u8>) -> Result<(), Gone> {
-        let Some(h) = self.harness.as_mut() else {
-            return Err(Gone::Exited(None));
-        };
-        match tokio::time::timeout(WRITE_TIME, h.stdin.write(&line)).await {
-            Ok(Ok(())) => Ok(()),
-            // Its stdin closed: it is ending; its output will say how.
-            Ok(Err(_)) => Ok(()),
-            Err(_) => Err(Gone::Stuck),
+        for attempt in 0..2 {
+            let Some(h) = self.harness.as_mut() else {
+                return Err(Gone::Exited(None));
+            };
+            match tokio::time::timeout(WRITE_TIME, h.stdin.write(&line)).await {
+                Ok(Ok(())) => return Ok(()),
+                // Its stdin closed: it is ending; its output will say how.
+                Ok(Err(ConnError::StdinClosed)) => return Ok(()),
+                Ok(Err(_)) if attempt == 0 => self.reattach().await?,
+                Ok(Err(e)) => {
+                    return Err(Gone::Lost(format!("The harness could not be reached: {e}")))
+                }
+                Err(_) => return Err(Gone::Stuck),
+            }
         }
+        Err(Gone::Stuck)
     }
 
     /// Writes the events gathered so far, with how far the output was read.
@@ -54,6 +66,9 @@ impl Runner {
             return;
         }
         let events = std::mem::take(&mut self.pending);
+        self.pending_bytes = 0;
+        // Finished file requests are collected on the way.
+        while self.file_tasks.try_join_next().is_some() {}
         match self
             .s
             .store
@@ -81,17 +96,23 @@ impl Runner {
         deadline: Option<Instant>,
     ) -> Result<Result<Value, RpcError>, Gone> {
         loop {
+            while let Some(line) = self.backlog.pop_front() {
+                if let Some(answer) = self.handle_line(line, Some(id)).await? {
+                    self.flush().await;
+                    return Ok(answer);
+                }
+            }
             let queued = self.harness.as_ref().map_or(0, |h| h.output.len());
-            if queued == 0 || self.pending.len() >= BATCH {
+            if queued == 0 || self.pending.len() >= BATCH || self.pending_bytes >= BATCH_BYTES {
                 self.flush().await;
             }
             let Some(h) = self.harness.as_mut() else {
                 return Err(Gone::Exited(None));
             };
-            let limit = match (deadline, self.cancel_deadline) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            let limit = [deadline, self.cancel_deadline, self.after_gap]
+                .into_iter()
+                .flatten()
+                .min();
             let sleep = async {
                 match limit {
                     Some(t) => tokio::time::sleep_until(t).await,
@@ -99,17 +120,19 @@ impl Runner {
                 }
             };
             tokio::select! {
-                out = h.output.recv() => {
-                    if let Some(answer) = self.on_output(out, Some(id)).await? {
-                        self.flush().await;
-                        return Ok(answer);
-                    }
-                }
+                out = h.output.recv() => self.on_output(out, Some(id)).await?,
                 cmd = self.rx.recv() => self.on_command(cmd).await?,
                 _ = sleep => {
                     self.flush().await;
                     if self.cancel_deadline.is_some_and(|t| t <= Instant::now()) {
                         return Err(Gone::CancelIgnored);
+                    }
+                    if self.after_gap.take().is_some_and(|t| t <= Instant::now()) {
+                        return Err(Gone::OutputLost(format!(
+                            "The harness said nothing for {} s after part of its output was \
+                             lost; its answer may have been in it",
+                            AFTER_GAP.as_secs()
+                        )));
                     }
                     return Err(Gone::Timeout("no answer in time"));
                 }
@@ -118,7 +141,7 @@ impl Runner {
     }
 
     /// A command that came while a request waits.
-    async fn on_command(&mut self, cmd: Option<Command>) -> Result<(), Gone> {
+    pub(super) async fn on_command(&mut self, cmd: Option<Command>) -> Result<(), Gone> {
         match cmd {
             Some(Command::Cancel) => self.cancel().await,
             Some(Command::Answer { rpc_id, outcome }) => {
@@ -128,7 +151,16 @@ impl Runner {
                 ))
                 .await
             }
-            Some(Command::Reply(line)) => self.send(line).await,
+            Some(Command::Reply { process, line }) => {
+                let ours = self
+                    .harness
+                    .as_ref()
+                    .is_some_and(|h| h.process.as_str() == process);
+                if ours {
+                    self.send(line).await?;
+                }
+                Ok(())
+            }
             // A prompt cannot come while a turn runs (the store refuses the second); one
             // that did would be a bug, and is dropped loudly rather than run twice.
             Some(Command::Prompt { turn, .. }) => {
@@ -146,53 +178,51 @@ impl Runner {
             return Ok(());
         }
         self.cancelled = true;
-        if self.prompt_rpc.is_some() {
-            if let Some(acp) = self.acp_session.clone() {
-                self.send(rpc::notification(
-                    "session/cancel",
-                    CancelNotification::new(acp),
-                ))
-                .await?;
-            }
-            self.cancel_deadline = Some(Instant::now() + CANCEL_GRACE);
+        if self.prompt_rpc.is_none() {
+            // Cancelled while the harness was being started: the turn ends now, and the
+            // harness, half started, with it.
+            self.s.cancel_approvals(&self.sid).await;
+            return Err(Gone::Stopped);
         }
+        if let Some(acp) = self.acp_session.clone() {
+            self.send(rpc::notification(
+                "session/cancel",
+                CancelNotification::new(acp),
+            ))
+            .await?;
+        }
+        self.cancel_deadline = Some(Instant::now() + CANCEL_GRACE);
         self.s.cancel_approvals(&self.sid).await;
         Ok(())
     }
 
-    /// One piece of the reader's news: the answer to `waiting` when that is what came.
+    /// One piece of the reader's news: its lines go to the backlog (handled in order by the
+    /// caller); an end or a loss of output is the harness gone, for a caller waiting for an
+    /// answer.
     pub(super) async fn on_output(
         &mut self,
         out: Option<Output>,
         waiting: Option<i64>,
-    ) -> Result<Option<Result<Value, RpcError>>, Gone> {
+    ) -> Result<(), Gone> {
         match out {
-            Some(Output::Line(line, end)) => {
-                self.offset = end;
-                self.on_line(&line, waiting).await
-            }
-            Some(Output::TooLong(end)) => {
-                self.offset = end;
-                let max = self.s.lc.config().sessions.update_max_kb;
-                self.pending.push(NewEvent::notice(
-                    NoticeKind::Error,
-                    format!(
-                        "The harness sent a message of more than {max} KiB \
-                         (sessions.update_max_kb); it was dropped"
-                    ),
-                ));
-                Ok(None)
+            Some(Output::Lines(lines)) => {
+                self.after_gap = None;
+                self.backlog.extend(lines);
+                Ok(())
             }
             Some(Output::Gap { from, to }) => {
                 self.offset = to;
-                self.pending.push(NewEvent::notice(
-                    NoticeKind::Gap,
-                    format!(
-                        "{} bytes of the harness's output were lost before they could be read",
-                        to.saturating_sub(from)
-                    ),
-                ));
-                Ok(None)
+                let text = format!(
+                    "{} bytes of the harness's output were lost before they could be read",
+                    to.saturating_sub(from)
+                );
+                self.pending.push(NewEvent::notice(NoticeKind::Gap, text));
+                if waiting.is_some() {
+                    // What was lost may have been the answer waited for: a harness that says
+                    // nothing more for a while after a loss is taken to have answered into it.
+                    self.after_gap = Some(Instant::now() + AFTER_GAP);
+                }
+                Ok(())
             }
             Some(Output::Exited(info)) => {
                 self.flush().await;
@@ -200,9 +230,63 @@ impl Runner {
             }
             Some(Output::Lost) | None => {
                 self.flush().await;
-                self.reattach().await?;
+                self.reattach().await
+            }
+        }
+    }
+
+    /// One line of the harness's: the answer to `waiting` when that is what it is.
+    pub(super) async fn handle_line(
+        &mut self,
+        line: Line,
+        waiting: Option<i64>,
+    ) -> Result<Option<Result<Value, RpcError>>, Gone> {
+        match line {
+            Line::Whole(bytes, end) => {
+                let answer = self.on_line(&bytes, end, waiting).await;
+                self.offset = self.offset.max(end);
+                answer
+            }
+            Line::TooLong(prefix, end) => {
+                let answer = self.on_too_long(&prefix, waiting).await;
+                self.offset = self.offset.max(end);
+                answer
+            }
+        }
+    }
+
+    /// A line over `sessions.update_max_kb`, of which only the start was kept: a request is
+    /// refused, an answer to what is waited for ends that wait with an error, anything else
+    /// is dropped; each with a notice.
+    async fn on_too_long(
+        &mut self,
+        prefix: &[u8],
+        waiting: Option<i64>,
+    ) -> Result<Option<Result<Value, RpcError>>, Gone> {
+        let max = self.s.lc.config().sessions.update_max_kb;
+        let (id, method) = sniff(prefix);
+        let what = match &method {
+            Some(m) => format!("a {m} message"),
+            None => "a message".to_string(),
+        };
+        self.pending.push(NewEvent::notice(
+            NoticeKind::Error,
+            format!(
+                "The harness sent {what} of more than {max} KiB (sessions.update_max_kb); it \
+                 was dropped"
+            ),
+        ));
+        match (id, method) {
+            (Some(id), Some(_)) => {
+                let error =
+                    RpcError::invalid_request().data(format!("messages are limited to {max} KiB"));
+                self.send(rpc::response::<()>(id, Err(error))).await?;
                 Ok(None)
             }
+            (Some(RequestId::Number(n)), None) if Some(n) == waiting => Ok(Some(Err(
+                RpcError::internal_error().data(format!("the answer was over {max} KiB")),
+            ))),
+            _ => Ok(None),
         }
     }
 
@@ -220,19 +304,24 @@ impl Runner {
             .await
             .map_err(|_| Gone::Exited(None))?;
         let max_line = self.s.lc.config().sessions.update_max_bytes();
-        // Attaching to a process that has ended still reads what it wrote before it did.
-        let (h, _) = crate::sessions::harness::attach(conn, process, self.committed, max_line)
+        // On from the last whole line read (those in the backlog are handled still); attaching
+        // to a process that has ended still reads what it wrote before it did.
+        let from = match self.backlog.back() {
+            Some(Line::Whole(_, end) | Line::TooLong(_, end)) => *end,
+            None => self.offset,
+        };
+        let (h, _) = crate::sessions::harness::attach(conn, process, from, max_line)
             .await
             .map_err(|_| Gone::Exited(Some(info)))?;
-        self.offset = self.committed;
         self.harness = Some(h);
         Ok(())
     }
 
-    /// One line from the harness.
+    /// One whole line from the harness, which ends at output offset `end`.
     async fn on_line(
         &mut self,
         line: &[u8],
+        end: u64,
         waiting: Option<i64>,
     ) -> Result<Option<Result<Value, RpcError>>, Gone> {
         let message = match rpc::decode(line) {
@@ -252,34 +341,56 @@ impl Runner {
             FromHarness::Notification { method, params } => {
                 if method == "session/update" && !self.replaying {
                     if let Some(update) = params.get("update") {
-                        self.pending.push(NewEvent::of(EventKind::Update, update));
+                        let event = NewEvent::of(EventKind::Update, update);
+                        self.pending_bytes += event.size();
+                        self.pending.push(event);
                     }
                 }
                 Ok(None)
             }
             FromHarness::Request { id, method, params } => {
-                self.on_request(id, &method, params).await?;
+                self.on_request(id, &method, params, end).await?;
                 Ok(None)
             }
         }
     }
 
-    async fn on_request(&mut self, id: RequestId, method: &str, params: Value) -> Result<(), Gone> {
+    async fn on_request(
+        &mut self,
+        id: RequestId,
+        method: &str,
+        params: Value,
+        end: u64,
+    ) -> Result<(), Gone> {
         match method {
-            "session/request_permission" => self.ask(id, params).await,
+            "session/request_permission" => self.ask(id, params, end).await,
             "fs/read_text_file" | "fs/write_text_file" => {
-                let Some(conn) = self.harness.as_ref().map(|h| h.conn.clone()) else {
+                let Some((conn, process)) = self
+                    .harness
+                    .as_ref()
+                    .map(|h| (h.conn.clone(), h.process.as_str().to_string()))
+                else {
                     return Ok(());
                 };
-                let max_mb = self.s.lc.config().server.max_file_mb;
+                if self.file_tasks.len() >= MAX_FILE_REQUESTS {
+                    let error = RpcError::internal_error().data(format!(
+                        "at most {MAX_FILE_REQUESTS} file requests are served at once"
+                    ));
+                    return self.send(rpc::response::<()>(id, Err(error))).await;
+                }
+                let config = self.s.lc.config();
+                let limits = FileLimits {
+                    write_mb: config.server.max_file_mb,
+                    read_bytes: config.sessions.update_max_bytes() as u64,
+                };
                 let s = self.s.clone();
                 let sid = self.sid.clone();
                 let method = method.to_string();
                 // Served on the side, so that a slow file does not hold up the conversation;
-                // the answer goes back through the runner's commands.
-                tokio::spawn(async move {
-                    let line = serve_file(&conn, &method, id, params, max_mb).await;
-                    s.command(&sid, Command::Reply(line));
+                // the answer goes back through the runner's commands, to this process only.
+                self.file_tasks.spawn(async move {
+                    let line = serve_file(&conn, &method, id, params, limits).await;
+                    s.command(&sid, Command::Reply { process, line });
                 });
                 Ok(())
             }
@@ -293,7 +404,7 @@ impl Runner {
 
     /// `session/request_permission`: an approval, pending until someone answers it, its
     /// timeout passes, or the turn is cancelled.
-    async fn ask(&mut self, id: RequestId, params: Value) -> Result<(), Gone> {
+    async fn ask(&mut self, id: RequestId, params: Value, end: u64) -> Result<(), Gone> {
         let options = match permission_options(&params) {
             Ok(o) => o,
             Err(why) => {
@@ -309,12 +420,28 @@ impl Runner {
                     .await;
             }
         };
-        if self.cancelled {
+        // Outside a turn, after its cancel, or past the open questions a turn may have:
+        // answered `cancelled` at once (failing closed).
+        let refuse = if !self.in_turn || self.cancelled {
+            Some(None)
+        } else if self.open_approvals >= MAX_OPEN_APPROVALS {
+            Some(Some(format!(
+                "The harness asked more than {MAX_OPEN_APPROVALS} questions at once; the \
+                 others were answered cancelled"
+            )))
+        } else {
+            None
+        };
+        if let Some(notice) = refuse {
+            if let Some(text) = notice {
+                self.pending.push(NewEvent::notice(NoticeKind::Error, text));
+            }
             let answer = RequestPermissionResponse::new(
                 agent_client_protocol_schema::v1::RequestPermissionOutcome::Cancelled,
             );
             return self.send(rpc::response(id, Ok(answer))).await;
         }
+        self.open_approvals += 1;
         let now = chrono::Utc::now();
         let timeout = self.s.lc.config().sessions.approval_timeout;
         let expires = now + chrono::Duration::from_std(timeout).unwrap_or(chrono::Duration::MAX);
@@ -331,15 +458,18 @@ impl Runner {
             decided_by: None,
             rpc_id: rpc::id_to_value(&id),
         };
-        // Its event follows the updates before it.
+        // Its event follows the updates before it; the offset past its request is recorded with
+        // it, so that a restart neither loses nor repeats the question.
         self.flush().await;
         match self
             .s
             .store
-            .add_approval(record.clone(), self.s.max_transcript())
+            .add_approval(record.clone(), end, self.s.max_transcript())
             .await
         {
             Ok(seq) => {
+                self.offset = self.offset.max(end);
+                self.committed = self.offset;
                 self.s.feeds.grew(&self.sid, seq);
                 self.s
                     .lc
@@ -349,12 +479,32 @@ impl Runner {
                 self.s.arm(&record);
                 Ok(())
             }
-            Err(e) => {
-                tracing::debug!(session = %self.sid, "recording an approval: {e}");
-                Err(Gone::Stopped)
-            }
+            Err(crate::store::sessions::SessionStoreError::NoSession(_)) => Err(Gone::Stopped),
+            Err(e) => Err(Gone::Lost(format!(
+                "The question could not be recorded: {e}"
+            ))),
         }
     }
+}
+
+/// The `id` and `method` of a message of which only the start is known, when they are in it.
+fn sniff(prefix: &[u8]) -> (Option<RequestId>, Option<String>) {
+    fn after<T: serde::de::DeserializeOwned>(prefix: &[u8], key: &[u8]) -> Option<T> {
+        let at = prefix.windows(key.len()).position(|w| w == key)? + key.len();
+        let rest = &prefix[at..];
+        let colon = rest.iter().position(|&b| !b.is_ascii_whitespace())?;
+        if rest[colon] != b':' {
+            return None;
+        }
+        serde_json::Deserializer::from_slice(&rest[colon + 1..])
+            .into_iter::<T>()
+            .next()?
+            .ok()
+    }
+    let id = after::<Value>(prefix, b"\"id\"")
+        .filter(|v| v.is_number() || v.is_string())
+        .map(|v| rpc::id_from_value(&v));
+    (id, after::<String>(prefix, b"\"method\""))
 }
 
 fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
@@ -398,6 +548,15 @@ fn permission_options(params: &Value) -> Result<Vec<OptionRecord>, String> {
     Ok(out)
 }
 
+/// How large the files a harness reads and writes may be.
+#[derive(Clone, Copy)]
+struct FileLimits {
+    /// `server.max_file_mb`.
+    write_mb: u64,
+    /// `sessions.update_max_kb`: the answer is one line the harness must take.
+    read_bytes: u64,
+}
+
 /// Serves a harness's `fs/read_text_file` or `fs/write_text_file` through the agent's own
 /// file access (as the agent account): the answer line.
 async fn serve_file(
@@ -405,7 +564,7 @@ async fn serve_file(
     method: &str,
     id: RequestId,
     params: Value,
-    max_mb: u64,
+    limits: FileLimits,
 ) -> Vec<u8> {
     let failed = |e: String| RpcError::internal_error().data(e);
     if method == "fs/read_text_file" {
@@ -417,13 +576,14 @@ async fn serve_file(
                 .read_file(path)
                 .await
                 .map_err(|e| failed(e.to_string()))?;
-            let max = max_mb.saturating_mul(1024 * 1024);
+            let max = limits.read_bytes;
             if file.size > max {
                 return Err(failed(format!(
-                    "the file is over server.max_file_mb ({max_mb} MiB)"
+                    "the file is over {} KiB (sessions.update_max_kb)",
+                    max / 1024
                 )));
             }
-            let mut bytes = Vec::with_capacity(file.size as usize);
+            let mut bytes = Vec::with_capacity(file.size.min(max) as usize);
             file.bytes
                 .take(max)
                 .read_to_end(&mut bytes)
@@ -444,7 +604,7 @@ async fn serve_file(
         let body = futures::stream::once(async move {
             Ok::<_, std::io::Error>(bytes::Bytes::from(req.content))
         });
-        conn.write_file(path, Box::pin(body), UploadLimit::mb(max_mb))
+        conn.write_file(path, Box::pin(body), UploadLimit::mb(limits.write_mb))
             .await
             .map_err(|e| failed(e.to_string()))?;
         Ok(WriteTextFileResponse::default())
@@ -487,6 +647,16 @@ mod tests {
                 .is_err()
         );
         assert!(permission_options(&json!({})).is_err());
+    }
+
+    #[test]
+    fn the_start_of_a_long_message_tells_what_it_was() {
+        let (id, method) = sniff(br#"{"jsonrpc":"2.0","id":"p1","method":"session/request_permission","params":{"toolCall":{"con"#);
+        assert_eq!(id, Some(RequestId::Str("p1".into())));
+        assert_eq!(method.as_deref(), Some("session/request_permission"));
+        let (id, method) = sniff(br#"{"jsonrpc":"2.0","id": 12,"result":{"stopReason":"end_tu"#);
+        assert_eq!((id, method), (Some(RequestId::Number(12)), None));
+        assert_eq!(sniff(b"xxxx"), (None, None));
     }
 
     #[test]
