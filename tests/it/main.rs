@@ -19,6 +19,7 @@ mod flood;
 mod presets;
 mod processes;
 mod races;
+mod real_harness;
 mod reload;
 mod runtime;
 mod sessions;
