@@ -20,6 +20,7 @@ mod flood;
 mod presets;
 mod processes;
 mod races;
+mod real_harness;
 mod reload;
 mod runtime;
 mod sessions;
