@@ -25,3 +25,4 @@ mod sessions;
 mod terminal;
 mod terminal_sessions;
 mod tunnel;
+mod wake;
