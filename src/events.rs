@@ -167,6 +167,30 @@ impl EventHub {
         }
     }
 
+    /// Agent `id`'s processes as last announced, oldest first.
+    pub fn processes_of(&self, id: &str) -> Vec<ProcessInfo> {
+        let mut known: Vec<ProcessInfo> = {
+            let all = self.processes.lock().unwrap_or_else(|e| e.into_inner());
+            all.get(id)
+                .map(|seen| seen.values().cloned().collect())
+                .unwrap_or_default()
+        };
+        known.sort_by(|a, b| (a.started_at_ms, &a.id).cmp(&(b.started_at_ms, &b.id)));
+        known
+    }
+
+    /// Forgets agent `id`'s process `process` (it was removed).
+    pub fn forget_process(&self, id: &str, process: &str) {
+        if let Some(seen) = self
+            .processes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(id)
+        {
+            seen.remove(process);
+        }
+    }
+
     /// Forgets what was announced of agent `id`'s processes (it was destroyed or rebuilt).
     pub fn forget_processes(&self, id: &str) {
         self.processes
@@ -275,6 +299,31 @@ mod tests {
         hub.forget_processes("a");
         hub.process("a", info("p1pppppppppppppp", ProcessState::Exited));
         assert!(matches!(rx.try_recv(), Ok(AgentEvent::Process { .. })));
+    }
+
+    #[test]
+    fn the_processes_last_heard_of_are_kept_oldest_first_until_removed() {
+        let hub = EventHub::default();
+        let mut late = info("p1pppppppppppppp", ProcessState::Running);
+        late.started_at_ms = 20;
+        let mut early = info("p2pppppppppppppp", ProcessState::Running);
+        early.started_at_ms = 10;
+        hub.process("a", late);
+        hub.process("a", early);
+        hub.process("b", info("p3pppppppppppppp", ProcessState::Running));
+        let ids = |hub: &EventHub| -> Vec<String> {
+            hub.processes_of("a").into_iter().map(|p| p.id).collect()
+        };
+        assert_eq!(ids(&hub), ["p2pppppppppppppp", "p1pppppppppppppp"]);
+        hub.sandbox_stopped("a");
+        assert!(hub
+            .processes_of("a")
+            .iter()
+            .all(|p| p.state == ProcessState::Lost));
+        hub.forget_process("a", "p2pppppppppppppp");
+        assert_eq!(ids(&hub), ["p1pppppppppppppp"]);
+        assert_eq!(hub.processes_of("b").len(), 1);
+        assert!(hub.processes_of("nobody").is_empty());
     }
 
     #[test]

@@ -150,9 +150,18 @@ agent_action! {
     destroy: delete "/api/v1/agents/{id}", "destroyAgent"
 }
 
-agent_action! {
-    /// Starts a sleeping (or failed) agent.
-    start: post "/api/v1/agents/{id}/start", "startAgent"
+/// Starts a sleeping (or failed) agent. One that is stopping is started once its stop is over:
+/// the answer waits for that, at most `server.wake_timeout`.
+#[utoipa::path(post, path = "/api/v1/agents/{id}/start", tag = "agents", operation_id = "startAgent",
+    params(("id" = String, Path, description = "The agent's id")),
+    responses((status = 202, body = Agent), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "The agent's state does not allow it (the message names the state)"),
+        (status = 503, body = ErrorBody, description = "The agent was stopping and its stop did not end within `server.wake_timeout`; see `Retry-After`")))]
+pub async fn start(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<Agent>), ApiError> {
+    Ok((StatusCode::ACCEPTED, Json(st.lc.start(&id).await?.into())))
 }
 
 agent_action! {

@@ -2,7 +2,7 @@
 
 use agenthold_proto::{ChannelError, ErrorCode as ChannelCode};
 use axum::extract::rejection::{JsonRejection, QueryRejection};
-use axum::http::StatusCode;
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::types::ErrorCode;
@@ -18,7 +18,17 @@ pub struct ApiError {
     pub message: String,
     /// The camelCase request field the error is about, so a form can show it there.
     pub field: Option<&'static str>,
+    /// Seconds a client should wait before it tries again, sent as `Retry-After` with every
+    /// `429` and `503` ([`DEFAULT_RETRY_AFTER`] when not set).
+    pub retry_after: Option<u64>,
 }
+
+/// `Retry-After` of a `429` or `503` that says nothing better: the refusals are brief
+/// (a channel frees up, a sandbox reconnects).
+pub const DEFAULT_RETRY_AFTER: u64 = 1;
+/// `Retry-After` when a wake took longer than `server.wake_timeout`: the agent is still on
+/// its way up.
+pub const WAKE_RETRY_AFTER: u64 = 5;
 
 impl ApiError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
@@ -26,6 +36,7 @@ impl ApiError {
             code,
             message: message.into(),
             field: None,
+            retry_after: None,
         }
     }
 
@@ -90,7 +101,17 @@ impl IntoResponse for ApiError {
                 field: self.field.map(str::to_string),
             },
         };
-        (status, axum::Json(body)).into_response()
+        let mut response = (status, axum::Json(body)).into_response();
+        if matches!(
+            status,
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+        ) {
+            let secs = self.retry_after.unwrap_or(DEFAULT_RETRY_AFTER);
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
+        }
+        response
     }
 }
 
@@ -107,9 +128,12 @@ impl From<LifecycleError> for ApiError {
             LifecycleError::Driver(_) | LifecycleError::Tunnel { .. } => {
                 ApiError::unavailable(message)
             }
-            LifecycleError::WakeFailed(_) | LifecycleError::NotRunning { .. } => {
-                ApiError::conflict(message)
-            }
+            LifecycleError::WakeFailed(_) => ApiError::conflict(message),
+            LifecycleError::WakeTimeout { .. } => ApiError {
+                retry_after: Some(WAKE_RETRY_AFTER),
+                ..ApiError::unavailable(message)
+            },
+            LifecycleError::Conn(c) => c.into(),
             LifecycleError::BadChange { field, .. } => ApiError::invalid_field(field, message),
             LifecycleError::Store(_) => ApiError::internal(message),
             LifecycleError::Refused(_) => ApiError::conflict(message),

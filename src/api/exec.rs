@@ -25,7 +25,7 @@ pub const NDJSON: &str = "application/x-ndjson";
         (status = 400, body = ErrorBody, description = "A field breaks its constraint (`field` names it)"), (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody, description = "The agent cannot be woken (destroying, stopping, or its start failed)"),
         (status = 413, body = ErrorBody, description = "`command` and `env` together take over 1 MiB (each argument and each `KEY=VALUE` counted with a terminating NUL), or one of them over 131071 bytes (Linux's limit per string); the message says which and the limit"),
-        (status = 503, body = ErrorBody), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later")))]
+        (status = 503, body = ErrorBody, description = "The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After`"), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds")))]
 pub async fn exec(
     State(st): State<AppState>,
     Path(id): Path<String>,

@@ -75,9 +75,10 @@ pub struct RemoveQuery {
     pub recursive: bool,
 }
 
-/// The sandbox of a running agent: file operations do not wake one.
+/// The agent's sandbox: a file operation wakes a sleeping agent, as every operation that needs
+/// the sandbox does.
 async fn running(st: &AppState, id: &str) -> Result<SandboxConn, ApiError> {
-    Ok(st.lc.running_conn(id, "file operations").await?)
+    Ok(st.lc.wake_conn(id).await?)
 }
 
 fn check_path(path: &str) -> Result<(), ApiError> {
@@ -87,11 +88,11 @@ fn check_path(path: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Lists a directory.
+/// Lists a directory; wakes a sleeping agent first.
 #[utoipa::path(get, path = "/api/v1/agents/{id}/fs/list", tag = "files", operation_id = "listFiles",
     params(("id" = String, Path, description = "The agent's id"), ListQuery),
-    responses((status = 200, body = [DirEntry]), (status = 400, body = ErrorBody, description = "A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver), or a directory where a file is wanted (or the reverse)"), (status = 403, body = ErrorBody, description = "The sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network"), (status = 404, body = ErrorBody, description = "No such agent, or no such path"), (status = 409, body = ErrorBody, description = "The agent is not running"),
-        (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later"), (status = 503, body = ErrorBody, description = "The connection to the sandbox failed")))]
+    responses((status = 200, body = [DirEntry]), (status = 400, body = ErrorBody, description = "A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver), or a directory where a file is wanted (or the reverse)"), (status = 403, body = ErrorBody, description = "The sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network"), (status = 404, body = ErrorBody, description = "No such agent, or no such path"), (status = 409, body = ErrorBody, description = "The agent cannot be woken (destroying, in error, or stopped while waking)"),
+        (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds"), (status = 503, body = ErrorBody, description = "The agent did not wake within `server.wake_timeout`, or the connection to the sandbox failed; see `Retry-After`")))]
 pub async fn list(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -101,11 +102,11 @@ pub async fn list(
     Ok(Json(entries))
 }
 
-/// Reads a file, streamed.
+/// Reads a file, streamed; wakes a sleeping agent first.
 #[utoipa::path(get, path = "/api/v1/agents/{id}/fs/read", tag = "files", operation_id = "readFile",
     params(("id" = String, Path, description = "The agent's id"), ReadQuery),
     responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>, description = "The file's bytes, streamed (with `Content-Length`, `X-Content-Type-Options: nosniff` and `Content-Disposition: attachment` naming the file, or `inline` when asked)"),
-        (status = 400, body = ErrorBody, description = "A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver), or a directory where a file is wanted (or the reverse)"), (status = 403, body = ErrorBody, description = "The sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network"), (status = 404, body = ErrorBody, description = "No such agent, or no such path"), (status = 409, body = ErrorBody, description = "The agent is not running"), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later"), (status = 503, body = ErrorBody, description = "The connection to the sandbox failed")))]
+        (status = 400, body = ErrorBody, description = "A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver), or a directory where a file is wanted (or the reverse)"), (status = 403, body = ErrorBody, description = "The sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network"), (status = 404, body = ErrorBody, description = "No such agent, or no such path"), (status = 409, body = ErrorBody, description = "The agent cannot be woken (destroying, in error, or stopped while waking)"), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds"), (status = 503, body = ErrorBody, description = "The agent did not wake within `server.wake_timeout`, or the connection to the sandbox failed; see `Retry-After`")))]
 pub async fn read(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -140,14 +141,15 @@ pub async fn read(
     Ok(resp)
 }
 
-/// Writes a file from the streamed body; it is replaced whole or not at all.
+/// Writes a file from the streamed body; it is replaced whole or not at all. Wakes a sleeping
+/// agent first.
 #[utoipa::path(put, path = "/api/v1/agents/{id}/fs/write", tag = "files", operation_id = "writeFile",
     params(("id" = String, Path, description = "The agent's id"), PathQuery),
     request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The file's bytes, streamed; at most `server.max_file_mb` MiB"),
     responses((status = 204, description = "Written whole"), (status = 400, body = ErrorBody, description = "A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver), or a directory where a file is wanted (or the reverse)"), (status = 403, body = ErrorBody, description = "The sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network"),
-        (status = 404, body = ErrorBody, description = "No such agent, or the parent directory does not exist"), (status = 409, body = ErrorBody, description = "The agent is not running"),
+        (status = 404, body = ErrorBody, description = "No such agent, or the parent directory does not exist"), (status = 409, body = ErrorBody, description = "The agent cannot be woken (destroying, in error, or stopped while waking)"),
         (status = 413, body = ErrorBody, description = "Larger than `server.max_file_mb`; nothing was written"),
-        (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later"), (status = 503, body = ErrorBody, description = "The connection to the sandbox failed"),
+        (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds"), (status = 503, body = ErrorBody, description = "The agent did not wake within `server.wake_timeout`, or the connection to the sandbox failed; see `Retry-After`"),
         (status = 507, body = ErrorBody, description = "The sandbox's disk is full (its home's `diskMb`, or `/tmp`); nothing was written")))]
 pub async fn write(
     State(st): State<AppState>,
@@ -190,12 +192,12 @@ async fn write_body(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Makes a directory and its parents.
+/// Makes a directory and its parents; wakes a sleeping agent first.
 #[utoipa::path(post, path = "/api/v1/agents/{id}/fs/mkdir", tag = "files", operation_id = "makeDir",
     params(("id" = String, Path, description = "The agent's id"), PathQuery),
     responses((status = 204, description = "The directory exists"), (status = 400, body = ErrorBody, description = "A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver), or a directory where a file is wanted (or the reverse)"), (status = 403, body = ErrorBody, description = "The sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network"), (status = 404, body = ErrorBody, description = "No such agent"),
-        (status = 409, body = ErrorBody, description = "The agent is not running, or a file is in the way"),
-        (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later"), (status = 503, body = ErrorBody, description = "The connection to the sandbox failed"),
+        (status = 409, body = ErrorBody, description = "The agent cannot be woken, or a file is in the way"),
+        (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds"), (status = 503, body = ErrorBody, description = "The agent did not wake within `server.wake_timeout`, or the connection to the sandbox failed; see `Retry-After`"),
         (status = 507, body = ErrorBody, description = "The sandbox's disk is full")))]
 pub async fn mkdir(
     State(st): State<AppState>,
@@ -207,14 +209,15 @@ pub async fn mkdir(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Removes a file, or a directory (`recursive=true` for one that is not empty).
+/// Removes a file, or a directory (`recursive=true` for one that is not empty); wakes a sleeping
+/// agent first.
 #[utoipa::path(delete, path = "/api/v1/agents/{id}/fs/remove", tag = "files", operation_id = "removeFile",
     params(("id" = String, Path, description = "The agent's id"), RemoveQuery),
     responses((status = 204, description = "Removed"),
         (status = 400, body = ErrorBody, description = "A bad path (as for the other file operations), the home itself, or a directory that is not empty without `recursive=true`"),
         (status = 403, body = ErrorBody, description = "The sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network"), (status = 404, body = ErrorBody, description = "No such agent, or no such path"),
-        (status = 409, body = ErrorBody, description = "The agent is not running"),
-        (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later"), (status = 503, body = ErrorBody, description = "The connection to the sandbox failed")))]
+        (status = 409, body = ErrorBody, description = "The agent cannot be woken (destroying, in error, or stopped while waking)"),
+        (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds"), (status = 503, body = ErrorBody, description = "The agent did not wake within `server.wake_timeout`, or the connection to the sandbox failed; see `Retry-After`")))]
 pub async fn remove(
     State(st): State<AppState>,
     Path(id): Path<String>,

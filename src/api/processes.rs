@@ -1,6 +1,7 @@
 //! `/api/v1/agents/{id}/processes…`: background processes, owned by the agent's sandboxd (the
-//! `process.*` channels). Every call wakes a sleeping agent, as exec does: the processes and
-//! their output live in the sandbox.
+//! `process.*` channels). Every call but the list wakes a sleeping agent, as exec does: the
+//! processes and their output live in the sandbox. The list never wakes one: while the agent is
+//! not running it is what the server last heard (see [`crate::lifecycle::Lifecycle::list_processes`]).
 
 use std::time::Duration;
 
@@ -31,7 +32,7 @@ const DEFAULT_WAIT_MS: u64 = 30_000;
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody, description = "The agent cannot be woken, runs `sandbox.max_processes` processes already, or a running process has this tag"),
         (status = 413, body = ErrorBody, description = "`command` and `env` over exec's size limits"),
-        (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
+        (status = 429, body = ErrorBody, description = "Too many channels open to the agent; try again after `Retry-After` seconds"), (status = 503, body = ErrorBody, description = "The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After`")))]
 pub async fn start(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -61,25 +62,28 @@ pub async fn start(
     Ok((StatusCode::CREATED, Json(info.into())))
 }
 
-/// Lists the agent's processes, running and finished, oldest first.
+/// Lists the agent's processes, running and finished, oldest first. Never wakes the agent: while
+/// it is not running, the list is what the server last heard from its sandbox (a process that
+/// ran when it went to sleep shows as `lost`; `outputBytes` as of the process's last change;
+/// empty if the server restarted since the agent last ran).
 #[utoipa::path(get, path = "/api/v1/agents/{id}/processes", tag = "processes", operation_id = "listProcesses",
     params(("id" = String, Path, description = "The agent's id")),
     responses((status = 200, body = [Process]), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
+        (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds"), (status = 503, body = ErrorBody, description = "The connection to the sandbox failed; see `Retry-After`")))]
 pub async fn list(
     State(st): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Vec<Process>>, ApiError> {
-    let all = st.lc.wake_conn(&id).await?.list_processes().await?;
+    let all = st.lc.list_processes(&id).await?;
     Ok(Json(all.into_iter().map(Process::from).collect()))
 }
 
 /// One process, by id or tag (a tag names the running process with it, else the one started
-/// last).
+/// last); wakes a sleeping agent first (the process's state lives in the sandbox).
 #[utoipa::path(get, path = "/api/v1/agents/{id}/processes/{pid}", tag = "processes", operation_id = "getProcess",
     params(("id" = String, Path, description = "The agent's id"), ("pid" = String, Path, description = "The process's id or tag", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")),
     responses((status = 200, body = Process), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
+        (status = 409, body = ErrorBody, description = "The agent cannot be woken (destroying, in error, or stopped while waking)"), (status = 429, body = ErrorBody, description = "Too many channels open to the agent; try again after `Retry-After` seconds"), (status = 503, body = ErrorBody, description = "The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After`")))]
 pub async fn get(
     State(st): State<AppState>,
     Path((id, pid)): Path<(String, String)>,
@@ -101,13 +105,13 @@ pub struct OutputQuery {
     pub follow: bool,
 }
 
-/// The process's output from a byte offset, as NDJSON.
+/// The process's output from a byte offset, as NDJSON; wakes a sleeping agent first.
 #[utoipa::path(get, path = "/api/v1/agents/{id}/processes/{pid}/output", tag = "processes", operation_id = "processOutput",
     params(("id" = String, Path, description = "The agent's id"), ("pid" = String, Path, description = "The process's id or tag", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"), OutputQuery),
     responses((status = 200, content_type = "application/x-ndjson", description = "One line per piece: `{offset, stream, data}` (UTF-8 text) or `{offset, stream, data64}` (base64, for bytes that are not UTF-8 or are mostly control characters), `{gap: {from, to}}` where output left the buffer, and a last `{exit: Process}` once the process has ended and all its output was sent. Without `follow` the response ends at the output so far. A stream cut short ends with an error line; read again from the last offset you got."),
         (status = 400, body = ErrorBody, description = "The offset is past the output so far"),
         (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
-        (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
+        (status = 429, body = ErrorBody, description = "Too many channels open to the agent; try again after `Retry-After` seconds"), (status = 503, body = ErrorBody, description = "The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After`")))]
 pub async fn output(
     State(st): State<AppState>,
     Path((id, pid)): Path<(String, String)>,
@@ -172,13 +176,14 @@ pub struct StdinQuery {
     pub eof: bool,
 }
 
-/// Writes the raw request body to the process's stdin (started with `"stdin": true`).
+/// Writes the raw request body to the process's stdin (started with `"stdin": true`); wakes a
+/// sleeping agent first.
 #[utoipa::path(post, path = "/api/v1/agents/{id}/processes/{pid}/stdin", tag = "processes", operation_id = "writeProcessStdin",
     params(("id" = String, Path, description = "The agent's id"), ("pid" = String, Path, description = "The process's id or tag", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"), StdinQuery),
     request_body(content = String, content_type = "application/octet-stream", description = "Bytes for the process's stdin; may be empty (with `eof=true`, to close it)"),
     responses((status = 200, body = StdinWritten), (status = 400, body = ErrorBody, description = "The process has ended, was started without stdin, or no longer reads it"),
         (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
-        (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
+        (status = 429, body = ErrorBody, description = "Too many channels open to the agent; try again after `Retry-After` seconds"), (status = 503, body = ErrorBody, description = "The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After`")))]
 pub async fn stdin(
     State(st): State<AppState>,
     Path((id, pid)): Path<(String, String)>,
@@ -192,13 +197,13 @@ pub async fn stdin(
     Ok(Json(StdinWritten { written }))
 }
 
-/// Sends a signal to the process's whole process group.
+/// Sends a signal to the process's whole process group; wakes a sleeping agent first.
 #[utoipa::path(post, path = "/api/v1/agents/{id}/processes/{pid}/signal", tag = "processes", operation_id = "signalProcess",
     request_body = SignalBody,
     params(("id" = String, Path, description = "The agent's id"), ("pid" = String, Path, description = "The process's id or tag", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")),
     responses((status = 204, description = "Sent"), (status = 400, body = ErrorBody, description = "Not a signal, or the process has ended"),
         (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
-        (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
+        (status = 429, body = ErrorBody, description = "Too many channels open to the agent; try again after `Retry-After` seconds"), (status = 503, body = ErrorBody, description = "The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After`")))]
 pub async fn signal(
     State(st): State<AppState>,
     Path((id, pid)): Path<(String, String)>,
@@ -231,13 +236,13 @@ pub struct WaitQuery {
     pub timeout_ms: Option<u64>,
 }
 
-/// Waits for the process to end.
+/// Waits for the process to end; wakes a sleeping agent first.
 #[utoipa::path(get, path = "/api/v1/agents/{id}/processes/{pid}/wait", tag = "processes", operation_id = "waitProcess",
     params(("id" = String, Path, description = "The agent's id"), ("pid" = String, Path, description = "The process's id or tag", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"), WaitQuery),
     responses((status = 200, body = Process, description = "It has ended"),
         (status = 408, body = Process, description = "The time was up first: the process as it is, still running"),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
+        (status = 409, body = ErrorBody, description = "The agent cannot be woken (destroying, in error, or stopped while waking)"), (status = 429, body = ErrorBody, description = "Too many channels open to the agent; try again after `Retry-After` seconds"), (status = 503, body = ErrorBody, description = "The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After`")))]
 pub async fn wait(
     State(st): State<AppState>,
     Path((id, pid)): Path<(String, String)>,
@@ -263,16 +268,17 @@ pub async fn wait(
     Ok((status, Json(p)).into_response())
 }
 
-/// Kills the process's whole tree if it runs, then forgets it and its output.
+/// Kills the process's whole tree if it runs, then forgets it and its output; wakes a sleeping
+/// agent first.
 #[utoipa::path(delete, path = "/api/v1/agents/{id}/processes/{pid}", tag = "processes", operation_id = "removeProcess",
     params(("id" = String, Path, description = "The agent's id"), ("pid" = String, Path, description = "The process's id or tag", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")),
     responses((status = 204, description = "Gone"), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
+        (status = 409, body = ErrorBody, description = "The agent cannot be woken (destroying, in error, or stopped while waking)"), (status = 429, body = ErrorBody, description = "Too many channels open to the agent; try again after `Retry-After` seconds"), (status = 503, body = ErrorBody, description = "The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After`")))]
 pub async fn remove(
     State(st): State<AppState>,
     Path((id, pid)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     let name = ProcessName::parse(pid)?;
-    st.lc.wake_conn(&id).await?.remove_process(&name).await?;
+    st.lc.remove_process(&id, &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -171,7 +171,7 @@ fn to_open(st: &AppState, q: TerminalQuery) -> Result<TerminalOpen, ApiError> {
     responses((status = 101, description = "WebSocket onto the session; see the description"),
         (status = 400, body = ErrorBody, description = "Bad `cols`, `rows`, `offset` or `command`, or not a WebSocket upgrade"), (status = 404, body = ErrorBody, description = "No such agent, or no such session"),
         (status = 409, body = ErrorBody, description = "The session has too many viewers"),
-        (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later")))]
+        (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds")))]
 pub async fn terminal(
     State(st): State<AppState>,
     Path(id): Path<String>,

@@ -35,7 +35,7 @@ async fn sandbox(st: &AppState, id: &str) -> Result<Option<Link>, ApiError> {
 #[utoipa::path(get, path = "/api/v1/agents/{id}/terminals", tag = "terminal", operation_id = "listTerminals",
     params(("id" = String, Path, description = "The agent's id")),
     responses((status = 200, body = [TerminalSession]), (status = 404, body = ErrorBody),
-        (status = 503, body = ErrorBody, description = "The agent is running but its sandbox did not reconnect in time"), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later")))]
+        (status = 503, body = ErrorBody, description = "The agent is running but its sandbox did not reconnect in time"), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds")))]
 pub async fn list(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -52,7 +52,7 @@ pub async fn list(
 #[utoipa::path(delete, path = "/api/v1/agents/{id}/terminals/{sid}", tag = "terminal", operation_id = "killTerminal",
     params(("id" = String, Path, description = "The agent's id"), ("sid" = String, Path, description = "The session's id", pattern = "^[a-z0-9]{16}$")),
     responses((status = 204, description = "Ended"), (status = 404, body = ErrorBody, description = "No such agent, or no such session"),
-        (status = 503, body = ErrorBody, description = "The agent is running but its sandbox did not reconnect in time"), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later")))]
+        (status = 503, body = ErrorBody, description = "The agent is running but its sandbox did not reconnect in time"), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds")))]
 pub async fn kill(
     State(st): State<AppState>,
     Path((id, sid)): Path<(String, String)>,

@@ -27,8 +27,9 @@ pub enum AgentsCommand {
     Stop(ActionArgs),
     /// Recreate an agent's container with its current settings; the home directory is kept
     Rebuild(ActionArgs),
-    /// Remove an agent with its container and home directory (asks no question)
-    #[command(visible_alias = "delete")]
+    /// Remove an agent with its container and home directory (asks no question); `destroy` is
+    /// the same, the word the API and the events use
+    #[command(visible_aliases = ["destroy", "delete"])]
     Rm(ActionArgs),
 }
 

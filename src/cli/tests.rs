@@ -99,6 +99,8 @@ fn agents_subcommands() {
         ("stop", false),
         ("rebuild", true),
         ("rm", true),
+        ("destroy", true),
+        ("delete", false),
     ] {
         let mut args = vec!["agents", verb, "builder"];
         if wait {

@@ -35,6 +35,10 @@ pub struct ServerConfig {
     /// The longest timeout an exec request may ask for.
     #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
     pub exec_max_timeout: Duration,
+    /// How long a request that needs the sandbox (exec, files, processes, terminals, prompts)
+    /// waits for a sleeping or stopping agent to wake before answering `503`.
+    #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
+    pub wake_timeout: Duration,
     /// How long a web UI sign-in lasts; it survives restarts, not a change of admin token.
     #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
     pub session_ttl: Duration,
@@ -77,6 +81,7 @@ impl Default for ServerConfig {
             exec_output_cap_kb: 1024,
             exec_default_timeout: Duration::from_secs(10 * 60),
             exec_max_timeout: Duration::from_secs(24 * 60 * 60),
+            wake_timeout: Duration::from_secs(60),
             session_ttl: Duration::from_secs(30 * 24 * 60 * 60),
             metrics_token: None,
             public_url: None,
@@ -119,6 +124,17 @@ pub(super) fn validate(s: &ServerConfig, fail: &Fail) -> Result<(), ConfigError>
                 "({}) is above server.exec_max_timeout ({})",
                 humantime::format_duration(s.exec_default_timeout),
                 humantime::format_duration(s.exec_max_timeout)
+            ),
+        ));
+    }
+    min_duration(s.wake_timeout, 1, "server.wake_timeout", &fail)?;
+    // A caller waits this long on an open request: hours would only hold connections.
+    if s.wake_timeout > Duration::from_secs(60 * 60) {
+        return Err(fail(
+            "server.wake_timeout",
+            format!(
+                "({}) must be at most 1h",
+                humantime::format_duration(s.wake_timeout)
             ),
         ));
     }

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use super::{Lifecycle, LifecycleError};
 use crate::launch::ProcessLimits;
-use crate::tunnel::conn::SandboxConn;
+use agenthold_proto::ProcessInfo;
+
+use crate::tunnel::conn::{ProcessName, SandboxConn};
 use crate::tunnel::registry::Link;
 
 impl Lifecycle {
@@ -20,22 +22,39 @@ impl Lifecycle {
         self.tunnels.get(id).map(|link| self.conn_over(id, link))
     }
 
-    /// The agent's sandbox if its sandboxd is connected now, else why not: what `needs` (a
-    /// plural, "file operations") cannot have, without waking it.
-    pub async fn running_conn(
-        &self,
-        id: &str,
-        needs: &'static str,
-    ) -> Result<SandboxConn, LifecycleError> {
+    /// The agent's processes, running and finished, oldest first. From its sandbox when its
+    /// sandboxd is connected; else (asleep, starting) as the server last heard of them, the
+    /// finished ones within `sandbox.process_retention`: a listing never wakes the agent.
+    /// Empty for an agent not heard of since the server started.
+    pub async fn list_processes(&self, id: &str) -> Result<Vec<ProcessInfo>, LifecycleError> {
         if let Some(conn) = self.conn(id) {
-            return Ok(conn);
+            return Ok(conn.list_processes().await?);
         }
-        let agent = self.get(id).await?;
-        Err(LifecycleError::NotRunning {
-            name: agent.name,
-            state: agent.state,
-            needs,
-        })
+        self.get(id).await?;
+        let retention = self.config().sandbox.process_retention.as_millis() as u64;
+        let now = chrono::Utc::now().timestamp_millis().max(0) as u64;
+        let mut known = self.hub.processes_of(id);
+        known.retain(|p| {
+            p.state.is_running() || p.ended_at_ms.unwrap_or(now).saturating_add(retention) >= now
+        });
+        Ok(known)
+    }
+
+    /// Wakes the agent, kills process `name`'s tree if it runs and has sandboxd forget it; the
+    /// server forgets it too, so that a listing while the agent sleeps does not show it.
+    pub async fn remove_process(
+        self: &Arc<Self>,
+        id: &str,
+        name: &ProcessName,
+    ) -> Result<(), LifecycleError> {
+        let conn = self.wake_conn(id).await?;
+        // A tag names one process only until another takes it: forget the one removed.
+        let info = conn.process(name).await?;
+        let by_id = ProcessName::parse(info.id.clone())
+            .map_err(|_| crate::tunnel::conn::ConnError::MalformedReport)?;
+        conn.remove_process(&by_id).await?;
+        self.hub.forget_process(id, &info.id);
+        Ok(())
     }
 
     fn conn_over(&self, id: &str, link: Link) -> SandboxConn {

@@ -2,7 +2,8 @@
 //! work in the background and ends in the next state or in `error` with a message.
 //!
 //! Operations are only accepted from settled states (`running`, `sleeping`, `error`), so at most
-//! one piece of background work runs per agent; everything else answers 409.
+//! one piece of background work runs per agent; everything else answers 409, but for a start
+//! of an agent that is stopping, which waits for the stop to end (see `wake`).
 //!
 //! Every change of state goes through `moves`, which publishes it (decorated, see
 //! [`Lifecycle::decorate`]) to SSE clients and waiters: nothing else holds the store or the driver.
@@ -65,13 +66,19 @@ pub enum LifecycleError {
     Tunnel { id: String, source: TunnelError },
     #[error("the agent went to error while waking: {0}")]
     WakeFailed(String),
-    /// The agent's sandboxd is not connected, and `needs` (a plural) will not wake it.
-    #[error("agent {name} is {state}; {needs} need a running agent")]
-    NotRunning {
-        name: String,
+    /// A wake (or a start waiting for a stop) took longer than `server.wake_timeout`.
+    #[error(
+        "agent {id} is still {state} after {}s (server.wake_timeout); try again",
+        waited.as_secs()
+    )]
+    WakeTimeout {
+        id: String,
         state: AgentState,
-        needs: &'static str,
+        waited: Duration,
     },
+    /// The agent's sandbox refused or failed an operation of the lifecycle's.
+    #[error(transparent)]
+    Conn(#[from] crate::tunnel::conn::ConnError),
     #[error("store: {0}")]
     Store(StoreError),
     /// Not possible for this agent as it is (a conflict); the message says why.

@@ -58,13 +58,27 @@ impl Lifecycle {
         Ok(self.decorate(agent))
     }
 
+    /// Starts a sleeping or failed agent. One that is stopping is started once its stop is
+    /// over, waited for at most `server.wake_timeout` ([`LifecycleError::WakeTimeout`]).
     pub async fn start(self: &Arc<Self>, id: &str) -> Result<Agent, LifecycleError> {
+        self.start_by(id, self.wake_deadline()).await
+    }
+
+    /// [`Lifecycle::start`], waiting for a stop until `deadline`.
+    pub(super) async fn start_by(
+        self: &Arc<Self>,
+        id: &str,
+        deadline: tokio::time::Instant,
+    ) -> Result<Agent, LifecycleError> {
+        let now = self.wait_out_stop(id, deadline).await?;
         // A create that failed (Docker unreachable, say) may have made nothing, not even the
         // home, which a start would then take for one removed outside: the start is that
         // create, done again, which goes on into the start.
-        let create_failed = self.store.get_agent(id).await.is_ok_and(|a| {
-            a.state == Error && a.error.is_some_and(|e| e.starts_with(CREATE_FAILED))
-        });
+        let create_failed = now.state == Error
+            && now
+                .error
+                .as_deref()
+                .is_some_and(|e| e.starts_with(CREATE_FAILED));
         if create_failed {
             if let Ok(agent) = self.transition(id, &[Error], Creating, "start").await {
                 self.activity.touch(id);

@@ -268,7 +268,7 @@ async fn uploads_over_the_limit_are_413_and_leave_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn files_need_a_running_agent() {
+async fn files_wake_a_sleeping_agent() {
     let s = TestServer::start().await;
     let id = s.sleeping_agent("nap").await;
     let r = s
@@ -276,8 +276,8 @@ async fn files_need_a_running_agent() {
         .send()
         .await
         .unwrap();
-    let msg = expect_error(r, 409, "conflict").await;
-    assert!(msg.contains("sleeping"), "{msg}");
+    assert_eq!(r.status(), 200);
+    assert_eq!(s.state(&id).await, "running");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -27,3 +27,4 @@ mod sessions;
 mod terminal;
 mod terminal_sessions;
 mod tunnel;
+mod wake;

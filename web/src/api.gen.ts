@@ -87,7 +87,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Lists a directory. */
+        /** Lists a directory; wakes a sleeping agent first. */
         get: operations["listFiles"];
         put?: never;
         post?: never;
@@ -106,7 +106,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Makes a directory and its parents. */
+        /** Makes a directory and its parents; wakes a sleeping agent first. */
         post: operations["makeDir"];
         delete?: never;
         options?: never;
@@ -121,7 +121,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Reads a file, streamed. */
+        /** Reads a file, streamed; wakes a sleeping agent first. */
         get: operations["readFile"];
         put?: never;
         post?: never;
@@ -141,7 +141,10 @@ export interface paths {
         get?: never;
         put?: never;
         post?: never;
-        /** Removes a file, or a directory (`recursive=true` for one that is not empty). */
+        /**
+         * Removes a file, or a directory (`recursive=true` for one that is not empty); wakes a sleeping
+         *     agent first.
+         */
         delete: operations["removeFile"];
         options?: never;
         head?: never;
@@ -156,7 +159,10 @@ export interface paths {
             cookie?: never;
         };
         get?: never;
-        /** Writes a file from the streamed body; it is replaced whole or not at all. */
+        /**
+         * Writes a file from the streamed body; it is replaced whole or not at all. Wakes a sleeping
+         *     agent first.
+         */
         put: operations["writeFile"];
         post?: never;
         delete?: never;
@@ -172,7 +178,12 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Lists the agent's processes, running and finished, oldest first. */
+        /**
+         * Lists the agent's processes, running and finished, oldest first. Never wakes the agent: while
+         *     it is not running, the list is what the server last heard from its sandbox (a process that
+         *     ran when it went to sleep shows as `lost`; `outputBytes` as of the process's last change;
+         *     empty if the server restarted since the agent last ran).
+         */
         get: operations["listProcesses"];
         put?: never;
         /** Starts a background process; wakes a sleeping agent first. */
@@ -192,12 +203,15 @@ export interface paths {
         };
         /**
          * One process, by id or tag (a tag names the running process with it, else the one started
-         *     last).
+         *     last); wakes a sleeping agent first (the process's state lives in the sandbox).
          */
         get: operations["getProcess"];
         put?: never;
         post?: never;
-        /** Kills the process's whole tree if it runs, then forgets it and its output. */
+        /**
+         * Kills the process's whole tree if it runs, then forgets it and its output; wakes a sleeping
+         *     agent first.
+         */
         delete: operations["removeProcess"];
         options?: never;
         head?: never;
@@ -211,7 +225,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The process's output from a byte offset, as NDJSON. */
+        /** The process's output from a byte offset, as NDJSON; wakes a sleeping agent first. */
         get: operations["processOutput"];
         put?: never;
         post?: never;
@@ -230,7 +244,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Sends a signal to the process's whole process group. */
+        /** Sends a signal to the process's whole process group; wakes a sleeping agent first. */
         post: operations["signalProcess"];
         delete?: never;
         options?: never;
@@ -247,7 +261,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Writes the raw request body to the process's stdin (started with `"stdin": true`). */
+        /**
+         * Writes the raw request body to the process's stdin (started with `"stdin": true`); wakes a
+         *     sleeping agent first.
+         */
         post: operations["writeProcessStdin"];
         delete?: never;
         options?: never;
@@ -262,7 +279,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Waits for the process to end. */
+        /** Waits for the process to end; wakes a sleeping agent first. */
         get: operations["waitProcess"];
         put?: never;
         post?: never;
@@ -409,7 +426,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Starts a sleeping (or failed) agent. */
+        /**
+         * Starts a sleeping (or failed) agent. One that is stopping is started once its stop is over:
+         *     the answer waits for that, at most `server.wake_timeout`.
+         */
         post: operations["startAgent"];
         delete?: never;
         options?: never;
@@ -1942,7 +1962,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again later */
+            /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -1960,6 +1980,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After` */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2033,7 +2054,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The agent is not running */
+            /** @description The agent cannot be woken (destroying, in error, or stopped while waking) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -2042,7 +2063,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again later */
+            /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -2060,7 +2081,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The connection to the sandbox failed */
+            /** @description The agent did not wake within `server.wake_timeout`, or the connection to the sandbox failed; see `Retry-After` */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2133,7 +2154,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The agent is not running, or a file is in the way */
+            /** @description The agent cannot be woken, or a file is in the way */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -2142,7 +2163,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again later */
+            /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -2160,7 +2181,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The connection to the sandbox failed */
+            /** @description The agent did not wake within `server.wake_timeout`, or the connection to the sandbox failed; see `Retry-After` */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2248,7 +2269,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The agent is not running */
+            /** @description The agent cannot be woken (destroying, in error, or stopped while waking) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -2257,7 +2278,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again later */
+            /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -2275,7 +2296,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The connection to the sandbox failed */
+            /** @description The agent did not wake within `server.wake_timeout`, or the connection to the sandbox failed; see `Retry-After` */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2349,7 +2370,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The agent is not running */
+            /** @description The agent cannot be woken (destroying, in error, or stopped while waking) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -2358,7 +2379,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again later */
+            /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -2376,7 +2397,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The connection to the sandbox failed */
+            /** @description The agent did not wake within `server.wake_timeout`, or the connection to the sandbox failed; see `Retry-After` */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2454,7 +2475,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The agent is not running */
+            /** @description The agent cannot be woken (destroying, in error, or stopped while waking) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -2472,7 +2493,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again later */
+            /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -2490,7 +2511,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The connection to the sandbox failed */
+            /** @description The agent did not wake within `server.wake_timeout`, or the connection to the sandbox failed; see `Retry-After` */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2555,14 +2576,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
+            /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -2580,6 +2594,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description The connection to the sandbox failed; see `Retry-After` */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2666,6 +2681,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Too many channels open to the agent; try again after `Retry-After` seconds */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -2683,6 +2699,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After` */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2740,6 +2757,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description The agent cannot be woken (destroying, in error, or stopped while waking) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -2748,6 +2766,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Too many channels open to the agent; try again after `Retry-After` seconds */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -2765,6 +2784,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After` */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2821,6 +2841,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description The agent cannot be woken (destroying, in error, or stopped while waking) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -2829,6 +2850,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Too many channels open to the agent; try again after `Retry-After` seconds */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -2846,6 +2868,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After` */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2926,6 +2949,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Too many channels open to the agent; try again after `Retry-After` seconds */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -2943,6 +2967,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After` */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3029,6 +3054,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Too many channels open to the agent; try again after `Retry-After` seconds */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -3046,6 +3072,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After` */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3128,6 +3155,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Too many channels open to the agent; try again after `Retry-After` seconds */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -3145,6 +3173,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After` */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3223,6 +3252,7 @@ export interface operations {
                     "application/json": components["schemas"]["Process"];
                 };
             };
+            /** @description The agent cannot be woken (destroying, in error, or stopped while waking) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -3231,6 +3261,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Too many channels open to the agent; try again after `Retry-After` seconds */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -3248,6 +3279,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After` */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -4038,6 +4070,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description The agent was stopping and its stop did not end within `server.wake_timeout`; see `Retry-After` */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
         };
     };
     stopAgent: {
@@ -4184,7 +4225,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again later */
+            /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -4250,7 +4291,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again later */
+            /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -4327,7 +4368,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again later */
+            /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds */
             429: {
                 headers: {
                     [name: string]: unknown;

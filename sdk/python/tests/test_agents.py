@@ -117,7 +117,7 @@ def test_update_changes_settings(client: Client, fresh: Agent) -> None:
 
 
 def test_stop_start_rebuild_refresh(fresh: Agent) -> None:
-    fresh.stop()
+    fresh.stop(wait=False)
     assert fresh.state in ("stopping", "sleeping")
     assert fresh.wait_for("sleeping", timeout=60).state == "sleeping"
     assert fresh.refresh().state == "sleeping"

@@ -47,7 +47,10 @@ def test_conflict_from_the_agents_state(client: Client, fresh: Agent) -> None:
     assert "running" in info.value.message
     fresh.stop(wait=True, timeout=60)
     with pytest.raises(Conflict):
-        fresh.files.list(".")
+        fresh.stop()
+    # Files wake a sleeping agent, as every operation that needs the sandbox does.
+    assert isinstance(fresh.files.list("."), list)
+    assert fresh.refresh().state == "running"
 
 
 def test_invalid_request_names_the_field(client: Client, agent: Agent) -> None:

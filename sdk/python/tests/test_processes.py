@@ -89,11 +89,12 @@ def test_kill_wait_list_get_and_remove(agent: Agent) -> None:
     assert tag in {p.tag for p in agent.commands.list()}
     same = agent.commands.get(tag)
     assert same.id == h.id and agent.commands.get(h.id).tag == tag
-    h.kill()
+    assert h.kill() is True
     p = h.wait(timeout=WAIT)
     assert (p.state, p.signal, p.exit_code) == ("killed", "TERM", None)
+    assert h.kill("KILL") is False  # it has ended
     with pytest.raises(InvalidRequest):
-        h.kill("KILL")  # it has ended
+        h.kill("NOSUCHSIGNAL")
     h.remove()
     with pytest.raises(NotFound):
         agent.commands.get(h.id)
@@ -161,9 +162,10 @@ async def test_async_kill_list_get_remove(aagent: AsyncAgent) -> None:
         await h.wait(timeout=0.2)
     assert tag in {p.tag for p in await aagent.commands.list()}
     assert (await aagent.commands.get(tag)).id == h.id
-    await h.kill("KILL")
+    assert await h.kill("KILL") is True
     p = await h.wait(timeout=WAIT)
     assert (p.state, p.signal) == ("killed", "KILL")
+    assert await h.kill() is False
     await h.remove()
     with pytest.raises(NotFound):
         await aagent.commands.get(h.id)

@@ -297,6 +297,11 @@ pub async fn exec_flood(s: &TestServer, id: &str, n: usize) -> (Vec<reqwest::Res
         match a.status().as_u16() {
             200 => running.push(a),
             429 => {
+                assert_eq!(
+                    a.headers().get("retry-after").and_then(|v| v.to_str().ok()),
+                    Some("1"),
+                    "a 429 says when to try again"
+                );
                 let msg = expect_error(a, 429, "too_many_requests").await;
                 assert!(msg.contains("max_streams_per_agent"), "{msg}");
                 refused += 1;

@@ -392,3 +392,70 @@ async fn a_subnet_a_host_interface_is_on_is_skipped() {
     assert_eq!(s.exec_ok(&a, &["echo", "reached"]).await, "reached\n");
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_and_exec_wake_a_sleeping_agent_and_listings_do_not() {
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
+    let s = env.server(false).await;
+    let id = s.running_agent(("waker", AGENT_IMAGE)).await;
+    s.write_tree(&id, &[("kept.txt", "kept")]).await;
+    let (st, body) = s
+        .call(
+            "POST",
+            &format!("/api/v1/agents/{id}/processes"),
+            Some(json!({"command": ["sleep", "1000"], "tag": "bg"})),
+        )
+        .await;
+    assert_eq!(st, 201, "{body}");
+
+    // Listings answer from the server's own state and leave it asleep.
+    s.stop_sleeping(&id).await;
+    let (st, list) = s
+        .call("GET", &format!("/api/v1/agents/{id}/processes"), None)
+        .await;
+    assert_eq!(st, 200, "{list}");
+    assert_eq!(list[0]["tag"], "bg", "{list}");
+    assert_eq!(list[0]["state"], "lost", "{list}");
+    let (st, terminals) = s
+        .call("GET", &format!("/api/v1/agents/{id}/terminals"), None)
+        .await;
+    assert_eq!((st, terminals), (200, json!([])));
+    assert_eq!(s.state(&id).await, "sleeping");
+    assert_eq!(
+        docker(&[
+            "inspect",
+            "--format",
+            "{{.State.Running}}",
+            &env.container(&id)
+        ]),
+        "false"
+    );
+
+    // A file read wakes it.
+    let r = s
+        .get(&format!("/api/v1/agents/{id}/fs/read?path=kept.txt"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "kept");
+    assert_eq!(s.state(&id).await, "running");
+
+    // So does a file write, and an exec sees it.
+    s.stop_sleeping(&id).await;
+    let r = s
+        .put(&format!("/api/v1/agents/{id}/fs/write?path=asleep.txt"))
+        .body("written while asleep")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    s.stop_sleeping(&id).await;
+    assert_eq!(
+        s.exec_ok(&id, &["cat", "/home/agent/asleep.txt"]).await,
+        "written while asleep"
+    );
+    assert_eq!(s.state(&id).await, "running");
+}

@@ -8,7 +8,10 @@ it.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import random
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -27,6 +30,86 @@ API = "/api/v1"
 
 TimeoutArg = float | None | httpx.Timeout
 _DEFAULT: Any = object()
+
+#: How many times a request the server refused with ``429`` or ``503`` is tried again.
+DEFAULT_RETRIES = 8
+#: The longest a request spends waiting between its tries, in all (seconds).
+RETRY_BUDGET = 60.0
+#: The first backoff (doubled at each try, at most :data:`RETRY_MAX`), before jitter.
+RETRY_BASE, RETRY_MAX = 0.25, 8.0
+#: The longest ``Retry-After`` honoured (a longer one ends the retries).
+RETRY_AFTER_MAX = 30.0
+#: Methods whose request may be sent twice without harm.
+IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """``Retry-After`` in seconds, when it is a number (the server sends whole seconds)."""
+    value = response.headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        secs = float(value)
+    except ValueError:
+        return None
+    return secs if secs >= 0 else None
+
+
+def _not_done(method: str, response: httpx.Response) -> bool:
+    """Whether the answer says the request was not carried out and may be sent again.
+
+    ``429`` is always a refusal before anything was done (a cap on open channels). ``503``
+    is too for idempotent methods; for ``POST`` and ``PATCH`` only the refusals the server
+    makes before it starts: a connection it would not take (a plain-text answer, not the API's
+    error body) and an agent that did not wake within ``server.wake_timeout``. A ``503``
+    after a command may have begun (the sandbox connection lost halfway) is not retried.
+    """
+    if response.status_code == 429:
+        return True
+    if response.status_code != 503:
+        return False
+    if method.upper() in IDEMPOTENT:
+        return True
+    if not response.headers.get("content-type", "").startswith("application/json"):
+        return True
+    try:
+        body: Any = response.json()
+        message = str(body["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return True
+    return "server.wake_timeout" in message
+
+
+class _Retry:
+    """The waits of one request between its tries: exponential backoff with jitter, never
+    shorter than the server's ``Retry-After``, within :data:`RETRY_BUDGET` in all."""
+
+    def __init__(self, retries: int) -> None:
+        self.left = retries
+        self.tries = 0
+        self.budget_end = time.monotonic() + RETRY_BUDGET
+
+    def pause(self, response: httpx.Response) -> float | None:
+        """How long to wait before the next try, or ``None`` to give up."""
+        if self.left <= 0:
+            return None
+        after = _retry_after(response)
+        if after is not None and after > RETRY_AFTER_MAX:
+            return None
+        backoff = min(RETRY_MAX, RETRY_BASE * (2.0**self.tries))
+        # Jitter spreads the callers the server refused at once over the next window, so that
+        # they do not all come back together.
+        pause = max(after or 0.0, backoff) * (1.0 + random.random())
+        if time.monotonic() + pause > self.budget_end:
+            return None
+        self.left -= 1
+        self.tries += 1
+        return pause
+
+
+def _replayable(content: Any) -> bool:
+    """A body that can be sent again (not a stream that the first try used up)."""
+    return content is None or isinstance(content, (bytes, bytearray, str))
 
 
 def resolve_settings(url: str | None, token: str | None) -> tuple[str, str | None]:
@@ -73,12 +156,25 @@ def is_timeout(e: BaseException) -> bool:
     return isinstance(e, NetworkError) and isinstance(e.__cause__, httpx.TimeoutException)
 
 
+def pool_limits(max_connections: int | None) -> httpx.Limits:
+    """The connection pool's limits: ``max_connections`` at once (``None``: no cap of the
+    client's own; the server's ``server.max_connections_per_ip``, 256 by default, is then the
+    bound, and its refusals are retried), of which up to 100 are kept alive between requests."""
+    return httpx.Limits(
+        max_connections=max_connections,
+        max_keepalive_connections=100 if max_connections is None else min(100, max_connections),
+    )
+
+
 class _Base:
-    def __init__(self, url: str | None, token: str | None, timeout: float | None) -> None:
+    def __init__(
+        self, url: str | None, token: str | None, timeout: float | None, retries: int
+    ) -> None:
         from . import __version__
 
         self.base_url, self.token = resolve_settings(url, token)
         self.timeout = _timeout(timeout)
+        self.retries = max(0, retries)
         self.headers = {"User-Agent": f"agenthold-python/{__version__}"}
         if self.token:
             self.headers["Authorization"] = f"Bearer {self.token}"
@@ -99,9 +195,12 @@ class SyncTransport(_Base):
         token: str | None,
         timeout: float | None = DEFAULT_TIMEOUT,
         http: httpx.Client | None = None,
+        *,
+        retries: int = DEFAULT_RETRIES,
+        max_connections: int | None = None,
     ) -> None:
-        super().__init__(url, token, timeout)
-        self.http = http or httpx.Client(timeout=self.timeout)
+        super().__init__(url, token, timeout, retries)
+        self.http = http or httpx.Client(timeout=self.timeout, limits=pool_limits(max_connections))
         self._owns_http = http is None
 
     def close(self) -> None:
@@ -120,22 +219,31 @@ class SyncTransport(_Base):
         timeout: TimeoutArg = _DEFAULT,
         accept: tuple[int, ...] = (),
     ) -> httpx.Response:
-        """One request, its body read; an error status raises unless listed in ``accept``."""
-        try:
-            r = self.http.request(
-                method,
-                self.url(path),
-                json=json,
-                params=params,
-                content=content,
-                headers={**self.headers, **(headers or {})},
-                timeout=self.timeout if timeout is _DEFAULT else _timeout(timeout),
-            )
-        except httpx.TransportError as e:
-            raise network_error(e) from e
-        if r.status_code not in accept:
-            raise_for(r)
-        return r
+        """One request, its body read; an error status raises unless listed in ``accept``.
+        A ``429`` or ``503`` that says the request was not carried out is tried again (see
+        :func:`_not_done`), after a pause that honours ``Retry-After``."""
+        retry = _Retry(self.retries if _replayable(content) else 0)
+        while True:
+            try:
+                r = self.http.request(
+                    method,
+                    self.url(path),
+                    json=json,
+                    params=params,
+                    content=content,
+                    headers={**self.headers, **(headers or {})},
+                    timeout=self.timeout if timeout is _DEFAULT else _timeout(timeout),
+                )
+            except httpx.TransportError as e:
+                raise network_error(e) from e
+            if r.status_code not in accept and _not_done(method, r):
+                pause = retry.pause(r)
+                if pause is not None:
+                    time.sleep(pause)
+                    continue
+            if r.status_code not in accept:
+                raise_for(r)
+            return r
 
     def json(self, method: str, path: str, **kw: Any) -> Any:
         return self.request(method, path, **kw).json()
@@ -151,20 +259,28 @@ class SyncTransport(_Base):
         headers: dict[str, str] | None = None,
         timeout: TimeoutArg = _DEFAULT,
     ) -> Iterator[httpx.Response]:
-        """A response whose body is read as it comes; an error status raises at once."""
+        """A response whose body is read as it comes; an error status raises at once (after
+        the tries :meth:`request` makes for a refusal)."""
+        retry = _Retry(self.retries)
         try:
-            with self.http.stream(
-                method,
-                self.url(path),
-                json=json,
-                params=params,
-                headers={**self.headers, **(headers or {})},
-                timeout=self.timeout if timeout is _DEFAULT else _timeout(timeout),
-            ) as r:
-                if r.status_code >= 400:
-                    r.read()
-                    raise_for(r)
-                yield r
+            while True:
+                with self.http.stream(
+                    method,
+                    self.url(path),
+                    json=json,
+                    params=params,
+                    headers={**self.headers, **(headers or {})},
+                    timeout=self.timeout if timeout is _DEFAULT else _timeout(timeout),
+                ) as r:
+                    if r.status_code >= 400:
+                        r.read()
+                        pause = retry.pause(r) if _not_done(method, r) else None
+                        if pause is None:
+                            raise_for(r)
+                    else:
+                        yield r
+                        return
+                time.sleep(pause or 0.0)
         except httpx.TransportError as e:
             raise network_error(e) from e
 
@@ -183,9 +299,14 @@ class AsyncTransport(_Base):
         token: str | None,
         timeout: float | None = DEFAULT_TIMEOUT,
         http: httpx.AsyncClient | None = None,
+        *,
+        retries: int = DEFAULT_RETRIES,
+        max_connections: int | None = None,
     ) -> None:
-        super().__init__(url, token, timeout)
-        self.http = http or httpx.AsyncClient(timeout=self.timeout)
+        super().__init__(url, token, timeout, retries)
+        self.http = http or httpx.AsyncClient(
+            timeout=self.timeout, limits=pool_limits(max_connections)
+        )
         self._owns_http = http is None
 
     async def close(self) -> None:
@@ -204,22 +325,30 @@ class AsyncTransport(_Base):
         timeout: TimeoutArg = _DEFAULT,
         accept: tuple[int, ...] = (),
     ) -> httpx.Response:
-        """One request, its body read; an error status raises unless listed in ``accept``."""
-        try:
-            r = await self.http.request(
-                method,
-                self.url(path),
-                json=json,
-                params=params,
-                content=content,
-                headers={**self.headers, **(headers or {})},
-                timeout=self.timeout if timeout is _DEFAULT else _timeout(timeout),
-            )
-        except httpx.TransportError as e:
-            raise network_error(e) from e
-        if r.status_code not in accept:
-            raise_for(r)
-        return r
+        """One request, its body read; an error status raises unless listed in ``accept``.
+        Refusals are tried again as by :meth:`SyncTransport.request`."""
+        retry = _Retry(self.retries if _replayable(content) else 0)
+        while True:
+            try:
+                r = await self.http.request(
+                    method,
+                    self.url(path),
+                    json=json,
+                    params=params,
+                    content=content,
+                    headers={**self.headers, **(headers or {})},
+                    timeout=self.timeout if timeout is _DEFAULT else _timeout(timeout),
+                )
+            except httpx.TransportError as e:
+                raise network_error(e) from e
+            if r.status_code not in accept and _not_done(method, r):
+                pause = retry.pause(r)
+                if pause is not None:
+                    await asyncio.sleep(pause)
+                    continue
+            if r.status_code not in accept:
+                raise_for(r)
+            return r
 
     async def json(self, method: str, path: str, **kw: Any) -> Any:
         return (await self.request(method, path, **kw)).json()
@@ -235,20 +364,28 @@ class AsyncTransport(_Base):
         headers: dict[str, str] | None = None,
         timeout: TimeoutArg = _DEFAULT,
     ) -> AsyncIterator[httpx.Response]:
-        """A response whose body is read as it comes; an error status raises at once."""
+        """A response whose body is read as it comes; an error status raises at once (after
+        the tries :meth:`request` makes for a refusal)."""
+        retry = _Retry(self.retries)
         try:
-            async with self.http.stream(
-                method,
-                self.url(path),
-                json=json,
-                params=params,
-                headers={**self.headers, **(headers or {})},
-                timeout=self.timeout if timeout is _DEFAULT else _timeout(timeout),
-            ) as r:
-                if r.status_code >= 400:
-                    await r.aread()
-                    raise_for(r)
-                yield r
+            while True:
+                async with self.http.stream(
+                    method,
+                    self.url(path),
+                    json=json,
+                    params=params,
+                    headers={**self.headers, **(headers or {})},
+                    timeout=self.timeout if timeout is _DEFAULT else _timeout(timeout),
+                ) as r:
+                    if r.status_code >= 400:
+                        await r.aread()
+                        pause = retry.pause(r) if _not_done(method, r) else None
+                        if pause is None:
+                            raise_for(r)
+                    else:
+                        yield r
+                        return
+                await asyncio.sleep(pause or 0.0)
         except httpx.TransportError as e:
             raise network_error(e) from e
 

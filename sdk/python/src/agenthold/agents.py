@@ -2,9 +2,9 @@
 
 The server addresses agents by id; people name them. Every call here takes either, and the
 handle it returns always talks to the agent by id, so a rename does not lose it. Lifecycle
-calls return at once by default where the server works in the background (``stop``,
-``destroy``), and wait for the state they lead to where a caller would otherwise have to
-(``create``, ``start``, ``rebuild``), following the server's events up to ``timeout`` seconds.
+calls (``create``, ``start``, ``stop``, ``rebuild``, ``destroy``) wait by default for the
+state they lead to, following the server's events up to ``timeout`` seconds, so that the next
+call finds the agent settled; ``wait=False`` returns as soon as the server took the operation.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any
+
+import httpx
 
 from ._http import AsyncTransport, SyncTransport, seg
 from ._wait import AT_REST, Deadline, wait_async, wait_sync
@@ -46,6 +48,10 @@ __all__ = [
 DEFAULT_WAIT = 600.0
 
 Egress = EgressRules | Mapping[str, Sequence[str]]
+
+#: How long a ``start`` request may take: the server waits for a stop under way to end (at
+#: most its ``server.wake_timeout``, 60 s by default) before it answers.
+START_REQUEST_TIMEOUT = httpx.Timeout(150.0, connect=15.0)
 
 
 def _egress(value: Egress) -> dict[str, list[str]]:
@@ -245,13 +251,28 @@ class Agent(_AgentView):
         return self._set(self._t.json("PATCH", self._path, json=body))
 
     def start(self, wait: bool = True, timeout: float | None = DEFAULT_WAIT) -> Agent:
-        """Starts a sleeping (or failed) agent; with ``wait``, until it runs."""
-        self._set(self._t.json("POST", f"{self._path}/start"))
-        return self.wait_for("running", timeout) if wait else self
+        """Starts a sleeping (or failed) agent; with ``wait`` (the default), until it runs.
 
-    def stop(self, wait: bool = False, timeout: float | None = DEFAULT_WAIT) -> Agent:
-        """Puts the agent to sleep (its processes end, its files stay); with ``wait``, until
-        it sleeps."""
+        One that is stopping is started once its stop is over: the server waits for that (an
+        older server's ``Conflict`` is waited out here), so ``stop()`` then ``start()`` works
+        whether or not the stop was waited for.
+        """
+        deadline = Deadline(timeout)
+        while True:
+            try:
+                self._set(
+                    self._t.json("POST", f"{self._path}/start", timeout=START_REQUEST_TIMEOUT)
+                )
+                break
+            except Conflict:
+                if self.refresh().state != "stopping":
+                    raise
+                wait_sync(self._t, self.info.id, AT_REST, deadline.remaining())
+        return self.wait_for("running", deadline.remaining()) if wait else self
+
+    def stop(self, wait: bool = True, timeout: float | None = DEFAULT_WAIT) -> Agent:
+        """Puts the agent to sleep (its processes end, its files stay); with ``wait`` (the
+        default), until it sleeps."""
         self._set(self._t.json("POST", f"{self._path}/stop"))
         return self.wait_for("sleeping", timeout) if wait else self
 
@@ -265,8 +286,9 @@ class Agent(_AgentView):
         it runs already); ``setup`` then says how it stands."""
         return self._set(self._t.json("POST", f"{self._path}/setup"))
 
-    def destroy(self, wait: bool = False, timeout: float | None = DEFAULT_WAIT) -> None:
-        """Destroys the agent: its sandbox, home and network; with ``wait``, until it is gone.
+    def destroy(self, wait: bool = True, timeout: float | None = DEFAULT_WAIT) -> None:
+        """Destroys the agent: its sandbox, home and network; with ``wait`` (the default), until
+        it is gone.
 
         The server destroys only an agent at rest, so one in the middle of an operation (still
         creating, starting…) is waited for first, up to ``timeout``; one already being
@@ -292,8 +314,9 @@ class Agent(_AgentView):
     def __exit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
+        # Leaving the block need not wait for the destroy to finish.
         with contextlib.suppress(NotFound):
-            self.destroy()
+            self.destroy(wait=False)
 
 
 class AsyncAgent(_AgentView):
@@ -347,10 +370,21 @@ class AsyncAgent(_AgentView):
         return self._set(await self._t.json("PATCH", self._path, json=body))
 
     async def start(self, wait: bool = True, timeout: float | None = DEFAULT_WAIT) -> AsyncAgent:
-        self._set(await self._t.json("POST", f"{self._path}/start"))
-        return await self.wait_for("running", timeout) if wait else self
+        """See :meth:`Agent.start`."""
+        deadline = Deadline(timeout)
+        while True:
+            try:
+                self._set(
+                    await self._t.json("POST", f"{self._path}/start", timeout=START_REQUEST_TIMEOUT)
+                )
+                break
+            except Conflict:
+                if (await self.refresh()).state != "stopping":
+                    raise
+                await wait_async(self._t, self.info.id, AT_REST, deadline.remaining())
+        return await self.wait_for("running", deadline.remaining()) if wait else self
 
-    async def stop(self, wait: bool = False, timeout: float | None = DEFAULT_WAIT) -> AsyncAgent:
+    async def stop(self, wait: bool = True, timeout: float | None = DEFAULT_WAIT) -> AsyncAgent:
         self._set(await self._t.json("POST", f"{self._path}/stop"))
         return await self.wait_for("sleeping", timeout) if wait else self
 
@@ -362,7 +396,7 @@ class AsyncAgent(_AgentView):
         """See :meth:`Agent.rerun_setup`."""
         return self._set(await self._t.json("POST", f"{self._path}/setup"))
 
-    async def destroy(self, wait: bool = False, timeout: float | None = DEFAULT_WAIT) -> None:
+    async def destroy(self, wait: bool = True, timeout: float | None = DEFAULT_WAIT) -> None:
         """See :meth:`Agent.destroy`."""
         deadline = Deadline(timeout)
         while True:
@@ -385,7 +419,7 @@ class AsyncAgent(_AgentView):
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         with contextlib.suppress(NotFound):
-            await self.destroy()
+            await self.destroy(wait=False)
 
 
 class Agents:

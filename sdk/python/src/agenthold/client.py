@@ -10,7 +10,7 @@ from types import TracebackType
 
 import httpx
 
-from ._http import DEFAULT_TIMEOUT, AsyncTransport, SyncTransport
+from ._http import DEFAULT_RETRIES, DEFAULT_TIMEOUT, AsyncTransport, SyncTransport
 from .agents import Agents, AsyncAgents, AsyncPresets, Presets
 from .approvals import Approvals, AsyncApprovals
 from .events import AsyncEventStream, EventStream
@@ -26,6 +26,14 @@ class Client:
     do), and the URL to ``http://127.0.0.1:8080``. ``timeout`` bounds ordinary requests;
     commands, transfers and waits have their own. ``http`` lets a caller bring an
     ``httpx.Client`` of its own (proxies, certificates); it is then not closed here.
+
+    A request the server refused without doing it (``429``, ``503``: too many channels open to
+    an agent, too many connections, an agent that did not wake in time) is tried again up to
+    ``retries`` times with exponential backoff, never sooner than the answer's
+    ``Retry-After``, for at most 60 s in all; ``retries=0`` turns that off.
+    ``max_connections`` caps the connections the client opens at once (``None``, the
+    default: no cap of its own, so 200 threads run 200 requests at once; the server's
+    ``server.max_connections_per_ip`` then bounds them, and its refusals are retried).
     """
 
     def __init__(
@@ -35,8 +43,12 @@ class Client:
         *,
         timeout: float | None = DEFAULT_TIMEOUT,
         http: httpx.Client | None = None,
+        retries: int = DEFAULT_RETRIES,
+        max_connections: int | None = None,
     ) -> None:
-        self._t = SyncTransport(url, token, timeout, http)
+        self._t = SyncTransport(
+            url, token, timeout, http, retries=retries, max_connections=max_connections
+        )
         self.agents = Agents(self._t)
         self.presets = Presets(self._t)
         #: The server's queue of questions for a person (harnesses' permission requests).
@@ -80,8 +92,12 @@ class AsyncClient:
         *,
         timeout: float | None = DEFAULT_TIMEOUT,
         http: httpx.AsyncClient | None = None,
+        retries: int = DEFAULT_RETRIES,
+        max_connections: int | None = None,
     ) -> None:
-        self._t = AsyncTransport(url, token, timeout, http)
+        self._t = AsyncTransport(
+            url, token, timeout, http, retries=retries, max_connections=max_connections
+        )
         self.agents = AsyncAgents(self._t)
         self.presets = AsyncPresets(self._t)
         self.approvals = AsyncApprovals(self._t)

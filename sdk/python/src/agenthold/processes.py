@@ -17,7 +17,14 @@ import httpx
 
 from ._http import AsyncTransport, SyncTransport, is_timeout, seg
 from ._lines import NdjsonDecoder
-from .errors import AgentholdError, CommandTimeout, NetworkError, Unavailable, error_for
+from .errors import (
+    AgentholdError,
+    CommandTimeout,
+    InvalidRequest,
+    NetworkError,
+    Unavailable,
+    error_for,
+)
 from .models import OutputChunk, OutputGap, Process
 
 __all__ = ["ProcessHandle", "AsyncProcessHandle", "Output"]
@@ -150,10 +157,18 @@ class ProcessHandle(_HandleBase):
                     f"process {self.info.id} still runs after {timeout} s", process=self.info
                 )
 
-    def kill(self, signal: str | int = "TERM") -> None:
+    def kill(self, signal: str | int = "TERM") -> bool:
         """Sends ``signal`` (a name such as ``TERM``, ``KILL``, ``INT``, or a number) to the
-        process's whole process group. A process that has ended raises ``InvalidRequest``."""
-        self._t.request("POST", f"{self._path}/signal", json={"signal": str(signal)})
+        process's whole process group. Returns ``True`` when it was sent, ``False`` when the
+        process had already ended (``info`` then holds how it ended); a name that is no
+        signal raises ``InvalidRequest``."""
+        try:
+            self._t.request("POST", f"{self._path}/signal", json={"signal": str(signal)})
+        except InvalidRequest as e:
+            if e.field == "signal" or self.refresh().state == "running":
+                raise
+            return False
+        return True
 
     def send_stdin(self, data: str | bytes, eof: bool = False) -> int:
         """Writes ``data`` to the process's stdin (it must have been started with
@@ -241,8 +256,15 @@ class AsyncProcessHandle(_HandleBase):
                     f"process {self.info.id} still runs after {timeout} s", process=self.info
                 )
 
-    async def kill(self, signal: str | int = "TERM") -> None:
-        await self._t.request("POST", f"{self._path}/signal", json={"signal": str(signal)})
+    async def kill(self, signal: str | int = "TERM") -> bool:
+        """See :meth:`ProcessHandle.kill`."""
+        try:
+            await self._t.request("POST", f"{self._path}/signal", json={"signal": str(signal)})
+        except InvalidRequest as e:
+            if e.field == "signal" or (await self.refresh()).state == "running":
+                raise
+            return False
+        return True
 
     async def send_stdin(self, data: str | bytes, eof: bool = False) -> int:
         body = data.encode("utf-8") if isinstance(data, str) else bytes(data)
