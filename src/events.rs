@@ -39,6 +39,28 @@ pub enum AgentEvent {
         id: String,
         process: Box<ProcessInfo>,
     },
+    /// Agent `id`'s lifetime ends soon: it will be destroyed at `expires_at`.
+    Expiring {
+        id: String,
+        expires_at: chrono::DateTime<chrono::Utc>,
+    },
+}
+
+impl AgentEvent {
+    /// The id of the agent the event is about.
+    pub fn agent_id(&self) -> &str {
+        match self {
+            AgentEvent::Changed(a) => &a.id,
+            AgentEvent::Deleted(id)
+            | AgentEvent::Pull { id, .. }
+            | AgentEvent::Process { id, .. }
+            | AgentEvent::Expiring { id, .. } => id,
+            AgentEvent::Egress(e) => &e.id,
+            AgentEvent::Session(s) => &s.agent_id,
+            AgentEvent::SessionDeleted { agent_id, .. } => agent_id,
+            AgentEvent::Approval(a) => &a.agent_id,
+        }
+    }
 }
 
 /// A broadcast of [`AgentEvent`]s; a slow subscriber loses old events and is told so. It also

@@ -111,6 +111,14 @@ pub struct Agent {
     pub env: BTreeMap<String, String>,
     /// The preset's setup script's last run; null when it has none or it has not run yet.
     pub setup: Option<SetupStatus>,
+    /// The agent's lifetime in `sandbox.idle_minute` units, counted from its creation or its
+    /// last change of it (a `PATCH` or a keep-alive); null for an agent without one.
+    pub ttl_minutes: Option<u32>,
+    /// When the agent will be destroyed, whatever its state; null without a TTL. Stored, so a
+    /// restart keeps it.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// The caller's own `key: value` tags, by [`crate::agents::labels`]'s rules.
+    pub labels: BTreeMap<String, String>,
 }
 
 /// Where a setup script's run is.
@@ -153,6 +161,11 @@ pub struct NewAgent {
     pub preset: Option<String>,
     pub env: BTreeMap<String, String>,
     pub runtime: String,
+    /// The lifetime asked for (request, else preset); `None` for none.
+    pub ttl_minutes: Option<u32>,
+    /// The deadline `ttl_minutes` gives, counted from now: filled in by the lifecycle.
+    pub expires_at: Option<DateTime<Utc>>,
+    pub labels: BTreeMap<String, String>,
 }
 
 /// A change to an agent's settings; `None` leaves a field as it is.
@@ -172,6 +185,12 @@ pub struct AgentPatch {
     pub env: Option<BTreeMap<String, String>>,
     /// Another container runtime; applied by a rebuild.
     pub runtime: Option<String>,
+    /// A new lifetime counted from now (`Some(Some(n))`), or none (`Some(None)`).
+    pub ttl_minutes: Option<Option<u32>>,
+    /// The deadline a new `ttl_minutes` gives, counted from now: filled in by the lifecycle.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// A new set of labels (the whole map).
+    pub labels: Option<BTreeMap<String, String>>,
 }
 
 /// Makes a fresh agent id: 12 characters of `[a-z0-9]`, starting with a letter so it is a

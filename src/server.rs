@@ -280,6 +280,7 @@ impl Server {
             lc.clone(),
         ));
         let sleeper_task = tokio::spawn(crate::lifecycle::sleeper::run(lc.clone()));
+        let expiry_task = tokio::spawn(crate::lifecycle::expiry::run(lc.clone()));
         // After reconcile: the turns the last server left running are carried on once their
         // sandboxes reconnect.
         self.state
@@ -327,6 +328,7 @@ impl Server {
         trim_task.abort();
         events_task.abort();
         sleeper_task.abort();
+        expiry_task.abort();
         lc.shutdown().await;
         Ok(())
     }

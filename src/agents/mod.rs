@@ -4,10 +4,12 @@
 //!
 //! [`spec`] checks each setting and merges a request with its preset and the server's
 //! [`defaults`], [`env`](mod@env) holds the rules of an agent's variables, [`preset`] the
-//! templates agents are made from, and [`runtimes`] the container runtimes agents may ask for.
+//! templates agents are made from, [`runtimes`] the container runtimes agents may ask for, and
+//! [`labels`] the rules of an agent's labels and the filter of a listing.
 
 pub mod defaults;
 pub mod env;
+pub mod labels;
 pub mod preset;
 pub mod runtimes;
 pub mod spec;

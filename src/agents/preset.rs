@@ -35,6 +35,11 @@ pub struct Preset {
     pub runtime: Option<String>,
     /// The harness (a key of `harnesses`) new sessions of its agents run by default.
     pub harness: Option<String>,
+    /// The lifetime of agents made from it, in `sandbox.idle_minute` units (none when absent);
+    /// a create's own `ttlMinutes` (even null) wins.
+    pub ttl_minutes: Option<u32>,
+    /// Labels of agents made from it; a create's own labels are merged over them.
+    pub labels: BTreeMap<String, String>,
 }
 
 /// A preset with the server's defaults filled in: what an agent made from it gets. The API
@@ -57,6 +62,9 @@ pub struct PresetInfo {
     pub runtime: Option<String>,
     /// The harness new sessions of its agents run (null: `sandbox.default_harness`).
     pub harness: Option<String>,
+    /// The lifetime of its agents; null for none.
+    pub ttl_minutes: Option<u32>,
+    pub labels: BTreeMap<String, String>,
     /// Whether it is `sandbox.default_preset`, the one a create without `preset` gets.
     pub default: bool,
 }
@@ -79,6 +87,8 @@ impl Preset {
             setup_on_rebuild: self.setup_on_rebuild,
             runtime: self.runtime.clone(),
             harness: self.harness.clone(),
+            ttl_minutes: self.ttl_minutes,
+            labels: self.labels.clone(),
             default: defaults.preset.as_deref() == Some(name),
         }
     }

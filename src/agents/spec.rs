@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use super::defaults::Defaults;
 use super::env;
+use super::labels;
 use super::preset::Preset;
 use super::runtimes::Runtimes;
 use crate::egress::EgressRules;
@@ -18,6 +19,8 @@ pub const MAX_NAME: usize = 63;
 pub const MAX_IMAGE: usize = 255;
 /// The longest idle time one can ask for: a week.
 pub const MAX_IDLE_MINUTES: u32 = 7 * 24 * 60;
+/// The longest lifetime one can ask for (`ttlMinutes`): a year.
+pub const MAX_TTL_MINUTES: u32 = 365 * 24 * 60;
 /// The least memory an agent may have, in MiB: Docker refuses limits under 6 MB, and nothing
 /// useful runs in less than 16.
 pub const MIN_MEMORY_MB: u64 = 16;
@@ -60,6 +63,10 @@ pub struct AgentRequest {
     /// Merged over the preset's variables; these win.
     pub env: Option<BTreeMap<String, String>>,
     pub runtime: Option<String>,
+    /// `Some(None)`: no lifetime, whatever the preset says; `None`: the preset's.
+    pub ttl_minutes: Option<Option<u32>>,
+    /// Merged over the preset's labels; these win.
+    pub labels: Option<BTreeMap<String, String>>,
 }
 
 /// What this server offers agents: its defaults and ceilings, its presets, and what its engine
@@ -102,6 +109,16 @@ pub fn resolve(request: AgentRequest, allowed: &Allowed) -> Result<NewAgent, Spe
     let mut env = preset.env.clone();
     env.extend(request.env.unwrap_or_default());
     check_env(&env)?;
+    if let Some(labels) = &request.labels {
+        check_labels(labels)?;
+    }
+    let mut labels = preset.labels.clone();
+    labels.extend(request.labels.unwrap_or_default());
+    check_labels(&labels)?;
+    if let Some(Some(ttl)) = request.ttl_minutes {
+        check_ttl_minutes(ttl)?;
+    }
+    let ttl_minutes = request.ttl_minutes.unwrap_or(preset.ttl_minutes);
     // A preset's runtime is checked here, against what this engine allows now, like one the
     // request names.
     let runtime = request.runtime.or_else(|| preset.runtime.clone());
@@ -136,6 +153,9 @@ pub fn resolve(request: AgentRequest, allowed: &Allowed) -> Result<NewAgent, Spe
         preset: preset_name,
         env,
         runtime: runtime.unwrap_or_else(|| allowed.runtimes.default.clone()),
+        ttl_minutes,
+        expires_at: None,
+        labels,
     })
 }
 
@@ -161,7 +181,32 @@ pub fn check_patch(patch: &AgentPatch, allowed: &Allowed) -> Result<(), SpecErro
     if let Some(runtime) = &patch.runtime {
         check_runtime(runtime, allowed.runtimes)?;
     }
+    if let Some(labels) = &patch.labels {
+        check_labels(labels)?;
+    }
+    // 0 in a change is no lifetime, as null is.
+    if let Some(Some(ttl)) = patch.ttl_minutes {
+        if ttl > 0 {
+            check_ttl_minutes(ttl)?;
+        }
+    }
     Ok(())
+}
+
+/// 1 to [`MAX_TTL_MINUTES`] (a year).
+pub fn check_ttl_minutes(ttl_minutes: u32) -> Result<(), SpecError> {
+    if (1..=MAX_TTL_MINUTES).contains(&ttl_minutes) {
+        return Ok(());
+    }
+    Err(SpecError::new(
+        "ttlMinutes",
+        format!("ttlMinutes must be between 1 and {MAX_TTL_MINUTES} (a year)"),
+    ))
+}
+
+/// An agent's labels, by [`labels::check`]'s rules.
+pub fn check_labels(map: &BTreeMap<String, String>) -> Result<(), SpecError> {
+    labels::check(map).map_err(|why| SpecError::new("labels", format!("labels: {why}")))
 }
 
 /// An agent's name is one DNS label: lowercase letters, digits and '-' (not at either end), at

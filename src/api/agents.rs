@@ -1,13 +1,16 @@
 //! `/api/v1/agents`: the agents and their lifecycle actions. What a request may ask for is
 //! [`crate::agents::spec`]'s business; the handlers here read it, hand it on and answer.
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::Json;
 
 use super::error::{ApiError, ApiJson, ErrorBody};
-use super::types::{Agent, CreateAgent, HarnessInfo, Health, Limits, PresetInfo, UpdateAgent};
+use super::types::{
+    Agent, AgentState, CreateAgent, HarnessInfo, Health, KeepAlive, Limits, PresetInfo, UpdateAgent,
+};
 use super::AppState;
+use crate::agents::labels::AgentFilter;
 use crate::agents::spec::{self, AgentRequest, Allowed, MAX_IDLE_MINUTES};
 use crate::config::Config;
 use crate::model::AgentPatch;
@@ -75,12 +78,47 @@ pub async fn health(State(st): State<AppState>) -> Json<Health> {
     })
 }
 
-/// Every agent.
+/// The filters of `GET /api/v1/agents`, for the document; [`AgentFilter::from_query`] reads
+/// them.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub struct ListQuery {
+    /// `key=value`: agents with that label and value; `key`: with that label, whatever its
+    /// value. Repeat it for more (all must hold).
+    #[param(style = Form, explode, pattern = "^[a-z0-9._/-]{1,63}(=.*)?$", example = json!(["team=ml"]))]
+    label: Option<Vec<String>>,
+    /// Only agents in this state.
+    state: Option<AgentState>,
+    /// Only agents made from this preset.
+    #[param(example = "dev")]
+    preset: Option<String>,
+    /// Only the agent with this name (and one being destroyed that had it).
+    #[param(example = "builder")]
+    name: Option<String>,
+}
+
+/// Every agent, oldest first; the filters (`label`, `state`, `preset`, `name`) combine: an agent is
+/// listed when all of them hold.
 #[utoipa::path(get, path = "/api/v1/agents", tag = "agents", operation_id = "listAgents",
-    responses((status = 200, body = [Agent])))]
-pub async fn list(State(st): State<AppState>) -> Result<Json<Vec<Agent>>, ApiError> {
+    params(ListQuery),
+    responses((status = 200, body = [Agent]),
+        (status = 400, body = ErrorBody, description = "A filter is not one (`field` names it)")))]
+pub async fn list(
+    State(st): State<AppState>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<Vec<Agent>>, ApiError> {
+    let pairs = form_urlencoded::parse(query.as_deref().unwrap_or_default().as_bytes());
+    let filter = AgentFilter::from_query(pairs)
+        .map_err(|(field, why)| ApiError::invalid_field(field, why))?;
     Ok(Json(
-        st.lc.list().await?.into_iter().map(Into::into).collect(),
+        st.lc
+            .list()
+            .await?
+            .into_iter()
+            .filter(|a| filter.matches(a))
+            .map(Into::into)
+            .collect(),
     ))
 }
 
@@ -125,6 +163,25 @@ pub async fn update(
     let config = st.config();
     spec::check_patch(&patch, &allowed(&st, &config))?;
     Ok(Json(st.lc.patch(&id, patch).await?.into()))
+}
+
+/// Restarts the agent's lifetime from now: `ttlMinutes` (or its own again) until it is
+/// destroyed; `expiresAt` moves.
+#[utoipa::path(post, path = "/api/v1/agents/{id}/keep-alive", tag = "agents", operation_id = "keepAgentAlive", request_body = KeepAlive,
+    params(("id" = String, Path, description = "The agent's id")),
+    responses((status = 200, body = Agent),
+        (status = 400, body = ErrorBody, description = "`ttlMinutes` is out of bounds"),
+        (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "The agent is being destroyed, or has no TTL and the request gives none")))]
+pub async fn keep_alive(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<KeepAlive>,
+) -> Result<Json<Agent>, ApiError> {
+    if let Some(ttl) = body.ttl_minutes {
+        spec::check_ttl_minutes(ttl)?;
+    }
+    Ok(Json(st.lc.keep_alive(&id, body.ttl_minutes).await?.into()))
 }
 
 /// Declares a route that runs one lifecycle action on an agent and answers `202` with the
@@ -214,6 +271,8 @@ impl From<CreateAgent> for AgentRequest {
             egress: body.egress.map(Into::into),
             env: body.env,
             runtime: body.runtime,
+            ttl_minutes: body.ttl_minutes,
+            labels: body.labels,
         }
     }
 }
@@ -230,6 +289,9 @@ impl From<UpdateAgent> for AgentPatch {
             egress: body.egress.map(Into::into),
             env: body.env,
             runtime: body.runtime,
+            ttl_minutes: body.ttl_minutes,
+            expires_at: None,
+            labels: body.labels,
         }
     }
 }

@@ -1,7 +1,8 @@
 //! `GET /api/v1/events`: Server-Sent Events, one `agent` event per change (and a snapshot of
 //! every agent when the stream opens or after it fell behind), `deleted` when one is gone, and
 //! `pull` events while an agent's image is being pulled, `egress` events for the egress proxy's
-//! decisions, and `process` events when a background process starts or ends.
+//! decisions, `process` events when a background process starts or ends, and `expiring` when an
+//! agent's lifetime is nearly up. `?agent=ID` keeps to one agent's events.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -9,11 +10,14 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
+use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
+use utoipa::IntoParams;
 
+use super::error::{ApiError, ApiQuery};
 use super::types::conversation::{Approval, Session};
 use super::types::process::ProcessEvent;
-use super::types::{Agent, EgressEvent, PullProgress};
+use super::types::{Agent, EgressEvent, ExpiringEvent, PullProgress};
 use super::AppState;
 use crate::events::AgentEvent;
 use crate::model;
@@ -43,13 +47,31 @@ fn pull_event(id: &str, progress: model::PullProgress) -> Event {
         .unwrap_or_else(|_| Event::default().comment("unencodable pull progress"))
 }
 
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct EventsQuery {
+    /// Only this agent's events (its id), and only it in the snapshot.
+    #[serde(default)]
+    #[param(example = "k3f9x2m1q8ab")]
+    pub agent: Option<String>,
+}
+
 /// A stream of agent changes.
 #[utoipa::path(get, path = "/api/v1/events", tag = "agents", operation_id = "events",
-    responses((status = 200, content_type = "text/event-stream", description = "`agent` events carry an Agent; `deleted` events carry {\"id\"}; `pull` events carry {\"id\"} and a PullProgress; `egress` events carry an EgressEvent; `process` events carry a ProcessEvent when a background process starts or ends; `session` events carry a Session when one is created or changes, `session_deleted` events {\"id\", \"agentId\", \"deleted\": true}; `approval` events carry an Approval when one is asked for or resolved")))]
+    params(EventsQuery),
+    responses((status = 200, content_type = "text/event-stream", description = "`agent` events carry an Agent; `deleted` events carry {\"id\"}; `pull` events carry {\"id\"} and a PullProgress; `egress` events carry an EgressEvent; `process` events carry a ProcessEvent when a background process starts or ends; `session` events carry a Session when one is created or changes, `session_deleted` events {\"id\", \"agentId\", \"deleted\": true}; `approval` events carry an Approval when one is asked for or resolved; `expiring` events carry an ExpiringEvent a minute before an agent's `expiresAt` (at once when less remains)"),
+        (status = 404, body = super::error::ErrorBody, description = "`agent` names no agent")))]
 pub async fn events(
     State(st): State<AppState>,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    ApiQuery(q): ApiQuery<EventsQuery>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let mut rx = st.lc.subscribe();
+    let only = q.agent;
+    // Subscribed first, so that nothing between this look and the snapshot is missed.
+    if let Some(id) = &only {
+        st.lc.get(id).await?;
+    }
     let lc = st.lc.clone();
     let counted = st.lc.metrics().sse_subscriber();
     let stream = async_stream::stream! {
@@ -59,17 +81,32 @@ pub async fn events(
         loop {
             if snapshot {
                 snapshot = false;
-                if let Ok(agents) = lc.list().await {
-                    for a in agents {
-                        yield Ok(agent_event(a));
-                    }
+                match &only {
+                    None => if let Ok(agents) = lc.list().await {
+                        for a in agents {
+                            yield Ok(agent_event(a));
+                        }
+                    },
+                    Some(id) => match lc.get(id).await {
+                        Ok(a) => yield Ok(agent_event(a)),
+                        Err(crate::lifecycle::LifecycleError::NotFound(_)) => yield Ok(deleted_event(id)),
+                        Err(_) => {}
+                    },
                 }
             }
-            match rx.recv().await {
-                Ok(AgentEvent::Changed(a)) => yield Ok(agent_event(*a)),
-                Ok(AgentEvent::Deleted(id)) => {
-                    yield Ok(Event::default().event("deleted").data(serde_json::json!({"id": id}).to_string()));
+            let event = rx.recv().await;
+            if let (Some(id), Ok(e)) = (&only, &event) {
+                if e.agent_id() != id {
+                    continue;
                 }
+            }
+            match event {
+                Ok(AgentEvent::Changed(a)) => yield Ok(agent_event(*a)),
+                Ok(AgentEvent::Deleted(id)) => yield Ok(deleted_event(&id)),
+                Ok(AgentEvent::Expiring { id, expires_at }) => yield Ok(Event::default()
+                    .event("expiring")
+                    .json_data(ExpiringEvent { id, expires_at })
+                    .unwrap_or_else(|_| Event::default().comment("unencodable expiring event"))),
                 Ok(AgentEvent::Pull { id, progress }) => yield Ok(pull_event(&id, *progress)),
                 Ok(AgentEvent::Egress(e)) => yield Ok(Event::default()
                     .event("egress")
@@ -95,5 +132,11 @@ pub async fn events(
             }
         }
     };
-    Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
+
+fn deleted_event(id: &str) -> Event {
+    Event::default()
+        .event("deleted")
+        .data(serde_json::json!({ "id": id }).to_string())
 }

@@ -125,6 +125,8 @@ pub(super) async fn run(client: &ApiClient, json: bool, cmd: AgentsCommand) -> a
                     deny: args.deny,
                 }),
                 runtime: args.runtime,
+                ttl_minutes: None,
+                labels: None,
             };
             let watch = watch_if(client, args.wait).await;
             let agent = client.create_agent(&req).await?;

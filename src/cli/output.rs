@@ -235,6 +235,9 @@ mod tests {
             preset: None,
             env: Default::default(),
             setup: None,
+            ttl_minutes: None,
+            expires_at: None,
+            labels: Default::default(),
         }
     }
 

@@ -6,7 +6,7 @@ use super::{Config, ConfigError, SandboxConfig};
 use crate::agents::env;
 use crate::agents::preset::Preset;
 use crate::agents::spec::{
-    self, MAX_IDLE_MINUTES, MAX_IMAGE, MAX_NAME, MIN_DISK_MB, MIN_MEMORY_MB,
+    self, MAX_IDLE_MINUTES, MAX_IMAGE, MAX_NAME, MAX_TTL_MINUTES, MIN_DISK_MB, MIN_MEMORY_MB,
 };
 
 /// Checks one preset against the sandbox's limits by the rules of an agent's settings (a preset
@@ -65,6 +65,15 @@ pub(super) fn check(p: &Preset, sb: &SandboxConfig) -> Result<(), (&'static str,
         }
     }
     env::check(&p.env).map_err(|e| ("env", e))?;
+    if let Some(t) = p.ttl_minutes {
+        if spec::check_ttl_minutes(t).is_err() {
+            return Err((
+                "ttlMinutes",
+                format!("({t}) must be between 1 and {MAX_TTL_MINUTES} (a year)"),
+            ));
+        }
+    }
+    crate::agents::labels::check(&p.labels).map_err(|e| ("labels", e))?;
     if let Some(s) = &p.setup {
         if s.trim().is_empty() || s.contains('\0') || s.len() > MAX_SETUP {
             return Err((

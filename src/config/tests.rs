@@ -838,6 +838,11 @@ fn presets_are_read_with_their_keys_and_defaults() {
     assert_eq!(minimal.cpus, 2.0);
     assert_eq!(minimal.disk_mb, Some(10240));
     assert_eq!(minimal.egress, None);
+    assert_eq!((minimal.ttl_minutes, minimal.labels.len()), (None, 0));
+    let c = load("presets:\n  ci:\n    ttlMinutes: 90\n    labels: {team: ml}\n").unwrap();
+    let ci = &c.preset_infos()[0];
+    assert_eq!(ci.ttl_minutes, Some(90));
+    assert_eq!(ci.labels["team"], "ml");
 }
 
 #[test]
@@ -861,6 +866,18 @@ fn a_bad_preset_names_its_key() {
         ),
         ("presets:\n  dev:\n    env: {1A: x}\n", "presets.dev.env"),
         ("presets:\n  dev:\n    setup: '  '\n", "presets.dev.setup"),
+        (
+            "presets:\n  dev:\n    ttlMinutes: 0\n",
+            "presets.dev.ttlMinutes",
+        ),
+        (
+            "presets:\n  dev:\n    ttlMinutes: 525601\n",
+            "presets.dev.ttlMinutes",
+        ),
+        (
+            "presets:\n  dev:\n    labels: {Team: x}\n",
+            "presets.dev.labels",
+        ),
         ("presets:\n  Dev: {}\n", "presets.Dev"),
         (
             "sandbox:\n  default_preset: nope\npresets:\n  dev: {}\n",

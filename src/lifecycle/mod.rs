@@ -10,11 +10,13 @@
 //! `ops` accepts and runs the operations, `boot` hands out and checks boot tokens and takes
 //! the hello, `wake` starts an agent for its user, `conn` hands out the typed connection to its
 //! sandbox, `outside` takes in what the driver saw happen, `view` is what others read.
-//! [`reconcile`] settles agents with the driver at boot, and [`sleeper`] puts idle ones to sleep.
+//! [`reconcile`] settles agents with the driver at boot, [`sleeper`] puts idle ones to sleep,
+//! and [`expiry`] destroys the ones whose lifetime (`ttlMinutes`) is up.
 
 mod boot;
 mod conn;
 mod egress;
+pub mod expiry;
 mod moves;
 mod ops;
 mod outside;
@@ -126,6 +128,10 @@ pub struct Lifecycle {
     /// hello and a `POST …/setup` at the same moment start one script, not two.
     setup_start: tokio::sync::Mutex<()>,
     runtimes: Runtimes,
+    /// Woken when a deadline is set, moved or taken away, so [`expiry::run`] looks again.
+    deadlines: tokio::sync::Notify,
+    /// The deadline each agent's `expiring` event was announced for (a new one announces anew).
+    expiring_announced: std::sync::Mutex<HashMap<String, chrono::DateTime<chrono::Utc>>>,
 }
 
 impl Lifecycle {
@@ -151,6 +157,8 @@ impl Lifecycle {
             setup_followers: Default::default(),
             setup_start: Default::default(),
             runtimes,
+            deadlines: Default::default(),
+            expiring_announced: Default::default(),
         }
     }
 

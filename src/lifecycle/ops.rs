@@ -10,6 +10,14 @@ use crate::metrics::{OpKind, Outcome};
 use crate::model::{Agent, AgentPatch, AgentState, AgentState::*, NewAgent};
 use crate::store::{hash_token, new_token};
 
+/// A lifetime whose deadline no date holds (only with an absurd `sandbox.idle_minute`).
+fn past_any_date() -> LifecycleError {
+    LifecycleError::BadChange {
+        field: "ttlMinutes",
+        why: "ttlMinutes gives a deadline past any date this server keeps".to_string(),
+    }
+}
+
 /// States from which an operation may begin.
 const SETTLED: &[AgentState] = &[Running, Sleeping, Error];
 
@@ -36,7 +44,11 @@ impl Lifecycle {
         });
     }
 
-    pub async fn create(self: &Arc<Self>, new: NewAgent) -> Result<Agent, LifecycleError> {
+    pub async fn create(self: &Arc<Self>, mut new: NewAgent) -> Result<Agent, LifecycleError> {
+        new.expires_at = match new.ttl_minutes {
+            Some(t) => Some(self.deadline(t).ok_or_else(past_any_date)?),
+            None => None,
+        };
         let agent = self
             .store
             .insert_agent(new)
@@ -45,16 +57,54 @@ impl Lifecycle {
         self.activity.touch(&agent.id);
         self.publish(&agent);
         self.spawn_op(OpKind::create, agent.id.clone());
+        self.deadlines_changed();
         Ok(self.decorate(agent))
     }
 
-    pub async fn patch(&self, id: &str, patch: AgentPatch) -> Result<Agent, LifecycleError> {
+    /// Changes the agent's settings. A new `ttl_minutes` is counted from now (0 or null takes
+    /// the lifetime away).
+    pub async fn patch(&self, id: &str, mut patch: AgentPatch) -> Result<Agent, LifecycleError> {
+        patch.ttl_minutes = patch.ttl_minutes.map(|t| t.filter(|&n| n > 0));
+        patch.expires_at = match patch.ttl_minutes.flatten() {
+            Some(t) => Some(self.deadline(t).ok_or_else(past_any_date)?),
+            None => None,
+        };
+        let ttl_changed = patch.ttl_minutes.is_some();
         let agent = self
             .store
             .patch_agent(id, patch, &[Running, Sleeping, Error, Starting, Creating])
             .await
             .map_err(|e| LifecycleError::from_store(e, "be changed"))?;
         self.publish(&agent);
+        if ttl_changed {
+            self.deadlines_changed();
+        }
+        Ok(self.decorate(agent))
+    }
+
+    /// Gives the agent `ttl_minutes` more to live, counted from now (its own lifetime again
+    /// when `None`; an agent without one has nothing to keep alive).
+    pub async fn keep_alive(
+        &self,
+        id: &str,
+        ttl_minutes: Option<u32>,
+    ) -> Result<Agent, LifecycleError> {
+        let ttl = match ttl_minutes {
+            Some(t) => t,
+            None => self.get(id).await?.ttl_minutes.ok_or_else(|| {
+                LifecycleError::Refused(format!(
+                    "agent {id} has no ttlMinutes to keep alive; give one"
+                ))
+            })?,
+        };
+        let expires_at = self.deadline(ttl).ok_or_else(past_any_date)?;
+        let agent = self
+            .store
+            .set_ttl(id, ttl, expires_at)
+            .await
+            .map_err(|e| LifecycleError::from_store(e, "be kept alive"))?;
+        self.publish(&agent);
+        self.deadlines_changed();
         Ok(self.decorate(agent))
     }
 

@@ -13,7 +13,7 @@ use crate::model::{Agent, AgentPatch, AgentState, NewAgent, SetupStatus};
 
 const COLUMNS: &str =
     "id, name, image, cpus, memory_mb, idle_minutes, state, error, needs_rebuild, created_at, \
-     disk_mb, egress, preset, env, setup, runtime";
+     disk_mb, egress, preset, env, setup, runtime, ttl_minutes, expires_at, labels";
 
 /// A row as SQLite hands it over, before the checks that turn it into an [`Agent`]; kept apart
 /// so a bad stored value becomes `Corrupt` with the agent named, not an opaque rusqlite error.
@@ -34,6 +34,9 @@ struct Raw {
     preset: Option<String>,
     env: Option<String>,
     setup: Option<String>,
+    ttl_minutes: Option<i64>,
+    expires_at: Option<String>,
+    labels: Option<String>,
 }
 
 impl Raw {
@@ -55,6 +58,9 @@ impl Raw {
             preset: r.get(12)?,
             env: r.get(13)?,
             setup: r.get(14)?,
+            ttl_minutes: r.get(16)?,
+            expires_at: r.get(17)?,
+            labels: r.get(18)?,
         })
     }
 
@@ -85,6 +91,25 @@ impl Raw {
             .as_deref()
             .map(|e| serde_json::from_str(e).map_err(|err| bad("setup", &err)))
             .transpose()?;
+        let labels = self
+            .labels
+            .as_deref()
+            .map(|e| serde_json::from_str(e).map_err(|err| bad("labels", &err)))
+            .transpose()?
+            .unwrap_or_default();
+        let ttl_minutes = self
+            .ttl_minutes
+            .map(|t| u32::try_from(t).map_err(|_| bad("ttl_minutes", &t)))
+            .transpose()?;
+        let expires_at = self
+            .expires_at
+            .as_deref()
+            .map(|t| {
+                DateTime::parse_from_rfc3339(t)
+                    .map(|t| t.with_timezone(&Utc))
+                    .map_err(|_| bad("expires_at", &t))
+            })
+            .transpose()?;
         let idle_minutes = u32::try_from(self.idle_minutes)
             .map_err(|_| bad("idle_minutes", &self.idle_minutes))?;
         let created_at = DateTime::parse_from_rfc3339(&self.created_at)
@@ -110,6 +135,9 @@ impl Raw {
             preset: self.preset,
             env,
             setup,
+            ttl_minutes,
+            expires_at,
+            labels,
         })
     }
 }
@@ -149,6 +177,20 @@ fn env_to_sql(env: &BTreeMap<String, String>) -> Result<Option<String>> {
     serde_json::to_string(env)
         .map(Some)
         .map_err(|err| StoreError::Invalid(format!("env: {err}")))
+}
+
+fn labels_to_sql(labels: &BTreeMap<String, String>) -> Result<Option<String>> {
+    if labels.is_empty() {
+        return Ok(None);
+    }
+    serde_json::to_string(labels)
+        .map(Some)
+        .map_err(|err| StoreError::Invalid(format!("labels: {err}")))
+}
+
+/// A deadline as stored: RFC 3339 with milliseconds, in UTC.
+fn time_to_sql(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 fn check_cpus(cpus: f64) -> Result<()> {
@@ -232,11 +274,19 @@ impl Store {
             let disk = new.disk_mb.map(|d| mb_to_sql("disk_mb", d)).transpose()?;
             let egress = egress_to_sql(&new.egress)?;
             let env = env_to_sql(&new.env)?;
+            let labels = labels_to_sql(&new.labels)?;
+            // A lifetime without its deadline (or the other way) is no lifetime.
+            let (ttl, expires) = match (new.ttl_minutes, new.expires_at) {
+                (Some(t), Some(at)) => (Some(t), Some(time_to_sql(at))),
+                _ => (None, None),
+            };
             let now = now_text();
             c.execute(
                 "INSERT INTO agents (id, name, image, cpus, memory_mb, idle_minutes, state,
-                                     created_at, updated_at, disk_mb, egress, preset, env, runtime)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10, ?11, ?12, ?13)",
+                                     created_at, updated_at, disk_mb, egress, preset, env, runtime,
+                                     ttl_minutes, expires_at, labels)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
+                         ?16)",
                 params![
                     new.id,
                     new.name,
@@ -250,7 +300,10 @@ impl Store {
                     egress,
                     new.preset,
                     env,
-                    new.runtime
+                    new.runtime,
+                    ttl,
+                    expires,
+                    labels
                 ],
             )
             .map_err(|e| map_unique(e, &new.id, &new.name))?;
@@ -359,6 +412,19 @@ impl Store {
             // An agent made before runtimes were stored has none: asking for one (even the
             // default it runs on) is a change a rebuild applies.
             let runtime = patch.runtime.unwrap_or(old.runtime.clone());
+            let labels = labels_to_sql(patch.labels.as_ref().unwrap_or(&old.labels))?;
+            let (ttl, expires) = match patch.ttl_minutes {
+                None => (old.ttl_minutes, old.expires_at),
+                Some(Some(t)) => match patch.expires_at {
+                    Some(at) => (Some(t), Some(at)),
+                    None => {
+                        return Err(StoreError::Invalid(
+                            "a lifetime without its deadline".into(),
+                        ))
+                    }
+                },
+                Some(None) => (None, None),
+            };
             let rebuild = old.needs_rebuild
                 || image != old.image
                 || cpus != old.cpus
@@ -367,7 +433,8 @@ impl Store {
             tx.execute(
                 "UPDATE agents SET name = ?2, image = ?3, cpus = ?4, memory_mb = ?5,
                         idle_minutes = ?6, needs_rebuild = ?7, updated_at = ?8, disk_mb = ?9,
-                        egress = ?10, env = ?11, runtime = ?12
+                        egress = ?10, env = ?11, runtime = ?12, ttl_minutes = ?13,
+                        expires_at = ?14, labels = ?15
                  WHERE id = ?1",
                 params![
                     id,
@@ -381,13 +448,47 @@ impl Store {
                     disk_mb.map(|d| mb_to_sql("disk_mb", d)).transpose()?,
                     egress,
                     env,
-                    (!runtime.is_empty()).then_some(runtime)
+                    (!runtime.is_empty()).then_some(runtime),
+                    ttl,
+                    expires.map(time_to_sql),
+                    labels
                 ],
             )
             .map_err(|e| map_unique(e, &id, &name))?;
             let agent = must_read_agent(&tx, &id)?;
             tx.commit()?;
             Ok(agent)
+        })
+        .await
+    }
+
+    /// Gives the agent lifetime `ttl_minutes` ending at `expires_at` (a keep-alive), unless it
+    /// is being destroyed: then `Conflict`.
+    pub async fn set_ttl(
+        &self,
+        id: &str,
+        ttl_minutes: u32,
+        expires_at: DateTime<Utc>,
+    ) -> Result<Agent> {
+        let id = id.to_string();
+        self.call(move |c| {
+            let row = c
+                .query_row(
+                    &format!(
+                        "UPDATE agents SET ttl_minutes = ?2, expires_at = ?3, updated_at = ?4
+                         WHERE id = ?1 AND state != 'destroying' RETURNING {COLUMNS}"
+                    ),
+                    params![id, ttl_minutes, time_to_sql(expires_at), now_text()],
+                    Raw::from_row,
+                )
+                .optional()?;
+            match row {
+                Some(raw) => raw.into_agent(),
+                None => Err(StoreError::Conflict {
+                    state: must_read_agent(c, &id)?.state,
+                    id,
+                }),
+            }
         })
         .await
     }

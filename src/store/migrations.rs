@@ -110,6 +110,13 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE INDEX approvals_pending ON approvals (outcome, created_at);
     CREATE INDEX approvals_by_session ON approvals (session_id);
     "#,
+    // 8: an agent's lifetime (`ttl_minutes`, NULL for none) and the deadline it gives
+    // (`expires_at`, RFC 3339), and its labels (a JSON object; NULL for none).
+    r#"
+    ALTER TABLE agents ADD COLUMN ttl_minutes INTEGER;
+    ALTER TABLE agents ADD COLUMN expires_at TEXT;
+    ALTER TABLE agents ADD COLUMN labels TEXT;
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -17,6 +17,9 @@ fn new_agent(name: &str) -> NewAgent {
         preset: None,
         env: Default::default(),
         runtime: "runc".to_string(),
+        ttl_minutes: None,
+        expires_at: None,
+        labels: Default::default(),
     }
 }
 
@@ -365,6 +368,9 @@ async fn patch_sets_needs_rebuild_only_on_a_real_change() {
                 }),
                 env: None,
                 runtime: Some(a.runtime.clone()),
+                ttl_minutes: None,
+                expires_at: None,
+                labels: None,
             },
             all,
         )
@@ -879,4 +885,71 @@ async fn preset_env_and_setup_are_kept() {
         "env applies to new processes, not by a rebuild"
     );
     assert_eq!(patched.setup, Some(status));
+}
+
+#[tokio::test]
+async fn lifetimes_and_labels_are_stored_and_changed() {
+    let store = Store::open_in_memory().await.unwrap();
+    let at = chrono::DateTime::parse_from_rfc3339("2027-01-02T03:04:05.678Z")
+        .unwrap()
+        .with_timezone(&chrono::Utc);
+    let a = store
+        .insert_agent(NewAgent {
+            ttl_minutes: Some(30),
+            expires_at: Some(at),
+            labels: [("team".to_string(), "ml".to_string())].into(),
+            ..new_agent("ttl")
+        })
+        .await
+        .unwrap();
+    assert_eq!((a.ttl_minutes, a.expires_at), (Some(30), Some(at)));
+    assert_eq!(a.labels["team"], "ml");
+    // A lifetime without its deadline is none.
+    let b = store
+        .insert_agent(NewAgent {
+            ttl_minutes: Some(30),
+            ..new_agent("half")
+        })
+        .await
+        .unwrap();
+    assert_eq!((b.ttl_minutes, b.expires_at), (None, None));
+    let later = at + chrono::Duration::minutes(5);
+    let kept = store.set_ttl(&a.id, 60, later).await.unwrap();
+    assert_eq!((kept.ttl_minutes, kept.expires_at), (Some(60), Some(later)));
+    // A patch that names neither leaves both; one that does replaces them.
+    let p = store
+        .patch_agent(
+            &a.id,
+            AgentPatch {
+                idle_minutes: Some(3),
+                ..Default::default()
+            },
+            &AgentState::ALL,
+        )
+        .await
+        .unwrap();
+    assert_eq!((p.ttl_minutes, p.expires_at), (Some(60), Some(later)));
+    assert_eq!(p.labels.len(), 1);
+    let p = store
+        .patch_agent(
+            &a.id,
+            AgentPatch {
+                ttl_minutes: Some(None),
+                labels: Some(Default::default()),
+                ..Default::default()
+            },
+            &AgentState::ALL,
+        )
+        .await
+        .unwrap();
+    assert_eq!((p.ttl_minutes, p.expires_at), (None, None));
+    assert!(p.labels.is_empty());
+    store
+        .transition(&a.id, &AgentState::ALL, AgentState::Destroying)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.set_ttl(&a.id, 1, later).await,
+        Err(StoreError::Conflict { .. })
+    ));
 }

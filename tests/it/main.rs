@@ -17,6 +17,7 @@ mod docker;
 mod exec;
 mod files;
 mod flood;
+mod lifetimes;
 mod presets;
 mod processes;
 mod races;

@@ -33,7 +33,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Every agent. */
+        /**
+         * Every agent, oldest first; the filters (`label`, `state`, `preset`, `name`) combine: an agent is
+         *     listed when all of them hold.
+         */
         get: operations["listAgents"];
         put?: never;
         /** Creates an agent; it goes on to `running` in the background. */
@@ -165,6 +168,26 @@ export interface paths {
          */
         put: operations["writeFile"];
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/agents/{id}/keep-alive": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Restarts the agent's lifetime from now: `ttlMinutes` (or its own again) until it is
+         *     destroyed; `expiresAt` moves.
+         */
+        post: operations["keepAgentAlive"];
         delete?: never;
         options?: never;
         head?: never;
@@ -670,6 +693,12 @@ export interface components {
             /** @description The last failure's message while `state` is `error`. */
             error?: string | null;
             /**
+             * Format: date-time
+             * @description When the agent will be destroyed, whatever its state (an `expiring` event comes a
+             *     minute before); null without a TTL. `POST /api/v1/agents/{id}/keep-alive` moves it.
+             */
+            expiresAt: string | null;
+            /**
              * @description Short, lowercase, DNS-safe; part of the container, volume and network names.
              * @example k3f9x2m1q8ab
              */
@@ -681,6 +710,13 @@ export interface components {
             idleMinutes: number;
             /** @example debian:bookworm-slim */
             image: string;
+            /**
+             * @description The caller's `key: value` labels; `GET /api/v1/agents?label=key=value` finds agents by
+             *     them.
+             */
+            labels?: {
+                [key: string]: string;
+            };
             /**
              * Format: date-time
              * @description Filled in by the server from its activity tracker; not stored.
@@ -715,6 +751,13 @@ export interface components {
              */
             sleepsAt?: string | null;
             state: components["schemas"]["AgentState"];
+            /**
+             * Format: int32
+             * @description The agent's lifetime, in minutes from its creation or its last change of `ttlMinutes`
+             *     (a `PATCH` or a keep-alive); null for an agent without one.
+             * @example 60
+             */
+            ttlMinutes: number | null;
         };
         /**
          * @description Where an agent's sandbox is in its life.
@@ -833,6 +876,18 @@ export interface components {
              */
             image?: string | null;
             /**
+             * @description Labels, merged over the preset's (these win): keys of `[a-z0-9._/-]`, 1 to 63
+             *     characters; values at most 256 characters; at most 64. Otherwise `400` with
+             *     `"field": "labels"`.
+             * @example {
+             *       "team": "ml",
+             *       "task": "t-42"
+             *     }
+             */
+            labels?: {
+                [key: string]: string;
+            } | null;
+            /**
              * Format: int64
              * @description Memory in MiB, 16 to `sandbox.max_memory_mb` (`sandbox.default_memory_mb` when absent).
              * @example 4096
@@ -857,6 +912,14 @@ export interface components {
              * @example runsc
              */
             runtime?: string | null;
+            /**
+             * Format: int32
+             * @description The agent's lifetime in minutes, 1 to 525600 (a year): it is destroyed that long
+             *     after its creation, whatever its state, unless a `PATCH` or a keep-alive moves the
+             *     deadline (`expiresAt`). Absent: the preset's; null: none.
+             * @example 60
+             */
+            ttlMinutes?: number | null;
         };
         /** @description `POST /api/v1/agents/{id}/sessions`. */
         CreateSession: {
@@ -994,6 +1057,13 @@ export interface components {
             /** @description Output beyond the server's cap (server.exec_output_cap_kb) was cut. */
             truncated: boolean;
         };
+        /** @description The `expiring` event on `/api/v1/events`: the agent will be destroyed at `expiresAt`. */
+        ExpiringEvent: {
+            /** Format: date-time */
+            expiresAt: string;
+            /** @description The agent's id. */
+            id: string;
+        };
         Gap: {
             /** Format: int64 */
             from: number;
@@ -1013,6 +1083,16 @@ export interface components {
             status: string;
             /** @default  */
             version: string;
+        };
+        /** @description `POST /api/v1/agents/{id}/keep-alive`. */
+        KeepAlive: {
+            /**
+             * Format: int32
+             * @description The new lifetime in minutes from now, 1 to 525600; absent or null: the agent's own
+             *     `ttlMinutes` again.
+             * @example 30
+             */
+            ttlMinutes?: number | null;
         };
         /**
          * @description `GET /api/v1/limits`: what the server allows and assumes, so a client can check input
@@ -1121,6 +1201,10 @@ export interface components {
             idleMinutes: number;
             /** @example agenthold/agent:bookworm */
             image: string;
+            /** @description Labels its agents get, under a create's own. */
+            labels?: {
+                [key: string]: string;
+            };
             /** Format: int64 */
             memoryMb: number;
             /** @example dev */
@@ -1128,6 +1212,12 @@ export interface components {
             runtime?: string | null;
             setup?: string | null;
             setupOnRebuild: boolean;
+            /**
+             * Format: int32
+             * @description The lifetime of its agents in minutes (a create's own `ttlMinutes`, even null, wins);
+             *     null for none.
+             */
+            ttlMinutes: number | null;
         };
         /** @description A background process. */
         Process: {
@@ -1457,6 +1547,16 @@ export interface components {
             /** @example debian:bookworm-slim */
             image?: string | null;
             /**
+             * @description Replaces the whole map of labels (`{}` removes them all); checked as on create.
+             * @example {
+             *       "team": "ml",
+             *       "task": "t-42"
+             *     }
+             */
+            labels?: {
+                [key: string]: string;
+            } | null;
+            /**
              * Format: int64
              * @description 16 to `sandbox.max_memory_mb`.
              * @example 4096
@@ -1473,6 +1573,13 @@ export interface components {
              * @example runsc
              */
             runtime?: string | null;
+            /**
+             * Format: int32
+             * @description A new lifetime in minutes, counted from now (1 to 525600); 0 or null takes the
+             *     lifetime away.
+             * @example 60
+             */
+            ttlMinutes?: number | null;
         };
         /** @description `PATCH /api/v1/agents/{id}/sessions/{sid}`. */
         UpdateSession: {
@@ -1546,7 +1653,28 @@ export interface operations {
     };
     listAgents: {
         parameters: {
-            query?: never;
+            query?: {
+                /**
+                 * @description `key=value`: agents with that label and value; `key`: with that label, whatever its
+                 *     value. Repeat it for more (all must hold).
+                 * @example [
+                 *       "team=ml"
+                 *     ]
+                 */
+                label?: string[];
+                /** @description Only agents in this state. */
+                state?: components["schemas"]["AgentState"];
+                /**
+                 * @description Only agents made from this preset.
+                 * @example dev
+                 */
+                preset?: string;
+                /**
+                 * @description Only the agent with this name (and one being destroyed that had it).
+                 * @example builder
+                 */
+                name?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -1559,6 +1687,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Agent"][];
+                };
+            };
+            /** @description A filter is not one (`field` names it) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
             /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
@@ -2522,6 +2659,94 @@ export interface operations {
             };
             /** @description The sandbox's disk is full (its home's `diskMb`, or `/tmp`); nothing was written */
             507: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    keepAgentAlive: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["KeepAlive"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Agent"];
+                };
+            };
+            /** @description `ttlMinutes` is out of bounds */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The agent is being destroyed, or has no TTL and the request gives none */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The JSON body is over 16 MiB */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4604,20 +4829,35 @@ export interface operations {
     };
     events: {
         parameters: {
-            query?: never;
+            query?: {
+                /**
+                 * @description Only this agent's events (its id), and only it in the snapshot.
+                 * @example k3f9x2m1q8ab
+                 */
+                agent?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /** @description `agent` events carry an Agent; `deleted` events carry {"id"}; `pull` events carry {"id"} and a PullProgress; `egress` events carry an EgressEvent; `process` events carry a ProcessEvent when a background process starts or ends; `session` events carry a Session when one is created or changes, `session_deleted` events {"id", "agentId", "deleted": true}; `approval` events carry an Approval when one is asked for or resolved */
+            /** @description `agent` events carry an Agent; `deleted` events carry {"id"}; `pull` events carry {"id"} and a PullProgress; `egress` events carry an EgressEvent; `process` events carry a ProcessEvent when a background process starts or ends; `session` events carry a Session when one is created or changes, `session_deleted` events {"id", "agentId", "deleted": true}; `approval` events carry an Approval when one is asked for or resolved; `expiring` events carry an ExpiringEvent a minute before an agent's `expiresAt` (at once when less remains) */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "text/event-stream": unknown;
+                };
+            };
+            /** @description The request is malformed: its JSON or query does not fit the schema */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
             /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
@@ -4631,6 +4871,15 @@ export interface operations {
             };
             /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `agent` names no agent */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

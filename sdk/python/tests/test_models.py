@@ -31,6 +31,7 @@ READ: list[tuple[type[Any], Any]] = [
     (models.TerminalSession, _wire.TerminalSession),
     (models.EgressEvent, _wire.EgressEvent),
     (models.ProcessEvent, _wire.ProcessEvent),
+    (models.ExpiringEvent, _wire.ExpiringEvent),
     (models.SessionInfo, _wire.Session),
     (models.Approval, _wire.Approval),
     (models.ApprovalOption, _wire.ApprovalOption),
@@ -52,6 +53,7 @@ NOT_READ = {
     # Request bodies: the calls build them from their keyword arguments.
     "CreateAgent",
     "UpdateAgent",
+    "KeepAlive",
     "ExecBody",
     "StartProcess",
     "SignalBody",

@@ -129,6 +129,9 @@ fn without_a_preset_an_agent_gets_the_servers_defaults() {
             preset: None,
             env: BTreeMap::new(),
             runtime: "runc".to_string(),
+            ttl_minutes: None,
+            expires_at: None,
+            labels: BTreeMap::new(),
         }
     );
     assert_eq!(new.id.len(), 12);
@@ -321,6 +324,22 @@ fn out_of_bounds() -> Vec<(AgentPatch, &'static str, &'static str)> {
             "runtime",
             "runtime \"kata\" is not allowed on this server; allowed: runc, runsc",
         ),
+        (
+            AgentPatch {
+                labels: Some(vars(&[("Team", "x")])),
+                ..patch()
+            },
+            "labels",
+            "labels: label key \"Team\" may only hold lowercase letters, digits and . _ / -",
+        ),
+        (
+            AgentPatch {
+                ttl_minutes: Some(Some(MAX_TTL_MINUTES + 1)),
+                ..patch()
+            },
+            "ttlMinutes",
+            "ttlMinutes must be between 1 and 525600 (a year)",
+        ),
     ]
 }
 
@@ -339,6 +358,8 @@ fn each_setting_out_of_bounds_is_refused_in_its_field() {
             egress: patch.egress.clone(),
             env: patch.env.clone(),
             runtime: patch.runtime.clone(),
+            ttl_minutes: patch.ttl_minutes,
+            labels: patch.labels.clone(),
         };
         let expected = (field, why.to_string());
         assert_eq!(refusal(server.resolve(request)), expected, "create");

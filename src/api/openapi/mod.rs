@@ -31,7 +31,7 @@ use crate::config::Config;
         The limits in this document are this server's configuration."),
     paths(
         agents::health, agents::limits, agents::presets, agents::list, agents::create, agents::get, agents::update, agents::destroy,
-        agents::start, agents::stop, agents::rebuild, agents::rerun_setup, events::events,
+        agents::start, agents::stop, agents::rebuild, agents::rerun_setup, agents::keep_alive, events::events,
         files::list, files::read, files::write, files::mkdir, files::remove,
         terminal::terminal, terminals::list, terminals::kill, exec::exec,
         processes::start, processes::list, processes::get, processes::output, processes::stdin,
@@ -42,7 +42,7 @@ use crate::config::Config;
         approvals::list, approvals::get, approvals::answer,
     ),
     components(schemas(
-        types::Agent, types::AgentState, types::CreateAgent, types::UpdateAgent,
+        types::Agent, types::AgentState, types::CreateAgent, types::UpdateAgent, types::KeepAlive, types::ExpiringEvent,
         types::PresetInfo, types::SetupStatus, types::SetupState,
         types::Health, types::Limits, types::HarnessInfo, types::DirEntry, types::ExecBody, types::ExecResult, types::ErrorBody,
         types::ErrorDetail, types::SignIn, types::SessionStatus, types::TerminalSession,

@@ -126,6 +126,20 @@ pub struct Agent {
     /// The preset's setup script's last run; null when it has none or it has not run yet.
     #[serde(default)]
     pub setup: Option<SetupStatus>,
+    /// The agent's lifetime, in minutes from its creation or its last change of `ttlMinutes`
+    /// (a `PATCH` or a keep-alive); null for an agent without one.
+    #[serde(default)]
+    #[schema(required = true, example = 60)]
+    pub ttl_minutes: Option<u32>,
+    /// When the agent will be destroyed, whatever its state (an `expiring` event comes a
+    /// minute before); null without a TTL. `POST /api/v1/agents/{id}/keep-alive` moves it.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub expires_at: Option<DateTime<Utc>>,
+    /// The caller's `key: value` labels; `GET /api/v1/agents?label=key=value` finds agents by
+    /// them.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
 }
 
 impl From<model::Agent> for Agent {
@@ -150,6 +164,9 @@ impl From<model::Agent> for Agent {
             preset: a.preset,
             env: a.env,
             setup: a.setup.map(Into::into),
+            ttl_minutes: a.ttl_minutes,
+            expires_at: a.expires_at,
+            labels: a.labels,
         }
     }
 }

@@ -71,6 +71,16 @@ agent_bodies! {
             example = "dev"
         )]
         pub preset: Option<String>,
+        /// The agent's lifetime in minutes, 1 to 525600 (a year): it is destroyed that long
+        /// after its creation, whatever its state, unless a `PATCH` or a keep-alive moves the
+        /// deadline (`expiresAt`). Absent: the preset's; null: none.
+        #[serde(
+            default,
+            deserialize_with = "whole::nullable",
+            skip_serializing_if = "Option::is_none"
+        )]
+        #[schema(value_type = Option<u32>, minimum = 1, maximum = 525600, example = 60)]
+        pub ttl_minutes: Option<Option<u32>>,
     }
 
     /// `PATCH /api/v1/agents/{id}`; fields left out stay as they are.
@@ -84,6 +94,15 @@ agent_bodies! {
             example = "builder"
         )]
         pub name: Option<String>,
+        /// A new lifetime in minutes, counted from now (1 to 525600); 0 or null takes the
+        /// lifetime away.
+        #[serde(
+            default,
+            deserialize_with = "whole::nullable",
+            skip_serializing_if = "Option::is_none"
+        )]
+        #[schema(value_type = Option<u32>, minimum = 0, maximum = 525600, example = 60)]
+        pub ttl_minutes: Option<Option<u32>>,
     }
 
     shared {
@@ -178,5 +197,40 @@ agent_bodies! {
             /// Another container runtime, one of `runtimes` in `/limits`; sets `needsRebuild` (a
             /// rebuild applies it, keeping the home).
         };
+
+        #[schema(example = json!({"team": "ml", "task": "t-42"}))]
+        labels: [BTreeMap<String, String>],
+        create {
+            /// Labels, merged over the preset's (these win): keys of `[a-z0-9._/-]`, 1 to 63
+            /// characters; values at most 256 characters; at most 64. Otherwise `400` with
+            /// `"field": "labels"`.
+        },
+        update {
+            /// Replaces the whole map of labels (`{}` removes them all); checked as on create.
+        };
     }
+}
+
+/// `POST /api/v1/agents/{id}/keep-alive`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KeepAlive {
+    /// The new lifetime in minutes from now, 1 to 525600; absent or null: the agent's own
+    /// `ttlMinutes` again.
+    #[serde(
+        default,
+        deserialize_with = "whole::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(minimum = 1, maximum = 525600, example = 30)]
+    pub ttl_minutes: Option<u32>,
+}
+
+/// The `expiring` event on `/api/v1/events`: the agent will be destroyed at `expiresAt`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExpiringEvent {
+    /// The agent's id.
+    pub id: String,
+    pub expires_at: chrono::DateTime<chrono::Utc>,
 }

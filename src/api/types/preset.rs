@@ -31,6 +31,14 @@ pub struct PresetInfo {
     /// The harness new sessions of its agents run; null: the server's default
     /// (`defaultHarness` in `/limits`).
     pub harness: Option<String>,
+    /// The lifetime of its agents in minutes (a create's own `ttlMinutes`, even null, wins);
+    /// null for none.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub ttl_minutes: Option<u32>,
+    /// Labels its agents get, under a create's own.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
     /// Whether it is `sandbox.default_preset`, the one a create without `preset` gets.
     pub default: bool,
 }
@@ -51,6 +59,8 @@ impl From<preset::PresetInfo> for PresetInfo {
             setup_on_rebuild: p.setup_on_rebuild,
             runtime: p.runtime,
             harness: p.harness,
+            ttl_minutes: p.ttl_minutes,
+            labels: p.labels,
             default: p.default,
         }
     }

@@ -54,3 +54,13 @@ where
     }
     d.deserialize_option(Whole(PhantomData))
 }
+
+/// As [`option`], for a field whose null means something (absent: `None`; null:
+/// `Some(None)`): use with `#[serde(default)]`.
+pub fn nullable<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: TryFrom<u64>,
+{
+    option(d).map(Some)
+}

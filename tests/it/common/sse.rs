@@ -19,11 +19,12 @@ pub struct Events {
 
 impl Events {
     pub async fn open(s: &TestServer) -> Events {
-        let r = s
-            .get("/api/v1/events")
-            .send()
-            .await
-            .expect("events request");
+        Events::open_at(s, "/api/v1/events").await
+    }
+
+    /// The stream at `path` (`/api/v1/events?agent=ID`).
+    pub async fn open_at(s: &TestServer, path: &str) -> Events {
+        let r = s.get(path).send().await.expect("events request");
         assert_eq!(r.status(), 200);
         Events {
             body: r.bytes_stream().boxed(),

@@ -24,3 +24,4 @@ mod rootfs;
 mod runtime;
 mod sessions;
 mod terminal;
+mod ttl;

@@ -1,9 +1,10 @@
 """Waiting for an agent to reach a state (or to be gone), with a deadline.
 
-The wait follows ``GET /api/v1/events``: the stream is opened first and the agent read once
-after, so a change that happens in between cannot be missed (the server subscribes the stream
-before it answers). Where the event stream cannot be had (a proxy that buffers it, a broken
-connection) the wait polls ``GET /api/v1/agents/{id}`` instead, until the same deadline.
+The wait follows ``GET /api/v1/events?agent=ID`` (that agent's events alone): the stream is
+opened first and the agent read once after, so a change that happens in between cannot be
+missed (the server subscribes the stream before it answers). Where the event stream cannot be
+had (a proxy that buffers it, a broken connection) the wait polls ``GET /api/v1/agents/{id}``
+instead, until the same deadline.
 """
 
 from __future__ import annotations
@@ -98,7 +99,13 @@ def wait_sync(
     last: AgentInfo | None = None
     while not deadline.expired():
         try:
-            with t.stream("GET", "/events", headers=HEADERS, timeout=_sse_timeout(deadline)) as r:
+            with t.stream(
+                "GET",
+                "/events",
+                params={"agent": agent_id},
+                headers=HEADERS,
+                timeout=_sse_timeout(deadline),
+            ) as r:
                 try:
                     last = AgentInfo.from_json(t.json("GET", f"/agents/{seg(agent_id)}"))
                 except NotFound:
@@ -119,6 +126,10 @@ def wait_sync(
                                 return got
                     if deadline.expired():
                         break
+        except NotFound:
+            # The stream of an agent that is gone is 404 from the start.
+            _gone(agent_id, target)
+            return None
         except NetworkError as e:
             if not is_timeout(e):
                 return _poll_sync(t, agent_id, target, deadline)
@@ -153,7 +164,11 @@ async def wait_async(
     while not deadline.expired():
         try:
             async with t.stream(
-                "GET", "/events", headers=HEADERS, timeout=_sse_timeout(deadline)
+                "GET",
+                "/events",
+                params={"agent": agent_id},
+                headers=HEADERS,
+                timeout=_sse_timeout(deadline),
             ) as r:
                 try:
                     last = AgentInfo.from_json(await t.json("GET", f"/agents/{seg(agent_id)}"))
@@ -175,6 +190,10 @@ async def wait_async(
                                 return got
                     if deadline.expired():
                         break
+        except NotFound:
+            # The stream of an agent that is gone is 404 from the start.
+            _gone(agent_id, target)
+            return None
         except NetworkError as e:
             if not is_timeout(e):
                 return await _poll_async(t, agent_id, target, deadline)

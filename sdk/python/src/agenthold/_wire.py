@@ -248,6 +248,18 @@ class ExecResult(TypedDict):
     """
 
 
+class ExpiringEvent(TypedDict):
+    """
+    The `expiring` event on `/api/v1/events`: the agent will be destroyed at `expiresAt`.
+    """
+
+    expiresAt: str
+    id: str
+    """
+    The agent's id.
+    """
+
+
 Gap = TypedDict(
     "Gap",
     {
@@ -274,6 +286,18 @@ class Health(TypedDict):
     driver: NotRequired[str]
     status: NotRequired[str]
     version: NotRequired[str]
+
+
+class KeepAlive(TypedDict, closed=True):
+    """
+    `POST /api/v1/agents/{id}/keep-alive`.
+    """
+
+    ttlMinutes: NotRequired[int | None]
+    """
+    The new lifetime in minutes from now, 1 to 525600; absent or null: the agent's own
+    `ttlMinutes` again.
+    """
 
 
 class Limits(TypedDict):
@@ -374,11 +398,20 @@ class PresetInfo(TypedDict):
     """
     idleMinutes: int
     image: str
+    labels: NotRequired[dict[str, str]]
+    """
+    Labels its agents get, under a create's own.
+    """
     memoryMb: int
     name: str
     runtime: NotRequired[str | None]
     setup: NotRequired[str | None]
     setupOnRebuild: bool
+    ttlMinutes: int | None
+    """
+    The lifetime of its agents in minutes (a create's own `ttlMinutes`, even null, wins);
+    null for none.
+    """
 
 
 ProcessState: TypeAlias = Literal["running", "exited", "killed", "lost"]
@@ -611,6 +644,10 @@ class UpdateAgent(TypedDict, closed=True):
     At most 10080 (a week); 0 = never sleep.
     """
     image: NotRequired[str | None]
+    labels: NotRequired[dict[str, str]]
+    """
+    Replaces the whole map of labels (`{}` removes them all); checked as on create.
+    """
     memoryMb: NotRequired[int | None]
     """
     16 to `sandbox.max_memory_mb`.
@@ -623,6 +660,11 @@ class UpdateAgent(TypedDict, closed=True):
     """
     Another container runtime, one of `runtimes` in `/limits`; sets `needsRebuild` (a
     rebuild applies it, keeping the home).
+    """
+    ttlMinutes: NotRequired[int | None]
+    """
+    A new lifetime in minutes, counted from now (1 to 525600); 0 or null takes the
+    lifetime away.
     """
 
 
@@ -697,6 +739,12 @@ class CreateAgent(TypedDict, closed=True):
     An image reference (`sandbox.default_image` when absent): printable ASCII without
     spaces, at most 255 characters.
     """
+    labels: NotRequired[dict[str, str]]
+    """
+    Labels, merged over the preset's (these win): keys of `[a-z0-9._/-]`, 1 to 63
+    characters; values at most 256 characters; at most 64. Otherwise `400` with
+    `"field": "labels"`.
+    """
     memoryMb: NotRequired[int | None]
     """
     Memory in MiB, 16 to `sandbox.max_memory_mb` (`sandbox.default_memory_mb` when absent).
@@ -716,6 +764,12 @@ class CreateAgent(TypedDict, closed=True):
     one of `runtimes` in `/limits`, such as `runc` (Docker's own) or `runsc` (gVisor, a
     kernel of its own in user space: stronger isolation, slower system calls). Another is
     `400` with `"field": "runtime"`.
+    """
+    ttlMinutes: NotRequired[int | None]
+    """
+    The agent's lifetime in minutes, 1 to 525600 (a year): it is destroyed that long
+    after its creation, whatever its state, unless a `PATCH` or a keep-alive moves the
+    deadline (`expiresAt`). Absent: the preset's; null: none.
     """
 
 
@@ -912,12 +966,22 @@ class Agent(TypedDict):
     """
     The last failure's message while `state` is `error`.
     """
+    expiresAt: str | None
+    """
+    When the agent will be destroyed, whatever its state (an `expiring` event comes a
+    minute before); null without a TTL. `POST /api/v1/agents/{id}/keep-alive` moves it.
+    """
     id: str
     """
     Short, lowercase, DNS-safe; part of the container, volume and network names.
     """
     idleMinutes: int
     image: str
+    labels: NotRequired[dict[str, str]]
+    """
+    The caller's `key: value` labels; `GET /api/v1/agents?label=key=value` finds agents by
+    them.
+    """
     lastActivityAt: NotRequired[str | None]
     """
     Filled in by the server from its activity tracker; not stored.
@@ -945,3 +1009,8 @@ class Agent(TypedDict):
     When the sleeper will stop this agent if nothing happens; null unless running.
     """
     state: AgentState
+    ttlMinutes: int | None
+    """
+    The agent's lifetime, in minutes from its creation or its last change of `ttlMinutes`
+    (a `PATCH` or a keep-alive); null for an agent without one.
+    """

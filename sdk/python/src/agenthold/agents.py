@@ -69,6 +69,7 @@ def _settings(**fields: Any) -> dict[str, Any]:
         "memory_mb": "memoryMb",
         "disk_mb": "diskMb",
         "idle_minutes": "idleMinutes",
+        "ttl_minutes": "ttlMinutes",
     }
     body: dict[str, Any] = {}
     for key, value in fields.items():
@@ -76,10 +77,35 @@ def _settings(**fields: Any) -> dict[str, Any]:
             continue
         if key == "egress":
             value = _egress(value)
-        elif key == "env":
+        elif key in ("env", "labels"):
             value = dict(value)
         body[names.get(key, key)] = value
     return body
+
+
+#: A label filter: ``"key=value"`` or ``"key"`` (any value), several of them, or a mapping
+#: (a ``None`` value matches any).
+LabelFilter = str | Sequence[str] | Mapping[str, str | None]
+
+
+def _filters(
+    label: LabelFilter | None, state: str | None, preset: str | None, name: str | None = None
+) -> dict[str, Any]:
+    """The query of ``GET /api/v1/agents``: every filter given must hold."""
+    labels: list[str] = []
+    if isinstance(label, str):
+        labels = [label]
+    elif isinstance(label, Mapping):
+        labels = [k if v is None else f"{k}={v}" for k, v in label.items()]
+    elif label is not None:
+        labels = list(label)
+    params: dict[str, Any] = {}
+    if labels:
+        params["label"] = labels
+    for key, value in (("state", state), ("preset", preset), ("name", name)):
+        if value is not None:
+            params[key] = value
+    return params
 
 
 def _pick(agents: list[AgentInfo], name_or_id: str) -> AgentInfo:
@@ -182,6 +208,18 @@ class _AgentView:
         return self.info.setup
 
     @property
+    def ttl_minutes(self) -> int | None:
+        return self.info.ttl_minutes
+
+    @property
+    def expires_at(self) -> datetime | None:
+        return self.info.expires_at
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return self.info.labels
+
+    @property
     def _path(self) -> str:
         return f"/agents/{seg(self.info.id)}"
 
@@ -233,10 +271,13 @@ class Agent(_AgentView):
         egress: Egress | None = None,
         env: Mapping[str, str] | None = None,
         runtime: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        ttl_minutes: int | None = None,
     ) -> Agent:
         """Changes settings (``PATCH``); those left ``None`` stay. A new image, ``cpus``,
         ``memory_mb`` or ``runtime`` sets ``needs_rebuild``; new ``egress`` rules apply at
-        once; a new ``env`` replaces the whole map, for processes started from now on."""
+        once; a new ``env`` replaces the whole map, for processes started from now on, and so
+        do new ``labels``. A ``ttl_minutes`` starts a new lifetime from now; 0 takes it away."""
         body = _settings(
             name=name,
             image=image,
@@ -247,8 +288,16 @@ class Agent(_AgentView):
             egress=egress,
             env=env,
             runtime=runtime,
+            labels=labels,
+            ttl_minutes=ttl_minutes,
         )
         return self._set(self._t.json("PATCH", self._path, json=body))
+
+    def keep_alive(self, ttl_minutes: int | None = None) -> Agent:
+        """Restarts the agent's lifetime from now: ``ttl_minutes`` (1 to 525600), or its own
+        again when ``None``; ``expires_at`` moves (E2B's ``set_timeout``)."""
+        body = {} if ttl_minutes is None else {"ttlMinutes": ttl_minutes}
+        return self._set(self._t.json("POST", f"{self._path}/keep-alive", json=body))
 
     def start(self, wait: bool = True, timeout: float | None = DEFAULT_WAIT) -> Agent:
         """Starts a sleeping (or failed) agent; with ``wait`` (the default), until it runs.
@@ -355,6 +404,8 @@ class AsyncAgent(_AgentView):
         egress: Egress | None = None,
         env: Mapping[str, str] | None = None,
         runtime: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        ttl_minutes: int | None = None,
     ) -> AsyncAgent:
         body = _settings(
             name=name,
@@ -366,8 +417,15 @@ class AsyncAgent(_AgentView):
             egress=egress,
             env=env,
             runtime=runtime,
+            labels=labels,
+            ttl_minutes=ttl_minutes,
         )
         return self._set(await self._t.json("PATCH", self._path, json=body))
+
+    async def keep_alive(self, ttl_minutes: int | None = None) -> AsyncAgent:
+        """See :meth:`Agent.keep_alive`."""
+        body = {} if ttl_minutes is None else {"ttlMinutes": ttl_minutes}
+        return self._set(await self._t.json("POST", f"{self._path}/keep-alive", json=body))
 
     async def start(self, wait: bool = True, timeout: float | None = DEFAULT_WAIT) -> AsyncAgent:
         """See :meth:`Agent.start`."""
@@ -428,12 +486,27 @@ class Agents:
     def __init__(self, transport: SyncTransport) -> None:
         self._t = transport
 
-    def list(self) -> list[AgentInfo]:
-        return [AgentInfo.from_json(a) for a in self._t.json("GET", "/agents")]
+    def list(
+        self,
+        *,
+        label: LabelFilter | None = None,
+        state: str | None = None,
+        preset: str | None = None,
+    ) -> list[AgentInfo]:
+        """The agents, oldest first; the filters given all hold: ``label`` (``"team=ml"``,
+        ``"gpu"`` for any value, several, or ``{"team": "ml"}``), ``state``, ``preset``."""
+        params = _filters(label, state, preset)
+        return [AgentInfo.from_json(a) for a in self._t.json("GET", "/agents", params=params)]
 
     def get(self, name_or_id: str) -> Agent:
-        """The agent with this id or name (``NotFound`` if none)."""
-        return Agent(self._t, _pick(self.list(), name_or_id))
+        """The agent with this id or name (``NotFound`` if none): ``GET /agents/{id}``, then
+        the agents of that name."""
+        try:
+            info = self._t.json("GET", f"/agents/{seg(name_or_id)}")
+            return Agent(self._t, AgentInfo.from_json(info))
+        except NotFound:
+            named = self._t.json("GET", "/agents", params=_filters(None, None, None, name_or_id))
+        return Agent(self._t, _pick([AgentInfo.from_json(a) for a in named], name_or_id))
 
     def create(
         self,
@@ -448,13 +521,16 @@ class Agents:
         idle_minutes: int | None = None,
         egress: Egress | None = None,
         runtime: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        ttl_minutes: int | None = None,
         wait: bool = True,
         timeout: float | None = DEFAULT_WAIT,
     ) -> Agent:
         """Creates an agent; settings left ``None`` take the preset's (``preset``, else the
         server's default preset), else the server's defaults; ``env`` is merged over the
         preset's; ``runtime`` is one of ``client.limits().runtimes``, e.g. ``"runsc"`` for
-        gVisor. With ``wait``
+        gVisor; ``labels`` are merged over the preset's; ``ttl_minutes`` (1 to 525600) destroys
+        the agent that long after its creation (see :meth:`Agent.keep_alive`). With ``wait``
         it returns once the agent runs (raising :class:`AgentFailed` with the reason if it ends
         in ``error``, e.g. a missing image; the agent stays, see ``AgentFailed.agent``);
         without, at once, in ``creating``."""
@@ -469,6 +545,8 @@ class Agents:
             idle_minutes=idle_minutes,
             egress=egress,
             runtime=runtime,
+            labels=labels,
+            ttl_minutes=ttl_minutes,
         )
         agent = Agent(self._t, AgentInfo.from_json(self._t.json("POST", "/agents", json=body)))
         return agent.wait_for("running", timeout) if wait else agent
@@ -480,11 +558,27 @@ class AsyncAgents:
     def __init__(self, transport: AsyncTransport) -> None:
         self._t = transport
 
-    async def list(self) -> list[AgentInfo]:
-        return [AgentInfo.from_json(a) for a in await self._t.json("GET", "/agents")]
+    async def list(
+        self,
+        *,
+        label: LabelFilter | None = None,
+        state: str | None = None,
+        preset: str | None = None,
+    ) -> list[AgentInfo]:
+        """See :meth:`Agents.list`."""
+        params = _filters(label, state, preset)
+        return [AgentInfo.from_json(a) for a in await self._t.json("GET", "/agents", params=params)]
 
     async def get(self, name_or_id: str) -> AsyncAgent:
-        return AsyncAgent(self._t, _pick(await self.list(), name_or_id))
+        """See :meth:`Agents.get`."""
+        try:
+            info = await self._t.json("GET", f"/agents/{seg(name_or_id)}")
+            return AsyncAgent(self._t, AgentInfo.from_json(info))
+        except NotFound:
+            named = await self._t.json(
+                "GET", "/agents", params=_filters(None, None, None, name_or_id)
+            )
+        return AsyncAgent(self._t, _pick([AgentInfo.from_json(a) for a in named], name_or_id))
 
     async def create(
         self,
@@ -499,6 +593,8 @@ class AsyncAgents:
         idle_minutes: int | None = None,
         egress: Egress | None = None,
         runtime: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        ttl_minutes: int | None = None,
         wait: bool = True,
         timeout: float | None = DEFAULT_WAIT,
     ) -> AsyncAgent:
@@ -514,6 +610,8 @@ class AsyncAgents:
             idle_minutes=idle_minutes,
             egress=egress,
             runtime=runtime,
+            labels=labels,
+            ttl_minutes=ttl_minutes,
         )
         info = AgentInfo.from_json(await self._t.json("POST", "/agents", json=body))
         agent = AsyncAgent(self._t, info)

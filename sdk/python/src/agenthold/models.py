@@ -42,6 +42,7 @@ __all__ = [
     "DeletedEvent",
     "PullEvent",
     "EgressEvent",
+    "ExpiringEvent",
     "ProcessEvent",
     "SessionEvent",
     "SessionDeletedEvent",
@@ -139,6 +140,10 @@ class Preset:
     default: bool
     #: The harness its agents' new sessions run (``None``: the server's default).
     harness: str | None = None
+    #: The lifetime of its agents in minutes; ``None``: none.
+    ttl_minutes: int | None = None
+    #: Labels its agents get, under a create's own.
+    labels: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, d: Any) -> Preset:
@@ -175,6 +180,12 @@ class AgentInfo:
     env: dict[str, str] = field(default_factory=dict)
     #: The setup script's last run; ``None`` when it has none or it has not run yet.
     setup: SetupStatus | None = None
+    #: The agent's lifetime in minutes from its creation or last keep-alive; ``None``: none.
+    ttl_minutes: int | None = None
+    #: When the agent will be destroyed, whatever its state; ``None`` without a TTL.
+    expires_at: datetime | None = None
+    #: The caller's ``key: value`` labels.
+    labels: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, d: Any) -> AgentInfo:
@@ -530,6 +541,16 @@ class EgressEvent:
 
 
 @dataclass(frozen=True)
+class ExpiringEvent:
+    """Agent ``id``'s lifetime is nearly up: it will be destroyed at ``expires_at`` (a
+    minute before; see :meth:`Agent.keep_alive`)."""
+
+    kind: ClassVar[str] = "expiring"
+    id: str
+    expires_at: datetime | None = None
+
+
+@dataclass(frozen=True)
 class ProcessEvent:
     """A background process of agent ``id`` started or ended."""
 
@@ -585,6 +606,7 @@ Event = (
     | PullEvent
     | EgressEvent
     | ProcessEvent
+    | ExpiringEvent
     | SessionEvent
     | SessionDeletedEvent
     | ApprovalEvent
@@ -606,6 +628,8 @@ def parse_event(kind: str, data: Any) -> Event:
         return decode(EgressEvent, d)
     if kind == "process" and d:
         return decode(ProcessEvent, d)
+    if kind == "expiring" and d:
+        return decode(ExpiringEvent, d)
     if kind == "session" and d:
         # The Session itself, or its deletion when it says so.
         if d.get("deleted") is True:
