@@ -113,6 +113,7 @@ async fn other_channels_keep_the_small_header_limit() {
         big,
         Request::FsWrite(FsWrite {
             path: "p".repeat(MAX_HEADER_LEN),
+            parents: false,
         }),
     ] {
         let body = serde_json::to_vec(&req).unwrap();
