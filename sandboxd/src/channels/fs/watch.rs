@@ -529,3 +529,65 @@ async fn serve(
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), writer).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(kind: WatchKind, path: &str) -> WatchEvent {
+        WatchEvent {
+            kind,
+            path: path.into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_flood_is_cut_short_and_repeats_still_queued_are_coalesced() {
+        let (tx, mut rx) = mpsc::channel(3);
+        let sent = Arc::new(AtomicU64::new(0));
+        let mut q = Queue {
+            tx,
+            sent: sent.clone(),
+            queued: 0,
+            last: None,
+            dropped: 0,
+        };
+        // A write repeated while the first is still queued is queued once.
+        assert!(q.push(ev(WatchKind::Write, "/a")));
+        assert!(q.push(ev(WatchKind::Write, "/a")));
+        assert_eq!(rx.try_recv().ok(), Some(ev(WatchKind::Write, "/a")));
+        assert!(rx.try_recv().is_err());
+        // Once delivered, the same event again is news.
+        sent.store(1, Ordering::Release);
+        assert!(q.push(ev(WatchKind::Write, "/a")));
+        assert_eq!(rx.try_recv().ok(), Some(ev(WatchKind::Write, "/a")));
+        // A flood: the queue fills, the rest is counted, not kept, and nothing overtakes the
+        // gap that is owed, even once there is room again.
+        for i in 0..10 {
+            assert!(q.push(ev(WatchKind::Create, &format!("/f{i}"))));
+        }
+        assert_eq!(q.dropped, 7);
+        let kept: Vec<WatchEvent> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
+        assert_eq!(kept.len(), 3);
+        assert!(q.push(ev(WatchKind::Remove, "/late")));
+        assert!(rx.try_recv().is_err());
+        assert_eq!(q.dropped, 8);
+    }
+
+    #[test]
+    fn the_budget_caps_watchers_and_watches_and_is_given_back() {
+        let budget = WatchBudget::default();
+        let held: Vec<Held> = (0..MAX_WATCHERS).filter_map(|_| budget.join()).collect();
+        assert_eq!(held.len(), MAX_WATCHERS);
+        assert!(budget.join().is_none());
+        let mine = held[0].clone();
+        let taken = (0..MAX_WATCHES + 10).filter(|_| mine.take()).count();
+        assert_eq!(taken, MAX_WATCHES);
+        assert!(!held[1].take());
+        mine.give_back(1);
+        assert!(held[1].take());
+        drop(Leave(mine));
+        assert_eq!(budget.watches(), 1);
+        drop(held);
+    }
+}

@@ -33,7 +33,7 @@ from .errors import (
     Unavailable,
     WaitTimeout,
 )
-from .files import AsyncFileStream, FileStream
+from .files import AsyncFileStream, AsyncWatchHandle, FileStream, WatchHandle
 from .models import (
     AgentEvent,
     AgentInfo,
@@ -44,6 +44,9 @@ from .models import (
     ConversationEvent,
     DeletedEvent,
     DirEntry,
+    FileEvent,
+    FileInfo,
+    FileWritten,
     EgressEvent,
     EgressRules,
     Event,
@@ -104,6 +107,11 @@ __all__ = [
     "OutputChunk",
     "OutputGap",
     "DirEntry",
+    "FileEvent",
+    "FileInfo",
+    "FileWritten",
+    "WatchHandle",
+    "AsyncWatchHandle",
     "TerminalSession",
     "SessionInfo",
     "Approval",

@@ -116,6 +116,7 @@ class SyncTransport(_Base):
         json: Any = None,
         params: dict[str, Any] | None = None,
         content: Any = None,
+        files: Any = None,
         headers: dict[str, str] | None = None,
         timeout: TimeoutArg = _DEFAULT,
         accept: tuple[int, ...] = (),
@@ -128,6 +129,7 @@ class SyncTransport(_Base):
                 json=json,
                 params=params,
                 content=content,
+                files=files,
                 headers={**self.headers, **(headers or {})},
                 timeout=self.timeout if timeout is _DEFAULT else _timeout(timeout),
             )
@@ -200,6 +202,7 @@ class AsyncTransport(_Base):
         json: Any = None,
         params: dict[str, Any] | None = None,
         content: Any = None,
+        files: Any = None,
         headers: dict[str, str] | None = None,
         timeout: TimeoutArg = _DEFAULT,
         accept: tuple[int, ...] = (),
@@ -212,6 +215,7 @@ class AsyncTransport(_Base):
                 json=json,
                 params=params,
                 content=content,
+                files=files,
                 headers={**self.headers, **(headers or {})},
                 timeout=self.timeout if timeout is _DEFAULT else _timeout(timeout),
             )
