@@ -218,7 +218,8 @@ def test_write_files_reports_each_file(agent: Agent) -> None:
             ("../escape", "no"),
         ]
     )
-    assert [r.path for r in results] == [f"{d}/one.txt", f"{d}/sub/two.bin", f"{d}/three.bin", "../escape"]
+    want = [f"{d}/one.txt", f"{d}/sub/two.bin", f"{d}/three.bin", "../escape"]
+    assert [r.path for r in results] == want
     assert [r.ok for r in results] == [True, True, True, False]
     assert isinstance(results[3].error, InvalidRequest)
     assert agent.files.read(f"{d}/sub/two.bin", format="bytes") == b"\x00\x01"

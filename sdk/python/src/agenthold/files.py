@@ -8,6 +8,8 @@ the server accepts (``max_file_mb``) passes through in constant memory.
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 import inspect
 import json
 import socket
@@ -122,7 +124,8 @@ def _multipart(files: FilesToWrite) -> list[tuple[str, tuple[str, Any, str]]]:
         elif isinstance(data, (bytearray, memoryview)):
             data = bytes(data)
         elif not isinstance(data, bytes) and not hasattr(data, "read"):
-            raise TypeError(f"{path}: file data must be str, bytes or a file, not {type(data).__name__}")
+            kind = type(data).__name__
+            raise TypeError(f"{path}: file data must be str, bytes or a file, not {kind}")
         parts.append(("file", (path, data, "application/octet-stream")))
     return parts
 
@@ -150,10 +153,8 @@ def _shut_down(response: httpx.Response) -> None:
     stream = response.extensions.get("network_stream")
     sock = stream.get_extra_info("socket") if stream is not None else None
     if isinstance(sock, socket.socket):
-        try:
+        with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
 
 
 class WatchHandle:
@@ -389,7 +390,7 @@ class Files:
     #: E2B's name for :meth:`rename`.
     move = rename
 
-    def write_files(self, files: FilesToWrite) -> list[FileWritten]:
+    def write_files(self, files: FilesToWrite) -> builtins.list[FileWritten]:
         """Writes several files in one request (``multipart/form-data``, file objects streamed):
         ``{path: data}``, ``(path, data)`` pairs or ``{"path", "data"}`` dicts. Each file is
         written whole or not at all, parents made; one that fails does not stop the others.
@@ -497,7 +498,7 @@ class AsyncFiles:
 
     move = rename
 
-    async def write_files(self, files: FilesToWrite) -> list[FileWritten]:
+    async def write_files(self, files: FilesToWrite) -> builtins.list[FileWritten]:
         """See :meth:`Files.write_files` (file objects must be synchronous ones)."""
         body = await self._t.json(
             "POST",
