@@ -347,7 +347,7 @@ fn every_channel_is_named_once_and_keeps_its_wire_form() {
     let fields = concat!(
         r#""path":"p","session":"s","agentId":"a","version":"v","user":"u","uid":1,"home":"/h","#,
         r#""process":"p","signal":"TERM","timeoutMs":1,"outputBytes":1,"maxRunning":1,"#,
-        r#""run":{"command":["true"]}"#
+        r#""run":{"command":["true"]},"from":"a","to":"b""#
     );
     for name in CHANNELS {
         let command = if *name == "exec" {
