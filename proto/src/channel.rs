@@ -80,6 +80,15 @@ channels! {
     "fs.write" => FsWrite(FsWrite) -> Empty;
     "fs.mkdir" => FsMkdir(FsMkdir) -> Empty;
     "fs.remove" => FsRemove(FsRemove) -> Empty;
+    /// Moves or renames a file or directory.
+    "fs.rename" => FsRename(FsRename) -> Empty;
+    /// What a path is (the path itself: a symbolic link is not followed).
+    "fs.stat" => FsStat(FsStat) -> FileStat;
+    /// Whether the account can see that a path exists.
+    "fs.exists" => FsExists(FsExists) -> Exists;
+    /// Changes under a directory: [`WatchEvent`]s follow the reply, each framed as a header
+    /// (see [`crate::header`]), until either side closes the stream.
+    "fs.watch" => FsWatch(FsWatch) -> Empty;
     /// Runs a command; frames follow (see [`crate::Frame`]), the last one its exit.
     "exec" => Exec(ExecRequest) -> Empty;
     /// sandboxd's stream of CPU use, one [`crate::Frame::Activity`] a tick.
@@ -163,7 +172,79 @@ macro_rules! about_a_path {
         }
     )*};
 }
-about_a_path!(FsList, FsRead, FsWrite, FsMkdir);
+about_a_path!(FsList, FsRead, FsMkdir, FsStat, FsExists);
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FsWrite {
+    pub path: String,
+    /// Makes the missing directories above the file first (as the account).
+    #[serde(default)]
+    pub parents: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FsRename {
+    pub from: String,
+    pub to: String,
+    /// Replaces what `to` names (a file, or an empty directory for a directory); without,
+    /// an existing `to` is refused with [`crate::ErrorCode::Exists`].
+    #[serde(default)]
+    pub overwrite: bool,
+}
+
+/// The `ok` of `fs.stat`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FileStat {
+    /// The path as the API names it (absolute).
+    pub path: String,
+    /// `file`, `dir`, `symlink` or `other`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub size: u64,
+    /// The permission bits in octal, four digits (`0644`).
+    pub mode: String,
+    /// RFC 3339.
+    pub mtime: String,
+    /// The owner's user name in the sandbox, or its uid when it has none.
+    pub owner: String,
+}
+
+/// The `ok` of `fs.exists`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct Exists {
+    pub exists: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FsWatch {
+    pub path: String,
+    /// Subdirectories too, those made later included.
+    #[serde(default)]
+    pub recursive: bool,
+}
+
+/// What happened to a path under a watched directory.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum WatchKind {
+    Create,
+    Write,
+    Remove,
+    /// Renamed away from `path` (where it went, if it stayed in view, comes as a `create`).
+    Rename,
+    /// Events were lost (a flood, or a directory beyond the watch limit): what is there now
+    /// must be read again. `path` is the directory concerned.
+    Gap,
+}
+
+/// One event of `fs.watch`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WatchEvent {
+    #[serde(rename = "type")]
+    pub kind: WatchKind,
+    /// Absolute, as the API names paths.
+    pub path: String,
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct FsRemove {

@@ -113,6 +113,7 @@ async fn other_channels_keep_the_small_header_limit() {
         big,
         Request::FsWrite(FsWrite {
             path: "p".repeat(MAX_HEADER_LEN),
+            parents: false,
         }),
     ] {
         let body = serde_json::to_vec(&req).unwrap();
@@ -346,7 +347,7 @@ fn every_channel_is_named_once_and_keeps_its_wire_form() {
     let fields = concat!(
         r#""path":"p","session":"s","agentId":"a","version":"v","user":"u","uid":1,"home":"/h","#,
         r#""process":"p","signal":"TERM","timeoutMs":1,"outputBytes":1,"maxRunning":1,"#,
-        r#""run":{"command":["true"]}"#
+        r#""run":{"command":["true"]},"from":"a","to":"b""#
     );
     for name in CHANNELS {
         let command = if *name == "exec" {

@@ -178,6 +178,15 @@ impl Account {
 }
 
 /// Unreadable or odd files give no entries: the caller falls back to our own uid.
+/// The name `/etc/passwd` gives `uid`, if any.
+pub fn user_name(uid: u32) -> Option<String> {
+    let text = std::fs::read_to_string(PASSWD_PATH).ok()?;
+    text.lines()
+        .filter_map(parse_passwd_line)
+        .find(|e| e.uid == uid)
+        .map(|e| e.name)
+}
+
 fn read_passwd(path: &Path) -> Vec<PasswdEntry> {
     match std::fs::read_to_string(path) {
         Ok(text) => text.lines().filter_map(parse_passwd_line).collect(),

@@ -32,21 +32,31 @@ impl Resolved {
 impl PathMap {
     pub fn resolve(&self, api_path: &str) -> Result<Resolved, ChannelError> {
         let logical = check(api_path)?;
+        self.served(logical.clone()).ok_or_else(|| {
+            ChannelError::new(
+                ErrorCode::Invalid,
+                format!(
+                    "{}: outside the agent's home (the fake driver only serves {LOGICAL_HOME})",
+                    logical.display()
+                ),
+            )
+        })
+    }
+
+    /// Like [`PathMap::resolve`], but a well-formed path this sandbox does not serve (outside
+    /// the home, where the home is all that is served) is `None` rather than an error.
+    pub fn resolve_served(&self, api_path: &str) -> Result<Option<Resolved>, ChannelError> {
+        Ok(self.served(check(api_path)?))
+    }
+
+    fn served(&self, logical: PathBuf) -> Option<Resolved> {
         let physical = match logical.strip_prefix(LOGICAL_HOME) {
             Ok(rest) if rest.as_os_str().is_empty() => self.home.clone(),
             Ok(rest) => self.home.join(rest),
-            Err(_) if self.confine_to_home => {
-                return Err(ChannelError::new(
-                    ErrorCode::Invalid,
-                    format!(
-                        "{}: outside the agent's home (the fake driver only serves {LOGICAL_HOME})",
-                        logical.display()
-                    ),
-                ))
-            }
+            Err(_) if self.confine_to_home => return None,
             Err(_) => logical.clone(),
         };
-        Ok(Resolved { logical, physical })
+        Some(Resolved { logical, physical })
     }
 }
 

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::account::{Account, UnknownUser};
+use crate::channels::fs::WatchBudget;
 use crate::cpu::{CpuMeter, CpuScope};
 use crate::fsid::FsIdentity;
 use crate::paths::PathMap;
@@ -103,6 +104,8 @@ struct Inner {
     procs: ProcessTable,
     uploads: Uploads,
     fs_identity: FsIdentity,
+    /// The `fs.watch` channels' share of inotify.
+    watch_budget: WatchBudget,
     cpu: Mutex<CpuMeter>,
     /// Terminal sessions: they outlive tunnel reconnects and end with the sandbox.
     terminals: Terminals,
@@ -130,6 +133,7 @@ impl Sandbox {
         Sandbox {
             inner: Arc::new(Inner {
                 fs_identity,
+                watch_budget: WatchBudget::default(),
                 opts,
                 paths,
                 procs: ProcessTable::default(),
@@ -154,6 +158,10 @@ impl Sandbox {
     /// Who the file channels act as (see [`crate::fsid`]).
     pub fn fs_identity(&self) -> &FsIdentity {
         &self.inner.fs_identity
+    }
+
+    pub fn watch_budget(&self) -> &WatchBudget {
+        &self.inner.watch_budget
     }
 
     pub fn paths(&self) -> &PathMap {

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use agenthold_proto::mux::MuxStream;
 use agenthold_proto::{
-    self as proto, ChannelError, ErrorCode, FsList, FsMkdir, FsRead, FsRemove, FsWrite, ProcessGet,
-    ProcessRemove, ProtoError, Reply, Request, TerminalKill,
+    self as proto, ChannelError, ErrorCode, FsExists, FsList, FsMkdir, FsRead, FsRemove, FsRename,
+    FsStat, FsWatch, FsWrite, ProcessGet, ProcessRemove, ProtoError, Reply, Request, TerminalKill,
 };
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
@@ -51,9 +51,17 @@ async fn handle(sb: Sandbox, mut s: MuxStream) {
         }
         Request::FsList(FsList { path }) => fs::list(sb, s, path).await,
         Request::FsRead(FsRead { path }) => fs::read(sb, s, path).await,
-        Request::FsWrite(FsWrite { path }) => fs::write(sb, s, path).await,
+        Request::FsWrite(FsWrite { path, parents }) => fs::write(sb, s, path, parents).await,
         Request::FsMkdir(FsMkdir { path }) => fs::mkdir(sb, s, path).await,
         Request::FsRemove(FsRemove { path, recursive }) => fs::remove(sb, s, path, recursive).await,
+        Request::FsRename(FsRename {
+            from,
+            to,
+            overwrite,
+        }) => fs::rename(sb, s, from, to, overwrite).await,
+        Request::FsStat(FsStat { path }) => fs::stat(sb, s, path).await,
+        Request::FsExists(FsExists { path }) => fs::exists(sb, s, path).await,
+        Request::FsWatch(FsWatch { path, recursive }) => fs::watch(sb, s, path, recursive).await,
         Request::Exec(req) => exec::exec(sb, s, req).await,
         Request::TerminalOpen(req) => terminal::open(sb, s, req).await,
         Request::TerminalList(_) => terminal::list(sb, s).await,

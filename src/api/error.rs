@@ -87,6 +87,17 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// The error as a response body says it (for an answer that reports several).
+    pub fn detail(self) -> ErrorDetail {
+        ErrorDetail {
+            code: self.code.as_str().to_string(),
+            message: self.message,
+            field: self.field.map(str::to_string),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status =

@@ -144,6 +144,15 @@ pub fn router(state: AppState) -> Router {
         .route("/agents/{id}/fs/write", put(files::write))
         .route("/agents/{id}/fs/mkdir", post(files::mkdir))
         .route("/agents/{id}/fs/remove", delete(files::remove))
+        .route("/agents/{id}/fs/rename", post(files::rename))
+        .route("/agents/{id}/fs/stat", get(files::stat))
+        .route("/agents/{id}/fs/exists", get(files::exists))
+        .route("/agents/{id}/fs/watch", get(files::watch))
+        // Streamed part by part, each file bounded by `server.max_file_mb`: not the JSON limit.
+        .route(
+            "/agents/{id}/fs/write-files",
+            post(files::write_files).layer(DefaultBodyLimit::disable()),
+        )
         .fallback(|| async { error::ApiError::not_found("no such API route") })
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
         // The API serves a sandbox's bytes (files, process output) on the UI's origin: a

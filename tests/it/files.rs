@@ -362,3 +362,343 @@ async fn a_page_the_agent_wrote_is_downloaded_never_shown_on_the_ui_origin() {
         );
     }
 }
+
+/// `PUT fs/write` makes the missing directories above the file; `stat`, `exists` and `rename`
+/// answer as documented, and no path leads out of the home (the fake driver serves nothing else).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_makes_parents_and_stat_exists_rename_answer() {
+    let server = TestServer::start().await;
+    let s = &server;
+    let id = s.running_agent("meta").await;
+    let base = format!("/api/v1/agents/{id}/fs");
+    let put = |path: &str, body: &'static str| {
+        s.put(&format!("{base}/write?path={}", q(path)))
+            .body(body)
+            .send()
+    };
+    let r = put("deep/er/still/f.txt", "hello").await.unwrap();
+    assert_eq!(r.status(), 204, "{}", r.text().await.unwrap());
+    let r = s
+        .get(&format!("{base}/read?path=deep/er/still/f.txt"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.text().await.unwrap(), "hello");
+    // A file where a directory would go.
+    expect_error(
+        put("deep/er/still/f.txt/g", "x").await.unwrap(),
+        400,
+        "invalid",
+    )
+    .await;
+
+    let stat = |path: String| {
+        let url = format!("{base}/stat?path={}", q(&path));
+        async move { s.get(&url).send().await.unwrap() }
+    };
+    let st: serde_json::Value = stat("deep/er/still/f.txt".into())
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(st["path"], "/home/agent/deep/er/still/f.txt");
+    assert_eq!(st["type"], "file");
+    assert_eq!(st["size"], 5);
+    assert_eq!(st["mode"], "0644");
+    assert!(st["mtime"].as_str().unwrap().ends_with('Z'), "{st}");
+    assert!(!st["owner"].as_str().unwrap().is_empty(), "{st}");
+    let dir: serde_json::Value = stat("deep/er".into()).await.json().await.unwrap();
+    assert_eq!(dir["type"], "dir");
+    assert_eq!(dir["owner"], st["owner"]);
+    let home: serde_json::Value = stat("/home/agent".into()).await.json().await.unwrap();
+    assert_eq!(home["type"], "dir");
+    expect_error(stat("nope".into()).await, 404, "not_found").await;
+    expect_error(stat("../x".into()).await, 400, "invalid").await;
+    expect_error(stat("/etc/passwd".into()).await, 400, "invalid").await;
+
+    // A symbolic link out of the home: it exists and is described, but nothing is reached
+    // through it.
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret"), "outside").unwrap();
+    s.exec_ok(&id, &["ln", "-s", outside.path().to_str().unwrap(), "out"])
+        .await;
+    let link: serde_json::Value = stat("out".into()).await.json().await.unwrap();
+    assert_eq!(link["type"], "symlink");
+    expect_error(stat("out/secret".into()).await, 403, "forbidden").await;
+    expect_error(put("out/new/f", "x").await.unwrap(), 403, "forbidden").await;
+    assert!(!outside.path().join("new").exists());
+
+    let exists = |path: &str| {
+        let url = format!("{base}/exists?path={}", q(path));
+        async move {
+            let r = s.get(&url).send().await.unwrap();
+            assert_eq!(r.status(), 200, "exists {url}");
+            let v: serde_json::Value = r.json().await.unwrap();
+            v["exists"].as_bool().unwrap()
+        }
+    };
+    assert!(exists("deep/er/still/f.txt").await);
+    assert!(exists("deep").await);
+    assert!(exists(".").await);
+    assert!(exists("out").await);
+    for missing in [
+        "nope",
+        "nope/deeper",
+        "deep/er/still/f.txt/under-a-file",
+        "/etc/passwd",
+        "/home/agentx",
+        "out/secret",
+    ] {
+        assert!(!exists(missing).await, "{missing}");
+    }
+    for bad in ["../x", "a/../../b", ""] {
+        let r = s
+            .get(&format!("{base}/exists?path={}", q(bad)))
+            .send()
+            .await
+            .unwrap();
+        expect_error(r, 400, "invalid").await;
+    }
+
+    let rename = |from: &str, to: &str, overwrite: bool| {
+        let body = serde_json::json!({"from": from, "to": to, "overwrite": overwrite});
+        let url = format!("{base}/rename");
+        async move { s.send("POST", &url, &body).await }
+    };
+    let r = rename("deep/er/still/f.txt", "deep/g.txt", false).await;
+    assert_eq!(r.status(), 204, "{}", r.text().await.unwrap());
+    assert!(!exists("deep/er/still/f.txt").await);
+    assert!(exists("deep/g.txt").await);
+    put("other.txt", "other").await.unwrap();
+    expect_error(
+        rename("other.txt", "deep/g.txt", false).await,
+        409,
+        "conflict",
+    )
+    .await;
+    let r = rename("other.txt", "deep/g.txt", true).await;
+    assert_eq!(r.status(), 204);
+    let r = s
+        .get(&format!("{base}/read?path=deep/g.txt"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.text().await.unwrap(), "other");
+    // Directories move too, with what is in them.
+    assert_eq!(rename("deep", "moved", false).await.status(), 204);
+    assert!(exists("moved/er/still").await && !exists("deep").await);
+    expect_error(rename("nope", "x", false).await, 404, "not_found").await;
+    expect_error(
+        rename("moved/g.txt", "no/such/dir/g", false).await,
+        404,
+        "not_found",
+    )
+    .await;
+    expect_error(
+        rename("moved", "moved/er/inside", false).await,
+        400,
+        "invalid",
+    )
+    .await;
+    for (from, to) in [
+        ("../x", "y"),
+        ("moved/g.txt", "../y"),
+        ("moved/g.txt", "/etc/y"),
+        ("/home/agent", "h2"),
+        ("moved/g.txt", "/home/agent"),
+    ] {
+        expect_error(rename(from, to, true).await, 400, "invalid").await;
+    }
+    expect_error(
+        rename("moved/g.txt", "out/g.txt", false).await,
+        403,
+        "forbidden",
+    )
+    .await;
+    assert!(!outside.path().join("g.txt").exists());
+    let r = s
+        .send(
+            "POST",
+            &format!("{base}/rename"),
+            &serde_json::json!({"from": "a"}),
+        )
+        .await;
+    expect_error(r, 400, "invalid").await;
+}
+
+/// One multipart body, several files: each is written (parents made) or reported failed, and a
+/// bad one does not stop the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_files_writes_each_part_and_reports_each() {
+    let server = TestServer::start().await;
+    let s = &server;
+    let id = s.running_agent("batch").await;
+    let base = format!("/api/v1/agents/{id}/fs");
+    let boundary = "XyZzYboundary";
+    let mut body = Vec::new();
+    for (path, content) in [
+        ("a/b/one.txt", &b"one"[..]),
+        ("../escape.txt", b"no"),
+        ("two.bin", &[0u8, 1, 2, 255][..]),
+        ("/etc/outside", b"no"),
+    ] {
+        body.extend_from_slice(
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; \
+                 filename=\"{path}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        body.extend_from_slice(content);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    let r = s
+        .post(&format!("{base}/write-files"))
+        .header(
+            "content-type",
+            format!("multipart/form-data; boundary={boundary}"),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: serde_json::Value = r.json().await.unwrap();
+    let files = v["files"].as_array().unwrap();
+    let got: Vec<(&str, Option<&str>)> = files
+        .iter()
+        .map(|f| (f["path"].as_str().unwrap(), f["error"]["code"].as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("a/b/one.txt", None),
+            ("../escape.txt", Some("invalid")),
+            ("two.bin", None),
+            ("/etc/outside", Some("invalid")),
+        ],
+        "{v}"
+    );
+    let read = |path: &str| {
+        let url = format!("{base}/read?path={}", q(path));
+        async move { s.get(&url).send().await.unwrap().bytes().await.unwrap() }
+    };
+    assert_eq!(&read("a/b/one.txt").await[..], b"one");
+    assert_eq!(&read("two.bin").await[..], &[0u8, 1, 2, 255]);
+    assert!(!s.dir.path().join("escape.txt").exists());
+
+    // Not multipart at all.
+    let r = s
+        .post(&format!("{base}/write-files"))
+        .header("content-type", "application/json")
+        .body("[]")
+        .send()
+        .await
+        .unwrap();
+    expect_error(r, 400, "invalid").await;
+}
+
+/// Within this long of the change: inotify is immediate, so this only allows for a busy machine.
+const WATCH_LATENCY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// `fs/watch` reports create, write, rename and remove as they happen, under subdirectories made
+/// later too; hostile paths are refused; the sandbox's watches are bounded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_reports_changes_as_they_happen() {
+    use crate::common::sse::Events;
+    let server = TestServer::start().await;
+    let s = &server;
+    let id = s.running_agent("watch").await;
+    let base = format!("/api/v1/agents/{id}/fs");
+    s.write_tree(&id, &[("w/keep", "")]).await;
+    let r = s
+        .get(&format!("{base}/watch?path=w&recursive=true"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let mut events = Events::of(r);
+    let home = "/home/agent/w";
+    let mut expect = async |script: &str, want: &[(&str, String)]| {
+        s.exec_ok(&id, &["sh", "-c", script]).await;
+        let done = tokio::time::Instant::now();
+        for (kind, path) in want {
+            let (k, data) = events.next(done + WATCH_LATENCY * 10).await;
+            assert_eq!(
+                (k.as_str(), &data["path"]),
+                (*kind, &serde_json::json!(path)),
+                "after {script}: {data}"
+            );
+            assert_eq!(data["type"], *kind);
+        }
+    };
+    expect(
+        "echo hi > w/f",
+        &[
+            ("create", format!("{home}/f")),
+            ("write", format!("{home}/f")),
+        ],
+    )
+    .await;
+    expect(
+        "mv w/f w/g",
+        &[
+            ("rename", format!("{home}/f")),
+            ("create", format!("{home}/g")),
+        ],
+    )
+    .await;
+    expect("rm w/g", &[("remove", format!("{home}/g"))]).await;
+    expect("mkdir w/sub", &[("create", format!("{home}/sub"))]).await;
+    expect(
+        "touch w/sub/inner",
+        &[("create", format!("{home}/sub/inner"))],
+    )
+    .await;
+    drop(events);
+
+    // Not directories, not there, or not the home's.
+    let outside = tempfile::tempdir().unwrap();
+    s.exec_ok(&id, &["ln", "-s", outside.path().to_str().unwrap(), "out"])
+        .await;
+    for (path, status) in [
+        ("../x", 400),
+        ("/etc", 400),
+        ("w/keep", 400),
+        ("nope", 404),
+        ("out", 403),
+        ("out/.", 403),
+    ] {
+        let r = s
+            .get(&format!("{base}/watch?path={}", q(path)))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), status, "watch {path}");
+    }
+
+    // At most 8 watches at once in a sandbox; a closed one frees its place.
+    let mut open = Vec::new();
+    for _ in 0..8 {
+        let r = s.get(&format!("{base}/watch?path=w")).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        open.push(r);
+    }
+    let r = s.get(&format!("{base}/watch?path=w")).send().await.unwrap();
+    expect_error(r, 409, "conflict").await;
+    open.pop();
+    wait_for("a closed watch frees its place", || async {
+        s.get(&format!("{base}/watch?path=w"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            == 200
+    })
+    .await;
+}

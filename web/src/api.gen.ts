@@ -83,6 +83,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/agents/{id}/fs/exists": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Whether the agent's account can see that a path exists. Missing, outside the home on the
+         *     fake driver, behind a symbolic link out of the home, or in a directory the account may not
+         *     search: all `false`, never `403` or `404`. The parent is not listed.
+         */
+        get: operations["fileExists"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/agents/{id}/fs/list": {
         parameters: {
             query?: never;
@@ -154,6 +175,64 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/agents/{id}/fs/rename": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Moves or renames a file or directory, as the agent's account. */
+        post: operations["renameFile"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/agents/{id}/fs/stat": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What a path is: its type, size, mode, modification time and owner. A symbolic link is
+         *     described itself, not what it points to.
+         */
+        get: operations["statFile"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/agents/{id}/fs/watch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Follows changes under a directory, as Server-Sent Events named after their `type`
+         *     (`create`, `write`, `remove`, `rename`, `gap`), each with a [`FileEvent`] as its data, as
+         *     the agent's account sees them: a directory the account may not read is not watched.
+         */
+        get: operations["watchDir"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/agents/{id}/fs/write": {
         parameters: {
             query?: never;
@@ -163,11 +242,33 @@ export interface paths {
         };
         get?: never;
         /**
-         * Writes a file from the streamed body; it is replaced whole or not at all. Wakes a sleeping
-         *     agent first.
+         * Writes a file from the streamed body; it is replaced whole or not at all. Missing
+         *     directories above it are made first, as the agent's account (as `fs/mkdir` would).
          */
         put: operations["writeFile"];
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/agents/{id}/fs/write-files": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Writes several files in one call, from a `multipart/form-data` body: each part is a file,
+         *     its `filename` (or, without one, its field name) the path. Parts stream to the sandbox one
+         *     after the other, each whole or not at all, with its parent directories made as for
+         *     `fs/write`; one that fails does not stop the others. The answer lists every part's result.
+         */
+        post: operations["writeFiles"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1064,6 +1165,57 @@ export interface components {
             /** @description The agent's id. */
             id: string;
         };
+        /** @description One event of `fs/watch`. */
+        FileEvent: {
+            /**
+             * @description Absolute.
+             * @example /home/agent/src/app.py
+             */
+            path: string;
+            type: components["schemas"]["FileEventKind"];
+        };
+        /**
+         * @description What happened, in an event of `fs/watch`.
+         * @enum {string}
+         */
+        FileEventKind: "create" | "write" | "remove" | "rename" | "gap";
+        /** @description `fs/stat`'s answer: the path itself (a symbolic link is not followed). */
+        FileInfo: {
+            /**
+             * @description The permission bits, in octal.
+             * @example 0644
+             */
+            mode: string;
+            /**
+             * @description RFC 3339.
+             * @example 2026-11-29T07:10:00Z
+             */
+            mtime: string;
+            /**
+             * @description The owner's user name in the sandbox, or its uid when it has none.
+             * @example agent
+             */
+            owner: string;
+            /**
+             * @description Absolute.
+             * @example /home/agent/src/app.py
+             */
+            path: string;
+            /** Format: int64 */
+            size: number;
+            /** @example file */
+            type: string;
+        };
+        /** @description One file of `fs/write-files`: written whole, or the error that stopped it. */
+        FileWritten: {
+            error?: null | components["schemas"]["ErrorDetail"];
+            /** @description As the request named it. */
+            path: string;
+        };
+        /** @description `fs/write-files`'s answer: one result per part, in the request's order. */
+        FilesWritten: {
+            files: components["schemas"]["FileWritten"][];
+        };
         Gap: {
             /** Format: int64 */
             from: number;
@@ -1168,6 +1320,10 @@ export interface components {
          * @enum {string}
          */
         NoticeKind: "waking" | "context_reset" | "harness_exited" | "gap" | "error";
+        /** @description `fs/exists`'s answer. */
+        PathExists: {
+            exists: boolean;
+        };
         /** @description A `permission_resolved` event. */
         PermissionResolved: {
             by: string;
@@ -1329,6 +1485,24 @@ export interface components {
          * @enum {string}
          */
         PullStatus: "pulling" | "done" | "failed";
+        /** @description `fs/rename`'s body. */
+        RenameBody: {
+            /**
+             * @description What to move: relative to /home/agent unless absolute.
+             * @example draft.txt
+             */
+            from: string;
+            /**
+             * @description Replace what `to` names (a file, or an empty directory when moving a directory);
+             *     without, an existing `to` is a `409`.
+             */
+            overwrite?: boolean;
+            /**
+             * @description Where it goes; its directory must exist.
+             * @example docs/final.txt
+             */
+            to: string;
+        };
         /**
          * @description How the conversation was reopened the last time its harness started again.
          * @enum {string}
@@ -2128,6 +2302,107 @@ export interface operations {
             };
         };
     };
+    fileExists: {
+        parameters: {
+            query: {
+                /**
+                 * @description Relative to /home/agent unless absolute; at most 4096 bytes (a relative path counted
+                 *     with `/home/agent/` before it), each name at most 255, no `..`.
+                 * @example src/app.py
+                 */
+                path: string;
+            };
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PathExists"];
+                };
+            };
+            /** @description A malformed path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such agent */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The agent is not running */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again later */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The connection to the sandbox failed */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     listFiles: {
         parameters: {
             query?: {
@@ -2545,6 +2820,316 @@ export interface operations {
             };
         };
     };
+    renameFile: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RenameBody"];
+            };
+        };
+        responses: {
+            /** @description Moved */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description A bad path (as for the other file operations), the home itself, a directory moved into itself, or two filesystems (move within one) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such agent, no such `from`, or `to`'s directory does not exist */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The agent is not running, or `to` exists (without `overwrite`, or a directory that is not empty) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The JSON body is over 16 MiB */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again later */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The connection to the sandbox failed */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    statFile: {
+        parameters: {
+            query: {
+                /**
+                 * @description Relative to /home/agent unless absolute; at most 4096 bytes (a relative path counted
+                 *     with `/home/agent/` before it), each name at most 255, no `..`.
+                 * @example src/app.py
+                 */
+                path: string;
+            };
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FileInfo"];
+                };
+            };
+            /** @description A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver), or a file where a directory is on the way */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such agent, or no such path */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The agent is not running */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again later */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The connection to the sandbox failed */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    watchDir: {
+        parameters: {
+            query: {
+                /**
+                 * @description The directory, relative to /home/agent unless absolute.
+                 * @example src
+                 */
+                path: string;
+                /** @description Its subdirectories too, those made later included. */
+                recursive?: boolean;
+            };
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Server-Sent Events, each named after its `type`, its data a `FileEvent`, sent as inotify reports them. A rename is `rename` of the old path then `create` of the new one; a flood beyond what the client reads is cut short with one `gap`. The stream ends when the directory is removed or the agent stops */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": components["schemas"]["FileEvent"][];
+                };
+            };
+            /** @description A bad path (as for the other file operations), or not a directory */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The sandbox's account may not read the directory; a symbolic link that leads out of the home; or the request came from the sandbox network */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such agent, or no such directory */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The agent is not running, or the sandbox's watches are used up (8 at once, 4096 directories between them) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again later */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The connection to the sandbox failed */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     writeFile: {
         parameters: {
             query: {
@@ -2603,7 +3188,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description No such agent, or the parent directory does not exist */
+            /** @description No such agent */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -2659,6 +3244,97 @@ export interface operations {
             };
             /** @description The sandbox's disk is full (its home's `diskMb`, or `/tmp`); nothing was written */
             507: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    writeFiles: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        /** @description One part per file (at most 1000), each at most `server.max_file_mb` MiB; the part's `filename` is the path (relative to /home/agent unless absolute) */
+        requestBody: {
+            content: {
+                "multipart/form-data": string;
+            };
+        };
+        responses: {
+            /** @description Every part's result, in order: `error` is null for a file written whole */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FilesWritten"];
+                };
+            };
+            /** @description Not a multipart body, one that broke off, or more than 1000 parts (the files before the fault are written) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such agent */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The agent is not running */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The connection to the sandbox failed */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };

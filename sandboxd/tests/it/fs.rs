@@ -39,6 +39,7 @@ async fn an_interrupted_write_leaves_nothing_behind() {
     let (mut s, r) = h
         .open(&Request::FsWrite(FsWrite {
             path: "half.bin".into(),
+            parents: false,
         }))
         .await;
     r.unwrap();
@@ -66,6 +67,7 @@ async fn a_write_interrupted_deep_into_the_file_leaves_nothing_behind() {
     let (mut s, r) = h
         .open(&Request::FsWrite(FsWrite {
             path: "deep.bin".into(),
+            parents: false,
         }))
         .await;
     r.unwrap();
@@ -103,6 +105,7 @@ async fn an_interrupted_overwrite_keeps_the_old_file() {
     let (mut s, r) = h
         .open(&Request::FsWrite(FsWrite {
             path: "keep.txt".into(),
+            parents: false,
         }))
         .await;
     r.unwrap();
@@ -292,7 +295,10 @@ async fn hostile_paths_are_invalid() {
     for p in hostile {
         for req in [
             Request::FsRead(FsRead { path: p.into() }),
-            Request::FsWrite(FsWrite { path: p.into() }),
+            Request::FsWrite(FsWrite {
+                path: p.into(),
+                parents: false,
+            }),
             Request::FsList(FsList { path: p.into() }),
             Request::FsMkdir(FsMkdir { path: p.into() }),
             Request::FsRemove(FsRemove {
@@ -341,6 +347,7 @@ async fn an_upload_in_progress_is_recorded_outside_the_home_until_it_ends() {
     let (mut s, r) = h
         .open(&Request::FsWrite(FsWrite {
             path: "sub/half.bin".into(),
+            parents: false,
         }))
         .await;
     r.unwrap();

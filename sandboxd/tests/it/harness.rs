@@ -107,7 +107,10 @@ impl Harness {
         data: &[u8],
     ) -> Result<serde_json::Value, ChannelError> {
         let (mut s, r) = self
-            .open(&Request::FsWrite(FsWrite { path: path.into() }))
+            .open(&Request::FsWrite(FsWrite {
+                path: path.into(),
+                parents: false,
+            }))
             .await;
         r?;
         s.write_all(data).await.unwrap();

@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import io
+import itertools
 import random
 import resource
+import threading
 import tracemalloc
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from agenthold import Agent, AsyncAgent, AsyncFileStream, FileStream, InvalidRequest
+from agenthold import (
+    Agent,
+    AsyncAgent,
+    AsyncFileStream,
+    Conflict,
+    FileEvent,
+    FileInfo,
+    FileStream,
+    InvalidRequest,
+    NotFound,
+)
 
 from .conftest import unique
 
@@ -160,3 +173,111 @@ async def test_async_100_mib_file_streams_in_flat_memory(aagent: AsyncAgent) -> 
     assert peak < MEMORY_BUDGET, f"Python allocations peaked at {peak / MIB:.1f} MiB"
     assert grown < MEMORY_BUDGET, f"the peak RSS grew by {grown / MIB:.1f} MiB"
     await aagent.files.remove(path)
+
+
+# --- issue 32: parents, stat, exists, rename, write_files, watch_dir ----------------------
+
+
+def _next_events(it: Iterator[FileEvent], n: int) -> list[tuple[str, str]]:
+    return [(e.type, e.path) for e in itertools.islice(it, n)]
+
+
+def test_write_makes_parents_stat_exists_rename(agent: Agent) -> None:
+    d = unique("e2b")
+    agent.files.write(f"{d}/a/b/c.txt", "hello")  # no make_dir first
+    assert agent.files.read(f"{d}/a/b/c.txt") == "hello"
+    info = agent.files.stat(f"{d}/a/b/c.txt")
+    assert isinstance(info, FileInfo)
+    assert (info.type, info.size, info.mode) == ("file", 5, "0644")
+    assert info.path == f"/home/agent/{d}/a/b/c.txt" and info.owner and info.mtime is not None
+    assert agent.files.stat(f"{d}/a").is_dir
+    with pytest.raises(NotFound):
+        agent.files.stat(f"{d}/nope")
+    assert agent.files.exists(f"{d}/a/b/c.txt")
+    assert not agent.files.exists("/etc/passwd")  # outside the home on the fake driver
+    agent.files.rename(f"{d}/a/b/c.txt", f"{d}/moved.txt")
+    assert not agent.files.exists(f"{d}/a/b/c.txt") and agent.files.exists(f"{d}/moved.txt")
+    agent.files.write(f"{d}/other.txt", "other")
+    with pytest.raises(Conflict):
+        agent.files.rename(f"{d}/other.txt", f"{d}/moved.txt")
+    agent.files.move(f"{d}/other.txt", f"{d}/moved.txt", overwrite=True)
+    assert agent.files.read(f"{d}/moved.txt") == "other"
+    with pytest.raises(NotFound):
+        agent.files.rename(f"{d}/gone", f"{d}/x")
+    with pytest.raises(InvalidRequest):
+        agent.files.rename("../x", f"{d}/x")
+
+
+def test_write_files_reports_each_file(agent: Agent) -> None:
+    d = unique("batch")
+    results = agent.files.write_files(
+        [
+            (f"{d}/one.txt", "one"),
+            {"path": f"{d}/sub/two.bin", "data": b"\x00\x01"},
+            (f"{d}/three.bin", io.BytesIO(b"three")),
+            ("../escape", "no"),
+        ]
+    )
+    want = [f"{d}/one.txt", f"{d}/sub/two.bin", f"{d}/three.bin", "../escape"]
+    assert [r.path for r in results] == want
+    assert [r.ok for r in results] == [True, True, True, False]
+    assert isinstance(results[3].error, InvalidRequest)
+    assert agent.files.read(f"{d}/sub/two.bin", format="bytes") == b"\x00\x01"
+    assert agent.files.read(f"{d}/three.bin") == "three"
+    assert [r.ok for r in agent.files.write_files({f"{d}/m.txt": "m"})] == [True]
+
+
+def test_watch_dir_sees_changes_and_closes_from_another_thread(agent: Agent) -> None:
+    d = unique("watch")
+    agent.files.make_dir(f"{d}/w")
+    home = f"/home/agent/{d}/w"
+    with agent.files.watch_dir(f"{d}/w", recursive=True) as watch:
+        it = iter(watch)
+        agent.commands.run(f"echo hi > {d}/w/f")
+        assert _next_events(it, 2) == [("create", f"{home}/f"), ("write", f"{home}/f")]
+        agent.commands.run(f"mv {d}/w/f {d}/w/g && rm {d}/w/g")
+        assert _next_events(it, 3) == [
+            ("rename", f"{home}/f"),
+            ("create", f"{home}/g"),
+            ("remove", f"{home}/g"),
+        ]
+        agent.commands.run(f"mkdir {d}/w/sub && touch {d}/w/sub/x")
+        assert _next_events(it, 2) == [("create", f"{home}/sub"), ("create", f"{home}/sub/x")]
+    with pytest.raises(NotFound):
+        agent.files.watch_dir(f"{d}/nope")
+
+    # Closed from another thread while the reader waits for an event that never comes.
+    watch = agent.files.watch_dir(f"{d}/w")
+    got: list[FileEvent] = []
+    reader = threading.Thread(target=lambda: got.extend(watch))
+    reader.start()
+    watch.close()
+    reader.join(timeout=10)
+    assert not reader.is_alive() and got == []
+
+
+async def test_async_files_of_issue_32(aagent: AsyncAgent) -> None:
+    d = unique("ae2b")
+    await aagent.files.write(f"{d}/x/y.txt", "y")
+    assert (await aagent.files.stat(f"{d}/x/y.txt")).size == 1
+    assert await aagent.files.exists(f"{d}/x") and not await aagent.files.exists(f"{d}/z")
+    await aagent.files.rename(f"{d}/x/y.txt", f"{d}/y.txt")
+    assert await aagent.files.read(f"{d}/y.txt") == "y"
+    results = await aagent.files.write_files({f"{d}/a.txt": "a", "../b": "b"})
+    assert [r.ok for r in results] == [True, False]
+    watch = await aagent.files.watch_dir(d)
+    async with watch:
+        events = watch.__aiter__()
+        await aagent.commands.run(f"touch {d}/new")
+        first = await asyncio.wait_for(events.__anext__(), 10)
+        assert (first.type, first.path) == ("create", f"/home/agent/{d}/new")
+    # Closed from another task while one waits.
+    watch = await aagent.files.watch_dir(d)
+
+    async def drain() -> list[FileEvent]:
+        return [e async for e in watch]
+
+    task = asyncio.create_task(drain())
+    await asyncio.sleep(0)
+    await watch.aclose()
+    assert await asyncio.wait_for(task, 10) == []

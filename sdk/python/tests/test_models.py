@@ -28,6 +28,9 @@ READ: list[tuple[type[Any], Any]] = [
     (models.CommandResult, _wire.ExecResult),
     (models.Process, _wire.Process),
     (models.DirEntry, _wire.DirEntry),
+    (models.FileInfo, _wire.FileInfo),
+    (models.FileEvent, _wire.FileEvent),
+    (models.FileWritten, _wire.FileWritten),
     (models.TerminalSession, _wire.TerminalSession),
     (models.EgressEvent, _wire.EgressEvent),
     (models.ProcessEvent, _wire.ProcessEvent),
@@ -61,6 +64,10 @@ NOT_READ = {
     "UpdateSession",
     "PromptBody",
     "AnswerApproval",
+    "RenameBody",
+    # Read as what they hold: a bool (files.exists) and a list (files.write_files).
+    "PathExists",
+    "FilesWritten",
     # Read where they are met: errors.error_for, and the output and stdin calls.
     "ErrorBody",
     "ErrorDetail",

@@ -32,7 +32,8 @@ use crate::config::Config;
     paths(
         agents::health, agents::limits, agents::presets, agents::list, agents::create, agents::get, agents::update, agents::destroy,
         agents::start, agents::stop, agents::rebuild, agents::rerun_setup, agents::keep_alive, events::events,
-        files::list, files::read, files::write, files::mkdir, files::remove,
+        files::list, files::read, files::write, files::mkdir, files::remove, files::rename,
+        files::stat, files::exists, files::write_files, files::watch,
         terminal::terminal, terminals::list, terminals::kill, exec::exec,
         processes::start, processes::list, processes::get, processes::output, processes::stdin,
         processes::signal, processes::wait, processes::remove,
@@ -44,7 +45,8 @@ use crate::config::Config;
     components(schemas(
         types::Agent, types::AgentState, types::CreateAgent, types::UpdateAgent, types::KeepAlive, types::ExpiringEvent,
         types::PresetInfo, types::SetupStatus, types::SetupState,
-        types::Health, types::Limits, types::HarnessInfo, types::DirEntry, types::ExecBody, types::ExecResult, types::ErrorBody,
+        types::Health, types::Limits, types::HarnessInfo, types::DirEntry, types::FileInfo, types::PathExists, types::RenameBody,
+        types::FileEvent, types::FileEventKind, types::FileWritten, types::FilesWritten, types::ExecBody, types::ExecResult, types::ErrorBody,
         types::ErrorDetail, types::SignIn, types::SessionStatus, types::TerminalSession,
         types::EgressRules, types::EgressEvent,
         types::process::StartProcess, types::process::Process, types::process::ProcessState,

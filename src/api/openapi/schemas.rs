@@ -60,6 +60,8 @@ pub(super) fn configured_limits(doc: &mut Value, config: &Config, facts: Facts) 
         ("write", "put"),
         ("mkdir", "post"),
         ("remove", "delete"),
+        ("stat", "get"),
+        ("watch", "get"),
     ] {
         set(
             query_parameter(
@@ -71,6 +73,17 @@ pub(super) fn configured_limits(doc: &mut Value, config: &Config, facts: Facts) 
             "pattern",
             json!(pattern),
         );
+    }
+    // Outside the home is `false` there, not an error, whatever the driver.
+    set(
+        query_parameter(doc, "/api/v1/agents/{id}/fs/exists", "get", "path"),
+        "pattern",
+        json!(PATH_PATTERN),
+    );
+    for field in ["from", "to"] {
+        if let Some(Value::Object(slot)) = property(doc, "RenameBody", field) {
+            slot.insert("pattern".into(), json!(pattern));
+        }
     }
 }
 

@@ -36,7 +36,9 @@ pub use agents::{CreateAgent, ExpiringEvent, KeepAlive, UpdateAgent};
 pub use egress::{EgressEvent, EgressRules};
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use exec::{ExecBody, ExecExit, ExecLine, ExecResult, OutputStream};
-pub use files::DirEntry;
+pub use files::{
+    DirEntry, FileEvent, FileEventKind, FileInfo, FileWritten, FilesWritten, PathExists, RenameBody,
+};
 pub use preset::PresetInfo;
 pub use pull::{PullProgress, PullStatus};
 pub use server::{HarnessInfo, Health, Limits};

@@ -1,6 +1,10 @@
-//! The file calls: list, read, write, mkdir, remove. Each is a use of the agent.
+//! The file calls: list, read, write, mkdir, remove, rename, stat, exists and watch. Each is a
+//! use of the agent.
 
-use agenthold_proto::{self as proto, FsList, FsMkdir, FsRead, FsRemove, FsWrite, Reply};
+use agenthold_proto::{
+    self as proto, FileStat, FsExists, FsList, FsMkdir, FsRead, FsRemove, FsRename, FsStat,
+    FsWatch, FsWrite, Reply, WatchEvent,
+};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use serde::de::DeserializeOwned;
@@ -80,8 +84,9 @@ impl SandboxConn {
         })
     }
 
-    /// Writes a file from `body`: it is replaced whole, or not at all when `body` breaks off,
-    /// passes `limit` or the sandbox refuses.
+    /// Writes a file from `body` (the directories above it made first, as the account): it is
+    /// replaced whole, or not at all when `body` breaks off, passes `limit` or the sandbox
+    /// refuses.
     pub async fn write_file<S, E>(
         &self,
         path: String,
@@ -92,7 +97,12 @@ impl SandboxConn {
         S: Stream<Item = Result<Bytes, E>> + Unpin,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let (stream, _) = self.open_file(FsWrite { path }).await?;
+        let (stream, _) = self
+            .open_file(FsWrite {
+                path,
+                parents: true,
+            })
+            .await?;
         let (mut from_sandbox, mut to_sandbox) = tokio::io::split(stream);
         let upload = async {
             let mut written: u64 = 0;
@@ -146,5 +156,52 @@ impl SandboxConn {
     pub async fn remove_path(&self, path: String, recursive: bool) -> Result<(), ConnError> {
         self.open_file(FsRemove { path, recursive }).await?;
         Ok(())
+    }
+
+    /// Moves or renames `from` to `to`; an existing `to` is refused unless `overwrite`.
+    pub async fn rename_path(
+        &self,
+        from: String,
+        to: String,
+        overwrite: bool,
+    ) -> Result<(), ConnError> {
+        self.open_file(FsRename {
+            from,
+            to,
+            overwrite,
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// What the path is (a symbolic link itself, not what it points to).
+    pub async fn stat(&self, path: String) -> Result<FileStat, ConnError> {
+        Ok(self.open_file(FsStat { path }).await?.1)
+    }
+
+    /// Whether the account can see that the path exists.
+    pub async fn exists(&self, path: String) -> Result<bool, ConnError> {
+        Ok(self.open_file(FsExists { path }).await?.1.exists)
+    }
+
+    /// Changes under a directory, as they happen, until the stream is dropped or the sandbox
+    /// ends it (the directory went away). An event that is not one is the end.
+    pub async fn watch(
+        &self,
+        path: String,
+        recursive: bool,
+    ) -> Result<impl Stream<Item = WatchEvent> + Send + 'static, ConnError> {
+        let (stream, _) = self.open_file(FsWatch { path, recursive }).await?;
+        Ok(futures::stream::unfold(stream, |mut s| async move {
+            match proto::read_message::<_, WatchEvent>(&mut s).await {
+                Ok(ev) => Some((ev, s)),
+                Err(e) => {
+                    if !matches!(e, proto::ProtoError::Eof) {
+                        tracing::debug!(error = %e, "fs.watch ended");
+                    }
+                    None
+                }
+            }
+        }))
     }
 }

@@ -26,6 +26,11 @@ impl Events {
     pub async fn open_at(s: &TestServer, path: &str) -> Events {
         let r = s.get(path).send().await.expect("events request");
         assert_eq!(r.status(), 200);
+        Events::of(r)
+    }
+
+    /// Any Server-Sent Events answer (`fs/watch`, a session's events), read event by event.
+    pub fn of(r: reqwest::Response) -> Events {
         Events {
             body: r.bytes_stream().boxed(),
             parser: SseParser::new(),

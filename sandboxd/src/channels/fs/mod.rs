@@ -1,4 +1,5 @@
-//! The file browser's channels: `fs.list`, `fs.read`, `fs.write`, `fs.mkdir`, `fs.remove`.
+//! The file browser's channels: `fs.list`, `fs.read`, `fs.write`, `fs.mkdir`, `fs.remove`,
+//! `fs.rename`, `fs.stat`, `fs.exists` and `fs.watch`.
 
 //!
 //! Every operation runs as the account ([`crate::fsid`]) on paths opened without following a
@@ -21,9 +22,13 @@ use nix::unistd::{unlinkat, UnlinkatFlags};
 use serde::Serialize;
 use tokio::io::{AsyncWriteExt, BufReader};
 
+mod meta;
+mod watch;
 mod write;
 mod writeback;
 
+pub use meta::{exists, rename, stat};
+pub use watch::{watch, WatchBudget};
 pub use write::write;
 use writeback::{give_back_memory, WRITEBACK_RANGE};
 
@@ -90,6 +95,16 @@ fn kind_of(st: &FileStat) -> SFlag {
     SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT
 }
 
+/// The API's name for a file's type.
+fn kind_name(st: &FileStat) -> &'static str {
+    match kind_of(st) {
+        SFlag::S_IFLNK => "symlink",
+        SFlag::S_IFDIR => "dir",
+        SFlag::S_IFREG => "file",
+        _ => "other",
+    }
+}
+
 fn name_of(raw: &std::ffi::CStr) -> Option<&OsStr> {
     let name = OsStr::from_bytes(raw.to_bytes());
     (name != "." && name != "..").then_some(name)
@@ -128,15 +143,9 @@ fn list_dir(r: &Resolved, loc: &Location) -> Result<Vec<Entry>, ChannelError> {
         let Ok(st) = fstatat(&at, name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
             continue;
         };
-        let kind = match kind_of(&st) {
-            SFlag::S_IFLNK => "symlink",
-            SFlag::S_IFDIR => "dir",
-            SFlag::S_IFREG => "file",
-            _ => "other",
-        };
         entries.push(Entry {
             name: name.to_string_lossy().into_owned(),
-            kind,
+            kind: kind_name(&st),
             size: st.st_size.max(0) as u64,
             mode: st.st_mode & 0o7777,
             mtime: rfc3339(st.st_mtime, st.st_mtime_nsec),
@@ -211,9 +220,14 @@ pub async fn mkdir(sb: Sandbox, s: MuxStream, path: String) {
 
 /// `mkdir -p`, one component at a time, each checked to be a directory beneath the base.
 fn make_dirs(r: &Resolved, loc: &Location) -> Result<(), ChannelError> {
+    make_dirs_upto(r, loc, loc.parts().len())
+}
+
+/// [`make_dirs`] for the first `n` components of the path.
+fn make_dirs_upto(r: &Resolved, loc: &Location, n: usize) -> Result<(), ChannelError> {
     let err = io_err(&r.logical);
     let dir_flags = OFlag::O_PATH | OFlag::O_DIRECTORY;
-    let n = loc.parts().len();
+    let n = n.min(loc.parts().len());
     for i in 1..=n {
         match loc.open_prefix(i, dir_flags, Mode::empty()) {
             Ok(_) => continue,

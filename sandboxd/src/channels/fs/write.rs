@@ -19,7 +19,7 @@ use nix::unistd::{unlinkat, UnlinkatFlags};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::writeback::{give_back_memory, Writeback, WRITEBACK_RANGE};
-use super::{as_account, blocking, errno_err, kind_of, refuse, reply};
+use super::{as_account, blocking, errno_err, kind_of, make_dirs_upto, refuse, reply};
 use crate::fsid::FsIdentity;
 use crate::fspath::Location;
 use crate::paths::Resolved;
@@ -91,8 +91,8 @@ const WRITE_BATCH: usize = 1 << 20;
 /// being filled and the one being written, one upload holds at most 4 MiB.
 const BATCHES_QUEUED: usize = 2;
 
-pub async fn write(sb: Sandbox, mut s: MuxStream, path: String) {
-    let (plan, file, guard) = match prepare_write(&sb, &path).await {
+pub async fn write(sb: Sandbox, mut s: MuxStream, path: String, parents: bool) {
+    let (plan, file, guard) = match prepare_write(&sb, &path, parents).await {
         Ok(v) => v,
         Err(e) => return refuse(s, e).await,
     };
@@ -264,8 +264,13 @@ fn write_batches(
 }
 
 /// Where an upload goes, looked at as the account: the target's directory, its name, and the
-/// mode the new file gets (the old file's, if there is one).
-fn locate_target(r: &Resolved, loc: &Location) -> Result<(OwnedFd, OsString, u32), ChannelError> {
+/// mode the new file gets (the old file's, if there is one). With `parents`, the directories
+/// missing above it are made first, as by `fs.mkdir`.
+fn locate_target(
+    r: &Resolved,
+    loc: &Location,
+    parents: bool,
+) -> Result<(OwnedFd, OsString, u32), ChannelError> {
     let shown = r.logical.display().to_string();
     let existing = match loc.open_path(OFlag::O_PATH) {
         Ok(fd) => Some(fstat(&fd).map_err(errno_err(&r.logical))?),
@@ -281,7 +286,20 @@ fn locate_target(r: &Resolved, loc: &Location) -> Result<(OwnedFd, OsString, u32
             format!("{shown} is a directory"),
         ));
     }
-    let (dir, name) = loc.open_parent().map_err(|e| match e.kind() {
+    let mut parent = loc.open_parent();
+    if parents && matches!(&parent, Err(e) if e.kind() == io::ErrorKind::NotFound) {
+        let above = loc.parts().len().saturating_sub(1);
+        make_dirs_upto(r, loc, above).map_err(|e| match e.code {
+            // The last directory's name is taken by a file: as if it were on the way.
+            ErrorCode::Exists => ChannelError::new(
+                ErrorCode::NotDir,
+                format!("the parent of {shown} is not a directory"),
+            ),
+            _ => e,
+        })?;
+        parent = loc.open_parent();
+    }
+    let (dir, name) = parent.map_err(|e| match e.kind() {
         io::ErrorKind::NotFound => ChannelError::new(
             ErrorCode::NotFound,
             format!("the parent directory of {shown} does not exist"),
@@ -305,9 +323,10 @@ fn locate_target(r: &Resolved, loc: &Location) -> Result<(OwnedFd, OsString, u32
 async fn prepare_write(
     sb: &Sandbox,
     path: &str,
+    parents: bool,
 ) -> Result<(WritePlan, std::fs::File, TempFile), ChannelError> {
-    let (target, dir, name, mode) = as_account(sb, path, |r, loc| {
-        let (dir, name, mode) = locate_target(&r, &loc)?;
+    let (target, dir, name, mode) = as_account(sb, path, move |r, loc| {
+        let (dir, name, mode) = locate_target(&r, &loc, parents)?;
         Ok((r, dir, name, mode))
     })
     .await?;

@@ -33,7 +33,7 @@ from .errors import (
     Unavailable,
     WaitTimeout,
 )
-from .files import AsyncFileStream, FileStream
+from .files import AsyncFileStream, AsyncWatchHandle, FileStream, WatchHandle
 from .models import (
     AgentEvent,
     AgentInfo,
@@ -48,6 +48,9 @@ from .models import (
     EgressRules,
     Event,
     ExpiringEvent,
+    FileEvent,
+    FileInfo,
+    FileWritten,
     Health,
     Limits,
     NoticeEvent,
@@ -105,6 +108,11 @@ __all__ = [
     "OutputChunk",
     "OutputGap",
     "DirEntry",
+    "FileEvent",
+    "FileInfo",
+    "FileWritten",
+    "WatchHandle",
+    "AsyncWatchHandle",
     "TerminalSession",
     "SessionInfo",
     "Approval",

@@ -82,6 +82,9 @@ def _reader(hint: Any) -> Callable[[Any], Any]:
         (inner,) = (a for a in args if a is not type(None))
         return _optional(inner)
     origin = typing.get_origin(hint)
+    if origin is typing.Literal:
+        # A word a newer server added comes through as it is rather than being lost.
+        return lambda v: v if isinstance(v, str) else ""
     if origin is tuple:
         item = _reader(args[0])
         return lambda v: tuple(item(x) for x in v if _is(args[0], x)) if isinstance(v, list) else ()

@@ -215,6 +215,7 @@ class SyncTransport(_Base):
         json: Any = None,
         params: dict[str, Any] | None = None,
         content: Any = None,
+        files: Any = None,
         headers: dict[str, str] | None = None,
         timeout: TimeoutArg = _DEFAULT,
         accept: tuple[int, ...] = (),
@@ -222,7 +223,7 @@ class SyncTransport(_Base):
         """One request, its body read; an error status raises unless listed in ``accept``.
         A ``429`` or ``503`` that says the request was not carried out is tried again (see
         :func:`_not_done`), after a pause that honours ``Retry-After``."""
-        retry = _Retry(self.retries if _replayable(content) else 0)
+        retry = _Retry(self.retries if _replayable(content) and files is None else 0)
         while True:
             try:
                 r = self.http.request(
@@ -231,6 +232,7 @@ class SyncTransport(_Base):
                     json=json,
                     params=params,
                     content=content,
+                    files=files,
                     headers={**self.headers, **(headers or {})},
                     timeout=self.timeout if timeout is _DEFAULT else _timeout(timeout),
                 )
@@ -321,13 +323,14 @@ class AsyncTransport(_Base):
         json: Any = None,
         params: dict[str, Any] | None = None,
         content: Any = None,
+        files: Any = None,
         headers: dict[str, str] | None = None,
         timeout: TimeoutArg = _DEFAULT,
         accept: tuple[int, ...] = (),
     ) -> httpx.Response:
         """One request, its body read; an error status raises unless listed in ``accept``.
         Refusals are tried again as by :meth:`SyncTransport.request`."""
-        retry = _Retry(self.retries if _replayable(content) else 0)
+        retry = _Retry(self.retries if _replayable(content) and files is None else 0)
         while True:
             try:
                 r = await self.http.request(
@@ -336,6 +339,7 @@ class AsyncTransport(_Base):
                     json=json,
                     params=params,
                     content=content,
+                    files=files,
                     headers={**self.headers, **(headers or {})},
                     timeout=self.timeout if timeout is _DEFAULT else _timeout(timeout),
                 )

@@ -260,6 +260,57 @@ class ExpiringEvent(TypedDict):
     """
 
 
+FileEventKind: TypeAlias = Literal["create", "write", "remove", "rename", "gap"]
+"""
+What happened, in an event of `fs/watch`.
+"""
+
+
+class FileInfo(TypedDict):
+    """
+    `fs/stat`'s answer: the path itself (a symbolic link is not followed).
+    """
+
+    mode: str
+    """
+    The permission bits, in octal.
+    """
+    mtime: str
+    """
+    RFC 3339.
+    """
+    owner: str
+    """
+    The owner's user name in the sandbox, or its uid when it has none.
+    """
+    path: str
+    """
+    Absolute.
+    """
+    size: int
+    type: str
+
+
+class FileWritten(TypedDict):
+    """
+    One file of `fs/write-files`: written whole, or the error that stopped it.
+    """
+
+    error: NotRequired[ErrorDetail | None]
+    path: str
+    """
+    As the request named it.
+    """
+
+
+class FilesWritten(TypedDict):
+    """
+    `fs/write-files`'s answer: one result per part, in the request's order.
+    """
+
+    files: list[FileWritten]
+
+
 Gap = TypedDict(
     "Gap",
     {
@@ -360,6 +411,14 @@ What a notice is about.
 """
 
 
+class PathExists(TypedDict):
+    """
+    `fs/exists`'s answer.
+    """
+
+    exists: bool
+
+
 class PermissionResolved(TypedDict):
     """
     A `permission_resolved` event.
@@ -447,6 +506,17 @@ PullStatus: TypeAlias = Literal["pulling", "done", "failed"]
 """
 Where a pull is.
 """
+
+
+RenameBody = TypedDict(
+    "RenameBody",
+    {
+        "from": str,
+        "overwrite": NotRequired[bool],
+        "to": str,
+    },
+    closed=True,
+)
 
 
 Restore: TypeAlias = Literal["resume", "load", "new"]
@@ -779,6 +849,18 @@ class ErrorBody(TypedDict):
     """
 
     error: ErrorDetail
+
+
+class FileEvent(TypedDict):
+    """
+    One event of `fs/watch`.
+    """
+
+    path: str
+    """
+    Absolute.
+    """
+    type: FileEventKind
 
 
 class Notice(TypedDict):

@@ -8,9 +8,13 @@ the server accepts (``max_file_mb``) passes through in constant memory.
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 import inspect
-import posixpath
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+import json
+import socket
+import threading
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping
 from contextlib import AsyncExitStack, ExitStack
 from types import TracebackType
 from typing import IO, Any, Literal, overload
@@ -18,10 +22,20 @@ from typing import IO, Any, Literal, overload
 import httpx
 
 from ._http import AsyncTransport, SyncTransport, seg
-from .errors import InvalidRequest, NotFound
-from .models import DirEntry
+from ._lines import SseDecoder
+from .models import DirEntry, FileEvent, FileInfo, FileWritten
 
-__all__ = ["Files", "AsyncFiles", "FileStream", "AsyncFileStream", "WriteData", "AsyncWriteData"]
+__all__ = [
+    "Files",
+    "AsyncFiles",
+    "FileStream",
+    "AsyncFileStream",
+    "WatchHandle",
+    "AsyncWatchHandle",
+    "WriteData",
+    "AsyncWriteData",
+    "FilesToWrite",
+]
 
 #: Size of the pieces a file object is read and sent in.
 CHUNK = 1 << 20
@@ -85,19 +99,155 @@ def _async_body(data: AsyncWriteData) -> bytes | AsyncIterator[bytes]:
     raise TypeError(f"cannot write {type(data).__name__}: give str, bytes, a file or an iterator")
 
 
-def _parent(path: str) -> tuple[str, str] | None:
-    """The directory to list and the name to look for in it; ``None`` for the home or ``/``."""
-    p = path.rstrip("/")
-    if p in ("", "."):
+#: What ``write_files`` takes: ``{path: data}``, or ``(path, data)`` pairs, or dicts with
+#: ``path`` and ``data`` (E2B's shape); data is ``str`` (as UTF-8), bytes or a binary file.
+FilesToWrite = (
+    Mapping[str, "str | bytes | IO[bytes]"]
+    | Iterable["tuple[str, str | bytes | IO[bytes]] | Mapping[str, Any]"]
+)
+
+
+def _multipart(files: FilesToWrite) -> list[tuple[str, tuple[str, Any, str]]]:
+    """The parts of a ``write_files`` body: each a file whose ``filename`` is its path. File
+    objects are streamed by httpx; str and bytes go as they are."""
+    items: Iterable[Any] = files.items() if isinstance(files, Mapping) else files
+    parts = []
+    for item in items:
+        if isinstance(item, Mapping):
+            path, data = item["path"], item["data"]
+        else:
+            path, data = item
+        if not isinstance(path, str) or not path:
+            raise ValueError(f"a file's path must be a non-empty str, not {path!r}")
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        elif isinstance(data, (bytearray, memoryview)):
+            data = bytes(data)
+        elif not isinstance(data, bytes) and not hasattr(data, "read"):
+            kind = type(data).__name__
+            raise TypeError(f"{path}: file data must be str, bytes or a file, not {kind}")
+        parts.append(("file", (path, data, "application/octet-stream")))
+    return parts
+
+
+SSE_HEADERS = {"Accept": "text/event-stream", "Cache-Control": "no-cache"}
+#: No read timeout on a watch: the server sends a keep-alive every 15 s, and a directory may
+#: well stay quiet for hours.
+WATCH_TIMEOUT = httpx.Timeout(None, connect=15.0)
+
+
+def _watch_params(path: str, recursive: bool) -> dict[str, str]:
+    return {"path": path, "recursive": "true" if recursive else "false"}
+
+
+def _event(data: str) -> FileEvent | None:
+    try:
+        return FileEvent.from_json(json.loads(data))
+    except ValueError:
         return None
-    parent, name = posixpath.split(p)
-    return (parent or ".", name) if name not in ("", ".") else None
 
 
-def _missing(e: InvalidRequest | NotFound) -> bool:
-    # A parent that is a file answers 400 "Not a directory"; a bad path (with "..") is 400 too
-    # and must still raise.
-    return isinstance(e, NotFound) or "not a directory" in e.message.lower()
+def _shut_down(response: httpx.Response) -> None:
+    """Wakes a reader blocked on the response, from any thread: shuts its socket down (closing
+    a socket another thread reads does not wake that thread; a shutdown does)."""
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if isinstance(sock, socket.socket):
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+class WatchHandle:
+    """The changes under a directory (``files.watch_dir``): iterate for
+    :class:`~agenthold.models.FileEvent` values. ``close()`` ends it, from any thread (an
+    iteration blocked waiting for the next event then simply ends), as does leaving a ``with``
+    block. The iteration also ends when the directory is removed or the agent stops."""
+
+    def __init__(self, stack: ExitStack, response: httpx.Response) -> None:
+        self._stack = stack
+        self._response = response
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+
+    def __iter__(self) -> Iterator[FileEvent]:
+        decoder = SseDecoder()
+        try:
+            for chunk in SyncTransport.iter_bytes(self._response):
+                for msg in decoder.feed(chunk):
+                    event = _event(msg.data)
+                    if event is not None:
+                        yield event
+        except Exception:
+            if not self._closed.is_set():
+                raise
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        with self._lock:
+            self._stack.close()
+
+    def close(self) -> None:
+        """Stops the watch; safe to call from another thread, and more than once."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        _shut_down(self._response)
+        # The reading thread (if any) lets go of the connection; without one, it is let go here.
+        if self._lock.acquire(blocking=False):
+            try:
+                self._stack.close()
+            finally:
+                self._lock.release()
+
+    def __enter__(self) -> WatchHandle:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class AsyncWatchHandle:
+    """:class:`WatchHandle` for the async client: ``async for`` its events; ``await
+    aclose()`` (from any task) or leaving ``async with`` ends it."""
+
+    def __init__(self, stack: AsyncExitStack, response: httpx.Response) -> None:
+        self._stack = stack
+        self._response = response
+        self._closed = False
+
+    async def __aiter__(self) -> AsyncIterator[FileEvent]:
+        decoder = SseDecoder()
+        try:
+            async for chunk in AsyncTransport.iter_bytes(self._response):
+                for msg in decoder.feed(chunk):
+                    event = _event(msg.data)
+                    if event is not None:
+                        yield event
+        except Exception:
+            if not self._closed:
+                raise
+        finally:
+            if self._closed:
+                await self._stack.aclose()
+
+    async def aclose(self) -> None:
+        """Stops the watch; safe to call from another task, and more than once."""
+        if self._closed:
+            return
+        self._closed = True
+        _shut_down(self._response)
+        await self._stack.aclose()
+
+    async def __aenter__(self) -> AsyncWatchHandle:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
 
 
 class FileStream:
@@ -168,7 +318,7 @@ class Files:
     def write(self, path: str, data: WriteData) -> None:
         """Replaces (or makes) the file at ``path`` with ``data``: ``str`` (as UTF-8), bytes, a
         binary file object or an iterator of bytes (both streamed). The file is replaced whole
-        or not at all. Parent directories must exist (see :meth:`make_dir`)."""
+        or not at all. Missing parent directories are made (as the agent's account)."""
         self._t.request(
             "PUT",
             f"{self._base}/write",
@@ -221,17 +371,58 @@ class Files:
         self._t.request("DELETE", f"{self._base}/remove", params=params)
 
     def exists(self, path: str) -> bool:
-        """Whether an entry (file, directory, link…) named ``path`` exists, by listing its
-        directory (the API has no ``stat``)."""
-        where = _parent(path)
-        if where is None:
-            return True
+        """Whether the agent's account can see an entry (file, directory, link…) at ``path``:
+        ``False`` for a missing path, one outside the home where only the home is served, or
+        one behind a link out of the home. A malformed path (``..``) raises ``InvalidRequest``."""
+        return bool(self._t.json("GET", f"{self._base}/exists", params={"path": path})["exists"])
+
+    def stat(self, path: str) -> FileInfo:
+        """What ``path`` is: type, size, mode (``"0644"``), mtime and owner. A symbolic link is
+        described itself. ``NotFound`` when it is missing."""
+        return FileInfo.from_json(self._t.json("GET", f"{self._base}/stat", params={"path": path}))
+
+    def rename(self, old_path: str, new_path: str, *, overwrite: bool = False) -> None:
+        """Moves or renames a file or directory. An existing ``new_path`` raises ``Conflict``
+        unless ``overwrite``; its directory must exist."""
+        body = {"from": old_path, "to": new_path, "overwrite": overwrite}
+        self._t.request("POST", f"{self._base}/rename", json=body)
+
+    #: E2B's name for :meth:`rename`.
+    move = rename
+
+    def write_files(self, files: FilesToWrite) -> builtins.list[FileWritten]:
+        """Writes several files in one request (``multipart/form-data``, file objects streamed):
+        ``{path: data}``, ``(path, data)`` pairs or ``{"path", "data"}`` dicts. Each file is
+        written whole or not at all, parents made; one that fails does not stop the others.
+        Returns one :class:`~agenthold.models.FileWritten` per file, in order: check ``ok``."""
+        body = self._t.json(
+            "POST",
+            f"{self._base}/write-files",
+            files=_multipart(files),
+            timeout=TRANSFER_TIMEOUT,
+        )
+        return [FileWritten.from_json(f) for f in (body or {}).get("files", [])]
+
+    def watch_dir(self, path: str, recursive: bool = False) -> WatchHandle:
+        """Follows the changes under the directory ``path`` (its subdirectories too with
+        ``recursive``) as the agent's account sees them: iterate the handle for
+        :class:`~agenthold.models.FileEvent` values, ``close()`` it when done. Errors (no such
+        directory, a path that is not one) raise here."""
+        stack = ExitStack()
         try:
-            return any(e.name == where[1] for e in self.list(where[0]))
-        except (NotFound, InvalidRequest) as e:
-            if _missing(e):
-                return False
+            response = stack.enter_context(
+                self._t.stream(
+                    "GET",
+                    f"{self._base}/watch",
+                    params=_watch_params(path, recursive),
+                    headers=SSE_HEADERS,
+                    timeout=WATCH_TIMEOUT,
+                )
+            )
+        except BaseException:
+            stack.close()
             raise
+        return WatchHandle(stack, response)
 
 
 class AsyncFiles:
@@ -291,12 +482,46 @@ class AsyncFiles:
         await self._t.request("DELETE", f"{self._base}/remove", params=params)
 
     async def exists(self, path: str) -> bool:
-        where = _parent(path)
-        if where is None:
-            return True
+        """See :meth:`Files.exists`."""
+        body = await self._t.json("GET", f"{self._base}/exists", params={"path": path})
+        return bool(body["exists"])
+
+    async def stat(self, path: str) -> FileInfo:
+        """See :meth:`Files.stat`."""
+        body = await self._t.json("GET", f"{self._base}/stat", params={"path": path})
+        return FileInfo.from_json(body)
+
+    async def rename(self, old_path: str, new_path: str, *, overwrite: bool = False) -> None:
+        """See :meth:`Files.rename`."""
+        body = {"from": old_path, "to": new_path, "overwrite": overwrite}
+        await self._t.request("POST", f"{self._base}/rename", json=body)
+
+    move = rename
+
+    async def write_files(self, files: FilesToWrite) -> builtins.list[FileWritten]:
+        """See :meth:`Files.write_files` (file objects must be synchronous ones)."""
+        body = await self._t.json(
+            "POST",
+            f"{self._base}/write-files",
+            files=_multipart(files),
+            timeout=TRANSFER_TIMEOUT,
+        )
+        return [FileWritten.from_json(f) for f in (body or {}).get("files", [])]
+
+    async def watch_dir(self, path: str, recursive: bool = False) -> AsyncWatchHandle:
+        """See :meth:`Files.watch_dir`: ``async for`` the handle, ``await aclose()`` it."""
+        stack = AsyncExitStack()
         try:
-            return any(e.name == where[1] for e in await self.list(where[0]))
-        except (NotFound, InvalidRequest) as e:
-            if _missing(e):
-                return False
+            response = await stack.enter_async_context(
+                self._t.stream(
+                    "GET",
+                    f"{self._base}/watch",
+                    params=_watch_params(path, recursive),
+                    headers=SSE_HEADERS,
+                    timeout=WATCH_TIMEOUT,
+                )
+            )
+        except BaseException:
+            await stack.aclose()
             raise
+        return AsyncWatchHandle(stack, response)

@@ -31,6 +31,11 @@ __all__ = [
     "OutputChunk",
     "OutputGap",
     "DirEntry",
+    "FileType",
+    "FileInfo",
+    "FileEventType",
+    "FileEvent",
+    "FileWritten",
     "TerminalSession",
     "SessionState",
     "SessionInfo",
@@ -365,6 +370,69 @@ class DirEntry:
     @classmethod
     def from_json(cls, d: Any) -> DirEntry:
         return decode(cls, d)
+
+
+FileType = Literal["file", "dir", "symlink", "other"]
+FileEventType = Literal["create", "write", "remove", "rename", "gap"]
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """What ``files.stat`` says of a path (a symbolic link itself, not what it points to)."""
+
+    path: str
+    type: FileType
+    size: int = 0
+    #: The permission bits in octal, as a string: ``"0644"``.
+    mode: str = ""
+    mtime: datetime | None = None
+    #: The owner's user name in the sandbox, or its uid when it has none.
+    owner: str = ""
+
+    @property
+    def is_dir(self) -> bool:
+        return self.type == "dir"
+
+    @classmethod
+    def from_json(cls, d: Any) -> FileInfo:
+        return decode(cls, d)
+
+
+@dataclass(frozen=True)
+class FileEvent:
+    """One change ``files.watch_dir`` reports. A rename is ``rename`` of the old path, then
+    ``create`` of the new one if it is in view; ``gap`` means events were lost (read the
+    directory again), ``path`` then being the directory concerned."""
+
+    type: FileEventType
+    path: str
+
+    @classmethod
+    def from_json(cls, d: Any) -> FileEvent:
+        return decode(cls, d)
+
+
+@dataclass(frozen=True)
+class FileWritten:
+    """One file of ``files.write_files``: ``error`` is ``None`` when it was written whole."""
+
+    path: str
+    error: Exception | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @classmethod
+    def from_json(cls, d: Any) -> FileWritten:
+        from .errors import error_for
+
+        d = d if isinstance(d, dict) else {}
+        err = d.get("error")
+        return cls(
+            path=str(d.get("path") or ""),
+            error=error_for(None, {"error": err}) if isinstance(err, dict) else None,
+        )
 
 
 @dataclass(frozen=True)
