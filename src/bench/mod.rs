@@ -65,6 +65,10 @@ pub enum Case {
     /// gVisor (`runsc`) against runc: exec `true`, create → shell, wake, a file written and
     /// read
     Runtime,
+    /// agent sessions with the model-free ACP test agent as the harness: prompt → first update
+    /// at an SSE client, updates delivered per second, server RSS per idle session, wake →
+    /// first update
+    Sessions,
 }
 
 impl BenchArgs {
@@ -126,7 +130,20 @@ async fn measure(
             )
         })?;
     let runs = args.runs.unwrap_or(if args.quick { 3 } else { 10 });
-    let (config, base) = server_proc::write_config(tmp, prefix, &args.image)?;
+    // The sessions case needs the test agent in every sandbox, mounted from the start.
+    let test_agent = if args.wants(Case::Sessions) {
+        match cases::sessions::stage_test_agent(tmp) {
+            Ok(dir) => Some(dir),
+            Err(why) => {
+                progress(&format!("agent sessions: skipped, {why}"));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let (config, base) =
+        server_proc::write_config(tmp, prefix, &args.image, test_agent.as_deref())?;
     let token = crate::store::new_token();
     // With AGENTHOLD_LOG set the server's log is worth reading afterwards: keep it outside the
     // temporary directory, which goes at the end.
@@ -203,6 +220,11 @@ async fn measure(
         } else {
             progress("runtimes: skipped, the engine has no runsc (scripts/docker-setup.sh)");
         }
+    }
+
+    if test_agent.is_some() {
+        progress("agent sessions");
+        rows.extend(cases::sessions(&mut cx).await?);
     }
 
     if args.wants(Case::Burst) {

@@ -33,11 +33,22 @@ pub const EGRESS_NAME: &str = "bench.test";
 /// Kept on the sandbox's disk, not in memory, and only by processes that write that much.
 pub const OUTPUT_KIB: u64 = agenthold_proto::process::MAX_OUTPUT / 1024;
 
-/// Writes the benchmark server's config into `dir`.
-pub fn write_config(dir: &Path, prefix: &str, image: &str) -> anyhow::Result<(PathBuf, String)> {
+/// Where the folder holding the test agent (`acp-test-agent/`) is mounted in the benchmark's
+/// sandboxes, when the sessions case runs.
+pub const TEST_AGENT_MOUNT: &str = "/opt/acp";
+
+/// Writes the benchmark server's config into `dir`. With `test_agent` (a folder holding only
+/// the static `acp-test-agent`), every sandbox gets that folder at [`TEST_AGENT_MOUNT`], and the
+/// agent is the server's default harness.
+pub fn write_config(
+    dir: &Path,
+    prefix: &str,
+    image: &str,
+    test_agent: Option<&Path>,
+) -> anyhow::Result<(PathBuf, String)> {
     let api = free_port()?;
     let tunnel = free_port()?;
-    let yaml = format!(
+    let mut yaml = format!(
         "server:\n  listen: 127.0.0.1:{api}\n  data_dir: {data}\n\
          sandbox:\n  driver: docker\n  default_image: {image}\n  default_cpus: 1\n  default_memory_mb: 512\n  \
          process_output_kb: {process_kib}\n  \
@@ -46,6 +57,15 @@ pub fn write_config(dir: &Path, prefix: &str, image: &str) -> anyhow::Result<(Pa
         name = EGRESS_NAME,
         process_kib = OUTPUT_KIB,
     );
+    if let Some(folder) = test_agent {
+        // JSON strings are YAML strings: the folder's path needs no quoting rules of its own.
+        let mount = serde_json::to_string(&format!("{}:{TEST_AGENT_MOUNT}:ro", folder.display()))?;
+        yaml.push_str(&format!(
+            "    host_mounts: [{mount}]\n  default_harness: bench\n\
+             harnesses:\n  bench:\n    command: [{TEST_AGENT_MOUNT}/acp-test-agent]\n    \
+             description: \"the model-free ACP test agent (acp-test-agent/)\"\n"
+        ));
+    }
     let path = dir.join("config.yaml");
     std::fs::write(&path, yaml)?;
     Ok((path, format!("http://127.0.0.1:{api}")))

@@ -8,6 +8,8 @@ use super::stats::Row;
 pub enum Bound {
     /// The row's figure (its p50, for timings) at most this, in the row's unit.
     AtMost(f64),
+    /// The row's figure at least this, in the row's unit (a throughput).
+    AtLeast(f64),
     /// ours / baseline at most this.
     RatioAtMost(f64),
     /// ours / baseline at least this.
@@ -33,6 +35,7 @@ impl Bound {
             // A timing row shows percentiles, so its bound names the one it judges.
             Bound::AtMost(v) if row.ours_p95.is_some() => format!("p50 ≤ {v} {unit}"),
             Bound::AtMost(v) => format!("≤ {v} {unit}"),
+            Bound::AtLeast(v) => format!("≥ {v} {unit}"),
             Bound::RatioAtMost(v) => format!("ratio ≤ {v:?}"),
             Bound::RatioAtLeast(v) => format!("ratio ≥ {v:?}"),
             Bound::AddsAtP50(v) => format!("+p50 ≤ {v} {unit}"),
@@ -51,6 +54,7 @@ impl Bound {
         let ratio = |ok: &dyn Fn(f64) -> bool| row.ratio.is_some_and(ok);
         match *self {
             Bound::AtMost(v) => row.ours_p50 <= v,
+            Bound::AtLeast(v) => row.ours_p50 >= v,
             Bound::RatioAtMost(v) => ratio(&|r| r <= v),
             Bound::RatioAtLeast(v) => ratio(&|r| r >= v),
             Bound::AddsAtP50(v) => row.baseline.is_some_and(|b| row.ours_p50 - b <= v),
@@ -98,6 +102,10 @@ mod tests {
         let row = Row::value("y", "MiB", 5.0, None, false).judged(&[Bound::AtMost(4.0)]);
         assert_eq!(row.target, "≤ 4 MiB");
         assert_eq!(row.met, Some(false));
+        let row =
+            Row::value("z", "updates/s", 12000.0, None, true).judged(&[Bound::AtLeast(10000.0)]);
+        assert_eq!(row.target, "≥ 10000 updates/s");
+        assert_eq!(row.met, Some(true));
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod footprint;
 pub(super) mod processes;
 mod restart;
 pub(super) mod runtime;
+pub(super) mod sessions;
 mod wake;
 
 use std::path::Path;
@@ -29,6 +30,7 @@ pub use files::files;
 pub use footprint::footprint;
 pub use processes::processes;
 pub use restart::restart;
+pub use sessions::sessions;
 pub use wake::wake_to_first_byte;
 
 /// The longest one step (an agent to run, a terminal to answer) may take.

@@ -53,6 +53,7 @@ use disk::Disks;
 
 pub use error::DockerError;
 use events::OwnOps;
+pub use files::is_static_elf;
 use firewall::Firewall;
 use home::Home;
 use names::Names;
