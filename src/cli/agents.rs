@@ -70,6 +70,14 @@ pub struct CreateArgs {
     /// A destination the sandbox may not reach, even when allowed; repeat for more
     #[arg(long, value_name = "RULE")]
     pub deny: Vec<Rule>,
+    /// Destroy the agent this many minutes after its creation (1-525600; default: the
+    /// preset's, else never)
+    #[arg(long, value_name = "MINUTES")]
+    pub ttl_minutes: Option<u32>,
+    /// A label, as KEY=VALUE; repeat for more (`GET /api/v1/agents?label=KEY=VALUE` selects
+    /// agents by them)
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_env_pair)]
+    pub labels: Vec<(String, String)>,
     /// Wait until the agent is running (non-zero exit if it fails)
     #[arg(long)]
     pub wait: bool,
@@ -125,8 +133,8 @@ pub(super) async fn run(client: &ApiClient, json: bool, cmd: AgentsCommand) -> a
                     deny: args.deny,
                 }),
                 runtime: args.runtime,
-                ttl_minutes: None,
-                labels: None,
+                ttl_minutes: args.ttl_minutes.map(Some),
+                labels: (!args.labels.is_empty()).then(|| args.labels.into_iter().collect()),
             };
             let watch = watch_if(client, args.wait).await;
             let agent = client.create_agent(&req).await?;

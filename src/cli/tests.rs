@@ -68,6 +68,10 @@ fn agents_subcommands() {
         "A=b=c",
         "--env",
         "EMPTY=",
+        "--ttl-minutes",
+        "30",
+        "--label",
+        "team=ml",
         "--wait",
     ])
     .cmd
@@ -89,6 +93,8 @@ fn agents_subcommands() {
                     "*.pythonhosted.org:443".parse().unwrap()
                 ],
                 deny: vec!["203.0.113.0/24".parse().unwrap()],
+                ttl_minutes: Some(30),
+                labels: vec![("team".into(), "ml".into())],
                 wait: true,
             }
         ),

@@ -349,11 +349,26 @@ async fn presets_and_env_from_the_command_line() {
     let (code, _, err) = run(
         &s,
         &[
-            "agents", "create", "envy", "--preset", "minimal", "--env", "A=1=2", "--wait",
+            "agents",
+            "create",
+            "envy",
+            "--preset",
+            "minimal",
+            "--env",
+            "A=1=2",
+            "--ttl-minutes",
+            "600",
+            "--label",
+            "team=ml",
+            "--wait",
         ],
     )
     .await;
     assert_eq!(code, 0, "{err}");
+    let listed = s.get_json("/api/v1/agents?label=team=ml").await;
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+    assert_eq!(listed[0]["labels"]["team"], "ml");
+    assert!(listed[0]["expiresAt"].is_string(), "{listed}");
     let (code, out, _) = run(
         &s,
         &[
