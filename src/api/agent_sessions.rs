@@ -28,7 +28,7 @@ const SSE_BATCH: u32 = 1000;
     request_body = CreateSession, params(("id" = String, Path, description = "The agent's id")),
     responses((status = 201, body = Session),
         (status = 400, body = ErrorBody, description = "No such harness (the message names the configured ones), or a bad cwd or title"),
-        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody, description = "The agent has `sessions.max_per_agent` sessions")))]
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody, description = "The agent has `sessions.max_per_agent` sessions, or no harness can be had: none is configured, or none is named and neither the agent's preset nor `sandbox.default_harness` names one")))]
 pub async fn create(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -107,6 +107,8 @@ pub async fn prompt(
     Path((id, sid)): Path<(String, String)>,
     ApiJson(body): ApiJson<PromptBody>,
 ) -> Result<(StatusCode, Json<PromptAccepted>), ApiError> {
+    // An unknown session is that, whatever the body says.
+    st.sessions.get(&id, &sid).await?;
     let blocks = match (body.prompt, body.text) {
         (Some(p), None) => p,
         (None, Some(t)) => vec![serde_json::json!({"type": "text", "text": t})],

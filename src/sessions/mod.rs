@@ -99,6 +99,12 @@ impl Sessions {
             .harness
             .or(preset_harness)
             .or_else(|| config.sandbox.default_harness.clone());
+        if config.harnesses.is_empty() {
+            return Err(SessionError::Conflict(
+                "this server has no harness configured (see `harnesses` in config.example.yaml)"
+                    .to_string(),
+            ));
+        }
         let harness = match harness {
             Some(h) if config.harnesses.contains_key(&h) => h,
             Some(h) => {
@@ -112,14 +118,11 @@ impl Sessions {
                 })
             }
             None => {
-                return Err(SessionError::Invalid {
-                    field: "harness",
-                    why: format!(
-                        "name a harness (the agent's preset names none and \
-                         sandbox.default_harness is not set); {}",
-                        harness_names(&config)
-                    ),
-                })
+                return Err(SessionError::Conflict(format!(
+                    "name a harness: the agent's preset names none and sandbox.default_harness \
+                     is not set; {}",
+                    harness_names(&config)
+                )))
             }
         };
         let cwd = req.cwd.unwrap_or_else(|| DEFAULT_CWD.to_string());
@@ -174,8 +177,8 @@ impl Sessions {
         sid: &str,
         title: String,
     ) -> Result<SessionRecord, SessionError> {
-        check_title(&title)?;
         self.get(agent, sid).await?;
+        check_title(&title)?;
         let s = self.store.rename_session(sid, title).await?;
         self.announce(&s);
         Ok(s)

@@ -3148,7 +3148,7 @@ export interface operations {
             cookie?: never;
         };
         /** @description The file's bytes, streamed; at most `server.max_file_mb` MiB */
-        requestBody: {
+        requestBody?: {
             content: {
                 "application/octet-stream": number[];
             };
@@ -4373,7 +4373,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The agent has `sessions.max_per_agent` sessions */
+            /** @description The agent has `sessions.max_per_agent` sessions, or no harness can be had: none is configured, or none is named and neither the agent's preset nor `sandbox.default_harness` names one */
             409: {
                 headers: {
                     [name: string]: unknown;

@@ -103,6 +103,14 @@ pub fn document(config: &Config, facts: Facts) -> Value {
     schemas::configured_limits(&mut doc, config, facts);
     schemas::egress_rules(&mut doc);
     schemas::agent_env(&mut doc);
+    schemas::agent_labels(&mut doc);
+    schemas::sessions(&mut doc, config);
+    // An empty body writes an empty file.
+    set(
+        doc.pointer_mut("/paths/~1api~1v1~1agents~1{id}~1fs~1write/put/requestBody"),
+        "required",
+        Value::Bool(false),
+    );
     if list_presets {
         schemas::preset_names(&mut doc, config);
     }

@@ -108,7 +108,9 @@ pub(super) fn error_codes(doc: &mut Value) {
 pub(super) fn agent_links(doc: &mut Value) {
     let mut links = Map::new();
     for (path, op) in operations(doc) {
-        if !path.contains("{id}") {
+        // The file routes answer `404` for a path that does not exist in the sandbox, which a
+        // link's follower would take for the agent missing.
+        if !path.contains("{id}") || path.contains("/fs/") {
             continue;
         }
         let Some(id) = op.get("operationId").and_then(Value::as_str) else {

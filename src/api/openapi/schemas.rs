@@ -111,6 +111,58 @@ pub(super) fn agent_env(doc: &mut Value) {
     }
 }
 
+/// An agent's labels, as `agents::labels::check` takes them.
+pub(super) fn agent_labels(doc: &mut Value) {
+    use crate::agents::labels::{MAX_KEY, MAX_LABELS, MAX_VALUE};
+    let labels = json!({
+        "maxProperties": MAX_LABELS,
+        "propertyNames": {"pattern": format!("^[a-z0-9._/-]{{1,{MAX_KEY}}}$")},
+        "additionalProperties": {"type": "string", "maxLength": MAX_VALUE},
+    });
+    for schema in ["CreateAgent", "UpdateAgent"] {
+        if let (Some(Value::Object(slot)), Value::Object(rules)) =
+            (property(doc, schema, "labels"), &labels)
+        {
+            slot.extend(rules.clone());
+        }
+    }
+}
+
+/// A session's title and directory, as `sessions` checks them; and the configured harnesses
+/// are the only names `harness` takes (with none configured, a create is `409`).
+pub(super) fn sessions(doc: &mut Value, config: &Config) {
+    let title = json!({
+        "maxLength": crate::sessions::MAX_TITLE,
+        "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]*$",
+    });
+    for schema in ["CreateSession", "UpdateSession"] {
+        if let (Some(Value::Object(slot)), Value::Object(rules)) =
+            (property(doc, schema, "title"), &title)
+        {
+            slot.extend(rules.clone());
+        }
+    }
+    // At most 1024 characters (the server's own limit is 4096 bytes); absolute; no `..`, no NUL.
+    if let Some(Value::Object(slot)) = property(doc, "CreateSession", "cwd") {
+        slot.insert("maxLength".into(), json!(1024));
+        slot.insert(
+            "pattern".into(),
+            json!("^/(?!(?:.*/)?\\.\\.(?:/|$))[^\\u0000]*$"),
+        );
+    }
+    if !config.harnesses.is_empty() {
+        let names: Vec<Value> = config
+            .harnesses
+            .keys()
+            .map(|n| json!(n))
+            .chain([Value::Null])
+            .collect();
+        if let Some(slot) = property(doc, "CreateSession", "harness") {
+            *slot = json!({"type": ["string", "null"], "enum": names});
+        }
+    }
+}
+
 /// The configured presets are the only names `preset` takes; with none, it is not accepted.
 pub(super) fn preset_names(doc: &mut Value, config: &Config) {
     if config.presets.is_empty() {
