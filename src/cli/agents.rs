@@ -15,7 +15,7 @@ pub enum AgentsCommand {
     #[command(visible_alias = "ls")]
     List,
     /// Create an agent; it goes on to start in the background
-    Create(CreateArgs),
+    Create(Box<CreateArgs>),
     /// Show one agent
     Show {
         /// Agent id or name
@@ -119,6 +119,7 @@ pub(super) async fn run(client: &ApiClient, json: bool, cmd: AgentsCommand) -> a
             }
         }
         AgentsCommand::Create(args) => {
+            let args = *args;
             let req = CreateAgent {
                 name: args.name,
                 preset: args.preset,

@@ -77,7 +77,7 @@ fn agents_subcommands() {
     .cmd
     {
         ClientCommand::Agents(AgentsCommand::Create(c)) => assert_eq!(
-            c,
+            *c,
             CreateArgs {
                 name: "builder".into(),
                 preset: Some("dev".into()),
