@@ -170,17 +170,19 @@ pub async fn write(
 ) -> Response {
     match write_body(st, id, q, req).await {
         Ok(status) => status.into_response(),
-        // A refusal may come before the whole body was read (too large, a full disk): the rest
-        // of it is still on its way, so the connection cannot carry another request.
-        Err(e) => {
-            let mut response = e.into_response();
-            response.headers_mut().insert(
-                header::CONNECTION,
-                axum::http::HeaderValue::from_static("close"),
-            );
-            response
-        }
+        Err(e) => closing(e),
     }
+}
+
+/// A refusal of an upload: it may come before the whole body was read (too large, a full
+/// disk), so the rest is still on its way and the connection cannot carry another request.
+fn closing(e: ApiError) -> Response {
+    let mut response = e.into_response();
+    response.headers_mut().insert(
+        header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    response
 }
 
 async fn write_body(
@@ -339,15 +341,7 @@ pub async fn write_files(
 ) -> Response {
     match write_parts(st, id, multipart).await {
         Ok(written) => Json(written).into_response(),
-        // As for `fs/write`: the rest of the body may still be on its way.
-        Err(e) => {
-            let mut response = e.into_response();
-            response.headers_mut().insert(
-                header::CONNECTION,
-                axum::http::HeaderValue::from_static("close"),
-            );
-            response
-        }
+        Err(e) => closing(e),
     }
 }
 
