@@ -97,6 +97,7 @@ server:
   listen: 127.0.0.1:$API_PORT
   data_dir: $WORK/data
   admin_token: $TOKEN
+  previews: {listen: 127.0.0.1:0}
 sandbox:
   driver: fake
   tunnel_listen: 127.0.0.1:$TUNNEL_PORT

@@ -17,6 +17,8 @@ struct Entry {
     execs: usize,
     /// Turns running in the agent's sessions.
     turns: usize,
+    /// Requests and WebSockets open through its previews.
+    previews: usize,
     cpu: Option<(u64, DateTime<Utc>)>,
     /// sandboxd's last report said a process started with `keepAwake` runs.
     kept_awake: bool,
@@ -29,6 +31,7 @@ impl Entry {
             terminals: 0,
             execs: 0,
             turns: 0,
+            previews: 0,
             cpu: None,
             kept_awake: false,
         }
@@ -55,6 +58,8 @@ pub enum Use {
     Exec,
     /// A turn of an agent session: the agent is in use however quiet its CPU.
     Turn,
+    /// A request or WebSocket through one of its previews.
+    Preview,
 }
 
 impl ActivityTracker {
@@ -80,6 +85,7 @@ impl ActivityTracker {
                 Use::Terminal => e.terminals += 1,
                 Use::Exec => e.execs += 1,
                 Use::Turn => e.turns += 1,
+                Use::Preview => e.previews += 1,
             }
         });
         UseGuard {
@@ -135,7 +141,7 @@ impl ActivityTracker {
     pub fn view(&self, id: &str) -> ActivityView {
         self.with(id, |e| ActivityView {
             last_activity_at: e.last,
-            busy: e.terminals > 0 || e.execs > 0 || e.turns > 0 || e.kept_awake,
+            busy: e.terminals > 0 || e.execs > 0 || e.turns > 0 || e.previews > 0 || e.kept_awake,
         })
     }
 
@@ -161,6 +167,7 @@ impl Drop for UseGuard {
                 Use::Terminal => e.terminals = e.terminals.saturating_sub(1),
                 Use::Exec => e.execs = e.execs.saturating_sub(1),
                 Use::Turn => e.turns = e.turns.saturating_sub(1),
+                Use::Preview => e.previews = e.previews.saturating_sub(1),
             }
         });
     }

@@ -15,6 +15,7 @@ pub mod listener;
 pub mod logging;
 pub mod metrics;
 pub mod model;
+pub mod previews;
 pub mod server;
 pub mod sessions;
 pub mod store;

@@ -23,12 +23,15 @@ const ADMIN_HASH_KEY: &str = "admin_token_hash";
 pub struct Server {
     pub api_addr: SocketAddr,
     pub tunnel_addr: SocketAddr,
+    /// The preview listener (`server.previews.listen`).
+    pub previews_addr: SocketAddr,
     pub lifecycle: Arc<Lifecycle>,
     /// The database, for tools and tests that look at it beside the server; every change of
     /// an agent's state goes through [`Lifecycle`].
     pub store: Store,
     api: TcpListener,
     tunnel: TcpListener,
+    previews: TcpListener,
     /// The egress proxy and its listener.
     egress: (Arc<Proxy>, TcpListener),
     pub egress_addr: SocketAddr,
@@ -38,6 +41,7 @@ pub struct Server {
     pub api_connections: Arc<ConnectionLimiter>,
     pub tunnel_connections: Arc<ConnectionLimiter>,
     pub egress_connections: Arc<ConnectionLimiter>,
+    pub previews_connections: Arc<ConnectionLimiter>,
     state: AppState,
     /// An admin token made at this start, kept and shown once the server serves.
     new_admin_token: Option<String>,
@@ -117,6 +121,7 @@ impl Server {
             api: api_connections,
             tunnel: tunnel_connections,
             egress: egress_connections,
+            previews: previews_connections,
         } = connection_limiters(&config);
         tokio::fs::create_dir_all(&config.server.data_dir)
             .await
@@ -156,6 +161,15 @@ impl Server {
             .await
             .with_context(|| format!("binding server.listen {}", config.server.listen))?;
         let api_addr = api.local_addr()?;
+        let previews_listener = TcpListener::bind(config.server.previews.listen)
+            .await
+            .with_context(|| {
+                format!(
+                    "binding server.previews.listen {}",
+                    config.server.previews.listen
+                )
+            })?;
+        let previews_addr = previews_listener.local_addr()?;
 
         let metrics = Arc::new(Metrics::default());
         let driver = crate::driver::open(
@@ -204,19 +218,35 @@ impl Server {
         let egress = egress_proxy(
             &config,
             &lifecycle,
-            [api_addr.port(), tunnel_addr.port(), egress_addr.port()],
+            [
+                api_addr.port(),
+                tunnel_addr.port(),
+                egress_addr.port(),
+                previews_addr.port(),
+            ],
             egress_connections.clone(),
         );
         let sessions = crate::sessions::Sessions::new(store.clone(), lifecycle.clone());
+        let previews = crate::previews::Previews::new(
+            store.clone(),
+            lifecycle.clone(),
+            previews_addr.port(),
+            api_addr.port(),
+        )
+        .await
+        .context("reading the preview cookies' key")?;
         let state = AppState {
             lc: lifecycle.clone(),
             auth: Arc::new(auth),
             reloader,
             sessions,
+            previews,
         };
         Ok(Server {
             api_addr,
             tunnel_addr,
+            previews_addr,
+            previews: previews_listener,
             lifecycle,
             store,
             api,
@@ -227,6 +257,7 @@ impl Server {
             api_connections,
             tunnel_connections,
             egress_connections,
+            previews_connections,
             state,
             new_admin_token,
         })
@@ -249,6 +280,7 @@ impl Server {
             self.api_connections.clone(),
             self.tunnel_connections.clone(),
             self.egress_connections.clone(),
+            self.previews_connections.clone(),
         ]));
         let tunnel_task = tokio::spawn(listener::serve(
             self.tunnel,
@@ -303,8 +335,17 @@ impl Server {
             );
         }
 
+        let previews_shutdown = tokio_util::sync::CancellationToken::new();
+        let previews_task = tokio::spawn(listener::serve(
+            self.previews,
+            self.previews_connections,
+            header_timeout,
+            crate::previews::gateway::router(self.state.previews.clone(), self.state.auth.clone()),
+            previews_shutdown.clone().cancelled_owned(),
+        ));
         tracing::info!(
             api = %self.api_addr,
+            previews = %self.previews_addr,
             tunnel = %self.tunnel_addr,
             egress = %self.egress_addr,
             driver = lc.driver_kind(),
@@ -319,6 +360,8 @@ impl Server {
         )
         .await;
         tunnel_task.abort();
+        previews_shutdown.cancel();
+        let _ = previews_task.await;
         egress_shutdown.cancel();
         egress_follow.abort();
         let _ = egress_serve.await;
@@ -339,7 +382,7 @@ impl Server {
 fn egress_proxy(
     config: &Config,
     lifecycle: &Arc<Lifecycle>,
-    own_ports: [u16; 3],
+    own_ports: [u16; 4],
     limiter: Arc<ConnectionLimiter>,
 ) -> Arc<Proxy> {
     let e = &config.sandbox.egress;
@@ -377,6 +420,8 @@ struct Caps {
     /// The egress proxy's: all agents together (each connection holds two handles, the
     /// sandbox's and the destination's), and per sandbox address.
     egress: Arc<ConnectionLimiter>,
+    /// The preview listener's: browsers, as on the API's, with the same caps.
+    previews: Arc<ConnectionLimiter>,
 }
 
 /// Raises the open-file limit and sizes every listener's cap to fit under it.
@@ -385,15 +430,15 @@ fn connection_limiters(config: &Config) -> Caps {
     let tunnel = config.sandbox.tunnel_max_connections as usize;
     let egress = config.sandbox.egress.max_total_connections;
     // A proxied connection holds two handles: the sandbox's and the destination's.
-    let wanted = [api, tunnel, egress.saturating_mul(2)];
-    let [api, tunnel, egress_fds] = match listener::raise_nofile_limit() {
+    let wanted = [api, tunnel, egress.saturating_mul(2), api];
+    let [api, tunnel, egress_fds, previews] = match listener::raise_nofile_limit() {
         Ok(nofile) => {
             let fitted = listener::fit_to_budget(nofile, wanted);
             if fitted != wanted {
                 tracing::warn!(
                     nofile,
                     "the open-file limit (RLIMIT_NOFILE) cannot hold server.max_connections \
-                     ({api}), sandbox.tunnel_max_connections ({tunnel}) and \
+                     ({api}, on the API's listener and the previews' each), sandbox.tunnel_max_connections ({tunnel}) and \
                      sandbox.egress.max_total_connections ({egress}) with {} to spare; \
                      holding at most {}, {} and {}; raise the hard limit (ulimit -Hn, LimitNOFILE=)",
                     listener::FD_RESERVE,
@@ -420,6 +465,12 @@ fn connection_limiters(config: &Config) -> Caps {
         api: ConnectionLimiter::new(
             "api",
             api,
+            c.max_connections_per_ip as usize,
+            c.trusted_proxies.clone(),
+        ),
+        previews: ConnectionLimiter::new(
+            "previews",
+            previews,
             c.max_connections_per_ip as usize,
             c.trusted_proxies.clone(),
         ),

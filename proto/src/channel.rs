@@ -117,6 +117,11 @@ channels! {
     "process.remove" => ProcessRemove(ProcessRemove) -> Empty;
     /// sandboxd's stream of process starts and ends, towards the server.
     "process.watch" => ProcessWatch(ProcessWatch) -> Empty;
+    /// The TCP ports listening inside the sandbox (what a preview can reach).
+    "ports.list" => PortsList(PortsList) -> Ports;
+    /// A TCP connection to the sandbox's own loopback at one port (`127.0.0.1`, else `::1`),
+    /// and nowhere else: after the `ok` reply the stream carries its bytes both ways.
+    "port.connect" => PortConnect(PortConnect) -> Empty;
 }
 
 impl Request {
@@ -161,7 +166,7 @@ macro_rules! bare {
         pub struct $name {}
     )*};
 }
-bare!(Ping, Activity, TerminalList);
+bare!(Ping, Activity, TerminalList, PortsList);
 
 /// The header of a channel about one path (as the API names it: absolute, or under the home).
 macro_rules! about_a_path {
@@ -252,6 +257,33 @@ pub struct FsRemove {
     /// A directory and everything in it; without, only an empty one.
     #[serde(default)]
     pub recursive: bool,
+}
+
+/// Opens `port.connect`. Only a port: the address is always the sandbox's own loopback, and a
+/// header naming anything else (an unknown field such as `host`) is refused as malformed.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PortConnect {
+    /// 1 to 65535.
+    pub port: u16,
+}
+
+/// The `ok` of `ports.list`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Ports {
+    /// Each listening (port, address) once, by port.
+    pub ports: Vec<ListeningPort>,
+}
+
+/// A TCP port something listens on inside the sandbox.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ListeningPort {
+    pub port: u16,
+    /// The address it listens on (`0.0.0.0`, `127.0.0.1`, `::`, `::1`…).
+    pub address: String,
+    /// The listening process's command name, when sandboxd can see it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<String>,
 }
 
 /// A file's size in bytes: the `ok` of `fs.read`, and the last reply of `fs.write`.

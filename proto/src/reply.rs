@@ -47,6 +47,8 @@ pub enum ErrorCode {
     Busy,
     /// The sandbox's disk is full (its home's limit, or `/tmp`'s).
     NoSpace,
+    /// Nothing accepts connections there (`port.connect` to a port nobody listens on).
+    Refused,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, thiserror::Error)]

@@ -13,7 +13,7 @@ use agenthold_proto::{
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
-use crate::channels::{self, exec, fs, process, terminal};
+use crate::channels::{self, exec, fs, ports, process, terminal};
 use crate::sandbox::Sandbox;
 
 /// How long a peer may take to send a stream's header.
@@ -75,6 +75,8 @@ async fn handle(sb: Sandbox, mut s: MuxStream) {
         Request::ProcessSignal(req) => process::signal(sb, s, req).await,
         Request::ProcessWait(req) => process::wait(sb, s, req).await,
         Request::ProcessRemove(ProcessRemove { process: p }) => process::remove(sb, s, p).await,
+        Request::PortsList(_) => ports::list(s).await,
+        Request::PortConnect(c) => ports::connect(s, c.port).await,
         Request::Hello(_) | Request::Activity(_) | Request::ProcessWatch(_) => {
             let err = ChannelError::new(
                 ErrorCode::Invalid,

@@ -165,10 +165,16 @@ pub fn session_cookie(headers: &HeaderMap) -> Option<String> {
         .map(|(_, v)| v.to_string())
 }
 
-/// Routes anyone may call: the health check, signing in, and the web UI's files.
+/// Routes anyone may call: the health check, signing in, a preview's sign-in hand-off (which
+/// looks at the credential itself, to send a browser without one to sign in), and the web UI's
+/// files.
 fn is_public(method: &Method, path: &str) -> bool {
     path == "/api/v1/health"
         || (path == "/api/v1/session" && method != Method::DELETE)
+        || (method == Method::GET
+            && path
+                .strip_prefix("/api/v1/previews/")
+                .is_some_and(|rest| rest.ends_with("/open") && rest.matches('/').count() == 1))
         || (!path.starts_with("/api/") && path != crate::metrics::PATH)
 }
 

@@ -225,7 +225,7 @@ impl From<ChannelError> for ApiError {
             ChannelCode::PermissionDenied | ChannelCode::Unauthorized => ErrorCode::Forbidden,
             ChannelCode::TooLarge => ErrorCode::TooLarge,
             ChannelCode::NoSpace => ErrorCode::NoSpace,
-            ChannelCode::UnknownChannel => ErrorCode::Unavailable,
+            ChannelCode::UnknownChannel | ChannelCode::Refused => ErrorCode::Unavailable,
             ChannelCode::Io => ErrorCode::Internal,
         };
         ApiError::new(code, e.message)

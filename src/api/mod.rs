@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod origin;
 pub mod output_lines;
+pub mod previews;
 pub mod processes;
 pub mod session;
 pub mod terminal;
@@ -45,6 +46,7 @@ pub struct AppState {
     pub auth: Arc<auth::Auth>,
     pub reloader: Arc<Reloader>,
     pub sessions: Arc<Sessions>,
+    pub previews: Arc<crate::previews::Previews>,
 }
 
 impl AppState {
@@ -131,6 +133,13 @@ pub fn router(state: AppState) -> Router {
             "/agents/{id}/sessions/{sid}/events",
             get(agent_sessions::events),
         )
+        .route("/agents/{id}/ports", get(previews::ports))
+        .route(
+            "/agents/{id}/previews",
+            get(previews::list).post(previews::create),
+        )
+        .route("/agents/{id}/previews/{pid}", delete(previews::delete))
+        .route("/previews/{pid}/open", get(previews::open))
         .route("/approvals", get(approvals::list))
         .route(
             "/approvals/{aid}",

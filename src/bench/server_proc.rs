@@ -48,8 +48,9 @@ pub fn write_config(
 ) -> anyhow::Result<(PathBuf, String)> {
     let api = free_port()?;
     let tunnel = free_port()?;
+    let previews = free_port()?;
     let mut yaml = format!(
-        "server:\n  listen: 127.0.0.1:{api}\n  data_dir: {data}\n\
+        "server:\n  listen: 127.0.0.1:{api}\n  data_dir: {data}\n  previews:\n    listen: 127.0.0.1:{previews}\n\
          sandbox:\n  driver: docker\n  default_image: {image}\n  default_cpus: 1\n  default_memory_mb: 512\n  \
          process_output_kb: {process_kib}\n  \
          tunnel_listen: 0.0.0.0:{tunnel}\n  egress:\n    port: 0\n    dns_port: 0\n    resolve: {{{name}: 127.0.0.1}}\n  docker:\n    name_prefix: {prefix}\n    network_pool: 10.214.0.0/16\n",

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::de::{
     de_duration, de_ip_nets, de_opt_origin, de_opt_string, de_socket_addr, ser_duration,
 };
+use super::previews::PreviewsConfig;
 use super::validate::{check_connection_caps, min_duration, Fail};
 use super::{ConfigError, WebOrigin};
 
@@ -69,6 +70,8 @@ pub struct ServerConfig {
     /// What the server logs: a level (`info`, `debug`) or per-module directives
     /// (`info,agenthold::egress=debug`); [`super::LOG_ENV`] wins over it.
     pub log_level: String,
+    /// The preview listener: what agents serve, each on an origin of its own.
+    pub previews: PreviewsConfig,
 }
 
 impl Default for ServerConfig {
@@ -90,6 +93,7 @@ impl Default for ServerConfig {
             max_connections_per_ip: 256,
             header_timeout: Duration::from_secs(10),
             log_level: "info".to_string(),
+            previews: PreviewsConfig::default(),
         }
     }
 }
@@ -163,6 +167,16 @@ pub(super) fn validate(s: &ServerConfig, fail: &Fail) -> Result<(), ConfigError>
         ));
     }
     check_log_filter(&s.log_level).map_err(|p| fail("server.log_level", p))?;
+    super::previews::validate(&s.previews, fail)?;
+    if s.previews.listen == s.listen && s.listen.port() != 0 {
+        return Err(fail(
+            "server.previews.listen",
+            format!(
+                "({}) is server.listen's address too; give previews a port of their own",
+                s.listen
+            ),
+        ));
+    }
     Ok(())
 }
 

@@ -117,6 +117,21 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE agents ADD COLUMN expires_at TEXT;
     ALTER TABLE agents ADD COLUMN labels TEXT;
     "#,
+    // 9: previews, one row per agent and port; a deleted or expired one stays (as a tombstone
+    // answering 410) until a new preview takes its port.
+    r#"
+    CREATE TABLE previews (
+        id         TEXT PRIMARY KEY,
+        agent_id   TEXT NOT NULL REFERENCES agents (id) ON DELETE CASCADE,
+        port       INTEGER NOT NULL,
+        access     TEXT NOT NULL,
+        token_hash TEXT,
+        created_at TEXT NOT NULL,
+        expires_at TEXT,
+        deleted_at TEXT
+    );
+    CREATE UNIQUE INDEX previews_by_port ON previews (agent_id, port);
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -6,6 +6,7 @@
 
 mod agents;
 mod migrations;
+pub mod previews;
 pub mod sessions;
 mod settings;
 mod subnets;
@@ -214,7 +215,7 @@ fn unique_violation(e: &rusqlite::Error) -> Option<&str> {
 }
 
 /// Timestamps are stored as fixed-width RFC 3339 UTC text so that text order is time order.
-fn now_text() -> String {
+pub(crate) fn now_text() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
 }
 

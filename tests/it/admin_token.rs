@@ -96,7 +96,7 @@ async fn a_generated_token_is_shown_once_and_kept_as_a_hash() {
     std::fs::write(
         &config,
         format!(
-            "server:\n  listen: 127.0.0.1:{port}\n  data_dir: {}\nsandbox:\n  driver: fake\n  tunnel_listen: 127.0.0.1:0\n  egress:\n    port: 0\n    dns_port: 0\n",
+            "server:\n  listen: 127.0.0.1:{port}\n  data_dir: {}\n  previews:\n    listen: 127.0.0.1:0\nsandbox:\n  driver: fake\n  tunnel_listen: 127.0.0.1:0\n  egress:\n    port: 0\n    dns_port: 0\n",
             data.display()
         ),
     )
@@ -166,7 +166,7 @@ fn write_config(dir: &std::path::Path, port: u16) -> std::path::PathBuf {
     std::fs::write(
         &config,
         format!(
-            "server:\n  listen: 127.0.0.1:{port}\n  data_dir: {}\nsandbox:\n  driver: fake\n  tunnel_listen: 127.0.0.1:0\n  egress:\n    port: 0\n    dns_port: 0\n",
+            "server:\n  listen: 127.0.0.1:{port}\n  data_dir: {}\n  previews:\n    listen: 127.0.0.1:0\nsandbox:\n  driver: fake\n  tunnel_listen: 127.0.0.1:0\n  egress:\n    port: 0\n    dns_port: 0\n",
             dir.join("data").display()
         ),
     )

@@ -19,6 +19,7 @@ mod files;
 mod flood;
 mod lifetimes;
 mod presets;
+mod previews;
 mod processes;
 mod races;
 mod real_harness;

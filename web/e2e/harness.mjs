@@ -71,10 +71,13 @@ export async function startServer({ maxFileMb, sandboxConfig = [], topConfig = [
   const dir = await mkdtemp(path.join(tmpdir(), 'agenthold-e2e-'));
   const port = await freePort();
   const tunnel = await freePort();
+  const previewsPort = await freePort();
   const token = randomBytes(24).toString('hex');
   const lines = [
     'server:',
     `  listen: 127.0.0.1:${port}`,
+    '  previews:',
+    `    listen: 127.0.0.1:${previewsPort}`,
     `  data_dir: ${JSON.stringify(path.join(dir, 'data'))}`,
   ];
   if (maxFileMb) lines.push(`  max_file_mb: ${maxFileMb}`);

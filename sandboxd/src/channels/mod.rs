@@ -3,6 +3,7 @@
 pub mod activity;
 pub mod exec;
 pub mod fs;
+pub mod ports;
 pub mod process;
 pub mod terminal;
 

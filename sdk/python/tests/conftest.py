@@ -159,12 +159,13 @@ def _start(
 ) -> Server:
     """Starts a server on free ports with ``sandbox`` (lines under ``sandbox:``, indented by
     two spaces) and ``extra`` (top-level sections) in its config."""
-    api, tunnel = free_port(), free_port()
+    api, tunnel, previews = free_port(), free_port(), free_port()
     token = secrets.token_hex(16)
     data = root / "data"
     config = root / "config.yaml"
     config.write_text(
-        f"server: {{listen: '127.0.0.1:{api}', data_dir: '{data}', admin_token: '{token}'}}\n"
+        f"server: {{listen: '127.0.0.1:{api}', data_dir: '{data}', admin_token: '{token}',"
+        f" previews: {{listen: '127.0.0.1:{previews}'}}}}\n"
         f"sandbox:\n"
         f"  tunnel_listen: '{tunnel_ip}:{tunnel}'\n"
         f"  egress: {{port: 0, dns_port: 0}}\n"

@@ -17,8 +17,8 @@ use serde_json::{json, Map, Value};
 use utoipa::OpenApi;
 
 use super::{
-    admin, agent_sessions, agents, approvals, events, exec, files, processes, session, terminal,
-    terminals, types,
+    admin, agent_sessions, agents, approvals, events, exec, files, previews, processes, session,
+    terminal, terminals, types,
 };
 use crate::config::Config;
 
@@ -41,6 +41,7 @@ use crate::config::Config;
         agent_sessions::create, agent_sessions::list, agent_sessions::get, agent_sessions::update,
         agent_sessions::delete, agent_sessions::prompt, agent_sessions::cancel, agent_sessions::events,
         approvals::list, approvals::get, approvals::answer,
+        previews::ports, previews::create, previews::list, previews::delete, previews::open,
     ),
     components(schemas(
         types::Agent, types::AgentState, types::CreateAgent, types::UpdateAgent, types::KeepAlive, types::ExpiringEvent,
@@ -61,6 +62,7 @@ use crate::config::Config;
         types::conversation::ApprovalState, types::conversation::ApprovalOutcome,
         types::conversation::ApprovalOption, types::conversation::AnswerApproval,
         types::conversation::PermissionResolved,
+        types::ListeningPort, types::CreatePreview, types::Preview, types::PreviewAccess,
     )),
     modifiers(&BearerAuth),
     security(("bearer" = [])),

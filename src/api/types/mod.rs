@@ -22,6 +22,7 @@ mod error;
 mod exec;
 mod files;
 mod preset;
+mod previews;
 pub mod process;
 mod pull;
 mod server;
@@ -40,6 +41,7 @@ pub use files::{
     DirEntry, FileEvent, FileEventKind, FileInfo, FileWritten, FilesWritten, PathExists, RenameBody,
 };
 pub use preset::PresetInfo;
+pub use previews::{CreatePreview, ListeningPort, Preview, PreviewAccess};
 pub use pull::{PullProgress, PullStatus};
 pub use server::{HarnessInfo, Health, Limits};
 pub use session::{SessionStatus, SignIn};

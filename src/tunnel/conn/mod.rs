@@ -17,6 +17,7 @@ mod error;
 mod exec;
 mod files;
 mod output;
+mod ports;
 mod process;
 mod stdin;
 

@@ -35,6 +35,8 @@ pub struct TestServer {
     pub api_addr: SocketAddr,
     pub tunnel_addr: SocketAddr,
     pub egress_addr: SocketAddr,
+    /// The preview listener.
+    pub previews_addr: SocketAddr,
     pub lc: Arc<Lifecycle>,
     /// The server's database, to look at or to stage a state no API call makes.
     pub store: agenthold::store::Store,
@@ -61,6 +63,7 @@ impl std::ops::DerefMut for TestServer {
 pub fn test_config(dir: &std::path::Path) -> Config {
     let mut c = Config::default();
     c.server.listen = "127.0.0.1:0".parse().unwrap();
+    c.server.previews.listen = "127.0.0.1:0".parse().unwrap();
     c.server.data_dir = dir.to_path_buf();
     c.server.admin_token = Some(TOKEN.to_string());
     c.sandbox.driver = DriverKind::Fake;
@@ -120,6 +123,7 @@ impl TestServer {
         let api_addr = server.api_addr;
         let tunnel_addr = server.tunnel_addr;
         let egress_addr = server.egress_addr;
+        let previews_addr = server.previews_addr;
         let lc = server.lifecycle.clone();
         let store = server.store.clone();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -131,6 +135,7 @@ impl TestServer {
             api_addr,
             tunnel_addr,
             egress_addr,
+            previews_addr,
             lc,
             store,
             dir,

@@ -57,7 +57,7 @@ impl ServerConfig {
         let api = free_port();
         let tunnel = free_port();
         let yaml = format!(
-            "server:\n  listen: 127.0.0.1:{api}\n  data_dir: {data}\n  admin_token: {TOKEN}\n\
+            "server:\n  listen: 127.0.0.1:{api}\n  data_dir: {data}\n  admin_token: {TOKEN}\n  previews:\n    listen: 127.0.0.1:0\n\
              sandbox:\n  tunnel_listen: {tunnel_ip}:{tunnel}\n  egress:\n    port: 0\n    dns_port: 0\n{sandbox}",
             data = dir.join("data").display(),
         );

@@ -14,7 +14,7 @@ use tokio::process::{Child, Command};
 fn write_config(dir: &Path, env: &DockerEnv, api: u16, tunnel: u16) -> std::path::PathBuf {
     let sandboxd = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/sandboxd/sandboxd");
     let yaml = format!(
-        "server:\n  listen: 127.0.0.1:{api}\n  data_dir: {data}\n  admin_token: {TOKEN}\n\
+        "server:\n  listen: 127.0.0.1:{api}\n  data_dir: {data}\n  admin_token: {TOKEN}\n  previews:\n    listen: 127.0.0.1:0\n\
          sandbox:\n  driver: docker\n  tunnel_listen: 0.0.0.0:{tunnel}\n  egress:\n    port: 0\n    dns_port: 0\n  default_image: {AGENT_IMAGE}\n\
          \x20 default_cpus: 1\n  default_memory_mb: 256\n  sandboxd_path: {sandboxd}\n\
          \x20 docker:\n    name_prefix: {prefix}\n    network_pool: {pool}\n",
