@@ -295,6 +295,58 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/agents/{id}/ports": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The TCP ports listening in the sandbox. Empty while the agent sleeps; never wakes it. */
+        get: operations["listPorts"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/agents/{id}/previews": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The agent's previews, by port (deleted and expired ones are not listed). */
+        get: operations["listPreviews"];
+        put?: never;
+        /** Makes a preview: a URL on an origin of its own that opens the port. */
+        post: operations["createPreview"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/agents/{id}/previews/{pid}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Deletes a preview: its URL answers `410` at once, and connections open through it end. */
+        delete: operations["deletePreview"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/agents/{id}/processes": {
         parameters: {
             query?: never;
@@ -747,6 +799,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/previews/{pid}/open": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Opens a preview in the browser: for a signed-in person (the web UI's cookie, or the admin
+         *     token), a redirect to the preview's host with a one-time code that it turns into a cookie
+         *     for that host alone; for anyone else, a redirect to the web UI's sign-in, which comes back
+         *     here. Works for every access (a `public` preview simply ignores the code).
+         */
+        get: operations["openPreview"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/session": {
         parameters: {
             query?: never;
@@ -1021,6 +1095,23 @@ export interface components {
              * @example 60
              */
             ttlMinutes?: number | null;
+        };
+        /** @description `POST /api/v1/agents/{id}/previews`. */
+        CreatePreview: {
+            /** @description `private` when absent. */
+            access?: components["schemas"]["PreviewAccess"];
+            /**
+             * Format: int32
+             * @description The preview stops working this long after its creation (1 to 525600, a year); absent,
+             *     it lasts until it is deleted or its agent is destroyed.
+             */
+            expiresInMinutes?: number | null;
+            /**
+             * Format: int32
+             * @description The port inside the sandbox (on its loopback).
+             * @example 5173
+             */
+            port: number;
         };
         /** @description `POST /api/v1/agents/{id}/sessions`. */
         CreateSession: {
@@ -1310,6 +1401,25 @@ export interface components {
              */
             tmpMb?: number | null;
         };
+        /** @description A TCP port something listens on inside the sandbox. */
+        ListeningPort: {
+            /**
+             * @description The address it listens on (`0.0.0.0`, `127.0.0.1`, `::`…). A preview reaches the
+             *     loopback: a server listening on another address alone cannot be previewed.
+             * @example 127.0.0.1
+             */
+            address: string;
+            /**
+             * Format: int32
+             * @example 5173
+             */
+            port: number;
+            /**
+             * @description The command name of the process that listens, when the sandbox lets it be seen.
+             * @example node
+             */
+            process?: string | null;
+        };
         /** @description A `notice` event. */
         Notice: {
             kind: components["schemas"]["NoticeKind"];
@@ -1375,6 +1485,35 @@ export interface components {
              */
             ttlMinutes: number | null;
         };
+        /** @description A preview: a URL, on an origin of its own, that opens a port of the agent's sandbox. */
+        Preview: {
+            access: components["schemas"]["PreviewAccess"];
+            createdAt: string;
+            /** @description When it stops working; absent when it lasts until deleted. */
+            expiresAt?: string | null;
+            /** @example pk3m9x0b2c4d */
+            id: string;
+            /**
+             * Format: int32
+             * @example 5173
+             */
+            port: number;
+            /**
+             * @description A `token` preview's token: in the answer to its creation only (the server keeps its
+             *     hash). Open the preview with `url?token=…` or `Authorization: Bearer …`.
+             */
+            token?: string | null;
+            /**
+             * @description `{scheme}://{port}-{agent name}.{domain}[:{port}]/`.
+             * @example http://5173-builder.localhost:8081/
+             */
+            url: string;
+        };
+        /**
+         * @description Who may open a preview.
+         * @enum {string}
+         */
+        PreviewAccess: "private" | "token" | "public";
         /** @description A background process. */
         Process: {
             /** @description The command line (an argument past the first 8 KiB in all is cut and ends in `…`). */
@@ -3414,6 +3553,267 @@ export interface operations {
             };
             /** @description The JSON body is over 16 MiB */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    listPorts: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ListeningPort"][];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    listPreviews: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Preview"][];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    createPreview: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreatePreview"];
+            };
+        };
+        responses: {
+            /** @description Made; a `token` preview's token is in this answer only */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Preview"];
+                };
+            };
+            /** @description The request is malformed: its JSON or query does not fit the schema */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The port has a preview already, the agent has `server.previews.max_per_agent`, or it is being destroyed */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The JSON body is over 16 MiB */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    deletePreview: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+                /** @description The preview's id */
+                pid: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5658,6 +6058,68 @@ export interface operations {
             };
             /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    openPreview: {
+        parameters: {
+            query?: {
+                /** @description Where on the preview to land: a path of its own (`/`, when absent). */
+                next?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The preview's id */
+                pid: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description To the preview's host (signed in), or to the web UI to sign in first */
+            302: {
+                headers: {
+                    /** @description Where to go */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The request is malformed: its JSON or query does not fit the schema */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such preview, or it was deleted or expired */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -403,6 +403,23 @@ class Limits(TypedDict):
     """
 
 
+class ListeningPort(TypedDict):
+    """
+    A TCP port something listens on inside the sandbox.
+    """
+
+    address: str
+    """
+    The address it listens on (`0.0.0.0`, `127.0.0.1`, `::`…). A preview reaches the
+    loopback: a server listening on another address alone cannot be previewed.
+    """
+    port: int
+    process: NotRequired[str | None]
+    """
+    The command name of the process that listens, when the sandbox lets it be seen.
+    """
+
+
 NoticeKind: TypeAlias = Literal[
     "waking", "context_reset", "harness_exited", "gap", "error"
 ]
@@ -471,6 +488,12 @@ class PresetInfo(TypedDict):
     The lifetime of its agents in minutes (a create's own `ttlMinutes`, even null, wins);
     null for none.
     """
+
+
+PreviewAccess: TypeAlias = Literal["private", "token", "public"]
+"""
+Who may open a preview.
+"""
 
 
 ProcessState: TypeAlias = Literal["running", "exited", "killed", "lost"]
@@ -843,6 +866,26 @@ class CreateAgent(TypedDict, closed=True):
     """
 
 
+class CreatePreview(TypedDict, closed=True):
+    """
+    `POST /api/v1/agents/{id}/previews`.
+    """
+
+    access: NotRequired[PreviewAccess]
+    """
+    `private` when absent.
+    """
+    expiresInMinutes: NotRequired[int | None]
+    """
+    The preview stops working this long after its creation (1 to 525600, a year); absent,
+    it lasts until it is deleted or its agent is destroyed.
+    """
+    port: int
+    """
+    The port inside the sandbox (on its loopback).
+    """
+
+
 class ErrorBody(TypedDict):
     """
     An error answer: `{"error": {"code", "message", "field"?}}` with the status of its code.
@@ -870,6 +913,30 @@ class Notice(TypedDict):
 
     kind: NoticeKind
     text: str
+
+
+class Preview(TypedDict):
+    """
+    A preview: a URL, on an origin of its own, that opens a port of the agent's sandbox.
+    """
+
+    access: PreviewAccess
+    createdAt: str
+    expiresAt: NotRequired[str | None]
+    """
+    When it stops working; absent when it lasts until deleted.
+    """
+    id: str
+    port: int
+    token: NotRequired[str | None]
+    """
+    A `token` preview's token: in the answer to its creation only (the server keeps its
+    hash). Open the preview with `url?token=…` or `Authorization: Bearer …`.
+    """
+    url: str
+    """
+    `{scheme}://{port}-{agent name}.{domain}[:{port}]/`.
+    """
 
 
 class Process(TypedDict):
