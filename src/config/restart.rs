@@ -39,6 +39,8 @@ fn keep_start_settings(new: &mut Config, old: &Config) {
     n.max_connections_per_ip = o.max_connections_per_ip;
     n.trusted_proxies.clone_from(&o.trusted_proxies);
     n.header_timeout = o.header_timeout;
+    // The preview listener (its domain, scheme and cap are read at each use).
+    n.previews.listen = o.previews.listen;
     // The database, and the admin token and session length the API's authentication took.
     n.data_dir.clone_from(&o.data_dir);
     n.admin_token.clone_from(&o.admin_token);

@@ -948,3 +948,47 @@ fn without_a_file_the_dev_preset_is_the_default() {
     // A file that names no presets has none.
     assert!(load("").unwrap().presets.is_empty());
 }
+
+#[test]
+fn previews_settings_are_read_and_bad_ones_named() {
+    let c = load(
+        "server:\n  previews:\n    listen: 0.0.0.0:9443\n    domain: preview.example.com\n    \
+         public_url_scheme: https\n    max_per_agent: 3\n",
+    )
+    .unwrap();
+    let p = &c.server.previews;
+    assert_eq!(p.listen, "0.0.0.0:9443".parse().unwrap());
+    assert_eq!(p.domain, "preview.example.com");
+    assert_eq!(p.public_url_scheme, crate::config::UrlScheme::Https);
+    assert_eq!(p.max_per_agent, 3);
+    for (yaml, key) in [
+        (
+            "server:\n  previews:\n    domain: Example.COM\n",
+            "server.previews.domain",
+        ),
+        (
+            "server:\n  previews:\n    domain: 10.0.0.1\n",
+            "server.previews.domain",
+        ),
+        (
+            "server:\n  previews:\n    domain: \"\"\n",
+            "server.previews.domain",
+        ),
+        (
+            "server:\n  previews:\n    max_per_agent: 0\n",
+            "server.previews.max_per_agent",
+        ),
+        (
+            "server:\n  previews:\n    public_url_scheme: ftp\n",
+            "public_url_scheme",
+        ),
+        ("server:\n  previews:\n    listn: 1\n", "listn"),
+        (
+            "server:\n  listen: 127.0.0.1:8080\n  previews:\n    listen: 127.0.0.1:8080\n",
+            "server.previews.listen",
+        ),
+    ] {
+        let e = err(yaml);
+        assert!(e.contains(key), "{yaml:?}: {e}");
+    }
+}
