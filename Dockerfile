@@ -11,7 +11,7 @@
 #
 # Run it with the engine's socket, a data volume and the API port on the host's loopback:
 #   docker run -d --name agenthold -v /var/run/docker.sock:/var/run/docker.sock \
-#       -v agenthold-data:/data -p 127.0.0.1:8080:8080 agenthold:dev
+#       -v agenthold-data:/data -p 127.0.0.1:8080:8080 -p 127.0.0.1:8081:8081 agenthold:dev
 # The server finds its own container, copies /sandboxd into the `agenthold-sandboxd` volume and
 # joins every agent network at .2, where sandboxes dial the tunnel (port 8090, never published).
 # It makes the agent networks without a host address on their bridges, so sandboxes cannot reach
@@ -24,6 +24,6 @@ COPY target/x86_64-unknown-linux-gnu/release/agenthold /agenthold
 COPY target/sandboxd/sandboxd /sandboxd
 COPY scripts/container-config.yaml /etc/agenthold/config.yaml
 VOLUME ["/data"]
-EXPOSE 8080
+EXPOSE 8080 8081
 ENTRYPOINT ["/agenthold"]
 CMD ["serve", "--config", "/etc/agenthold/config.yaml"]

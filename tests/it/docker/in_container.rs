@@ -25,6 +25,8 @@ const DEFAULT_SERVER_IMAGE: &str = "agenthold:dev";
 const SERVER_IMAGE_ENV: &str = "AGENTHOLD_SERVER_IMAGE";
 /// The server's ports inside its container (`scripts/container-config.yaml` and the default).
 const API_PORT: u16 = 8080;
+/// The preview listener, as `scripts/container-config.yaml` sets it.
+const PREVIEWS_PORT: u16 = 8081;
 const TUNNEL_PORT: u16 = 8090;
 
 /// The server image; fails the test when it is missing.
@@ -64,7 +66,8 @@ impl ServerContainer {
         std::fs::write(
             &config,
             format!(
-                "server:\n  listen: 0.0.0.0:{API_PORT}\n  data_dir: /data\n\
+                "server:\n  listen: 0.0.0.0:{API_PORT}\n  data_dir: /data\n  \
+                 previews:\n    listen: 0.0.0.0:{PREVIEWS_PORT}\n\
                  sandbox:\n  driver: docker\n  default_image: {BUSYBOX_IMAGE}\n  \
                  default_cpus: 1.0\n  default_memory_mb: 256\n  default_disk_mb: 0\n  \
                  docker:\n    name_prefix: {}\n    network_pool: {}\n",
@@ -388,6 +391,19 @@ async fn the_server_in_a_container_drives_sibling_sandboxes_that_cannot_reach_th
     assert!(
         answer.starts_with("HTTP/1.1 403"),
         "the API did not refuse the sandbox (with the admin token) with 403: {out}"
+    );
+    // So does the preview listener, whatever preview the request names.
+    let request = format!(
+        "(printf 'GET / HTTP/1.1\\r\\nHost: 80-any.localhost\\r\\n\
+         Authorization: Bearer {}\\r\\nConnection: close\\r\\n\\r\\n'; sleep 3) \
+         | nc -w 3 {server_addr} {PREVIEWS_PORT}",
+        srv.token
+    );
+    let out = srv.exec(&id, &["sh", "-c", &request]).await;
+    let answer = out["stdout"].as_str().unwrap_or_default();
+    assert!(
+        answer.starts_with("HTTP/1.1 403"),
+        "the preview listener did not refuse the sandbox with 403: {out}"
     );
 
     // Stop and start: the sandbox is stopped in Docker, and comes back with its home.
