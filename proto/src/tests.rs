@@ -410,3 +410,26 @@ async fn open_returns_the_channels_own_reply_type() {
     }
     answer.await.unwrap();
 }
+
+#[test]
+fn port_connect_names_a_port_and_nothing_else() {
+    assert_eq!(
+        Request::parse(br#"{"channel":"port.connect","port":5173}"#).expect("parses"),
+        Request::PortConnect(crate::PortConnect { port: 5173 })
+    );
+    // No address can be slipped in: the channel dials the sandbox's own loopback only.
+    for bad in [
+        &br#"{"channel":"port.connect","port":80,"host":"10.0.0.1"}"#[..],
+        br#"{"channel":"port.connect","port":80,"address":"169.254.169.254"}"#,
+        br#"{"channel":"port.connect","port":65536}"#,
+        br#"{"channel":"port.connect","port":-1}"#,
+        br#"{"channel":"port.connect","port":"80"}"#,
+        br#"{"channel":"port.connect"}"#,
+    ] {
+        assert!(
+            matches!(Request::parse(bad), Err(ProtoError::Malformed(_))),
+            "{}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+}

@@ -4,6 +4,7 @@ mod agent;
 mod exec;
 mod fs;
 mod harness;
+mod ports;
 mod process;
 mod protocol;
 mod terminal;
