@@ -331,7 +331,7 @@ pub async fn exists(
     params(("id" = String, Path, description = "The agent's id")),
     request_body(content = String, content_type = "multipart/form-data", description = "One part per file (at most 1000), each at most `server.max_file_mb` MiB; the part's `filename` is the path (relative to /home/agent unless absolute)"),
     responses((status = 200, body = FilesWritten, description = "Every part's result, in order: `error` is null for a file written whole"),
-        (status = 400, body = ErrorBody, description = "Not a multipart body, one that broke off, or more than 1000 parts (the files before the fault are written)"),
+        (status = 400, body = ErrorBody, description = "Not a multipart body, one with no parts, one that broke off, or more than 1000 parts (the files before the fault are written)"),
         (status = 404, body = ErrorBody, description = "No such agent"), (status = 409, body = ErrorBody, description = "The agent is not running"),
         (status = 503, body = ErrorBody, description = "The connection to the sandbox failed")))]
 pub async fn write_files(
@@ -397,6 +397,11 @@ async fn write_parts(
             path,
             error: result.err().map(ApiError::detail),
         });
+    }
+    if files.is_empty() {
+        return Err(ApiError::invalid(
+            "the form has no parts: send one part per file, its filename the path",
+        ));
     }
     Ok(FilesWritten { files })
 }

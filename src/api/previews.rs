@@ -135,12 +135,15 @@ pub async fn delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// The longest `next` the hand-off carries (it travels in two redirects' URLs).
+const MAX_NEXT: usize = 2048;
+
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct OpenQuery {
     /// Where on the preview to land: a path of its own (`/`, when absent).
     #[serde(default)]
-    #[param(max_length = 8192)]
+    #[param(max_length = 2048)]
     pub next: Option<String>,
 }
 
@@ -160,6 +163,12 @@ pub async fn open(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let next = q.next.unwrap_or_else(|| "/".to_string());
+    if next.chars().count() > MAX_NEXT {
+        return Err(ApiError::invalid_field(
+            "next",
+            format!("next is at most {MAX_NEXT} characters"),
+        ));
+    }
     if st.auth.credential(&headers).is_none() {
         let back = format!(
             "/api/v1/previews/{}/open?next={}",

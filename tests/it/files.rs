@@ -597,6 +597,15 @@ async fn write_files_writes_each_part_and_reports_each() {
         .await
         .unwrap();
     expect_error(r, 400, "invalid").await;
+    // A form with no parts: nothing to write is a client's mistake, said so.
+    let r = s
+        .post(&format!("{base}/write-files"))
+        .header("content-type", "multipart/form-data; boundary=b0undary")
+        .body("--b0undary--\r\n")
+        .send()
+        .await
+        .unwrap();
+    expect_error(r, 400, "invalid").await;
 }
 
 /// Within this long of the change: inotify is immediate, so this only allows for a busy machine.

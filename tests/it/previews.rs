@@ -666,6 +666,18 @@ async fn bad_preview_requests_get_clear_errors() {
         .await;
     assert_eq!(got, 404);
     let (got, first) = s.call("POST", &path, Some(json!({"port": 80}))).await;
+    let (long, _) = s
+        .call(
+            "GET",
+            &format!(
+                "/api/v1/previews/{}/open?next=/{}",
+                first["id"].as_str().unwrap_or_default(),
+                "a".repeat(2048)
+            ),
+            None,
+        )
+        .await;
+    assert_eq!(long, 400, "a next over 2048 characters");
     assert_eq!(got, 201, "{first}");
     assert_eq!(first["access"], "private", "private by default");
     let (got, again) = s.call("POST", &path, Some(json!({"port": 80}))).await;

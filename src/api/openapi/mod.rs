@@ -113,6 +113,18 @@ pub fn document(config: &Config, facts: Facts) -> Value {
         "required",
         Value::Bool(false),
     );
+    // A multipart form of files, each part's name its path: an object of binaries, one at least.
+    set(
+        doc.pointer_mut(
+            "/paths/~1api~1v1~1agents~1{id}~1fs~1write-files/post/requestBody/content/multipart~1form-data",
+        ),
+        "schema",
+        json!({
+            "type": "object",
+            "minProperties": 1,
+            "additionalProperties": {"type": "string", "format": "binary"}
+        }),
+    );
     if list_presets {
         schemas::preset_names(&mut doc, config);
     }
