@@ -1,4 +1,4 @@
-//! The command-line client: `agenthold agents|exec|ps|logs|kill|wait|shell|cp|egress|sessions|chat|approvals|approve`, speaking the HTTP API of docs/api.md.
+//! The command-line client: `agenthold agents|exec|ps|logs|kill|wait|shell|cp|egress|ports|preview|previews|sessions|chat|approvals|approve`, speaking the HTTP API of docs/api.md.
 
 mod agents;
 mod approvals;
@@ -12,6 +12,8 @@ mod exec;
 mod exit_code;
 mod lines;
 mod output;
+mod preview_client;
+mod previews;
 mod process_client;
 mod processes;
 mod session_client;
@@ -32,6 +34,7 @@ pub use cp::{CpArgs, Location};
 pub use egress::EgressArgs;
 pub use error::ClientError;
 pub use exec::{exit_status, ExecArgs};
+pub use previews::{PortsArgs, PreviewArgs, PreviewRefused, PreviewsArgs};
 pub use process_client::OutputEvent;
 pub use processes::{process_status, KillArgs, LogsArgs, PsArgs, WaitArgs};
 pub use session_client::SessionEvent;
@@ -80,6 +83,17 @@ pub enum ClientCommand {
     Cp(CpArgs),
     /// Show or change what an agent may reach: agenthold egress AGENT [--allow RULE] [--deny RULE] [--remove RULE]
     Egress(EgressArgs),
+    /// List the TCP ports listening in an agent's sandbox: agenthold ports AGENT
+    Ports(PortsArgs),
+    /// Make a URL that opens a port of an agent: agenthold preview AGENT PORT [--public] [--open]
+    ///
+    /// Makes a preview, a URL on an origin of its own ({port}-{agent}.{domain}), and prints it.
+    /// Run again for a port that has one, it prints that one's URL (unless its access differs,
+    /// or it is a token preview, whose token is shown only when it is made). A token preview is
+    /// --access token: --token is the API token, as for every command.
+    Preview(PreviewArgs),
+    /// List an agent's previews, or delete one: agenthold previews AGENT [--delete ID|PORT]
+    Previews(PreviewsArgs),
     /// List the presets agents can be created from (agenthold agents create NAME --preset P)
     Presets,
     /// List an agent's sessions with its harnesses, or start one: agenthold sessions AGENT [--new]
@@ -116,6 +130,9 @@ pub async fn run(opts: ClientOpts, cmd: ClientCommand) -> anyhow::Result<i32> {
             ClientCommand::Shell(args) => shell::run(&client, args).await,
             ClientCommand::Cp(args) => cp::run(&client, args).await,
             ClientCommand::Egress(args) => egress::run(&client, opts.json, args).await,
+            ClientCommand::Ports(args) => previews::ports(&client, opts.json, args).await,
+            ClientCommand::Preview(args) => previews::preview(&client, opts.json, args).await,
+            ClientCommand::Previews(args) => previews::previews(&client, opts.json, args).await,
             ClientCommand::Sessions(args) => sessions::run(&client, opts.json, args).await,
             ClientCommand::Chat(args) => chat::run(&client, args).await,
             ClientCommand::Approvals(args) => approvals::list(&client, opts.json, args).await,

@@ -327,3 +327,80 @@ fn approvals_and_approve() {
     }
     assert!(parse(&["approve", "ap1"]).is_err(), "an option is required");
 }
+
+#[test]
+fn ports_preview_and_previews() {
+    use crate::api::types::PreviewAccess;
+    match ok(&["ports", "builder"]).cmd {
+        ClientCommand::Ports(p) => assert_eq!(p.agent, "builder"),
+        other => panic!("{other:?}"),
+    }
+    match ok(&["preview", "builder", "5173"]).cmd {
+        ClientCommand::Preview(p) => assert_eq!(
+            p,
+            PreviewArgs {
+                agent: "builder".into(),
+                port: 5173,
+                access: None,
+                public: false,
+                expires_in_minutes: None,
+                open: false,
+            }
+        ),
+        other => panic!("{other:?}"),
+    }
+    match ok(&[
+        "preview",
+        "b",
+        "8000",
+        "--access",
+        "token",
+        "--expires-in-minutes",
+        "60",
+        "--open",
+    ])
+    .cmd
+    {
+        ClientCommand::Preview(p) => {
+            assert_eq!(p.access, Some(PreviewAccess::Token));
+            assert_eq!((p.expires_in_minutes, p.open), (Some(60), true));
+        }
+        other => panic!("{other:?}"),
+    }
+    match ok(&["preview", "b", "8000", "--public"]).cmd {
+        ClientCommand::Preview(p) => assert!(p.public && p.access.is_none()),
+        other => panic!("{other:?}"),
+    }
+    // The global --token (the API token) still works after the subcommand.
+    let cli = ok(&["preview", "b", "8000", "--token", "t0k"]);
+    assert_eq!(cli.opts.token.as_deref(), Some("t0k"));
+
+    for bad in [
+        &["preview", "b", "0"][..],
+        &["preview", "b", "70000"],
+        &["preview", "b", "http"],
+        &["preview", "b"],
+        &["preview", "b", "80", "--access", "secret"],
+        &["preview", "b", "80", "--access", "public", "--public"],
+        &["preview", "b", "80", "--expires-in-minutes", "0"],
+        &["preview", "b", "80", "--expires-in-minutes", "525601"],
+    ] {
+        assert!(parse(bad).is_err(), "{bad:?}");
+    }
+    let e = match parse(&["preview", "b", "0"]) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("port 0 parsed"),
+    };
+    assert!(e.contains("1..=65535"), "{e}");
+
+    match ok(&["previews", "b", "--delete", "5173"]).cmd {
+        ClientCommand::Previews(p) => assert_eq!(
+            p,
+            PreviewsArgs {
+                agent: "b".into(),
+                delete: Some("5173".into())
+            }
+        ),
+        other => panic!("{other:?}"),
+    }
+}

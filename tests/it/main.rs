@@ -10,6 +10,7 @@
 mod admin_token;
 mod api;
 mod cli;
+mod cli_previews;
 mod cli_sessions;
 mod common;
 mod crash;

@@ -32,6 +32,8 @@ READ: list[tuple[type[Any], Any]] = [
     (models.FileEvent, _wire.FileEvent),
     (models.FileWritten, _wire.FileWritten),
     (models.TerminalSession, _wire.TerminalSession),
+    (models.ListeningPort, _wire.ListeningPort),
+    (models.Preview, _wire.Preview),
     (models.EgressEvent, _wire.EgressEvent),
     (models.ProcessEvent, _wire.ProcessEvent),
     (models.ExpiringEvent, _wire.ExpiringEvent),
@@ -65,6 +67,7 @@ NOT_READ = {
     "PromptBody",
     "AnswerApproval",
     "RenameBody",
+    "CreatePreview",
     # Read as what they hold: a bool (files.exists) and a list (files.write_files).
     "PathExists",
     "FilesWritten",
@@ -117,9 +120,10 @@ def test_the_agent_states_are_the_servers() -> None:
         (models.ApprovalState, _wire.ApprovalState),
         (models.ApprovalOutcome, _wire.ApprovalOutcome),
         (models.NoticeKind, _wire.NoticeKind),
+        (models.PreviewAccess, _wire.PreviewAccess),
     ],
 )
-def test_the_session_words_are_the_servers(ours: Any, theirs: Any) -> None:
+def test_the_words_are_the_servers(ours: Any, theirs: Any) -> None:
     assert typing.get_args(ours) == typing.get_args(theirs)
 
 

@@ -26,10 +26,12 @@ from .models import (
     TRANSIENT_STATES,
     AgentInfo,
     EgressRules,
+    ListeningPort,
     Preset,
     PullProgress,
     SetupStatus,
 )
+from .previews import AsyncPreviews, Previews, async_host_of, host_of
 from .sessions import AsyncSessions, Sessions
 from .terminals import AsyncTerminals, Terminals
 
@@ -228,8 +230,8 @@ class _AgentView:
 
 
 class Agent(_AgentView):
-    """One agent: its settings (as last seen), lifecycle, commands, files, terminals and
-    sessions (conversations with a harness).
+    """One agent: its settings (as last seen), lifecycle, commands, files, terminals,
+    sessions (conversations with a harness) and previews (URLs of its ports).
 
     As a context manager it destroys the agent on leaving the block.
     """
@@ -241,10 +243,26 @@ class Agent(_AgentView):
         self.files = Files(transport, info.id)
         self.terminals = Terminals(transport, info.id)
         self.sessions = Sessions(transport, info.id)
+        self.previews = Previews(transport, info.id)
 
     def _set(self, body: Any) -> Agent:
         self.info = AgentInfo.from_json(body)
         return self
+
+    def ports(self) -> list[ListeningPort]:
+        """The TCP ports listening in the sandbox, by port. Empty while the agent sleeps: a
+        listing never wakes it."""
+        return [ListeningPort.from_json(p) for p in self._t.json("GET", f"{self._path}/ports")]
+
+    def get_host(self, port: int) -> str:
+        """The host of ``port``'s preview, ``"5173-builder.localhost:8081"`` (no scheme, no
+        slash), making a ``private`` preview when the port has none (E2B's ``get_host``).
+
+        An existing preview is used whatever its access: a ``token`` one needs its token, a
+        ``private`` one the admin token as ``Authorization: Bearer`` (or a person signed in to
+        the web UI). ``previews.create`` chooses the access.
+        """
+        return host_of(self.previews, port)
 
     def refresh(self) -> Agent:
         """Reads the agent again."""
@@ -378,10 +396,20 @@ class AsyncAgent(_AgentView):
         self.files = AsyncFiles(transport, info.id)
         self.terminals = AsyncTerminals(transport, info.id)
         self.sessions = AsyncSessions(transport, info.id)
+        self.previews = AsyncPreviews(transport, info.id)
 
     def _set(self, body: Any) -> AsyncAgent:
         self.info = AgentInfo.from_json(body)
         return self
+
+    async def ports(self) -> list[ListeningPort]:
+        """See :meth:`Agent.ports`."""
+        body = await self._t.json("GET", f"{self._path}/ports")
+        return [ListeningPort.from_json(p) for p in body]
+
+    async def get_host(self, port: int) -> str:
+        """See :meth:`Agent.get_host`."""
+        return await async_host_of(self.previews, port)
 
     async def refresh(self) -> AsyncAgent:
         return self._set(await self._t.json("GET", self._path))

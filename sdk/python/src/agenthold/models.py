@@ -14,6 +14,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Literal
+from urllib.parse import urlsplit
 
 from ._decode import decode, parse_time, read
 
@@ -37,6 +38,9 @@ __all__ = [
     "FileEvent",
     "FileWritten",
     "TerminalSession",
+    "ListeningPort",
+    "PreviewAccess",
+    "Preview",
     "SessionState",
     "SessionInfo",
     "ApprovalState",
@@ -452,6 +456,54 @@ class TerminalSession:
 
     @classmethod
     def from_json(cls, d: Any) -> TerminalSession:
+        return decode(cls, d)
+
+
+@dataclass(frozen=True)
+class ListeningPort:
+    """A TCP port something listens on in the sandbox (``agent.ports()``)."""
+
+    port: int
+    #: ``0.0.0.0``, ``127.0.0.1``, ``::``…: a preview reaches loopback and wildcard listeners.
+    address: str = ""
+    #: The command name of the process that listens, when the sandbox lets it be seen.
+    process: str | None = None
+
+    @classmethod
+    def from_json(cls, d: Any) -> ListeningPort:
+        return decode(cls, d)
+
+
+#: Who may open a preview: ``private`` (people signed in to the web UI, and the admin token as
+#: ``Authorization: Bearer``), ``token`` (whoever has the preview's own token), ``public``.
+PreviewAccess = Literal["private", "token", "public"]
+
+
+@dataclass(frozen=True)
+class Preview:
+    """A URL, on an origin of its own (``{port}-{agent name}.{domain}``), that opens a port of
+    the agent's sandbox from a browser (``agent.previews``)."""
+
+    id: str
+    port: int
+    access: PreviewAccess = "private"
+    #: ``http://5173-builder.localhost:8081/``.
+    url: str = ""
+    #: A ``token`` preview's token: set in the answer to ``previews.create`` only (the server
+    #: keeps its hash). Open the preview with ``url?token=…`` once (a cookie for that host
+    #: follows) or ``Authorization: Bearer …``.
+    token: str | None = None
+    created_at: datetime | None = None
+    #: When it stops working; ``None`` when it lasts until deleted.
+    expires_at: datetime | None = None
+
+    @property
+    def host(self) -> str:
+        """The URL's host and port, without scheme or slash: ``5173-builder.localhost:8081``."""
+        return urlsplit(self.url).netloc
+
+    @classmethod
+    def from_json(cls, d: Any) -> Preview:
         return decode(cls, d)
 
 
