@@ -1,7 +1,7 @@
 // The Ports tab: the TCP ports listening in the agent's sandbox, asked for every 2 s while the tab
 // is shown (a listing never wakes the agent; a sleeping one has none), each with "Open preview"
 // and a choice of access; and the agent's previews below (see previews.ts).
-import { errorMessage, api, type Agent, type PreviewAccess } from './api';
+import { api, ApiError, errorMessage, type Agent, type PreviewAccess } from './api';
 import { dataTable, h, setText, toast } from './dom';
 import { ACCESS, ACCESS_HINT, portRows, previewOf, type PortRow } from './previewfmt';
 import { ensurePreview, openInNewTab } from './previewopen';
@@ -173,9 +173,12 @@ export function portsView(agentId: string): PortsView {
   /** Whether asking can find anything: only a running sandbox has ports (a listing never wakes one). */
   const canList = () => !agent || agent.state === 'running';
 
+  /** Set when the agent is gone (404): nothing more to ask. */
+  let gone = false;
+
   const poll = async () => {
     timer = null;
-    if (!visible || disposed) return;
+    if (!visible || disposed || gone) return;
     const seq = ++pollSeq;
     if (polls++ % PREVIEWS_EVERY === 0) void previews.load();
     try {
@@ -195,10 +198,11 @@ export function portsView(agentId: string): PortsView {
       render();
     } catch (e) {
       if (seq !== pollSeq) return;
+      if (e instanceof ApiError && e.status === 404) gone = true;
       el.dataset.state = 'error';
       setMessage(`Cannot list the ports: ${errorMessage(e)}`, 'error');
     } finally {
-      if (seq === pollSeq && visible && !disposed) timer = setTimeout(() => void poll(), POLL_MS);
+      if (seq === pollSeq && visible && !disposed && !gone) timer = setTimeout(() => void poll(), POLL_MS);
     }
   };
 
