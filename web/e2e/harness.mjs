@@ -2,7 +2,7 @@
 // headless Debian Chromium through playwright-core, each file's setup and teardown
 // (`browserSuite`), and small polling helpers with deadlines.
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdtemp, mkdir, rm, writeFile, readFile } from 'node:fs/promises';
 import { connect as tcpConnect, createServer } from 'node:net';
@@ -62,12 +62,64 @@ async function freePort() {
   });
 }
 
+/** Runs `cmd args`, resolving to { code, stdout, stderr } (never rejects). */
+export function run(cmd, args) {
+  return new Promise((resolve) => {
+    execFile(cmd, args, { maxBuffer: 16 << 20 }, (err, stdout, stderr) =>
+      resolve({ code: err ? (typeof err.code === 'number' ? err.code : 1) : 0, stdout: String(stdout), stderr: String(stderr || err?.message || '') }),
+    );
+  });
+}
+
+/** The static sandboxd that scripts/build-sandboxd.sh makes, which the Docker driver mounts into sandboxes. */
+export const SANDBOXD = process.env.AGENTHOLD_SANDBOXD || path.join(process.env.CARGO_TARGET_DIR || path.join(REPO, 'target'), 'sandboxd', 'sandboxd');
+
+/**
+ * Why a test of the Docker driver cannot run here (no engine, no static sandboxd, a missing
+ * `image`), or null when it can. With `AGENTHOLD_DOCKER_TESTS=require` (scripts/test) the caller
+ * fails on it rather than skipping.
+ */
+export async function dockerMissing(image) {
+  const info = await run('docker', ['info', '--format', '{{.ServerVersion}}']);
+  if (info.code !== 0) return `no Docker engine answers (${info.stderr.trim().split('\n')[0]})`;
+  try {
+    await readFile(SANDBOXD);
+  } catch {
+    return `no static sandboxd at ${SANDBOXD} (scripts/build-sandboxd.sh; AGENTHOLD_SANDBOXD names another)`;
+  }
+  if ((await run('docker', ['image', 'inspect', image])).code !== 0) return `the image ${image} is missing (scripts/build-agent-image.sh)`;
+  return null;
+}
+
+/**
+ * Removes what a Docker-driver server with `prefix` may have left (after a crash, or a test that
+ * failed before destroying its agents): containers, networks, volumes and host firewall rules.
+ */
+async function dockerCleanup(prefix) {
+  const label = `label=agenthold.prefix=${prefix}`;
+  const ids = async (args) => (await run('docker', [...args, '--filter', label])).stdout.split('\n').filter(Boolean);
+  for (const c of await ids(['ps', '-aq'])) await run('docker', ['rm', '-f', c]);
+  for (const n of await ids(['network', 'ls', '-q'])) await run('docker', ['network', 'rm', n]);
+  for (const v of await ids(['volume', 'ls', '-q'])) await run('docker', ['volume', 'rm', '-f', v]);
+  const tag = `agenthold:${prefix}:`;
+  for (const [table, chain] of [['filter', 'INPUT'], ['nat', 'PREROUTING']]) {
+    const rules = (await run('iptables', ['-w', '-t', table, '-S', chain])).stdout.split('\n');
+    for (const line of rules) {
+      if (!line.includes(tag) || !line.startsWith(`-A ${chain} `)) continue;
+      const rule = line.slice(`-A ${chain} `.length).split(/\s+/).map((w) => w.replace(/^"|"$/g, ''));
+      await run('iptables', ['-w', '-t', table, '-D', chain, ...rule]);
+    }
+  }
+}
+
 /**
  * Start `agenthold serve` on free loopback ports with a temp data dir and the fake driver.
  * `sandboxConfig`: more lines under `sandbox:` (indented by two); `topConfig`: more top-level
- * lines (e.g. `presets:`). Returns { url, token, api(), stop(), log() }.
+ * lines (e.g. `presets:`). `docker: { image }` runs the Docker driver instead (see
+ * dockerMissing), on a name prefix and address pool of its own, with `image` as the default.
+ * Returns { url, token, previewsPort, api(), stop(), log() }.
  */
-export async function startServer({ maxFileMb, sandboxConfig = [], topConfig = [] } = {}) {
+export async function startServer({ maxFileMb, sandboxConfig = [], topConfig = [], docker } = {}) {
   const dir = await mkdtemp(path.join(tmpdir(), 'agenthold-e2e-'));
   const port = await freePort();
   const tunnel = await freePort();
@@ -81,7 +133,27 @@ export async function startServer({ maxFileMb, sandboxConfig = [], topConfig = [
     `  data_dir: ${JSON.stringify(path.join(dir, 'data'))}`,
   ];
   if (maxFileMb) lines.push(`  max_file_mb: ${maxFileMb}`);
-  lines.push('sandbox:', '  driver: fake', `  tunnel_listen: 127.0.0.1:${tunnel}`, ...sandboxConfig, '  egress:', '    port: 0', '    dns_port: 0', '  idle_check_interval: 5s');
+  let prefix = null;
+  if (docker) {
+    // Sandboxes in containers dial the tunnel on their bridge's gateway: it listens everywhere.
+    prefix = `ahe2e${randomBytes(3).toString('hex')}`;
+    const pool = `10.212.${100 + (randomBytes(1)[0] % 150)}.0/24`;
+    lines.push(
+      'sandbox:',
+      '  driver: docker',
+      `  tunnel_listen: 0.0.0.0:${tunnel}`,
+      `  default_image: ${docker.image}`,
+      '  default_cpus: 1',
+      '  default_memory_mb: 512',
+      `  sandboxd_path: ${JSON.stringify(SANDBOXD)}`,
+      '  docker:',
+      `    name_prefix: ${prefix}`,
+      `    network_pool: ${pool}`,
+    );
+  } else {
+    lines.push('sandbox:', '  driver: fake', `  tunnel_listen: 127.0.0.1:${tunnel}`);
+  }
+  lines.push(...sandboxConfig, '  egress:', '    port: 0', '    dns_port: 0', '  idle_check_interval: 5s');
   lines.push(...topConfig, '');
   const config = path.join(dir, 'config.yaml');
   await writeFile(config, lines.join('\n'));
@@ -110,6 +182,7 @@ export async function startServer({ maxFileMb, sandboxConfig = [], topConfig = [
     );
   } catch (e) {
     child.kill('SIGKILL');
+    if (prefix) await dockerCleanup(prefix);
     throw new Error(`${e.message}\n--- server log (${BIN}) ---\n${log}`);
   }
 
@@ -145,9 +218,9 @@ export async function startServer({ maxFileMb, sandboxConfig = [], topConfig = [
     if (!res.ok) throw new Error(`${method} ${p} → ${res.status}: ${text}`);
     return text ? JSON.parse(text) : null;
   }
-  /** Create an agent through the API and wait until it is running. */
-  async function runningAgent(name) {
-    const a = await apiJson('POST', '/agents', { name });
+  /** Create an agent through the API (`more`: other fields of the request) and wait until it is running. */
+  async function runningAgent(name, more = {}) {
+    const a = await apiJson('POST', '/agents', { name, ...more });
     await until(`${name} running`, async () => (await apiJson('GET', `/agents/${a.id}`)).state === 'running', { timeout: 60_000, interval: 200 });
     return apiJson('GET', `/agents/${a.id}`);
   }
@@ -157,6 +230,7 @@ export async function startServer({ maxFileMb, sandboxConfig = [], topConfig = [
     uiUrl,
     token,
     dir,
+    previewsPort,
     api,
     apiJson,
     runningAgent,
@@ -168,6 +242,7 @@ export async function startServer({ maxFileMb, sandboxConfig = [], topConfig = [
         await until('server exit', () => exited, { timeout: 10_000 }).catch(() => child.kill('SIGKILL'));
       }
       await writeFile(logPath, log).catch(() => {});
+      if (prefix) await dockerCleanup(prefix);
       if (!process.env.AGENTHOLD_E2E_KEEP) await rm(dir, { recursive: true, force: true }).catch(() => {});
     },
   };
@@ -313,15 +388,24 @@ export async function runInTerminal(page, command, expect, { timeout = 30_000 } 
  * `options` (see startServer); with `proxied`, a startProxy in front of it that the browser goes
  * through; Chromium on it (`onBrowser(ctx)` runs once it is open); with `agent`, a running agent
  * of that name; signed in with the admin token unless `signedIn` is false; then `open(page, agent)`.
+ * `uiHost` opens the UI under another name of the loopback (`localhost`: the API origin a preview
+ * sends a browser to for sign-in, when no `server.public_url` is set; cookies are per host).
  * `after` closes it all and fails the file on an uncaught error in the page. Returns the context
  * that `before` fills: { server, proxy, b, agent }.
  */
-export function browserSuite({ options, proxied = false, onBrowser, agent, signedIn = true, open } = {}) {
+export function browserSuite({ options, proxied = false, uiHost, onBrowser, agent, signedIn = true, open } = {}) {
   const ctx = {};
   before(async () => {
     ctx.server = await startServer(options);
     if (proxied) ctx.proxy = await startProxy(ctx.server.uiUrl);
-    ctx.b = await openBrowser(ctx.proxy ? { ...ctx.server, uiUrl: ctx.proxy.url } : ctx.server);
+    let uiUrl = ctx.proxy ? ctx.proxy.url : ctx.server.uiUrl;
+    if (uiHost) {
+      const u = new URL(uiUrl);
+      u.hostname = uiHost;
+      uiUrl = u.origin;
+    }
+    ctx.uiUrl = uiUrl;
+    ctx.b = await openBrowser({ ...ctx.server, uiUrl });
     await onBrowser?.(ctx);
     if (agent) ctx.agent = await ctx.server.runningAgent(agent);
     if (signedIn) await signIn(ctx.b.page, ctx.server.token);

@@ -1,10 +1,11 @@
-// One agent: header with state and actions, then Terminal, Files, Processes and Chat tabs.
+// One agent: header with state and actions, then Terminal, Files, Processes, Ports and Chat tabs.
 import { api, ApiError, errorMessage, type Agent } from './api';
 import { actions, badge, resources, statusLine } from './agentui';
 import { h, replace, setText } from './dom';
 import { filesView } from './files';
 import { linkHandler, navigate, type Page } from './nav';
 import { processesView } from './processes';
+import { portsView } from './ports';
 import { chatView } from './chat';
 import { store } from './store';
 import { settingsForm } from './settings';
@@ -13,7 +14,7 @@ import { envCard } from './env';
 import { setupCard } from './setup';
 import { terminalView } from './terminal';
 
-type Tab = 'terminal' | 'files' | 'processes' | 'chat';
+type Tab = 'terminal' | 'files' | 'processes' | 'ports' | 'chat';
 
 export function agentPage(id: string): Page {
   let agent: Agent | null = store.agents.get(id) ?? null;
@@ -73,6 +74,7 @@ export function agentPage(id: string): Page {
   const term = terminalView(id, () => agent?.name ?? id);
   const files = filesView(id);
   const procs = processesView(id);
+  const ports = portsView(id);
   const chat = chatView(id);
 
   const tabs: Record<Tab, { button: HTMLButtonElement; panel: HTMLElement }> = {
@@ -88,12 +90,16 @@ export function agentPage(id: string): Page {
       button: h('button', { type: 'button', role: 'tab', id: 'tab-processes', 'aria-controls': 'panel-processes', class: 'tab' }, 'Processes'),
       panel: h('section', { role: 'tabpanel', id: 'panel-processes', 'aria-labelledby': 'tab-processes', class: 'panel panel-processes' }, procs.el),
     },
+    ports: {
+      button: h('button', { type: 'button', role: 'tab', id: 'tab-ports', 'aria-controls': 'panel-ports', class: 'tab' }, 'Ports'),
+      panel: h('section', { role: 'tabpanel', id: 'panel-ports', 'aria-labelledby': 'tab-ports', class: 'panel panel-ports' }, ports.el),
+    },
     chat: {
       button: h('button', { type: 'button', role: 'tab', id: 'tab-chat', 'aria-controls': 'panel-chat', class: 'tab' }, 'Chat'),
       panel: h('section', { role: 'tabpanel', id: 'panel-chat', 'aria-labelledby': 'tab-chat', class: 'panel panel-chat' }, chat.el),
     },
   };
-  const tabOrder: Tab[] = ['terminal', 'files', 'processes', 'chat'];
+  const tabOrder: Tab[] = ['terminal', 'files', 'processes', 'ports', 'chat'];
   // `#chat/SID` opens the Chat tab on that session.
   let active: Tab = tabOrder.find((t) => t !== 'terminal' && (location.hash === `#${t}` || location.hash.startsWith(`#${t}/`))) ?? 'terminal';
   const select = (t: Tab, focus = false) => {
@@ -110,6 +116,9 @@ export function agentPage(id: string): Page {
     // Listing processes wakes a sleeping agent: only while their tab is open.
     if (t === 'processes') procs.shown();
     else procs.hidden();
+    // The ports are asked for every 2 s, but only while their tab is open.
+    if (t === 'ports') ports.shown();
+    else ports.hidden();
     // A conversation streams only while its tab is open.
     if (t === 'chat') chat.shown();
     else chat.hidden();
@@ -192,6 +201,7 @@ export function agentPage(id: string): Page {
       running ? '' : a.state === 'sleeping' ? 'The agent is asleep. Start it (or open the terminal) to browse its files.' : `Files are available while the agent is running (now: ${a.state}).`,
     );
     procs.setAgent(a);
+    ports.setAgent(a);
     maybeConnect();
   };
 
@@ -236,6 +246,7 @@ export function agentPage(id: string): Page {
       term.dispose();
       files.dispose();
       procs.dispose();
+      ports.dispose();
       chat.dispose();
       setup.dispose();
       document.title = 'agenthold';

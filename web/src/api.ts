@@ -24,6 +24,13 @@ export type StartProcess = Schemas['StartProcess'];
 /** The `process` SSE event: agent `id`'s process started or ended. */
 export type ProcessEvent = Schemas['ProcessEvent'];
 export type Health = Schemas['Health'];
+/** A TCP port something listens on in the sandbox (`GET /api/v1/agents/{id}/ports`). */
+export type ListeningPort = Schemas['ListeningPort'];
+export type PreviewAccess = Schemas['PreviewAccess'];
+/** A URL on an origin of its own that opens one port of the sandbox (`…/previews`). */
+export type Preview = Schemas['Preview'];
+/** `POST /api/v1/agents/{id}/previews`. */
+export type NewPreview = Schemas['CreatePreview'];
 
 /** The agent's setup script (presets): how its last run went. */
 export type SetupStatus = Schemas['SetupStatus'];
@@ -271,6 +278,20 @@ export const api = {
     const res = await request('GET', `${a(id)}/processes/${q(pid)}/output?offset=${offset}&follow=true`, null, false, signal);
     yield* ndjson<ProcessOutputLine>(res);
   },
+
+  /** What listens in the sandbox, by port; empty while the agent sleeps (never wakes it). */
+  ports: (id: string) => getJson<ListeningPort[]>(`${a(id)}/ports`),
+  /** The agent's live previews, by port. */
+  previews: (id: string) => getJson<Preview[]>(`${a(id)}/previews`),
+  /** `201`; 409 when the port has one already (the message names it) or the agent has too many. */
+  createPreview: (id: string, body: NewPreview) => sendJson<Preview>('POST', `${a(id)}/previews`, body),
+  /** The URL answers 410 at once. */
+  deletePreview: (id: string, pid: string) => sendJson<void>('DELETE', `${a(id)}/previews/${q(pid)}`),
+  /**
+   * Where a browser opens a preview: on this (the API's) origin, which signs it in to the
+   * preview's host with a one-time code (see docs/api.md, "Ports and previews").
+   */
+  previewOpenUrl: (pid: string) => `${BASE}/previews/${q(pid)}/open`,
 
   /** The agent's agent sessions (conversations with a harness), oldest first. */
   sessions: (id: string) => getJson<ChatSession[]>(`${a(id)}/sessions`),

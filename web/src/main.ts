@@ -1,17 +1,23 @@
 import './style.css';
 import { api, errorMessage, setUnauthorizedHandler } from './api';
-import { h, replace } from './dom';
+import { h, replace, toast } from './dom';
 import { store } from './store';
 import { approvals, approvalsBadge } from './approvals';
 import { agentsPage } from './agents';
 import { agentPage } from './agent';
 import { linkHandler, setRenderer, type Page } from './nav';
+import { isRepeat, nextTarget } from './nextpath';
 
 const root = document.getElementById('app')!;
 
 
 let current: Page | null = null;
 let signedIn = false;
+/**
+ * Where to go once signed in: a private preview's sign-in hand-off (`?next=`, see nextpath.ts),
+ * followed once, with `location.replace` (the hand-off is not a page to come back to).
+ */
+let next = nextTarget(location.search, location.origin);
 
 
 function mount(page: Page): void {
@@ -65,7 +71,7 @@ function showSignIn(message?: string): void {
     'form',
     { class: 'signin card', 'data-testid': 'signin-form', novalidate: true },
     h('h1', { class: 'signin-title' }, h('span', { class: 'brand-mark', 'aria-hidden': 'true' }, '▸'), 'agenthold'),
-    h('p', { class: 'muted' }, 'Sign in with the admin token.'),
+    h('p', { class: 'muted', 'data-testid': 'signin-note' }, next ? 'Sign in with the admin token to open the preview.' : 'Sign in with the admin token.'),
     h('label', { for: 'token' }, 'Token'),
     input,
     error,
@@ -99,7 +105,30 @@ function showSignIn(message?: string): void {
   input.focus();
 }
 
+/** Goes on to the hand-off of `?next=`; false when there is none to follow. */
+function followNext(): boolean {
+  const target = next;
+  next = null;
+  if (!target) return false;
+  let storage: Pick<Storage, 'getItem' | 'setItem'>;
+  try {
+    storage = sessionStorage;
+  } catch {
+    storage = { getItem: () => null, setItem: () => {} };
+  }
+  if (isRepeat(storage, target, Date.now())) {
+    // The hand-off sent the browser straight back: it did not carry the session. Stop here.
+    history.replaceState(null, '', location.pathname);
+    toast('The preview did not open: the sign-in did not reach it. Open it from the agent’s Ports tab.');
+    return false;
+  }
+  mount({ el: h('main', { class: 'signin-wrap' }, h('p', { class: 'muted', role: 'status' }, 'Opening the preview…')) });
+  location.replace(target);
+  return true;
+}
+
 function startApp(): void {
+  if (followNext()) return;
   signedIn = true;
   store.start();
   approvals.start();
