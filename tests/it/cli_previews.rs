@@ -4,12 +4,12 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::time::Duration;
 
 use axum::Router;
 use serde_json::Value;
 
 use crate::cli::{cli, run};
+use crate::common::previews::browser;
 use crate::common::{wait_for_value, TestServer, TOKEN};
 
 /// An app as an agent would serve one, on 127.0.0.1 (the sandbox's loopback here).
@@ -23,15 +23,6 @@ async fn app(says: &'static str) -> SocketAddr {
         let _ = axum::serve(listener, router).await;
     });
     addr
-}
-
-/// A client that follows no redirect, so each step of an access check can be seen.
-fn browser() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(Duration::from_secs(30))
-        .build()
-        .expect("client")
 }
 
 /// `GET` of a preview URL (`http://{port}-{agent}.localhost:{listener port}/…`) through the

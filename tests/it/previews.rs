@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite;
 
+use crate::common::previews::{browser, location, through};
 use crate::common::{wait_for, wait_for_value, TestServer, DEADLINE, TOKEN};
 
 /// An app as an agent would serve one: it answers with what it was sent, streams, and echoes
@@ -66,15 +67,6 @@ async fn app() -> SocketAddr {
     addr
 }
 
-/// A client of the preview listener that follows no redirect.
-fn browser() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(Duration::from_secs(30))
-        .build()
-        .expect("client")
-}
-
 struct Preview {
     id: String,
     host: String,
@@ -105,9 +97,7 @@ async fn preview(s: &TestServer, agent: &str, port: u16, access: &str) -> Previe
 
 /// A request to the preview listener for `host` (any `Host` a client likes).
 fn to(s: &TestServer, host: &str, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-    browser()
-        .request(method, format!("http://{}{path}", s.previews_addr))
-        .header("host", host)
+    through(s.previews_addr, host, method, path)
 }
 
 #[tokio::test]
@@ -155,14 +145,6 @@ fn cookie_of(r: &reqwest::Response) -> String {
     );
     assert!(!set.contains("Domain="), "host-only: {set}");
     set.split(';').next().expect("name=value").to_string()
-}
-
-fn location(r: &reqwest::Response) -> String {
-    r.headers()
-        .get("location")
-        .and_then(|v| v.to_str().ok())
-        .expect("a Location")
-        .to_string()
 }
 
 #[tokio::test]
@@ -301,10 +283,10 @@ async fn a_private_preview_signs_a_browser_in_through_the_api_and_its_cookie_ope
         .await
         .expect("request");
     assert_eq!(r.status(), 302);
-    let hand_off = location(&r);
-    let auth_path = hand_off
+    let sent_to = location(&r);
+    let auth_path = sent_to
         .strip_prefix(&format!("http://{}", p.host))
-        .unwrap_or_else(|| panic!("to the preview's host: {hand_off}"));
+        .unwrap_or_else(|| panic!("to the preview's host: {sent_to}"));
     assert!(
         auth_path.starts_with("/.agenthold/auth?code="),
         "{auth_path}"
@@ -351,17 +333,7 @@ async fn a_private_preview_signs_a_browser_in_through_the_api_and_its_cookie_ope
     assert_eq!(r.status(), 401);
 
     // A code for one preview does not open another.
-    let r = browser()
-        .get(s.url(&format!("/api/v1/previews/{}/open", other.id)))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("request");
-    let code_path = location(&r);
-    let code_path = code_path
-        .split_once(&other.host)
-        .map(|(_, p)| p.to_string())
-        .expect("to the other host");
+    let code_path = hand_off(&s, &other, "/").await;
     let r = to(&s, &p.host, reqwest::Method::GET, &code_path)
         .send()
         .await
@@ -369,26 +341,32 @@ async fn a_private_preview_signs_a_browser_in_through_the_api_and_its_cookie_ope
     assert_eq!(r.status(), 403);
 
     // The hand-off lands on the preview's own paths only.
-    let r = browser()
-        .get(s.url(&format!(
-            "/api/v1/previews/{}/open?next={}",
-            p.id,
-            crate::common::client::query("//evil.example/")
-        )))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("request");
-    let to_auth = location(&r);
-    let to_auth = to_auth
-        .split_once(&p.host)
-        .map(|(_, p)| p.to_string())
-        .expect("host");
+    let to_auth = hand_off(&s, &p, "//evil.example/").await;
     let r = to(&s, &p.host, reqwest::Method::GET, &to_auth)
         .send()
         .await
         .expect("request");
     assert_eq!(location(&r), "/");
+}
+
+/// The API's side of the hand-off for a program with the admin token: the path on the
+/// preview's host, with its one-time code, that it sends the browser to.
+async fn hand_off(s: &TestServer, p: &Preview, next: &str) -> String {
+    let r = browser()
+        .get(s.url(&format!(
+            "/api/v1/previews/{}/open?next={}",
+            p.id,
+            crate::common::client::query(next)
+        )))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status(), 302);
+    location(&r)
+        .split_once(&p.host)
+        .map(|(_, path)| path.to_string())
+        .unwrap_or_else(|| panic!("to {}: {}", p.host, location(&r)))
 }
 
 /// Signs in as the web UI does: the session cookie, as `name=value`.

@@ -45,6 +45,46 @@ export function dataTable(props: Props, columns: Array<[string, string | null]>,
   return h('table', props, h('thead', null, h('tr', null, head)), body);
 }
 
+/** A table row kept across renders: its element and how it shows a new version of its item. */
+export interface KeyedRow<T> {
+  el: HTMLElement;
+  update(item: T): void;
+}
+
+/**
+ * Makes `body` show `items` in order, one row each, keyed by `key`: rows of items that went are
+ * removed, new ones made by `make`, every row updated and moved into place. Rows live on in
+ * `rows` between renders, so what a person is doing in one (a selection, a focused button)
+ * survives a refresh. `each` runs on every row after its update.
+ */
+export function syncRows<K, T, R extends KeyedRow<T>>(
+  body: HTMLElement,
+  rows: Map<K, R>,
+  items: T[],
+  key: (item: T) => K,
+  make: (item: T) => R,
+  each?: (row: R, item: T) => void,
+): void {
+  const present = new Set(items.map(key));
+  for (const [k, r] of rows) {
+    if (!present.has(k)) {
+      r.el.remove();
+      rows.delete(k);
+    }
+  }
+  items.forEach((item, i) => {
+    const k = key(item);
+    let r = rows.get(k);
+    if (!r) {
+      r = make(item);
+      rows.set(k, r);
+    }
+    r.update(item);
+    each?.(r, item);
+    if (body.children[i] !== r.el) body.insertBefore(r.el, body.children[i] ?? null);
+  });
+}
+
 export function append(parent: Node, children: Child[]): void {
   for (const child of children) {
     if (child === null || child === undefined || child === false) continue;

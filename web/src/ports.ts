@@ -2,7 +2,7 @@
 // is shown (a listing never wakes the agent; a sleeping one has none), each with "Open preview"
 // and a choice of access; and the agent's previews below (see previews.ts).
 import { api, ApiError, errorMessage, type Agent, type PreviewAccess } from './api';
-import { dataTable, h, setText, toast } from './dom';
+import { dataTable, h, setText, syncRows, toast } from './dom';
 import { ACCESS, ACCESS_HINT, portRows, previewOf, type PortRow } from './previewfmt';
 import { ensurePreview, openInNewTab } from './previewopen';
 import { previewsList } from './previews';
@@ -145,22 +145,7 @@ export function portsView(agentId: string): PortsView {
   };
 
   const render = () => {
-    const present = new Set(ports.map((p) => p.port));
-    for (const [port, r] of rows) {
-      if (!present.has(port)) {
-        r.el.remove();
-        rows.delete(port);
-      }
-    }
-    ports.forEach((p, i) => {
-      let r = rows.get(p.port);
-      if (!r) {
-        r = makeRow(p);
-        rows.set(p.port, r);
-      }
-      r.update(p);
-      if (tbody.children[i] !== r.el) tbody.insertBefore(r.el, tbody.children[i] ?? null);
-    });
+    syncRows(tbody, rows, ports, (p) => p.port, makeRow);
     table.hidden = ports.length === 0;
     const s = agent?.state;
     if (ports.length) setMessage('');

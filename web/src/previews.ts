@@ -3,7 +3,7 @@
 // (through the sign-in hand-off) and Delete.
 import { api, errorMessage, type Preview } from './api';
 import { copyText } from './clipboard';
-import { confirmDialog, dataTable, formatTime, h, setText, toast } from './dom';
+import { confirmDialog, dataTable, formatTime, h, setText, syncRows, toast } from './dom';
 import { ACCESS_HINT, expiryText, tokenUrl, webUrl } from './previewfmt';
 
 export interface PreviewsList {
@@ -150,22 +150,8 @@ export function previewsList(agentId: string): PreviewsList {
 
   const render = () => {
     const ids = new Set(previews.map((p) => p.id));
-    for (const [id, r] of rows) {
-      if (!ids.has(id)) {
-        r.el.remove();
-        rows.delete(id);
-      }
-    }
     for (const id of tokenLinks.keys()) if (!ids.has(id)) tokenLinks.delete(id);
-    previews.forEach((p, i) => {
-      let r = rows.get(p.id);
-      if (!r) {
-        r = makeRow(p);
-        rows.set(p.id, r);
-      }
-      r.update(p);
-      if (tbody.children[i] !== r.el) tbody.insertBefore(r.el, tbody.children[i] ?? null);
-    });
+    syncRows(tbody, rows, previews, (p) => p.id, makeRow);
     table.hidden = previews.length === 0;
     if (loaded) {
       message.className = 'files-message files-info';

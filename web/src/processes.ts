@@ -2,7 +2,7 @@
 // sleeping agent, then kept current by `process` events), a form to start one with `sh -c`,
 // Stop and Remove, and the selected one's output followed live.
 import { api, ApiError, errorMessage, type Agent, type AgentState, type Process } from './api';
-import { confirmDialog, dataTable, formatDuration, h, setText, toast } from './dom';
+import { confirmDialog, dataTable, formatDuration, h, setText, syncRows, toast } from './dom';
 import { processLog } from './proclog';
 import { commandLine, exitText, procName, runTime } from './procfmt';
 import { store } from './store';
@@ -226,22 +226,9 @@ export function processesView(agentId: string): ProcessesView {
 
   const render = () => {
     const list = [...procs.values()].sort(byStart);
-    for (const [id, r] of rows) {
-      if (!procs.has(id)) {
-        r.el.remove();
-        rows.delete(id);
-      }
-    }
-    list.forEach((p, i) => {
-      let r = rows.get(p.id);
-      if (!r) {
-        r = makeRow(p);
-        rows.set(p.id, r);
-      }
-      r.update(p);
+    syncRows(tbody, rows, list, (p) => p.id, makeRow, (r, p) => {
       r.el.classList.toggle('proc-selected', p.id === selected);
       r.el.setAttribute('aria-selected', String(p.id === selected));
-      if (tbody.children[i] !== r.el) tbody.insertBefore(r.el, tbody.children[i] ?? null);
     });
     if (loaded) setMessage(list.length ? '' : 'No processes yet. Start one above: it keeps running after this page closes.');
     updateTicker();

@@ -1,0 +1,36 @@
+//! What the preview tests share: a client that follows no redirect (each step of an access
+//! check is seen), requests to the preview listener under any `Host`, and the hand-off's steps.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// A client of the preview listener and the API that follows no redirect.
+pub fn browser() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("client")
+}
+
+/// A request to the preview listener at `listener` for `host` (any `Host` a client likes:
+/// `*.localhost` need not resolve here).
+pub fn through(
+    listener: SocketAddr,
+    host: &str,
+    method: reqwest::Method,
+    path: &str,
+) -> reqwest::RequestBuilder {
+    browser()
+        .request(method, format!("http://{listener}{path}"))
+        .header("host", host)
+}
+
+/// An answer's `Location`.
+pub fn location(r: &reqwest::Response) -> String {
+    r.headers()
+        .get("location")
+        .and_then(|v| v.to_str().ok())
+        .expect("a Location")
+        .to_string()
+}
