@@ -9,20 +9,13 @@ use axum::Router;
 use serde_json::Value;
 
 use crate::cli::{cli, run};
-use crate::common::previews::browser;
+use crate::common::previews::{browser, serve_on_loopback};
 use crate::common::{wait_for_value, TestServer, TOKEN};
 
 /// An app as an agent would serve one, on 127.0.0.1 (the sandbox's loopback here).
 async fn app(says: &'static str) -> SocketAddr {
     let router = Router::new().fallback(move || async move { says });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind the app");
-    let addr = listener.local_addr().expect("app address");
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, router).await;
-    });
-    addr
+    serve_on_loopback(router).await
 }
 
 /// `GET` of a preview URL (`http://{port}-{agent}.localhost:{listener port}/…`) through the

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite;
 
-use crate::common::previews::{browser, location, through};
+use crate::common::previews::{browser, location, serve_on_loopback, through};
 use crate::common::{wait_for, wait_for_value, TestServer, DEADLINE, TOKEN};
 
 /// An app as an agent would serve one: it answers with what it was sent, streams, and echoes
@@ -57,14 +57,7 @@ async fn app() -> SocketAddr {
         .route("/forever", get(forever))
         .route("/ws", get(echo))
         .fallback(any(seen));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind the app");
-    let addr = listener.local_addr().expect("app address");
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, router).await;
-    });
-    addr
+    serve_on_loopback(router).await
 }
 
 struct Preview {

@@ -34,3 +34,16 @@ pub fn location(r: &reqwest::Response) -> String {
         .expect("a Location")
         .to_string()
 }
+
+/// Serves `app` on a free port of 127.0.0.1: on the fake driver, the sandbox's loopback, so it
+/// is what a preview opens.
+pub async fn serve_on_loopback(app: axum::Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the app");
+    let addr = listener.local_addr().expect("app address");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    addr
+}
