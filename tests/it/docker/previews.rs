@@ -3,10 +3,10 @@
 //! and the tunnel, never the sandbox's network: what listens is listed, pages, WebSockets, a
 //! gigabyte down and 256 MiB up arrive intact, a token preview takes out what was agenthold's, a
 //! sleeping agent is woken by a request, one agent's preview never reaches another's app, and a
-//! deleted preview cuts what is open through it (docs/api.md, "Ports and previews"). The same
-//! rules on the fake driver are in `tests/it/previews.rs`. Needs Docker (scripts/docker-setup.sh),
-//! the ready agent image (scripts/build-agent-image.sh) and a static sandboxd
-//! (scripts/build-sandboxd.sh).
+//! deleted preview cuts what is open through it and lets through nothing that was waiting on the
+//! sandbox when it went (docs/api.md, "Ports and previews"). The same rules on the fake driver
+//! are in `tests/it/previews.rs`. Needs Docker (scripts/docker-setup.sh), the ready agent image
+//! (scripts/build-agent-image.sh) and a static sandboxd (scripts/build-sandboxd.sh).
 //!
 //! Every request goes to the test server's preview listener on loopback with the preview's
 //! `Host`, as a browser resolving `*.localhost` sends it.
@@ -785,5 +785,52 @@ async fn deleting_a_preview_cuts_its_download_and_websocket_and_its_url_is_gone(
             .is_some_and(Vec::is_empty)
     })
     .await;
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_under_way_when_its_preview_is_deleted_never_reaches_the_app() {
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
+    let s = env.server(false).await;
+    let id = dev_agent(&s, "late").await;
+    serve_app(&s, &id, 8800, "127.0.0.1").await;
+    let p = preview(&s, &id, 8800, "public").await;
+    let container = env.container(&id);
+
+    // The sandbox frozen, a request gets as far as asking it for a connection to the app
+    // (it holds the agent in use from then on) and waits there.
+    docker(&["pause", &container]);
+    let request = tokio::spawn(
+        to(
+            &s,
+            &p.host,
+            reqwest::Method::GET,
+            &format!("/bytes?n={GIB}"),
+        )
+        .send(),
+    );
+    wait_for("the request to wait on the sandbox", || async {
+        s.lc.activity().view(&id).busy
+    })
+    .await;
+    let (status, _) = s
+        .call(
+            "DELETE",
+            &format!("/api/v1/agents/{id}/previews/{}", p.id),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    docker(&["unpause", &container]);
+
+    // The deleted preview lets nothing through: the request ends as one made after the delete.
+    let r = tokio::time::timeout(DEADLINE, request)
+        .await
+        .expect("the request did not end")
+        .expect("join")
+        .expect("an answer");
+    assert_eq!(r.status(), 410);
     s.stop().await;
 }
