@@ -75,7 +75,7 @@ async fn handle(sb: Sandbox, mut s: MuxStream) {
         Request::ProcessSignal(req) => process::signal(sb, s, req).await,
         Request::ProcessWait(req) => process::wait(sb, s, req).await,
         Request::ProcessRemove(ProcessRemove { process: p }) => process::remove(sb, s, p).await,
-        Request::PortsList(_) => ports::list(s).await,
+        Request::PortsList(_) => ports::list(sb, s).await,
         Request::PortConnect(c) => ports::connect(s, c.port).await,
         Request::Hello(_) | Request::Activity(_) | Request::ProcessWatch(_) => {
             let err = ChannelError::new(

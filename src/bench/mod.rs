@@ -69,6 +69,10 @@ pub enum Case {
     /// at an SSE client, updates delivered per second, server RSS per idle session, wake →
     /// first update
     Sessions,
+    /// previews (an app in the sandbox, reached through its preview URL): request → first
+    /// byte against the same request inside the sandbox, a 1 GiB download against `docker cp`,
+    /// 100 WebSockets echoing at once
+    Previews,
 }
 
 impl BenchArgs {
@@ -142,7 +146,7 @@ async fn measure(
     } else {
         None
     };
-    let (config, base) =
+    let (config, base, previews) =
         server_proc::write_config(tmp, prefix, &args.image, test_agent.as_deref())?;
     let token = crate::store::new_token();
     // With AGENTHOLD_LOG set the server's log is worth reading afterwards: keep it outside the
@@ -154,7 +158,7 @@ async fn measure(
     } else {
         tmp.join("server.log")
     };
-    let mut server = ServerProc::start(&config, &base, &token, &log).await?;
+    let mut server = ServerProc::start(&config, &base, previews, &token, &log).await?;
     // Let the allocator settle before reading the idle figure.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle_kib = server.rss_kib().unwrap_or(0);
@@ -219,6 +223,23 @@ async fn measure(
             );
         } else {
             progress("runtimes: skipped, the engine has no runsc (scripts/docker-setup.sh)");
+        }
+    }
+
+    if args.wants(Case::Previews) {
+        if cases::previews::have_image().await {
+            progress("previews");
+            rows.extend(cases::previews::previews(&mut cx).await?);
+        } else {
+            let why = format!(
+                "the ready agent image {} is missing (its python3 serves the app); \
+                 scripts/build-agent-image.sh builds it",
+                crate::config::AGENT_IMAGE
+            );
+            if args.cases.contains(&Case::Previews) {
+                anyhow::bail!("{why}");
+            }
+            progress(&format!("previews: skipped, {why}"));
         }
     }
 

@@ -1,7 +1,7 @@
 //! The agenthold server the benchmark starts for itself: a child process on a temporary data
 //! directory, with its own name prefix and address range, so its memory can be measured alone.
 
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -15,6 +15,8 @@ pub struct ServerProc {
     child: Child,
     pub client: ApiClient,
     pub base: String,
+    /// The preview listener (`server.previews.listen`).
+    pub previews: SocketAddr,
     pub token: String,
     config: PathBuf,
     log: PathBuf,
@@ -39,13 +41,14 @@ pub const TEST_AGENT_MOUNT: &str = "/opt/acp";
 
 /// Writes the benchmark server's config into `dir`. With `test_agent` (a folder holding only
 /// the static `acp-test-agent`), every sandbox gets that folder at [`TEST_AGENT_MOUNT`], and the
-/// agent is the server's default harness.
+/// agent is the server's default harness. Returns the config's path, the API's base URL and the
+/// preview listener's address.
 pub fn write_config(
     dir: &Path,
     prefix: &str,
     image: &str,
     test_agent: Option<&Path>,
-) -> anyhow::Result<(PathBuf, String)> {
+) -> anyhow::Result<(PathBuf, String, SocketAddr)> {
     let api = free_port()?;
     let tunnel = free_port()?;
     let previews = free_port()?;
@@ -69,13 +72,18 @@ pub fn write_config(
     }
     let path = dir.join("config.yaml");
     std::fs::write(&path, yaml)?;
-    Ok((path, format!("http://127.0.0.1:{api}")))
+    Ok((
+        path,
+        format!("http://127.0.0.1:{api}"),
+        SocketAddr::from(([127, 0, 0, 1], previews)),
+    ))
 }
 
 impl ServerProc {
     pub async fn start(
         config: &Path,
         base: &str,
+        previews: SocketAddr,
         token: &str,
         log: &Path,
     ) -> anyhow::Result<ServerProc> {
@@ -106,6 +114,7 @@ impl ServerProc {
             child,
             client,
             base: base.to_string(),
+            previews,
             token: token.to_string(),
             config: config.to_path_buf(),
             log: log.to_path_buf(),
@@ -146,7 +155,14 @@ impl ServerProc {
     /// Returns how long the start took until the API answered.
     pub async fn restart(&mut self) -> anyhow::Result<()> {
         self.stop().await;
-        let fresh = ServerProc::start(&self.config, &self.base, &self.token, &self.log).await?;
+        let fresh = ServerProc::start(
+            &self.config,
+            &self.base,
+            self.previews,
+            &self.token,
+            &self.log,
+        )
+        .await?;
         *self = fresh;
         Ok(())
     }

@@ -13,6 +13,8 @@ use agenthold_proto::{ChannelError, ErrorCode, ListeningPort, Ports, Reply};
 use tokio::net::TcpStream;
 
 use super::{refuse, reply};
+use crate::fsid::FsIdentity;
+use crate::sandbox::Sandbox;
 
 /// How long a connection to the loopback may take to be accepted (a listener whose backlog is
 /// full does not answer at all).
@@ -51,8 +53,9 @@ pub async fn connect(mut s: MuxStream, port: u16) {
     let _ = tokio::io::copy_bidirectional(&mut s, &mut tcp).await;
 }
 
-pub async fn list(mut s: MuxStream) {
-    let ports = tokio::task::spawn_blocking(listening)
+pub async fn list(sb: Sandbox, mut s: MuxStream) {
+    let identity = sb.fs_identity().clone();
+    let ports = tokio::task::spawn_blocking(move || listening(&identity))
         .await
         .unwrap_or_default();
     reply(&mut s, &Reply::ok_with(&Ports { ports })).await;
@@ -60,7 +63,13 @@ pub async fn list(mut s: MuxStream) {
 
 /// The listening TCP sockets of the sandbox's network namespace, each (port, address) once, by
 /// port; with the command of a process that holds it, where `/proc` lets us see one.
-fn listening() -> Vec<ListeningPort> {
+///
+/// A process's file descriptors are for its owner and for whoever may trace it: in a container
+/// sandboxd is root without `CAP_SYS_PTRACE` (Docker does not give it), so root alone sees
+/// none of the agent's. The sockets root could not place are looked for again as the account
+/// (`identity`, a thread with its filesystem ids), which the kernel lets into the account's own
+/// processes.
+fn listening(identity: &FsIdentity) -> Vec<ListeningPort> {
     let mut found: BTreeSet<(u16, String, u64)> = BTreeSet::new();
     for (file, v6) in [("/proc/net/tcp", false), ("/proc/net/tcp6", true)] {
         if let Ok(text) = std::fs::read_to_string(file) {
@@ -68,7 +77,17 @@ fn listening() -> Vec<ListeningPort> {
         }
     }
     let inodes: BTreeSet<u64> = found.iter().map(|(_, _, i)| *i).collect();
-    let owners = socket_owners(&inodes);
+    let mut owners = socket_owners(&inodes);
+    let unplaced: BTreeSet<u64> = inodes
+        .iter()
+        .filter(|i| !owners.contains_key(i))
+        .copied()
+        .collect();
+    if !unplaced.is_empty() && identity.switches() {
+        if let Ok(theirs) = identity.run_sync(move || Ok(socket_owners(&unplaced))) {
+            owners.extend(theirs);
+        }
+    }
     let mut seen = BTreeSet::new();
     found
         .into_iter()
@@ -193,7 +212,10 @@ mod tests {
             .await
             .expect("bind");
         let port = l.local_addr().expect("addr").port();
-        let ports = tokio::task::spawn_blocking(listening).await.expect("join");
+        let me = FsIdentity::of(&crate::account::Account::current());
+        let ports = tokio::task::spawn_blocking(move || listening(&me))
+            .await
+            .expect("join");
         let me = ports
             .iter()
             .find(|p| p.port == port && p.address == "127.0.0.1")

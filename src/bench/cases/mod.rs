@@ -10,6 +10,7 @@ pub(super) mod egress;
 mod exec;
 mod files;
 mod footprint;
+pub(super) mod previews;
 pub(super) mod processes;
 mod restart;
 pub(super) mod runtime;

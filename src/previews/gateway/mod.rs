@@ -298,7 +298,21 @@ async fn handle(
     };
     let lc = g.previews.lifecycle();
     let hold = lc.activity().hold(&p.agent_id, Use::Preview);
-    let stream = match conn.connect_port(p.port).await {
+    // The request may have waited since the preview was read (for a wake, for the app). Its
+    // closer is taken before the preview is read again, so a delete either shows in that read
+    // or cancels this closer: a preview deleted meanwhile lets nothing through. The read goes
+    // alongside the connection to the app, which takes longer.
+    let closer = g.previews.closer(&p.id);
+    let (connected, again) = tokio::join!(conn.connect_port(p.port), store.get_preview(&p.id));
+    match again {
+        Ok(Some(now)) if now.is_live(&now_text()) && !closer.is_cancelled() => {}
+        Ok(_) => return pages::gone(),
+        Err(e) => {
+            tracing::error!("reading a preview: {e}");
+            return pages::unavailable("agenthold could not read its database; try again.");
+        }
+    }
+    let stream = match connected {
         Ok(s) => s,
         Err(ConnError::Refused(e)) if e.code == agenthold_proto::ErrorCode::Refused => {
             let listening = conn.list_ports().await.unwrap_or_default();
@@ -329,7 +343,7 @@ async fn handle(
         strip_authorization,
         strip_token_query,
         set_cookie,
-        closer: g.previews.closer(&p.id),
+        closer,
         deadline,
         hold,
     };

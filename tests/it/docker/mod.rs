@@ -15,6 +15,7 @@ mod lifecycle;
 mod limits;
 mod outside;
 mod presets;
+mod previews;
 mod proc_view;
 mod processes;
 mod pull;
