@@ -6,6 +6,7 @@ pub mod api;
 pub mod bench;
 pub mod cli;
 pub mod config;
+pub mod credentials;
 pub mod driver;
 pub mod egress;
 pub mod events;

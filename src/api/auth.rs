@@ -7,16 +7,17 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{header, HeaderMap, Method};
+use axum::http::{HeaderMap, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use ipnet::IpNet;
 
 use super::error::ApiError;
 use super::{origin, AppState};
+use crate::credentials::{cookie, Gatekeeper};
 use crate::store::{hash_token, new_token, verify_token, Store, StoreError};
 
-pub const SESSION_COOKIE: &str = "agenthold_session";
+pub use crate::credentials::{bearer_token, SESSION_COOKIE};
 
 pub struct Auth {
     admin_hash: String,
@@ -131,17 +132,6 @@ pub enum Credential {
     SessionCookie,
 }
 
-/// The token of an `Authorization: Bearer <token>` header. The scheme is matched without
-/// regard to case, as RFC 9110 (11.1) says; clients send `bearer` too.
-pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.trim_start().split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then_some(token.trim())
-        .filter(|t| !t.is_empty())
-}
-
 /// Whether the request carries `server.metrics_token`, which opens this route and nothing else.
 pub fn is_scraper(st: &AppState, path: &str, headers: &HeaderMap) -> bool {
     if path != crate::metrics::PATH {
@@ -155,14 +145,7 @@ pub fn is_scraper(st: &AppState, path: &str, headers: &HeaderMap) -> bool {
 }
 
 pub fn session_cookie(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == SESSION_COOKIE)
-        .map(|(_, v)| v.to_string())
+    cookie(headers, SESSION_COOKIE).map(str::to_string)
 }
 
 /// Routes anyone may call: the health check, signing in, a preview's sign-in hand-off (which
@@ -220,22 +203,12 @@ pub async fn guard(
     next.run(req).await
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+impl Gatekeeper for Auth {
+    fn is_admin_token(&self, token: &str) -> bool {
+        Auth::is_admin_token(self, token)
+    }
 
-    #[test]
-    fn the_bearer_scheme_is_read_in_any_case() {
-        let token = |v: &str| {
-            let mut h = HeaderMap::new();
-            h.insert(header::AUTHORIZATION, v.parse().expect("a header value"));
-            bearer_token(&h).map(str::to_string)
-        };
-        for v in ["Bearer t0k", "bearer t0k", "BEARER t0k", "bEaReR   t0k "] {
-            assert_eq!(token(v).as_deref(), Some("t0k"), "{v:?}");
-        }
-        for v in ["Basic dDBr", "Bearer", "Bearer ", "Bearert0k", "t0k"] {
-            assert_eq!(token(v), None, "{v:?}");
-        }
+    fn is_sandbox_peer(&self, ip: IpAddr) -> bool {
+        self.from_sandbox(ip)
     }
 }

@@ -88,18 +88,6 @@ impl Grants {
     }
 }
 
-/// The value of cookie `name` in a request's `Cookie` headers.
-pub fn cookie<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a str> {
-    headers
-        .get_all(http::header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,11 +21,11 @@ use axum::response::{IntoResponse, Response};
 use axum::Router;
 use chrono::Utc;
 
-use super::grant::{self, cookie};
+use super::grant;
 use super::{host, Previews};
 use crate::activity::Use;
-use crate::api::auth::{bearer_token, Auth};
 use crate::config::{Config, UrlScheme};
+use crate::credentials::{bearer_token, cookie, Gatekeeper};
 use crate::model::previews::{Access, PreviewRecord};
 use crate::model::AgentState;
 use crate::store::{now_text, verify_token};
@@ -40,10 +40,10 @@ const WAKE_WAIT: Duration = Duration::from_secs(30);
 #[derive(Clone)]
 struct Gateway {
     previews: Arc<Previews>,
-    auth: Arc<Auth>,
+    auth: Arc<dyn Gatekeeper>,
 }
 
-pub fn router(previews: Arc<Previews>, auth: Arc<Auth>) -> Router {
+pub fn router(previews: Arc<Previews>, auth: Arc<dyn Gatekeeper>) -> Router {
     Router::new()
         .fallback(handle)
         .with_state(Gateway { previews, auth })
@@ -254,7 +254,7 @@ async fn handle(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     req: Request,
 ) -> Response {
-    if g.auth.from_sandbox(peer.ip()) {
+    if g.auth.is_sandbox_peer(peer.ip()) {
         return pages::forbidden("requests from the sandbox network are refused");
     }
     let config = g.previews.lifecycle().config();

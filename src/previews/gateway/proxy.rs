@@ -48,7 +48,7 @@ pub struct Forward {
 /// should a browser have one for this host.
 const OUR_COOKIES: [&str; 2] = [
     super::super::grant::COOKIE,
-    crate::api::auth::SESSION_COOKIE,
+    crate::credentials::SESSION_COOKIE,
 ];
 
 /// Headers that belong to one hop (RFC 9110 7.6.1), dropped both ways; an upgrade keeps

@@ -1,0 +1,61 @@
+//! How a request carries who it is, read the same way by every listener (the API's and the
+//! previews'): the `Authorization: Bearer` token, cookies by name, and the web UI's session
+//! cookie's name; and what a listener must be able to ask of the server's authentication.
+
+use std::net::IpAddr;
+
+use http::{header, HeaderMap};
+
+/// The web UI's session cookie (set host-only on the API's origin).
+pub const SESSION_COOKIE: &str = "agenthold_session";
+
+/// The token of an `Authorization: Bearer <token>` header. The scheme is matched without
+/// regard to case, as RFC 9110 (11.1) says; clients send `bearer` too.
+pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+/// The value of cookie `name` in a request's `Cookie` headers.
+pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+/// What a listener other than the API asks of the server's authentication.
+pub trait Gatekeeper: Send + Sync {
+    /// The admin token, which opens everything.
+    fn is_admin_token(&self, token: &str) -> bool;
+    /// A peer on the sandboxes' networks: never served.
+    fn is_sandbox_peer(&self, ip: IpAddr) -> bool;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bearer_scheme_is_read_in_any_case() {
+        let token = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::AUTHORIZATION, v.parse().expect("a header value"));
+            bearer_token(&h).map(str::to_string)
+        };
+        for v in ["Bearer t0k", "bearer t0k", "BEARER t0k", "bEaReR   t0k "] {
+            assert_eq!(token(v).as_deref(), Some("t0k"), "{v:?}");
+        }
+        for v in ["Basic dDBr", "Bearer", "Bearer ", "Bearert0k", "t0k"] {
+            assert_eq!(token(v), None, "{v:?}");
+        }
+    }
+}
