@@ -287,6 +287,7 @@ impl From<UpdateAgent> for AgentPatch {
             disk_mb: body.disk_mb,
             idle_minutes: body.idle_minutes,
             egress: body.egress.map(Into::into),
+            egress_default: Default::default(),
             env: body.env,
             runtime: body.runtime,
             ttl_minutes: body.ttl_minutes,

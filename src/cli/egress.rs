@@ -4,7 +4,7 @@ use std::io::Write;
 
 use super::client::ApiClient;
 use super::output;
-use crate::api::types::{EgressRules, UpdateAgent};
+use crate::api::types::{EgressChange, EgressRules, UpdateAgent};
 use crate::egress::Rule;
 
 #[derive(clap::Args, Debug, Clone, PartialEq)]
@@ -51,7 +51,7 @@ pub(super) async fn run(client: &ApiClient, json: bool, args: EgressArgs) -> any
     if args.changes() {
         let rules = apply(agent.egress.clone().unwrap_or_default(), &args);
         let req = UpdateAgent {
-            egress: Some(rules),
+            egress: Some(EgressChange::both(rules)),
             ..UpdateAgent::default()
         };
         agent = client.update_agent(&agent.id, &req).await?;

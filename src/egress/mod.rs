@@ -18,7 +18,7 @@ pub use open::Connections;
 pub use proxy::{Proxy, ProxySettings, Sandboxes};
 pub use reach::{is_own, is_public, reachable};
 pub use rule::{normalize_name, Rule, RuleError};
-pub use rules::{EgressRules, NameVerdict, Verdict, MAX_RULES};
+pub use rules::{EgressChange, EgressRules, NameVerdict, Verdict, MAX_RULES};
 pub use sni::client_hello;
 
 #[cfg(test)]

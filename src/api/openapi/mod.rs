@@ -49,7 +49,7 @@ use crate::config::Config;
         types::Health, types::Limits, types::HarnessInfo, types::DirEntry, types::FileInfo, types::PathExists, types::RenameBody,
         types::FileEvent, types::FileEventKind, types::FileWritten, types::FilesWritten, types::ExecBody, types::ExecResult, types::ErrorBody,
         types::ErrorDetail, types::SignIn, types::SessionStatus, types::TerminalSession,
-        types::EgressRules, types::EgressEvent,
+        types::EgressRules, types::EgressChange, types::EgressEvent,
         types::process::StartProcess, types::process::Process, types::process::ProcessState,
         types::process::SignalBody, types::process::StdinWritten, types::process::ProcessEvent,
         types::process::Gap, types::ConfigReload,
