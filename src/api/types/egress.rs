@@ -114,6 +114,63 @@ impl From<egress::EgressEvent> for EgressEvent {
     }
 }
 
+/// A destination the egress proxy refused while a command or process ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EgressDenied {
+    /// As the sandbox named it (a host name or an address).
+    pub host: String,
+    pub port: u16,
+    /// The deny rule that refused it, or null when no allow rule matched it.
+    pub rule: Option<String>,
+}
+
+impl From<egress::Denied> for EgressDenied {
+    fn from(d: egress::Denied) -> Self {
+        EgressDenied {
+            host: d.host,
+            port: d.port,
+            rule: d.rule,
+        }
+    }
+}
+
+/// One of an agent's recent egress decisions (`GET /api/v1/agents/{id}/egress/log`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EgressLogEntry {
+    /// When the proxy decided.
+    pub at: chrono::DateTime<chrono::Utc>,
+    /// The destination as the sandbox named it (a host name or an address).
+    pub host: String,
+    pub port: u16,
+    pub allowed: bool,
+    /// The rule that decided, or null when no rule matched (so it was refused).
+    pub rule: Option<String>,
+    /// Why it was refused or could not be reached, or why an allowed connection was closed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Bytes sent from the sandbox, once an allowed connection has closed; null before.
+    pub bytes_up: Option<u64>,
+    /// Bytes sent to the sandbox, once an allowed connection has closed; null before.
+    pub bytes_down: Option<u64>,
+}
+
+impl From<egress::LogEntry> for EgressLogEntry {
+    fn from(e: egress::LogEntry) -> Self {
+        EgressLogEntry {
+            at: e.at,
+            host: e.host,
+            port: e.port,
+            allowed: e.allowed,
+            rule: e.rule,
+            reason: e.reason,
+            bytes_up: e.bytes.map(|b| b.0),
+            bytes_down: e.bytes.map(|b| b.1),
+        }
+    }
+}
+
 /// `egress` as a JSON object or null (serde would read the rules from an array too, which the
 /// schema does not allow), with rules of ASCII only: `Rule` would take one padded with Unicode
 /// white space, whose bytes its length limit counts, so no schema could state it.
