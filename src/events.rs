@@ -7,6 +7,7 @@ use tokio::sync::broadcast;
 
 use agenthold_proto::{ProcessInfo, ProcessState};
 
+use crate::egress::{EgressEvent, EgressLog};
 use crate::model::Agent;
 use crate::model::{PullProgress, PullStatus};
 
@@ -73,6 +74,8 @@ pub struct EventHub {
     /// sends at each (re)connection announces only what changed, and a stop can announce what
     /// it ended.
     processes: Arc<Mutex<HashMap<String, HashMap<String, ProcessInfo>>>>,
+    /// Each agent's recent egress decisions, and what was refused while its commands ran.
+    egress: Arc<EgressLog>,
 }
 
 impl Default for EventHub {
@@ -81,6 +84,7 @@ impl Default for EventHub {
             tx: broadcast::channel(1024).0,
             pulls: Arc::default(),
             processes: Arc::default(),
+            egress: Arc::default(),
         }
     }
 }
@@ -93,6 +97,17 @@ impl EventHub {
 
     pub fn subscribe(&self) -> broadcast::Receiver<AgentEvent> {
         self.tx.subscribe()
+    }
+
+    /// The egress log of every agent.
+    pub fn egress_log(&self) -> &EgressLog {
+        &self.egress
+    }
+
+    /// Remembers a decision of the egress proxy and announces it.
+    pub fn egress(&self, event: EgressEvent) {
+        self.egress.record(&event);
+        self.publish(AgentEvent::Egress(Box::new(event)));
     }
 
     /// Records agent `id`'s pull progress and announces it. A pull that ended (done or failed)
@@ -160,6 +175,9 @@ impl EventHub {
             }
             seen.insert(info.id.clone(), info.clone());
         }
+        if !info.state.is_running() {
+            self.egress.process_ended(id, &info.id);
+        }
         self.publish(AgentEvent::Process {
             id: id.to_string(),
             process: Box::new(info),
@@ -211,6 +229,7 @@ impl EventHub {
         {
             seen.remove(process);
         }
+        self.egress.forget_process(id, process);
     }
 
     /// Forgets what was announced of agent `id`'s processes (it was destroyed or rebuilt).
@@ -219,6 +238,7 @@ impl EventHub {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(id);
+        self.egress.forget_processes(id);
     }
 }
 

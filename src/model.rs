@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::egress::EgressRules;
+use crate::egress::{EgressChange, EgressRules};
 
 /// Where an agent's sandbox is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -179,9 +179,12 @@ pub struct AgentPatch {
     /// A larger home (it never shrinks); applied at the agent's next start.
     pub disk_mb: Option<u64>,
     pub idle_minutes: Option<u32>,
-    /// New egress rules: they apply to the next connection, and open ones they no longer allow
-    /// are closed.
-    pub egress: Option<EgressRules>,
+    /// New egress rules (each list it names replaces the agent's; one it leaves out stays):
+    /// they apply to the next connection, and open ones they no longer allow are closed.
+    pub egress: Option<EgressChange>,
+    /// What an agent without rules of its own follows (`sandbox.egress.default`), which a
+    /// change of one list keeps the other of: filled in by the lifecycle.
+    pub egress_default: EgressRules,
     /// A new `env` (the whole map); processes started from now on get it.
     pub env: Option<BTreeMap<String, String>>,
     /// Another container runtime; applied by a rebuild.

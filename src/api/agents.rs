@@ -7,7 +7,8 @@ use axum::Json;
 
 use super::error::{ApiError, ApiJson, ErrorBody};
 use super::types::{
-    Agent, AgentState, CreateAgent, HarnessInfo, Health, KeepAlive, Limits, PresetInfo, UpdateAgent,
+    Agent, AgentState, CreateAgent, EgressLogEntry, HarnessInfo, Health, KeepAlive, Limits,
+    PresetInfo, UpdateAgent,
 };
 use super::AppState;
 use crate::agents::labels::AgentFilter;
@@ -184,6 +185,21 @@ pub async fn keep_alive(
     Ok(Json(st.lc.keep_alive(&id, body.ttl_minutes).await?.into()))
 }
 
+/// The agent's recent egress decisions, oldest first: the last 200, kept in the server's memory
+/// (so none after a restart).
+#[utoipa::path(get, path = "/api/v1/agents/{id}/egress/log", tag = "agents", operation_id = "egressLog",
+    params(("id" = String, Path, description = "The agent's id")),
+    responses((status = 200, body = [EgressLogEntry], description = "Oldest first; an allowed connection's `bytesUp` and `bytesDown` are null until it closes"),
+        (status = 404, body = ErrorBody)))]
+pub async fn egress_log(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<EgressLogEntry>>, ApiError> {
+    let agent = st.lc.get(&id).await?;
+    let entries = st.lc.egress_log().entries(&agent.id);
+    Ok(Json(entries.into_iter().map(Into::into).collect()))
+}
+
 /// Declares a route that runs one lifecycle action on an agent and answers `202` with the
 /// agent: the handler `$name` calls the lifecycle's method of the same name.
 macro_rules! agent_action {
@@ -287,6 +303,7 @@ impl From<UpdateAgent> for AgentPatch {
             disk_mb: body.disk_mb,
             idle_minutes: body.idle_minutes,
             egress: body.egress.map(Into::into),
+            egress_default: Default::default(),
             env: body.env,
             runtime: body.runtime,
             ttl_minutes: body.ttl_minutes,

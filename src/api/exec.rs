@@ -12,6 +12,7 @@ use serde::Serialize;
 use super::error::{ApiError, ApiJson, ErrorBody, ErrorDetail};
 use super::types::{self, ExecBody, ExecLine, ExecResult, OutputStream};
 use super::AppState;
+use crate::egress::DeniedWatch;
 use crate::launch::{check_command, exec_timeout, Launch};
 use crate::tunnel::conn::{ConnError, ExecPiece, ExecRun};
 use crate::utf8::Utf8Decoder;
@@ -21,7 +22,7 @@ pub const NDJSON: &str = "application/x-ndjson";
 /// Runs one command; wakes a sleeping agent first.
 #[utoipa::path(post, path = "/api/v1/agents/{id}/exec", tag = "exec", operation_id = "exec", request_body = ExecBody,
     params(("id" = String, Path, description = "The agent's id")),
-    responses((status = 200, body = ExecResult, description = "The result; with `Accept: application/x-ndjson`, a stream of `{stream,data}` lines and a last `{exitCode,timedOut,durationMs,truncated}` line (or an `{error}` line when the sandbox connection is lost)"),
+    responses((status = 200, body = ExecResult, description = "The result; with `Accept: application/x-ndjson`, a stream of `{stream,data}` lines and a last `{exitCode,timedOut,durationMs,truncated,egressDenied}` line (or an `{error}` line when the sandbox connection is lost)"),
         (status = 400, body = ErrorBody, description = "A field breaks its constraint (`field` names it)"), (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody, description = "The agent cannot be woken (destroying, stopping, or its start failed)"),
         (status = 413, body = ErrorBody, description = "`command` and `env` together take over 1 MiB (each argument and each `KEY=VALUE` counted with a terminating NUL), or one of them over 131071 bytes (Linux's limit per string); the message says which and the limit"),
@@ -50,18 +51,26 @@ pub async fn exec(
     }
     let conn = st.lc.wake_conn(&id).await?;
     let stdin = body.stdin.unwrap_or_default().into_bytes();
+    // What the proxy refuses for the agent from before the command starts until it has ended:
+    // the proxy tells a refusal before the refused program can see it.
+    let denied = st.lc.egress_log().watch(&agent.id);
     let run = conn.exec(launch, stdin).await?;
     if streaming {
-        Ok(ndjson_response(run))
+        Ok(ndjson_response(run, denied))
     } else {
-        Ok(collect(run).await?.into_response())
+        Ok(collect(run, denied).await?.into_response())
     }
 }
 
+fn denied_list(denied: &DeniedWatch) -> Vec<types::EgressDenied> {
+    denied.denied().into_iter().map(Into::into).collect()
+}
+
 /// The command's whole result, as one answer.
-async fn collect(run: ExecRun) -> Result<axum::Json<ExecResult>, ApiError> {
+async fn collect(run: ExecRun, denied: DeniedWatch) -> Result<axum::Json<ExecResult>, ApiError> {
     let out = run.collect().await?;
     Ok(axum::Json(ExecResult {
+        egress_denied: denied_list(&denied),
         exit_code: out.exit.exit_code,
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -89,7 +98,7 @@ pub(super) fn error_line(e: ConnError) -> Bytes {
     })
 }
 
-fn ndjson_response(mut run: ExecRun) -> Response {
+fn ndjson_response(mut run: ExecRun, denied: DeniedWatch) -> Response {
     let body = async_stream::stream! {
         let mut out = Utf8Decoder::default();
         let mut err = Utf8Decoder::default();
@@ -115,7 +124,8 @@ fn ndjson_response(mut run: ExecRun) -> Response {
                         }
                     }
                     let proto::ExecExit { exit_code, timed_out, duration_ms, truncated } = exit;
-                    yield Ok(line(&ExecLine::Exit(types::ExecExit { exit_code, timed_out, duration_ms, truncated })));
+                    let egress_denied = denied_list(&denied);
+                    yield Ok(line(&ExecLine::Exit(types::ExecExit { exit_code, timed_out, duration_ms, truncated, egress_denied })));
                 }
                 Err(e) => yield Ok(error_line(e)),
             }

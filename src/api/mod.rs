@@ -92,6 +92,7 @@ pub fn router(state: AppState) -> Router {
         .route("/agents/{id}/rebuild", post(agents::rebuild))
         .route("/agents/{id}/setup", post(agents::rerun_setup))
         .route("/agents/{id}/keep-alive", post(agents::keep_alive))
+        .route("/agents/{id}/egress/log", get(agents::egress_log))
         .route("/agents/{id}/exec", post(exec::exec))
         .route(
             "/agents/{id}/processes",

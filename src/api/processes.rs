@@ -53,13 +53,29 @@ pub async fn start(
         stdin: body.stdin,
         keep_awake: body.keep_awake,
     };
-    let info = st
+    let conn = st.lc.wake_conn(&id).await?;
+    // Watched from before it starts, kept as the process's once it has an id.
+    let denied = st.lc.egress_log().watch(&agent.id);
+    let info = conn.start_process(launch, options).await?;
+    st.lc
+        .egress_log()
+        .keep_for_process(&agent.id, &info.id, denied);
+    Ok((StatusCode::CREATED, Json(record(&st, &agent.id, info))))
+}
+
+/// The API's form of process `info` of agent `id`, with what the egress proxy refused while it
+/// ran.
+fn record(st: &AppState, id: &str, info: agenthold_proto::ProcessInfo) -> Process {
+    let egress_denied = st
         .lc
-        .wake_conn(&id)
-        .await?
-        .start_process(launch, options)
-        .await?;
-    Ok((StatusCode::CREATED, Json(info.into())))
+        .egress_denied_of(id, &info)
+        .into_iter()
+        .map(Into::into)
+        .collect();
+    Process {
+        egress_denied,
+        ..Process::from(info)
+    }
 }
 
 /// Lists the agent's processes, running and finished, oldest first. Never wakes the agent: while
@@ -75,7 +91,7 @@ pub async fn list(
     Path(id): Path<String>,
 ) -> Result<Json<Vec<Process>>, ApiError> {
     let all = st.lc.list_processes(&id).await?;
-    Ok(Json(all.into_iter().map(Process::from).collect()))
+    Ok(Json(all.into_iter().map(|p| record(&st, &id, p)).collect()))
 }
 
 /// One process, by id or tag (a tag names the running process with it, else the one started
@@ -90,7 +106,7 @@ pub async fn get(
 ) -> Result<Json<Process>, ApiError> {
     let name = ProcessName::parse(pid)?;
     let info = st.lc.wake_conn(&id).await?.process(&name).await?;
-    Ok(Json(info.into()))
+    Ok(Json(record(&st, &id, info)))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -259,7 +275,11 @@ pub async fn wait(
     }
     // The wait starts once the agent is awake.
     let conn = st.lc.wake_conn(&id).await?;
-    let p = Process::from(conn.wait(&name, Duration::from_millis(timeout_ms)).await?);
+    let p = record(
+        &st,
+        &id,
+        conn.wait(&name, Duration::from_millis(timeout_ms)).await?,
+    );
     let status = if p.state == ProcessState::Running {
         StatusCode::REQUEST_TIMEOUT
     } else {

@@ -136,6 +136,15 @@ impl ApiClient {
         })
     }
 
+    /// The agent's recent egress decisions, oldest first.
+    pub async fn egress_log(
+        &self,
+        id: &str,
+    ) -> Result<Vec<crate::api::types::EgressLogEntry>, ClientError> {
+        self.json(self.request(Method::GET, &["agents", id, "egress", "log"]))
+            .await
+    }
+
     pub async fn create_agent(&self, req: &CreateAgent) -> Result<Agent, ClientError> {
         self.json(self.request(Method::POST, &["agents"]).json(req))
             .await

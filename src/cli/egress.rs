@@ -4,7 +4,7 @@ use std::io::Write;
 
 use super::client::ApiClient;
 use super::output;
-use crate::api::types::{EgressRules, UpdateAgent};
+use crate::api::types::{EgressChange, EgressRules, UpdateAgent};
 use crate::egress::Rule;
 
 #[derive(clap::Args, Debug, Clone, PartialEq)]
@@ -21,6 +21,10 @@ pub struct EgressArgs {
     /// Remove a rule from both lists; repeat for more
     #[arg(long, value_name = "RULE")]
     pub remove: Vec<Rule>,
+    /// Show the agent's recent egress decisions (the last 200 since the server started)
+    /// instead of its rules
+    #[arg(long, conflicts_with_all = ["allow", "deny", "remove"])]
+    pub log: bool,
 }
 
 impl EgressArgs {
@@ -48,10 +52,22 @@ pub fn apply(mut rules: EgressRules, args: &EgressArgs) -> EgressRules {
 
 pub(super) async fn run(client: &ApiClient, json: bool, args: EgressArgs) -> anyhow::Result<i32> {
     let mut agent = client.find_agent(&args.agent).await?;
+    if args.log {
+        let entries = client.egress_log(&agent.id).await?;
+        let text = if json {
+            output::json(&entries)?
+        } else {
+            output::egress_log_table(&entries)
+        };
+        let mut out = std::io::stdout().lock();
+        out.write_all(text.as_bytes())?;
+        out.flush()?;
+        return Ok(0);
+    }
     if args.changes() {
         let rules = apply(agent.egress.clone().unwrap_or_default(), &args);
         let req = UpdateAgent {
-            egress: Some(rules),
+            egress: Some(EgressChange::both(rules)),
             ..UpdateAgent::default()
         };
         agent = client.update_agent(&agent.id, &req).await?;
@@ -102,11 +118,48 @@ mod tests {
             allow: rules(&["pypi.org", "*.pythonhosted.org"]),
             deny: vec![],
             remove: rules(&["github.com", "evil.example"]),
+            log: false,
         };
         let after = apply(before, &args);
         assert_eq!(after.allow, rules(&["pypi.org", "*.pythonhosted.org"]));
         assert!(after.deny.is_empty());
         assert!(show(&after).contains("  *.pythonhosted.org\n"));
         assert!(show(&EgressRules::default()).contains("nothing is allowed"));
+    }
+
+    #[test]
+    fn the_log_is_a_table_of_decisions() {
+        use crate::api::types::EgressLogEntry;
+        let at = chrono::Utc::now();
+        let entry = |host: &str, allowed, bytes: Option<(u64, u64)>| EgressLogEntry {
+            at,
+            host: host.into(),
+            port: 443,
+            allowed,
+            rule: allowed.then(|| host.to_string()),
+            reason: None,
+            bytes_up: bytes.map(|b| b.0),
+            bytes_down: bytes.map(|b| b.1),
+        };
+        let text = output::egress_log_table(&[
+            entry("pypi.org", true, Some((10, 2000))),
+            entry("github.com", true, None),
+            entry("evil\u{1b}.example", false, None),
+        ]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("TIME"), "{text}");
+        assert!(
+            lines[1].contains("pypi.org:443") && lines[1].contains("10/2000"),
+            "{text}"
+        );
+        assert!(
+            lines[2].contains("allowed") && lines[2].contains("open"),
+            "{text}"
+        );
+        assert!(
+            lines[3].contains("evil?.example:443") && lines[3].contains("refused"),
+            "{text}"
+        );
+        assert!(output::egress_log_table(&[]).contains("no egress decisions"));
     }
 }

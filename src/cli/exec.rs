@@ -11,7 +11,7 @@ use super::client::ApiClient;
 use super::exit_code::{EXIT_BROKEN_PIPE, EXIT_TIMED_OUT};
 use super::types::ExecEvent;
 use crate::api::types::process::StartProcess;
-use crate::api::types::{ExecBody, ExecExit, OutputStream};
+use crate::api::types::{EgressDenied, ExecBody, ExecExit, OutputStream};
 
 #[derive(clap::Args, Debug, Clone, PartialEq)]
 pub struct ExecArgs {
@@ -109,10 +109,47 @@ pub(super) async fn run(client: &ApiClient, args: ExecArgs) -> anyhow::Result<i3
                     Err(e) => return Err(e).context("writing the command's output"),
                 }
             }
-            ExecEvent::Exit(exit) => return Ok(exit_status(&exit)),
+            ExecEvent::Exit(exit) => {
+                let _ = stdout.flush().await;
+                let told = refused_lines(&exit.egress_denied);
+                if !told.is_empty() {
+                    let _ = stderr.write_all(told.as_bytes()).await;
+                    let _ = stderr.flush().await;
+                }
+                return Ok(exit_status(&exit));
+            }
         }
     }
     anyhow::bail!("the exec stream ended before the command's exit status arrived")
+}
+
+/// One line per destination the egress proxy refused while the command ran, said after its
+/// output: a download that failed with a tool's own message may have failed for this.
+pub fn refused_lines(denied: &[EgressDenied]) -> String {
+    denied
+        .iter()
+        .map(|d| {
+            let why = match &d.rule {
+                Some(rule) => format!("the deny rule {rule}"),
+                None => "no rule allows it".to_string(),
+            };
+            // The sandbox named it: no control characters reach the terminal.
+            let host: String = d
+                .host
+                .chars()
+                .map(|c| if c.is_control() { '?' } else { c })
+                .collect();
+            let host = if host.contains(':') {
+                format!("[{host}]")
+            } else {
+                host
+            };
+            format!(
+                "agenthold: the egress proxy refused {host}:{} ({why})\n",
+                d.port
+            )
+        })
+        .collect()
 }
 
 async fn forward(out: &mut (impl AsyncWrite + Unpin), data: &str) -> std::io::Result<()> {
@@ -159,6 +196,26 @@ mod tests {
         assert_eq!(exit_status(&exit(i32::MIN, false)), 255);
         assert_eq!(exit_status(&exit(256, false)), 255);
         assert_eq!(exit_status(&exit(137, true)), EXIT_TIMED_OUT);
+    }
+
+    #[test]
+    fn refused_destinations_are_told_one_line_each() {
+        let denied = |host: &str, port, rule: Option<&str>| EgressDenied {
+            host: host.into(),
+            port,
+            rule: rule.map(str::to_string),
+        };
+        assert_eq!(refused_lines(&[]), "");
+        assert_eq!(
+            refused_lines(&[
+                denied("pypi.org", 443, None),
+                denied("2001:db8::1", 80, Some("*")),
+                denied("x\u{1b}[2J", 443, None),
+            ]),
+            "agenthold: the egress proxy refused pypi.org:443 (no rule allows it)\n\
+             agenthold: the egress proxy refused [2001:db8::1]:80 (the deny rule *)\n\
+             agenthold: the egress proxy refused x?[2J:443 (no rule allows it)\n"
+        );
     }
 
     #[test]

@@ -33,6 +33,43 @@ pub fn agents_table(agents: &[Agent], now: DateTime<Utc>) -> String {
     render(&table)
 }
 
+/// `agenthold egress AGENT --log`: one line per decision, oldest first.
+pub fn egress_log_table(entries: &[crate::api::types::EgressLogEntry]) -> String {
+    if entries.is_empty() {
+        return "no egress decisions since the server started\n".to_string();
+    }
+    let mut table = plain_table();
+    table.set_header(["TIME", "DESTINATION", "DECISION", "RULE", "BYTES UP/DOWN"]);
+    for e in entries {
+        // The sandbox named the destination: no control characters reach the terminal.
+        let host: String = e
+            .host
+            .chars()
+            .map(|c| if c.is_control() { '?' } else { c })
+            .collect();
+        let host = if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host
+        };
+        let bytes = match (e.bytes_up, e.bytes_down) {
+            (Some(up), Some(down)) => format!("{up}/{down}"),
+            _ if e.allowed => "open".to_string(),
+            _ => "-".to_string(),
+        };
+        table.add_row([
+            e.at.with_timezone(&chrono::Local)
+                .format("%Y-%m-%d %H:%M:%S")
+                .to_string(),
+            format!("{host}:{}", e.port),
+            if e.allowed { "allowed" } else { "refused" }.to_string(),
+            e.rule.clone().unwrap_or_else(|| "-".into()),
+            bytes,
+        ]);
+    }
+    render(&table)
+}
+
 /// `agenthold presets`: one line each, the default marked.
 pub fn presets_table(presets: &[PresetInfo]) -> String {
     let mut table = plain_table();

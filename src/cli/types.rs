@@ -141,7 +141,8 @@ mod tests {
                 exit_code: 3,
                 timed_out: false,
                 duration_ms: 12,
-                truncated: false
+                truncated: false,
+                egress_denied: Vec::new(),
             })))
         );
         assert_eq!(
@@ -150,7 +151,8 @@ mod tests {
                 exit_code: 137,
                 timed_out: true,
                 duration_ms: 5,
-                truncated: false
+                truncated: false,
+                egress_denied: Vec::new(),
             })))
         );
     }

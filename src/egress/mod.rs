@@ -4,6 +4,7 @@ mod counted;
 mod dial;
 pub mod dns;
 mod event;
+mod log;
 mod open;
 mod proxy;
 mod reach;
@@ -14,11 +15,12 @@ mod zerocopy;
 
 pub use dial::{Destination, DialSettings, Dialer, Refusal, SocketAddrOrName};
 pub use event::EgressEvent;
+pub use log::{Denied, DeniedWatch, EgressLog, LogEntry, LOG_LEN, MAX_DENIED};
 pub use open::Connections;
 pub use proxy::{Proxy, ProxySettings, Sandboxes};
 pub use reach::{is_own, is_public, reachable};
 pub use rule::{normalize_name, Rule, RuleError};
-pub use rules::{EgressRules, NameVerdict, Verdict, MAX_RULES};
+pub use rules::{EgressChange, EgressRules, NameVerdict, Verdict, MAX_RULES};
 pub use sni::client_hello;
 
 #[cfg(test)]

@@ -44,8 +44,11 @@ pub trait Sandboxes: Send + Sync + 'static {
     async fn agent_at(&self, local: IpAddr, peer: IpAddr) -> Option<String>;
     /// The agent's name and rules now; `None` once it is gone.
     async fn rules(&self, id: &str) -> Option<(String, EgressRules)>;
-    /// Announces a decision of the proxy, or the close of a connection it allowed.
+    /// Announces a decision of the proxy, or the close of a connection it allowed (and
+    /// remembers it, as [`Sandboxes::record`] does).
     fn publish(&self, event: EgressEvent);
+    /// Remembers a decision without announcing it: a refusal past the events' rate limit.
+    fn record(&self, _event: &EgressEvent) {}
 }
 
 pub struct ProxySettings {
@@ -282,18 +285,30 @@ impl Proxy {
         reason: Option<String>,
         closed: Option<(u64, u64)>,
     ) {
-        let (bytes_up, bytes_down) = closed.unwrap_or_default();
-        self.sandboxes.publish(EgressEvent {
-            id: caller.id.clone(),
-            host: dest.host.clone(),
-            port: dest.port,
-            allowed,
-            rule,
-            reason,
-            closed: closed.is_some() || !allowed,
-            bytes_up,
-            bytes_down,
-        });
+        self.sandboxes
+            .publish(event(caller, dest, allowed, rule, reason, closed));
+    }
+}
+
+fn event(
+    caller: &Caller,
+    dest: &Destination,
+    allowed: bool,
+    rule: Option<String>,
+    reason: Option<String>,
+    closed: Option<(u64, u64)>,
+) -> EgressEvent {
+    let (bytes_up, bytes_down) = closed.unwrap_or_default();
+    EgressEvent {
+        id: caller.id.clone(),
+        host: dest.host.clone(),
+        port: dest.port,
+        allowed,
+        rule,
+        reason,
+        closed: closed.is_some() || !allowed,
+        bytes_up,
+        bytes_down,
     }
 }
 

@@ -59,6 +59,32 @@ impl TryFrom<RawRules> for EgressRules {
     }
 }
 
+/// A change to an agent's rules: each list it names replaces the agent's, and a list it leaves
+/// out (`None`) stays as it is, so that changing `allow` never drops `deny`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EgressChange {
+    pub allow: Option<Vec<Rule>>,
+    pub deny: Option<Vec<Rule>>,
+}
+
+impl EgressChange {
+    /// A change that replaces both lists with `rules`'.
+    pub fn both(rules: EgressRules) -> EgressChange {
+        EgressChange {
+            allow: Some(rules.allow),
+            deny: Some(rules.deny),
+        }
+    }
+
+    /// The rules after this change to `old`.
+    pub fn apply(self, old: EgressRules) -> EgressRules {
+        EgressRules {
+            allow: self.allow.unwrap_or(old.allow),
+            deny: self.deny.unwrap_or(old.deny),
+        }
+    }
+}
+
 /// How a destination was decided, and by which rule (`None`: no rule matched, so refused).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {

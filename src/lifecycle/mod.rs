@@ -186,6 +186,24 @@ impl Lifecycle {
         self.hub.publish(event);
     }
 
+    /// Each agent's recent egress decisions, and what was refused while its commands ran.
+    pub fn egress_log(&self) -> &crate::egress::EgressLog {
+        self.hub.egress_log()
+    }
+
+    /// What the egress proxy refused for agent `id` while its process `info` ran.
+    pub fn egress_denied_of(
+        &self,
+        id: &str,
+        info: &agenthold_proto::ProcessInfo,
+    ) -> Vec<crate::egress::Denied> {
+        let log = self.hub.egress_log();
+        if !info.state.is_running() {
+            log.process_ended(id, &info.id);
+        }
+        log.denied_for_process(id, &info.id)
+    }
+
     /// Every agent change from now on, as published.
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<AgentEvent> {
         self.hub.subscribe()

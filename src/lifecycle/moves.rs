@@ -119,6 +119,7 @@ impl Lifecycle {
         self.driver_starts_lock().remove(&id);
         self.activity.forget(&id);
         self.hub.forget_processes(&id);
+        self.hub.egress_log().forget(&id);
         self.hub.publish(AgentEvent::Deleted(id));
     }
 

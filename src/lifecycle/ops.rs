@@ -69,6 +69,7 @@ impl Lifecycle {
             Some(t) => Some(self.deadline(t).ok_or_else(past_any_date)?),
             None => None,
         };
+        patch.egress_default = self.config().sandbox.egress.default.clone();
         let ttl_changed = patch.ttl_minutes.is_some();
         let agent = self
             .store

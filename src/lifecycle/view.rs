@@ -74,8 +74,11 @@ impl crate::egress::Sandboxes for Lifecycle {
     }
 
     fn publish(&self, event: crate::egress::EgressEvent) {
-        self.hub
-            .publish(crate::events::AgentEvent::Egress(Box::new(event)));
+        self.hub.egress(event);
+    }
+
+    fn record(&self, event: &crate::egress::EgressEvent) {
+        self.hub.egress_log().record(event);
     }
 
     async fn rules(&self, id: &str) -> Option<(String, crate::egress::EgressRules)> {

@@ -404,8 +404,11 @@ impl Store {
             check_cpus(cpus)?;
             check_disk_change(old.disk_mb, patch.disk_mb)?;
             let disk_mb = patch.disk_mb.or(old.disk_mb);
-            let egress = match &patch.egress {
-                Some(e) => Some(egress_to_sql(e)?),
+            let egress = match patch.egress {
+                Some(change) => {
+                    let base = old.egress.clone().unwrap_or(patch.egress_default);
+                    Some(egress_to_sql(&change.apply(base))?)
+                }
                 None => old.egress.as_ref().map(egress_to_sql).transpose()?,
             };
             let env = env_to_sql(patch.env.as_ref().unwrap_or(&old.env))?;

@@ -362,10 +362,13 @@ async fn patch_sets_needs_rebuild_only_on_a_real_change() {
                 cpus: Some(a.cpus),
                 memory_mb: Some(a.memory_mb),
                 disk_mb: None,
-                egress: Some(crate::egress::EgressRules {
-                    allow: vec!["*.pythonhosted.org:443".parse().unwrap()],
-                    deny: vec!["evil.example".parse().unwrap()],
-                }),
+                egress: Some(crate::egress::EgressChange::both(
+                    crate::egress::EgressRules {
+                        allow: vec!["*.pythonhosted.org:443".parse().unwrap()],
+                        deny: vec!["evil.example".parse().unwrap()],
+                    },
+                )),
+                egress_default: Default::default(),
                 env: None,
                 runtime: Some(a.runtime.clone()),
                 ttl_minutes: None,
@@ -689,13 +692,37 @@ async fn an_agent_from_before_egress_rules_has_none_until_given_some() {
     let store = Store::open(&path).await.unwrap();
     // None: the lifecycle shows (and the proxy applies) `sandbox.egress.default` for it.
     assert_eq!(store.get_agent("old1").await.unwrap().egress, None);
+    // A change of one list keeps the other of the default it followed.
+    let default: crate::egress::EgressRules = serde_json::from_value(
+        serde_json::json!({"allow": ["pypi.org"], "deny": ["evil.example"]}),
+    )
+    .unwrap();
+    let changed = store
+        .patch_agent(
+            "old1",
+            AgentPatch {
+                egress: Some(crate::egress::EgressChange {
+                    allow: Some(vec!["*".parse().unwrap()]),
+                    deny: None,
+                }),
+                egress_default: default,
+                ..Default::default()
+            },
+            &AgentState::ALL,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        serde_json::to_value(changed.egress.unwrap()).unwrap(),
+        serde_json::json!({"allow": ["*"], "deny": ["evil.example"]})
+    );
     let rules: crate::egress::EgressRules =
         serde_json::from_value(serde_json::json!({"allow": ["pypi.org"]})).unwrap();
     let patched = store
         .patch_agent(
             "old1",
             AgentPatch {
-                egress: Some(rules.clone()),
+                egress: Some(crate::egress::EgressChange::both(rules.clone())),
                 ..Default::default()
             },
             &AgentState::ALL,
@@ -704,6 +731,54 @@ async fn an_agent_from_before_egress_rules_has_none_until_given_some() {
         .unwrap();
     assert_eq!(patched.egress, Some(rules));
     assert!(!patched.needs_rebuild);
+}
+
+#[tokio::test]
+async fn a_change_of_one_egress_list_keeps_the_other() {
+    let store = Store::open_in_memory().await.unwrap();
+    let rules =
+        |v: serde_json::Value| -> crate::egress::EgressRules { serde_json::from_value(v).unwrap() };
+    let list =
+        |r: &[&str]| -> Vec<crate::egress::Rule> { r.iter().map(|r| r.parse().unwrap()).collect() };
+    let a = store.insert_agent(new_agent("keep")).await.unwrap();
+    let change = |allow: Option<&[&str]>, deny: Option<&[&str]>, default| AgentPatch {
+        egress: Some(crate::egress::EgressChange {
+            allow: allow.map(list),
+            deny: deny.map(list),
+        }),
+        egress_default: default,
+        ..Default::default()
+    };
+    let patch = |p| store.patch_agent(&a.id, p, &AgentState::ALL);
+    let both = patch(change(
+        Some(&["pypi.org"]),
+        Some(&["evil.example"]),
+        Default::default(),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(
+        both.egress,
+        Some(rules(
+            serde_json::json!({"allow": ["pypi.org"], "deny": ["evil.example"]})
+        ))
+    );
+    let allow = patch(change(Some(&["github.com"]), None, Default::default()))
+        .await
+        .unwrap();
+    assert_eq!(
+        allow.egress,
+        Some(rules(
+            serde_json::json!({"allow": ["github.com"], "deny": ["evil.example"]})
+        ))
+    );
+    let deny = patch(change(None, Some(&[]), Default::default()))
+        .await
+        .unwrap();
+    assert_eq!(
+        deny.egress,
+        Some(rules(serde_json::json!({"allow": ["github.com"]})))
+    );
 }
 
 #[tokio::test]

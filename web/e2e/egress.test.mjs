@@ -33,3 +33,29 @@ test('egress rules: shown, saved at once without a rebuild, a bad rule refused a
   assert.equal(now.state, 'running');
   assert.equal(await page.getByTestId('egress-error').textContent(), '');
 });
+
+test('blocked lately: loaded from the egress log, so it survives a reload', async () => {
+  const { page } = ctx.b;
+  const a = await ctx.server.runningAgent('netlog');
+  // The fake sandbox has no proxy: the server's log is played here.
+  const log = [
+    { at: '2026-01-01T00:00:00Z', host: 'pypi.org', port: 443, allowed: true, rule: 'pypi.org', bytesUp: 10, bytesDown: 20 },
+    { at: '2026-01-01T00:00:01Z', host: 'files.example', port: 443, allowed: false, rule: null, reason: 'no allow rule matches it', bytesUp: null, bytesDown: null },
+    { at: '2026-01-01T00:00:02Z', host: 'evil.example', port: 80, allowed: false, rule: 'evil.example', reason: 'denied by rule evil.example', bytesUp: null, bytesDown: null },
+  ];
+  await page.route(`**/api/v1/agents/${a.id}/egress/log`, (route) => route.fulfill({ json: log }));
+  try {
+    for (const pass of ['first', 'after a reload']) {
+      if (pass === 'first') await page.goto(`/agents/${a.id}`);
+      else await page.reload();
+      await page.locator('.agent-page').waitFor();
+      await page.getByTestId('egress').click();
+      const blocked = page.getByTestId('egress-blocked');
+      await blocked.locator('[data-blocked="evil.example:80"]').waitFor();
+      const shown = await blocked.locator('[data-blocked]').evaluateAll((els) => els.map((e) => e.getAttribute('data-blocked')));
+      assert.deepEqual(shown, ['evil.example:80', 'files.example:443'], pass);
+    }
+  } finally {
+    await page.unroute(`**/api/v1/agents/${a.id}/egress/log`);
+  }
+});

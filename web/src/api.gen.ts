@@ -66,6 +66,26 @@ export interface paths {
         patch: operations["updateAgent"];
         trace?: never;
     };
+    "/api/v1/agents/{id}/egress/log": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The agent's recent egress decisions, oldest first: the last 200, kept in the server's memory
+         *     (so none after a restart).
+         */
+        get: operations["egressLog"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/agents/{id}/exec": {
         parameters: {
             query?: never;
@@ -1150,6 +1170,30 @@ export interface components {
              */
             type: string;
         };
+        /**
+         * @description A `PATCH`'s `egress`: each list it names replaces the agent's, and a list it leaves out (or
+         *     gives as null) stays as it is.
+         */
+        EgressChange: {
+            /**
+             * @description The new allow list, replacing the agent's; absent or null: the agent's stays.
+             * @example [
+             *       "pypi.org"
+             *     ]
+             */
+            allow?: string[] | null;
+            /** @description The new deny list, replacing the agent's; absent or null: the agent's stays. */
+            deny?: string[] | null;
+        };
+        /** @description A destination the egress proxy refused while a command or process ran. */
+        EgressDenied: {
+            /** @description As the sandbox named it (a host name or an address). */
+            host: string;
+            /** Format: int32 */
+            port: number;
+            /** @description The deny rule that refused it, or null when no allow rule matched it. */
+            rule?: string | null;
+        };
         EgressEvent: {
             allowed: boolean;
             /**
@@ -1171,6 +1215,33 @@ export interface components {
             /** Format: int32 */
             port: number;
             /** @description Why it was refused (or could not be reached), for a person to read. */
+            reason?: string | null;
+            /** @description The rule that decided, or null when no rule matched (so it was refused). */
+            rule?: string | null;
+        };
+        /** @description One of an agent's recent egress decisions (`GET /api/v1/agents/{id}/egress/log`). */
+        EgressLogEntry: {
+            allowed: boolean;
+            /**
+             * Format: date-time
+             * @description When the proxy decided.
+             */
+            at: string;
+            /**
+             * Format: int64
+             * @description Bytes sent to the sandbox, once an allowed connection has closed; null before.
+             */
+            bytesDown?: number | null;
+            /**
+             * Format: int64
+             * @description Bytes sent from the sandbox, once an allowed connection has closed; null before.
+             */
+            bytesUp?: number | null;
+            /** @description The destination as the sandbox named it (a host name or an address). */
+            host: string;
+            /** Format: int32 */
+            port: number;
+            /** @description Why it was refused or could not be reached, or why an allowed connection was closed. */
             reason?: string | null;
             /** @description The rule that decided, or null when no rule matched (so it was refused). */
             rule?: string | null;
@@ -1238,6 +1309,12 @@ export interface components {
         ExecResult: {
             /** Format: int64 */
             durationMs: number;
+            /**
+             * @description The destinations the egress proxy refused for the agent while the command ran (each host
+             *     and port once, at most 32); a download that failed with a tool's own message may have
+             *     failed for this.
+             */
+            egressDenied?: components["schemas"]["EgressDenied"][];
             /**
              * Format: int32
              * @description The command's exit status; 128 + N when signal N ended it (a timeout kills with SIGKILL).
@@ -1518,6 +1595,12 @@ export interface components {
         Process: {
             /** @description The command line (an argument past the first 8 KiB in all is cut and ends in `…`). */
             command: string[];
+            /**
+             * @description The destinations the egress proxy refused for the agent while the process ran (each host
+             *     and port once, at most 32). Kept in the server's memory for processes started through
+             *     it: empty for others, and after a server restart.
+             */
+            egressDenied?: components["schemas"]["EgressDenied"][];
             endedAt?: string | null;
             /**
              * Format: int32
@@ -1843,7 +1926,7 @@ export interface components {
              * @example 20480
              */
             diskMb?: number | null;
-            egress?: null | components["schemas"]["EgressRules"];
+            egress?: null | components["schemas"]["EgressChange"];
             /**
              * @description Replaces the whole `env`; processes started from now on get it (running ones keep
              *     theirs). Checked as on create.
@@ -2329,6 +2412,64 @@ export interface operations {
             };
         };
     };
+    egressLog: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Oldest first; an allowed connection's `bytesUp` and `bytesDown` are null until it closes */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EgressLogEntry"][];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     exec: {
         parameters: {
             query?: never;
@@ -2345,7 +2486,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The result; with `Accept: application/x-ndjson`, a stream of `{stream,data}` lines and a last `{exitCode,timedOut,durationMs,truncated}` line (or an `{error}` line when the sandbox connection is lost) */
+            /** @description The result; with `Accept: application/x-ndjson`, a stream of `{stream,data}` lines and a last `{exitCode,timedOut,durationMs,truncated,egressDenied}` line (or an `{error}` line when the sandbox connection is lost) */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -3405,7 +3546,9 @@ export interface operations {
         /** @description One part per file (at most 1000), each at most `server.max_file_mb` MiB; the part's `filename` is the path (relative to /home/agent unless absolute) */
         requestBody: {
             content: {
-                "multipart/form-data": string;
+                "multipart/form-data": {
+                    [key: string]: string;
+                };
             };
         };
         responses: {
@@ -3418,7 +3561,7 @@ export interface operations {
                     "application/json": components["schemas"]["FilesWritten"];
                 };
             };
-            /** @description Not a multipart body, one that broke off, or more than 1000 parts (the files before the fault are written) */
+            /** @description Not a multipart body, one with no parts, one that broke off, or more than 1000 parts (the files before the fault are written) */
             400: {
                 headers: {
                     [name: string]: unknown;

@@ -13,6 +13,7 @@ export type PullProgress = Schemas['PullProgress'];
 export type EgressRules = Schemas['EgressRules'];
 /** The `egress` SSE event: one per decision of the proxy, and one when an allowed connection closes. */
 export type EgressEvent = Schemas['EgressEvent'];
+export type EgressLogEntry = Schemas['EgressLogEntry'];
 export type FsEntry = Schemas['DirEntry'];
 /** A terminal session living in the sandbox (`GET /api/v1/agents/{id}/terminals`). */
 export type TerminalSession = Schemas['TerminalSession'];
@@ -281,6 +282,8 @@ export const api = {
 
   /** What listens in the sandbox, by port; empty while the agent sleeps (never wakes it). */
   ports: (id: string) => getJson<ListeningPort[]>(`${a(id)}/ports`),
+  /** The agent's recent egress decisions, oldest first (kept in the server's memory). */
+  egressLog: (id: string) => getJson<EgressLogEntry[]>(`${a(id)}/egress/log`),
   /** The agent's live previews, by port. */
   previews: (id: string) => getJson<Preview[]>(`${a(id)}/previews`),
   /** `201`; 409 when the port has one already (the message names it) or the agent has too many. */

@@ -64,7 +64,21 @@ export function egressCard(getAgent: () => Agent | null, onDone: () => void): {
     if (await patch({ allow: lines(allow.value), deny: lines(deny.value) })) toast('Egress rules saved');
   });
 
+  // The server's log first (so the list survives a reload), once per agent; then live events.
+  let logLoaded: string | null = null;
+  const loadLog = (id: string) => {
+    if (logLoaded === id) return;
+    logLoaded = id;
+    api.egressLog(id).then(
+      (log) => store.seedBlocked(id, log),
+      () => {
+        logLoaded = null;
+      },
+    );
+  };
+
   const fill = (a: Agent) => {
+    loadLog(a.id);
     allow.value = (a.egress?.allow ?? []).join('\n');
     deny.value = (a.egress?.deny ?? []).join('\n');
     error.textContent = '';
@@ -74,7 +88,7 @@ export function egressCard(getAgent: () => Agent | null, onDone: () => void): {
   const update = (a: Agent) => {
     const recent = store.blocked.get(a.id) ?? [];
     if (recent.length === 0) {
-      replace(blocked, h('li', { class: 'muted' }, 'Nothing was blocked since this page opened.'));
+      replace(blocked, h('li', { class: 'muted' }, 'Nothing was blocked lately.'));
       return;
     }
     replace(

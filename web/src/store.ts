@@ -1,7 +1,7 @@
 // Live agent state: one list fetch, then the SSE stream `GET /api/v1/events`. No polling.
-import { api, errorMessage, BASE, type Agent, type EgressEvent, type ProcessEvent, type PullProgress } from './api';
+import { api, errorMessage, BASE, type Agent, type EgressEvent, type EgressLogEntry, type ProcessEvent, type PullProgress } from './api';
 
-/** Refusals kept per agent for its page (newest first), from the event stream since it opened. */
+/** Refusals kept per agent for its page (newest first): the server's egress log, then the event stream. */
 const BLOCKED_KEPT = 20;
 
 type Listener = () => void;
@@ -97,6 +97,20 @@ class AgentStore {
     if (this.pending) this.pending.push(apply);
     if (this.deleted.has(id) || !this.agents.has(id)) return;
     apply(this.agents);
+    this.emit();
+  }
+
+  /**
+   * Adds the refusals of agent `id`'s egress log (oldest first), as the server kept them, under
+   * those the stream brought since (which are newer): the list survives a reload.
+   */
+  seedBlocked(id: string, log: EgressLogEntry[]): void {
+    const list = [...(this.blocked.get(id) ?? [])];
+    for (const e of [...log].reverse()) {
+      if (e.allowed || list.some((b) => b.host === e.host && b.port === e.port)) continue;
+      list.push({ id, host: e.host, port: e.port, allowed: false, rule: e.rule, reason: e.reason, closed: true, bytesUp: 0, bytesDown: 0 });
+    }
+    this.blocked.set(id, list.slice(0, BLOCKED_KEPT));
     this.emit();
   }
 

@@ -62,7 +62,7 @@ def test_create_waits_until_running_with_its_settings(client: Client) -> None:
         assert isinstance(a, Agent)
         assert a.state == "running" and a.name == name
         assert (a.cpus, a.memory_mb, a.idle_minutes) == (1.0, 512, 5)
-        assert a.egress == EgressRules(allow=("pypi.org",))
+        assert a.egress.rules == EgressRules(allow=("pypi.org",))
         assert a.created_at is not None and a.sleeps_at is not None
     finally:
         a.destroy()
@@ -109,11 +109,37 @@ def test_update_changes_settings(client: Client, fresh: Agent) -> None:
         egress={"allow": ["example.org:443"], "deny": ["bad.example.org"]}, idle_minutes=30
     )
     assert fresh.idle_minutes == 30
-    assert fresh.egress == EgressRules(("example.org:443",), ("bad.example.org",))
+    assert fresh.egress.rules == EgressRules(("example.org:443",), ("bad.example.org",))
     fresh.update(cpus=1.5)
     assert fresh.cpus == 1.5 and fresh.needs_rebuild
     again = client.agents.get(fresh.id)
     assert again.idle_minutes == 30 and again.cpus == 1.5
+
+
+def test_an_egress_update_of_one_list_keeps_the_other(client: Client, fresh: Agent) -> None:
+    fresh.update(egress={"allow": ["pypi.org"], "deny": ["bad.example.org"]})
+    fresh.update(egress={"allow": ["github.com"]})
+    assert fresh.egress.rules == EgressRules(("github.com",), ("bad.example.org",))
+    fresh.update(egress={"deny": []})
+    assert client.agents.get(fresh.id).egress.rules == EgressRules(("github.com",), ())
+
+
+def test_egress_allow_deny_remove_change_a_list_at_a_time(client: Client, fresh: Agent) -> None:
+    fresh.update(egress={"allow": ["pypi.org"], "deny": []})
+    # Changed behind the handle's back: each call reads the rules afresh.
+    client.agents.get(fresh.id).update(egress={"deny": ["bad.example.org"]})
+    now = fresh.egress.allow("*.pythonhosted.org", "pypi.org")
+    assert now == EgressRules(("pypi.org", "*.pythonhosted.org"), ("bad.example.org",))
+    assert fresh.egress.deny("evil.example") == EgressRules(
+        ("pypi.org", "*.pythonhosted.org"), ("bad.example.org", "evil.example")
+    )
+    assert fresh.egress.remove("pypi.org", "bad.example.org") == EgressRules(
+        ("*.pythonhosted.org",), ("evil.example",)
+    )
+    assert client.agents.get(fresh.id).egress.rules == fresh.egress.rules
+    # The fake sandbox has no proxy: nothing decided, nothing refused.
+    assert fresh.egress.log() == []
+    assert fresh.commands.run("true").egress_denied == ()
 
 
 def test_stop_start_rebuild_refresh(fresh: Agent) -> None:
@@ -209,11 +235,28 @@ async def test_async_create_get_list_update(aclient: AsyncClient) -> None:
         assert (await aclient.agents.get(a.id)).name == name
         assert a.id in {x.id for x in await aclient.agents.list()}
         await a.update(idle_minutes=0, egress={"allow": [], "deny": ["*"]})
-        assert a.idle_minutes == 0 and a.egress == EgressRules((), ("*",))
+        assert a.idle_minutes == 0 and a.egress.rules == EgressRules((), ("*",))
         with pytest.raises(NotFound):
             await aclient.agents.get(unique("nobody"))
     finally:
         await a.destroy()
+
+
+async def test_async_egress_allow_deny_remove(aclient: AsyncClient, afresh: AsyncAgent) -> None:
+    await afresh.update(egress={"allow": ["pypi.org"], "deny": ["bad.example.org"]})
+    await afresh.update(egress={"allow": ["github.com"]})
+    assert afresh.egress.rules == EgressRules(("github.com",), ("bad.example.org",))
+    assert await afresh.egress.allow("pypi.org") == EgressRules(
+        ("github.com", "pypi.org"), ("bad.example.org",)
+    )
+    assert await afresh.egress.deny("evil.example") == EgressRules(
+        ("github.com", "pypi.org"), ("bad.example.org", "evil.example")
+    )
+    assert await afresh.egress.remove("github.com", "evil.example") == EgressRules(
+        ("pypi.org",), ("bad.example.org",)
+    )
+    assert (await aclient.agents.get(afresh.id)).egress.rules == afresh.egress.rules
+    assert await afresh.egress.log() == []
 
 
 async def test_async_create_without_wait(aclient: AsyncClient) -> None:

@@ -19,6 +19,8 @@ from agenthold._decode import wire_name
 READ: list[tuple[type[Any], Any]] = [
     (models.AgentInfo, _wire.Agent),
     (models.EgressRules, _wire.EgressRules),
+    (models.EgressDenied, _wire.EgressDenied),
+    (models.EgressLogEntry, _wire.EgressLogEntry),
     (models.PullProgress, _wire.PullProgress),
     (models.SetupStatus, _wire.SetupStatus),
     (models.Preset, _wire.PresetInfo),
@@ -58,6 +60,7 @@ NOT_READ = {
     # Request bodies: the calls build them from their keyword arguments.
     "CreateAgent",
     "UpdateAgent",
+    "EgressChange",
     "KeepAlive",
     "ExecBody",
     "StartProcess",

@@ -285,3 +285,39 @@ def test_output_resumes_from_its_offset_after_the_servers_error_line() -> None:
 def test_the_package_exports_what_it_documents() -> None:
     for name in agenthold.__all__:
         assert hasattr(agenthold, name), name
+
+
+def test_egress_refusals_and_the_egress_log_are_read() -> None:
+    from agenthold.models import CommandResult, EgressDenied, EgressLogEntry, Process
+
+    r = CommandResult.from_json(
+        {
+            "exitCode": 1,
+            "egressDenied": [
+                {"host": "pypi.org", "port": 443, "rule": None},
+                {"host": "evil.example", "port": 80, "rule": "evil.example"},
+                "junk",
+            ],
+        }
+    )
+    assert r.egress_denied == (
+        EgressDenied("pypi.org", 443, None),
+        EgressDenied("evil.example", 80, "evil.example"),
+    )
+    assert CommandResult.from_json({"exitCode": 0}).egress_denied == ()
+    p = Process.from_json(
+        {"id": "p", "state": "exited", "egressDenied": [{"host": "x", "port": 1}]}
+    )
+    assert p.egress_denied == (EgressDenied("x", 1),)
+    e = EgressLogEntry.from_json(
+        {
+            "at": "2026-01-01T00:00:00Z",
+            "host": "pypi.org",
+            "port": 443,
+            "allowed": True,
+            "rule": "pypi.org",
+            "bytesUp": 3,
+            "bytesDown": None,
+        }
+    )
+    assert (e.allowed, e.bytes_up, e.bytes_down, e.at is not None) == (True, 3, None, True)

@@ -355,7 +355,7 @@ fn each_setting_out_of_bounds_is_refused_in_its_field() {
             memory_mb: patch.memory_mb,
             disk_mb: patch.disk_mb,
             idle_minutes: patch.idle_minutes,
-            egress: patch.egress.clone(),
+            egress: patch.egress.clone().map(|c| c.apply(Default::default())),
             env: patch.env.clone(),
             runtime: patch.runtime.clone(),
             ttl_minutes: patch.ttl_minutes,

@@ -31,7 +31,7 @@ use crate::config::Config;
         The limits in this document are this server's configuration."),
     paths(
         agents::health, agents::limits, agents::presets, agents::list, agents::create, agents::get, agents::update, agents::destroy,
-        agents::start, agents::stop, agents::rebuild, agents::rerun_setup, agents::keep_alive, events::events,
+        agents::start, agents::stop, agents::rebuild, agents::rerun_setup, agents::keep_alive, agents::egress_log, events::events,
         files::list, files::read, files::write, files::mkdir, files::remove, files::rename,
         files::stat, files::exists, files::write_files, files::watch,
         terminal::terminal, terminals::list, terminals::kill, exec::exec,
@@ -49,7 +49,7 @@ use crate::config::Config;
         types::Health, types::Limits, types::HarnessInfo, types::DirEntry, types::FileInfo, types::PathExists, types::RenameBody,
         types::FileEvent, types::FileEventKind, types::FileWritten, types::FilesWritten, types::ExecBody, types::ExecResult, types::ErrorBody,
         types::ErrorDetail, types::SignIn, types::SessionStatus, types::TerminalSession,
-        types::EgressRules, types::EgressEvent,
+        types::EgressRules, types::EgressChange, types::EgressEvent, types::EgressDenied, types::EgressLogEntry,
         types::process::StartProcess, types::process::Process, types::process::ProcessState,
         types::process::SignalBody, types::process::StdinWritten, types::process::ProcessEvent,
         types::process::Gap, types::ConfigReload,

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::egress::{rules_object, EgressRules};
+use super::egress::{change_object, rules_object, EgressChange, EgressRules};
 use super::whole;
 
 /// Declares [`CreateAgent`] and [`UpdateAgent`] from one list of the settings both take, so
@@ -81,6 +81,14 @@ agent_bodies! {
         )]
         #[schema(value_type = Option<u32>, minimum = 1, maximum = 525600, example = 60)]
         pub ttl_minutes: Option<Option<u32>>,
+        /// What the sandbox may reach through the egress proxy (`sandbox.egress.default` when
+        /// absent).
+        #[serde(
+            default,
+            deserialize_with = "rules_object",
+            skip_serializing_if = "Option::is_none"
+        )]
+        pub egress: Option<EgressRules>,
     }
 
     /// `PATCH /api/v1/agents/{id}`; fields left out stay as they are.
@@ -103,6 +111,15 @@ agent_bodies! {
         )]
         #[schema(value_type = Option<u32>, minimum = 0, maximum = 525600, example = 60)]
         pub ttl_minutes: Option<Option<u32>>,
+        /// Changes the egress rules: each list named replaces the agent's, and one left out
+        /// (or null) stays, so `{"allow": [..]}` keeps `deny`. New connections follow them at
+        /// once, and open ones they no longer allow are closed. No restart or rebuild.
+        #[serde(
+            default,
+            deserialize_with = "change_object",
+            skip_serializing_if = "Option::is_none"
+        )]
+        pub egress: Option<EgressChange>,
     }
 
     shared {
@@ -161,17 +178,6 @@ agent_bodies! {
         },
         update {
             /// At most 10080 (a week); 0 = never sleep.
-        };
-
-        #[serde(deserialize_with = "rules_object")]
-        egress: [EgressRules],
-        create {
-            /// What the sandbox may reach through the egress proxy (`sandbox.egress.default` when
-            /// absent).
-        },
-        update {
-            /// Replaces the egress rules: new connections follow them at once, and open ones they no
-            /// longer allow are closed. No restart or rebuild.
         };
 
         env: [BTreeMap<String, String>],

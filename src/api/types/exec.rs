@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::egress::EgressDenied;
 use super::whole;
 #[cfg(doc)]
 use super::ErrorBody;
@@ -50,6 +51,11 @@ pub struct ExecResult {
     pub duration_ms: u64,
     /// Output beyond the server's cap (server.exec_output_cap_kb) was cut.
     pub truncated: bool,
+    /// The destinations the egress proxy refused for the agent while the command ran (each host
+    /// and port once, at most 32); a download that failed with a tool's own message may have
+    /// failed for this.
+    #[serde(default)]
+    pub egress_denied: Vec<EgressDenied>,
 }
 
 /// Which of the command's outputs a streamed chunk comes from.
@@ -82,6 +88,9 @@ pub struct ExecExit {
     pub duration_ms: u64,
     #[serde(default)]
     pub truncated: bool,
+    /// As in [`ExecResult`].
+    #[serde(default)]
+    pub egress_denied: Vec<EgressDenied>,
 }
 
 #[cfg(test)]
@@ -103,10 +112,17 @@ mod tests {
             timed_out: true,
             duration_ms: 5,
             truncated: false,
+            egress_denied: vec![EgressDenied {
+                host: "pypi.org".into(),
+                port: 443,
+                rule: None,
+            }],
         });
         assert_eq!(
             serde_json::to_string(&exit).ok().as_deref(),
-            Some(r#"{"exitCode":137,"timedOut":true,"durationMs":5,"truncated":false}"#)
+            Some(
+                r#"{"exitCode":137,"timedOut":true,"durationMs":5,"truncated":false,"egressDenied":[{"host":"pypi.org","port":443,"rule":null}]}"#
+            )
         );
     }
 }

@@ -34,7 +34,7 @@ pub(crate) mod whole;
 pub use admin::ConfigReload;
 pub use agent::{Agent, AgentState, SetupState, SetupStatus};
 pub use agents::{CreateAgent, ExpiringEvent, KeepAlive, UpdateAgent};
-pub use egress::{EgressEvent, EgressRules};
+pub use egress::{EgressChange, EgressDenied, EgressEvent, EgressLogEntry, EgressRules};
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use exec::{ExecBody, ExecExit, ExecLine, ExecResult, OutputStream};
 pub use files::{

@@ -115,6 +115,11 @@ pub struct Process {
     pub keep_awake: bool,
     /// A pipe to its stdin is open.
     pub stdin_open: bool,
+    /// The destinations the egress proxy refused for the agent while the process ran (each host
+    /// and port once, at most 32). Kept in the server's memory for processes started through
+    /// it: empty for others, and after a server restart.
+    #[serde(default)]
+    pub egress_denied: Vec<super::egress::EgressDenied>,
 }
 
 fn time(ms: u64) -> String {
@@ -139,6 +144,7 @@ impl From<ProcessInfo> for Process {
             output_start: p.output_start,
             keep_awake: p.keep_awake,
             stdin_open: p.stdin_open,
+            egress_denied: Vec::new(),
         }
     }
 }

@@ -31,6 +31,9 @@ impl Proxy {
         if refusal.is_policy() {
             if self.refusals.worth_telling(&caller.id, dest) {
                 self.publish(caller, dest, false, rule, Some(reason.clone()), None);
+            } else {
+                let e = super::event(caller, dest, false, rule, Some(reason.clone()), None);
+                self.sandboxes.record(&e);
             }
             let hint = match refusal {
                 Refusal::Denied { rule: None } => format!(

@@ -222,7 +222,7 @@ async fn egress_rules_are_set_at_create_changed_by_patch_and_checked() {
     );
     s.wait_state(&id, "running").await;
 
-    // A change applies without a rebuild and reads back.
+    // A change applies without a rebuild and reads back; it replaces only the lists it names.
     let r = s
         .patch_agent(&id, json!({"egress": {"allow": ["github.com:443"]}}))
         .await;
@@ -230,10 +230,36 @@ async fn egress_rules_are_set_at_create_changed_by_patch_and_checked() {
     let a: Value = r.json().await.unwrap();
     assert_eq!(
         a["egress"],
-        json!({"allow": ["github.com:443"], "deny": []})
+        json!({"allow": ["github.com:443"], "deny": ["*"]})
     );
     assert_eq!(a["needsRebuild"], false);
     assert_eq!(s.agent(&id).await["egress"], a["egress"]);
+    let r = s
+        .patch_agent(&id, json!({"egress": {"deny": [], "allow": null}}))
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        s.agent(&id).await["egress"],
+        json!({"allow": ["github.com:443"], "deny": []})
+    );
+    let r = s
+        .patch_agent(
+            &id,
+            json!({"egress": {"allow": ["pypi.org"], "deny": ["evil.example"]}}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let r = s
+        .patch_agent(
+            &id,
+            json!({"egress": {"allow": ["github.com:443"], "deny": []}}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        s.agent(&id).await["egress"],
+        json!({"allow": ["github.com:443"], "deny": []})
+    );
 
     // Hostile input: a rule that is not a name, an address or a CIDR; too many rules; a field
     // that does not exist. Each is 400 and changes nothing.

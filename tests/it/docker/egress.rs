@@ -458,3 +458,110 @@ async fn programs_that_ignore_the_proxy_are_caught_by_transparent_mode() {
     .await;
     assert!(!refused.allowed, "{refused:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_show_on_the_exec_the_process_and_the_egress_log() {
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
+    let s = server(&env, |_| {}).await;
+    let web = hello_server("0.0.0.0:0").await.expect("the web server");
+    let a = agent_with_rules(
+        &s,
+        "seen",
+        json!({"allow": ["pypi.test", "blocked.test"], "deny": ["blocked.test"]}),
+    )
+    .await;
+    let log_path = format!("/api/v1/agents/{a}/egress/log");
+    // A restart forgets it all; a new agent has nothing yet.
+    assert_eq!(s.get_json(&log_path).await, json!([]));
+
+    // One allowed, one refused by no rule (twice: told once), one by a deny rule.
+    let script = format!(
+        "{PROXY_FNS}\nproxy_get http://pypi.test:{web}/ok; proxy_get http://hosted.test:{web}/a; \
+         proxy_get http://hosted.test:{web}/b; proxy_get http://blocked.test:{web}/c"
+    );
+    let out = s.exec(&a, &["bash", "-c", &script]).await;
+    assert_eq!(
+        out["egressDenied"],
+        json!([
+            {"host": "hosted.test", "port": web, "rule": null},
+            {"host": "blocked.test", "port": web, "rule": "blocked.test"},
+        ]),
+        "{out}"
+    );
+    // A command that reaches nothing outside was refused nothing, whatever came before.
+    let quiet = s.exec(&a, &["true"]).await;
+    assert_eq!(quiet["egressDenied"], json!([]), "{quiet}");
+
+    // The streamed exec's last line.
+    let streamed = s
+        .post(&format!("/api/v1/agents/{a}/exec"))
+        .header("accept", "application/x-ndjson")
+        .json(&json!({"command": ["bash", "-c", format!("{PROXY_FNS}\nproxy_get http://files.hosted.test:{web}/")]}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let last: Value = serde_json::from_str(streamed.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        last["egressDenied"],
+        json!([{"host": "files.hosted.test", "port": web, "rule": null}]),
+        "{streamed}"
+    );
+
+    // A background process: what it was refused, not what came after it ended.
+    let procs = crate::common::procs::Procs::new(s.http.clone(), &s.base, &a);
+    let p = procs
+        .start(json!({"command": ["bash", "-c", format!("{PROXY_FNS}\nproxy_get http://blocked.test:{web}/p")]}))
+        .await;
+    let (status, ended) = procs.wait(&p.id, 20_000).await;
+    assert_eq!(status, 200, "{ended:?}");
+    sh(&s, &a, &format!("proxy_get http://hosted.test:{web}/after")).await;
+    let (status, got) = procs.get(&p.id).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        got["egressDenied"],
+        json!([{"host": "blocked.test", "port": web, "rule": "blocked.test"}]),
+        "{got}"
+    );
+
+    // The log: every decision, oldest first; the allowed one with its bytes once it closed.
+    let entries = crate::common::wait_for_value("the allowed connection's bytes", || async {
+        let log = s.get_json(&log_path).await;
+        let done = log.as_array()?.iter().any(|e| {
+            e["host"] == "pypi.test" && e["allowed"] == true && e["bytesDown"].as_u64() > Some(0)
+        });
+        done.then_some(log)
+    })
+    .await;
+    let seen: Vec<(String, bool, Value)> = entries
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["host"].as_str().unwrap().to_string(),
+                e["allowed"].as_bool().unwrap(),
+                e["rule"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        &seen[..4],
+        [
+            ("pypi.test".to_string(), true, json!("pypi.test")),
+            ("hosted.test".to_string(), false, Value::Null),
+            ("hosted.test".to_string(), false, Value::Null),
+            ("blocked.test".to_string(), false, json!("blocked.test")),
+        ],
+        "{entries}"
+    );
+    assert!(entries[0]["at"].as_str().is_some(), "{entries}");
+    let (status, _) = s
+        .call("GET", "/api/v1/agents/nobody/egress/log", None)
+        .await;
+    assert_eq!(status, 404);
+}

@@ -12,7 +12,7 @@
 
 __version__ = "0.1.0"
 
-from .agents import Agent, AsyncAgent
+from .agents import Agent, AgentEgress, AsyncAgent, AsyncAgentEgress
 from .client import AsyncClient, Client
 from .errors import (
     AgentFailed,
@@ -44,7 +44,9 @@ from .models import (
     ConversationEvent,
     DeletedEvent,
     DirEntry,
+    EgressDenied,
     EgressEvent,
+    EgressLogEntry,
     EgressRules,
     Event,
     ExpiringEvent,
@@ -87,6 +89,8 @@ __all__ = [
     "AsyncClient",
     "Agent",
     "AsyncAgent",
+    "AgentEgress",
+    "AsyncAgentEgress",
     "ProcessHandle",
     "AsyncProcessHandle",
     "Terminal",
@@ -102,6 +106,8 @@ __all__ = [
     "Preset",
     "SetupStatus",
     "EgressRules",
+    "EgressDenied",
+    "EgressLogEntry",
     "PullProgress",
     "Health",
     "Limits",

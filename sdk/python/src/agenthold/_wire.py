@@ -120,6 +120,38 @@ class DirEntry(TypedDict):
     """
 
 
+class EgressChange(TypedDict, closed=True):
+    """
+    A `PATCH`'s `egress`: each list it names replaces the agent's, and a list it leaves out (or
+    gives as null) stays as it is.
+    """
+
+    allow: NotRequired[list[str] | None]
+    """
+    The new allow list, replacing the agent's; absent or null: the agent's stays.
+    """
+    deny: NotRequired[list[str] | None]
+    """
+    The new deny list, replacing the agent's; absent or null: the agent's stays.
+    """
+
+
+class EgressDenied(TypedDict):
+    """
+    A destination the egress proxy refused while a command or process ran.
+    """
+
+    host: str
+    """
+    As the sandbox named it (a host name or an address).
+    """
+    port: int
+    rule: NotRequired[str | None]
+    """
+    The deny rule that refused it, or null when no allow rule matched it.
+    """
+
+
 class EgressEvent(TypedDict):
     allowed: bool
     bytesDown: int
@@ -146,6 +178,39 @@ class EgressEvent(TypedDict):
     reason: NotRequired[str | None]
     """
     Why it was refused (or could not be reached), for a person to read.
+    """
+    rule: NotRequired[str | None]
+    """
+    The rule that decided, or null when no rule matched (so it was refused).
+    """
+
+
+class EgressLogEntry(TypedDict):
+    """
+    One of an agent's recent egress decisions (`GET /api/v1/agents/{id}/egress/log`).
+    """
+
+    allowed: bool
+    at: str
+    """
+    When the proxy decided.
+    """
+    bytesDown: NotRequired[int | None]
+    """
+    Bytes sent to the sandbox, once an allowed connection has closed; null before.
+    """
+    bytesUp: NotRequired[int | None]
+    """
+    Bytes sent from the sandbox, once an allowed connection has closed; null before.
+    """
+    host: str
+    """
+    The destination as the sandbox named it (a host name or an address).
+    """
+    port: int
+    reason: NotRequired[str | None]
+    """
+    Why it was refused or could not be reached, or why an allowed connection was closed.
     """
     rule: NotRequired[str | None]
     """
@@ -235,6 +300,12 @@ class ExecResult(TypedDict):
     """
 
     durationMs: int
+    egressDenied: NotRequired[list[EgressDenied]]
+    """
+    The destinations the egress proxy refused for the agent while the command ran (each host
+    and port once, at most 32); a download that failed with a tool's own message may have
+    failed for this.
+    """
     exitCode: int
     """
     The command's exit status; 128 + N when signal N ended it (a timeout kills with SIGKILL).
@@ -726,7 +797,7 @@ class UpdateAgent(TypedDict, closed=True):
     `sandbox.max_disk_mb`. A smaller value, or any for an agent whose home has no limit, is
     `400` with `"field": "diskMb"`.
     """
-    egress: NotRequired[EgressRules | None]
+    egress: NotRequired[EgressChange | None]
     env: NotRequired[dict[str, str]]
     """
     Replaces the whole `env`; processes started from now on get it (running ones keep
@@ -947,6 +1018,12 @@ class Process(TypedDict):
     command: list[str]
     """
     The command line (an argument past the first 8 KiB in all is cut and ends in `…`).
+    """
+    egressDenied: NotRequired[list[EgressDenied]]
+    """
+    The destinations the egress proxy refused for the agent while the process ran (each host
+    and port once, at most 32). Kept in the server's memory for processes started through
+    it: empty for others, and after a server restart.
     """
     endedAt: NotRequired[str | None]
     exitCode: NotRequired[int | None]

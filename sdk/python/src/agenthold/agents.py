@@ -25,6 +25,7 @@ from .files import AsyncFiles, Files
 from .models import (
     TRANSIENT_STATES,
     AgentInfo,
+    EgressLogEntry,
     EgressRules,
     ListeningPort,
     Preset,
@@ -43,6 +44,8 @@ __all__ = [
     "Presets",
     "AsyncPresets",
     "Egress",
+    "AgentEgress",
+    "AsyncAgentEgress",
     "DEFAULT_WAIT",
 ]
 
@@ -63,6 +66,27 @@ def _egress(value: Egress) -> dict[str, list[str]]:
     if unknown:
         raise ValueError(f"egress takes allow and deny, not {', '.join(sorted(unknown))}")
     return {k: list(v) for k, v in value.items()}
+
+
+def _egress_change(
+    rules: EgressRules | None,
+    allow: Sequence[str] = (),
+    deny: Sequence[str] = (),
+    remove: Sequence[str] = (),
+) -> dict[str, list[str]]:
+    """The lists a change touches, as ``agenthold egress --allow/--deny/--remove`` computes
+    them: removals first, then additions (each once). Only the lists that change are sent, and
+    a ``PATCH`` keeps the lists it does not name."""
+    rules = rules or EgressRules()
+    change: dict[str, list[str]] = {}
+    for key, old, add in (("allow", rules.allow, allow), ("deny", rules.deny, deny)):
+        new = [r for r in old if r not in remove]
+        for r in add:
+            if r not in new:
+                new.append(r)
+        if new != list(old):
+            change[key] = new
+    return change
 
 
 def _settings(**fields: Any) -> dict[str, Any]:
@@ -162,10 +186,6 @@ class _AgentView:
         return self.info.disk_mb
 
     @property
-    def egress(self) -> EgressRules | None:
-        return self.info.egress
-
-    @property
     def runtime(self) -> str:
         return self.info.runtime
 
@@ -229,6 +249,96 @@ class _AgentView:
         return f"<{type(self).__name__} {self.info.name} ({self.info.id}) {self.info.state}>"
 
 
+class _EgressView:
+    """An agent's egress rules as last seen, and what a change sends."""
+
+    _agent: _AgentView
+
+    @property
+    def rules(self) -> EgressRules | None:
+        """The rules as last seen (``None`` only from a server older than egress rules)."""
+        return self._agent.info.egress
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.rules!r}>"
+
+
+class AgentEgress(_EgressView):
+    """``agent.egress``: what the sandbox may reach, changed a list at a time as
+    ``agenthold egress AGENT --allow/--deny/--remove`` does. Each call reads the agent's
+    rules afresh and sends only the list it changes, so the other stays as the server has it.
+    """
+
+    def __init__(self, agent: Agent) -> None:
+        self._agent = agent
+
+    def _change(
+        self, allow: Sequence[str] = (), deny: Sequence[str] = (), remove: Sequence[str] = ()
+    ) -> EgressRules:
+        agent = self._agent
+        assert isinstance(agent, Agent)
+        change = _egress_change(agent.refresh().info.egress, allow, deny, remove)
+        if change:
+            agent.update(egress=change)
+        return agent.info.egress or EgressRules()
+
+    def allow(self, *rules: str) -> EgressRules:
+        """Adds ``rules`` to the allow list (each once); returns the rules now."""
+        return self._change(allow=rules)
+
+    def deny(self, *rules: str) -> EgressRules:
+        """Adds ``rules`` to the deny list (each once); returns the rules now."""
+        return self._change(deny=rules)
+
+    def remove(self, *rules: str) -> EgressRules:
+        """Removes ``rules`` from both lists; returns the rules now."""
+        return self._change(remove=rules)
+
+    def log(self) -> list[EgressLogEntry]:
+        """The agent's last 200 egress decisions, oldest first (kept in the server's memory:
+        empty after it restarts)."""
+        agent = self._agent
+        assert isinstance(agent, Agent)
+        got = agent._t.json("GET", f"{agent._path}/egress/log")
+        return [EgressLogEntry.from_json(e) for e in got]
+
+
+class AsyncAgentEgress(_EgressView):
+    """:class:`AgentEgress` for the async client."""
+
+    def __init__(self, agent: AsyncAgent) -> None:
+        self._agent = agent
+
+    async def _change(
+        self, allow: Sequence[str] = (), deny: Sequence[str] = (), remove: Sequence[str] = ()
+    ) -> EgressRules:
+        agent = self._agent
+        assert isinstance(agent, AsyncAgent)
+        change = _egress_change((await agent.refresh()).info.egress, allow, deny, remove)
+        if change:
+            await agent.update(egress=change)
+        return agent.info.egress or EgressRules()
+
+    async def allow(self, *rules: str) -> EgressRules:
+        """Adds ``rules`` to the allow list (each once); returns the rules now."""
+        return await self._change(allow=rules)
+
+    async def deny(self, *rules: str) -> EgressRules:
+        """Adds ``rules`` to the deny list (each once); returns the rules now."""
+        return await self._change(deny=rules)
+
+    async def remove(self, *rules: str) -> EgressRules:
+        """Removes ``rules`` from both lists; returns the rules now."""
+        return await self._change(remove=rules)
+
+    async def log(self) -> list[EgressLogEntry]:
+        """The agent's last 200 egress decisions, oldest first."""
+        agent = self._agent
+        assert isinstance(agent, AsyncAgent)
+        got = await agent._t.json("GET", f"{agent._path}/egress/log")
+        return [EgressLogEntry.from_json(e) for e in got]
+
+
 class Agent(_AgentView):
     """One agent: its settings (as last seen), lifecycle, commands, files, terminals,
     sessions (conversations with a harness) and previews (URLs of its ports).
@@ -244,6 +354,7 @@ class Agent(_AgentView):
         self.terminals = Terminals(transport, info.id)
         self.sessions = Sessions(transport, info.id)
         self.previews = Previews(transport, info.id)
+        self.egress = AgentEgress(self)
 
     def _set(self, body: Any) -> Agent:
         self.info = AgentInfo.from_json(body)
@@ -294,8 +405,10 @@ class Agent(_AgentView):
     ) -> Agent:
         """Changes settings (``PATCH``); those left ``None`` stay. A new image, ``cpus``,
         ``memory_mb`` or ``runtime`` sets ``needs_rebuild``; new ``egress`` rules apply at
-        once; a new ``env`` replaces the whole map, for processes started from now on, and so
-        do new ``labels``. A ``ttl_minutes`` starts a new lifetime from now; 0 takes it away."""
+        once, each list given replacing the agent's and one left out staying
+        (``egress={"allow": [...]}`` keeps ``deny``; see also ``agent.egress.allow``); a new
+        ``env`` replaces the whole map, for processes started from now on, and so do new
+        ``labels``. A ``ttl_minutes`` starts a new lifetime from now; 0 takes it away."""
         body = _settings(
             name=name,
             image=image,
@@ -397,6 +510,7 @@ class AsyncAgent(_AgentView):
         self.terminals = AsyncTerminals(transport, info.id)
         self.sessions = AsyncSessions(transport, info.id)
         self.previews = AsyncPreviews(transport, info.id)
+        self.egress = AsyncAgentEgress(self)
 
     def _set(self, body: Any) -> AsyncAgent:
         self.info = AgentInfo.from_json(body)

@@ -258,6 +258,35 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class EgressDenied:
+    """A destination the egress proxy refused while a command or process ran. ``rule`` is the
+    deny rule that refused it, ``None`` when no allow rule matched."""
+
+    host: str
+    port: int
+    rule: str | None = None
+
+
+@dataclass(frozen=True)
+class EgressLogEntry:
+    """One of an agent's recent egress decisions (``agent.egress.log()``); ``bytes_up`` and
+    ``bytes_down`` are ``None`` until an allowed connection closes."""
+
+    host: str
+    port: int
+    allowed: bool
+    at: datetime | None = None
+    rule: str | None = None
+    reason: str | None = None
+    bytes_up: int | None = None
+    bytes_down: int | None = None
+
+    @classmethod
+    def from_json(cls, d: Any) -> EgressLogEntry:
+        return decode(cls, d)
+
+
+@dataclass(frozen=True)
 class CommandResult:
     """A finished command (``POST …/exec``). ``exit_code`` is 128 + N when signal N ended it."""
 
@@ -269,6 +298,9 @@ class CommandResult:
     duration_ms: int = 0
     #: Output beyond the server's cap (``exec_output_cap_kb``) was cut; never with callbacks.
     truncated: bool = False
+    #: What the egress proxy refused while it ran (each host and port once, at most 32): a
+    #: download that failed with a tool's own message may have failed for this.
+    egress_denied: tuple[EgressDenied, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -310,6 +342,9 @@ class Process:
     output_start: int = 0
     keep_awake: bool = False
     stdin_open: bool = False
+    #: What the egress proxy refused while it ran (kept by the server for processes it
+    #: started, until it restarts).
+    egress_denied: tuple[EgressDenied, ...] = ()
 
     @property
     def running(self) -> bool:
