@@ -1221,7 +1221,11 @@ export interface components {
             command: string[];
             /** @description Working directory; /home/agent by default. */
             cwd?: string | null;
-            /** @description Counted with `command` towards its 1 MiB; each `KEY=VALUE` at most 131071 bytes. */
+            /**
+             * @description Counted with `command` towards its 1 MiB; each `KEY=VALUE` at most 131071 bytes. Names
+             *     as an agent's `env` takes them (the egress proxy's variables and `AGENTHOLD_*` are
+             *     reserved: `400`, `field` `env`, the same message).
+             */
             env?: {
                 [key: string]: string;
             } | null;
@@ -1742,6 +1746,7 @@ export interface components {
             command: string[];
             /** @description Working directory; /home/agent by default. */
             cwd?: string | null;
+            /** @description As `exec`'s `env`: the names an agent's `env` takes, within exec's size limits. */
             env?: {
                 [key: string]: string;
             } | null;
@@ -3405,7 +3410,9 @@ export interface operations {
         /** @description One part per file (at most 1000), each at most `server.max_file_mb` MiB; the part's `filename` is the path (relative to /home/agent unless absolute) */
         requestBody: {
             content: {
-                "multipart/form-data": string;
+                "multipart/form-data": {
+                    [key: string]: string;
+                };
             };
         };
         responses: {
@@ -3418,7 +3425,7 @@ export interface operations {
                     "application/json": components["schemas"]["FilesWritten"];
                 };
             };
-            /** @description Not a multipart body, one that broke off, or more than 1000 parts (the files before the fault are written) */
+            /** @description Not a multipart body, one with no parts, one that broke off, or more than 1000 parts (the files before the fault are written) */
             400: {
                 headers: {
                     [name: string]: unknown;
