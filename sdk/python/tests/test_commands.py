@@ -109,8 +109,6 @@ def test_streamed_runs_raise_like_plain_ones(agent: Agent) -> None:
 def test_bad_argument_combinations_are_refused_before_sending(agent: Agent) -> None:
     with pytest.raises(TypeError):
         agent.commands.run("cat", stdin=True)  # type: ignore[call-overload]
-    with pytest.raises(TypeError):
-        agent.commands.run("cat", background=True, on_stdout=print)  # type: ignore[call-overload]
     with pytest.raises(ValueError):
         agent.commands.run("  ")
 
