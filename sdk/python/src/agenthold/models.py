@@ -119,7 +119,7 @@ class PullProgress:
 @dataclass(frozen=True)
 class SetupStatus:
     """The preset's setup script's last run: a background process tagged ``setup`` (its
-    output: ``agent.commands.process("setup")``)."""
+    output: ``agent.commands.get("setup").output()``)."""
 
     #: ``running``, ``done`` or ``failed``.
     state: str
