@@ -25,9 +25,9 @@ pub enum CommandError {
     NoProgram,
     #[error("command may not contain NUL bytes")]
     NulInCommand,
-    /// The name, cut to 80 characters.
-    #[error("{0:?} is not a valid environment variable")]
-    BadEnvName(String),
+    /// Why, as `agents::env::check_names` says it (the same message an agent's `env` gets).
+    #[error("{}", crate::agents::env::message(.0))]
+    BadEnv(String),
     #[error("cwd may not contain NUL bytes")]
     NulInCwd,
     #[error("timeoutMs must be between 1 and {max}")]
@@ -49,7 +49,7 @@ impl CommandError {
     pub fn field(&self) -> &'static str {
         match self {
             CommandError::NoProgram | CommandError::NulInCommand => "command",
-            CommandError::BadEnvName(_) | CommandError::TooManyVars(_) => "env",
+            CommandError::BadEnv(_) | CommandError::TooManyVars(_) => "env",
             CommandError::NulInCwd => "cwd",
             CommandError::ExecTimeout { .. } | CommandError::ProcessTimeout => "timeoutMs",
             CommandError::BadTag(_) => "tag",
@@ -73,11 +73,7 @@ pub fn check_command(
         return Err(CommandError::NulInCommand);
     }
     let env = env.cloned().unwrap_or_default();
-    for (k, v) in &env {
-        if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
-            return Err(CommandError::BadEnvName(k.chars().take(80).collect()));
-        }
-    }
+    crate::agents::env::check_names(&env).map_err(CommandError::BadEnv)?;
     if cwd.is_some_and(|c| c.contains('\0')) {
         return Err(CommandError::NulInCwd);
     }
@@ -257,9 +253,10 @@ mod tests {
         assert_eq!(no_program.field(), "command");
         let env: BTreeMap<String, String> = [("A=B".to_string(), "x".to_string())].into();
         let bad_env = check_command(&["sh".into()], None, Some(&env), None).unwrap_err();
+        assert_eq!(bad_env.field(), "env");
         assert_eq!(
             bad_env.to_string(),
-            "\"A=B\" is not a valid environment variable"
+            crate::agents::env::message(&crate::agents::env::check(&env).unwrap_err())
         );
         assert!(check_process(Some(0), None, 0).is_err());
         assert!(check_process(Some(MAX_PROCESS_TIMEOUT_MS), Some("web"), 3).is_ok());

@@ -1,5 +1,6 @@
 //! An agent's `env`: variables (not secrets) every shell, exec, terminal and background process
-//! of the agent starts with. Checked the same way in a config preset and in an API request.
+//! of the agent starts with. Checked the same way in a config preset and in an API request; the
+//! `env` of one exec or background process meets the same rule for its names ([`check_names`]).
 
 use std::collections::BTreeMap;
 
@@ -47,6 +48,24 @@ pub fn check(env: &BTreeMap<String, String>) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The rule for the names (and the NUL rule for the values) of any `env` the API takes: an
+/// agent's, and one exec's or background process's, whose count and lengths are bounded by exec's
+/// size limits instead. The error reads as the caller shows it, prefixed with `env: `.
+pub fn check_names(env: &BTreeMap<String, String>) -> Result<(), String> {
+    for (name, value) in env {
+        check_name(name)?;
+        if value.contains('\0') {
+            return Err(format!("{name} holds a NUL byte"));
+        }
+    }
+    Ok(())
+}
+
+/// The message of a refused `env`, the same wherever it was sent.
+pub fn message(why: &str) -> String {
+    format!("env: {why}")
 }
 
 fn check_name(name: &str) -> Result<(), String> {
@@ -107,5 +126,15 @@ mod tests {
             .map(|i| (format!("V{i}"), String::new()))
             .collect();
         assert!(check(&many).is_err());
+    }
+
+    #[test]
+    fn a_commands_env_meets_the_same_name_rule() {
+        for bad in ["HTTP_PROXY", "all_proxy", "AGENTHOLD_TOKEN", "A=B", ""] {
+            assert_eq!(check_names(&one(bad, "v")), check(&one(bad, "v")), "{bad}");
+        }
+        assert!(check_names(&one("A", "a\0b")).is_err());
+        // No cap of its own on a value's length: exec's size limits bound it.
+        assert!(check_names(&one("A", &"x".repeat(MAX_VALUE + 1))).is_ok());
     }
 }

@@ -314,7 +314,7 @@ pub fn check_idle_minutes(idle_minutes: u32) -> Result<(), SpecError> {
 
 /// The variables of an agent, by [`env::check`]'s rules.
 fn check_env(vars: &BTreeMap<String, String>) -> Result<(), SpecError> {
-    env::check(vars).map_err(|why| SpecError::new("env", format!("env: {why}")))
+    env::check(vars).map_err(|why| SpecError::new("env", env::message(&why)))
 }
 
 /// A runtime this server allows (`sandbox.allowed_runtimes`).

@@ -169,7 +169,7 @@ impl From<CommandError> for ApiError {
             CommandError::TooLarge(agenthold_proto::ExecTooLarge::Cwd(_))
             | CommandError::NoProgram
             | CommandError::NulInCommand
-            | CommandError::BadEnvName(_)
+            | CommandError::BadEnv(_)
             | CommandError::NulInCwd
             | CommandError::ExecTimeout { .. }
             | CommandError::ProcessTimeout

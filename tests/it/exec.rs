@@ -1,7 +1,7 @@
 //! Exec over the real tunnel: output, exit codes, stdin, timeouts that leave no process behind,
 //! NDJSON streaming, and bad requests.
 
-use crate::common::{expect_error, TestServer};
+use crate::common::{env_refusal, expect_error, TestServer};
 use serde_json::{json, Value};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,6 +162,41 @@ async fn bad_exec_requests_are_400() {
             .await;
         expect_error(r, 400, "invalid").await;
     }
+}
+
+/// One rule for an `env`'s names, wherever it is sent: a reserved name is refused by exec with
+/// the message an agent's `env` gets, before anything runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_refuses_reserved_env_names_as_agents_do() {
+    let s = TestServer::start().await;
+    let id = s.running_agent("env").await;
+    for name in ["HTTP_PROXY", "no_proxy", "AGENTHOLD_TOKEN", "1X", "A-B"] {
+        let env = json!({ name: "x" });
+        let agent = env_refusal(
+            &s,
+            "PATCH",
+            &format!("/api/v1/agents/{id}"),
+            json!({ "env": env }),
+        )
+        .await;
+        let exec = env_refusal(
+            &s,
+            "POST",
+            &format!("/api/v1/agents/{id}/exec"),
+            json!({"command": ["true"], "env": env}),
+        )
+        .await;
+        assert_eq!(exec, agent, "{name}");
+        assert!(exec.starts_with("env: "), "{exec}");
+    }
+    let reserved = env_refusal(
+        &s,
+        "POST",
+        &format!("/api/v1/agents/{id}/exec"),
+        json!({"command": ["true"], "env": {"HTTP_PROXY": "x"}}),
+    )
+    .await;
+    assert!(reserved.contains("reserved"), "{reserved}");
 }
 
 /// `start` and then arguments of at most 130,000 bytes, so that the command counts `total`

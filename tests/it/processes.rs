@@ -8,7 +8,7 @@ use crate::common::sse;
 use std::time::Duration;
 
 use crate::common::procs::{alive_with, Procs};
-use crate::common::{expect_error, wait_for, TestServer};
+use crate::common::{env_refusal, expect_error, wait_for, TestServer};
 use agenthold::api::types::process::ProcessState;
 use serde_json::{json, Value};
 
@@ -402,6 +402,34 @@ async fn hostile_input_gets_clear_errors_and_nothing_of_another_agent() {
     // Nothing of that started anything, and the server still answers.
     assert_eq!(p.list().await.len(), 1);
     assert_eq!(other.list().await.len(), 1);
+}
+
+/// A background process's `env` meets an agent's `env`'s rule for names, with its message; the
+/// refused process never starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_refuses_reserved_env_names_as_agents_do() {
+    let s = TestServer::start().await;
+    let p = agent(&s, "env").await;
+    let id = &p.agent;
+    for name in ["HTTPS_PROXY", "all_proxy", "AGENTHOLD_X", "A=B"] {
+        let env = json!({ name: "x" });
+        let agent = env_refusal(
+            &s,
+            "PATCH",
+            &format!("/api/v1/agents/{id}"),
+            json!({ "env": env }),
+        )
+        .await;
+        let process = env_refusal(
+            &s,
+            "POST",
+            &format!("/api/v1/agents/{id}/processes"),
+            json!({"command": ["true"], "env": env}),
+        )
+        .await;
+        assert_eq!(process, agent, "{name}");
+    }
+    assert!(p.list().await.is_empty(), "a refused process never starts");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

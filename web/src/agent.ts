@@ -1,6 +1,6 @@
 // One agent: header with state and actions, then Terminal, Files, Processes, Ports and Chat tabs.
 import { api, ApiError, errorMessage, type Agent } from './api';
-import { actions, badge, resources, statusLine } from './agentui';
+import { actions, badge, resources, statusLine, ttlLine } from './agentui';
 import { h, replace, setText } from './dom';
 import { filesView } from './files';
 import { linkHandler, navigate, type Page } from './nav';
@@ -27,6 +27,7 @@ export function agentPage(id: string): Page {
   const acts = actions({ onDestroyed: () => navigate('/') });
   const meta = h('div', { class: 'agent-meta' });
   const status = statusLine();
+  const ttl = ttlLine();
   /** A panel under the header that `button` opens (filled from the agent) and closes. */
   const disclosure = <P extends { el: HTMLElement; fill: (a: Agent) => void }>(
     button: HTMLButtonElement,
@@ -64,7 +65,7 @@ export function agentPage(id: string): Page {
     'div',
     { class: 'agent-head' },
     h('div', { class: 'agent-head-line' }, back, title, idText, b.el, h('span', { class: 'spacer' }), envBtn, egressBtn, settingsBtn, acts.el),
-    h('div', { class: 'agent-head-line agent-line2' }, meta, status.el),
+    h('div', { class: 'agent-head-line agent-line2' }, meta, status.el, ttl.el),
     settings.el,
     egress.el,
     env.el,
@@ -171,6 +172,7 @@ export function agentPage(id: string): Page {
       replace(gone, 'This agent was destroyed. ', h('a', { href: '/', onclick: linkHandler('/') }, 'Back to the agents'));
       body.hidden = true;
       b.update('destroying');
+      ttl.el.hidden = true;
       return;
     }
     const a = store.agents.get(id) ?? agent;
@@ -194,6 +196,7 @@ export function agentPage(id: string): Page {
     envBtn.hidden = a.env === undefined;
     setup.update(a);
     status.update(a);
+    ttl.update(a);
     if (!egress.el.hidden) egress.update(a);
     const running = a.state === 'running';
     files.setAvailable(
@@ -207,6 +210,8 @@ export function agentPage(id: string): Page {
 
   const unsub = store.subscribe(update);
   const tick = setInterval(() => agent && status.update(agent), 20_000);
+  // The lifetime's countdown ticks by the second.
+  const ttlTick = setInterval(() => agent && ttl.update(agent), 1000);
 
   // The store may not have the list yet (first page load): ask for this agent directly.
   api
@@ -243,6 +248,7 @@ export function agentPage(id: string): Page {
       disposed = true;
       unsub();
       clearInterval(tick);
+      clearInterval(ttlTick);
       term.dispose();
       files.dispose();
       procs.dispose();

@@ -5,10 +5,12 @@ import { formatMb, h, replace, setText } from './dom';
 import { envEditor } from './env';
 import { linkHandler, type Page } from './nav';
 import { store } from './store';
+import { isExpiring, ttlText } from './ttlfmt';
 
 interface Row {
   el: HTMLElement;
   update: (a: Agent) => void;
+  tickTtl: (a: Agent) => void;
 }
 
 function agentRow(agent: Agent): Row {
@@ -21,7 +23,16 @@ function agentRow(agent: Agent): Row {
   const res = h('span', { class: 'agent-res' });
   const preset = h('span', { class: 'agent-preset', hidden: true, title: 'Preset' });
   const presetSep = h('span', { class: 'sep', 'aria-hidden': 'true', hidden: true }, '·');
-  meta.append(preset, presetSep, image, h('span', { class: 'sep', 'aria-hidden': 'true' }, '·'), res);
+  const ttl = h('span', { class: 'agent-ttl', 'data-testid': 'agent-ttl', hidden: true });
+  const ttlSep = h('span', { class: 'sep', 'aria-hidden': 'true', hidden: true }, '·');
+  meta.append(preset, presetSep, image, h('span', { class: 'sep', 'aria-hidden': 'true' }, '·'), res, ttlSep, ttl);
+  /** The lifetime's countdown, ticked by the second from the page. */
+  const tickTtl = (a: Agent) => {
+    const words = a.state === 'destroying' ? null : ttlText(a.expiresAt);
+    ttl.hidden = ttlSep.hidden = words === null;
+    setText(ttl, words ?? '');
+    ttl.classList.toggle('ttl-expiring', words !== null && isExpiring(a.expiresAt, store.toldExpiring(a)));
+  };
   const status = statusLine();
   const acts = actions();
   const open = h('a', { class: 'btn btn-small btn-primary', href, onclick: linkHandler(href) }, 'Open');
@@ -43,12 +54,13 @@ function agentRow(agent: Agent): Row {
     setText(image, a.image);
     image.title = a.image;
     setText(res, resources(a));
+    tickTtl(a);
     status.update(a);
     acts.update(a);
     open.setAttribute('aria-label', `Open ${a.name}`);
   };
   update(agent);
-  return { el, update };
+  return { el, update, tickTtl };
 }
 
 interface Field {
@@ -337,6 +349,9 @@ export function agentsPage(): Page {
   const tick = setInterval(() => {
     for (const a of store.agents.values()) rows.get(a.id)?.update(a);
   }, 20_000);
+  const ttlTick = setInterval(() => {
+    for (const a of store.agents.values()) if (a.expiresAt) rows.get(a.id)?.tickTtl(a);
+  }, 1000);
   sync();
   const el = h('div', { class: 'page agents-page' }, createForm(), section);
   return {
@@ -344,6 +359,7 @@ export function agentsPage(): Page {
     unmount() {
       unsub();
       clearInterval(tick);
+      clearInterval(ttlTick);
       replace(list);
     },
   };

@@ -2,6 +2,7 @@
 import { api, errorMessage, type Agent, type AgentState, type PullProgress } from './api';
 import { confirmDialog, formatBytes, formatFuture, formatMb, h, setText, toast } from './dom';
 import { store } from './store';
+import { isExpiring, ttlText } from './ttlfmt';
 
 const LABELS: Record<AgentState, string> = {
   creating: 'Creating',
@@ -167,6 +168,55 @@ export function actions(opts: { onDestroyed?: () => void } = {}): {
     update(a) {
       agent = a;
       refresh();
+    },
+  };
+}
+
+/**
+ * The time left before the agent's TTL destroys it ("destroyed in 4 min"), with "Keep alive" to
+ * restart its lifetime; hidden for an agent without a TTL. `update` with the same agent again
+ * ticks it; under a minute, or once the server's `expiring` event came, it warns.
+ */
+export function ttlLine(): { el: HTMLElement; update: (a: Agent) => void } {
+  const text = h('span', { class: 'ttl-text', 'data-testid': 'ttl-text' });
+  const keep = h('button', { type: 'button', class: 'btn btn-small', 'data-testid': 'keep-alive' }, 'Keep alive') as HTMLButtonElement;
+  const el = h('div', { class: 'ttl-line', 'data-testid': 'ttl', hidden: true }, text, keep);
+  let agent: Agent | null = null;
+  /** The deadline whose `expiring` event was already told as a toast. */
+  let toldFor: string | null = null;
+  keep.addEventListener('click', async () => {
+    if (!agent) return;
+    const a = agent;
+    keep.disabled = true;
+    try {
+      const kept = await api.keepAlive(a.id);
+      store.put(kept);
+      toast(`${a.name} kept alive: ${ttlText(kept.expiresAt) ?? 'no lifetime'}`, 'info');
+    } catch (e) {
+      toast(`Keep alive ${a.name}: ${errorMessage(e)}`, 'error');
+    } finally {
+      keep.disabled = false;
+    }
+  });
+  return {
+    el,
+    update(a) {
+      agent = a;
+      const words = a.state === 'destroying' ? null : ttlText(a.expiresAt);
+      el.hidden = words === null;
+      if (words === null) return;
+      const told = store.toldExpiring(a);
+      if (told && toldFor !== a.expiresAt) {
+        toldFor = a.expiresAt ?? null;
+        toast(`${a.name} is destroyed in under a minute unless kept alive`, 'info');
+      }
+      const warn = isExpiring(a.expiresAt, told);
+      el.classList.toggle('ttl-expiring', warn);
+      el.dataset.expiring = String(warn);
+      el.setAttribute('role', warn ? 'alert' : 'status');
+      setText(text, words.charAt(0).toUpperCase() + words.slice(1));
+      text.title = `Destroyed at ${new Date(a.expiresAt!).toLocaleString()} unless kept alive`;
+      keep.setAttribute('aria-label', `Keep ${a.name} alive`);
     },
   };
 }

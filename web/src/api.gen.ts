@@ -1292,7 +1292,11 @@ export interface components {
             command: string[];
             /** @description Working directory; /home/agent by default. */
             cwd?: string | null;
-            /** @description Counted with `command` towards its 1 MiB; each `KEY=VALUE` at most 131071 bytes. */
+            /**
+             * @description Counted with `command` towards its 1 MiB; each `KEY=VALUE` at most 131071 bytes. Names
+             *     as an agent's `env` takes them (the egress proxy's variables and `AGENTHOLD_*` are
+             *     reserved: `400`, `field` `env`, the same message).
+             */
             env?: {
                 [key: string]: string;
             } | null;
@@ -1825,6 +1829,7 @@ export interface components {
             command: string[];
             /** @description Working directory; /home/agent by default. */
             cwd?: string | null;
+            /** @description As `exec`'s `env`: the names an agent's `env` takes, within exec's size limits. */
             env?: {
                 [key: string]: string;
             } | null;

@@ -242,6 +242,8 @@ export const api = {
   start: (id: string) => sendJson<Agent>('POST', `${a(id)}/start`),
   stop: (id: string) => sendJson<Agent>('POST', `${a(id)}/stop`),
   rebuild: (id: string) => sendJson<Agent>('POST', `${a(id)}/rebuild`),
+  /** Restarts the agent's lifetime from now (its own `ttlMinutes`). */
+  keepAlive: (id: string) => sendJson<Agent>('POST', `${a(id)}/keep-alive`, {}),
   /** Runs the preset's setup script again (409 when the agent has none). */
   runSetup: (id: string) => sendJson<unknown>('POST', `${a(id)}/setup`),
 

@@ -14,6 +14,8 @@ export type StreamStatus = 'connecting' | 'live' | 'reconnecting';
 
 class AgentStore {
   readonly agents = new Map<string, Agent>();
+  /** The `expiresAt` each agent's `expiring` event told of (a keep-alive moves the deadline past it). */
+  readonly expiring = new Map<string, string>();
   /** Ids deleted while this page was open (so an agent page can say so). */
   readonly deleted = new Set<string>();
   loaded = false;
@@ -122,6 +124,19 @@ class AgentStore {
     this.emit();
   }
 
+  /** An `expiring` event: the agent is destroyed in a minute or less unless kept alive. */
+  private onExpiring(id: string, expiresAt: string): void {
+    this.expiring.set(id, expiresAt);
+    const a = this.agents.get(id);
+    if (a && !this.deleted.has(id) && a.expiresAt !== expiresAt) this.agents.set(id, { ...a, expiresAt });
+    this.emit();
+  }
+
+  /** Whether the agent's current deadline is the one its `expiring` event told of. */
+  toldExpiring(a: Agent): boolean {
+    return !!a.expiresAt && this.expiring.get(a.id) === a.expiresAt;
+  }
+
   private onDeleted(id: string): void {
     if (this.pending) this.pending.push((m) => m.delete(id));
     this.deleted.add(id);
@@ -215,6 +230,14 @@ class AgentStore {
         for (const fn of [...(this.eventListeners.get(name) ?? [])]) fn(data);
       });
     }
+    es.addEventListener('expiring', (ev) => {
+      try {
+        const { id, expiresAt } = JSON.parse((ev as MessageEvent<string>).data) as { id: string; expiresAt: string };
+        if (id && expiresAt) this.onExpiring(id, expiresAt);
+      } catch {
+        /* ignore a malformed event */
+      }
+    });
     es.addEventListener('deleted', (ev) => {
       try {
         const { id } = JSON.parse((ev as MessageEvent<string>).data) as { id: string };

@@ -9,6 +9,7 @@ from agenthold import (
     AsyncAgent,
     CommandExitError,
     CommandTimeout,
+    InvalidRequest,
 )
 
 from .conftest import unique
@@ -41,6 +42,19 @@ def test_cwd_env_and_stdin(agent: Agent) -> None:
     )
     assert r.stdout.splitlines()[0].endswith("/" + d)
     assert r.stdout.splitlines()[1:] == ["hello", "in"]
+
+
+def test_a_reserved_env_name_is_refused_as_update_refuses_it(fresh: Agent) -> None:
+    with pytest.raises(InvalidRequest) as by_update:
+        fresh.update(env={"HTTP_PROXY": "x"})
+    with pytest.raises(InvalidRequest) as by_run:
+        fresh.commands.run("true", env={"HTTP_PROXY": "x"})
+    with pytest.raises(InvalidRequest) as by_start:
+        fresh.commands.run("true", env={"HTTP_PROXY": "x"}, background=True)
+    for refused in (by_run, by_start):
+        assert refused.value.field == "env"
+        assert str(refused.value) == str(by_update.value)
+    assert fresh.commands.list() == [], "the refused process never started"
 
 
 def test_check_raises_on_non_zero_exit(agent: Agent) -> None:
@@ -95,8 +109,6 @@ def test_streamed_runs_raise_like_plain_ones(agent: Agent) -> None:
 def test_bad_argument_combinations_are_refused_before_sending(agent: Agent) -> None:
     with pytest.raises(TypeError):
         agent.commands.run("cat", stdin=True)  # type: ignore[call-overload]
-    with pytest.raises(TypeError):
-        agent.commands.run("cat", background=True, on_stdout=print)  # type: ignore[call-overload]
     with pytest.raises(ValueError):
         agent.commands.run("  ")
 

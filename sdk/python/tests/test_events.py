@@ -6,6 +6,8 @@ agent in it), so the stream is subscribed before the test makes what it waits fo
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import uuid
 
 from agenthold import (
@@ -20,6 +22,9 @@ from agenthold import (
 )
 
 from .conftest import unique
+
+#: How long a stream closed elsewhere may take to end its reader's iteration.
+CLOSE_DEADLINE = 10.0
 
 
 def test_events_bring_agent_pull_process_and_deleted_events(client: Client, agent: Agent) -> None:
@@ -64,3 +69,60 @@ async def test_async_events(aclient: AsyncClient, aagent: AsyncAgent) -> None:
         async for ev in events:
             if isinstance(ev, DeletedEvent) and ev.id == a.id:
                 break
+
+
+def test_a_stream_closed_from_another_thread_ends_its_blocked_reader(
+    client: Client, agent: Agent
+) -> None:
+    events = client.events()  # no read timeout: only close() can end the wait
+    first = threading.Event()
+    seen: list[object] = []
+    failed: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            for ev in events:
+                seen.append(ev)
+                first.set()
+        except BaseException as e:
+            failed.append(e)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert first.wait(CLOSE_DEADLINE), "no snapshot event"
+    # The reader now iterates on, waiting for the next event (the snapshot has at least the
+    # shared agent); this thread closes the stream under it.
+    events.close()
+    reader.join(CLOSE_DEADLINE)
+    assert not reader.is_alive(), "the reader still blocks after close()"
+    assert failed == [] and events.closed
+    assert isinstance(seen[0], AgentEvent)
+    events.close()  # twice is fine
+    assert list(events) == []
+
+
+async def test_an_async_stream_closed_from_another_task_ends_its_reader(
+    aclient: AsyncClient, aagent: AsyncAgent
+) -> None:
+    events = aclient.events()
+    first = asyncio.Event()
+
+    async def read() -> int:
+        n = 0
+        async for _ in events:
+            n += 1
+            first.set()
+        return n
+
+    reader = asyncio.create_task(read())
+    await asyncio.wait_for(first.wait(), CLOSE_DEADLINE)
+    await events.aclose()
+    assert await asyncio.wait_for(reader, CLOSE_DEADLINE) >= 1
+
+    # close() from another thread wakes an async reader too.
+    events = aclient.events()
+    reader = asyncio.create_task(read())
+    first.clear()
+    await asyncio.wait_for(first.wait(), CLOSE_DEADLINE)
+    await asyncio.to_thread(events.close)
+    assert await asyncio.wait_for(reader, CLOSE_DEADLINE) >= 1

@@ -133,3 +133,18 @@ def test_the_words_are_the_servers(ours: Any, theirs: Any) -> None:
 def test_each_session_event_name_has_its_class() -> None:
     names = {cls.event for cls in typing.get_args(models.ConversationEvent) if "event" in vars(cls)}
     assert names == set(typing.get_args(_wire.SessionEventKind))
+
+
+def test_states_and_types_are_literals() -> None:
+    # The states from the server's document; a path's type (a string there) as the docs say.
+    hints = {
+        (models.AgentInfo, "state"): _wire.AgentState,
+        (models.Process, "state"): _wire.ProcessState,
+        (models.DirEntry, "type"): models.FileType,
+        (models.FileInfo, "type"): models.FileType,
+    }
+    for (model, name), want in hints.items():
+        hint = typing.get_type_hints(model)[name]
+        assert typing.get_origin(hint) is typing.Literal, (model, name)
+        assert typing.get_args(hint) == typing.get_args(want), (model, name)
+    assert set(typing.get_args(models.FileType)) == {"file", "dir", "symlink", "other"}

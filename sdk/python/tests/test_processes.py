@@ -3,6 +3,8 @@ stream is cut), kill, wait and remove."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from agenthold import (
@@ -16,6 +18,7 @@ from agenthold import (
     OutputChunk,
     OutputGap,
     ProcessHandle,
+    ProcessResult,
 )
 
 from .conftest import CuttingProxy, Server, unique
@@ -100,6 +103,58 @@ def test_kill_wait_list_get_and_remove(agent: Agent) -> None:
         agent.commands.get(h.id)
 
 
+def test_callbacks_of_a_background_process_get_its_output_as_it_comes(agent: Agent) -> None:
+    out: list[str] = []
+    err: list[str] = []
+    first = threading.Event()
+
+    def on_stdout(text: str) -> None:
+        out.append(text)
+        first.set()
+
+    h = agent.commands.run(
+        "echo one; cat; printf 'caf\\303' ; printf '\\251\\n'; echo oops >&2",
+        background=True,
+        stdin=True,
+        on_stdout=on_stdout,
+        on_stderr=err.append,
+    )
+    # "one" reaches the callback while the process still runs (cat waits for its stdin).
+    assert first.wait(WAIT), "no output reached on_stdout while the process ran"
+    assert h.refresh().running and "".join(out) == "one\n"
+    h.send_stdin("two\n", eof=True)
+    p = h.wait(timeout=WAIT)  # returns once the callbacks have had everything
+    assert (p.state, p.exit_code) == ("exited", 0)
+    assert "".join(out) == "one\ntwo\ncafé\n" and "".join(err) == "oops\n"
+
+
+def test_wait_with_output_returns_stdout_and_stderr(agent: Agent) -> None:
+    h = agent.commands.run("echo out; echo err >&2; exit 3", background=True)
+    r = h.wait(timeout=WAIT, with_output=True)
+    assert isinstance(r, ProcessResult)
+    assert (r.stdout, r.stderr, r.exit_code, r.ok, r.incomplete) == (
+        "out\n",
+        "err\n",
+        3,
+        False,
+        False,
+    )
+    assert r.process.state == "exited" and h.info.state == "exited"
+    killed = agent.commands.run("sleep 300", background=True)
+    killed.kill()
+    r = killed.wait(timeout=WAIT, with_output=True)
+    assert (r.exit_code, r.process.signal, r.stdout) == (None, "TERM", "")
+
+
+def test_a_callback_that_raises_is_raised_by_wait(agent: Agent) -> None:
+    def boom(_: str) -> None:
+        raise RuntimeError("from the callback")
+
+    h = agent.commands.run("echo x", background=True, on_stdout=boom)
+    with pytest.raises(RuntimeError, match="from the callback"):
+        h.wait(timeout=WAIT)
+
+
 def test_a_process_timeout_kills_it(agent: Agent) -> None:
     h = agent.commands.run("sleep 300", background=True, timeout=0.3)
     p = h.wait(timeout=WAIT)
@@ -153,6 +208,22 @@ async def test_async_stdin_output_wait(aagent: AsyncAgent) -> None:
     assert (await h.refresh()).state == "exited"
     again = [c async for c in h.output(offset=2, follow=False)]
     assert b"".join(c[2] for c in chunks(again)) == b"e\ntwo\n"
+
+
+async def test_async_background_callbacks_and_wait_with_output(aagent: AsyncAgent) -> None:
+    out: list[str] = []
+    err: list[str] = []
+
+    async def on_stderr(text: str) -> None:
+        err.append(text)
+
+    h = await aagent.commands.run(
+        "echo a; echo b >&2; echo c", background=True, on_stdout=out.append, on_stderr=on_stderr
+    )
+    r = await h.wait(timeout=WAIT, with_output=True)
+    assert ("".join(out), "".join(err)) == ("a\nc\n", "b\n")
+    assert (r.stdout, r.stderr, r.exit_code, r.ok) == ("a\nc\n", "b\n", 0, True)
+    assert (await h.wait(timeout=WAIT)).state == "exited"
 
 
 async def test_async_kill_list_get_remove(aagent: AsyncAgent) -> None:

@@ -279,5 +279,16 @@ mod tests {
                 "{schema}"
             );
         }
+        // One rule for an `env`'s names, an agent's or one command's.
+        for schema in ["CreateAgent", "UpdateAgent", "ExecBody", "StartProcess"] {
+            let pattern = doc.pointer(&format!(
+                "/components/schemas/{schema}/properties/env/propertyNames/pattern"
+            ));
+            assert_eq!(
+                pattern.and_then(Value::as_str),
+                Some(crate::agents::env::NAME_PATTERN),
+                "{schema}"
+            );
+        }
     }
 }

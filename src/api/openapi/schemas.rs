@@ -109,6 +109,19 @@ pub(super) fn agent_env(doc: &mut Value) {
             slot.extend(rules.clone());
         }
     }
+    // One command's `env`: the same names (`agents::env::check_names`), values without NUL; its
+    // count and lengths are bounded by exec's size limits (`413`), not by these.
+    let command_env = json!({
+        "propertyNames": {"pattern": crate::agents::env::NAME_PATTERN},
+        "additionalProperties": {"type": "string", "pattern": "^[^\\u0000]*$"},
+    });
+    for schema in ["ExecBody", "StartProcess"] {
+        if let (Some(Value::Object(slot)), Value::Object(rules)) =
+            (property(doc, schema, "env"), &command_env)
+        {
+            slot.extend(rules.clone());
+        }
+    }
 }
 
 /// An agent's labels, as `agents::labels::check` takes them.

@@ -23,7 +23,9 @@ pub struct ExecBody {
     /// Working directory; /home/agent by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
-    /// Counted with `command` towards its 1 MiB; each `KEY=VALUE` at most 131071 bytes.
+    /// Counted with `command` towards its 1 MiB; each `KEY=VALUE` at most 131071 bytes. Names
+    /// as an agent's `env` takes them (the egress proxy's variables and `AGENTHOLD_*` are
+    /// reserved: `400`, `field` `env`, the same message).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<BTreeMap<String, String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

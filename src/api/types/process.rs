@@ -24,6 +24,7 @@ pub struct StartProcess {
     /// Working directory; /home/agent by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
+    /// As `exec`'s `env`: the names an agent's `env` takes, within exec's size limits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<BTreeMap<String, String>>,
     /// A name of your own (1 to 64 of letters, digits, `.`, `_`, `-`, starting with a letter or

@@ -335,3 +335,14 @@ pub fn free_bytes(path: &std::path::Path) -> u64 {
     let st = nix::sys::statvfs::statvfs(path).expect("statvfs");
     st.blocks_available() as u64 * st.fragment_size() as u64
 }
+
+/// The error `path` answers to a body with `env` = `{name: "x"}`, checked to be a `400` about
+/// `env`: its message, to be compared with the other routes'.
+pub async fn env_refusal(s: &TestServer, method: &str, path: &str, body: Value) -> String {
+    let r = s.send(method, path, &body).await;
+    assert_eq!(r.status().as_u16(), 400, "{method} {path}");
+    let answer: Value = r.json().await.expect("error body is JSON");
+    assert_eq!(answer["error"]["code"], "invalid", "{answer}");
+    assert_eq!(answer["error"]["field"], "env", "{answer}");
+    answer["error"]["message"].as_str().unwrap().to_string()
+}

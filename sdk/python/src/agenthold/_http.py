@@ -9,8 +9,10 @@ it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
+import socket
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -144,6 +146,24 @@ def raise_for(response: httpx.Response) -> None:
     except ValueError:
         body = None
     raise error_for(response.status_code, body, response.text[:2000])
+
+
+def shut_down(response: httpx.Response) -> bool:
+    """Wakes a reader blocked on the response, from any thread: shuts its socket down (closing
+    a socket another thread reads does not wake that thread; a shutdown does). ``False`` when
+    the response has no socket to shut (a custom transport)."""
+    stream = response.extensions.get("network_stream")
+    try:
+        sock: Any = stream.get_extra_info("socket") if stream is not None else None
+    except Exception:  # a stream without one
+        sock = None
+    # A socket.socket, or asyncio's TransportSocket around one (which has shutdown too).
+    shutdown = getattr(sock, "shutdown", None)
+    if not callable(shutdown):
+        return False
+    with contextlib.suppress(OSError):  # already closed
+        shutdown(socket.SHUT_RDWR)
+    return True
 
 
 def network_error(e: httpx.TransportError) -> NetworkError:

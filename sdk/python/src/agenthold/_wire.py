@@ -284,7 +284,9 @@ class ExecBody(TypedDict, closed=True):
     """
     env: NotRequired[dict[str, str]]
     """
-    Counted with `command` towards its 1 MiB; each `KEY=VALUE` at most 131071 bytes.
+    Counted with `command` towards its 1 MiB; each `KEY=VALUE` at most 131071 bytes. Names
+    as an agent's `env` takes them (the egress proxy's variables and `AGENTHOLD_*` are
+    reserved: `400`, `field` `env`, the same message).
     """
     stdin: NotRequired[str | None]
     timeoutMs: NotRequired[int | None]
@@ -699,6 +701,9 @@ class StartProcess(TypedDict, closed=True):
     Working directory; /home/agent by default.
     """
     env: NotRequired[dict[str, str]]
+    """
+    As `exec`'s `env`: the names an agent's `env` takes, within exec's size limits.
+    """
     keepAwake: NotRequired[bool]
     """
     While it runs, the agent does not fall asleep (a quiet process otherwise lets it).

@@ -88,10 +88,7 @@ def _process_body(
     stdin: str | bool | None,
     tag: str | None,
     keep_awake: bool,
-    callbacks: bool,
 ) -> dict[str, Any]:
-    if callbacks:
-        raise TypeError("on_stdout/on_stderr need background=False; read handle.output()")
     if stdin is not None and not isinstance(stdin, bool):
         raise TypeError("a background process takes stdin=True and then handle.send_stdin()")
     body = _body(command, cwd, env, timeout)
@@ -188,6 +185,8 @@ class Commands:
         stdin: bool = False,
         tag: str | None = None,
         keep_awake: bool = False,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
     ) -> ProcessHandle: ...
 
     def run(
@@ -215,13 +214,17 @@ class Commands:
         With ``background=True`` it returns a :class:`ProcessHandle` at once instead: the
         process runs on by itself (``timeout`` then kills it when up; ``stdin=True`` keeps a
         pipe to its stdin; ``tag`` names it; ``keep_awake`` keeps the agent awake meanwhile).
+        ``on_stdout``/``on_stderr`` then get its output as it arrives, from a thread of the
+        handle's own, until it ends; ``handle.wait()`` also waits for them to have it all.
+        ``handle.wait(with_output=True)`` returns its ``stdout`` and ``stderr`` too.
         """
         if background:
-            body = _process_body(
-                command, cwd, env, timeout, stdin, tag, keep_awake, bool(on_stdout or on_stderr)
-            )
+            body = _process_body(command, cwd, env, timeout, stdin, tag, keep_awake)
             info = self._t.json("POST", f"{self._base}/processes", json=body)
-            return ProcessHandle(self._t, self._agent_id, Process.from_json(info))
+            handle = ProcessHandle(self._t, self._agent_id, Process.from_json(info))
+            if on_stdout is not None or on_stderr is not None:
+                handle._follow(on_stdout, on_stderr)
+            return handle
         body = _exec_body(command, cwd, env, timeout, stdin)
         if on_stdout is None and on_stderr is None:
             answer = self._t.json(
@@ -293,6 +296,8 @@ class AsyncCommands:
         stdin: bool = False,
         tag: str | None = None,
         keep_awake: bool = False,
+        on_stdout: AsyncOutputCallback | None = None,
+        on_stderr: AsyncOutputCallback | None = None,
     ) -> AsyncProcessHandle: ...
 
     async def run(
@@ -310,13 +315,14 @@ class AsyncCommands:
         tag: str | None = None,
         keep_awake: bool = False,
     ) -> CommandResult | AsyncProcessHandle:
-        """See :meth:`Commands.run`."""
+        """See :meth:`Commands.run`; a background process's callbacks run in a task."""
         if background:
-            body = _process_body(
-                command, cwd, env, timeout, stdin, tag, keep_awake, bool(on_stdout or on_stderr)
-            )
+            body = _process_body(command, cwd, env, timeout, stdin, tag, keep_awake)
             info = await self._t.json("POST", f"{self._base}/processes", json=body)
-            return AsyncProcessHandle(self._t, self._agent_id, Process.from_json(info))
+            handle = AsyncProcessHandle(self._t, self._agent_id, Process.from_json(info))
+            if on_stdout is not None or on_stderr is not None:
+                handle._follow(on_stdout, on_stderr)
+            return handle
         body = _exec_body(command, cwd, env, timeout, stdin)
         if on_stdout is None and on_stderr is None:
             answer = await self._t.json(

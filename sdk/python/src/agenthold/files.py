@@ -9,10 +9,8 @@ the server accepts (``max_file_mb``) passes through in constant memory.
 from __future__ import annotations
 
 import builtins
-import contextlib
 import inspect
 import json
-import socket
 import threading
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping
 from contextlib import AsyncExitStack, ExitStack
@@ -21,7 +19,7 @@ from typing import IO, Any, Literal, overload
 
 import httpx
 
-from ._http import AsyncTransport, SyncTransport, seg
+from ._http import AsyncTransport, SyncTransport, seg, shut_down
 from ._lines import SseDecoder
 from .models import DirEntry, FileEvent, FileInfo, FileWritten
 
@@ -147,16 +145,6 @@ def _event(data: str) -> FileEvent | None:
         return None
 
 
-def _shut_down(response: httpx.Response) -> None:
-    """Wakes a reader blocked on the response, from any thread: shuts its socket down (closing
-    a socket another thread reads does not wake that thread; a shutdown does)."""
-    stream = response.extensions.get("network_stream")
-    sock = stream.get_extra_info("socket") if stream is not None else None
-    if isinstance(sock, socket.socket):
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
-
-
 class WatchHandle:
     """The changes under a directory (``files.watch_dir``): iterate for
     :class:`~agenthold.models.FileEvent` values. ``close()`` ends it, from any thread (an
@@ -192,7 +180,7 @@ class WatchHandle:
         if self._closed.is_set():
             return
         self._closed.set()
-        _shut_down(self._response)
+        shut_down(self._response)
         # The reading thread (if any) lets go of the connection; without one, it is let go here.
         if self._lock.acquire(blocking=False):
             try:
@@ -238,7 +226,7 @@ class AsyncWatchHandle:
         if self._closed:
             return
         self._closed = True
-        _shut_down(self._response)
+        shut_down(self._response)
         await self._stack.aclose()
 
     async def __aenter__(self) -> AsyncWatchHandle:

@@ -16,10 +16,13 @@ from datetime import datetime
 from typing import Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
+from . import _wire
 from ._decode import decode, parse_time, read
 
 __all__ = [
     "AgentState",
+    "ProcessState",
+    "ProcessResult",
     "EgressRules",
     "PullProgress",
     "AgentInfo",
@@ -70,9 +73,10 @@ __all__ = [
     "PromptResult",
 ]
 
-AgentState = Literal[
-    "creating", "starting", "running", "stopping", "sleeping", "rebuilding", "destroying", "error"
-]
+#: An agent's states, as the server's OpenAPI document lists them.
+AgentState = _wire.AgentState
+#: A background process's states: ``running``, ``exited``, ``killed``, ``lost``.
+ProcessState = _wire.ProcessState
 #: States an operation is under way in: a wait goes on through them.
 TRANSIENT_STATES = frozenset({"creating", "starting", "stopping", "rebuilding", "destroying"})
 
@@ -115,7 +119,7 @@ class PullProgress:
 @dataclass(frozen=True)
 class SetupStatus:
     """The preset's setup script's last run: a background process tagged ``setup`` (its
-    output: ``agent.commands.process("setup")``)."""
+    output: ``agent.commands.get("setup").output()``)."""
 
     #: ``running``, ``done`` or ``failed``.
     state: str
@@ -165,7 +169,7 @@ class AgentInfo:
 
     id: str
     name: str
-    state: str
+    state: AgentState
     image: str = ""
     cpus: float = 0.0
     memory_mb: int = 0
@@ -329,7 +333,7 @@ class Process:
     """
 
     id: str
-    state: str
+    state: ProcessState
     command: tuple[str, ...] = ()
     tag: str | None = None
     pid: int | None = None
@@ -353,6 +357,29 @@ class Process:
     @classmethod
     def from_json(cls, d: Any) -> Process:
         return decode(cls, d)
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    """An ended background process with its output: ``handle.wait(with_output=True)``.
+
+    ``stdout`` and ``stderr`` are the output the server still kept (invalid UTF-8 replaced);
+    ``incomplete`` says some had left its buffer first (``server.process_output_kb``).
+    """
+
+    process: Process
+    stdout: str = ""
+    stderr: str = ""
+    incomplete: bool = False
+
+    @property
+    def exit_code(self) -> int | None:
+        """The exit code; ``None`` when a signal ended it (``process.signal``)."""
+        return self.process.exit_code
+
+    @property
+    def ok(self) -> bool:
+        return self.process.state == "exited" and self.process.exit_code == 0
 
 
 @dataclass(frozen=True)
@@ -392,12 +419,16 @@ class OutputGap:
     end: int
 
 
+#: What a path is (``files.list``'s ``DirEntry.type``, ``files.stat``'s ``FileInfo.type``).
+FileType = Literal["file", "dir", "symlink", "other"]
+
+
 @dataclass(frozen=True)
 class DirEntry:
     """One entry of ``files.list``; ``type`` is ``file``, ``dir``, ``symlink`` or ``other``."""
 
     name: str
-    type: str
+    type: FileType
     size: int = 0
     mode: int = 0
     mtime: datetime | None = None
@@ -411,7 +442,6 @@ class DirEntry:
         return decode(cls, d)
 
 
-FileType = Literal["file", "dir", "symlink", "other"]
 FileEventType = Literal["create", "write", "remove", "rename", "gap"]
 
 

@@ -9,9 +9,12 @@ when the stream is cut it asks again from the offset after the last byte it deli
 from __future__ import annotations
 
 import asyncio
+import codecs
+import inspect
+import threading
 import time
-from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, Literal, overload
 
 import httpx
 
@@ -25,11 +28,13 @@ from .errors import (
     Unavailable,
     error_for,
 )
-from .models import OutputChunk, OutputGap, Process
+from .models import OutputChunk, OutputGap, Process, ProcessResult
 
 __all__ = ["ProcessHandle", "AsyncProcessHandle", "Output"]
 
 Output = OutputChunk | OutputGap
+Callback = Callable[[str], Any]
+AsyncCallback = Callable[[str], Awaitable[Any] | Any]
 
 #: The longest single ``…/wait`` request; longer waits are several of them.
 WAIT_SLICE = 30.0
@@ -87,6 +92,33 @@ class _OutputState:
         return min(0.1 * 2.0 ** (self.resumes - 1), 2.0)
 
 
+class _Texts:
+    """A process's output as text, stream by stream: a character cut between two chunks is
+    decoded whole once its end arrives; invalid UTF-8 is replaced."""
+
+    def __init__(self) -> None:
+        utf8 = codecs.getincrementaldecoder("utf-8")
+        self._decoders = {"stdout": utf8(errors="replace"), "stderr": utf8(errors="replace")}
+        self.parts: dict[str, list[str]] = {"stdout": [], "stderr": []}
+        self.gap = False
+
+    def text(self, chunk: OutputChunk) -> str:
+        return self._decoders[chunk.stream].decode(chunk.data)
+
+    def rest(self, stream: str) -> str:
+        return self._decoders[stream].decode(b"", final=True)
+
+    def add(self, item: Output) -> None:
+        if isinstance(item, OutputGap):
+            self.gap = True
+        else:
+            self.parts[item.stream].append(self.text(item))
+
+    def result(self, process: Process) -> ProcessResult:
+        out, err = ("".join(self.parts[s]) + self.rest(s) for s in ("stdout", "stderr"))
+        return ProcessResult(process, stdout=out, stderr=err, incomplete=self.gap)
+
+
 def _params(offset: int, follow: bool) -> dict[str, str]:
     return {"offset": str(offset), "follow": "true" if follow else "false"}
 
@@ -128,17 +160,82 @@ class ProcessHandle(_HandleBase):
     def __init__(self, transport: SyncTransport, agent_id: str, info: Process) -> None:
         super().__init__(agent_id, info)
         self._t = transport
+        self._follower: threading.Thread | None = None
+        self._follow_error: BaseException | None = None
+
+    def _follow(self, on_stdout: Callback | None, on_stderr: Callback | None) -> None:
+        """Hands the output to the callbacks as it arrives, from a thread of its own, until the
+        process ends (``run(..., background=True, on_stdout=…)``)."""
+
+        def follow() -> None:
+            texts = _Texts()
+            callbacks = {"stdout": on_stdout, "stderr": on_stderr}
+            try:
+                for item in self.output(offset=0, follow=True):
+                    callback = callbacks.get(getattr(item, "stream", ""))
+                    if isinstance(item, OutputChunk) and callback is not None:
+                        text = texts.text(item)
+                        if text:
+                            callback(text)
+                for stream, callback in callbacks.items():
+                    rest = texts.rest(stream)
+                    if rest and callback is not None:
+                        callback(rest)
+            except BaseException as e:  # raised by wait()
+                self._follow_error = e
+
+        self._follower = threading.Thread(
+            target=follow, name=f"agenthold-output-{self.id}", daemon=True
+        )
+        self._follower.start()
 
     def refresh(self) -> Process:
         self.info = Process.from_json(self._t.json("GET", self._path))
         return self.info
 
-    def wait(self, timeout: float | None = None) -> Process:
-        """Waits until the process has ended and returns it (``exit_code`` or ``signal``).
+    @overload
+    def wait(
+        self, timeout: float | None = None, *, with_output: Literal[False] = False
+    ) -> Process: ...
+
+    @overload
+    def wait(
+        self, timeout: float | None = None, *, with_output: Literal[True]
+    ) -> ProcessResult: ...
+
+    def wait(
+        self, timeout: float | None = None, *, with_output: bool = False
+    ) -> Process | ProcessResult:
+        """Waits until the process has ended and returns it (``exit_code`` or ``signal``);
+        with ``with_output=True``, a :class:`ProcessResult`: the process with its ``stdout``
+        and ``stderr`` as text.
+
+        When it was started with ``on_stdout``/``on_stderr``, this also waits until the
+        callbacks have had all its output (and raises what a callback raised).
 
         Raises :class:`CommandTimeout` (with ``process``, still running) when ``timeout``
         seconds pass first; the process goes on.
         """
+        start = time.monotonic()
+        process = self._wait(timeout)
+        if self._follower is not None:
+            left = None if timeout is None else max(0.0, timeout - (time.monotonic() - start))
+            self._follower.join(left)
+            if self._follower.is_alive():
+                raise CommandTimeout(
+                    f"the output of process {self.id} was still being read after {timeout} s",
+                    process=process,
+                )
+            if self._follow_error is not None:
+                raise self._follow_error
+        if not with_output:
+            return process
+        texts = _Texts()
+        for item in self.output(offset=0, follow=False):
+            texts.add(item)
+        return texts.result(process)
+
+    def _wait(self, timeout: float | None) -> Process:
         start = time.monotonic()
         while True:
             remaining = None if timeout is None else max(0.0, timeout - (time.monotonic() - start))
@@ -231,13 +328,65 @@ class AsyncProcessHandle(_HandleBase):
     def __init__(self, transport: AsyncTransport, agent_id: str, info: Process) -> None:
         super().__init__(agent_id, info)
         self._t = transport
+        self._follower: asyncio.Task[None] | None = None
+
+    def _follow(self, on_stdout: AsyncCallback | None, on_stderr: AsyncCallback | None) -> None:
+        """See :meth:`ProcessHandle._follow`: a task of its own; callbacks may be ``async``."""
+
+        async def call(callback: AsyncCallback | None, text: str) -> None:
+            if callback is not None and text:
+                out = callback(text)
+                if inspect.isawaitable(out):
+                    await out
+
+        async def follow() -> None:
+            texts = _Texts()
+            callbacks = {"stdout": on_stdout, "stderr": on_stderr}
+            async for item in self.output(offset=0, follow=True):
+                if isinstance(item, OutputChunk):
+                    await call(callbacks[item.stream], texts.text(item))
+            for stream, callback in callbacks.items():
+                await call(callback, texts.rest(stream))
+
+        self._follower = asyncio.get_running_loop().create_task(follow())
 
     async def refresh(self) -> Process:
         self.info = Process.from_json(await self._t.json("GET", self._path))
         return self.info
 
-    async def wait(self, timeout: float | None = None) -> Process:
+    @overload
+    async def wait(
+        self, timeout: float | None = None, *, with_output: Literal[False] = False
+    ) -> Process: ...
+
+    @overload
+    async def wait(
+        self, timeout: float | None = None, *, with_output: Literal[True]
+    ) -> ProcessResult: ...
+
+    async def wait(
+        self, timeout: float | None = None, *, with_output: bool = False
+    ) -> Process | ProcessResult:
         """See :meth:`ProcessHandle.wait`."""
+        start = time.monotonic()
+        process = await self._wait(timeout)
+        if self._follower is not None:
+            left = None if timeout is None else max(0.0, timeout - (time.monotonic() - start))
+            done, _ = await asyncio.wait({self._follower}, timeout=left)
+            if not done:
+                raise CommandTimeout(
+                    f"the output of process {self.id} was still being read after {timeout} s",
+                    process=process,
+                )
+            self._follower.result()  # what a callback raised
+        if not with_output:
+            return process
+        texts = _Texts()
+        async for item in self.output(offset=0, follow=False):
+            texts.add(item)
+        return texts.result(process)
+
+    async def _wait(self, timeout: float | None) -> Process:
         start = time.monotonic()
         while True:
             remaining = None if timeout is None else max(0.0, timeout - (time.monotonic() - start))
