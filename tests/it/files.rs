@@ -669,6 +669,34 @@ async fn watch_reports_changes_as_they_happen() {
         &[("create", format!("{home}/sub/inner"))],
     )
     .await;
+    // A tree made faster than a watch can be added to each new directory: what was in one before
+    // its watch is reported all the same (in no set order, a file perhaps twice).
+    s.exec_ok(
+        &id,
+        &[
+            "sh",
+            "-c",
+            "mkdir -p w/fast/deeper/a/b && touch w/fast/x w/fast/deeper/a/b/y",
+        ],
+    )
+    .await;
+    let mut missing: std::collections::BTreeSet<String> = [
+        "fast",
+        "fast/x",
+        "fast/deeper",
+        "fast/deeper/a",
+        "fast/deeper/a/b",
+        "fast/deeper/a/b/y",
+    ]
+    .iter()
+    .map(|p| format!("{home}/{p}"))
+    .collect();
+    let done = tokio::time::Instant::now() + WATCH_LATENCY * 10;
+    while !missing.is_empty() {
+        let (k, data) = events.next(done).await;
+        assert_eq!(k, "create", "{data}");
+        missing.remove(data["path"].as_str().unwrap_or_default());
+    }
     drop(events);
 
     // Not directories, not there, or not the home's.

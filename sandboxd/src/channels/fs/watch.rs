@@ -124,20 +124,27 @@ struct Added {
     watches: Vec<(i32, (WatchDescriptor, String))>,
     /// The budget ran out before every directory was watched.
     truncated: bool,
+    /// With `existing`: what the tree held once its watches were in place, by path.
+    existing: Vec<String>,
 }
 
 /// Adds a watch on `root` (open as the account, on the account's thread) and, with `recursive`,
-/// on every directory below it the account may read.
+/// on every directory below it the account may read. With `existing`, also lists what each
+/// directory holds once its watch is in place: for a directory made while the channel runs,
+/// what was made in it before its watch was added would otherwise never be reported (`mkdir d
+/// && touch d/x` is faster than the watcher).
 fn add_tree(
     watches: &mut Watches,
     root: OwnedFd,
     logical: String,
     recursive: bool,
+    existing: bool,
     held: &Held,
 ) -> io::Result<Added> {
     let mut added = Added {
         watches: Vec::new(),
         truncated: false,
+        existing: Vec::new(),
     };
     if !held.take() {
         added.truncated = true;
@@ -168,6 +175,9 @@ fn add_tree(
             let Some(name) = name_of(dirent.file_name()) else {
                 continue;
             };
+            if existing {
+                added.existing.push(join(&path, name));
+            }
             let is_dir = match dirent.file_type() {
                 Some(t) => t == Type::Directory,
                 None => fstatat(&at, name, AtFlags::AT_SYMLINK_NOFOLLOW)
@@ -236,6 +246,7 @@ async fn add_as_account(
     held: &Held,
     path: String,
     recursive: bool,
+    existing: bool,
 ) -> Result<Added, ChannelError> {
     let (mut watches, held) = (watches.clone(), held.clone());
     as_account(sb, &path, move |r, loc| {
@@ -243,7 +254,7 @@ async fn add_as_account(
             .open_path(OFlag::O_RDONLY | OFlag::O_DIRECTORY)
             .map_err(io_err(&r.logical))?;
         let logical = r.logical.display().to_string();
-        add_tree(&mut watches, fd, logical, recursive, &held).map_err(io_err(&r.logical))
+        add_tree(&mut watches, fd, logical, recursive, existing, &held).map_err(io_err(&r.logical))
     })
     .await
 }
@@ -270,7 +281,7 @@ pub async fn watch(sb: Sandbox, s: MuxStream, path: String, recursive: bool) {
         }
     };
     let watches = events.watches();
-    let added = match add_as_account(&sb, &watches, &held, path, recursive).await {
+    let added = match add_as_account(&sb, &watches, &held, path, recursive, false).await {
         Ok(a) if a.truncated => {
             let busy = ChannelError::new(
                 ErrorCode::Busy,
@@ -487,8 +498,11 @@ async fn serve(
                     open &= queue.push(e);
                 }
                 if let Some(dir) = out.add {
-                    match add_as_account(sb, &state.watches, &state.held, dir.clone(), true).await {
+                    match add_as_account(sb, &state.watches, &state.held, dir.clone(), true, true).await {
                         Ok(added) => {
+                            for path in added.existing {
+                                open &= queue.push(WatchEvent { kind: WatchKind::Create, path });
+                            }
                             if added.truncated {
                                 open &= queue.push(WatchEvent { kind: WatchKind::Gap, path: dir });
                             }
