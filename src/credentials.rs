@@ -20,15 +20,23 @@ pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
-/// The value of cookie `name` in a request's `Cookie` headers.
-pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+/// The value of cookie `name` in a request's `Cookie` headers (the first, when there are
+/// several: see [`cookies`]).
+pub fn cookie<'a>(headers: &'a HeaderMap, name: &'a str) -> Option<&'a str> {
+    cookies(headers, name).next()
+}
+
+/// Every value of cookie `name`. A browser sends one per scope that matches (a host's own and
+/// one a sibling host set for the parent domain), so a check takes any value that verifies
+/// rather than the first, which a neighbour could have planted.
+pub fn cookies<'a>(headers: &'a HeaderMap, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == name)
+        .filter(move |(k, _)| *k == name)
         .map(|(_, v)| v)
 }
 

@@ -52,10 +52,12 @@ pub fn write_config(
     let api = free_port()?;
     let tunnel = free_port()?;
     let previews = free_port()?;
+    // 160 streams per agent: the previews case holds 100 WebSockets at once, more than the
+    // previews' share of the default 128 (all but 32, which stay the API's).
     let mut yaml = format!(
         "server:\n  listen: 127.0.0.1:{api}\n  data_dir: {data}\n  previews:\n    listen: 127.0.0.1:{previews}\n\
          sandbox:\n  driver: docker\n  default_image: {image}\n  default_cpus: 1\n  default_memory_mb: 512\n  \
-         process_output_kb: {process_kib}\n  \
+         process_output_kb: {process_kib}\n  max_streams_per_agent: 160\n  \
          tunnel_listen: 0.0.0.0:{tunnel}\n  egress:\n    port: 0\n    dns_port: 0\n    resolve: {{{name}: 127.0.0.1}}\n  docker:\n    name_prefix: {prefix}\n    network_pool: 10.214.0.0/16\n",
         data = dir.join("data").display(),
         name = EGRESS_NAME,

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use agenthold_proto::ListeningPort;
 use chrono::{SecondsFormat, Utc};
 use rand::RngCore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::lifecycle::{Lifecycle, LifecycleError};
@@ -70,7 +71,13 @@ pub struct Previews {
     closers: Mutex<HashMap<String, CancellationToken>>,
     /// Agents a preview request is waking, so a page that reloads does not start another wake.
     waking: Mutex<HashSet<String>>,
+    /// Each agent's share of its tunnel's streams for preview connections.
+    streams: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
+
+/// Streams of an agent's tunnel (`sandbox.max_streams_per_agent`) that previews leave to the
+/// API: however many connections its previews hold, exec, files and terminals still get in.
+const STREAMS_LEFT_TO_THE_API: usize = 32;
 
 impl Previews {
     /// The previews of `lc`'s agents, with the cookie key kept in the store (made now if this
@@ -101,6 +108,7 @@ impl Previews {
             api_port,
             closers: Mutex::new(HashMap::new()),
             waking: Mutex::new(HashSet::new()),
+            streams: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -220,6 +228,31 @@ impl Previews {
     /// Ends when preview `id` is deleted.
     pub fn closer(&self, id: &str) -> CancellationToken {
         self.closers().entry(id.to_string()).or_default().clone()
+    }
+
+    /// A place for one more preview connection to agent `id`, held as long as the connection;
+    /// `None` when its previews hold their whole share of the agent's streams.
+    pub fn stream_permit(&self, id: &str) -> Option<OwnedSemaphorePermit> {
+        let share = self
+            .lc
+            .config()
+            .sandbox
+            .max_streams_per_agent
+            .saturating_sub(STREAMS_LEFT_TO_THE_API)
+            .max(1);
+        let semaphore = self
+            .streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(id.to_string())
+            .or_insert_with(|| Arc::new(Semaphore::new(share)))
+            .clone();
+        semaphore.try_acquire_owned().ok()
+    }
+
+    /// Forgets what was kept for preview `id`'s connections, once it answers `410`.
+    pub fn forget(&self, id: &str) {
+        self.closers().remove(id);
     }
 
     /// Starts waking agent `id` for a preview unless a preview request already is; the wake

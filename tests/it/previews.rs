@@ -849,3 +849,110 @@ async fn the_preview_listener_cuts_slow_headers_and_refuses_a_huge_host() {
         .expect("request");
     assert_eq!(r.status(), 200);
 }
+
+#[tokio::test]
+async fn what_is_ours_never_reaches_the_app_whatever_let_the_request_in() {
+    let s = TestServer::start().await;
+    let app = app().await;
+    let agent = s.running_agent("ours").await;
+    // A public preview: the admin token a program sends along is still taken out.
+    let public = preview(&s, &agent, app.port(), "public").await;
+    let r = to(&s, &public.host, reqwest::Method::GET, "/headers")
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("request");
+    let seen: Value = r.json().await.expect("json");
+    assert!(seen["headers"].get("authorization").is_none(), "{seen}");
+    // Someone else's bearer is the app's business.
+    let r = to(&s, &public.host, reqwest::Method::GET, "/headers")
+        .bearer_auth("the-apps-own")
+        .send()
+        .await
+        .expect("request");
+    let seen: Value = r.json().await.expect("json");
+    assert_eq!(seen["headers"]["authorization"], "Bearer the-apps-own");
+
+    // A token preview opened by its cookie, with the shared link again: the token is taken out
+    // of the address (a redirect), and never to another origin.
+    let other_app = self::app().await;
+    let tok = preview(&s, &agent, other_app.port(), "token").await;
+    let token = tok.token.clone().expect("token");
+    let r = to(
+        &s,
+        &tok.host,
+        reqwest::Method::GET,
+        &format!("/?token={token}"),
+    )
+    .send()
+    .await
+    .expect("request");
+    let cookie = cookie_of(&r);
+    let r = to(
+        &s,
+        &tok.host,
+        reqwest::Method::GET,
+        &format!("/x?token={token}"),
+    )
+    .header("cookie", &cookie)
+    .send()
+    .await
+    .expect("request");
+    assert_eq!(r.status(), 302);
+    assert_eq!(location(&r), "/x");
+    let r = to(
+        &s,
+        &tok.host,
+        reqwest::Method::GET,
+        &format!("//evil.example/?token={token}"),
+    )
+    .send()
+    .await
+    .expect("request");
+    assert_eq!(r.status(), 302);
+    assert_eq!(location(&r), "/", "never to another origin");
+    // A cookie planted for the parent domain by a neighbour does not shadow the real one.
+    let r = to(&s, &tok.host, reqwest::Method::GET, "/headers")
+        .header("cookie", format!("agenthold_preview=planted.1.x; {cookie}"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status(), 200);
+}
+
+#[tokio::test]
+async fn previews_leave_the_api_its_share_of_the_agents_streams() {
+    // 34 streams an agent: previews may hold 2 of them, the API keeps 32.
+    let s = TestServer::start_with(|c| c.sandbox.max_streams_per_agent = 34).await;
+    let app = app().await;
+    let agent = s.running_agent("capped").await;
+    let p = preview(&s, &agent, app.port(), "public").await;
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let r = to(&s, &p.host, reqwest::Method::GET, "/forever")
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(r.status(), 200);
+        held.push(r);
+    }
+    let r = to(&s, &p.host, reqwest::Method::GET, "/")
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status(), 503, "the previews' share is taken");
+    assert_eq!(
+        r.headers().get("retry-after").map(|v| v.as_bytes()),
+        Some(&b"1"[..])
+    );
+    // The API still reaches the sandbox.
+    assert_eq!(s.exec_ok(&agent, &["echo", "in"]).await, "in\n");
+    drop(held);
+    wait_for("a place frees once a stream ends", || async {
+        to(&s, &p.host, reqwest::Method::GET, "/")
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+}

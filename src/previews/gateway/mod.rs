@@ -25,11 +25,12 @@ use super::grant;
 use super::{host, Previews};
 use crate::activity::Use;
 use crate::config::{Config, UrlScheme};
-use crate::credentials::{bearer_token, cookie, Gatekeeper};
+use crate::credentials::{bearer_token, cookies, Gatekeeper};
 use crate::model::previews::{Access, PreviewRecord};
 use crate::model::AgentState;
 use crate::store::{now_text, verify_token};
 use crate::tunnel::conn::{ConnError, SandboxConn};
+use crate::tunnel::registry::TunnelError;
 use proxy::Forward;
 
 /// Where a preview's host takes the sign-in hand-off's code. Reserved on every preview host.
@@ -113,41 +114,39 @@ fn query_token(req: &Request) -> Option<String> {
 }
 
 fn admit(g: &Gateway, config: &Config, p: &PreviewRecord, req: &Request) -> Admitted {
-    let yes = |strip_authorization, strip_token_query, set_cookie| Admitted::Yes {
-        strip_authorization,
-        strip_token_query,
-        set_cookie,
-    };
-    if p.access == Access::Public {
-        return yes(false, false, None);
-    }
-    if cookie(req.headers(), grant::COOKIE)
-        .is_some_and(|c| g.previews.grants().allows(c, &p.id, unix_now()))
-    {
-        return yes(false, false, None);
-    }
     let is_token = |t: &str| {
         p.access == Access::Token
             && p.token_hash
                 .as_deref()
                 .is_some_and(|hash| verify_token(t, hash))
     };
-    if let Some(bearer) = bearer_token(req.headers()) {
-        if is_token(bearer) || g.auth.is_admin_token(bearer) {
-            return yes(true, false, None);
+    // What is ours is taken out whatever let the request in (a public preview, a cookie):
+    // the admin token or the preview's token, in the header or the query, never reaches the app.
+    let bearer = bearer_token(req.headers());
+    let bearer_is_ours = bearer.is_some_and(|t| is_token(t) || g.auth.is_admin_token(t));
+    let query_is_ours = query_token(req).is_some_and(|t| is_token(&t));
+    let yes = |set_cookie| Admitted::Yes {
+        strip_authorization: bearer_is_ours,
+        strip_token_query: query_is_ours,
+        set_cookie,
+    };
+    if query_is_ours && matches!(*req.method(), Method::GET | Method::HEAD) {
+        // The address bar loses the token: what is bookmarked or shared on is clean. Only to
+        // a path of this origin (a request for `//elsewhere/?token=…` lands on `/`).
+        let clean = proxy::path_and_query(req.uri(), true);
+        let mut r = redirect(local_path(&clean).unwrap_or("/"));
+        if let Some(c) = grant_cookie(g, config, p) {
+            r.headers_mut().append(header::SET_COOKIE, c);
         }
+        return Admitted::No(r);
     }
-    if query_token(req).is_some_and(|t| is_token(&t)) {
-        let set_cookie = grant_cookie(g, config, p);
-        if matches!(*req.method(), Method::GET | Method::HEAD) {
-            // The address bar loses the token: what is bookmarked or shared on is clean.
-            let mut r = redirect(&proxy::path_and_query(req.uri(), true));
-            if let Some(c) = set_cookie {
-                r.headers_mut().append(header::SET_COOKIE, c);
-            }
-            return Admitted::No(r);
-        }
-        return yes(false, true, set_cookie);
+    let granted = cookies(req.headers(), grant::COOKIE)
+        .any(|c| g.previews.grants().allows(c, &p.id, unix_now()));
+    if p.access == Access::Public || granted || bearer_is_ours {
+        return yes(None);
+    }
+    if query_is_ours {
+        return yes(grant_cookie(g, config, p));
     }
     match p.access {
         Access::Token => Admitted::No(pages::needs_token()),
@@ -278,6 +277,7 @@ async fn handle(
         }
     };
     if !p.is_live(&now_text()) {
+        g.previews.forget(&p.id);
         return pages::gone();
     }
     if req.uri().path() == AUTH_PATH {
@@ -296,6 +296,9 @@ async fn handle(
         Ok(c) => c,
         Err(r) => return r,
     };
+    let Some(permit) = g.previews.stream_permit(&p.agent_id) else {
+        return pages::busy();
+    };
     let lc = g.previews.lifecycle();
     let hold = lc.activity().hold(&p.agent_id, Use::Preview);
     // The request may have waited since the preview was read (for a wake, for the app). Its
@@ -306,7 +309,10 @@ async fn handle(
     let (connected, again) = tokio::join!(conn.connect_port(p.port), store.get_preview(&p.id));
     match again {
         Ok(Some(now)) if now.is_live(&now_text()) && !closer.is_cancelled() => {}
-        Ok(_) => return pages::gone(),
+        Ok(_) => {
+            g.previews.forget(&p.id);
+            return pages::gone();
+        }
         Err(e) => {
             tracing::error!("reading a preview: {e}");
             return pages::unavailable("agenthold could not read its database; try again.");
@@ -318,6 +324,7 @@ async fn handle(
             let listening = conn.list_ports().await.unwrap_or_default();
             return pages::not_listening(p.port, &listening);
         }
+        Err(ConnError::Tunnel(TunnelError::TooManyStreams(_))) => return pages::busy(),
         Err(e) => return pages::bad_gateway(&format!("the sandbox connection failed: {e}")),
     };
     let deadline = p
@@ -345,7 +352,7 @@ async fn handle(
         set_cookie,
         closer,
         deadline,
-        hold,
+        hold: (hold, permit),
     };
     proxy::forward(req, stream, forward).await
 }

@@ -132,6 +132,21 @@ pub fn unavailable(why: &str) -> Response {
     r
 }
 
+/// The agent's previews hold all the connections they may: try again in a moment.
+pub fn busy() -> Response {
+    let mut r = page(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Too many connections",
+        "<p>This agent's previews hold as many connections as its sandbox allows them \
+         (<code>sandbox.max_streams_per_agent</code>, less what is kept for the API). Try again \
+         in a moment.</p>",
+        "",
+    );
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    r
+}
+
 /// Nothing listens on the port: say which ports do.
 pub fn not_listening(port: u16, listening: &[ListeningPort]) -> Response {
     let list = if listening.is_empty() {

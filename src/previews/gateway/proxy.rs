@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::pages;
 use crate::activity::UseGuard;
 use crate::tunnel::registry::LinkStream;
+use tokio::sync::OwnedSemaphorePermit;
 
 /// What to do with one request besides passing it on.
 pub struct Forward {
@@ -40,8 +41,8 @@ pub struct Forward {
     pub closer: CancellationToken,
     /// The preview expires then.
     pub deadline: Option<tokio::time::Instant>,
-    /// The agent is in use while this lives.
-    pub hold: UseGuard,
+    /// The agent is in use, and one of its previews' streams taken, while this lives.
+    pub hold: (UseGuard, OwnedSemaphorePermit),
 }
 
 /// Cookies of agenthold's that the app never sees: the preview's grant, and the API's session
@@ -261,7 +262,7 @@ pub async fn forward(mut req: Request, stream: LinkStream, f: Forward) -> Respon
 /// The app's body, holding the agent in use until it is all sent.
 struct Held {
     body: Incoming,
-    _hold: UseGuard,
+    _hold: (UseGuard, OwnedSemaphorePermit),
 }
 
 impl HttpBody for Held {
