@@ -864,6 +864,12 @@ async fn what_is_ours_never_reaches_the_app_whatever_let_the_request_in() {
         .expect("request");
     let seen: Value = r.json().await.expect("json");
     assert!(seen["headers"].get("authorization").is_none(), "{seen}");
+    // agenthold's paths on a preview host are never the app's.
+    let r = to(&s, &public.host, reqwest::Method::GET, "/.agenthold/other")
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status(), 404);
     // Someone else's bearer is the app's business.
     let r = to(&s, &public.host, reqwest::Method::GET, "/headers")
         .bearer_auth("the-apps-own")

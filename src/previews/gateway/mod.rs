@@ -35,6 +35,8 @@ use proxy::Forward;
 
 /// Where a preview's host takes the sign-in hand-off's code. Reserved on every preview host.
 pub const AUTH_PATH: &str = "/.agenthold/auth";
+/// Paths of agenthold's own on every preview host: never passed on to the app.
+const RESERVED: &str = "/.agenthold/";
 /// How long a request that is not a page waits for a sleeping agent.
 const WAKE_WAIT: Duration = Duration::from_secs(30);
 
@@ -282,6 +284,9 @@ async fn handle(
     }
     if req.uri().path() == AUTH_PATH {
         return take_hand_off(&g, &config, &p, &req);
+    }
+    if req.uri().path().starts_with(RESERVED) {
+        return pages::no_preview(&host_header);
     }
     let (strip_authorization, strip_token_query, set_cookie) = match admit(&g, &config, &p, &req) {
         Admitted::Yes {

@@ -62,6 +62,8 @@ fn hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
         .flat_map(|v| v.split(','))
         .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
         .filter(|n| !(keep_upgrade && n == header::UPGRADE))
+        // A client naming `Host` there would send the app a request for no host at all.
+        .filter(|n| n != header::HOST)
         .collect();
     for n in named {
         headers.remove(n);
@@ -340,5 +342,13 @@ mod tests {
         assert!(!h.contains_key("x-private") && !h.contains_key("keep-alive"));
         hop_by_hop(&mut plain, false);
         assert!(plain.is_empty(), "{plain:?}");
+        let mut host = HeaderMap::new();
+        host.insert(header::CONNECTION, HeaderValue::from_static("host"));
+        host.insert(header::HOST, HeaderValue::from_static("3000-a.localhost"));
+        hop_by_hop(&mut host, false);
+        assert_eq!(
+            host.get(header::HOST).map(|v| v.as_bytes()),
+            Some(&b"3000-a.localhost"[..])
+        );
     }
 }
