@@ -335,6 +335,7 @@ fn every_channel_is_named_once_and_keeps_its_wire_form() {
             Request::from(TerminalList {}),
             r#"{"channel":"terminal.list"}"#,
         ),
+        (Request::from(PortsList {}), r#"{"channel":"ports.list"}"#),
         (
             Request::from(FsRead { path: "a".into() }),
             r#"{"channel":"fs.read","path":"a"}"#,
@@ -355,7 +356,12 @@ fn every_channel_is_named_once_and_keeps_its_wire_form() {
         } else {
             ""
         };
-        let json = format!(r#"{{"channel":"{name}",{fields}{command}}}"#);
+        // A port and nothing else: port.connect refuses any other field.
+        let json = if *name == "port.connect" {
+            r#"{"channel":"port.connect","port":1}"#.to_string()
+        } else {
+            format!(r#"{{"channel":"{name}",{fields}{command}}}"#)
+        };
         let req = Request::parse(json.as_bytes()).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(req.channel(), *name);
     }
