@@ -636,6 +636,15 @@ async fn bad_preview_requests_get_clear_errors() {
         .call("DELETE", &format!("{path}/nosuchpreview"), None)
         .await;
     assert_eq!(got, 404);
+    // A whole number written with a zero fraction is the same number.
+    let (got, whole) = s
+        .call(
+            "POST",
+            &path,
+            Some(json!({"port": 120.0, "expiresInMinutes": 5.0})),
+        )
+        .await;
+    assert_eq!(got, 201, "{whole}");
     let (got, first) = s.call("POST", &path, Some(json!({"port": 80}))).await;
     let (long, _) = s
         .call(

@@ -199,13 +199,14 @@ pub(super) fn egress_rules(doc: &mut Value) {
         "maxLength": 261,
         "pattern": egress_rule_pattern(),
     });
-    for list in ["allow", "deny"] {
-        set(
-            doc.pointer_mut(&format!(
-                "/components/schemas/EgressRules/properties/{list}"
-            )),
-            "items",
-            rule.clone(),
-        );
+    // The agent's rules, and a PATCH's change of them.
+    for schema in ["EgressRules", "EgressChange"] {
+        for list in ["allow", "deny"] {
+            set(
+                doc.pointer_mut(&format!("/components/schemas/{schema}/properties/{list}")),
+                "items",
+                rule.clone(),
+            );
+        }
     }
 }

@@ -50,6 +50,7 @@ pub enum PreviewAccess {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreatePreview {
     /// The port inside the sandbox (on its loopback).
+    #[serde(deserialize_with = "super::whole::required")]
     #[schema(minimum = 1, maximum = 65535, example = 5173)]
     pub port: u16,
     /// `private` when absent.
@@ -57,7 +58,11 @@ pub struct CreatePreview {
     pub access: PreviewAccess,
     /// The preview stops working this long after its creation (1 to 525600, a year); absent,
     /// it lasts until it is deleted or its agent is destroyed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "super::whole::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schema(minimum = 1, maximum = 525600)]
     pub expires_in_minutes: Option<u32>,
 }

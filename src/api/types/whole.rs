@@ -5,6 +5,15 @@ use serde::de::{Deserializer, Error, Visitor};
 use std::fmt;
 use std::marker::PhantomData;
 
+/// A whole number that must be there (not null).
+pub fn required<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: TryFrom<u64>,
+{
+    option(d)?.ok_or_else(|| D::Error::custom("a whole number, not null"))
+}
+
 pub fn option<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
 where
     D: Deserializer<'de>,

@@ -120,17 +120,23 @@ class DirEntry(TypedDict):
     """
 
 
+AllowItem: TypeAlias = str
+
+
+DenyItem: TypeAlias = str
+
+
 class EgressChange(TypedDict, closed=True):
     """
     A `PATCH`'s `egress`: each list it names replaces the agent's, and a list it leaves out (or
     gives as null) stays as it is.
     """
 
-    allow: NotRequired[list[str] | None]
+    allow: NotRequired[list[AllowItem] | None]
     """
     The new allow list, replacing the agent's; absent or null: the agent's stays.
     """
-    deny: NotRequired[list[str] | None]
+    deny: NotRequired[list[DenyItem] | None]
     """
     The new deny list, replacing the agent's; absent or null: the agent's stays.
     """
@@ -216,12 +222,6 @@ class EgressLogEntry(TypedDict):
     """
     The rule that decided, or null when no rule matched (so it was refused).
     """
-
-
-AllowItem: TypeAlias = str
-
-
-DenyItem: TypeAlias = str
 
 
 class EgressRules(TypedDict, closed=True):
