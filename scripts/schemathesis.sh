@@ -161,8 +161,6 @@ values = $IDS
 include-path-regex = "/fs/"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]
 checks.use_after_free.enabled = false
-# A 404 here is about the path (a file that is not there), not the agent just made.
-checks.ensure_resource_availability.enabled = false
 
 # DELETE /api/v1/agents/{id} answers 202: the agent is destroyed in the background, and until it
 # is gone it and what is under it (its previews, processes, sessions, files) still answer, as
@@ -175,9 +173,14 @@ EOF
 
 cd "$WORK"
 status=0
+# ensure_resource_availability (ST302) is off: its stateful phase links a new agent to the file
+# routes, whose 404 is about the path named (a file that is not there), not the agent; the
+# per-operation setting does not reach that phase. GET /api/v1/agents/{id} after a create is
+# tested in tests/it.
 "$VENV/bin/st" --config-file "$WORK/schemathesis.toml" run "$BASE/api/v1/openapi.json" \
     --header "Authorization: Bearer $TOKEN" \
     --checks all \
+    --exclude-checks ensure_resource_availability \
     --max-examples "$MAX_EXAMPLES" \
     --exclude-path-regex '/exec$|/terminal$' \
     --exclude-name 'POST /api/v1/agents/{id}/processes' \
