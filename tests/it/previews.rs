@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite;
 
-use crate::common::previews::{browser, location, serve_on_loopback, through};
+use crate::common::previews::{browser, location, preview, serve_on_loopback, through, Preview};
 use crate::common::{wait_for, wait_for_value, TestServer, DEADLINE, TOKEN};
 
 /// An app as an agent would serve one: it answers with what it was sent, streams, and echoes
@@ -58,34 +58,6 @@ async fn app() -> SocketAddr {
         .route("/ws", get(echo))
         .fallback(any(seen));
     serve_on_loopback(router).await
-}
-
-struct Preview {
-    id: String,
-    host: String,
-    token: Option<String>,
-}
-
-async fn preview(s: &TestServer, agent: &str, port: u16, access: &str) -> Preview {
-    let (status, body) = s
-        .call(
-            "POST",
-            &format!("/api/v1/agents/{agent}/previews"),
-            Some(json!({"port": port, "access": access})),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
-    let url = body["url"].as_str().expect("url");
-    let host = url
-        .strip_prefix("http://")
-        .and_then(|u| u.strip_suffix('/'))
-        .expect("an http URL")
-        .to_string();
-    Preview {
-        id: body["id"].as_str().expect("id").to_string(),
-        host,
-        token: body["token"].as_str().map(str::to_string),
-    }
 }
 
 /// A request to the preview listener for `host` (any `Host` a client likes).

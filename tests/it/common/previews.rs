@@ -47,3 +47,39 @@ pub async fn serve_on_loopback(app: axum::Router) -> SocketAddr {
     });
     addr
 }
+
+/// A preview as its creation answered: its id, host (`{port}-{agent}.localhost:{listener
+/// port}`) and, for a `token` one, its token.
+pub struct Preview {
+    pub id: String,
+    pub host: String,
+    pub token: Option<String>,
+}
+
+/// Makes a preview of agent `agent`'s `port` (expecting 201).
+pub async fn preview(
+    api: &crate::common::client::Client,
+    agent: &str,
+    port: u16,
+    access: &str,
+) -> Preview {
+    let (status, body) = api
+        .call(
+            "POST",
+            &format!("/api/v1/agents/{agent}/previews"),
+            Some(serde_json::json!({"port": port, "access": access})),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let url = body["url"].as_str().expect("url");
+    let host = url
+        .strip_prefix("http://")
+        .and_then(|u| u.strip_suffix('/'))
+        .unwrap_or_else(|| panic!("an http URL ending in /: {url}"))
+        .to_string();
+    Preview {
+        id: body["id"].as_str().expect("id").to_string(),
+        host,
+        token: body["token"].as_str().map(str::to_string),
+    }
+}

@@ -21,6 +21,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::common::docker::*;
+use crate::common::previews::preview;
 use crate::common::{wait_for, wait_for_value, TestServer, DEADLINE, TOKEN};
 use agenthold::config::AGENT_IMAGE as DEV_IMAGE;
 
@@ -86,35 +87,6 @@ async fn serve_app(s: &TestServer, id: &str, port: u16, address: &str) -> Value 
         port,
     )
     .await
-}
-
-struct Preview {
-    id: String,
-    /// `{port}-{agent}.localhost:{listener port}`.
-    host: String,
-    token: Option<String>,
-}
-
-async fn preview(s: &TestServer, agent: &str, port: u16, access: &str) -> Preview {
-    let (status, body) = s
-        .call(
-            "POST",
-            &format!("/api/v1/agents/{agent}/previews"),
-            Some(json!({"port": port, "access": access})),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
-    let url = body["url"].as_str().expect("url");
-    let host = url
-        .strip_prefix("http://")
-        .and_then(|u| u.strip_suffix('/'))
-        .unwrap_or_else(|| panic!("an http URL ending in /: {url}"))
-        .to_string();
-    Preview {
-        id: body["id"].as_str().expect("id").to_string(),
-        host,
-        token: body["token"].as_str().map(str::to_string),
-    }
 }
 
 /// The preview listener on loopback (it may be bound to every address).
