@@ -49,6 +49,9 @@ pub enum ErrorCode {
     NoSpace,
     /// Nothing accepts connections there (`port.connect` to a port nobody listens on).
     Refused,
+    /// What the path names now forbids it (a directory that is not empty, a file that is not
+    /// a regular one); the same request may succeed once that changes.
+    Conflict,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, thiserror::Error)]
@@ -75,7 +78,7 @@ impl ChannelError {
             K::AlreadyExists => ErrorCode::Exists,
             K::IsADirectory => ErrorCode::IsDir,
             K::NotADirectory => ErrorCode::NotDir,
-            K::DirectoryNotEmpty => ErrorCode::Invalid,
+            K::DirectoryNotEmpty => ErrorCode::Conflict,
             K::InvalidInput | K::InvalidFilename => ErrorCode::Invalid,
             K::FileTooLarge => ErrorCode::TooLarge,
             K::StorageFull | K::QuotaExceeded => ErrorCode::NoSpace,

@@ -140,7 +140,7 @@ pub async fn create(
 
 /// One agent.
 #[utoipa::path(get, path = "/api/v1/agents/{id}", tag = "agents", operation_id = "getAgent",
-    params(("id" = String, Path, description = "The agent's id")), responses((status = 200, body = Agent), (status = 404, body = ErrorBody)))]
+    params(("id" = String, Path, description = "The agent's id")), responses((status = 200, body = Agent, description = "The agent; one whose `DELETE` was accepted (`202`) answers as `destroying` until it is gone"), (status = 404, body = ErrorBody, description = "No such agent, or one destroyed to the end")))]
 pub async fn get(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -152,9 +152,9 @@ pub async fn get(
 #[utoipa::path(patch, path = "/api/v1/agents/{id}", tag = "agents", operation_id = "updateAgent", request_body = UpdateAgent,
     params(("id" = String, Path, description = "The agent's id")),
     responses((status = 200, body = Agent),
-        (status = 400, body = ErrorBody, description = "A field breaks its constraint, or `diskMb` is smaller than the home's (or the home has no limit)"),
+        (status = 400, body = ErrorBody, description = "A field breaks its constraint, or `diskMb` on a server that cannot limit disks"),
         (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody, description = "The name is taken, or the agent's state does not allow a change")))]
+        (status = 409, body = ErrorBody, description = "The name is taken, the agent's state does not allow a change, or `diskMb` is smaller than the home's (or the home has no limit)")))]
 pub async fn update(
     State(st): State<AppState>,
     Path(id): Path<String>,

@@ -146,6 +146,10 @@ impl From<LifecycleError> for ApiError {
             },
             LifecycleError::Conn(c) => c.into(),
             LifecycleError::BadChange { field, .. } => ApiError::invalid_field(field, message),
+            LifecycleError::Unfit { field, .. } => ApiError {
+                field: Some(field),
+                ..ApiError::conflict(message)
+            },
             LifecycleError::Store(_) => ApiError::internal(message),
             LifecycleError::Refused(_) => ApiError::conflict(message),
         }
@@ -220,7 +224,9 @@ impl From<ChannelError> for ApiError {
     fn from(e: ChannelError) -> ApiError {
         let code = match e.code {
             ChannelCode::NotFound => ErrorCode::NotFound,
-            ChannelCode::Invalid | ChannelCode::IsDir | ChannelCode::NotDir => ErrorCode::Invalid,
+            ChannelCode::Invalid => ErrorCode::Invalid,
+            // What the path names now, not the request, is in the way: a conflict.
+            ChannelCode::IsDir | ChannelCode::NotDir | ChannelCode::Conflict => ErrorCode::Conflict,
             ChannelCode::Exists | ChannelCode::Busy => ErrorCode::Conflict,
             ChannelCode::PermissionDenied | ChannelCode::Unauthorized => ErrorCode::Forbidden,
             ChannelCode::TooLarge => ErrorCode::TooLarge,

@@ -102,7 +102,7 @@ fn check_path(path: &str) -> Result<(), ApiError> {
 /// Lists a directory; wakes a sleeping agent first.
 #[utoipa::path(get, path = "/api/v1/agents/{id}/fs/list", tag = "files", operation_id = "listFiles",
     params(("id" = String, Path, description = "The agent's id"), ListQuery),
-    responses((status = 200, body = [DirEntry]), (status = 400, body = ErrorBody, description = "A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver), or a directory where a file is wanted (or the reverse)"), (status = 403, body = ErrorBody, description = "The sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network"), (status = 404, body = ErrorBody, description = "No such agent, or no such path"), (status = 409, body = ErrorBody, description = "The agent cannot be woken (destroying, in error, or stopped while waking)"),
+    responses((status = 200, body = [DirEntry]), (status = 400, body = ErrorBody, description = "A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver)"), (status = 403, body = ErrorBody, description = "The sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network"), (status = 404, body = ErrorBody, description = "No such agent, or no such path"), (status = 409, body = ErrorBody, description = "The agent cannot be woken (destroying, in error, or stopped while waking), or the path is not what the operation needs now (a directory where a file is wanted, or the reverse)"),
         (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds"), (status = 503, body = ErrorBody, description = "The agent did not wake within `server.wake_timeout`, or the connection to the sandbox failed; see `Retry-After`")))]
 pub async fn list(
     State(st): State<AppState>,
@@ -117,7 +117,7 @@ pub async fn list(
 #[utoipa::path(get, path = "/api/v1/agents/{id}/fs/read", tag = "files", operation_id = "readFile",
     params(("id" = String, Path, description = "The agent's id"), ReadQuery),
     responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>, description = "The file's bytes, streamed (with `Content-Length`, `X-Content-Type-Options: nosniff` and `Content-Disposition: attachment` naming the file, or `inline` when asked)"),
-        (status = 400, body = ErrorBody, description = "A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver), or a directory where a file is wanted (or the reverse)"), (status = 403, body = ErrorBody, description = "The sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network"), (status = 404, body = ErrorBody, description = "No such agent, or no such path"), (status = 409, body = ErrorBody, description = "The agent cannot be woken (destroying, in error, or stopped while waking)"), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds"), (status = 503, body = ErrorBody, description = "The agent did not wake within `server.wake_timeout`, or the connection to the sandbox failed; see `Retry-After`")))]
+        (status = 400, body = ErrorBody, description = "A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver)"), (status = 403, body = ErrorBody, description = "The sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network"), (status = 404, body = ErrorBody, description = "No such agent, or no such path"), (status = 409, body = ErrorBody, description = "The agent cannot be woken (destroying, in error, or stopped while waking), or the path is not what the operation needs now (a directory where a file is wanted, or the reverse)"), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds"), (status = 503, body = ErrorBody, description = "The agent did not wake within `server.wake_timeout`, or the connection to the sandbox failed; see `Retry-After`")))]
 pub async fn read(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -157,8 +157,8 @@ pub async fn read(
 #[utoipa::path(put, path = "/api/v1/agents/{id}/fs/write", tag = "files", operation_id = "writeFile",
     params(("id" = String, Path, description = "The agent's id"), PathQuery),
     request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The file's bytes, streamed; at most `server.max_file_mb` MiB"),
-    responses((status = 204, description = "Written whole"), (status = 400, body = ErrorBody, description = "A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver), or a directory where a file is wanted (or the reverse)"), (status = 403, body = ErrorBody, description = "The sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network"),
-        (status = 404, body = ErrorBody, description = "No such agent"), (status = 409, body = ErrorBody, description = "The agent cannot be woken (destroying, in error, or stopped while waking)"),
+    responses((status = 204, description = "Written whole"), (status = 400, body = ErrorBody, description = "A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver)"), (status = 403, body = ErrorBody, description = "The sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network"),
+        (status = 404, body = ErrorBody, description = "No such agent"), (status = 409, body = ErrorBody, description = "The agent cannot be woken (destroying, in error, or stopped while waking), or the path is not what the operation needs now (a directory where a file is wanted, or the reverse)"),
         (status = 413, body = ErrorBody, description = "Larger than `server.max_file_mb`; nothing was written"),
         (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds"), (status = 503, body = ErrorBody, description = "The agent did not wake within `server.wake_timeout`, or the connection to the sandbox failed; see `Retry-After`"),
         (status = 507, body = ErrorBody, description = "The sandbox's disk is full (its home's `diskMb`, or `/tmp`); nothing was written")))]
@@ -208,7 +208,7 @@ async fn write_body(
 /// Makes a directory and its parents; wakes a sleeping agent first.
 #[utoipa::path(post, path = "/api/v1/agents/{id}/fs/mkdir", tag = "files", operation_id = "makeDir",
     params(("id" = String, Path, description = "The agent's id"), PathQuery),
-    responses((status = 204, description = "The directory exists"), (status = 400, body = ErrorBody, description = "A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver), or a directory where a file is wanted (or the reverse)"), (status = 403, body = ErrorBody, description = "The sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network"), (status = 404, body = ErrorBody, description = "No such agent"),
+    responses((status = 204, description = "The directory exists"), (status = 400, body = ErrorBody, description = "A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver)"), (status = 403, body = ErrorBody, description = "The sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network"), (status = 404, body = ErrorBody, description = "No such agent"),
         (status = 409, body = ErrorBody, description = "The agent cannot be woken, or a file is in the way"),
         (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds"), (status = 503, body = ErrorBody, description = "The agent did not wake within `server.wake_timeout`, or the connection to the sandbox failed; see `Retry-After`"),
         (status = 507, body = ErrorBody, description = "The sandbox's disk is full")))]
@@ -227,9 +227,9 @@ pub async fn mkdir(
 #[utoipa::path(delete, path = "/api/v1/agents/{id}/fs/remove", tag = "files", operation_id = "removeFile",
     params(("id" = String, Path, description = "The agent's id"), RemoveQuery),
     responses((status = 204, description = "Removed"),
-        (status = 400, body = ErrorBody, description = "A bad path (as for the other file operations), the home itself, or a directory that is not empty without `recursive=true`"),
-        (status = 403, body = ErrorBody, description = "The sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network"), (status = 404, body = ErrorBody, description = "No such agent, or no such path"),
-        (status = 409, body = ErrorBody, description = "The agent cannot be woken (destroying, in error, or stopped while waking)"),
+        (status = 400, body = ErrorBody, description = "A bad path (as for the other file operations)"),
+        (status = 403, body = ErrorBody, description = "The home itself (never removed); the sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network"), (status = 404, body = ErrorBody, description = "No such agent, or no such path"),
+        (status = 409, body = ErrorBody, description = "The agent cannot be woken (destroying, in error, or stopped while waking), or a directory that is not empty without `recursive=true`"),
         (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds"), (status = 503, body = ErrorBody, description = "The agent did not wake within `server.wake_timeout`, or the connection to the sandbox failed; see `Retry-After`")))]
 pub async fn remove(
     State(st): State<AppState>,
@@ -262,10 +262,10 @@ pub struct WatchQuery {
     params(("id" = String, Path, description = "The agent's id")),
     request_body = RenameBody,
     responses((status = 204, description = "Moved"),
-        (status = 400, body = ErrorBody, description = "A bad path (as for the other file operations), the home itself, a directory moved into itself, or two filesystems (move within one)"),
-        (status = 403, body = ErrorBody, description = "The sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network"),
+        (status = 400, body = ErrorBody, description = "A bad path (as for the other file operations), or two filesystems (move within one)"),
+        (status = 403, body = ErrorBody, description = "The home itself as `from` or `to` (never moved); the sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network"),
         (status = 404, body = ErrorBody, description = "No such agent, no such `from`, or `to`'s directory does not exist"),
-        (status = 409, body = ErrorBody, description = "The agent is not running, or `to` exists (without `overwrite`, or a directory that is not empty)"),
+        (status = 409, body = ErrorBody, description = "The agent is not running, `to` exists (without `overwrite`, or a directory that is not empty), or `from` is a directory `to` is inside"),
         (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later"), (status = 503, body = ErrorBody, description = "The connection to the sandbox failed")))]
 pub async fn rename(
     State(st): State<AppState>,
@@ -290,9 +290,9 @@ pub async fn rename(
 #[utoipa::path(get, path = "/api/v1/agents/{id}/fs/stat", tag = "files", operation_id = "statFile",
     params(("id" = String, Path, description = "The agent's id"), PathQuery),
     responses((status = 200, body = FileInfo),
-        (status = 400, body = ErrorBody, description = "A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver), or a file where a directory is on the way"),
+        (status = 400, body = ErrorBody, description = "A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver)"),
         (status = 403, body = ErrorBody, description = "The sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network"),
-        (status = 404, body = ErrorBody, description = "No such agent, or no such path"), (status = 409, body = ErrorBody, description = "The agent is not running"),
+        (status = 404, body = ErrorBody, description = "No such agent, or no such path"), (status = 409, body = ErrorBody, description = "The agent is not running, or a file is where a directory is on the way"),
         (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later"), (status = 503, body = ErrorBody, description = "The connection to the sandbox failed")))]
 pub async fn stat(
     State(st): State<AppState>,
@@ -412,10 +412,10 @@ async fn write_parts(
 #[utoipa::path(get, path = "/api/v1/agents/{id}/fs/watch", tag = "files", operation_id = "watchDir",
     params(("id" = String, Path, description = "The agent's id"), WatchQuery),
     responses((status = 200, content_type = "text/event-stream", body = [FileEvent], description = "Server-Sent Events, each named after its `type`, its data a `FileEvent`, sent as inotify reports them. A rename is `rename` of the old path then `create` of the new one; a flood beyond what the client reads is cut short with one `gap`. The stream ends when the directory is removed or the agent stops"),
-        (status = 400, body = ErrorBody, description = "A bad path (as for the other file operations), or not a directory"),
+        (status = 400, body = ErrorBody, description = "A bad path (as for the other file operations)"),
         (status = 403, body = ErrorBody, description = "The sandbox's account may not read the directory; a symbolic link that leads out of the home; or the request came from the sandbox network"),
         (status = 404, body = ErrorBody, description = "No such agent, or no such directory"),
-        (status = 409, body = ErrorBody, description = "The agent is not running, or the sandbox's watches are used up (8 at once, 4096 directories between them)"),
+        (status = 409, body = ErrorBody, description = "The agent is not running, the path is not a directory, or the sandbox's watches are used up (8 at once, 4096 directories between them)"),
         (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again later"), (status = 503, body = ErrorBody, description = "The connection to the sandbox failed")))]
 pub async fn watch(
     State(st): State<AppState>,

@@ -59,9 +59,13 @@ pub enum LifecycleError {
     },
     #[error("an agent named {0:?} already exists")]
     NameTaken(String),
-    /// The change is not allowed for this agent as it is; `field` is the request's field.
+    /// A setting that breaks its rule; `field` is the request's field.
     #[error("{why}")]
     BadChange { field: &'static str, why: String },
+    /// The change is not possible for this agent as it is (a conflict); `field` is the
+    /// request's field.
+    #[error("{why}")]
+    Unfit { field: &'static str, why: String },
     #[error(transparent)]
     Driver(#[from] DriverError),
     #[error("agent {id}: {source}")]
@@ -95,6 +99,7 @@ impl LifecycleError {
             StoreError::Conflict { id, state } => LifecycleError::Conflict { id, state, op },
             StoreError::NameTaken(n) => LifecycleError::NameTaken(n),
             StoreError::BadChange { field, why } => LifecycleError::BadChange { field, why },
+            StoreError::Unfit { field, why } => LifecycleError::Unfit { field, why },
             other => LifecycleError::Store(other),
         }
     }

@@ -402,7 +402,10 @@ impl Store {
             let memory_mb = patch.memory_mb.unwrap_or(old.memory_mb);
             let idle_minutes = patch.idle_minutes.unwrap_or(old.idle_minutes);
             check_cpus(cpus)?;
-            check_disk_change(old.disk_mb, patch.disk_mb)?;
+            check_disk_change(old.disk_mb, patch.disk_mb).map_err(|e| StoreError::Unfit {
+                field: e.field,
+                why: e.why,
+            })?;
             let disk_mb = patch.disk_mb.or(old.disk_mb);
             let egress = match patch.egress {
                 Some(change) => {

@@ -40,9 +40,13 @@ pub enum StoreError {
     IdTaken(String),
     #[error("the subnet {0} is already used by another agent")]
     SubnetTaken(String),
-    /// A change the agent's current settings do not allow (a home cannot shrink).
+    /// A setting that breaks its rule whatever the agent (the request's fault).
     #[error("{why}")]
     BadChange { field: &'static str, why: String },
+    /// A change the agent as it is cannot take (its home cannot shrink): a conflict with its
+    /// current state, which the same request may not meet on another agent.
+    #[error("{why}")]
+    Unfit { field: &'static str, why: String },
     /// A value the database cannot hold (for example a number beyond SQLite's 64-bit integers).
     #[error("{0}")]
     Invalid(String),

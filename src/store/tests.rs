@@ -664,7 +664,7 @@ async fn an_agent_from_before_disk_limits_keeps_its_unlimited_home() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, StoreError::BadChange { field: "diskMb", why } if why.contains("no disk limit")),
+        matches!(&err, StoreError::Unfit { field: "diskMb", why } if why.contains("no disk limit")),
         "{err:?}"
     );
     assert_eq!(store.get_agent("old1").await.unwrap().disk_mb, None);
@@ -802,7 +802,7 @@ async fn a_disk_limit_grows_and_never_shrinks() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, StoreError::BadChange { field: "diskMb", why } if why.contains("only grow")),
+        matches!(&err, StoreError::Unfit { field: "diskMb", why } if why.contains("only grow")),
         "{err:?}"
     );
     let same = store

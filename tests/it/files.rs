@@ -88,11 +88,12 @@ async fn mkdir_list_remove_and_errors() {
         .unwrap();
     assert_eq!(r.text().await.unwrap(), "hello");
 
-    // A directory where a file is wanted, and the reverse.
+    // A directory where a file is wanted, and the reverse: what the path names now is in the
+    // way, not the request (409, as the document lists for a conflict with the current state).
     expect_error(
         s.get(&format!("{base}/read?path=a")).send().await.unwrap(),
-        400,
-        "invalid",
+        409,
+        "conflict",
     )
     .await;
     let r = s
@@ -100,7 +101,7 @@ async fn mkdir_list_remove_and_errors() {
         .send()
         .await
         .unwrap();
-    expect_error(r, 400, "invalid").await;
+    expect_error(r, 409, "conflict").await;
     // Missing paths.
     expect_error(
         s.get(&format!("{base}/read?path=nope"))
@@ -120,14 +121,14 @@ async fn mkdir_list_remove_and_errors() {
         "not_found",
     )
     .await;
-    // A non-empty directory needs recursive=true.
+    // A non-empty directory needs recursive=true: a conflict with what it holds now.
     expect_error(
         s.delete(&format!("{base}/remove?path=a"))
             .send()
             .await
             .unwrap(),
-        400,
-        "invalid",
+        409,
+        "conflict",
     )
     .await;
     let r = s
@@ -384,11 +385,11 @@ async fn write_makes_parents_and_stat_exists_rename_answer() {
         .await
         .unwrap();
     assert_eq!(r.text().await.unwrap(), "hello");
-    // A file where a directory would go.
+    // A file where a directory would go: a conflict with the tree as it is.
     expect_error(
         put("deep/er/still/f.txt/g", "x").await.unwrap(),
-        400,
-        "invalid",
+        409,
+        "conflict",
     )
     .await;
 
@@ -496,19 +497,37 @@ async fn write_makes_parents_and_stat_exists_rename_answer() {
     .await;
     expect_error(
         rename("moved", "moved/er/inside", false).await,
-        400,
-        "invalid",
+        409,
+        "conflict",
     )
     .await;
     for (from, to) in [
         ("../x", "y"),
         ("moved/g.txt", "../y"),
         ("moved/g.txt", "/etc/y"),
-        ("/home/agent", "h2"),
-        ("moved/g.txt", "/home/agent"),
     ] {
         expect_error(rename(from, to, true).await, 400, "invalid").await;
     }
+    // The home itself is never moved or removed, whatever is asked: forbidden, not malformed.
+    for (from, to) in [
+        ("/home/agent", "h2"),
+        ("/home/agent/", "/home/agent/"),
+        ("moved/g.txt", "/home/agent"),
+    ] {
+        expect_error(rename(from, to, true).await, 403, "forbidden").await;
+    }
+    expect_error(
+        s.delete(&format!(
+            "{base}/remove?path={}&recursive=true",
+            q("/home/agent/")
+        ))
+        .send()
+        .await
+        .unwrap(),
+        403,
+        "forbidden",
+    )
+    .await;
     expect_error(
         rename("moved/g.txt", "out/g.txt", false).await,
         403,
@@ -706,7 +725,7 @@ async fn watch_reports_changes_as_they_happen() {
     for (path, status) in [
         ("../x", 400),
         ("/etc", 400),
-        ("w/keep", 400),
+        ("w/keep", 409),
         ("nope", 404),
         ("out", 403),
         ("out/.", 403),

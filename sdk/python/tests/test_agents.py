@@ -14,6 +14,7 @@ from agenthold import (
     AsyncAgent,
     AsyncClient,
     Client,
+    Conflict,
     EgressRules,
     InvalidRequest,
     NotFound,
@@ -88,9 +89,9 @@ def test_disk_mb_on_create_and_update(client: Client) -> None:
     try:
         assert a.disk_mb == 128
         assert a.update(disk_mb=256).disk_mb == 256
-        with pytest.raises(InvalidRequest) as info:
-            a.update(disk_mb=64)  # a home never shrinks
-        assert info.value.field == "diskMb"
+        with pytest.raises(Conflict) as conflict:
+            a.update(disk_mb=64)  # a home never shrinks: a conflict with the home as it is
+        assert conflict.value.field == "diskMb"
     finally:
         a.destroy()
 

@@ -93,8 +93,8 @@ def test_list_make_dir_remove_exists(agent: Agent) -> None:
         agent.files.exists("../x")
     agent.files.remove(f"{d}/a/f.txt")
     assert not agent.files.exists(f"{d}/a/f.txt")
-    with pytest.raises(InvalidRequest):
-        agent.files.remove(f"{d}/a")  # not empty
+    with pytest.raises(Conflict):
+        agent.files.remove(f"{d}/a")  # not empty: a conflict with what it holds
     agent.files.remove(d, recursive=True)
     assert not agent.files.exists(d)
 

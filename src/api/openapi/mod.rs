@@ -226,6 +226,15 @@ mod tests {
     }
 
     #[test]
+    fn a_part_name_is_what_a_header_line_can_carry() {
+        let doc = doc(&Config::default(), true);
+        let names = doc.pointer(
+            "/paths/~1api~1v1~1agents~1{id}~1fs~1write-files/post/requestBody/content/multipart~1form-data/schema/propertyNames/pattern",
+        );
+        assert_eq!(names, Some(&json!(r"^[^\x00-\x08\x0a-\x1f\x7f]*$")));
+    }
+
+    #[test]
     fn only_the_fake_driver_confines_paths_to_the_home() {
         let pattern = |driver| {
             let mut config = Config::default();

@@ -13,6 +13,11 @@ pub(super) const FAKE_PATH_PATTERN: &str = concat!(
     r"(?:(?!\.\.(?:/|(?![\s\S])))[^/\x00]{1,255}(?:/+|(?![\s\S])))*$",
 );
 
+/// The name of a `multipart/form-data` part (`fs/write-files`) as a part's header line can carry
+/// it: no control characters but tab (the form is refused whole, `400`, otherwise). What the name
+/// says as a path is checked per part, and a bad one is that part's error in the `200`.
+pub(super) const PART_NAME_PATTERN: &str = r"^[^\x00-\x08\x0a-\x1f\x7f]*$";
+
 /// An egress rule as the API reads it (see `crate::egress` and `types::rules_object`): ASCII;
 /// after trimming white space, an IP address, a CIDR network, or `*`, `*.NAME`, `NAME`, an IPv4 address or network, or
 /// one in brackets, each with an optional `:PORT`; an IPv6 one takes a port only in brackets. The

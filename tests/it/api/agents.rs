@@ -137,8 +137,10 @@ async fn changing_image_or_resources_needs_a_rebuild() {
         .unwrap();
     assert_eq!(a["diskMb"], 20480);
     let r = s.patch_agent(&id, json!({"diskMb": 10240})).await;
+    // Valid on its own, refused for this agent's home as it is: a conflict.
+    assert_eq!(r.status(), 409);
     let body: Value = r.json().await.unwrap();
-    assert_eq!(body["error"]["code"], "invalid", "{body}");
+    assert_eq!(body["error"]["code"], "conflict", "{body}");
     assert_eq!(body["error"]["field"], "diskMb", "{body}");
     assert!(
         body["error"]["message"]

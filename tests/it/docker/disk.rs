@@ -270,7 +270,7 @@ async fn a_larger_limit_applies_at_the_next_start_and_keeps_the_files() {
             &json!({"diskMb": 128}),
         )
         .await;
-    let msg = expect_error(r, 400, "invalid").await;
+    let msg = expect_error(r, 409, "conflict").await;
     assert!(msg.contains("only grow"), "{msg}");
 }
 

@@ -116,7 +116,7 @@ fn move_path(
     for r in [from, to] {
         if r.is_home() {
             return Err(ChannelError::new(
-                ErrorCode::Invalid,
+                ErrorCode::PermissionDenied,
                 format!("refusing to rename {}", r.logical.display()),
             ));
         }
@@ -163,8 +163,9 @@ fn move_path(
             ErrorCode::Invalid,
             format!("cannot move {shown}: they are on different filesystems"),
         ),
+        // Only when `from` is a directory now: the tree, not the request, is in the way.
         Errno::EINVAL => ChannelError::new(
-            ErrorCode::Invalid,
+            ErrorCode::Conflict,
             format!("cannot move {shown}: a directory cannot go inside itself"),
         ),
         e => err(e.into()),

@@ -197,7 +197,7 @@ fn open_for_read(r: &Resolved, loc: &Location) -> Result<(std::fs::File, u64), C
             format!("{} is a directory", r.logical.display()),
         )),
         _ => Err(ChannelError::new(
-            ErrorCode::Invalid,
+            ErrorCode::Conflict,
             format!("{} is not a regular file", r.logical.display()),
         )),
     };
@@ -263,9 +263,10 @@ pub async fn remove(sb: Sandbox, s: MuxStream, path: String, recursive: bool) {
 }
 
 fn remove_path(r: &Resolved, loc: &Location, recursive: bool) -> Result<(), ChannelError> {
+    // Never allowed, whatever the home holds: forbidden, as an act the account may not do.
     if r.is_home() || loc.parts().is_empty() {
         return Err(ChannelError::new(
-            ErrorCode::Invalid,
+            ErrorCode::PermissionDenied,
             format!("refusing to remove {}", r.logical.display()),
         ));
     }
@@ -281,7 +282,7 @@ fn remove_path(r: &Resolved, loc: &Location, recursive: bool) -> Result<(), Chan
     unlinkat(&dir, name, UnlinkatFlags::RemoveDir).map_err(|e| {
         if e == Errno::ENOTEMPTY {
             ChannelError::new(
-                ErrorCode::Invalid,
+                ErrorCode::Conflict,
                 format!(
                     "{} is a directory that is not empty; remove it with recursive=true",
                     r.logical.display()
