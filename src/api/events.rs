@@ -114,7 +114,7 @@ pub async fn events(
                     .unwrap_or_else(|_| Event::default().comment("unencodable egress event"))),
                 Ok(AgentEvent::Process { id, process }) => yield Ok(Event::default()
                     .event("process")
-                    .json_data(ProcessEvent { id, process: (*process).into() })
+                    .json_data(ProcessEvent { process: super::processes::record(&lc, &id, *process), id })
                     .unwrap_or_else(|_| Event::default().comment("unencodable process event"))),
                 Ok(AgentEvent::Session(s)) => yield Ok(Event::default()
                     .event("session")

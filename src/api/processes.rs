@@ -20,6 +20,7 @@ use super::output_lines::OutputLines;
 use super::types::process::{Process, ProcessState, SignalBody, StartProcess, StdinWritten};
 use super::AppState;
 use crate::launch::{check_command, check_process, Launch, ProcessOptions};
+use crate::lifecycle::Lifecycle;
 use crate::tunnel::conn::{ConnError, OutputPiece, ProcessName};
 
 /// How long `…/wait` waits when it is not told.
@@ -60,14 +61,13 @@ pub async fn start(
     st.lc
         .egress_log()
         .keep_for_process(&agent.id, &info.id, denied);
-    Ok((StatusCode::CREATED, Json(record(&st, &agent.id, info))))
+    Ok((StatusCode::CREATED, Json(record(&st.lc, &agent.id, info))))
 }
 
 /// The API's form of process `info` of agent `id`, with what the egress proxy refused while it
-/// ran.
-fn record(st: &AppState, id: &str, info: agenthold_proto::ProcessInfo) -> Process {
-    let egress_denied = st
-        .lc
+/// ran: the same wherever a process is shown (its record, its output's exit line, its event).
+pub(super) fn record(lc: &Lifecycle, id: &str, info: agenthold_proto::ProcessInfo) -> Process {
+    let egress_denied = lc
         .egress_denied_of(id, &info)
         .into_iter()
         .map(Into::into)
@@ -91,7 +91,9 @@ pub async fn list(
     Path(id): Path<String>,
 ) -> Result<Json<Vec<Process>>, ApiError> {
     let all = st.lc.list_processes(&id).await?;
-    Ok(Json(all.into_iter().map(|p| record(&st, &id, p)).collect()))
+    Ok(Json(
+        all.into_iter().map(|p| record(&st.lc, &id, p)).collect(),
+    ))
 }
 
 /// One process, by id or tag (a tag names the running process with it, else the one started
@@ -106,7 +108,7 @@ pub async fn get(
 ) -> Result<Json<Process>, ApiError> {
     let name = ProcessName::parse(pid)?;
     let info = st.lc.wake_conn(&id).await?.process(&name).await?;
-    Ok(Json(record(&st, &id, info)))
+    Ok(Json(record(&st.lc, &id, info)))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -142,6 +144,7 @@ pub async fn output(
     let conn = st.lc.wake_conn(&id).await?;
     let mut output = conn.output(&name, q.offset, q.follow).await?;
     let mut lines = OutputLines::new(q.offset);
+    let lc = st.lc.clone();
     let body = async_stream::stream! {
         while let Some(piece) = output.next().await {
             let out = match piece {
@@ -149,7 +152,7 @@ pub async fn output(
                 Ok(OutputPiece::Stderr(b)) => lines.stderr(&b),
                 Ok(OutputPiece::Gap { from, to }) => lines.gap(from, to),
                 // The last piece: the process as it now is. An exit line only if it has ended.
-                Ok(OutputPiece::End(info)) => match Process::from(info) {
+                Ok(OutputPiece::End(info)) => match record(&lc, &id, info) {
                     p if p.state != ProcessState::Running => lines.exit(p),
                     _ => lines.finish(),
                 },
@@ -276,7 +279,7 @@ pub async fn wait(
     // The wait starts once the agent is awake.
     let conn = st.lc.wake_conn(&id).await?;
     let p = record(
-        &st,
+        &st.lc,
         &id,
         conn.wait(&name, Duration::from_millis(timeout_ms)).await?,
     );

@@ -9,6 +9,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use super::client::ApiClient;
 use super::error::ClientError;
+use super::exec::refused_lines;
 use super::exit_code::EXIT_TIMED_OUT;
 use super::output::{plain_table, render};
 use super::process_client::OutputEvent;
@@ -163,11 +164,17 @@ pub(super) async fn logs(client: &ApiClient, args: LogsArgs) -> anyhow::Result<i
                     match ev {
                         Ok(OutputEvent::Line(OutputLine::Exit { exit })) => {
                             stdout.flush().await.ok();
-                            return Ok(if args.follow {
-                                process_status(&exit)
-                            } else {
-                                0
-                            });
+                            if !args.follow {
+                                return Ok(0);
+                            }
+                            // Waited for its end: said after its output, as for an exec.
+                            write_flushed(
+                                &mut stderr,
+                                refused_lines(&exit.egress_denied).as_bytes(),
+                            )
+                            .await
+                            .ok();
+                            return Ok(process_status(&exit));
                         }
                         Ok(OutputEvent::Line(OutputLine::Gap { gap })) => {
                             eprintln!(
@@ -263,6 +270,7 @@ pub(super) async fn wait(client: &ApiClient, args: WaitArgs) -> anyhow::Result<i
             if p.state == ProcessState::Lost {
                 eprintln!("the process was lost: its sandbox stopped while it ran");
             }
+            eprint!("{}", refused_lines(&p.egress_denied));
             return Ok(process_status(&p));
         }
         if left.is_some_and(|l| l <= round) {

@@ -288,7 +288,13 @@ def test_the_package_exports_what_it_documents() -> None:
 
 
 def test_egress_refusals_and_the_egress_log_are_read() -> None:
-    from agenthold.models import CommandResult, EgressDenied, EgressLogEntry, Process
+    from agenthold.models import (
+        CommandResult,
+        EgressDenied,
+        EgressLogEntry,
+        Process,
+        ProcessResult,
+    )
 
     r = CommandResult.from_json(
         {
@@ -309,6 +315,8 @@ def test_egress_refusals_and_the_egress_log_are_read() -> None:
         {"id": "p", "state": "exited", "egressDenied": [{"host": "x", "port": 1}]}
     )
     assert p.egress_denied == (EgressDenied("x", 1),)
+    # A waited-for background process's result says it too, as a command's does.
+    assert ProcessResult(p).egress_denied == (EgressDenied("x", 1),)
     e = EgressLogEntry.from_json(
         {
             "at": "2026-01-01T00:00:00Z",

@@ -512,7 +512,10 @@ async fn refusals_show_on_the_exec_the_process_and_the_egress_log() {
         "{streamed}"
     );
 
-    // A background process: what it was refused, not what came after it ended.
+    // A background process: what it was refused, not what came after it ended; on its record,
+    // its `process` event of ending and its output's exit line alike.
+    let mut events =
+        crate::common::sse::Events::open_at(&s, &format!("/api/v1/events?agent={a}")).await;
     let procs = crate::common::procs::Procs::new(s.http.clone(), &s.base, &a);
     let p = procs
         .start(json!({"command": ["bash", "-c", format!("{PROXY_FNS}\nproxy_get http://blocked.test:{web}/p")]}))
@@ -520,13 +523,23 @@ async fn refusals_show_on_the_exec_the_process_and_the_egress_log() {
     let (status, ended) = procs.wait(&p.id, 20_000).await;
     assert_eq!(status, 200, "{ended:?}");
     sh(&s, &a, &format!("proxy_get http://hosted.test:{web}/after")).await;
+    let want = json!([{"host": "blocked.test", "port": web, "rule": "blocked.test"}]);
     let (status, got) = procs.get(&p.id).await;
     assert_eq!(status, 200);
-    assert_eq!(
-        got["egressDenied"],
-        json!([{"host": "blocked.test", "port": web, "rule": "blocked.test"}]),
-        "{got}"
-    );
+    assert_eq!(got["egressDenied"], want, "{got}");
+    let seen = events
+        .about_until(&a, |kind, data| {
+            kind == "process"
+                && data["process"]["id"] == p.id
+                && data["process"]["state"] != "running"
+        })
+        .await;
+    let (_, end) = seen.last().expect("the process's end");
+    assert_eq!(end["process"]["egressDenied"], want, "{end}");
+    let (status, lines) = procs.output_lines(&p.id, 0, true).await;
+    assert_eq!(status, 200);
+    let exit = lines.last().expect("an exit line");
+    assert_eq!(exit["exit"]["egressDenied"], want, "{exit}");
 
     // The log: every decision, oldest first; the allowed one with its bytes once it closed.
     let entries = crate::common::wait_for_value("the allowed connection's bytes", || async {

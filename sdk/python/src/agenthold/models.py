@@ -381,6 +381,12 @@ class ProcessResult:
     def ok(self) -> bool:
         return self.process.state == "exited" and self.process.exit_code == 0
 
+    @property
+    def egress_denied(self) -> tuple[EgressDenied, ...]:
+        """What the egress proxy refused while it ran, as for a command's result: a download
+        that failed with a tool's own message may have failed for this."""
+        return self.process.egress_denied
+
 
 @dataclass(frozen=True)
 class OutputChunk:
