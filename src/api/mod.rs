@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod agent_sessions;
+pub mod agent_state;
 pub mod agents;
 pub mod approvals;
 pub mod auth;
@@ -163,6 +164,11 @@ pub fn router(state: AppState) -> Router {
             "/agents/{id}/fs/write-files",
             post(files::write_files).layer(DefaultBodyLimit::disable()),
         )
+        // After routing only: it needs the route's `{id}`.
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            agent_state::add,
+        ))
         .fallback(|| async { error::ApiError::not_found("no such API route") })
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
         // The API serves a sandbox's bytes (files, process output) on the UI's origin: a

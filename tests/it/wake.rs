@@ -29,7 +29,8 @@ const NEEDS_THE_SANDBOX: &[(&str, u16)] = &[
     ("fs remove", 204),
 ];
 
-async fn run(s: &TestServer, id: &str, op: &str) -> (u16, String) {
+/// The status, the body and the agent's state as the answer's `X-Agenthold-Agent-State` says it.
+async fn run(s: &TestServer, id: &str, op: &str) -> (u16, String, Option<String>) {
     let agent = format!("/api/v1/agents/{id}");
     let r = match op {
         "exec" => s
@@ -57,7 +58,12 @@ async fn run(s: &TestServer, id: &str, op: &str) -> (u16, String) {
     };
     let r = r.send().await.expect("the request failed");
     let status = r.status().as_u16();
-    (status, r.text().await.unwrap_or_default())
+    let state = r
+        .headers()
+        .get("x-agenthold-agent-state")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    (status, r.text().await.unwrap_or_default(), state)
 }
 
 /// Makes what the operations act on, then puts the agent to sleep.
@@ -83,9 +89,11 @@ async fn every_operation_that_needs_the_sandbox_wakes_a_sleeping_agent() {
     for &(op, want) in NEEDS_THE_SANDBOX {
         prepare(&s, &id).await;
         assert_eq!(s.state(&id).await, "sleeping", "before {op}");
-        let (status, body) = run(&s, &id, op).await;
+        let (status, body, told) = run(&s, &id, op).await;
         assert_eq!(status, want, "{op} on a sleeping agent: {body}");
         assert_eq!(s.state(&id).await, "running", "after {op}");
+        // The answer says so itself, so that a client's handle follows without asking.
+        assert_eq!(told.as_deref(), Some("running"), "{op}'s answer");
         if op == "exec" {
             assert_eq!(
                 serde_json::from_str::<Value>(&body).unwrap()["stdout"],
@@ -154,6 +162,20 @@ async fn listings_never_wake_an_agent() {
         assert_eq!((st, terminals), (200, json!([])));
         assert_eq!(s.state(&id).await, "sleeping");
     }
+    // A listing's answer says the agent sleeps still; an agent that is not there has no state.
+    let r = s
+        .get(&format!("/api/v1/agents/{id}/processes"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["x-agenthold-agent-state"], "sleeping");
+    let r = s
+        .get("/api/v1/agents/nosuchagent0/processes")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert!(r.headers().get("x-agenthold-agent-state").is_none());
     // A removed process is no longer listed while the agent sleeps.
     let (st, body) = s
         .call(

@@ -2218,8 +2218,11 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description The agent; one whose `DELETE` was accepted (`202`) answers as `destroying` until it is gone */
             200: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2244,8 +2247,11 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description No such agent, or one destroyed to the end */
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2255,6 +2261,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2277,6 +2285,8 @@ export interface operations {
         responses: {
             202: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2303,6 +2313,8 @@ export interface operations {
             };
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2312,6 +2324,8 @@ export interface operations {
             /** @description The agent's state does not allow it (the message names the state) */
             409: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2321,6 +2335,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2347,15 +2363,19 @@ export interface operations {
         responses: {
             200: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Agent"];
                 };
             };
-            /** @description A field breaks its constraint, or `diskMb` is smaller than the home's (or the home has no limit) */
+            /** @description A field breaks its constraint, or `diskMb` on a server that cannot limit disks */
             400: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2382,15 +2402,19 @@ export interface operations {
             };
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The name is taken, or the agent's state does not allow a change */
+            /** @description The name is taken, the agent's state does not allow a change, or `diskMb` is smaller than the home's (or the home has no limit) */
             409: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2400,6 +2424,8 @@ export interface operations {
             /** @description The JSON body is over 16 MiB */
             413: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2409,6 +2435,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2432,6 +2460,8 @@ export interface operations {
             /** @description Oldest first; an allowed connection's `bytesUp` and `bytesDown` are null until it closes */
             200: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2458,6 +2488,8 @@ export interface operations {
             };
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2467,6 +2499,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2494,6 +2528,8 @@ export interface operations {
             /** @description The result; with `Accept: application/x-ndjson`, a stream of `{stream,data}` lines and a last `{exitCode,timedOut,durationMs,truncated,egressDenied}` line (or an `{error}` line when the sandbox connection is lost) */
             200: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2508,6 +2544,8 @@ export interface operations {
             /** @description A field breaks its constraint (`field` names it) */
             400: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2534,6 +2572,8 @@ export interface operations {
             };
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2543,6 +2583,8 @@ export interface operations {
             /** @description The agent cannot be woken (destroying, stopping, or its start failed) */
             409: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2552,6 +2594,8 @@ export interface operations {
             /** @description `command` and `env` together take over 1 MiB (each argument and each `KEY=VALUE` counted with a terminating NUL), or one of them over 131071 bytes (Linux's limit per string); the message says which and the limit */
             413: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2561,6 +2605,8 @@ export interface operations {
             /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds */
             429: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2570,6 +2616,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2579,6 +2627,8 @@ export interface operations {
             /** @description The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After` */
             503: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2608,6 +2658,8 @@ export interface operations {
         responses: {
             200: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2617,6 +2669,8 @@ export interface operations {
             /** @description A malformed path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes) */
             400: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2644,6 +2698,8 @@ export interface operations {
             /** @description No such agent */
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2653,6 +2709,8 @@ export interface operations {
             /** @description The agent is not running */
             409: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2662,6 +2720,8 @@ export interface operations {
             /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again later */
             429: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2671,6 +2731,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2680,6 +2742,8 @@ export interface operations {
             /** @description The connection to the sandbox failed */
             503: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2709,15 +2773,19 @@ export interface operations {
         responses: {
             200: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["DirEntry"][];
                 };
             };
-            /** @description A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver), or a directory where a file is wanted (or the reverse) */
+            /** @description A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver) */
             400: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2745,15 +2813,19 @@ export interface operations {
             /** @description No such agent, or no such path */
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The agent cannot be woken (destroying, in error, or stopped while waking) */
+            /** @description The agent cannot be woken (destroying, in error, or stopped while waking), or the path is not what the operation needs now (a directory where a file is wanted, or the reverse) */
             409: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2763,6 +2835,8 @@ export interface operations {
             /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds */
             429: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2772,6 +2846,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2781,6 +2857,8 @@ export interface operations {
             /** @description The agent did not wake within `server.wake_timeout`, or the connection to the sandbox failed; see `Retry-After` */
             503: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2811,13 +2889,17 @@ export interface operations {
             /** @description The directory exists */
             204: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content?: never;
             };
-            /** @description A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver), or a directory where a file is wanted (or the reverse) */
+            /** @description A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver) */
             400: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2845,6 +2927,8 @@ export interface operations {
             /** @description No such agent */
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2854,6 +2938,8 @@ export interface operations {
             /** @description The agent cannot be woken, or a file is in the way */
             409: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2863,6 +2949,8 @@ export interface operations {
             /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds */
             429: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2872,6 +2960,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2881,6 +2971,8 @@ export interface operations {
             /** @description The agent did not wake within `server.wake_timeout`, or the connection to the sandbox failed; see `Retry-After` */
             503: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2890,6 +2982,8 @@ export interface operations {
             /** @description The sandbox's disk is full */
             507: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2924,15 +3018,19 @@ export interface operations {
             /** @description The file's bytes, streamed (with `Content-Length`, `X-Content-Type-Options: nosniff` and `Content-Disposition: attachment` naming the file, or `inline` when asked) */
             200: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/octet-stream": number[];
                 };
             };
-            /** @description A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver), or a directory where a file is wanted (or the reverse) */
+            /** @description A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver) */
             400: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2960,15 +3058,19 @@ export interface operations {
             /** @description No such agent, or no such path */
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The agent cannot be woken (destroying, in error, or stopped while waking) */
+            /** @description The agent cannot be woken (destroying, in error, or stopped while waking), or the path is not what the operation needs now (a directory where a file is wanted, or the reverse) */
             409: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2978,6 +3080,8 @@ export interface operations {
             /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds */
             429: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2987,6 +3091,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2996,6 +3102,8 @@ export interface operations {
             /** @description The agent did not wake within `server.wake_timeout`, or the connection to the sandbox failed; see `Retry-After` */
             503: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3027,13 +3135,17 @@ export interface operations {
             /** @description Removed */
             204: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content?: never;
             };
-            /** @description A bad path (as for the other file operations), the home itself, or a directory that is not empty without `recursive=true` */
+            /** @description A bad path (as for the other file operations) */
             400: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3049,7 +3161,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network */
+            /** @description The home itself (never removed); the sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3061,15 +3173,19 @@ export interface operations {
             /** @description No such agent, or no such path */
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The agent cannot be woken (destroying, in error, or stopped while waking) */
+            /** @description The agent cannot be woken (destroying, in error, or stopped while waking), or a directory that is not empty without `recursive=true` */
             409: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3079,6 +3195,8 @@ export interface operations {
             /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds */
             429: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3088,6 +3206,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3097,6 +3217,8 @@ export interface operations {
             /** @description The agent did not wake within `server.wake_timeout`, or the connection to the sandbox failed; see `Retry-After` */
             503: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3124,13 +3246,17 @@ export interface operations {
             /** @description Moved */
             204: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content?: never;
             };
-            /** @description A bad path (as for the other file operations), the home itself, a directory moved into itself, or two filesystems (move within one) */
+            /** @description A bad path (as for the other file operations), or two filesystems (move within one) */
             400: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3146,7 +3272,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network */
+            /** @description The home itself as `from` or `to` (never moved); the sandbox's account may not do this; a symbolic link that leads out of the home; or the request came from the sandbox network */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3158,15 +3284,19 @@ export interface operations {
             /** @description No such agent, no such `from`, or `to`'s directory does not exist */
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The agent is not running, or `to` exists (without `overwrite`, or a directory that is not empty) */
+            /** @description The agent is not running, `to` exists (without `overwrite`, or a directory that is not empty), or `from` is a directory `to` is inside */
             409: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3176,6 +3306,8 @@ export interface operations {
             /** @description The JSON body is over 16 MiB */
             413: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3185,6 +3317,8 @@ export interface operations {
             /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again later */
             429: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3194,6 +3328,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3203,6 +3339,8 @@ export interface operations {
             /** @description The connection to the sandbox failed */
             503: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3232,15 +3370,19 @@ export interface operations {
         responses: {
             200: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["FileInfo"];
                 };
             };
-            /** @description A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver), or a file where a directory is on the way */
+            /** @description A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver) */
             400: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3268,15 +3410,19 @@ export interface operations {
             /** @description No such agent, or no such path */
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The agent is not running */
+            /** @description The agent is not running, or a file is where a directory is on the way */
             409: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3286,6 +3432,8 @@ export interface operations {
             /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again later */
             429: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3295,6 +3443,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3304,6 +3454,8 @@ export interface operations {
             /** @description The connection to the sandbox failed */
             503: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3335,15 +3487,19 @@ export interface operations {
             /** @description Server-Sent Events, each named after its `type`, its data a `FileEvent`, sent as inotify reports them. A rename is `rename` of the old path then `create` of the new one; a flood beyond what the client reads is cut short with one `gap`. The stream ends when the directory is removed or the agent stops */
             200: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
                     "text/event-stream": components["schemas"]["FileEvent"][];
                 };
             };
-            /** @description A bad path (as for the other file operations), or not a directory */
+            /** @description A bad path (as for the other file operations) */
             400: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3371,15 +3527,19 @@ export interface operations {
             /** @description No such agent, or no such directory */
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The agent is not running, or the sandbox's watches are used up (8 at once, 4096 directories between them) */
+            /** @description The agent is not running, the path is not a directory, or the sandbox's watches are used up (8 at once, 4096 directories between them) */
             409: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3389,6 +3549,8 @@ export interface operations {
             /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again later */
             429: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3398,6 +3560,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3407,6 +3571,8 @@ export interface operations {
             /** @description The connection to the sandbox failed */
             503: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3442,13 +3608,17 @@ export interface operations {
             /** @description Written whole */
             204: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content?: never;
             };
-            /** @description A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver), or a directory where a file is wanted (or the reverse) */
+            /** @description A bad path (`..`, NUL, a name over 255 bytes, a path over 4096 bytes, outside the home on the fake driver) */
             400: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3476,15 +3646,19 @@ export interface operations {
             /** @description No such agent */
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The agent cannot be woken (destroying, in error, or stopped while waking) */
+            /** @description The agent cannot be woken (destroying, in error, or stopped while waking), or the path is not what the operation needs now (a directory where a file is wanted, or the reverse) */
             409: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3494,6 +3668,8 @@ export interface operations {
             /** @description Larger than `server.max_file_mb`; nothing was written */
             413: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3503,6 +3679,8 @@ export interface operations {
             /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds */
             429: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3512,6 +3690,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3521,6 +3701,8 @@ export interface operations {
             /** @description The agent did not wake within `server.wake_timeout`, or the connection to the sandbox failed; see `Retry-After` */
             503: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3530,6 +3712,8 @@ export interface operations {
             /** @description The sandbox's disk is full (its home's `diskMb`, or `/tmp`); nothing was written */
             507: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3560,6 +3744,8 @@ export interface operations {
             /** @description Every part's result, in order: `error` is null for a file written whole */
             200: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3569,6 +3755,8 @@ export interface operations {
             /** @description Not a multipart body, one with no parts, one that broke off, or more than 1000 parts (the files before the fault are written) */
             400: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3596,6 +3784,8 @@ export interface operations {
             /** @description No such agent */
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3605,6 +3795,8 @@ export interface operations {
             /** @description The agent is not running */
             409: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3614,6 +3806,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3623,6 +3817,8 @@ export interface operations {
             /** @description The connection to the sandbox failed */
             503: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3649,6 +3845,8 @@ export interface operations {
         responses: {
             200: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3658,6 +3856,8 @@ export interface operations {
             /** @description `ttlMinutes` is out of bounds */
             400: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3684,6 +3884,8 @@ export interface operations {
             };
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3693,6 +3895,8 @@ export interface operations {
             /** @description The agent is being destroyed, or has no TTL and the request gives none */
             409: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3702,6 +3906,8 @@ export interface operations {
             /** @description The JSON body is over 16 MiB */
             413: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3711,6 +3917,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3733,6 +3941,8 @@ export interface operations {
         responses: {
             200: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3759,6 +3969,8 @@ export interface operations {
             };
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3768,6 +3980,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3790,6 +4004,8 @@ export interface operations {
         responses: {
             200: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3816,6 +4032,8 @@ export interface operations {
             };
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3825,6 +4043,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3852,6 +4072,8 @@ export interface operations {
             /** @description Made; a `token` preview's token is in this answer only */
             201: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3861,6 +4083,8 @@ export interface operations {
             /** @description The request is malformed: its JSON or query does not fit the schema */
             400: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3887,6 +4111,8 @@ export interface operations {
             };
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3896,6 +4122,8 @@ export interface operations {
             /** @description The port has a preview already, the agent has `server.previews.max_per_agent`, or it is being destroyed */
             409: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3905,6 +4133,8 @@ export interface operations {
             /** @description The JSON body is over 16 MiB */
             413: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3914,6 +4144,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3939,6 +4171,8 @@ export interface operations {
             /** @description Deleted */
             204: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -3963,6 +4197,8 @@ export interface operations {
             };
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3972,6 +4208,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3994,6 +4232,8 @@ export interface operations {
         responses: {
             200: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4019,6 +4259,8 @@ export interface operations {
             };
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4028,6 +4270,8 @@ export interface operations {
             /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds */
             429: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4037,6 +4281,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4046,6 +4292,8 @@ export interface operations {
             /** @description The connection to the sandbox failed; see `Retry-After` */
             503: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4073,6 +4321,8 @@ export interface operations {
             /** @description It runs (or, when its program could not be run, it has already exited with 127 or 126 and says why on stderr) */
             201: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4081,6 +4331,8 @@ export interface operations {
             };
             400: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4106,6 +4358,8 @@ export interface operations {
             };
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4115,6 +4369,8 @@ export interface operations {
             /** @description The agent cannot be woken, runs `sandbox.max_processes` processes already, or a running process has this tag */
             409: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4124,6 +4380,8 @@ export interface operations {
             /** @description `command` and `env` over exec's size limits */
             413: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4133,6 +4391,8 @@ export interface operations {
             /** @description Too many channels open to the agent; try again after `Retry-After` seconds */
             429: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4142,6 +4402,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4151,6 +4413,8 @@ export interface operations {
             /** @description The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After` */
             503: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4175,6 +4439,8 @@ export interface operations {
         responses: {
             200: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4200,6 +4466,8 @@ export interface operations {
             };
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4209,6 +4477,8 @@ export interface operations {
             /** @description The agent cannot be woken (destroying, in error, or stopped while waking) */
             409: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4218,6 +4488,8 @@ export interface operations {
             /** @description Too many channels open to the agent; try again after `Retry-After` seconds */
             429: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4227,6 +4499,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4236,6 +4510,8 @@ export interface operations {
             /** @description The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After` */
             503: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4261,6 +4537,8 @@ export interface operations {
             /** @description Gone */
             204: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -4284,6 +4562,8 @@ export interface operations {
             };
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4293,6 +4573,8 @@ export interface operations {
             /** @description The agent cannot be woken (destroying, in error, or stopped while waking) */
             409: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4302,6 +4584,8 @@ export interface operations {
             /** @description Too many channels open to the agent; try again after `Retry-After` seconds */
             429: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4311,6 +4595,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4320,6 +4606,8 @@ export interface operations {
             /** @description The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After` */
             503: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4350,6 +4638,8 @@ export interface operations {
             /** @description One line per piece: `{offset, stream, data}` (UTF-8 text) or `{offset, stream, data64}` (base64, for bytes that are not UTF-8 or are mostly control characters), `{gap: {from, to}}` where output left the buffer, and a last `{exit: Process}` once the process has ended and all its output was sent. Without `follow` the response ends at the output so far. A stream cut short ends with an error line; read again from the last offset you got. */
             200: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4359,6 +4649,8 @@ export interface operations {
             /** @description The offset is past the output so far */
             400: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4384,6 +4676,8 @@ export interface operations {
             };
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4392,6 +4686,8 @@ export interface operations {
             };
             409: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4401,6 +4697,8 @@ export interface operations {
             /** @description Too many channels open to the agent; try again after `Retry-After` seconds */
             429: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4410,6 +4708,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4419,6 +4719,8 @@ export interface operations {
             /** @description The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After` */
             503: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4448,6 +4750,8 @@ export interface operations {
             /** @description Sent */
             204: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -4455,6 +4759,8 @@ export interface operations {
             /** @description Not a signal, or the process has ended */
             400: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4480,6 +4786,8 @@ export interface operations {
             };
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4488,6 +4796,8 @@ export interface operations {
             };
             409: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4497,6 +4807,8 @@ export interface operations {
             /** @description The JSON body is over 16 MiB */
             413: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4506,6 +4818,8 @@ export interface operations {
             /** @description Too many channels open to the agent; try again after `Retry-After` seconds */
             429: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4515,6 +4829,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4524,6 +4840,8 @@ export interface operations {
             /** @description The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After` */
             503: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4556,6 +4874,8 @@ export interface operations {
         responses: {
             200: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4565,6 +4885,8 @@ export interface operations {
             /** @description The process has ended, was started without stdin, or no longer reads it */
             400: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4590,6 +4912,8 @@ export interface operations {
             };
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4598,6 +4922,8 @@ export interface operations {
             };
             409: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4607,6 +4933,8 @@ export interface operations {
             /** @description Too many channels open to the agent; try again after `Retry-After` seconds */
             429: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4616,6 +4944,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4625,6 +4955,8 @@ export interface operations {
             /** @description The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After` */
             503: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4653,6 +4985,8 @@ export interface operations {
             /** @description It has ended */
             200: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4661,6 +4995,8 @@ export interface operations {
             };
             400: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4686,6 +5022,8 @@ export interface operations {
             };
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4695,6 +5033,8 @@ export interface operations {
             /** @description The time was up first: the process as it is, still running */
             408: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4704,6 +5044,8 @@ export interface operations {
             /** @description The agent cannot be woken (destroying, in error, or stopped while waking) */
             409: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4713,6 +5055,8 @@ export interface operations {
             /** @description Too many channels open to the agent; try again after `Retry-After` seconds */
             429: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4722,6 +5066,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4731,6 +5077,8 @@ export interface operations {
             /** @description The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After` */
             503: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4753,6 +5101,8 @@ export interface operations {
         responses: {
             202: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4779,6 +5129,8 @@ export interface operations {
             };
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4788,6 +5140,8 @@ export interface operations {
             /** @description The agent's state does not allow it (the message names the state) */
             409: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4797,6 +5151,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4819,6 +5175,8 @@ export interface operations {
         responses: {
             200: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4845,6 +5203,8 @@ export interface operations {
             };
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4854,6 +5214,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4880,6 +5242,8 @@ export interface operations {
         responses: {
             201: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4889,6 +5253,8 @@ export interface operations {
             /** @description No such harness (the message names the configured ones), or a bad cwd or title */
             400: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4915,6 +5281,8 @@ export interface operations {
             };
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4924,6 +5292,8 @@ export interface operations {
             /** @description The agent has `sessions.max_per_agent` sessions, or no harness can be had: none is configured, or none is named and neither the agent's preset nor `sandbox.default_harness` names one */
             409: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4933,6 +5303,8 @@ export interface operations {
             /** @description The JSON body is over 16 MiB */
             413: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4942,6 +5314,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4966,6 +5340,8 @@ export interface operations {
         responses: {
             200: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4992,6 +5368,8 @@ export interface operations {
             };
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5001,6 +5379,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5026,6 +5406,8 @@ export interface operations {
             /** @description Deleted */
             204: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -5050,6 +5432,8 @@ export interface operations {
             };
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5059,6 +5443,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5087,6 +5473,8 @@ export interface operations {
         responses: {
             200: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5095,6 +5483,8 @@ export interface operations {
             };
             400: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5121,6 +5511,8 @@ export interface operations {
             };
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5130,6 +5522,8 @@ export interface operations {
             /** @description The JSON body is over 16 MiB */
             413: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5139,6 +5533,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5164,6 +5560,8 @@ export interface operations {
             /** @description The harness was asked to stop the turn */
             202: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -5188,6 +5586,8 @@ export interface operations {
             };
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5197,6 +5597,8 @@ export interface operations {
             /** @description No turn is running */
             409: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5206,6 +5608,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5238,6 +5642,8 @@ export interface operations {
             /** @description With `format=json`: the events, oldest first. Otherwise `text/event-stream`: each event's `id:` is its sequence number, its name `prompt`, `update`, `turn`, `notice`, `permission` or `permission_resolved`, its data as in the transcript */
             200: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5247,6 +5653,8 @@ export interface operations {
             /** @description The request is malformed: its JSON or query does not fit the schema */
             400: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5273,6 +5681,8 @@ export interface operations {
             };
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5282,6 +5692,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5310,6 +5722,8 @@ export interface operations {
         responses: {
             202: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5319,6 +5733,8 @@ export interface operations {
             /** @description Neither or both of `prompt` and `text`, or a block that is not ACP content */
             400: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5345,6 +5761,8 @@ export interface operations {
             };
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5354,6 +5772,8 @@ export interface operations {
             /** @description A turn is running */
             409: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5363,6 +5783,8 @@ export interface operations {
             /** @description The prompt is over 1 MiB as JSON */
             413: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5372,6 +5794,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5395,6 +5819,8 @@ export interface operations {
             /** @description Started (a sleeping agent is woken first); `setup` says how it stands */
             202: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5421,6 +5847,8 @@ export interface operations {
             };
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5430,6 +5858,8 @@ export interface operations {
             /** @description The agent has no setup script, its setup runs already, or it cannot be woken */
             409: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5439,6 +5869,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5447,6 +5879,8 @@ export interface operations {
             };
             503: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5469,6 +5903,8 @@ export interface operations {
         responses: {
             202: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5495,6 +5931,8 @@ export interface operations {
             };
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5504,6 +5942,8 @@ export interface operations {
             /** @description The agent's state does not allow it (the message names the state) */
             409: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5513,6 +5953,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5522,6 +5964,8 @@ export interface operations {
             /** @description The agent was stopping and its stop did not end within `server.wake_timeout`; see `Retry-After` */
             503: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5544,6 +5988,8 @@ export interface operations {
         responses: {
             202: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5570,6 +6016,8 @@ export interface operations {
             };
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5579,6 +6027,8 @@ export interface operations {
             /** @description The agent's state does not allow it (the message names the state) */
             409: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5588,6 +6038,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5625,6 +6077,8 @@ export interface operations {
             /** @description WebSocket onto the session; see the description */
             101: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -5632,6 +6086,8 @@ export interface operations {
             /** @description Bad `cols`, `rows`, `offset` or `command`, or not a WebSocket upgrade */
             400: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5659,6 +6115,8 @@ export interface operations {
             /** @description No such agent, or no such session */
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5668,6 +6126,8 @@ export interface operations {
             /** @description The session has too many viewers */
             409: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5677,6 +6137,8 @@ export interface operations {
             /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds */
             429: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5686,6 +6148,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5708,6 +6172,8 @@ export interface operations {
         responses: {
             200: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5734,6 +6200,8 @@ export interface operations {
             };
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5743,6 +6211,8 @@ export interface operations {
             /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds */
             429: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5752,6 +6222,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5761,6 +6233,8 @@ export interface operations {
             /** @description The agent is running but its sandbox did not reconnect in time */
             503: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5786,6 +6260,8 @@ export interface operations {
             /** @description Ended */
             204: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -5811,6 +6287,8 @@ export interface operations {
             /** @description No such agent, or no such session */
             404: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5820,6 +6298,8 @@ export interface operations {
             /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds */
             429: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5829,6 +6309,8 @@ export interface operations {
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5838,6 +6320,8 @@ export interface operations {
             /** @description The agent is running but its sandbox did not reconnect in time */
             503: {
                 headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
                     [name: string]: unknown;
                 };
                 content: {

@@ -158,6 +158,24 @@ def test_stop_start_rebuild_refresh(fresh: Agent) -> None:
     assert fresh.state == "sleeping"
 
 
+def test_an_operation_that_wakes_the_agent_shows_on_its_handles(
+    client: Client, fresh: Agent
+) -> None:
+    other = client.agents.get(fresh.id)
+    for wake in (
+        lambda: fresh.commands.run("true"),
+        lambda: fresh.files.list("."),
+        lambda: fresh.commands.run("true", background=True).wait(),
+    ):
+        fresh.stop(wait=True, timeout=60)
+        assert fresh.state == "sleeping"
+        other.refresh()
+        wake()
+        # No refresh(): the answer that woke it said so, and every handle of the agent follows.
+        assert fresh.state == "running"
+        assert other.state == "running"
+
+
 def test_runtime_on_create_and_update(client: Client) -> None:
     runtimes = client.limits().runtimes
     assert runtimes[:1] == ("runc",) and "runsc" in runtimes  # the fake engine has both
@@ -276,6 +294,15 @@ async def test_async_stop_start_rebuild_refresh(afresh: AsyncAgent) -> None:
     await afresh.start(timeout=60)
     assert afresh.state == "running"
     await afresh.rebuild(timeout=60)
+    assert afresh.state == "running"
+
+
+async def test_async_an_operation_that_wakes_the_agent_shows_on_its_handle(
+    afresh: AsyncAgent,
+) -> None:
+    await afresh.stop(wait=True, timeout=60)
+    assert afresh.state == "sleeping"
+    await afresh.commands.run("true")
     assert afresh.state == "running"
 
 

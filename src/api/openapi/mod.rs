@@ -122,6 +122,7 @@ pub fn document(config: &Config, facts: Facts) -> Value {
         json!({
             "type": "object",
             "minProperties": 1,
+            "propertyNames": {"pattern": patterns::PART_NAME_PATTERN},
             "additionalProperties": {"type": "string", "format": "binary"}
         }),
     );
@@ -129,6 +130,7 @@ pub fn document(config: &Config, facts: Facts) -> Value {
         schemas::preset_names(&mut doc, config);
     }
     responses::error_codes(&mut doc);
+    responses::agent_state_header(&mut doc);
     responses::exec_stream(&mut doc);
     responses::agent_links(&mut doc);
     doc

@@ -1,10 +1,12 @@
 //! The answers the handlers' annotations leave out: what every route shares (`401`, `403`,
-//! `500`, the JSON body's `400` and `413`), the exec's NDJSON stream, the error codes, and the
-//! links from a created agent to the routes that take its id.
+//! `500`, the JSON body's `400` and `413`), the agent's state in a header of its routes' answers,
+//! the exec's NDJSON stream, the error codes, and the links from a created agent to the routes
+//! that take its id.
 
 use serde_json::{json, Map, Value};
 
 use super::{operations, property, set};
+use crate::api::agent_state;
 use crate::api::types::ErrorCode;
 
 /// The operations that cannot fail inside the server (no store, no sandbox): no `500`.
@@ -126,4 +128,33 @@ pub(super) fn agent_links(doc: &mut Value) {
         "links",
         Value::Object(links),
     );
+}
+
+/// Every answer of a route under `/api/v1/agents/{id}` that got past the guard (not `401`,
+/// `403`) may carry the agent's state after the request: absent when there is no such agent.
+pub(super) fn agent_state_header(doc: &mut Value) {
+    let header = json!({
+        "description": "The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent",
+        "required": false,
+        "schema": {"$ref": "#/components/schemas/AgentState"},
+    });
+    for (path, op) in operations(doc) {
+        if !path.starts_with("/api/v1/agents/{id}") {
+            continue;
+        }
+        let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) else {
+            continue;
+        };
+        for (status, response) in responses.iter_mut() {
+            if matches!(status.as_str(), "401" | "403") {
+                continue;
+            }
+            if let Some(r) = response.as_object_mut() {
+                let headers = r.entry("headers").or_insert_with(|| json!({}));
+                if let Some(h) = headers.as_object_mut() {
+                    h.insert(agent_state::HEADER_NAME.to_string(), header.clone());
+                }
+            }
+        }
+    }
 }

@@ -13,11 +13,13 @@ import contextlib
 import os
 import random
 import socket
+import threading
 import time
+import weakref
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any
-from urllib.parse import quote
+from typing import Any, Protocol
+from urllib.parse import quote, unquote
 
 import httpx
 
@@ -41,6 +43,9 @@ RETRY_BUDGET = 60.0
 RETRY_BASE, RETRY_MAX = 0.25, 8.0
 #: The longest ``Retry-After`` honoured (a longer one ends the retries).
 RETRY_AFTER_MAX = 30.0
+#: The agent's state once the server handled a request under ``/agents/{id}``.
+AGENT_STATE_HEADER = "X-Agenthold-Agent-State"
+
 #: Methods whose request may be sent twice without harm.
 IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 
@@ -186,11 +191,21 @@ def pool_limits(max_connections: int | None) -> httpx.Limits:
     )
 
 
+class StateFollower(Protocol):
+    """A handle whose ``state`` follows what the server says after each of its agent's requests."""
+
+    def state_heard(self, state: str) -> None: ...
+
+
 class _Base:
     def __init__(
         self, url: str | None, token: str | None, timeout: float | None, retries: int
     ) -> None:
         from . import __version__
+
+        #: The handles of each agent, held weakly: a handle let go is not kept alive here.
+        self._followers: dict[str, weakref.WeakSet[StateFollower]] = {}
+        self._followers_lock = threading.Lock()
 
         self.base_url, self.token = resolve_settings(url, token)
         self.timeout = _timeout(timeout)
@@ -201,6 +216,26 @@ class _Base:
 
     def url(self, path: str) -> str:
         return f"{self.base_url}{API}{path}"
+
+    def follow_state(self, agent_id: str, handle: StateFollower) -> None:
+        """Has ``handle`` told the agent's state after every request of that agent's (the
+        server's ``X-Agenthold-Agent-State``): an operation that woke it shows at once."""
+        with self._followers_lock:
+            self._followers.setdefault(agent_id, weakref.WeakSet()).add(handle)
+
+    def heard(self, response: httpx.Response) -> None:
+        state = response.headers.get(AGENT_STATE_HEADER)
+        if state is None:
+            return
+        path = response.request.url.path
+        at = path.find(f"{API}/agents/")
+        if at < 0:
+            return
+        agent_id = unquote(path[at + len(API) + len("/agents/") :].split("/", 1)[0])
+        with self._followers_lock:
+            handles = list(self._followers.get(agent_id, ()))
+        for handle in handles:
+            handle.state_heard(state)
 
     def ws_url(self, path: str) -> str:
         """The same route on ``ws://`` or ``wss://``, for the terminal."""
@@ -258,6 +293,7 @@ class SyncTransport(_Base):
                 )
             except httpx.TransportError as e:
                 raise network_error(e) from e
+            self.heard(r)
             if r.status_code not in accept and _not_done(method, r):
                 pause = retry.pause(r)
                 if pause is not None:
@@ -294,6 +330,7 @@ class SyncTransport(_Base):
                     headers={**self.headers, **(headers or {})},
                     timeout=self.timeout if timeout is _DEFAULT else _timeout(timeout),
                 ) as r:
+                    self.heard(r)
                     if r.status_code >= 400:
                         r.read()
                         pause = retry.pause(r) if _not_done(method, r) else None
@@ -365,6 +402,7 @@ class AsyncTransport(_Base):
                 )
             except httpx.TransportError as e:
                 raise network_error(e) from e
+            self.heard(r)
             if r.status_code not in accept and _not_done(method, r):
                 pause = retry.pause(r)
                 if pause is not None:
@@ -401,6 +439,7 @@ class AsyncTransport(_Base):
                     headers={**self.headers, **(headers or {})},
                     timeout=self.timeout if timeout is _DEFAULT else _timeout(timeout),
                 ) as r:
+                    self.heard(r)
                     if r.status_code >= 400:
                         await r.aread()
                         pause = retry.pause(r) if _not_done(method, r) else None

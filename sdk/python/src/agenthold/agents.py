@@ -10,10 +10,12 @@ call finds the agent settled; ``wait=False`` returns as soon as the server took 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import typing
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
@@ -25,6 +27,7 @@ from .files import AsyncFiles, Files
 from .models import (
     TRANSIENT_STATES,
     AgentInfo,
+    AgentState,
     EgressLogEntry,
     EgressRules,
     ListeningPort,
@@ -147,6 +150,10 @@ def _pick(agents: list[AgentInfo], name_or_id: str) -> AgentInfo:
     raise NotFound(f"no agent named or with id {name_or_id!r}", code="not_found", status=404)
 
 
+#: Every state the server may name (a header naming another is ignored).
+AGENT_STATES = frozenset(typing.get_args(AgentState))
+
+
 def _busy(agent: AgentInfo) -> bool:
     """An operation is under way: a destroy must wait for it (or is one)."""
     return agent.state in TRANSIENT_STATES
@@ -244,6 +251,12 @@ class _AgentView:
     @property
     def _path(self) -> str:
         return f"/agents/{seg(self.info.id)}"
+
+    def state_heard(self, state: str) -> None:
+        """The server said the agent is in ``state`` after a request of its (one that woke it,
+        say): the handle follows, without a :meth:`refresh`."""
+        if state in AGENT_STATES and state != self.info.state:
+            self.info = dataclasses.replace(self.info, state=cast(AgentState, state))
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.info.name} ({self.info.id}) {self.info.state}>"
@@ -349,6 +362,7 @@ class Agent(_AgentView):
     def __init__(self, transport: SyncTransport, info: AgentInfo) -> None:
         self._t = transport
         self.info = info
+        transport.follow_state(info.id, self)
         self.commands = Commands(transport, info.id)
         self.files = Files(transport, info.id)
         self.terminals = Terminals(transport, info.id)
@@ -505,6 +519,7 @@ class AsyncAgent(_AgentView):
     def __init__(self, transport: AsyncTransport, info: AgentInfo) -> None:
         self._t = transport
         self.info = info
+        transport.follow_state(info.id, self)
         self.commands = AsyncCommands(transport, info.id)
         self.files = AsyncFiles(transport, info.id)
         self.terminals = AsyncTerminals(transport, info.id)
