@@ -18,7 +18,26 @@ pub struct BootConfig {
     /// proxy's `HTTP_PROXY` and friends). Written at every start, so a change needs no rebuild.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// Extra certificate authorities (PEM) every program in the sandbox trusts
+    /// (`sandbox.egress.ca_certificates`): sandboxd adds them to the system bundle and writes
+    /// [`CA_BUNDLE_PATH`], which the variables in [`CA_BUNDLE_ENV`] name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_certificates: Option<String>,
 }
+
+/// The system's certificates plus `sandbox.egress.ca_certificates`, written by sandboxd at boot.
+pub const CA_BUNDLE_PATH: &str = "/etc/agenthold/ca-certificates.crt";
+
+/// The variables that point the usual tools (OpenSSL, Python's requests and pip, Node, curl, git)
+/// at [`CA_BUNDLE_PATH`], set in every program's env when extra authorities are configured.
+pub const CA_BUNDLE_ENV: &[&str] = &[
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "PIP_CERT",
+    "NODE_EXTRA_CA_CERTS",
+    "CURL_CA_BUNDLE",
+    "GIT_SSL_CAINFO",
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum BootError {

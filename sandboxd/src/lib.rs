@@ -19,6 +19,7 @@ pub mod sandbox;
 pub mod serve;
 pub mod spawn;
 pub mod terminal;
+pub mod trust;
 pub mod uploads;
 
 pub use account::Account;

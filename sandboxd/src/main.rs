@@ -33,6 +33,13 @@ fn main() -> anyhow::Result<()> {
     let mut opts = SandboxOptions::container()?;
     opts.env = boot.env.clone().into_iter().collect();
     adopt_fresh_home(&opts)?;
+    // A sandbox that cannot trust its network's proxy still serves everything else, and says why.
+    if let Err(e) = sandboxd::trust::install(
+        boot.ca_certificates.as_deref(),
+        &sandboxd::trust::TrustPaths::container(),
+    ) {
+        tracing::warn!(error = %e, "cannot install sandbox.egress.ca_certificates");
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

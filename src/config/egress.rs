@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -46,6 +47,9 @@ pub struct EgressConfig {
     /// How long the proxy waits for a destination to accept a connection.
     #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
     pub connect_timeout: Duration,
+    /// A PEM file of certificate authorities every sandbox trusts besides its image's own (for
+    /// networks whose outbound TLS is re-signed by a proxy); empty = none.
+    pub ca_certificates: PathBuf,
 }
 
 impl Default for EgressConfig {
@@ -61,11 +65,20 @@ impl Default for EgressConfig {
             dns_port: 8053,
             header_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(10),
+            ca_certificates: PathBuf::new(),
         }
     }
 }
 
 impl EgressConfig {
+    /// The authorities of `ca_certificates`, as the file has them; `None` when none is set.
+    pub fn read_ca_certificates(&self) -> Result<Option<String>, CaFileError> {
+        if self.ca_certificates.as_os_str().is_empty() {
+            return Ok(None);
+        }
+        read_ca_file(&self.ca_certificates).map(Some)
+    }
+
     /// What the proxy's dialer needs of this section.
     pub fn dial_settings(&self) -> DialSettings {
         DialSettings {
@@ -74,6 +87,70 @@ impl EgressConfig {
             connect_timeout: self.connect_timeout,
         }
     }
+}
+
+/// Why `sandbox.egress.ca_certificates` cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum CaFileError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "{path} is {len} bytes; a file of certificate authorities is at most {MAX_CA_FILE} bytes"
+    )]
+    TooLarge { path: String, len: u64 },
+    #[error("{path} is not PEM text: {why}")]
+    NotPem { path: String, why: String },
+    #[error("{path} holds no certificate (-----BEGIN CERTIFICATE-----)")]
+    NoCertificate { path: String },
+    #[error(
+        "{path} holds a {kind} besides certificates; it is copied into every sandbox, so it may \
+         hold certificates only"
+    )]
+    NotACertificate { path: String, kind: String },
+}
+
+/// A whole Mozilla bundle is a quarter of this.
+pub const MAX_CA_FILE: u64 = 1024 * 1024;
+
+/// Reads a PEM file that must hold certificates and nothing else: a private key put there by
+/// mistake would otherwise be handed to every sandbox.
+fn read_ca_file(path: &Path) -> Result<String, CaFileError> {
+    use rustls_pki_types::pem::{PemObject, SectionKind};
+    let shown = path.display().to_string();
+    let read = |source| CaFileError::Read {
+        path: shown.clone(),
+        source,
+    };
+    let len = std::fs::metadata(path).map_err(read)?.len();
+    if len > MAX_CA_FILE {
+        return Err(CaFileError::TooLarge { path: shown, len });
+    }
+    let text = std::fs::read_to_string(path).map_err(read)?;
+    let mut certificates = 0;
+    for section in <(SectionKind, Vec<u8>)>::pem_slice_iter(text.as_bytes()) {
+        match section {
+            Ok((SectionKind::Certificate, _)) => certificates += 1,
+            Ok((kind, _)) => {
+                return Err(CaFileError::NotACertificate {
+                    path: shown,
+                    kind: format!("{kind:?}"),
+                })
+            }
+            Err(e) => {
+                return Err(CaFileError::NotPem {
+                    path: shown,
+                    why: e.to_string(),
+                })
+            }
+        }
+    }
+    if certificates == 0 {
+        return Err(CaFileError::NoCertificate { path: shown });
+    }
+    Ok(text)
 }
 
 pub(super) fn validate(
@@ -110,6 +187,8 @@ pub(super) fn validate(
             "must be at least 1".into(),
         ));
     }
+    e.read_ca_certificates()
+        .map_err(|why| fail("sandbox.egress.ca_certificates", why.to_string()))?;
     min_duration(e.header_timeout, 1, "sandbox.egress.header_timeout", &fail)?;
     min_duration(
         e.connect_timeout,

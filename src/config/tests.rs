@@ -278,6 +278,55 @@ fn egress_settings_are_checked_and_named() {
 }
 
 #[test]
+fn ca_certificates_must_be_a_file_of_certificates_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let cert = "-----BEGIN CERTIFICATE-----\nMIIBAA==\n-----END CERTIFICATE-----\n";
+    let key = "-----BEGIN PRIVATE KEY-----\nMIIBAA==\n-----END PRIVATE KEY-----\n";
+    let yaml = |path: &str| format!("sandbox:\n  egress:\n    ca_certificates: {path}\n");
+    let missing = dir.path().join("missing.pem").display().to_string();
+    for (path, says) in [
+        (missing, "cannot read"),
+        (file("empty.pem", "just words\n"), "holds no certificate"),
+        (
+            file("key.pem", &format!("{cert}{key}")),
+            "holds a PrivateKey besides certificates",
+        ),
+        (
+            file("broken.pem", "-----BEGIN CERTIFICATE-----\n!!\n"),
+            "is not PEM text",
+        ),
+        (
+            file("huge.pem", &cert.repeat(20_000)),
+            "at most 1048576 bytes",
+        ),
+    ] {
+        let e = err(&yaml(&path));
+        assert!(
+            e.contains("sandbox.egress.ca_certificates") && e.contains(says),
+            "{path}: {e}"
+        );
+    }
+    // Text around the certificates (a bundle's comments) is allowed, and kept as written.
+    let text = format!("# Corporate root\n{cert}");
+    let c = load(&yaml(&file("corp.pem", &text))).unwrap();
+    assert_eq!(c.sandbox.egress.read_ca_certificates().unwrap(), Some(text));
+    assert_eq!(
+        load("{}")
+            .unwrap()
+            .sandbox
+            .egress
+            .read_ca_certificates()
+            .unwrap(),
+        None
+    );
+}
+
+#[test]
 fn port_only_listen_means_every_address() {
     for yaml in [
         "sandbox:\n  tunnel_listen: \":8090\"\n",

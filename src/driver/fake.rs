@@ -227,6 +227,8 @@ impl Driver for FakeDriver {
             // Its sandboxes share the server's loopback, where the proxy cannot tell them
             // apart: they get no proxy.
             env: Default::default(),
+            // Its sandboxd runs on this machine, whose trust store is not the server's to change.
+            ca_certificates: None,
         };
         let opts = sandboxd::SandboxOptions {
             ping_interval: self.ping_interval,

@@ -30,6 +30,7 @@ async fn run_dials_says_hello_and_cleans_up_on_cancel() {
         token: TOKEN.into(),
         tunnel_url: format!("ws://{addr}/tunnel"),
         env: Default::default(),
+        ca_certificates: None,
     };
     let shutdown = CancellationToken::new();
     let agent = tokio::spawn(sandboxd::run(boot, options(home.path()), shutdown.clone()));
@@ -119,6 +120,7 @@ async fn names_in_the_tunnel_url_are_refused() {
         token: TOKEN.into(),
         tunnel_url: "ws://server.example:8090/tunnel".into(),
         env: Default::default(),
+        ca_certificates: None,
     };
     let home = tempfile::tempdir().unwrap();
     let err = sandboxd::run(boot, options(home.path()), CancellationToken::new())

@@ -425,6 +425,7 @@ async fn temporary_files_left_by_a_crash_go_at_the_next_start_and_nothing_else()
         // Nothing listens there: the cleanup must not wait for the server.
         tunnel_url: "ws://127.0.0.1:1/tunnel".into(),
         env: Default::default(),
+        ca_certificates: None,
     };
     let mut opts = crate::harness::options(h);
     opts.upload_records = Some(dir.clone());

@@ -24,7 +24,8 @@ impl DockerDriver {
             agent_id: id.to_string(),
             token: token.to_string(),
             tunnel_url: self.tunnel_url(net),
-            env: self.proxy_env(net),
+            env: self.boot_env(net),
+            ca_certificates: self.ca_certificates.clone(),
         };
         let tar = files::boot_tar(&boot)
             .map_err(|e| DockerError::Other(format!("packing boot.json: {e}")))?;
@@ -49,15 +50,26 @@ impl DockerDriver {
         )
     }
 
-    /// The proxy variables every program in the sandbox starts with: both spellings, since
-    /// tools read one or the other.
-    fn proxy_env(&self, net: &AgentNet) -> std::collections::BTreeMap<String, String> {
+    /// The variables every program in the sandbox starts with: the proxy's, in both spellings
+    /// since tools read one or the other, and with extra authorities the bundle that has them.
+    fn boot_env(&self, net: &AgentNet) -> std::collections::BTreeMap<String, String> {
         let url = format!("http://{}:{}", self.server_on(net), self.egress_port);
         let local = "localhost,127.0.0.1,::1".to_string();
+        let bundle: &[&str] = if self.ca_certificates.is_some() {
+            agenthold_proto::boot::CA_BUNDLE_ENV
+        } else {
+            &[]
+        };
         ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"]
             .into_iter()
             .map(|k| (k.to_string(), url.clone()))
             .chain(["NO_PROXY", "no_proxy"].map(|k| (k.to_string(), local.clone())))
+            .chain(bundle.iter().map(|k| {
+                (
+                    k.to_string(),
+                    agenthold_proto::boot::CA_BUNDLE_PATH.to_string(),
+                )
+            }))
             .collect()
     }
 

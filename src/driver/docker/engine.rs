@@ -77,6 +77,12 @@ impl DockerDriver {
                 "host mount: every sandbox can reach this host path (a host-access risk)"
             );
         }
+        // Read once: a change of the file takes a restart, like the rest of `sandbox.egress`.
+        let ca_certificates = config
+            .sandbox
+            .egress
+            .read_ca_certificates()
+            .map_err(|e| DockerError::Other(format!("sandbox.egress.ca_certificates: {e}")))?;
         let binary = placement::locate_sandboxd(config.sandbox.sandboxd_path.as_deref())?;
         let server = placement::detect_server_container(&docker, cfg.server_container()).await?;
         let (placement, firewall) = match server {
@@ -133,6 +139,7 @@ impl DockerDriver {
             tunnel_port: tunnel.port(),
             egress_port,
             dns_port,
+            ca_certificates,
             cfg,
             alloc: tokio::sync::Mutex::new(()),
             ops: OwnOps::default(),

@@ -98,6 +98,7 @@ mod tests {
             token: "secret".into(),
             tunnel_url: "ws://10.213.0.1:8090/tunnel".into(),
             env: Default::default(),
+            ca_certificates: None,
         };
         let raw = boot_tar(&boot).expect("tar");
         let mut ar = tar::Archive::new(raw.as_slice());

@@ -83,6 +83,8 @@ pub struct DockerDriver {
     egress_port: u16,
     /// The egress resolver's (UDP) port when transparent mode is on.
     dns_port: Option<u16>,
+    /// `sandbox.egress.ca_certificates`, as the file has them (checked at load).
+    ca_certificates: Option<String>,
     /// Serialises subnet allocation within this server (the store's unique index guards the
     /// rest).
     alloc: tokio::sync::Mutex<()>,

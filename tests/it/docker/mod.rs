@@ -6,6 +6,7 @@ mod crash;
 mod daemon_restart;
 mod disk;
 mod egress;
+mod egress_ca;
 mod flood;
 mod fs_identity;
 mod idle;
