@@ -145,7 +145,9 @@ pub async fn authorize(
 ) -> Response {
     let (mut parts, body) = req.into_parts();
     // A route without parameters has none to give: no error.
-    let params = RawPathParams::from_request_parts(&mut parts, &st).await.ok();
+    let params = RawPathParams::from_request_parts(&mut parts, &st)
+        .await
+        .ok();
     let req = Request::from_parts(parts, body);
     let route = matched.as_ref().map_or("", |m| m.as_str());
     let Some(need) = need(req.method(), route) else {
@@ -169,9 +171,11 @@ pub async fn authorize(
             .into_response();
     }
     let param = |name: &str| {
-        params
-            .as_ref()
-            .and_then(|ps| ps.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string()))
+        params.as_ref().and_then(|ps| {
+            ps.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        })
     };
     if route.starts_with("/api/v1/agents/{id}") {
         if let Some(id) = param("id").filter(|id| !principal.sees_agent(id)) {
@@ -200,8 +204,8 @@ mod tests {
     /// Every operation of the OpenAPI document has a rule, and every rule an operation.
     #[test]
     fn every_documented_route_has_exactly_one_rule() {
-        let doc = serde_json::to_value(<super::super::ApiDoc as utoipa::OpenApi>::openapi())
-            .unwrap();
+        let doc =
+            serde_json::to_value(<super::super::ApiDoc as utoipa::OpenApi>::openapi()).unwrap();
         let mut documented = Vec::new();
         for (path, item) in doc["paths"].as_object().unwrap() {
             for method in item.as_object().unwrap().keys() {
@@ -218,7 +222,10 @@ mod tests {
         // Served but not operations of the document: the document itself, and the scrape.
         let undocumented = ["/api/v1/openapi.json", crate::metrics::PATH];
         for (m, p, _) in ROUTES {
-            let n = ROUTES.iter().filter(|(m2, p2, _)| m2 == m && p2 == p).count();
+            let n = ROUTES
+                .iter()
+                .filter(|(m2, p2, _)| m2 == m && p2 == p)
+                .count();
             assert_eq!(n, 1, "{m} {p} has {n} rules");
             assert!(
                 undocumented.contains(p) || documented.iter().any(|(dm, dp)| dm == m && dp == p),

@@ -11,11 +11,11 @@ use super::types::{
     PresetInfo, UpdateAgent,
 };
 use super::AppState;
-use crate::teams::Principal;
 use crate::agents::labels::AgentFilter;
 use crate::agents::spec::{self, AgentRequest, Allowed, MAX_IDLE_MINUTES};
 use crate::config::Config;
 use crate::model::AgentPatch;
+use crate::teams::Principal;
 
 /// The server's limits and defaults for agents, files and exec.
 #[utoipa::path(get, path = "/api/v1/limits", tag = "agents", operation_id = "getLimits",

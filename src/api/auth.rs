@@ -120,7 +120,11 @@ impl Auth {
         self.sessions()
             .get(&hash_token(cookie))
             .filter(|s| s.ends > unix_now())
-            .map(|s| s.user_id.clone().unwrap_or_else(|| BUILT_IN_ADMIN.to_string()))
+            .map(|s| {
+                s.user_id
+                    .clone()
+                    .unwrap_or_else(|| BUILT_IN_ADMIN.to_string())
+            })
     }
 
     /// Who a bearer token is: the admin token is the built-in admin; an API token its user,

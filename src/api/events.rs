@@ -19,9 +19,9 @@ use super::types::conversation::{Approval, Session};
 use super::types::process::ProcessEvent;
 use super::types::{Agent, EgressEvent, ExpiringEvent, PullProgress};
 use super::AppState;
-use crate::teams::Principal;
 use crate::events::AgentEvent;
 use crate::model;
+use crate::teams::Principal;
 
 fn agent_event(agent: model::Agent) -> Event {
     Event::default()
@@ -73,7 +73,9 @@ pub async fn events(
     // Subscribed first, so that nothing between this look and the snapshot is missed.
     if let Some(id) = &only {
         if !principal.sees_agent(id) {
-            return Err(ApiError::not_found(format!("there is no agent with id {id}")));
+            return Err(ApiError::not_found(format!(
+                "there is no agent with id {id}"
+            )));
         }
         st.lc.get(id).await?;
     }

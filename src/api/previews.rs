@@ -3,9 +3,9 @@
 //! private preview's sign-in hand-off.
 
 use axum::extract::{Path, State};
-use axum::Extension;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use axum::Json;
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 use serde::Deserialize;
@@ -16,10 +16,10 @@ use super::types::{CreatePreview, ListeningPort, Preview, PreviewAccess};
 use super::AppState;
 use crate::model::previews::Access;
 use crate::model::teams::Scope;
-use crate::teams::Principal;
 use crate::previews::gateway::AUTH_PATH;
 use crate::previews::{NewPreview, PreviewError, PreviewView};
 use crate::store::previews::PreviewStoreError;
+use crate::teams::Principal;
 
 impl From<PreviewAccess> for Access {
     fn from(a: PreviewAccess) -> Access {

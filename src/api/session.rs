@@ -39,7 +39,10 @@ async fn signed_in_as(
             if st.auth.is_admin_token(token.trim()) {
                 Ok(None)
             } else {
-                Err(ApiError::new(ErrorCode::Unauthorized, "that token is not valid"))
+                Err(ApiError::new(
+                    ErrorCode::Unauthorized,
+                    "that token is not valid",
+                ))
             }
         }
         SignIn {

@@ -1,7 +1,7 @@
 use super::*;
 use crate::model::teams::Role;
-use crate::store::users::UserChange;
 use crate::model::{AgentPatch, NewAgent};
+use crate::store::users::UserChange;
 
 fn new_agent(name: &str) -> NewAgent {
     NewAgent {
@@ -649,7 +649,10 @@ async fn the_last_admin_stays_and_a_user_takes_their_tokens_and_sessions_along()
         created_at: now,
         updated_at: now,
     };
-    store.add_user(user("ann", Role::Member), None).await.unwrap();
+    store
+        .add_user(user("ann", Role::Member), None)
+        .await
+        .unwrap();
     assert!(matches!(
         store.add_user(user("ann", Role::Member), None).await,
         Err(StoreError::UserNameTaken(_)) | Err(StoreError::Sqlite(_))

@@ -32,7 +32,14 @@ fn time_from_sql(column: &str, t: &str) -> Result<DateTime<Utc>> {
 }
 
 fn user_from_row(r: &Row) -> rusqlite::Result<(String, String, String, bool, String, String)> {
-    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+    ))
 }
 
 fn into_user(raw: (String, String, String, bool, String, String)) -> Result<User> {
@@ -110,9 +117,11 @@ fn read_user(c: &Connection, id: &str) -> Result<Option<User>> {
 }
 
 fn admins(c: &Connection) -> Result<i64> {
-    Ok(c.query_row("SELECT COUNT(*) FROM users WHERE role = 'admin'", [], |r| {
-        r.get(0)
-    })?)
+    Ok(
+        c.query_row("SELECT COUNT(*) FROM users WHERE role = 'admin'", [], |r| {
+            r.get(0)
+        })?,
+    )
 }
 
 fn name_taken(e: rusqlite::Error, name: &str) -> StoreError {
@@ -180,15 +189,17 @@ impl Store {
     }
 
     /// Changes a user, refusing (in the same transaction) to demote the last admin.
-    pub async fn update_user(&self, id: &str, change: UserChange, now: DateTime<Utc>) -> Result<User> {
+    pub async fn update_user(
+        &self,
+        id: &str,
+        change: UserChange,
+        now: DateTime<Utc>,
+    ) -> Result<User> {
         let id = id.to_string();
         self.call(move |c| {
             let tx = c.transaction()?;
             let user = read_user(&tx, &id)?.ok_or_else(|| StoreError::UserNotFound(id.clone()))?;
-            if user.role == Role::Admin
-                && change.role == Some(Role::Member)
-                && admins(&tx)? <= 1
-            {
+            if user.role == Role::Admin && change.role == Some(Role::Member) && admins(&tx)? <= 1 {
                 return Err(StoreError::LastAdmin);
             }
             if let Some(name) = &change.name {
@@ -196,10 +207,16 @@ impl Store {
                     .map_err(|e| name_taken(e, name))?;
             }
             if let Some(role) = change.role {
-                tx.execute("UPDATE users SET role = ?2 WHERE id = ?1", [&id, role.as_str()])?;
+                tx.execute(
+                    "UPDATE users SET role = ?2 WHERE id = ?1",
+                    [&id, role.as_str()],
+                )?;
             }
             if let Some(hash) = &change.password_hash {
-                tx.execute("UPDATE users SET password_hash = ?2 WHERE id = ?1", [&id, hash])?;
+                tx.execute(
+                    "UPDATE users SET password_hash = ?2 WHERE id = ?1",
+                    [&id, hash],
+                )?;
             }
             tx.execute(
                 "UPDATE users SET updated_at = ?2 WHERE id = ?1",

@@ -248,7 +248,10 @@ impl Directory {
     ) -> Result<(String, ApiToken), TeamsError> {
         check_token_name(&new.name)?;
         if new.scopes.is_empty() {
-            return Err(TeamsError::invalid("scopes", "scopes must name at least one scope"));
+            return Err(TeamsError::invalid(
+                "scopes",
+                "scopes must name at least one scope",
+            ));
         }
         if let Some(missing) = new.scopes.iter().find(|s| !by.can(**s)) {
             return Err(TeamsError::Beyond(format!(

@@ -82,7 +82,9 @@ mod tests {
     async fn a_hash_verifies_its_password_only() {
         let h = hash("correct horse".into()).await.unwrap();
         assert!(h.starts_with("$argon2id$"));
-        assert!(verify("correct horse".into(), Some(h.clone())).await.unwrap());
+        assert!(verify("correct horse".into(), Some(h.clone()))
+            .await
+            .unwrap());
         assert!(!verify("wrong horse!".into(), Some(h)).await.unwrap());
         assert!(!verify("correct horse".into(), None).await.unwrap());
     }

@@ -33,7 +33,11 @@ impl Principal {
     /// Whether the caller may do what `scope` covers: the role must grant it, and so must the
     /// token when there is one.
     pub fn can(&self, scope: Scope) -> bool {
-        self.role.grants(scope) && self.token.as_ref().is_none_or(|t| t.scopes.contains(&scope))
+        self.role.grants(scope)
+            && self
+                .token
+                .as_ref()
+                .is_none_or(|t| t.scopes.contains(&scope))
     }
 
     /// The scopes the caller has in effect.

@@ -55,7 +55,10 @@ mod tests {
             assert!(t.try_from(a).is_ok());
         }
         let wait = t.try_from(a).unwrap_err();
-        assert!(wait > Duration::ZERO && wait <= Duration::from_secs(60), "{wait:?}");
+        assert!(
+            wait > Duration::ZERO && wait <= Duration::from_secs(60),
+            "{wait:?}"
+        );
         assert!(t.try_from("192.0.2.2".parse().unwrap()).is_ok());
     }
 }

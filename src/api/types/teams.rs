@@ -4,8 +4,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-pub use crate::model::teams::{Role, Scope};
 use crate::model::teams::{ApiToken, User as UserRecord};
+pub use crate::model::teams::{Role, Scope};
 use crate::teams::Principal;
 
 /// A user.
@@ -43,7 +43,12 @@ impl From<UserRecord> for User {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateUser {
     /// Lowercase letters, digits and `-` (not at either end), at most 63 characters.
-    #[schema(example = "ann", min_length = 1, max_length = 63, pattern = "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")]
+    #[schema(
+        example = "ann",
+        min_length = 1,
+        max_length = 63,
+        pattern = "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
+    )]
     pub name: String,
     pub role: Role,
     /// 8 to 1024 characters; absent, the user cannot sign in with a password until a `PATCH`
@@ -58,7 +63,11 @@ pub struct CreateUser {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct UpdateUser {
     #[serde(default)]
-    #[schema(min_length = 1, max_length = 63, pattern = "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")]
+    #[schema(
+        min_length = 1,
+        max_length = 63,
+        pattern = "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
+    )]
     pub name: Option<String>,
     /// The last admin cannot be made a member (`409`).
     #[serde(default)]
