@@ -85,6 +85,14 @@ NOT_READ = {
     "SessionStatus",
     # The operator's config reload (`POST /api/v1/admin/reload`), which the client does not wrap.
     "ConfigReload",
+    # Users and tokens, which the client does not wrap yet (`client.users`, `client.tokens`).
+    "User",
+    "CreateUser",
+    "UpdateUser",
+    "Token",
+    "CreateToken",
+    "CreatedToken",
+    "Me",
 }
 
 
