@@ -2,11 +2,16 @@
 //! router has matched a route: the scope (`403` without it) and, on an agent's routes, that the
 //! caller sees the agent (`404` otherwise, as if it did not exist). No handler checks by hand.
 
+use std::future::Future;
+
+use axum::body::{Body, HttpBody};
 use axum::extract::{FromRequestParts, MatchedPath, RawPathParams, Request, State};
 use axum::http::request::Parts;
 use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
 
 use super::auth::Scraper;
 use super::error::ApiError;
@@ -132,6 +137,48 @@ impl<S: Send + Sync> FromRequestParts<S> for Principal {
     }
 }
 
+/// Cancelled when the request's credential ends (its token revoked, its user deleted): what a
+/// request streams (an HTTP body without a known length, a WebSocket) stops then.
+#[derive(Debug, Clone, Default)]
+pub struct CredentialEnds(pub CancellationToken);
+
+impl<S: Send + Sync> FromRequestParts<S> for CredentialEnds {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        _: &S,
+    ) -> Result<CredentialEnds, Self::Rejection> {
+        Ok(parts
+            .extensions
+            .get::<CredentialEnds>()
+            .cloned()
+            .unwrap_or_default())
+    }
+}
+
+impl CredentialEnds {
+    /// Runs `work` (a WebSocket's life) until it ends or the credential does.
+    pub async fn guard(self, work: impl Future<Output = ()>) {
+        tokio::select! {
+            () = work => {}
+            () = self.0.cancelled() => {
+                tracing::info!("a WebSocket closed: its credential was revoked");
+            }
+        }
+    }
+}
+
+/// A streamed answer ends when the credential does; one of known length is sent whole.
+fn ends_with(response: Response, ends: CancellationToken) -> Response {
+    if response.body().size_hint().exact().is_some() {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let body = body.into_data_stream().take_until(ends.cancelled_owned());
+    Response::from_parts(parts, Body::from_stream(body))
+}
+
 fn no_agent(id: &str) -> Response {
     ApiError::not_found(format!("there is no agent with id {id}")).into_response()
 }
@@ -148,7 +195,7 @@ pub async fn authorize(
     let params = RawPathParams::from_request_parts(&mut parts, &st)
         .await
         .ok();
-    let req = Request::from_parts(parts, body);
+    let mut req = Request::from_parts(parts, body);
     let route = matched.as_ref().map_or("", |m| m.as_str());
     let Some(need) = need(req.method(), route) else {
         tracing::error!(method = %req.method(), route, "a route without an access rule was refused");
@@ -194,7 +241,9 @@ pub async fn authorize(
             }
         }
     }
-    next.run(req).await
+    let ends = st.auth.directory.credential_ends(principal);
+    req.extensions_mut().insert(CredentialEnds(ends.clone()));
+    ends_with(next.run(req).await, ends)
 }
 
 #[cfg(test)]

@@ -2,7 +2,9 @@
 //! credential, which every request does, reads no database.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use tokio_util::sync::CancellationToken;
 
 use chrono::{DateTime, Duration, Utc};
 
@@ -52,6 +54,19 @@ struct Cache {
 pub struct Directory {
     store: Store,
     cache: RwLock<Cache>,
+    /// Cancelled when a credential ends, by [`credential_key`]: what streams with it (an event
+    /// stream, a streaming exec, a terminal) stops then. A revoked one stays, cancelled, so
+    /// that a request resolved just before the revocation still finds it cancelled.
+    ends: Mutex<HashMap<String, CancellationToken>>,
+}
+
+/// The key of what ends a principal's credential: its token, or for the admin token and web
+/// sessions its user.
+fn credential_key(p: &Principal) -> String {
+    match &p.token {
+        Some(t) => format!("token:{}", t.id),
+        None => format!("user:{}", p.user_id),
+    }
 }
 
 fn check_user_name(name: &str) -> Result<(), TeamsError> {
@@ -88,7 +103,21 @@ impl Directory {
                     .collect(),
             }),
             store,
+            ends: Mutex::new(HashMap::new()),
         })
+    }
+
+    fn ends(&self) -> std::sync::MutexGuard<'_, HashMap<String, CancellationToken>> {
+        self.ends.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Cancelled when `p`'s credential ends: its token is revoked, or its user deleted.
+    pub fn credential_ends(&self, p: &Principal) -> CancellationToken {
+        self.ends().entry(credential_key(p)).or_default().clone()
+    }
+
+    fn end(&self, key: String) {
+        self.ends().entry(key).or_default().cancel();
     }
 
     // A panic while holding the lock leaves maps that are each whole: safe to go on with.
@@ -214,9 +243,22 @@ impl Directory {
             return Err(TeamsError::BuiltIn("deleted"));
         }
         self.store.delete_user(id).await?;
-        let mut cache = self.write();
-        cache.users.remove(id);
-        cache.tokens.retain(|_, t| t.user_id != id);
+        let gone: Vec<String> = {
+            let mut cache = self.write();
+            cache.users.remove(id);
+            let gone = cache
+                .tokens
+                .values()
+                .filter(|t| t.user_id == id)
+                .map(|t| format!("token:{}", t.id))
+                .collect();
+            cache.tokens.retain(|_, t| t.user_id != id);
+            gone
+        };
+        for key in gone {
+            self.end(key);
+        }
+        self.end(format!("user:{id}"));
         tracing::info!(user = id, "user deleted");
         Ok(())
     }
@@ -323,6 +365,7 @@ impl Directory {
             .ok_or_else(|| TeamsError::TokenNotFound(id.to_string()))?;
         self.store.remove_api_token(id).await?;
         self.write().tokens.remove(&token.token_hash);
+        self.end(format!("token:{id}"));
         tracing::info!(user = %by.user_name, token = %token.name, id, "token revoked");
         Ok(token)
     }

@@ -223,3 +223,79 @@ async fn tokens_are_listed_for_their_user_and_revoked_at_once() {
     assert_eq!(get_as(&s, &mia_token, "/api/v1/agents").await.0, 401);
     assert_eq!(get_as(&s, &admin_token, "/api/v1/users").await.0, 200);
 }
+
+/// Revoking a token ends what it streams within a second: the event stream, a streaming exec
+/// and a terminal WebSocket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoking_a_token_closes_its_streams_within_a_second() {
+    use futures::StreamExt;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+    let s = TestServer::start().await;
+    let id = s.running_agent("busy").await;
+    let (t, tid) = token(
+        &s,
+        json!({ "name": "streams", "scopes": ["agents:read", "agents:use"] }),
+    )
+    .await;
+    let events = s
+        .http
+        .get(s.url("/api/v1/events"))
+        .bearer_auth(&t)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), 200);
+    let mut events = events.bytes_stream();
+    let exec = s
+        .http
+        .post(s.url(&format!("/api/v1/agents/{id}/exec")))
+        .bearer_auth(&t)
+        .header("accept", "application/x-ndjson")
+        .json(&json!({ "command": ["sh", "-c", "echo started; sleep 600"] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(exec.status(), 200);
+    let mut exec = exec.bytes_stream();
+    let first = tokio::time::timeout(DEADLINE, exec.next()).await.unwrap();
+    assert!(String::from_utf8_lossy(&first.unwrap().unwrap()).contains("started"));
+    let mut req = s
+        .ws_url(&format!("/api/v1/agents/{id}/terminal?cols=80&rows=24"))
+        .into_client_request()
+        .unwrap();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {t}").parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    crate::common::send_keys(&mut ws, "echo up-'and'-running\r").await;
+    crate::common::read_until(&mut ws, "up-and-running").await;
+
+    let (status, _) = s
+        .call("DELETE", &format!("/api/v1/tokens/{tid}"), None)
+        .await;
+    assert_eq!(status, 204);
+    let within = tokio::time::Instant::now() + std::time::Duration::from_secs(1);
+    // Each ends: the stream runs out (or fails), the socket closes.
+    loop {
+        match tokio::time::timeout_at(within, events.next()).await {
+            Ok(Some(Ok(_))) => {}
+            Ok(_) => break,
+            Err(_) => panic!("the event stream was still open a second after the revocation"),
+        }
+    }
+    loop {
+        match tokio::time::timeout_at(within, exec.next()).await {
+            Ok(Some(Ok(_))) => {}
+            Ok(_) => break,
+            Err(_) => panic!("the streaming exec was still open a second after the revocation"),
+        }
+    }
+    loop {
+        use tokio_tungstenite::tungstenite::Message;
+        match tokio::time::timeout_at(within, ws.next()).await {
+            Ok(Some(Ok(Message::Close(_)))) | Ok(None) | Ok(Some(Err(_))) => break,
+            Ok(Some(Ok(_))) => {}
+            Err(_) => panic!("the terminal was still open a second after the revocation"),
+        }
+    }
+}
