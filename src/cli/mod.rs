@@ -20,6 +20,7 @@ mod session_client;
 mod sessions;
 mod shell;
 mod sse;
+mod teams;
 mod types;
 mod wait;
 
@@ -41,6 +42,7 @@ pub use session_client::SessionEvent;
 pub use sessions::SessionsArgs;
 pub use shell::ShellArgs;
 pub use sse::{SseEvent, SseParser};
+pub use teams::{TokensCommand, UsersCommand};
 pub use types::{decode_exec_line, AgentAction, ExecEvent, ServerEvent};
 
 /// Options every client command takes.
@@ -113,6 +115,12 @@ pub enum ClientCommand {
     Approvals(ApprovalsArgs),
     /// Answer an approval: agenthold approve ID OPTION (an option's id, or its name)
     Approve(ApproveArgs),
+    /// Manage users (admins): agenthold users [list|add NAME|remove USER]
+    #[command(subcommand)]
+    Users(UsersCommand),
+    /// Manage API tokens: agenthold tokens create NAME --scope S… | list | revoke ID
+    #[command(subcommand)]
+    Tokens(TokensCommand),
 }
 
 /// Runs one client command and returns the process exit code. Failures are reported on
@@ -137,6 +145,8 @@ pub async fn run(opts: ClientOpts, cmd: ClientCommand) -> anyhow::Result<i32> {
             ClientCommand::Chat(args) => chat::run(&client, args).await,
             ClientCommand::Approvals(args) => approvals::list(&client, opts.json, args).await,
             ClientCommand::Approve(args) => approvals::approve(&client, opts.json, args).await,
+            ClientCommand::Users(cmd) => teams::users(&client, opts.json, cmd).await,
+            ClientCommand::Tokens(cmd) => teams::tokens(&client, opts.json, cmd).await,
             ClientCommand::Presets => {
                 let presets = client.list_presets().await?;
                 let text = if opts.json {
