@@ -66,3 +66,63 @@ async fn users_and_tokens_from_the_command_line() {
     assert_eq!(code, 1);
     assert!(err.contains("built-in"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn login_keeps_a_token_only_the_user_can_read_and_later_commands_use_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = TestServer::start().await;
+    s.create_agent("web").await;
+    super::user(&s, "ann", "member", Some("ann's password")).await;
+    let config = tempfile::tempdir().unwrap();
+    let as_ann = |args: &[&str]| {
+        let mut c = cli(&s);
+        c.env_remove("AGENTHOLD_TOKEN")
+            .env("XDG_CONFIG_HOME", config.path())
+            .args(args);
+        c
+    };
+    let mut login = as_ann(&["login", "ann"]);
+    let mut child = login
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"ann's password\n").await.unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().await.unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("as ann (member)"), "{err}");
+    let kept = config.path().join("agenthold/tokens.json");
+    let mode = std::fs::metadata(&kept).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+
+    let out = as_ann(&["agents", "list", "--json"])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let agents: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(agents.len(), 1);
+    let out = as_ann(&["users", "list"]).output().await.unwrap();
+    assert!(!out.status.success(), "a member's token is no admin");
+
+    // A wrong password keeps nothing new.
+    let before = std::fs::read_to_string(&kept).unwrap();
+    let mut child = as_ann(&["login", "ann"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"wrong password\n").await.unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().await.unwrap();
+    assert!(!out.status.success());
+    assert_eq!(std::fs::read_to_string(&kept).unwrap(), before);
+}
