@@ -42,8 +42,9 @@ pub fn cookies<'a>(headers: &'a HeaderMap, name: &'a str) -> impl Iterator<Item 
 
 /// What a listener other than the API asks of the server's authentication.
 pub trait Gatekeeper: Send + Sync {
-    /// The admin token, which opens everything.
-    fn is_admin_token(&self, token: &str) -> bool;
+    /// The admin token or a live API token: a credential of this server, never to be passed
+    /// on to a previewed app.
+    fn is_our_token(&self, token: &str) -> bool;
     /// A peer on the sandboxes' networks: never served.
     fn is_sandbox_peer(&self, ip: IpAddr) -> bool;
 }

@@ -20,6 +20,7 @@ pub mod previews;
 pub mod server;
 pub mod sessions;
 pub mod store;
+pub mod teams;
 pub mod tunnel;
 pub mod utf8;
 pub mod web;

@@ -3,6 +3,7 @@
 
 pub mod previews;
 pub mod sessions;
+pub mod teams;
 
 use std::collections::BTreeMap;
 

@@ -15,6 +15,7 @@ use crate::agents::labels::AgentFilter;
 use crate::agents::spec::{self, AgentRequest, Allowed, MAX_IDLE_MINUTES};
 use crate::config::Config;
 use crate::model::AgentPatch;
+use crate::teams::Principal;
 
 /// The server's limits and defaults for agents, files and exec.
 #[utoipa::path(get, path = "/api/v1/limits", tag = "agents", operation_id = "getLimits",
@@ -107,6 +108,7 @@ pub struct ListQuery {
         (status = 400, body = ErrorBody, description = "A filter is not one (`field` names it)")))]
 pub async fn list(
     State(st): State<AppState>,
+    principal: Principal,
     RawQuery(query): RawQuery,
 ) -> Result<Json<Vec<Agent>>, ApiError> {
     let pairs = form_urlencoded::parse(query.as_deref().unwrap_or_default().as_bytes());
@@ -117,7 +119,7 @@ pub async fn list(
             .list()
             .await?
             .into_iter()
-            .filter(|a| filter.matches(a))
+            .filter(|a| principal.sees_agent(&a.id) && filter.matches(a))
             .map(Into::into)
             .collect(),
     ))

@@ -9,6 +9,7 @@ use utoipa::IntoParams;
 use super::error::{ApiError, ApiJson, ApiQuery, ErrorBody};
 use super::types::conversation::{AnswerApproval, Approval};
 use super::AppState;
+use crate::teams::Principal;
 
 /// Who answers through the API today: the admin token (or a session opened with it).
 const BY_ADMIN: &str = "admin";
@@ -32,6 +33,7 @@ pub struct ApprovalsQuery {
     responses((status = 200, body = [Approval])))]
 pub async fn list(
     State(st): State<AppState>,
+    principal: Principal,
     ApiQuery(q): ApiQuery<ApprovalsQuery>,
 ) -> Result<Json<Vec<Approval>>, ApiError> {
     let pending = match q.state.as_deref() {
@@ -46,7 +48,12 @@ pub async fn list(
         }
     };
     let all = st.sessions.approvals(pending, q.agent).await?;
-    Ok(Json(all.into_iter().map(Approval::from).collect()))
+    Ok(Json(
+        all.into_iter()
+            .filter(|a| principal.sees_agent(&a.agent_id))
+            .map(Approval::from)
+            .collect(),
+    ))
 }
 
 /// One approval.

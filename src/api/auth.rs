@@ -1,5 +1,6 @@
-//! Who may call the API: the admin token (header or the web UI's session cookie), and never a
-//! sandbox, whatever token it carries.
+//! Who calls the API: the admin token, an API token or the web UI's session cookie, resolved
+//! into a [`Principal`] that goes into the request; never a sandbox, whatever token it carries.
+//! What the principal may do on each route is [`super::access`]'s business.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -15,15 +16,30 @@ use ipnet::IpNet;
 use super::error::ApiError;
 use super::{origin, AppState};
 use crate::credentials::{cookie, Gatekeeper};
+use crate::model::teams::BUILT_IN_ADMIN;
 use crate::store::{hash_token, new_token, verify_token, Store, StoreError};
+use crate::teams::throttle::SignInThrottle;
+use crate::teams::{Directory, Principal};
 
 pub use crate::credentials::{bearer_token, SESSION_COOKIE};
 
+/// A live web session.
+struct WebSession {
+    /// When it ends, in Unix seconds.
+    ends: i64,
+    /// Whose it is; `None` for one opened with the admin token (the built-in admin).
+    user_id: Option<String>,
+}
+
 pub struct Auth {
     admin_hash: String,
-    /// Live web sessions: the hash of each cookie and when it ends, in Unix seconds. The store
-    /// holds the same, so a restart signs nobody out; this copy answers every request.
-    sessions: Mutex<HashMap<String, i64>>,
+    /// Live web sessions by the hash of their cookie. The store holds the same, so a restart
+    /// signs nobody out; this copy answers every request.
+    sessions: Mutex<HashMap<String, WebSession>>,
+    /// Users and API tokens.
+    pub directory: Directory,
+    /// Password tries by address.
+    pub sign_in_throttle: SignInThrottle,
     store: Store,
     session_ttl: Duration,
     /// Where sandboxes' requests come from (the driver's [`crate::driver::Driver::sandbox_networks`]).
@@ -46,9 +62,16 @@ impl Auth {
         session_ttl: Duration,
     ) -> Result<Auth, StoreError> {
         let live = store.live_web_sessions(&admin_hash, unix_now()).await?;
+        let directory = Directory::load(store.clone()).await?;
         Ok(Auth {
             admin_hash,
-            sessions: Mutex::new(live.into_iter().collect()),
+            sessions: Mutex::new(
+                live.into_iter()
+                    .map(|(hash, ends, user_id)| (hash, WebSession { ends, user_id }))
+                    .collect(),
+            ),
+            directory,
+            sign_in_throttle: SignInThrottle::default(),
             store,
             session_ttl,
             sandbox_networks,
@@ -59,7 +82,7 @@ impl Auth {
         verify_token(token, &self.admin_hash)
     }
 
-    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
+    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, WebSession>> {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -68,20 +91,20 @@ impl Auth {
         self.session_ttl
     }
 
-    /// Starts a web session, kept in the store before it is handed out; the returned value
-    /// goes into the cookie.
-    pub async fn open_session(&self) -> Result<String, StoreError> {
+    /// Starts a web session for user `user_id` (`None`: one opened with the admin token), kept
+    /// in the store before it is handed out; the returned value goes into the cookie.
+    pub async fn open_session(&self, user_id: Option<String>) -> Result<String, StoreError> {
         let token = new_token();
         let hash = hash_token(&token);
         let now = unix_now();
         let ttl = i64::try_from(self.session_ttl.as_secs()).unwrap_or(i64::MAX);
         let ends = now.saturating_add(ttl);
         self.store
-            .add_web_session(&hash, &self.admin_hash, ends, now)
+            .add_web_session(&hash, &self.admin_hash, user_id.clone(), ends, now)
             .await?;
         let mut sessions = self.sessions();
-        sessions.retain(|_, end| *end > now);
-        sessions.insert(hash, ends);
+        sessions.retain(|_, s| s.ends > now);
+        sessions.insert(hash, WebSession { ends, user_id });
         Ok(token)
     }
 
@@ -92,10 +115,25 @@ impl Auth {
         self.store.remove_web_session(&hash).await
     }
 
-    pub fn is_session(&self, token: &str) -> bool {
+    /// The user a live session cookie belongs to.
+    fn session_user(&self, cookie: &str) -> Option<String> {
         self.sessions()
-            .get(&hash_token(token))
-            .is_some_and(|end| *end > unix_now())
+            .get(&hash_token(cookie))
+            .filter(|s| s.ends > unix_now())
+            .map(|s| {
+                s.user_id
+                    .clone()
+                    .unwrap_or_else(|| BUILT_IN_ADMIN.to_string())
+            })
+    }
+
+    /// Who a bearer token is: the admin token is the built-in admin; an API token its user,
+    /// narrowed to the token's scopes and agents.
+    fn token_principal(&self, token: &str) -> Option<Principal> {
+        if self.is_admin_token(token) {
+            return self.directory.principal_of_user(BUILT_IN_ADMIN);
+        }
+        self.directory.principal_of_token(token, chrono::Utc::now())
     }
 
     pub fn from_sandbox(&self, ip: IpAddr) -> bool {
@@ -104,29 +142,30 @@ impl Auth {
         self.sandbox_networks.iter().any(|n| n.contains(&ip))
     }
 
-    /// Which credential the request carries that is good, if any. The admin token is looked
-    /// at first: a request that has it is a program's, whatever cookie comes with it.
-    pub fn credential(&self, headers: &HeaderMap) -> Option<Credential> {
-        if bearer_token(headers).is_some_and(|t| self.is_admin_token(t)) {
-            return Some(Credential::AdminToken);
+    /// Who the request is and how it proved it, if it carries a good credential. A bearer
+    /// token is looked at first: a request that has one is a program's, whatever cookie comes
+    /// with it.
+    pub fn principal(&self, headers: &HeaderMap) -> Option<(Principal, Credential)> {
+        if let Some(p) = bearer_token(headers).and_then(|t| self.token_principal(t)) {
+            return Some((p, Credential::Token));
         }
-        session_cookie(headers)
-            .is_some_and(|c| self.is_session(&c))
-            .then_some(Credential::SessionCookie)
+        let user = session_cookie(headers).and_then(|c| self.session_user(&c))?;
+        let p = self.directory.principal_of_user(&user)?;
+        Some((p, Credential::SessionCookie))
     }
 
-    /// True if the request carries the admin token or a live session cookie.
-    pub fn allows(&self, headers: &HeaderMap) -> bool {
-        self.credential(headers).is_some()
+    /// Which credential the request carries that is good, if any.
+    pub fn credential(&self, headers: &HeaderMap) -> Option<Credential> {
+        self.principal(headers).map(|(_, c)| c)
     }
 }
 
 /// How a request proved who it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Credential {
-    /// `Authorization: Bearer`: set by a program; a page on another origin cannot add it
-    /// without a CORS preflight, which this server never grants.
-    AdminToken,
+    /// `Authorization: Bearer` (the admin token or an API token): set by a program; a page on
+    /// another origin cannot add it without a CORS preflight, which this server never grants.
+    Token,
     /// The web UI's cookie, which the browser adds by itself, so where the request came from
     /// must be checked too (see [`super::origin`]).
     SessionCookie,
@@ -161,10 +200,14 @@ fn is_public(method: &Method, path: &str) -> bool {
         || (!path.starts_with("/api/") && path != crate::metrics::PATH)
 }
 
+/// Marks a request let in by `server.metrics_token` (it has no principal).
+#[derive(Debug, Clone, Copy)]
+pub struct Scraper;
+
 pub async fn guard(
     State(state): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    req: Request,
+    mut req: Request,
     next: Next,
 ) -> Response {
     if state.auth.from_sandbox(peer.ip()) {
@@ -173,17 +216,26 @@ pub async fn guard(
         )
         .into_response();
     }
+    let found = state.auth.principal(req.headers());
     if is_public(req.method(), req.uri().path()) {
+        // A public route may still want to know who calls (the session status, a preview's
+        // hand-off).
+        if let Some((p, _)) = found {
+            req.extensions_mut().insert(p);
+        }
         return next.run(req).await;
     }
     // A scraper's token opens /metrics and nothing else.
     if is_scraper(&state, req.uri().path(), req.headers()) {
+        req.extensions_mut().insert(Scraper);
         return next.run(req).await;
     }
-    match state.auth.credential(req.headers()) {
-        None => return ApiError::unauthorized().into_response(),
-        Some(Credential::AdminToken) => {}
-        Some(Credential::SessionCookie) => {
+    let Some((principal, credential)) = found else {
+        return ApiError::unauthorized().into_response();
+    };
+    match credential {
+        Credential::Token => {}
+        Credential::SessionCookie => {
             if origin::needs_same_origin(req.method(), req.headers()) {
                 if let Err(e) =
                     origin::check(&state.config().server, peer, req.uri(), req.headers())
@@ -200,12 +252,13 @@ pub async fn guard(
             }
         }
     }
+    req.extensions_mut().insert(principal);
     next.run(req).await
 }
 
 impl Gatekeeper for Auth {
-    fn is_admin_token(&self, token: &str) -> bool {
-        Auth::is_admin_token(self, token)
+    fn is_our_token(&self, token: &str) -> bool {
+        self.token_principal(token).is_some()
     }
 
     fn is_sandbox_peer(&self, ip: IpAddr) -> bool {

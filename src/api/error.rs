@@ -10,6 +10,8 @@ pub use super::types::{ErrorBody, ErrorDetail};
 use crate::agents::spec::SpecError;
 use crate::launch::CommandError;
 use crate::lifecycle::LifecycleError;
+use crate::teams::password::PasswordError;
+use crate::teams::TeamsError;
 use crate::tunnel::conn::{ConnError, NoSuchProcess};
 
 #[derive(Debug)]
@@ -152,6 +154,31 @@ impl From<LifecycleError> for ApiError {
             },
             LifecycleError::Store(_) => ApiError::internal(message),
             LifecycleError::Refused(_) => ApiError::conflict(message),
+        }
+    }
+}
+
+impl From<TeamsError> for ApiError {
+    fn from(e: TeamsError) -> ApiError {
+        let message = e.to_string();
+        match e {
+            TeamsError::UserNotFound(_) | TeamsError::TokenNotFound(_) => {
+                ApiError::not_found(message)
+            }
+            TeamsError::NameTaken(_) => ApiError {
+                field: Some("name"),
+                ..ApiError::conflict(message)
+            },
+            TeamsError::LastAdmin | TeamsError::BuiltIn(_) => ApiError::conflict(message),
+            TeamsError::Invalid { field, .. } => ApiError::invalid_field(field, message),
+            TeamsError::Beyond(_) => ApiError::forbidden(message),
+            TeamsError::Password(PasswordError::Length) => {
+                ApiError::invalid_field("password", message)
+            }
+            TeamsError::Password(_) | TeamsError::Store(_) => {
+                tracing::error!("users and tokens: {message}");
+                ApiError::internal(message)
+            }
         }
     }
 }

@@ -21,6 +21,7 @@ use super::types::{Agent, EgressEvent, ExpiringEvent, PullProgress};
 use super::AppState;
 use crate::events::AgentEvent;
 use crate::model;
+use crate::teams::Principal;
 
 fn agent_event(agent: model::Agent) -> Event {
     Event::default()
@@ -64,12 +65,18 @@ pub struct EventsQuery {
         (status = 404, body = super::error::ErrorBody, description = "`agent` names no agent")))]
 pub async fn events(
     State(st): State<AppState>,
+    principal: Principal,
     ApiQuery(q): ApiQuery<EventsQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let mut rx = st.lc.subscribe();
     let only = q.agent;
     // Subscribed first, so that nothing between this look and the snapshot is missed.
     if let Some(id) = &only {
+        if !principal.sees_agent(id) {
+            return Err(ApiError::not_found(format!(
+                "there is no agent with id {id}"
+            )));
+        }
         st.lc.get(id).await?;
     }
     let lc = st.lc.clone();
@@ -83,7 +90,7 @@ pub async fn events(
                 snapshot = false;
                 match &only {
                     None => if let Ok(agents) = lc.list().await {
-                        for a in agents {
+                        for a in agents.into_iter().filter(|a| principal.sees_agent(&a.id)) {
                             yield Ok(agent_event(a));
                         }
                     },
@@ -95,8 +102,10 @@ pub async fn events(
                 }
             }
             let event = rx.recv().await;
-            if let (Some(id), Ok(e)) = (&only, &event) {
-                if e.agent_id() != id {
+            if let Ok(e) = &event {
+                if only.as_ref().is_some_and(|id| e.agent_id() != id)
+                    || !principal.sees_agent(e.agent_id())
+                {
                     continue;
                 }
             }

@@ -1,5 +1,6 @@
 //! The HTTP API v1 (see docs/api.md), the web UI and the OpenAPI description, on `server.listen`.
 
+pub mod access;
 pub mod admin;
 pub mod agent_sessions;
 pub mod agent_state;
@@ -20,13 +21,15 @@ pub mod processes;
 pub mod session;
 pub mod terminal;
 pub mod terminals;
+pub mod tokens;
 pub mod types;
+pub mod users;
 
 use std::sync::Arc;
 
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, HeaderValue};
-use axum::routing::{delete, get, post, put};
+use axum::routing::{delete, get, patch, post, put};
 use axum::{Json, Router};
 
 use tower_http::set_header::SetResponseHeaderLayer;
@@ -80,6 +83,11 @@ pub fn router(state: AppState) -> Router {
                 .get(session::status)
                 .delete(session::sign_out),
         )
+        .route("/me", get(users::me))
+        .route("/users", get(users::list).post(users::create))
+        .route("/users/{id}", patch(users::update).delete(users::delete))
+        .route("/tokens", get(tokens::list).post(tokens::create))
+        .route("/tokens/{id}", delete(tokens::revoke))
         .route("/events", get(events::events))
         .route("/agents", get(agents::list).post(agents::create))
         .route(
@@ -164,10 +172,16 @@ pub fn router(state: AppState) -> Router {
             "/agents/{id}/fs/write-files",
             post(files::write_files).layer(DefaultBodyLimit::disable()),
         )
-        // After routing only: it needs the route's `{id}`.
+        // After routing only: it needs the route's `{id}`. Inside `authorize`, so that a caller
+        // refused the agent learns nothing of its state.
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             agent_state::add,
+        ))
+        // After routing, so that it knows which route it guards; the fallback is no route.
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            access::authorize,
         ))
         .fallback(|| async { error::ApiError::not_found("no such API route") })
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
@@ -179,7 +193,13 @@ pub fn router(state: AppState) -> Router {
         ));
     Router::new()
         .nest("/api/v1", api)
-        .route(crate::metrics::PATH, get(metrics::metrics))
+        .route(
+            crate::metrics::PATH,
+            get(metrics::metrics).route_layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                access::authorize,
+            )),
+        )
         .merge(crate::web::router())
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

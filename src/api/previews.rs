@@ -3,8 +3,9 @@
 //! private preview's sign-in hand-off.
 
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use axum::Json;
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 use serde::Deserialize;
@@ -14,9 +15,11 @@ use super::error::{ApiError, ApiJson, ApiQuery, ErrorBody};
 use super::types::{CreatePreview, ListeningPort, Preview, PreviewAccess};
 use super::AppState;
 use crate::model::previews::Access;
+use crate::model::teams::Scope;
 use crate::previews::gateway::AUTH_PATH;
 use crate::previews::{NewPreview, PreviewError, PreviewView};
 use crate::store::previews::PreviewStoreError;
+use crate::teams::Principal;
 
 impl From<PreviewAccess> for Access {
     fn from(a: PreviewAccess) -> Access {
@@ -155,12 +158,13 @@ pub struct OpenQuery {
     security(), params(("pid" = String, Path, description = "The preview's id"), OpenQuery),
     responses((status = 302, description = "To the preview's host (signed in), or to the web UI to sign in first",
             headers(("Location" = String, description = "Where to go"))),
+        (status = 403, body = ErrorBody, description = "The credential does not have the scope `agents:use`"),
         (status = 404, body = ErrorBody, description = "No such preview, or it was deleted or expired")))]
 pub async fn open(
     State(st): State<AppState>,
     Path(pid): Path<String>,
     ApiQuery(q): ApiQuery<OpenQuery>,
-    headers: HeaderMap,
+    principal: Option<Extension<Principal>>,
 ) -> Result<Response, ApiError> {
     let next = q.next.unwrap_or_else(|| "/".to_string());
     if next.chars().count() > MAX_NEXT {
@@ -169,7 +173,9 @@ pub async fn open(
             format!("next is at most {MAX_NEXT} characters"),
         ));
     }
-    if st.auth.credential(&headers).is_none() {
+    // Public in the access table, so that a browser without a credential is sent to sign in;
+    // one with a credential needs what the preview's other routes need.
+    let Some(Extension(principal)) = principal else {
         let back = format!(
             "/api/v1/previews/{}/open?next={}",
             utf8_percent_encode(&pid, NON_ALPHANUMERIC),
@@ -179,6 +185,11 @@ pub async fn open(
             "/?next={}",
             utf8_percent_encode(&back, NON_ALPHANUMERIC)
         )));
+    };
+    if !principal.can(Scope::AgentsUse) {
+        return Err(ApiError::forbidden(
+            "this credential does not have the scope agents:use",
+        ));
     }
     let gone = || {
         ApiError::not_found(format!(
@@ -191,7 +202,7 @@ pub async fn open(
         .get_preview(&pid)
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?
-        .filter(|p| p.is_live(&crate::store::now_text()))
+        .filter(|p| p.is_live(&crate::store::now_text()) && principal.sees_agent(&p.agent_id))
         .ok_or_else(gone)?;
     let agent = st.lc.get(&preview.agent_id).await?;
     let code = st.previews.grants().new_code(&preview.id).ok_or_else(|| {

@@ -1,5 +1,6 @@
-//! Signing in to the web UI: a token in, an `HttpOnly`, `SameSite=Strict` cookie out (and
-//! `Secure` when the browser talks to us over HTTPS).
+//! Signing in to the web UI: the admin token, or a user's name and password, in; an
+//! `HttpOnly`, `SameSite=Strict` cookie out (and `Secure` when the browser talks to us over
+//! HTTPS).
 
 use std::net::SocketAddr;
 
@@ -9,8 +10,9 @@ use axum::response::{IntoResponse, Response};
 
 use super::auth::{session_cookie, SESSION_COOKIE};
 use super::error::{ApiError, ApiJson};
-use super::types::{SessionStatus, SignIn};
+use super::types::{ErrorCode, SessionStatus, SignIn};
 use super::{origin, AppState};
+use crate::teams::throttle::TRIES_PER_MINUTE;
 
 /// The cookie's attributes. `Secure` only over HTTPS: a browser would not send a `Secure`
 /// cookie back over plain http, and the UI on http://127.0.0.1 must keep working.
@@ -22,25 +24,75 @@ fn attributes(st: &AppState, peer: SocketAddr, headers: &HeaderMap) -> &'static 
     }
 }
 
-/// Signs in with a token; the answer sets the session cookie.
+/// Who a sign-in is for: `None` for the admin token (the built-in admin), else a user's id.
+async fn signed_in_as(
+    st: &AppState,
+    peer: SocketAddr,
+    body: SignIn,
+) -> Result<Option<String>, ApiError> {
+    match body {
+        SignIn {
+            token: Some(token),
+            name: None,
+            password: None,
+        } => {
+            if st.auth.is_admin_token(token.trim()) {
+                Ok(None)
+            } else {
+                Err(ApiError::new(
+                    ErrorCode::Unauthorized,
+                    "that token is not valid",
+                ))
+            }
+        }
+        SignIn {
+            token: None,
+            name: Some(name),
+            password: Some(password),
+        } => {
+            if let Err(wait) = st.auth.sign_in_throttle.try_from(peer.ip()) {
+                tracing::warn!(peer = %peer.ip(), "password sign-in tries over the limit");
+                return Err(ApiError {
+                    retry_after: Some(wait.as_secs().max(1)),
+                    ..ApiError::too_many_requests(format!(
+                        "too many sign-in tries from this address ({} a minute): try again later",
+                        TRIES_PER_MINUTE
+                    ))
+                });
+            }
+            match st.auth.directory.sign_in(&name, password).await? {
+                Some(user) => Ok(Some(user.id)),
+                None => Err(ApiError::new(
+                    ErrorCode::Unauthorized,
+                    "that name and password do not match a user",
+                )),
+            }
+        }
+        _ => Err(ApiError::invalid(
+            "send either {\"token\"} or {\"name\", \"password\"}",
+        )),
+    }
+}
+
+/// Signs in with the admin token or a user's name and password; the answer sets the session
+/// cookie.
 #[utoipa::path(post, path = "/api/v1/session", tag = "session", operation_id = "signIn", security(), request_body = SignIn,
     responses((status = 204, description = "Signed in; the `agenthold_session` cookie is set",
             headers(("Set-Cookie" = String, description = "`agenthold_session=…; Max-Age=…; Path=/; HttpOnly; SameSite=Strict` (and `Secure` over HTTPS)"))),
-        (status = 401, body = super::error::ErrorBody, description = "That token is not valid")))]
+        (status = 400, body = super::error::ErrorBody, description = "Neither `token` alone nor `name` and `password`"),
+        (status = 401, body = super::error::ErrorBody, description = "That token is not valid, or that name and password do not match a user"),
+        (status = 429, body = super::error::ErrorBody, description = "This address tried passwords 10 times in the last minute; try again after `Retry-After` seconds")))]
 pub async fn sign_in(
     State(st): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     ApiJson(body): ApiJson<SignIn>,
 ) -> Response {
-    if !st.auth.is_admin_token(body.token.trim()) {
-        return ApiError::new(
-            super::types::ErrorCode::Unauthorized,
-            "that token is not valid",
-        )
-        .into_response();
-    }
-    let session = match st.auth.open_session().await {
+    let user = match signed_in_as(&st, peer, body).await {
+        Ok(user) => user,
+        Err(e) => return e.into_response(),
+    };
+    let session = match st.auth.open_session(user).await {
         Ok(s) => s,
         Err(e) => {
             tracing::error!("keeping a web session: {e}");
@@ -59,7 +111,7 @@ pub async fn sign_in(
     responses((status = 200, body = SessionStatus, description = "The admin token or a live session cookie came with the request"),
         (status = 401, body = super::error::ErrorBody, description = "Neither did")))]
 pub async fn status(State(st): State<AppState>, headers: HeaderMap) -> Response {
-    if st.auth.allows(&headers) {
+    if st.auth.credential(&headers).is_some() {
         axum::Json(SessionStatus {
             authenticated: true,
         })

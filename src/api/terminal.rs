@@ -15,6 +15,7 @@ use serde::Deserialize;
 use tokio_util::codec::Framed;
 use utoipa::IntoParams;
 
+use super::access::CredentialEnds;
 use super::error::{ApiError, ApiQuery, ErrorBody};
 use super::types::{close, TerminalMessage};
 use super::AppState;
@@ -176,6 +177,7 @@ pub async fn terminal(
     State(st): State<AppState>,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<TerminalQuery>,
+    ends: CredentialEnds,
     ws: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
     let mut open = to_open(&st, q)?;
@@ -189,16 +191,18 @@ pub async fn terminal(
             // Attach before the upgrade, so a missing session, a bad offset or a full tunnel is
             // an HTTP status.
             let (stream, opened) = open_channel(&link, &open).await?;
-            return Ok(ws.on_upgrade(move |mut socket| async move {
-                let _hold = st.lc.activity().hold(&id, Use::Terminal);
-                relay(&st, &id, &mut socket, stream, opened).await
+            return Ok(ws.on_upgrade(move |mut socket| {
+                ends.guard(async move {
+                    let _hold = st.lc.activity().hold(&id, Use::Terminal);
+                    relay(&st, &id, &mut socket, stream, opened).await
+                })
             }));
         }
         if !matches!(agent.state, AgentState::Running | AgentState::Starting) {
             return Err(ApiError::not_found(SESSION_ENDED));
         }
     }
-    Ok(ws.on_upgrade(move |socket| run(st, id, open, socket)))
+    Ok(ws.on_upgrade(move |socket| ends.guard(run(st, id, open, socket))))
 }
 
 /// Why a terminal channel did not open: on our side of the tunnel, or sandboxd's answer.

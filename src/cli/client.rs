@@ -123,6 +123,42 @@ impl ApiClient {
         self.json(self.request(Method::GET, &["presets"])).await
     }
 
+    pub async fn list_users(&self) -> Result<Vec<crate::api::types::User>, ClientError> {
+        self.json(self.request(Method::GET, &["users"])).await
+    }
+
+    pub async fn create_user(
+        &self,
+        req: &crate::api::types::CreateUser,
+    ) -> Result<crate::api::types::User, ClientError> {
+        self.json(self.request(Method::POST, &["users"]).json(req))
+            .await
+    }
+
+    pub async fn delete_user(&self, id: &str) -> Result<(), ClientError> {
+        self.send(self.request(Method::DELETE, &["users", id]))
+            .await
+            .map(drop)
+    }
+
+    pub async fn list_tokens(&self) -> Result<Vec<crate::api::types::Token>, ClientError> {
+        self.json(self.request(Method::GET, &["tokens"])).await
+    }
+
+    pub async fn create_token(
+        &self,
+        req: &crate::api::types::CreateToken,
+    ) -> Result<crate::api::types::CreatedToken, ClientError> {
+        self.json(self.request(Method::POST, &["tokens"]).json(req))
+            .await
+    }
+
+    pub async fn revoke_token(&self, id: &str) -> Result<(), ClientError> {
+        self.send(self.request(Method::DELETE, &["tokens", id]))
+            .await
+            .map(drop)
+    }
+
     pub async fn get_agent(&self, id: &str) -> Result<Agent, ClientError> {
         self.json(self.request(Method::GET, &["agents", id])).await
     }

@@ -11,6 +11,7 @@ mod error;
 mod exec;
 mod exit_code;
 mod lines;
+mod login;
 mod output;
 mod preview_client;
 mod previews;
@@ -20,6 +21,7 @@ mod session_client;
 mod sessions;
 mod shell;
 mod sse;
+mod teams;
 mod types;
 mod wait;
 
@@ -34,6 +36,7 @@ pub use cp::{CpArgs, Location};
 pub use egress::EgressArgs;
 pub use error::ClientError;
 pub use exec::{exit_status, ExecArgs};
+pub use login::{stored_token, LoginArgs};
 pub use previews::{PortsArgs, PreviewArgs, PreviewRefused, PreviewsArgs};
 pub use process_client::OutputEvent;
 pub use processes::{process_status, KillArgs, LogsArgs, PsArgs, WaitArgs};
@@ -41,6 +44,7 @@ pub use session_client::SessionEvent;
 pub use sessions::SessionsArgs;
 pub use shell::ShellArgs;
 pub use sse::{SseEvent, SseParser};
+pub use teams::{TokensCommand, UsersCommand};
 pub use types::{decode_exec_line, AgentAction, ExecEvent, ServerEvent};
 
 /// Options every client command takes.
@@ -113,14 +117,28 @@ pub enum ClientCommand {
     Approvals(ApprovalsArgs),
     /// Answer an approval: agenthold approve ID OPTION (an option's id, or its name)
     Approve(ApproveArgs),
+    /// Keep a token for this server: agenthold login NAME (the password on stdin) | agenthold
+    /// login (the token on stdin, or --token); later commands use it without --token
+    Login(LoginArgs),
+    /// Manage users (admins): agenthold users [list|add NAME|remove USER]
+    #[command(subcommand)]
+    Users(UsersCommand),
+    /// Manage API tokens: agenthold tokens create NAME --scope S… | list | revoke ID
+    #[command(subcommand)]
+    Tokens(TokensCommand),
 }
 
 /// Runs one client command and returns the process exit code. Failures are reported on
 /// stderr here (with a hint where one helps), so the caller only has to exit with the code.
 pub async fn run(opts: ClientOpts, cmd: ClientCommand) -> anyhow::Result<i32> {
     let result = async {
-        let client = ApiClient::new(&opts.server, opts.token.as_deref())?;
+        // Without --token or AGENTHOLD_TOKEN, the one `agenthold login` kept for this server.
+        let token = opts.token.clone().or_else(|| stored_token(&opts.server));
+        let client = ApiClient::new(&opts.server, token.as_deref())?;
         match cmd {
+            ClientCommand::Login(args) => {
+                login::run(&opts.server, opts.token.as_deref(), args).await
+            }
             ClientCommand::Agents(cmd) => agents::run(&client, opts.json, cmd).await,
             ClientCommand::Exec(args) => exec::run(&client, args).await,
             ClientCommand::Ps(args) => processes::ps(&client, opts.json, args).await,
@@ -137,6 +155,8 @@ pub async fn run(opts: ClientOpts, cmd: ClientCommand) -> anyhow::Result<i32> {
             ClientCommand::Chat(args) => chat::run(&client, args).await,
             ClientCommand::Approvals(args) => approvals::list(&client, opts.json, args).await,
             ClientCommand::Approve(args) => approvals::approve(&client, opts.json, args).await,
+            ClientCommand::Users(cmd) => teams::users(&client, opts.json, cmd).await,
+            ClientCommand::Tokens(cmd) => teams::tokens(&client, opts.json, cmd).await,
             ClientCommand::Presets => {
                 let presets = client.list_presets().await?;
                 let text = if opts.json {

@@ -132,6 +132,35 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );
     CREATE UNIQUE INDEX previews_by_port ON previews (agent_id, port);
     "#,
+    // 11: users (the built-in `admin` is who `server.admin_token` acts as), their API tokens
+    // (only a hash kept; `scopes` a JSON array, `agents` a JSON array of agent ids or NULL for
+    // every agent) and which user a web session belongs to (NULL: opened with the admin token).
+    // (Step 10 comes from another branch; whoever merges second puts the steps in order.)
+    r#"
+    CREATE TABLE users (
+        id            TEXT PRIMARY KEY,
+        name          TEXT NOT NULL UNIQUE,
+        role          TEXT NOT NULL,
+        password_hash TEXT,
+        created_at    TEXT NOT NULL,
+        updated_at    TEXT NOT NULL
+    );
+    INSERT INTO users (id, name, role, created_at, updated_at)
+        VALUES ('admin', 'admin', 'admin', strftime('%Y-%m-%dT%H:%M:%SZ', 'now'),
+                strftime('%Y-%m-%dT%H:%M:%SZ', 'now'));
+    CREATE TABLE api_tokens (
+        id         TEXT PRIMARY KEY,
+        user_id    TEXT NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+        name       TEXT NOT NULL,
+        token_hash TEXT NOT NULL UNIQUE,
+        scopes     TEXT NOT NULL,
+        agents     TEXT,
+        created_at TEXT NOT NULL,
+        expires_at TEXT
+    );
+    CREATE INDEX api_tokens_by_user ON api_tokens (user_id);
+    ALTER TABLE web_sessions ADD COLUMN user_id TEXT REFERENCES users (id) ON DELETE CASCADE;
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -11,6 +11,7 @@ pub mod sessions;
 mod settings;
 mod subnets;
 pub mod tokens;
+pub mod users;
 mod web_sessions;
 
 use std::path::{Path, PathBuf};
@@ -38,6 +39,13 @@ pub enum StoreError {
     Conflict { id: String, state: AgentState },
     #[error("an agent with id {0} already exists")]
     IdTaken(String),
+    #[error("there is no user with id {0}")]
+    UserNotFound(String),
+    #[error("the name {0:?} is already used by another user")]
+    UserNameTaken(String),
+    /// The change would leave no admin.
+    #[error("this is the last admin: make another user an admin first")]
+    LastAdmin,
     #[error("the subnet {0} is already used by another agent")]
     SubnetTaken(String),
     /// A setting that breaks its rule whatever the agent (the request's fault).

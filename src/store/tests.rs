@@ -1,5 +1,7 @@
 use super::*;
+use crate::model::teams::Role;
 use crate::model::{AgentPatch, NewAgent};
+use crate::store::users::UserChange;
 
 fn new_agent(name: &str) -> NewAgent {
     NewAgent {
@@ -562,25 +564,25 @@ async fn settings_round_trip() {
 async fn web_sessions_end_with_their_time_or_their_admin_token() {
     let store = Store::open_in_memory().await.unwrap();
     store
-        .add_web_session("s1", "admin-a", 100, 10)
+        .add_web_session("s1", "admin-a", None, 100, 10)
         .await
         .unwrap();
     store
-        .add_web_session("s2", "admin-a", 50, 10)
+        .add_web_session("s2", "admin-a", None, 50, 10)
         .await
         .unwrap();
     store
-        .add_web_session("s3", "admin-b", 100, 10)
+        .add_web_session("s3", "admin-b", None, 100, 10)
         .await
         .unwrap();
     assert!(matches!(
-        store.add_web_session("s1", "admin-a", 100, 10).await,
+        store.add_web_session("s1", "admin-a", None, 100, 10).await,
         Err(StoreError::Sqlite(_))
     ));
     // At 50, s2 has ended; s3 was opened with another admin token.
     let mut live = store.live_web_sessions("admin-a", 50).await.unwrap();
     live.sort();
-    assert_eq!(live, vec![("s1".to_string(), 100)]);
+    assert_eq!(live, vec![("s1".to_string(), 100, None)]);
     assert_eq!(
         store.live_web_sessions("admin-b", 50).await.unwrap(),
         vec![],
@@ -588,12 +590,12 @@ async fn web_sessions_end_with_their_time_or_their_admin_token() {
     );
     // A new session sweeps out the ones that have ended.
     store
-        .add_web_session("s4", "admin-a", 300, 100)
+        .add_web_session("s4", "admin-a", None, 300, 100)
         .await
         .unwrap();
     assert_eq!(
         store.live_web_sessions("admin-a", 0).await.unwrap(),
-        vec![("s4".to_string(), 300)]
+        vec![("s4".to_string(), 300, None)]
     );
     store.remove_web_session("s4").await.unwrap();
     store.remove_web_session("s4").await.unwrap();
@@ -623,11 +625,73 @@ async fn a_database_of_an_older_schema_is_upgraded_in_place() {
         store.get_setting("kept").await.unwrap().as_deref(),
         Some("yes")
     );
-    store.add_web_session("s", "a", 2, 1).await.unwrap();
+    store.add_web_session("s", "a", None, 2, 1).await.unwrap();
     assert_eq!(
         store.live_web_sessions("a", 1).await.unwrap(),
-        vec![("s".to_string(), 2)]
+        vec![("s".to_string(), 2, None)]
     );
+    // The admin token's user is there, an admin, with no password yet.
+    let users = store.list_users().await.unwrap();
+    assert_eq!(users.len(), 1);
+    assert!(users[0].is_built_in() && users[0].role == Role::Admin && !users[0].has_password);
+}
+
+#[tokio::test]
+async fn the_last_admin_stays_and_a_user_takes_their_tokens_and_sessions_along() {
+    use crate::model::teams::{ApiToken, Scope, User};
+    let store = Store::open_in_memory().await.unwrap();
+    let now = chrono::Utc::now();
+    let user = |id: &str, role| User {
+        id: id.into(),
+        name: id.into(),
+        role,
+        has_password: false,
+        created_at: now,
+        updated_at: now,
+    };
+    store
+        .add_user(user("ann", Role::Member), None)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.add_user(user("ann", Role::Member), None).await,
+        Err(StoreError::UserNameTaken(_)) | Err(StoreError::Sqlite(_))
+    ));
+    let demote = || UserChange {
+        role: Some(Role::Member),
+        ..UserChange::default()
+    };
+    assert!(matches!(
+        store.update_user("admin", demote(), now).await,
+        Err(StoreError::LastAdmin)
+    ));
+    store
+        .add_api_token(ApiToken {
+            id: "t1".into(),
+            user_id: "ann".into(),
+            name: "ci".into(),
+            token_hash: "h1".into(),
+            scopes: [Scope::AgentsRead].into(),
+            agents: Some(["a1".to_string()].into()),
+            created_at: now,
+            expires_at: None,
+        })
+        .await
+        .unwrap();
+    let tokens = store.list_api_tokens().await.unwrap();
+    assert_eq!(tokens.len(), 1);
+    assert_eq!(tokens[0].agents, Some(["a1".to_string()].into()));
+    store
+        .add_web_session("s1", "x", Some("ann".into()), 100, 1)
+        .await
+        .unwrap();
+    store.delete_user("ann").await.unwrap();
+    assert!(store.list_api_tokens().await.unwrap().is_empty());
+    assert!(store.live_web_sessions("x", 1).await.unwrap().is_empty());
+    assert!(matches!(
+        store.delete_user("admin").await,
+        Err(StoreError::LastAdmin)
+    ));
 }
 
 #[tokio::test]

@@ -1,5 +1,6 @@
 //! Web UI sign-ins that outlive a restart. Only the hash of a session's cookie is kept, with the
-//! admin token it was opened with and when it ends (Unix seconds).
+//! admin token it was opened with, the user it belongs to (none for one opened with the admin
+//! token) and when it ends (Unix seconds).
 
 use super::{Result, Store};
 
@@ -10,6 +11,7 @@ impl Store {
         &self,
         token_hash: &str,
         admin_hash: &str,
+        user_id: Option<String>,
         expires_at: i64,
         now: i64,
     ) -> Result<()> {
@@ -18,8 +20,9 @@ impl Store {
             let tx = c.transaction()?;
             tx.execute("DELETE FROM web_sessions WHERE expires_at <= ?1", [now])?;
             tx.execute(
-                "INSERT INTO web_sessions (token_hash, admin_hash, expires_at) VALUES (?1, ?2, ?3)",
-                rusqlite::params![token_hash, admin_hash, expires_at],
+                "INSERT INTO web_sessions (token_hash, admin_hash, user_id, expires_at)
+                 VALUES (?1, ?2, ?3, ?4)",
+                rusqlite::params![token_hash, admin_hash, user_id, expires_at],
             )?;
             tx.commit()?;
             Ok(())
@@ -40,24 +43,26 @@ impl Store {
         .await
     }
 
-    /// The sessions opened with `admin_hash` that have not ended by `now`, as (hash, end).
-    /// Every other session is deleted: it can never be used again.
+    /// The sessions that have not ended by `now`, as (hash, end, user id), leaving out those
+    /// opened with an admin token other than `admin_hash`. Every other session is deleted: it
+    /// can never be used again.
     pub async fn live_web_sessions(
         &self,
         admin_hash: &str,
         now: i64,
-    ) -> Result<Vec<(String, i64)>> {
+    ) -> Result<Vec<(String, i64, Option<String>)>> {
         let admin_hash = admin_hash.to_string();
         self.call(move |c| {
             let tx = c.transaction()?;
             tx.execute(
-                "DELETE FROM web_sessions WHERE admin_hash != ?1 OR expires_at <= ?2",
+                "DELETE FROM web_sessions
+                 WHERE (user_id IS NULL AND admin_hash != ?1) OR expires_at <= ?2",
                 rusqlite::params![admin_hash, now],
             )?;
             let live = tx
-                .prepare("SELECT token_hash, expires_at FROM web_sessions")?
-                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect::<rusqlite::Result<Vec<(String, i64)>>>()?;
+                .prepare("SELECT token_hash, expires_at, user_id FROM web_sessions")?
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                .collect::<rusqlite::Result<Vec<(String, i64, Option<String>)>>>()?;
             tx.commit()?;
             Ok(live)
         })

@@ -27,6 +27,7 @@ mod real_harness;
 mod reload;
 mod runtime;
 mod sessions;
+mod teams;
 mod terminal;
 mod terminal_sessions;
 mod tunnel;

@@ -802,6 +802,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/me": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Who the credential is and what it may do. */
+        get: operations["getMe"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/presets": {
         parameters: {
             query?: never;
@@ -851,13 +868,90 @@ export interface paths {
         /** Tells whether the caller is signed in. */
         get: operations["getSession"];
         put?: never;
-        /** Signs in with a token; the answer sets the session cookie. */
+        /**
+         * Signs in with the admin token or a user's name and password; the answer sets the session
+         *     cookie.
+         */
         post: operations["signIn"];
         /** Signs out: the session ends and the cookie is cleared. */
         delete: operations["signOut"];
         options?: never;
         head?: never;
         patch?: never;
+        trace?: never;
+    };
+    "/api/v1/tokens": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The caller's tokens; an admin's sees everyone's. */
+        get: operations["listTokens"];
+        put?: never;
+        /** Makes a token for the caller, shown once in the answer. */
+        post: operations["createToken"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/tokens/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revokes a token: it stops working at once. Another user's token is `404` (an admin may
+         *     revoke anyone's).
+         */
+        delete: operations["revokeToken"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/users": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Every user, oldest first (admins only). */
+        get: operations["listUsers"];
+        put?: never;
+        /** Creates a user (admins only). */
+        post: operations["createUser"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/users/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Deletes a user with their tokens and web sessions (admins only). */
+        delete: operations["deleteUser"];
+        options?: never;
+        head?: never;
+        /** Changes a user's name, role or password (admins only). */
+        patch: operations["updateUser"];
         trace?: never;
     };
 }
@@ -1148,6 +1242,56 @@ export interface components {
             harness?: string | null;
             /** @description At most 200 characters; "New session" by default. */
             title?: string | null;
+        };
+        /** @description `POST /api/v1/tokens`. */
+        CreateToken: {
+            /**
+             * @description Agents by id or name (at most 256) the token is limited to: every other agent does not
+             *     exist for it. Absent: every agent the caller sees.
+             */
+            agents?: string[] | null;
+            /**
+             * Format: int32
+             * @description The token stops working this many days (1 to 3650) after now; absent, never (but no
+             *     later than the token that makes it, when a token makes it).
+             */
+            expiresInDays?: number | null;
+            /**
+             * @description 1 to 64 characters, for people to tell tokens apart.
+             * @example ci-deploy
+             */
+            name: string;
+            /**
+             * @description At least one; each one the caller has.
+             * @example [
+             *       "agents:read",
+             *       "agents:use"
+             *     ]
+             */
+            scopes: components["schemas"]["Scope"][];
+        };
+        /** @description `POST /api/v1/users`. */
+        CreateUser: {
+            /**
+             * @description Lowercase letters, digits and `-` (not at either end), at most 63 characters.
+             * @example ann
+             */
+            name: string;
+            /**
+             * @description 8 to 1024 characters; absent, the user cannot sign in with a password until a `PATCH`
+             *     sets one.
+             */
+            password?: string | null;
+            role: components["schemas"]["Role"];
+        };
+        /** @description `POST /api/v1/tokens`'s answer: the token, shown this once, and what it is. */
+        CreatedToken: components["schemas"]["Token"] & {
+            /**
+             * @description Send it as `Authorization: Bearer <token>`. Only its hash is kept: it cannot be shown
+             *     again.
+             * @example aht_9f2c…
+             */
+            token: string;
         };
         DirEntry: {
             /**
@@ -1501,6 +1645,13 @@ export interface components {
              */
             process?: string | null;
         };
+        /** @description `GET /api/v1/me`: who the credential is, and what it may do. */
+        Me: {
+            /** @description The scopes in effect: the user's role's, narrowed by the token's. */
+            scopes: components["schemas"]["Scope"][];
+            token?: null | components["schemas"]["Token"];
+            user: components["schemas"]["User"];
+        };
         /** @description A `notice` event. */
         Notice: {
             kind: components["schemas"]["NoticeKind"];
@@ -1734,6 +1885,16 @@ export interface components {
          * @enum {string}
          */
         Restore: "resume" | "load" | "new";
+        /**
+         * @description A user's role: admins may do everything; members everything but administration.
+         * @enum {string}
+         */
+        Role: "admin" | "member";
+        /**
+         * @description A permission a route needs and a token may carry.
+         * @enum {string}
+         */
+        Scope: "agents:read" | "agents:write" | "agents:use" | "approvals:answer" | "admin";
         /** @description A conversation with a harness running in the agent's sandbox. */
         Session: {
             /** @description The harness's own id for the conversation; null until its first start. */
@@ -1802,9 +1963,16 @@ export interface components {
             processId?: string | null;
             state: components["schemas"]["SetupState"];
         };
+        /** @description Either `token` alone, or `name` and `password`. */
         SignIn: {
-            /** @description The admin token. */
-            token: string;
+            /** @description A user's name, with `password`. */
+            name?: string | null;
+            password?: string | null;
+            /**
+             * @description The admin token (API tokens do not open web sessions: a session has its user's whole
+             *     role, which may be more than a token's).
+             */
+            token?: string | null;
         };
         /** @description `POST …/processes/{pid}/signal`. */
         SignalBody: {
@@ -1885,6 +2053,25 @@ export interface components {
              * @description WebSockets attached right now.
              */
             viewers: number;
+        };
+        /** @description An API token, without the token itself (shown once, when it is made). */
+        Token: {
+            /** @description The ids of the agents it is limited to; absent for every agent. */
+            agents?: string[] | null;
+            /** Format: date-time */
+            createdAt: string;
+            /**
+             * Format: date-time
+             * @description When it stops working; absent for never.
+             */
+            expiresAt?: string | null;
+            /** @example t3k9x2m1q8ab */
+            id: string;
+            /** @example ci-deploy */
+            name: string;
+            scopes: components["schemas"]["Scope"][];
+            /** @description The id of the user it acts for; it can do at most what that user can. */
+            userId: string;
         };
         /** @description One event of a session's transcript (`GET …/events?format=json`). */
         TranscriptEvent: {
@@ -1986,6 +2173,30 @@ export interface components {
         UpdateSession: {
             /** @description At most 200 characters. */
             title: string;
+        };
+        /** @description `PATCH /api/v1/users/{id}`: what is absent stays as it is. */
+        UpdateUser: {
+            name?: string | null;
+            password?: string | null;
+            role?: null | components["schemas"]["Role"];
+        };
+        /** @description A user. */
+        User: {
+            /** Format: date-time */
+            createdAt: string;
+            /** @description Whether the user can sign in with a password. */
+            hasPassword: boolean;
+            /** @example q8x2m1k3f9ab */
+            id: string;
+            /**
+             * @description Lowercase letters, digits and `-`, like an agent's name. The built-in `admin` is who
+             *     `server.admin_token` acts as.
+             * @example ann
+             */
+            name: string;
+            role: components["schemas"]["Role"];
+            /** Format: date-time */
+            updatedAt: string;
         };
     };
     responses: never;
@@ -6662,6 +6873,52 @@ export interface operations {
             };
         };
     };
+    getMe: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Me"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     listPresets: {
         parameters: {
             query?: never;
@@ -6741,7 +6998,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            /** @description The credential does not have the scope `agents:use` */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -6830,7 +7087,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description The request is malformed: its JSON or query does not fit the schema */
+            /** @description Neither `token` alone nor `name` and `password` */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -6839,7 +7096,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description That token is not valid */
+            /** @description That token is not valid, or that name and password do not match a user */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -6859,6 +7116,15 @@ export interface operations {
             };
             /** @description The JSON body is over 16 MiB */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description This address tried passwords 10 times in the last minute; try again after `Retry-After` seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6906,6 +7172,452 @@ export interface operations {
             };
             /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    listTokens: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Token"][];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    createToken: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateToken"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CreatedToken"];
+                };
+            };
+            /** @description A field breaks its rule, or `agents` names an agent that does not exist for the caller (`field` names it) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A scope the caller does not have */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The JSON body is over 16 MiB */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    revokeToken: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The token's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Revoked */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    listUsers: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["User"][];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    createUser: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateUser"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["User"];
+                };
+            };
+            /** @description The name or the password breaks its rule (`field` names it) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The name is taken */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The JSON body is over 16 MiB */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    deleteUser: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The user's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The last admin, or the built-in `admin` */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    updateUser: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The user's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UpdateUser"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["User"];
+                };
+            };
+            /** @description The name or the password breaks its rule (`field` names it) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The name is taken, the change would leave no admin, or it renames or demotes the built-in `admin` */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The JSON body is over 16 MiB */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };

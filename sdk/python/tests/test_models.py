@@ -19,6 +19,10 @@ from agenthold._decode import wire_name
 READ: list[tuple[type[Any], Any]] = [
     (models.AgentInfo, _wire.Agent),
     (models.EgressRules, _wire.EgressRules),
+    (models.User, _wire.User),
+    (models.Token, _wire.Token),
+    (models.CreatedToken, _wire.CreatedToken),
+    (models.Me, _wire.Me),
     (models.EgressDenied, _wire.EgressDenied),
     (models.EgressLogEntry, _wire.EgressLogEntry),
     (models.PullProgress, _wire.PullProgress),
@@ -85,6 +89,10 @@ NOT_READ = {
     "SessionStatus",
     # The operator's config reload (`POST /api/v1/admin/reload`), which the client does not wrap.
     "ConfigReload",
+    # Request bodies of users and tokens, built from the calls' keyword arguments.
+    "CreateUser",
+    "UpdateUser",
+    "CreateToken",
 }
 
 

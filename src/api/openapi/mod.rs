@@ -18,7 +18,7 @@ use utoipa::OpenApi;
 
 use super::{
     admin, agent_sessions, agents, approvals, events, exec, files, previews, processes, session,
-    terminal, terminals, types,
+    terminal, terminals, tokens, types, users,
 };
 use crate::config::Config;
 
@@ -26,8 +26,10 @@ use crate::config::Config;
 #[openapi(
     info(title = "agenthold", description = "Self-hosted sandboxes for AI agents: HTTP API v1. \
         Every route but `/api/v1/health` and signing in needs `Authorization: Bearer <token>` \
-        (or the web UI's session cookie); a request from the sandbox network is refused with \
-        `403` whatever it carries. Errors are `{\"error\": {\"code\", \"message\", \"field\"?}}`. \
+        (the admin token or an API token) or the web UI's session cookie; a credential without \
+        the scope a route needs gets `403`, and an agent a token is not limited to does not \
+        exist for it (`404`). A request from the sandbox network is refused with `403` \
+        whatever it carries. Errors are `{\"error\": {\"code\", \"message\", \"field\"?}}`. \
         The limits in this document are this server's configuration."),
     paths(
         agents::health, agents::limits, agents::presets, agents::list, agents::create, agents::get, agents::update, agents::destroy,
@@ -42,6 +44,8 @@ use crate::config::Config;
         agent_sessions::delete, agent_sessions::prompt, agent_sessions::cancel, agent_sessions::events,
         approvals::list, approvals::get, approvals::answer,
         previews::ports, previews::create, previews::list, previews::delete, previews::open,
+        users::list, users::create, users::update, users::delete, users::me,
+        tokens::list, tokens::create, tokens::revoke,
     ),
     components(schemas(
         types::Agent, types::AgentState, types::CreateAgent, types::UpdateAgent, types::KeepAlive, types::ExpiringEvent,
@@ -63,6 +67,8 @@ use crate::config::Config;
         types::conversation::ApprovalOption, types::conversation::AnswerApproval,
         types::conversation::PermissionResolved,
         types::ListeningPort, types::CreatePreview, types::Preview, types::PreviewAccess,
+        types::User, types::Role, types::Scope, types::CreateUser, types::UpdateUser,
+        types::Token, types::CreateToken, types::CreatedToken, types::Me,
     )),
     modifiers(&BearerAuth),
     security(("bearer" = [])),

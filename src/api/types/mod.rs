@@ -9,7 +9,7 @@
 //!
 //! One file per resource: `agent` (the agent as shown), `agents` (its create and update bodies),
 //! `pull`, `egress`, `preset`, `exec`, [`process`], `files`, `terminal` (the WebSocket's
-//! messages), `terminals` (the session list), `session` (signing in), `server` (health and
+//! messages), `terminals` (the session list), `session` (signing in), `teams` (users and tokens), `server` (health and
 //! limits), `admin` (the config's reload) and `error`; `whole` reads the whole numbers they take. Each type is also named from
 //! here.
 
@@ -27,6 +27,7 @@ pub mod process;
 mod pull;
 mod server;
 mod session;
+mod teams;
 mod terminal;
 mod terminals;
 pub(crate) mod whole;
@@ -45,5 +46,6 @@ pub use previews::{CreatePreview, ListeningPort, Preview, PreviewAccess};
 pub use pull::{PullProgress, PullStatus};
 pub use server::{HarnessInfo, Health, Limits};
 pub use session::{SessionStatus, SignIn};
+pub use teams::{CreateToken, CreateUser, CreatedToken, Me, Role, Scope, Token, UpdateUser, User};
 pub use terminal::{close, TerminalMessage};
 pub use terminals::TerminalSession;

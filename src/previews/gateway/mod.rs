@@ -122,10 +122,11 @@ fn admit(g: &Gateway, config: &Config, p: &PreviewRecord, req: &Request) -> Admi
                 .as_deref()
                 .is_some_and(|hash| verify_token(t, hash))
     };
-    // What is ours is taken out whatever let the request in (a public preview, a cookie):
-    // the admin token or the preview's token, in the header or the query, never reaches the app.
+    // What is ours is taken out whatever let the request in (a public preview, a cookie): the
+    // admin token, an API token or the preview's token, in the header or the query, never
+    // reaches the app.
     let bearer = bearer_token(req.headers());
-    let bearer_is_ours = bearer.is_some_and(|t| is_token(t) || g.auth.is_admin_token(t));
+    let bearer_is_ours = bearer.is_some_and(|t| is_token(t) || g.auth.is_our_token(t));
     let query_is_ours = query_token(req).is_some_and(|t| is_token(&t));
     let yes = |set_cookie| Admitted::Yes {
         strip_authorization: bearer_is_ours,

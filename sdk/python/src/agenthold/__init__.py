@@ -43,6 +43,7 @@ from .models import (
     ApprovalOption,
     CommandResult,
     ConversationEvent,
+    CreatedToken,
     DeletedEvent,
     DirEntry,
     EgressDenied,
@@ -58,6 +59,7 @@ from .models import (
     Health,
     Limits,
     ListeningPort,
+    Me,
     NoticeEvent,
     OutputChunk,
     OutputGap,
@@ -78,13 +80,16 @@ from .models import (
     SessionInfo,
     SetupStatus,
     TerminalSession,
+    Token,
     TurnEvent,
     UnknownConversationEvent,
     UnknownEvent,
     UpdateEvent,
+    User,
 )
 from .processes import AsyncProcessHandle, ProcessHandle
 from .sessions import AsyncSession, AsyncSessionEventStream, Session, SessionEventStream
+from .teams import AsyncTokens, AsyncUsers, Tokens, Users
 from .terminals import AsyncTerminal, Terminal
 
 __all__ = [
@@ -136,6 +141,14 @@ __all__ = [
     "Approval",
     "ApprovalOption",
     "PromptResult",
+    "User",
+    "Token",
+    "CreatedToken",
+    "Me",
+    "Users",
+    "AsyncUsers",
+    "Tokens",
+    "AsyncTokens",
     # events
     "Event",
     "AgentEvent",

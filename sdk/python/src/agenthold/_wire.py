@@ -621,6 +621,20 @@ How the conversation was reopened the last time its harness started again.
 """
 
 
+Role: TypeAlias = Literal["admin", "member"]
+"""
+A user's role: admins may do everything; members everything but administration.
+"""
+
+
+Scope: TypeAlias = Literal[
+    "agents:read", "agents:write", "agents:use", "approvals:answer", "admin"
+]
+"""
+A permission a route needs and a token may carry.
+"""
+
+
 SessionEventKind: TypeAlias = Literal[
     "prompt", "update", "turn", "notice", "permission", "permission_resolved"
 ]
@@ -668,9 +682,19 @@ class SetupStatus(TypedDict):
 
 
 class SignIn(TypedDict, closed=True):
-    token: str
     """
-    The admin token.
+    Either `token` alone, or `name` and `password`.
+    """
+
+    name: NotRequired[str | None]
+    """
+    A user's name, with `password`.
+    """
+    password: NotRequired[str | None]
+    token: NotRequired[str | None]
+    """
+    The admin token (API tokens do not open web sessions: a session has its user's whole
+    role, which may be more than a token's).
     """
 
 
@@ -764,6 +788,29 @@ class TerminalSession(TypedDict):
     """
 
 
+class Token(TypedDict):
+    """
+    An API token, without the token itself (shown once, when it is made).
+    """
+
+    agents: NotRequired[list[str] | None]
+    """
+    The ids of the agents it is limited to; absent for every agent.
+    """
+    createdAt: str
+    expiresAt: NotRequired[str | None]
+    """
+    When it stops working; absent for never.
+    """
+    id: str
+    name: str
+    scopes: list[Scope]
+    userId: str
+    """
+    The id of the user it acts for; it can do at most what that user can.
+    """
+
+
 class TranscriptEvent(TypedDict):
     """
     One event of a session's transcript (`GET …/events?format=json`).
@@ -846,6 +893,36 @@ class UpdateSession(TypedDict, closed=True):
     """
     At most 200 characters.
     """
+
+
+class UpdateUser(TypedDict, closed=True):
+    """
+    `PATCH /api/v1/users/{id}`: what is absent stays as it is.
+    """
+
+    name: NotRequired[str | None]
+    password: NotRequired[str | None]
+    role: NotRequired[Role | None]
+
+
+class User(TypedDict):
+    """
+    A user.
+    """
+
+    createdAt: str
+    hasPassword: bool
+    """
+    Whether the user can sign in with a password.
+    """
+    id: str
+    name: str
+    """
+    Lowercase letters, digits and `-`, like an agent's name. The built-in `admin` is who
+    `server.admin_token` acts as.
+    """
+    role: Role
+    updatedAt: str
 
 
 class Approval(TypedDict):
@@ -962,6 +1039,60 @@ class CreatePreview(TypedDict, closed=True):
     """
 
 
+class CreateToken(TypedDict, closed=True):
+    """
+    `POST /api/v1/tokens`.
+    """
+
+    agents: NotRequired[list[str] | None]
+    """
+    Agents by id or name (at most 256) the token is limited to: every other agent does not
+    exist for it. Absent: every agent the caller sees.
+    """
+    expiresInDays: NotRequired[int | None]
+    """
+    The token stops working this many days (1 to 3650) after now; absent, never (but no
+    later than the token that makes it, when a token makes it).
+    """
+    name: str
+    """
+    1 to 64 characters, for people to tell tokens apart.
+    """
+    scopes: list[Scope]
+    """
+    At least one; each one the caller has.
+    """
+
+
+class CreateUser(TypedDict, closed=True):
+    """
+    `POST /api/v1/users`.
+    """
+
+    name: str
+    """
+    Lowercase letters, digits and `-` (not at either end), at most 63 characters.
+    """
+    password: NotRequired[str | None]
+    """
+    8 to 1024 characters; absent, the user cannot sign in with a password until a `PATCH`
+    sets one.
+    """
+    role: Role
+
+
+class CreatedToken(Token):
+    """
+    `POST /api/v1/tokens`'s answer: the token, shown this once, and what it is.
+    """
+
+    token: str
+    """
+    Send it as `Authorization: Bearer <token>`. Only its hash is kept: it cannot be shown
+    again.
+    """
+
+
 class ErrorBody(TypedDict):
     """
     An error answer: `{"error": {"code", "message", "field"?}}` with the status of its code.
@@ -980,6 +1111,19 @@ class FileEvent(TypedDict):
     Absolute.
     """
     type: FileEventKind
+
+
+class Me(TypedDict):
+    """
+    `GET /api/v1/me`: who the credential is, and what it may do.
+    """
+
+    scopes: list[Scope]
+    """
+    The scopes in effect: the user's role's, narrowed by the token's.
+    """
+    token: NotRequired[Token | None]
+    user: User
 
 
 class Notice(TypedDict):

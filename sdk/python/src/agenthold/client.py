@@ -14,7 +14,8 @@ from ._http import DEFAULT_RETRIES, DEFAULT_TIMEOUT, AsyncTransport, SyncTranspo
 from .agents import Agents, AsyncAgents, AsyncPresets, Presets
 from .approvals import Approvals, AsyncApprovals
 from .events import AsyncEventStream, EventStream
-from .models import Health, Limits
+from .models import Health, Limits, Me
+from .teams import AsyncTokens, AsyncUsers, Tokens, Users
 
 __all__ = ["Client", "AsyncClient"]
 
@@ -53,6 +54,10 @@ class Client:
         self.presets = Presets(self._t)
         #: The server's queue of questions for a person (harnesses' permission requests).
         self.approvals = Approvals(self._t)
+        #: The server's users (admins only).
+        self.users = Users(self._t)
+        #: API tokens: the credential's user's own (an admin's: everyone's).
+        self.tokens = Tokens(self._t)
 
     @property
     def url(self) -> str:
@@ -65,6 +70,10 @@ class Client:
     def limits(self) -> Limits:
         """The server's limits and defaults, to check input before sending it."""
         return Limits.from_json(self._t.json("GET", "/limits"))
+
+    def me(self) -> Me:
+        """Who the client's token is: its user, the scopes in effect, the token."""
+        return Me.from_json(self._t.json("GET", "/me"))
 
     def events(self, read_timeout: float | None = None) -> EventStream:
         """The server's event stream: first one ``AgentEvent`` per agent, then every change."""
@@ -101,6 +110,8 @@ class AsyncClient:
         self.agents = AsyncAgents(self._t)
         self.presets = AsyncPresets(self._t)
         self.approvals = AsyncApprovals(self._t)
+        self.users = AsyncUsers(self._t)
+        self.tokens = AsyncTokens(self._t)
 
     @property
     def url(self) -> str:
@@ -111,6 +122,9 @@ class AsyncClient:
 
     async def limits(self) -> Limits:
         return Limits.from_json(await self._t.json("GET", "/limits"))
+
+    async def me(self) -> Me:
+        return Me.from_json(await self._t.json("GET", "/me"))
 
     def events(self, read_timeout: float | None = None) -> AsyncEventStream:
         """``async for ev in client.events()``: see :meth:`Client.events`."""

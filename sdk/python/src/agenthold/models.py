@@ -682,6 +682,76 @@ class Approval:
         return decode(cls, d)
 
 
+@dataclass(frozen=True)
+class User:
+    """A user of the server: ``role`` ``admin`` or ``member``. The built-in ``admin`` is who
+    the server's admin token acts as."""
+
+    id: str
+    name: str = ""
+    role: str = ""
+    #: Whether the user can sign in with a password.
+    has_password: bool = False
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+    @classmethod
+    def from_json(cls, d: Any) -> User:
+        return decode(cls, d)
+
+
+@dataclass(frozen=True)
+class Token:
+    """An API token, without the token itself (shown once, by ``client.tokens.create``).
+    ``agents`` is ``None`` for a token that may see every agent its user sees."""
+
+    id: str
+    name: str = ""
+    user_id: str = ""
+    scopes: tuple[str, ...] = ()
+    agents: tuple[str, ...] | None = None
+    created_at: datetime | None = None
+    #: ``None``: it never expires.
+    expires_at: datetime | None = None
+
+    @classmethod
+    def from_json(cls, d: Any) -> Token:
+        return decode(cls, d)
+
+
+@dataclass(frozen=True)
+class CreatedToken:
+    """A token just made: ``token`` is the secret (send it as ``Client(token=...)``), shown
+    this once; the other fields are those of :class:`Token`."""
+
+    token: str
+    id: str = ""
+    name: str = ""
+    user_id: str = ""
+    scopes: tuple[str, ...] = ()
+    agents: tuple[str, ...] | None = None
+    created_at: datetime | None = None
+    expires_at: datetime | None = None
+
+    @classmethod
+    def from_json(cls, d: Any) -> CreatedToken:
+        return decode(cls, d)
+
+
+@dataclass(frozen=True)
+class Me:
+    """Who the client's credential is (``client.me()``): the user, the scopes in effect and,
+    for an API token, the token."""
+
+    user: User
+    scopes: tuple[str, ...] = ()
+    token: Token | None = None
+
+    @classmethod
+    def from_json(cls, d: Any) -> Me:
+        return decode(cls, d)
+
+
 # The events of GET /api/v1/events. Each has a fixed ``kind`` (the SSE event name) except
 # UnknownEvent, which carries whatever a newer server sends so that nothing is dropped.
 

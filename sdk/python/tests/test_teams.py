@@ -1,0 +1,68 @@
+"""Users and API tokens, with the sync and the async client."""
+
+from __future__ import annotations
+
+import pytest
+
+from agenthold import (
+    AsyncClient,
+    Client,
+    Conflict,
+    CreatedToken,
+    Forbidden,
+    NotFound,
+    Token,
+    Unauthorized,
+    User,
+)
+
+from .conftest import unique
+
+
+def test_users_are_made_changed_and_deleted(client: Client) -> None:
+    name = unique("u")
+    user = client.users.create(name, password="a good password")
+    assert isinstance(user, User)
+    assert (user.name, user.role, user.has_password) == (name, "member", True)
+    assert name in [u.name for u in client.users.list()]
+    assert client.users.update(user, role="admin").role == "admin"
+    with pytest.raises(Conflict):
+        client.users.create(name)
+    with pytest.raises(Conflict):
+        client.users.delete("admin")
+    client.users.delete(user)
+    with pytest.raises(NotFound):
+        client.users.delete(user.id)
+
+
+def test_a_token_is_shown_once_and_can_do_only_its_scopes(client: Client) -> None:
+    made = client.tokens.create(unique("t"), ["agents:read"], expires_in_days=1)
+    assert isinstance(made, CreatedToken)
+    assert made.token.startswith("aht_") and made.expires_at is not None
+    listed = [t for t in client.tokens.list() if t.id == made.id]
+    assert len(listed) == 1 and isinstance(listed[0], Token)
+    assert listed[0].scopes == ("agents:read",) and listed[0].agents is None
+    with Client(client.url, made.token) as narrow:
+        me = narrow.me()
+        assert me.user.name == "admin" and me.scopes == ("agents:read",)
+        assert me.token is not None and me.token.id == made.id
+        narrow.agents.list()
+        with pytest.raises(Forbidden):
+            narrow.users.list()
+        with pytest.raises(Forbidden):
+            narrow.tokens.create(unique("t"), ["agents:use"])
+        client.tokens.revoke(made)
+        with pytest.raises(Unauthorized):
+            narrow.agents.list()
+    assert client.me().token is None
+
+
+async def test_the_async_client_has_them_too(aclient: AsyncClient) -> None:
+    user = await aclient.users.create(unique("u"))
+    assert not user.has_password
+    assert (await aclient.users.update(user.id, password="another password")).has_password
+    made = await aclient.tokens.create(unique("t"), ["agents:read", "agents:use"])
+    assert made.id in [t.id for t in await aclient.tokens.list()]
+    await aclient.tokens.revoke(made.id)
+    await aclient.users.delete(user)
+    assert (await aclient.me()).user.role == "admin"

@@ -1,0 +1,285 @@
+//! What each route needs of its caller, in one table, and the layer that enforces it after the
+//! router has matched a route: the scope (`403` without it) and, on an agent's routes, that the
+//! caller sees the agent (`404` otherwise, as if it did not exist). No handler checks by hand.
+
+use std::future::Future;
+
+use axum::body::{Body, HttpBody};
+use axum::extract::{FromRequestParts, MatchedPath, RawPathParams, Request, State};
+use axum::http::request::Parts;
+use axum::http::Method;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use super::auth::Scraper;
+use super::error::ApiError;
+use super::AppState;
+use crate::model::teams::Scope;
+use crate::teams::Principal;
+
+/// What a route needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// Anyone, signed in or not.
+    Public,
+    /// Any valid credential, whatever its scopes.
+    SignedIn,
+    Scope(Scope),
+}
+
+use Need::{Public, SignedIn};
+const READ: Need = Need::Scope(Scope::AgentsRead);
+const WRITE: Need = Need::Scope(Scope::AgentsWrite);
+const USE: Need = Need::Scope(Scope::AgentsUse);
+const ANSWER: Need = Need::Scope(Scope::ApprovalsAnswer);
+const ADMIN: Need = Need::Scope(Scope::Admin);
+
+/// Every route as the router spells it (`/api/v1/…` or `/metrics`), by method. A route missing
+/// here is refused to everyone, and the tests fail.
+pub const ROUTES: &[(&str, &str, Need)] = &[
+    ("GET", "/api/v1/health", Public),
+    ("GET", "/api/v1/openapi.json", SignedIn),
+    ("GET", "/api/v1/limits", READ),
+    ("GET", "/api/v1/presets", READ),
+    ("POST", "/api/v1/admin/reload", ADMIN),
+    ("POST", "/api/v1/session", Public),
+    ("GET", "/api/v1/session", Public),
+    ("DELETE", "/api/v1/session", SignedIn),
+    ("GET", "/api/v1/me", SignedIn),
+    ("GET", "/api/v1/users", ADMIN),
+    ("POST", "/api/v1/users", ADMIN),
+    ("PATCH", "/api/v1/users/{id}", ADMIN),
+    ("DELETE", "/api/v1/users/{id}", ADMIN),
+    ("GET", "/api/v1/tokens", SignedIn),
+    ("POST", "/api/v1/tokens", SignedIn),
+    ("DELETE", "/api/v1/tokens/{id}", SignedIn),
+    ("GET", "/api/v1/events", READ),
+    ("GET", "/api/v1/agents", READ),
+    ("POST", "/api/v1/agents", WRITE),
+    ("GET", "/api/v1/agents/{id}", READ),
+    ("PATCH", "/api/v1/agents/{id}", WRITE),
+    ("DELETE", "/api/v1/agents/{id}", WRITE),
+    ("POST", "/api/v1/agents/{id}/start", WRITE),
+    ("POST", "/api/v1/agents/{id}/stop", WRITE),
+    ("POST", "/api/v1/agents/{id}/rebuild", WRITE),
+    ("POST", "/api/v1/agents/{id}/setup", WRITE),
+    ("POST", "/api/v1/agents/{id}/keep-alive", USE),
+    ("GET", "/api/v1/agents/{id}/egress/log", READ),
+    ("POST", "/api/v1/agents/{id}/exec", USE),
+    ("GET", "/api/v1/agents/{id}/processes", USE),
+    ("POST", "/api/v1/agents/{id}/processes", USE),
+    ("GET", "/api/v1/agents/{id}/processes/{pid}", USE),
+    ("DELETE", "/api/v1/agents/{id}/processes/{pid}", USE),
+    ("GET", "/api/v1/agents/{id}/processes/{pid}/output", USE),
+    ("POST", "/api/v1/agents/{id}/processes/{pid}/stdin", USE),
+    ("POST", "/api/v1/agents/{id}/processes/{pid}/signal", USE),
+    ("GET", "/api/v1/agents/{id}/processes/{pid}/wait", USE),
+    ("GET", "/api/v1/agents/{id}/sessions", USE),
+    ("POST", "/api/v1/agents/{id}/sessions", USE),
+    ("GET", "/api/v1/agents/{id}/sessions/{sid}", USE),
+    ("PATCH", "/api/v1/agents/{id}/sessions/{sid}", USE),
+    ("DELETE", "/api/v1/agents/{id}/sessions/{sid}", USE),
+    ("POST", "/api/v1/agents/{id}/sessions/{sid}/prompt", USE),
+    ("POST", "/api/v1/agents/{id}/sessions/{sid}/cancel", USE),
+    ("GET", "/api/v1/agents/{id}/sessions/{sid}/events", USE),
+    ("GET", "/api/v1/agents/{id}/ports", USE),
+    ("GET", "/api/v1/agents/{id}/previews", USE),
+    ("POST", "/api/v1/agents/{id}/previews", USE),
+    ("DELETE", "/api/v1/agents/{id}/previews/{pid}", USE),
+    // Looks at the credential itself: one without sends the browser to sign in first.
+    ("GET", "/api/v1/previews/{pid}/open", Public),
+    ("GET", "/api/v1/approvals", READ),
+    ("GET", "/api/v1/approvals/{aid}", READ),
+    ("POST", "/api/v1/approvals/{aid}", ANSWER),
+    ("GET", "/api/v1/agents/{id}/terminal", USE),
+    ("GET", "/api/v1/agents/{id}/terminals", USE),
+    ("DELETE", "/api/v1/agents/{id}/terminals/{sid}", USE),
+    ("GET", "/api/v1/agents/{id}/fs/list", USE),
+    ("GET", "/api/v1/agents/{id}/fs/read", USE),
+    ("PUT", "/api/v1/agents/{id}/fs/write", USE),
+    ("POST", "/api/v1/agents/{id}/fs/mkdir", USE),
+    ("DELETE", "/api/v1/agents/{id}/fs/remove", USE),
+    ("POST", "/api/v1/agents/{id}/fs/rename", USE),
+    ("GET", "/api/v1/agents/{id}/fs/stat", USE),
+    ("GET", "/api/v1/agents/{id}/fs/exists", USE),
+    ("GET", "/api/v1/agents/{id}/fs/watch", USE),
+    ("POST", "/api/v1/agents/{id}/fs/write-files", USE),
+    ("GET", crate::metrics::PATH, ADMIN),
+];
+
+/// What `method` on the route `path` (as the router spells it) needs; `None` for a route
+/// missing from [`ROUTES`]. HEAD is GET's.
+pub fn need(method: &Method, path: &str) -> Option<Need> {
+    let method = if method == Method::HEAD {
+        "GET"
+    } else {
+        method.as_str()
+    };
+    ROUTES
+        .iter()
+        .find(|(m, p, _)| *m == method && *p == path)
+        .map(|(_, _, n)| *n)
+}
+
+/// A handler that takes the caller gets the one [`authorize`] checked; with none (a public
+/// route called without a credential), the request is refused `401`.
+impl<S: Send + Sync> FromRequestParts<S> for Principal {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Principal, ApiError> {
+        parts
+            .extensions
+            .get::<Principal>()
+            .cloned()
+            .ok_or_else(ApiError::unauthorized)
+    }
+}
+
+/// Cancelled when the request's credential ends (its token revoked, its user deleted): what a
+/// request streams (an HTTP body without a known length, a WebSocket) stops then.
+#[derive(Debug, Clone, Default)]
+pub struct CredentialEnds(pub CancellationToken);
+
+impl<S: Send + Sync> FromRequestParts<S> for CredentialEnds {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        _: &S,
+    ) -> Result<CredentialEnds, Self::Rejection> {
+        Ok(parts
+            .extensions
+            .get::<CredentialEnds>()
+            .cloned()
+            .unwrap_or_default())
+    }
+}
+
+impl CredentialEnds {
+    /// Runs `work` (a WebSocket's life) until it ends or the credential does.
+    pub async fn guard(self, work: impl Future<Output = ()>) {
+        tokio::select! {
+            () = work => {}
+            () = self.0.cancelled() => {
+                tracing::info!("a WebSocket closed: its credential was revoked");
+            }
+        }
+    }
+}
+
+/// A streamed answer ends when the credential does; one of known length is sent whole.
+fn ends_with(response: Response, ends: CancellationToken) -> Response {
+    if response.body().size_hint().exact().is_some() {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let body = body.into_data_stream().take_until(ends.cancelled_owned());
+    Response::from_parts(parts, Body::from_stream(body))
+}
+
+fn no_agent(id: &str) -> Response {
+    ApiError::not_found(format!("there is no agent with id {id}")).into_response()
+}
+
+/// The layer every routed request goes through (see the module's comment).
+pub async fn authorize(
+    State(st): State<AppState>,
+    matched: Option<MatchedPath>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let (mut parts, body) = req.into_parts();
+    // A route without parameters has none to give: no error.
+    let params = RawPathParams::from_request_parts(&mut parts, &st)
+        .await
+        .ok();
+    let mut req = Request::from_parts(parts, body);
+    let route = matched.as_ref().map_or("", |m| m.as_str());
+    let Some(need) = need(req.method(), route) else {
+        tracing::error!(method = %req.method(), route, "a route without an access rule was refused");
+        return ApiError::forbidden("this route has no access rule, so nobody may call it")
+            .into_response();
+    };
+    let scope = match need {
+        Need::Public => return next.run(req).await,
+        Need::SignedIn => None,
+        Need::Scope(s) => Some(s),
+    };
+    if scope == Some(Scope::Admin) && req.extensions().get::<Scraper>().is_some() {
+        return next.run(req).await;
+    }
+    let Some(principal) = req.extensions().get::<Principal>() else {
+        return ApiError::unauthorized().into_response();
+    };
+    if let Some(s) = scope.filter(|s| !principal.can(*s)) {
+        return ApiError::forbidden(format!("this credential does not have the scope {s}"))
+            .into_response();
+    }
+    let param = |name: &str| {
+        params.as_ref().and_then(|ps| {
+            ps.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        })
+    };
+    if route.starts_with("/api/v1/agents/{id}") {
+        if let Some(id) = param("id").filter(|id| !principal.sees_agent(id)) {
+            return no_agent(&id);
+        }
+    }
+    if route.starts_with("/api/v1/approvals/{aid}") && principal.token.is_some() {
+        if let Some(aid) = param("aid") {
+            // An approval of an agent the caller does not see does not exist for them either;
+            // one that does not exist at all is the handler's 404 to give.
+            if let Ok(a) = st.sessions.approval(&aid).await {
+                if !principal.sees_agent(&a.agent_id) {
+                    return ApiError::not_found(format!("there is no approval with id {aid}"))
+                        .into_response();
+                }
+            }
+        }
+    }
+    let ends = st.auth.directory.credential_ends(principal);
+    req.extensions_mut().insert(CredentialEnds(ends.clone()));
+    ends_with(next.run(req).await, ends)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every operation of the OpenAPI document has a rule, and every rule an operation.
+    #[test]
+    fn every_documented_route_has_exactly_one_rule() {
+        let doc =
+            serde_json::to_value(<super::super::ApiDoc as utoipa::OpenApi>::openapi()).unwrap();
+        let mut documented = Vec::new();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for method in item.as_object().unwrap().keys() {
+                let m = method.to_uppercase();
+                if ["GET", "POST", "PUT", "PATCH", "DELETE"].contains(&m.as_str()) {
+                    documented.push((m, path.clone()));
+                }
+            }
+        }
+        for (m, p) in &documented {
+            let method = Method::from_bytes(m.as_bytes()).unwrap();
+            assert!(need(&method, p).is_some(), "{m} {p} has no access rule");
+        }
+        // Served but not operations of the document: the document itself, and the scrape.
+        let undocumented = ["/api/v1/openapi.json", crate::metrics::PATH];
+        for (m, p, _) in ROUTES {
+            let n = ROUTES
+                .iter()
+                .filter(|(m2, p2, _)| m2 == m && p2 == p)
+                .count();
+            assert_eq!(n, 1, "{m} {p} has {n} rules");
+            assert!(
+                undocumented.contains(p) || documented.iter().any(|(dm, dp)| dm == m && dp == p),
+                "{m} {p} has a rule but no OpenAPI operation"
+            );
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! Users and API tokens: `/api/v1/users`, `/api/v1/tokens` and `/api/v1/me`.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::model::teams::{ApiToken, User as UserRecord};
+pub use crate::model::teams::{Role, Scope};
+use crate::teams::Principal;
+
+/// A user.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct User {
+    #[schema(example = "q8x2m1k3f9ab")]
+    pub id: String,
+    /// Lowercase letters, digits and `-`, like an agent's name. The built-in `admin` is who
+    /// `server.admin_token` acts as.
+    #[schema(example = "ann")]
+    pub name: String,
+    pub role: Role,
+    /// Whether the user can sign in with a password.
+    pub has_password: bool,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl From<UserRecord> for User {
+    fn from(u: UserRecord) -> User {
+        User {
+            id: u.id,
+            name: u.name,
+            role: u.role,
+            has_password: u.has_password,
+            created_at: u.created_at,
+            updated_at: u.updated_at,
+        }
+    }
+}
+
+/// `POST /api/v1/users`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateUser {
+    /// Lowercase letters, digits and `-` (not at either end), at most 63 characters.
+    #[schema(
+        example = "ann",
+        min_length = 1,
+        max_length = 63,
+        pattern = "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
+    )]
+    pub name: String,
+    pub role: Role,
+    /// 8 to 1024 characters; absent, the user cannot sign in with a password until a `PATCH`
+    /// sets one.
+    #[serde(default)]
+    #[schema(min_length = 8, max_length = 1024)]
+    pub password: Option<String>,
+}
+
+/// `PATCH /api/v1/users/{id}`: what is absent stays as it is.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpdateUser {
+    #[serde(default)]
+    #[schema(
+        min_length = 1,
+        max_length = 63,
+        pattern = "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
+    )]
+    pub name: Option<String>,
+    /// The last admin cannot be made a member (`409`).
+    #[serde(default)]
+    pub role: Option<Role>,
+    #[serde(default)]
+    #[schema(min_length = 8, max_length = 1024)]
+    pub password: Option<String>,
+}
+
+/// An API token, without the token itself (shown once, when it is made).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Token {
+    #[schema(example = "t3k9x2m1q8ab")]
+    pub id: String,
+    #[schema(example = "ci-deploy")]
+    pub name: String,
+    /// The id of the user it acts for; it can do at most what that user can.
+    pub user_id: String,
+    pub scopes: Vec<Scope>,
+    /// The ids of the agents it is limited to; absent for every agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents: Option<Vec<String>>,
+    pub created_at: DateTime<Utc>,
+    /// When it stops working; absent for never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+impl From<ApiToken> for Token {
+    fn from(t: ApiToken) -> Token {
+        Token {
+            id: t.id,
+            name: t.name,
+            user_id: t.user_id,
+            scopes: t.scopes.into_iter().collect(),
+            agents: t.agents.map(|a| a.into_iter().collect()),
+            created_at: t.created_at,
+            expires_at: t.expires_at,
+        }
+    }
+}
+
+/// `POST /api/v1/tokens`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateToken {
+    /// 1 to 64 characters, for people to tell tokens apart.
+    #[schema(example = "ci-deploy", min_length = 1, max_length = 64)]
+    pub name: String,
+    /// At least one; each one the caller has.
+    #[schema(min_items = 1, example = json!(["agents:read", "agents:use"]))]
+    pub scopes: Vec<Scope>,
+    /// Agents by id or name (at most 256) the token is limited to: every other agent does not
+    /// exist for it. Absent: every agent the caller sees.
+    #[serde(default)]
+    #[schema(max_items = 256)]
+    pub agents: Option<Vec<String>>,
+    /// The token stops working this many days (1 to 3650) after now; absent, never (but no
+    /// later than the token that makes it, when a token makes it).
+    #[serde(default, deserialize_with = "super::whole::option")]
+    #[schema(minimum = 1, maximum = 3650)]
+    pub expires_in_days: Option<u32>,
+}
+
+/// `POST /api/v1/tokens`'s answer: the token, shown this once, and what it is.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CreatedToken {
+    /// Send it as `Authorization: Bearer <token>`. Only its hash is kept: it cannot be shown
+    /// again.
+    #[schema(example = "aht_9f2c…")]
+    pub token: String,
+    #[serde(flatten)]
+    pub info: Token,
+}
+
+/// `GET /api/v1/me`: who the credential is, and what it may do.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Me {
+    pub user: User,
+    /// The scopes in effect: the user's role's, narrowed by the token's.
+    pub scopes: Vec<Scope>,
+    /// The token the request came with; absent for the admin token and a web session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<Token>,
+}
+
+impl Me {
+    pub fn new(p: &Principal, user: UserRecord, token: Option<ApiToken>) -> Me {
+        Me {
+            user: user.into(),
+            scopes: p.scopes().into_iter().collect(),
+            token: token.map(Into::into),
+        }
+    }
+}

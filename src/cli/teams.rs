@@ -1,0 +1,191 @@
+//! `agenthold users …` and `agenthold tokens …`: the server's users and API tokens.
+
+use std::io::Read;
+
+use super::client::ApiClient;
+use super::output::{json, plain_table, render};
+use crate::api::types::{CreateToken, CreateUser, Role, Scope, Token, User};
+
+#[derive(clap::Subcommand, Debug, Clone, PartialEq, Eq)]
+pub enum UsersCommand {
+    /// List the users (admins only)
+    List,
+    /// Make a user: agenthold users add NAME [--admin] [--password-stdin]
+    Add {
+        name: String,
+        /// An admin rather than a member
+        #[arg(long)]
+        admin: bool,
+        /// Read the user's password from the first line of stdin (8 to 1024 characters)
+        #[arg(long)]
+        password_stdin: bool,
+    },
+    /// Delete a user (by id or name) with their tokens and sessions
+    Remove { user: String },
+}
+
+#[derive(clap::Subcommand, Debug, Clone, PartialEq, Eq)]
+pub enum TokensCommand {
+    /// Make a token for yourself; it is printed once
+    Create {
+        name: String,
+        /// A scope it gets (repeat): agents:read, agents:write, agents:use, approvals:answer,
+        /// admin
+        #[arg(long = "scope", required = true, value_parser = parse_scope)]
+        scopes: Vec<Scope>,
+        /// An agent (id or name) it is limited to (repeat); none: every agent
+        #[arg(long = "agent")]
+        agents: Vec<String>,
+        /// It stops working after this many days (1 to 3650)
+        #[arg(long)]
+        expires_in_days: Option<u32>,
+    },
+    /// List your tokens (an admin's: everyone's)
+    List,
+    /// Revoke a token by id: it stops working at once
+    Revoke { id: String },
+}
+
+fn parse_scope(s: &str) -> Result<Scope, String> {
+    Scope::parse(s).ok_or_else(|| {
+        let all: Vec<&str> = Scope::ALL.iter().map(|s| s.as_str()).collect();
+        format!("{s:?} is not a scope (one of {})", all.join(", "))
+    })
+}
+
+fn read_password() -> anyhow::Result<String> {
+    let mut text = String::new();
+    std::io::stdin().take(4096).read_to_string(&mut text)?;
+    Ok(text.lines().next().unwrap_or_default().to_string())
+}
+
+fn find_user(users: Vec<User>, id_or_name: &str) -> anyhow::Result<User> {
+    users
+        .into_iter()
+        .find(|u| u.id == id_or_name || u.name == id_or_name)
+        .ok_or_else(|| anyhow::anyhow!("no user with the id or name {id_or_name:?}"))
+}
+
+pub(super) async fn users(
+    client: &ApiClient,
+    json_out: bool,
+    cmd: UsersCommand,
+) -> anyhow::Result<i32> {
+    match cmd {
+        UsersCommand::List => {
+            let users = client.list_users().await?;
+            if json_out {
+                println!("{}", json(&users)?);
+            } else {
+                print!("{}", users_table(&users));
+            }
+        }
+        UsersCommand::Add {
+            name,
+            admin,
+            password_stdin,
+        } => {
+            let password = if password_stdin {
+                Some(read_password()?)
+            } else {
+                None
+            };
+            let role = if admin { Role::Admin } else { Role::Member };
+            let user = client
+                .create_user(&CreateUser {
+                    name,
+                    role,
+                    password,
+                })
+                .await?;
+            if json_out {
+                println!("{}", json(&user)?);
+            } else {
+                println!("{}", user.id);
+            }
+        }
+        UsersCommand::Remove { user } => {
+            let user = find_user(client.list_users().await?, &user)?;
+            client.delete_user(&user.id).await?;
+        }
+    }
+    Ok(0)
+}
+
+pub(super) async fn tokens(
+    client: &ApiClient,
+    json_out: bool,
+    cmd: TokensCommand,
+) -> anyhow::Result<i32> {
+    match cmd {
+        TokensCommand::Create {
+            name,
+            scopes,
+            agents,
+            expires_in_days,
+        } => {
+            let made = client
+                .create_token(&CreateToken {
+                    name,
+                    scopes,
+                    agents: (!agents.is_empty()).then_some(agents),
+                    expires_in_days,
+                })
+                .await?;
+            if json_out {
+                println!("{}", json(&made)?);
+            } else {
+                // The token alone on stdout, to be captured; it is never shown again.
+                println!("{}", made.token);
+                eprintln!(
+                    "agenthold: token {} made; keep it now, it cannot be shown again",
+                    made.info.id
+                );
+            }
+        }
+        TokensCommand::List => {
+            let tokens = client.list_tokens().await?;
+            if json_out {
+                println!("{}", json(&tokens)?);
+            } else {
+                print!("{}", tokens_table(&tokens));
+            }
+        }
+        TokensCommand::Revoke { id } => client.revoke_token(&id).await?,
+    }
+    Ok(0)
+}
+
+pub fn users_table(users: &[User]) -> String {
+    let mut table = plain_table();
+    table.set_header(vec!["ID", "NAME", "ROLE", "PASSWORD"]);
+    for u in users {
+        table.add_row(vec![
+            u.id.clone(),
+            u.name.clone(),
+            u.role.as_str().to_string(),
+            if u.has_password { "yes" } else { "no" }.to_string(),
+        ]);
+    }
+    render(&table)
+}
+
+pub fn tokens_table(tokens: &[Token]) -> String {
+    let mut table = plain_table();
+    table.set_header(vec!["ID", "NAME", "USER", "SCOPES", "AGENTS", "EXPIRES"]);
+    for t in tokens {
+        let scopes: Vec<&str> = t.scopes.iter().map(|s| s.as_str()).collect();
+        table.add_row(vec![
+            t.id.clone(),
+            t.name.clone(),
+            t.user_id.clone(),
+            scopes.join(","),
+            t.agents
+                .as_ref()
+                .map_or_else(|| "all".to_string(), |a| a.join(",")),
+            t.expires_at
+                .map_or_else(|| "never".to_string(), |e| e.to_rfc3339()),
+        ]);
+    }
+    render(&table)
+}

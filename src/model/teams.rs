@@ -1,0 +1,160 @@
+//! Users and their API tokens, and what each may do: a user's role and a token's scopes.
+
+use std::collections::BTreeSet;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// A permission a route needs and a token may carry.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, ToSchema,
+)]
+pub enum Scope {
+    /// See agents, their settings, logs and events.
+    #[serde(rename = "agents:read")]
+    AgentsRead,
+    /// Create, change, start, stop, rebuild and destroy agents.
+    #[serde(rename = "agents:write")]
+    AgentsWrite,
+    /// Work inside agents: terminals, exec, processes, files, sessions, previews.
+    #[serde(rename = "agents:use")]
+    AgentsUse,
+    /// Answer approvals.
+    #[serde(rename = "approvals:answer")]
+    ApprovalsAnswer,
+    /// Users, every token, config reload, metrics.
+    #[serde(rename = "admin")]
+    Admin,
+}
+
+impl Scope {
+    pub const ALL: [Scope; 5] = [
+        Scope::AgentsRead,
+        Scope::AgentsWrite,
+        Scope::AgentsUse,
+        Scope::ApprovalsAnswer,
+        Scope::Admin,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::AgentsRead => "agents:read",
+            Scope::AgentsWrite => "agents:write",
+            Scope::AgentsUse => "agents:use",
+            Scope::ApprovalsAnswer => "approvals:answer",
+            Scope::Admin => "admin",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Scope> {
+        Scope::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A user's role: admins may do everything; members everything but administration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Admin,
+    Member,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Member => "member",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "admin" => Some(Role::Admin),
+            "member" => Some(Role::Member),
+            _ => None,
+        }
+    }
+
+    /// Whether a user of this role has `scope`; a token of the user has at most these.
+    pub fn grants(self, scope: Scope) -> bool {
+        match self {
+            Role::Admin => true,
+            Role::Member => scope != Scope::Admin,
+        }
+    }
+
+    /// Every scope the role grants.
+    pub fn scopes(self) -> BTreeSet<Scope> {
+        Scope::ALL.into_iter().filter(|s| self.grants(*s)).collect()
+    }
+}
+
+/// The user `server.admin_token` acts as; it always exists and is always an admin.
+pub const BUILT_IN_ADMIN: &str = "admin";
+
+/// A person (or a program's owner) who signs in and holds tokens.
+#[derive(Debug, Clone, PartialEq)]
+pub struct User {
+    pub id: String,
+    pub name: String,
+    pub role: Role,
+    /// Whether the user can sign in with a password (the built-in admin has none until set).
+    pub has_password: bool,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl User {
+    pub fn is_built_in(&self) -> bool {
+        self.id == BUILT_IN_ADMIN
+    }
+}
+
+/// An API token as kept: never the token itself, only its SHA-256.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiToken {
+    pub id: String,
+    pub user_id: String,
+    pub name: String,
+    pub token_hash: String,
+    pub scopes: BTreeSet<Scope>,
+    /// The agents (ids) it is limited to; `None` for every agent its user may see.
+    pub agents: Option<BTreeSet<String>>,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+impl ApiToken {
+    pub fn expired(&self, now: DateTime<Utc>) -> bool {
+        self.expires_at.is_some_and(|end| end <= now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_read_back_as_written() {
+        for s in Scope::ALL {
+            assert_eq!(Scope::parse(s.as_str()), Some(s));
+            let json = serde_json::to_string(&s).unwrap();
+            assert_eq!(json, format!("\"{s}\""));
+        }
+        assert_eq!(Scope::parse("agents"), None);
+    }
+
+    #[test]
+    fn members_have_everything_but_admin() {
+        assert!(Role::Admin.grants(Scope::Admin));
+        assert!(!Role::Member.grants(Scope::Admin));
+        assert_eq!(Role::Member.scopes().len(), Scope::ALL.len() - 1);
+    }
+}

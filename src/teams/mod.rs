@@ -1,0 +1,57 @@
+//! Teams: users, their API tokens, and who a credential is ([`Principal`]). The rules of who may
+//! create, change and revoke what live here; the API's handlers only translate.
+
+pub mod directory;
+pub mod password;
+pub mod principal;
+pub mod throttle;
+
+pub use directory::{Directory, NewToken, NewUser, UserUpdate};
+pub use principal::{Principal, TokenGrant};
+
+use crate::store::StoreError;
+
+/// Why a users or tokens operation was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum TeamsError {
+    #[error("there is no user with id {0}")]
+    UserNotFound(String),
+    #[error("the name {0:?} is already used by another user")]
+    NameTaken(String),
+    #[error("this is the last admin: make another user an admin first")]
+    LastAdmin,
+    #[error("the built-in user admin (whom server.admin_token acts as) cannot be {0}")]
+    BuiltIn(&'static str),
+    #[error("there is no token with id {0}")]
+    TokenNotFound(String),
+    /// A field breaks its rule; `field` is its camelCase name.
+    #[error("{why}")]
+    Invalid { field: &'static str, why: String },
+    /// A token may not do more than the credential that creates it.
+    #[error("{0}")]
+    Beyond(String),
+    #[error(transparent)]
+    Password(#[from] password::PasswordError),
+    #[error("the users could not be kept: {0}")]
+    Store(StoreError),
+}
+
+impl From<StoreError> for TeamsError {
+    fn from(e: StoreError) -> TeamsError {
+        match e {
+            StoreError::UserNotFound(id) => TeamsError::UserNotFound(id),
+            StoreError::UserNameTaken(name) => TeamsError::NameTaken(name),
+            StoreError::LastAdmin => TeamsError::LastAdmin,
+            other => TeamsError::Store(other),
+        }
+    }
+}
+
+impl TeamsError {
+    pub fn invalid(field: &'static str, why: impl Into<String>) -> TeamsError {
+        TeamsError::Invalid {
+            field,
+            why: why.into(),
+        }
+    }
+}

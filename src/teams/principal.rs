@@ -1,0 +1,93 @@
+//! Who a request is, as the auth layer resolved it: the one value every authorization decision
+//! reads.
+
+use std::collections::BTreeSet;
+
+use chrono::{DateTime, Utc};
+
+use crate::model::teams::{Role, Scope};
+
+/// The caller of a request, put into the request's extensions by the auth layer.
+#[derive(Debug, Clone)]
+pub struct Principal {
+    pub user_id: String,
+    pub user_name: String,
+    pub role: Role,
+    /// The API token the request came with; `None` for the admin token and web sessions,
+    /// which carry the user's whole role.
+    pub token: Option<TokenGrant>,
+}
+
+/// What an API token allows, on top of (never beyond) its user's role.
+#[derive(Debug, Clone)]
+pub struct TokenGrant {
+    pub id: String,
+    pub name: String,
+    pub scopes: BTreeSet<Scope>,
+    /// The agents (ids) the token may see; `None` for every agent.
+    pub agents: Option<BTreeSet<String>>,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+impl Principal {
+    /// Whether the caller may do what `scope` covers: the role must grant it, and so must the
+    /// token when there is one.
+    pub fn can(&self, scope: Scope) -> bool {
+        self.role.grants(scope)
+            && self
+                .token
+                .as_ref()
+                .is_none_or(|t| t.scopes.contains(&scope))
+    }
+
+    /// The scopes the caller has in effect.
+    pub fn scopes(&self) -> BTreeSet<Scope> {
+        Scope::ALL.into_iter().filter(|s| self.can(*s)).collect()
+    }
+
+    /// Whether agent `id` exists for the caller. One that does not is answered `404` on every
+    /// route and left out of lists and the event stream, as if it were not there.
+    pub fn sees_agent(&self, id: &str) -> bool {
+        self.token
+            .as_ref()
+            .and_then(|t| t.agents.as_ref())
+            .is_none_or(|agents| agents.contains(id))
+    }
+
+    pub fn is_admin(&self) -> bool {
+        self.can(Scope::Admin)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member_with(token: Option<TokenGrant>) -> Principal {
+        Principal {
+            user_id: "u1".into(),
+            user_name: "ann".into(),
+            role: Role::Member,
+            token,
+        }
+    }
+
+    #[test]
+    fn a_token_narrows_its_user_and_never_widens() {
+        let grant = TokenGrant {
+            id: "t1".into(),
+            name: "ci".into(),
+            scopes: [Scope::AgentsRead, Scope::Admin].into(),
+            agents: Some(["a1".to_string()].into()),
+            expires_at: None,
+        };
+        let p = member_with(Some(grant));
+        assert!(p.can(Scope::AgentsRead));
+        assert!(!p.can(Scope::AgentsUse));
+        assert!(!p.can(Scope::Admin), "a member's token cannot be admin");
+        assert!(p.sees_agent("a1"));
+        assert!(!p.sees_agent("a2"));
+        let whole = member_with(None);
+        assert!(whole.can(Scope::AgentsUse) && whole.sees_agent("a2"));
+    }
+}

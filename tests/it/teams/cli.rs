@@ -1,0 +1,128 @@
+//! `agenthold users` and `agenthold tokens` against a live server.
+
+use std::process::Stdio;
+
+use serde_json::Value;
+use tokio::io::AsyncWriteExt;
+
+use super::get_as;
+use crate::cli::{cli, run};
+use crate::common::TestServer;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_and_tokens_from_the_command_line() {
+    let s = TestServer::start().await;
+    s.create_agent("web").await;
+    let mut add = cli(&s)
+        .args(["users", "add", "ann", "--password-stdin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = add.stdin.take().unwrap();
+    stdin.write_all(b"ann's password\n").await.unwrap();
+    drop(stdin);
+    let out = add.wait_with_output().await.unwrap();
+    assert!(out.status.success());
+    let ann = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let (code, out, _) = run(&s, &["users", "list"]).await;
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("ann") && out.contains("member") && out.contains(&ann),
+        "{out}"
+    );
+
+    let (code, token, err) = run(
+        &s,
+        &[
+            "tokens",
+            "create",
+            "ci",
+            "--scope",
+            "agents:read",
+            "--agent",
+            "web",
+            "--expires-in-days",
+            "7",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let token = token.trim().to_string();
+    let (status, agents) = get_as(&s, &token, "/api/v1/agents").await;
+    assert_eq!((status, agents.as_array().unwrap().len()), (200, 1));
+    let (code, out, _) = run(&s, &["tokens", "list", "--json"]).await;
+    assert_eq!(code, 0);
+    let list: Vec<Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(list.len(), 1);
+    let id = list[0]["id"].as_str().unwrap().to_string();
+    let (code, _, err) = run(&s, &["tokens", "create", "bad", "--scope", "everything"]).await;
+    assert_ne!(code, 0);
+    assert!(err.contains("not a scope"), "{err}");
+    assert_eq!(run(&s, &["tokens", "revoke", &id]).await.0, 0);
+    assert_eq!(get_as(&s, &token, "/api/v1/agents").await.0, 401);
+    assert_eq!(run(&s, &["users", "remove", "ann"]).await.0, 0);
+    let (code, _, err) = run(&s, &["users", "remove", "admin"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("built-in"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn login_keeps_a_token_only_the_user_can_read_and_later_commands_use_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = TestServer::start().await;
+    s.create_agent("web").await;
+    super::user(&s, "ann", "member", Some("ann's password")).await;
+    let config = tempfile::tempdir().unwrap();
+    let as_ann = |args: &[&str]| {
+        let mut c = cli(&s);
+        c.env_remove("AGENTHOLD_TOKEN")
+            .env("XDG_CONFIG_HOME", config.path())
+            .args(args);
+        c
+    };
+    let mut login = as_ann(&["login", "ann"]);
+    let mut child = login
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"ann's password\n").await.unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().await.unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("as ann (member)"), "{err}");
+    let kept = config.path().join("agenthold/tokens.json");
+    let mode = std::fs::metadata(&kept).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+
+    let out = as_ann(&["agents", "list", "--json"])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let agents: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(agents.len(), 1);
+    let out = as_ann(&["users", "list"]).output().await.unwrap();
+    assert!(!out.status.success(), "a member's token is no admin");
+
+    // A wrong password keeps nothing new.
+    let before = std::fs::read_to_string(&kept).unwrap();
+    let mut child = as_ann(&["login", "ann"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"wrong password\n").await.unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().await.unwrap();
+    assert!(!out.status.success());
+    assert_eq!(std::fs::read_to_string(&kept).unwrap(), before);
+}
