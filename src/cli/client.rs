@@ -511,6 +511,7 @@ mod tests {
             ttl_minutes: None,
             expires_at: None,
             labels: Default::default(),
+            allow_root: false,
         }
     }
 

@@ -132,6 +132,11 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );
     CREATE UNIQUE INDEX previews_by_port ON previews (agent_id, port);
     "#,
+    // 10: whether the agent may become root in its sandbox (sudo, `"user": "root"` on exec and
+    // processes); agents made before are not.
+    r#"
+    ALTER TABLE agents ADD COLUMN allow_root INTEGER NOT NULL DEFAULT 0;
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -21,6 +21,7 @@ mod processes;
 mod pull;
 mod redteam;
 mod repair;
+mod root;
 mod rootfs;
 mod runtime;
 mod sessions;
