@@ -34,11 +34,11 @@ def test_allow_root_is_on_the_agent_and_defaults_to_false(fresh: Agent, rooted: 
 def test_user_root_needs_allow_root(fresh: Agent, rooted: Agent) -> None:
     for background in (False, True):
         with pytest.raises(Forbidden) as refused:
-            fresh.commands.run("id -u", user="root", background=background)  # type: ignore[call-overload]
+            fresh.commands.run("id -u", user="root", background=background)
         assert "allowRoot" in str(refused.value)
         assert refused.value.field == "user"
     with pytest.raises(InvalidRequest):
-        rooted.commands.run("id -u", user="admin")  # type: ignore[arg-type]
+        rooted.commands.run("id -u", user="admin")  # type: ignore[call-overload]
     plain = fresh.commands.run("true", user="agent")
     assert plain.ok
     started = fresh.commands.run("true", background=True)
