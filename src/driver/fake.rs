@@ -48,7 +48,7 @@ pub const FAKE_RUNTIMES: [&str; 2] = ["runc", "runsc"];
 pub const RUNTIME_FILE: &str = "runtime";
 /// The file in a fake sandbox's folder holding the security options a container of its spec
 /// gets (`no-new-privileges:true`, or nothing for an agent allowed root), for tests to read:
-/// the fake's commands run as the server's user, so nothing here can become root.
+/// the fake has no container to hold them, and its commands run as the server's own user.
 pub const SECURITY_OPT_FILE: &str = "security_opt";
 
 struct Running {
