@@ -303,6 +303,7 @@ mod tests {
             output_start: 0,
             keep_awake: false,
             stdin_open: false,
+            run_as: Default::default(),
         }
     }
 

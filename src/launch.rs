@@ -3,13 +3,14 @@
 //! the limits a background process is started with. [`crate::tunnel::conn`] sends what this
 //! makes, and sends nothing else.
 //!
-//! The account a command runs as is not decided here: sandboxd runs everything as the account
-//! it reports at hello (the image's `agent`, else its `USER`, else root).
+//! Who a command runs as is decided here only for root ([`Launch::as_user`]: an agent's
+//! `allowRoot` is the gate, and sandboxd trusts the server on it); otherwise sandboxd runs it as
+//! the account it reports at hello (the image's `agent`, else its `USER`, else root).
 
 use std::collections::BTreeMap;
 
 use agenthold_proto::process::{tag_problem, ProcessList, ProcessStart};
-use agenthold_proto::{ExecRequest, ExecTooLarge};
+use agenthold_proto::{ExecRequest, ExecTooLarge, RunAs};
 
 use crate::config::{SandboxConfig, ServerConfig};
 
@@ -83,6 +84,7 @@ pub fn check_command(
         env: env.into_iter().collect(),
         timeout_ms,
         output_cap: None,
+        run_as: RunAs::Agent,
     };
     // Here, before waking the agent: past this limit the header would not be accepted.
     req.check_size()?;
@@ -154,6 +156,36 @@ impl Launch {
     /// The exec header.
     pub(crate) fn into_request(self) -> ExecRequest {
         self.run
+    }
+}
+
+/// A command asked to run as root for an agent without `allowRoot`.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "agent {agent} does not allow root: \"user\": \"root\" needs \"allowRoot\": true on the agent \
+     (set it at create, or with PATCH; sudo follows at the next rebuild)"
+)]
+pub struct RootNotAllowed {
+    pub agent: String,
+}
+
+impl Launch {
+    /// Runs it as `user` (the account when `None`): root only for an agent whose `allowRoot`
+    /// is true. This is the only check: sandboxd cannot know the agent's setting and runs a
+    /// command as root when told to.
+    pub fn as_user(
+        mut self,
+        user: Option<RunAs>,
+        agent: &crate::model::Agent,
+    ) -> Result<Launch, RootNotAllowed> {
+        let user = user.unwrap_or_default();
+        if user == RunAs::Root && !agent.allow_root {
+            return Err(RootNotAllowed {
+                agent: agent.id.clone(),
+            });
+        }
+        self.run.run_as = user;
+        Ok(self)
     }
 }
 

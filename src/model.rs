@@ -121,6 +121,9 @@ pub struct Agent {
     pub expires_at: Option<DateTime<Utc>>,
     /// The caller's own `key: value` tags, by [`crate::agents::labels`]'s rules.
     pub labels: BTreeMap<String, String>,
+    /// The agent may become root in its sandbox: its container keeps the kernel's setuid
+    /// (`sudo`), and exec and processes accept `"user": "root"`. Agents made before are not.
+    pub allow_root: bool,
 }
 
 /// Where a setup script's run is.
@@ -168,6 +171,8 @@ pub struct NewAgent {
     /// The deadline `ttl_minutes` gives, counted from now: filled in by the lifecycle.
     pub expires_at: Option<DateTime<Utc>>,
     pub labels: BTreeMap<String, String>,
+    /// The request's, else the preset's, else false.
+    pub allow_root: bool,
 }
 
 /// A change to an agent's settings; `None` leaves a field as it is.
@@ -196,6 +201,9 @@ pub struct AgentPatch {
     pub expires_at: Option<DateTime<Utc>>,
     /// A new set of labels (the whole map).
     pub labels: Option<BTreeMap<String, String>>,
+    /// Root allowed or not from now on; the container's side of it (`sudo`) is applied by a
+    /// rebuild.
+    pub allow_root: Option<bool>,
 }
 
 /// Makes a fresh agent id: 12 characters of `[a-z0-9]`, starting with a letter so it is a

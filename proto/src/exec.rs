@@ -18,6 +18,38 @@ pub struct ExecRequest {
     /// Bytes of each of stdout and stderr forwarded; the rest is read and dropped.
     #[serde(default)]
     pub output_cap: Option<u64>,
+    /// Who runs it. Absent (an older server) is the sandbox's account, and left out when it is
+    /// that, so an older sandboxd reads the same header as before. sandboxd cannot tell whether
+    /// the agent may be root: the server decides (its `allowRoot`) before it sends `Root`.
+    /// `runAs` on the wire, since `user` is the hello's (an account name) in the same header
+    /// namespace.
+    #[serde(default, skip_serializing_if = "RunAs::is_account")]
+    pub run_as: RunAs,
+}
+
+/// Who a command runs as.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum RunAs {
+    /// The sandbox's account (the image's `agent`, else its `USER`, else root).
+    #[default]
+    Agent,
+    /// uid 0, with root's groups: sandboxd does not drop to the account.
+    Root,
+}
+
+impl RunAs {
+    pub fn is_account(&self) -> bool {
+        *self == RunAs::Agent
+    }
+
+    /// As the API and the process records write it.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            RunAs::Agent => "agent",
+            RunAs::Root => "root",
+        }
+    }
 }
 
 /// Why an exec's command line cannot be sent or run (see [`ExecRequest::check_size`]).

@@ -25,7 +25,7 @@ pub mod session_id;
 pub mod wsio;
 
 pub use channel::*;
-pub use exec::{ExecExit, ExecRequest, ExecTooLarge};
+pub use exec::{ExecExit, ExecRequest, ExecTooLarge, RunAs};
 pub use frame::{Frame, FrameCodec, DATA_CHUNK};
 pub use header::*;
 pub use limits::*;

@@ -167,6 +167,10 @@ pub struct ProcessInfo {
     /// A pipe to its stdin is open (started with `stdin`, not yet closed with `eof`).
     #[serde(default)]
     pub stdin_open: bool,
+    /// Who it runs as; an older sandboxd's records say nothing, and ran everything as the
+    /// account.
+    #[serde(default)]
+    pub run_as: crate::RunAs,
 }
 
 /// The header of a channel about one process, named by id or tag.

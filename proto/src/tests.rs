@@ -299,6 +299,7 @@ async fn frames_round_trip() {
             output_start: 4,
             keep_awake: true,
             stdin_open: false,
+            run_as: crate::RunAs::Agent,
         })),
     ];
     for f in frames.clone() {
@@ -438,4 +439,31 @@ fn port_connect_names_a_port_and_nothing_else() {
             String::from_utf8_lossy(bad)
         );
     }
+}
+
+#[test]
+fn exec_user_is_left_out_for_the_account_and_read_as_it_when_absent() {
+    // An older sandboxd reads a new server's header for the account unchanged, and a new
+    // sandboxd an older server's.
+    let plain = ExecRequest {
+        command: vec!["true".into()],
+        ..Default::default()
+    };
+    let json = serde_json::to_value(&plain).unwrap_or_default();
+    assert!(json.get("runAs").is_none(), "{json}");
+    let old: ExecRequest = serde_json::from_str(r#"{"command":["true"]}"#).unwrap_or_default();
+    assert_eq!(old.run_as, RunAs::Agent);
+    let root = ExecRequest {
+        run_as: RunAs::Root,
+        ..plain
+    };
+    let json = serde_json::to_value(&root).unwrap_or_default();
+    assert_eq!(json["runAs"], "root");
+    let info: serde_json::Value = serde_json::from_str(
+        r#"{"id":"a","tag":null,"command":[],"pid":null,"state":"running","exitCode":null,
+            "signal":null,"startedAtMs":0,"endedAtMs":null,"outputBytes":0,"keepAwake":false}"#,
+    )
+    .unwrap_or_default();
+    let info: ProcessInfo = serde_json::from_value(info).expect("an older record");
+    assert_eq!(info.run_as, RunAs::Agent);
 }

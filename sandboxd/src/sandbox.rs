@@ -42,6 +42,9 @@ pub struct SandboxOptions {
     /// The program that holds each background process's tree ([`crate::process::shim`]);
     /// `None` starts them in a process group of their own instead.
     pub shim: Option<PathBuf>,
+    /// The image's variables every program keeps (`PATH`, `VIRTUAL_ENV`: see
+    /// [`crate::spawn::env::image_env`]).
+    pub image_env: Vec<(String, String)>,
 }
 
 pub const DEFAULT_ACTIVITY_INTERVAL: Duration = Duration::from_secs(5);
@@ -67,6 +70,7 @@ impl SandboxOptions {
             env: Vec::new(),
             process_dir: Some(PathBuf::from(CONTAINER_PROCESS_DIR)),
             shim: crate::process::shim::self_exe(),
+            image_env: crate::spawn::env::image_env(),
         })
     }
 
@@ -84,6 +88,8 @@ impl SandboxOptions {
             env: Vec::new(),
             process_dir: None,
             shim: crate::process::shim::self_exe(),
+            // The server's own environment is not an image's.
+            image_env: vec![("PATH".into(), crate::spawn::env::PATH.into())],
         }
     }
 }

@@ -40,6 +40,9 @@ pub struct Preset {
     pub ttl_minutes: Option<u32>,
     /// Labels of agents made from it; a create's own labels are merged over them.
     pub labels: BTreeMap<String, String>,
+    /// Agents made from it may become root (`sudo`, `"user": "root"`); a create's own
+    /// `allowRoot` wins.
+    pub allow_root: bool,
 }
 
 /// A preset with the server's defaults filled in: what an agent made from it gets. The API
@@ -65,6 +68,7 @@ pub struct PresetInfo {
     /// The lifetime of its agents; null for none.
     pub ttl_minutes: Option<u32>,
     pub labels: BTreeMap<String, String>,
+    pub allow_root: bool,
     /// Whether it is `sandbox.default_preset`, the one a create without `preset` gets.
     pub default: bool,
 }
@@ -89,6 +93,7 @@ impl Preset {
             harness: self.harness.clone(),
             ttl_minutes: self.ttl_minutes,
             labels: self.labels.clone(),
+            allow_root: self.allow_root,
             default: defaults.preset.as_deref() == Some(name),
         }
     }

@@ -67,6 +67,8 @@ pub struct AgentRequest {
     pub ttl_minutes: Option<Option<u32>>,
     /// Merged over the preset's labels; these win.
     pub labels: Option<BTreeMap<String, String>>,
+    /// The preset's when `None`.
+    pub allow_root: Option<bool>,
 }
 
 /// What this server offers agents: its defaults and ceilings, its presets, and what its engine
@@ -156,6 +158,7 @@ pub fn resolve(request: AgentRequest, allowed: &Allowed) -> Result<NewAgent, Spe
         ttl_minutes,
         expires_at: None,
         labels,
+        allow_root: request.allow_root.unwrap_or(preset.allow_root),
     })
 }
 

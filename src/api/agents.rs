@@ -150,7 +150,7 @@ pub async fn get(
     Ok(Json(st.lc.get(&id).await?.into()))
 }
 
-/// Changes settings; a changed image, resource or runtime sets `needsRebuild`.
+/// Changes settings; a changed image, resource, runtime or `allowRoot` sets `needsRebuild`.
 #[utoipa::path(patch, path = "/api/v1/agents/{id}", tag = "agents", operation_id = "updateAgent", request_body = UpdateAgent,
     params(("id" = String, Path, description = "The agent's id")),
     responses((status = 200, body = Agent),
@@ -291,6 +291,7 @@ impl From<CreateAgent> for AgentRequest {
             runtime: body.runtime,
             ttl_minutes: body.ttl_minutes,
             labels: body.labels,
+            allow_root: body.allow_root,
         }
     }
 }
@@ -311,6 +312,7 @@ impl From<UpdateAgent> for AgentPatch {
             ttl_minutes: body.ttl_minutes,
             expires_at: None,
             labels: body.labels,
+            allow_root: body.allow_root,
         }
     }
 }

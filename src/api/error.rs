@@ -217,6 +217,17 @@ impl From<CommandError> for ApiError {
     }
 }
 
+/// Root asked of an agent that does not allow it: the agent's setting refuses it, not the
+/// request's shape.
+impl From<crate::launch::RootNotAllowed> for ApiError {
+    fn from(e: crate::launch::RootNotAllowed) -> ApiError {
+        ApiError {
+            field: Some("user"),
+            ..ApiError::forbidden(e.to_string())
+        }
+    }
+}
+
 impl From<NoSuchProcess> for ApiError {
     fn from(e: NoSuchProcess) -> ApiError {
         ApiError::not_found(e.to_string())

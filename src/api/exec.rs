@@ -23,7 +23,7 @@ pub const NDJSON: &str = "application/x-ndjson";
 #[utoipa::path(post, path = "/api/v1/agents/{id}/exec", tag = "exec", operation_id = "exec", request_body = ExecBody,
     params(("id" = String, Path, description = "The agent's id")),
     responses((status = 200, body = ExecResult, description = "The result; with `Accept: application/x-ndjson`, a stream of `{stream,data}` lines and a last `{exitCode,timedOut,durationMs,truncated,egressDenied}` line (or an `{error}` line when the sandbox connection is lost)"),
-        (status = 400, body = ErrorBody, description = "A field breaks its constraint (`field` names it)"), (status = 404, body = ErrorBody),
+        (status = 400, body = ErrorBody, description = "A field breaks its constraint (`field` names it)"), (status = 403, body = ErrorBody, description = "`user` is `root` and the agent's `allowRoot` is false"), (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody, description = "The agent cannot be woken (destroying, stopping, or its start failed)"),
         (status = 413, body = ErrorBody, description = "`command` and `env` together take over 1 MiB (each argument and each `KEY=VALUE` counted with a terminating NUL), or one of them over 131071 bytes (Linux's limit per string); the message says which and the limit"),
         (status = 503, body = ErrorBody, description = "The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After`"), (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds")))]
@@ -41,7 +41,7 @@ pub async fn exec(
         Some(timeout_ms),
     )?;
     let agent = st.lc.get(&id).await?;
-    let mut launch = Launch::new(run, &agent.env)?;
+    let mut launch = Launch::new(run, &agent.env)?.as_user(body.user.map(Into::into), &agent)?;
     let streaming = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())

@@ -30,7 +30,7 @@ const DEFAULT_WAIT_MS: u64 = 30_000;
 #[utoipa::path(post, path = "/api/v1/agents/{id}/processes", tag = "processes", operation_id = "startProcess",
     request_body = StartProcess, params(("id" = String, Path, description = "The agent's id")),
     responses((status = 201, body = Process, description = "It runs (or, when its program could not be run, it has already exited with 127 or 126 and says why on stderr)"),
-        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "`user` is `root` and the agent's `allowRoot` is false"), (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody, description = "The agent cannot be woken, runs `sandbox.max_processes` processes already, or a running process has this tag"),
         (status = 413, body = ErrorBody, description = "`command` and `env` over exec's size limits"),
         (status = 429, body = ErrorBody, description = "Too many channels open to the agent; try again after `Retry-After` seconds"), (status = 503, body = ErrorBody, description = "The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After`")))]
@@ -48,7 +48,7 @@ pub async fn start(
         body.timeout_ms,
     )?;
     let agent = st.lc.get(&id).await?;
-    let launch = Launch::new(run, &agent.env)?;
+    let launch = Launch::new(run, &agent.env)?.as_user(body.user.map(Into::into), &agent)?;
     let options = ProcessOptions {
         tag: body.tag,
         stdin: body.stdin,

@@ -78,6 +78,10 @@ pub struct CreateArgs {
     /// agents by them)
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_env_pair)]
     pub labels: Vec<(String, String)>,
+    /// Let the agent become root in its sandbox (sudo; `exec --user root`); `--allow-root=false`
+    /// refuses it even where the preset allows it (default: the preset's; `dev` allows it)
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub allow_root: Option<bool>,
     /// Wait until the agent is running (non-zero exit if it fails)
     #[arg(long)]
     pub wait: bool,
@@ -136,6 +140,7 @@ pub(super) async fn run(client: &ApiClient, json: bool, cmd: AgentsCommand) -> a
                 runtime: args.runtime,
                 ttl_minutes: args.ttl_minutes.map(Some),
                 labels: (!args.labels.is_empty()).then(|| args.labels.into_iter().collect()),
+                allow_root: args.allow_root,
             };
             let watch = watch_if(client, args.wait).await;
             let agent = client.create_agent(&req).await?;

@@ -547,6 +547,7 @@ mod tests {
             ttl_minutes: None,
             expires_at: None,
             labels: Default::default(),
+            allow_root: false,
         }
     }
 

@@ -11,7 +11,7 @@ use super::client::ApiClient;
 use super::exit_code::{EXIT_BROKEN_PIPE, EXIT_TIMED_OUT};
 use super::types::ExecEvent;
 use crate::api::types::process::StartProcess;
-use crate::api::types::{EgressDenied, ExecBody, ExecExit, OutputStream};
+use crate::api::types::{EgressDenied, ExecBody, ExecExit, OutputStream, RunUser};
 
 #[derive(clap::Args, Debug, Clone, PartialEq)]
 pub struct ExecArgs {
@@ -29,6 +29,9 @@ pub struct ExecArgs {
     /// Never send our stdin, even when it is not a terminal
     #[arg(short = 'n', long)]
     pub no_stdin: bool,
+    /// Run it as `root` (the agent needs allowRoot) or `agent` (the sandbox's account, the default)
+    #[arg(long, short = 'u', value_name = "USER", value_parser = parse_user)]
+    pub user: Option<RunUser>,
     /// Start it as a background process and print its id (see `ps`, `logs`, `kill`, `wait`)
     #[arg(short = 'd', long)]
     pub detach: bool,
@@ -47,6 +50,15 @@ pub fn parse_env(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
         _ => Err(format!("expected K=V, got {s:?}")),
+    }
+}
+
+/// `root` or `agent`, as the API takes them.
+pub fn parse_user(s: &str) -> Result<RunUser, String> {
+    match s {
+        "root" => Ok(RunUser::Root),
+        "agent" => Ok(RunUser::Agent),
+        _ => Err(format!("expected root or agent, got {s:?}")),
     }
 }
 
@@ -74,6 +86,7 @@ pub(super) async fn run(client: &ApiClient, args: ExecArgs) -> anyhow::Result<i3
             stdin: false,
             keep_awake: args.keep_awake,
             timeout_ms: args.timeout.map(|s| s.saturating_mul(1000)),
+            user: args.user,
         };
         return super::processes::start_detached(client, &args.agent, req).await;
     }
@@ -89,6 +102,7 @@ pub(super) async fn run(client: &ApiClient, args: ExecArgs) -> anyhow::Result<i3
         env: (!args.env.is_empty()).then(|| args.env.into_iter().collect::<BTreeMap<_, _>>()),
         stdin,
         timeout_ms: args.timeout.map(|s| s.saturating_mul(1000)),
+        user: args.user,
     };
     let mut events = client.exec_stream(&agent.id, &req).await?;
     let mut stdout = tokio::io::stdout();

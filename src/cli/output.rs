@@ -114,6 +114,10 @@ pub fn agent_details(a: &Agent, now: DateTime<Utc>) -> String {
         ("State", state_cell(a)),
         ("Image", a.image.clone()),
         ("Runtime", a.runtime.clone()),
+        (
+            "Root",
+            if a.allow_root { "allowed (sudo)" } else { "no" }.into(),
+        ),
         ("CPUs", cpus(a.cpus)),
         ("Memory", memory(a.memory_mb)),
         ("Disk", a.disk_mb.map_or_else(|| "no limit".into(), memory)),
@@ -275,6 +279,7 @@ mod tests {
             ttl_minutes: None,
             expires_at: None,
             labels: Default::default(),
+            allow_root: false,
         }
     }
 

@@ -303,6 +303,7 @@ mod tests {
             output_start: 0,
             keep_awake: false,
             stdin_open: false,
+            user: Default::default(),
             egress_denied: Vec::new(),
         }
     }

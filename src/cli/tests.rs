@@ -72,6 +72,7 @@ fn agents_subcommands() {
         "30",
         "--label",
         "team=ml",
+        "--allow-root",
         "--wait",
     ])
     .cmd
@@ -95,6 +96,7 @@ fn agents_subcommands() {
                 deny: vec!["203.0.113.0/24".parse().unwrap()],
                 ttl_minutes: Some(30),
                 labels: vec![("team".into(), "ml".into())],
+                allow_root: Some(true),
                 wait: true,
             }
         ),
@@ -195,6 +197,15 @@ fn exec_takes_options_then_the_command_after_dashes() {
     );
     assert!(parse(&["exec", "b", "--env", "novalue", "--", "ls"]).is_err());
     assert!(parse(&["exec", "b", "--timeout", "0", "--", "ls"]).is_err());
+    match ok(&["exec", "--user", "root", "b", "--", "id"]).cmd {
+        ClientCommand::Exec(e) => assert_eq!(e.user, Some(crate::api::types::RunUser::Root)),
+        other => panic!("{other:?}"),
+    }
+    match ok(&["exec", "b", "--", "id"]).cmd {
+        ClientCommand::Exec(e) => assert_eq!(e.user, None),
+        other => panic!("{other:?}"),
+    }
+    assert!(parse(&["exec", "--user", "admin", "b", "--", "id"]).is_err());
 }
 
 #[test]

@@ -127,11 +127,12 @@ impl Config {
             "dev".to_string(),
             Preset {
                 description: Some(
-                    "Debian with git, curl, Python (venv, pip), build tools, vim, jq; runs as \
-                     the agent account"
+                    "Debian with git, curl, Python (a venv on PATH, pip), build tools, vim, jq; \
+                     runs as the agent account, with sudo"
                         .to_string(),
                 ),
                 image: Some(AGENT_IMAGE.to_string()),
+                allow_root: true,
                 ..Preset::default()
             },
         );

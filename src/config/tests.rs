@@ -994,6 +994,12 @@ fn without_a_file_the_dev_preset_is_the_default() {
             ("minimal", "debian:bookworm-slim", false)
         ]
     );
+    // Only `dev` lets its agents become root.
+    let root: Vec<_> = infos
+        .iter()
+        .map(|p| (p.name.as_str(), p.allow_root))
+        .collect();
+    assert_eq!(root, [("dev", true), ("minimal", false)]);
     // A file that names no presets has none.
     assert!(load("").unwrap().presets.is_empty());
 }

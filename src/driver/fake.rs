@@ -46,6 +46,10 @@ const FAKE_STEP: Duration = Duration::from_millis(80);
 pub const FAKE_RUNTIMES: [&str; 2] = ["runc", "runsc"];
 /// The file in a fake sandbox's folder (beside `home`) that names its runtime.
 pub const RUNTIME_FILE: &str = "runtime";
+/// The file in a fake sandbox's folder holding the security options a container of its spec
+/// gets (`no-new-privileges:true`, or nothing for an agent allowed root), for tests to read:
+/// the fake has no container to hold them, and its commands run as the server's own user.
+pub const SECURITY_OPT_FILE: &str = "security_opt";
 
 struct Running {
     cancel: CancellationToken,
@@ -208,6 +212,15 @@ impl Driver for FakeDriver {
             .map_err(|e| io_err(&format!("creating {}", home.display()), e))?;
         let record = self.dir(&spec.id).join(RUNTIME_FILE);
         tokio::fs::write(&record, &spec.runtime)
+            .await
+            .map_err(|e| io_err(&format!("writing {}", record.display()), e))?;
+        let record = self.dir(&spec.id).join(SECURITY_OPT_FILE);
+        let opts = if spec.no_new_privileges(true) {
+            "no-new-privileges:true"
+        } else {
+            ""
+        };
+        tokio::fs::write(&record, opts)
             .await
             .map_err(|e| io_err(&format!("writing {}", record.display()), e))
     }

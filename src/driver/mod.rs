@@ -27,6 +27,9 @@ pub struct SandboxSpec {
     pub disk_mb: Option<u64>,
     /// The engine's runtime to run it with (`runc`, `runsc`).
     pub runtime: String,
+    /// The agent may become root: its container is made without `no-new-privileges`, so a
+    /// setuid program (`sudo`) can raise a process to uid 0. Only this agent's.
+    pub allow_root: bool,
 }
 
 impl SandboxSpec {
@@ -44,7 +47,15 @@ impl SandboxSpec {
             } else {
                 agent.runtime.clone()
             },
+            allow_root: agent.allow_root,
         }
+    }
+
+    /// Whether the container is made with `no-new-privileges`, when the server's config asks for
+    /// it (`configured`): always, except for an agent allowed root, whose `sudo` needs setuid.
+    /// Capabilities are dropped all the same, so root stays root inside the container only.
+    pub fn no_new_privileges(&self, configured: bool) -> bool {
+        configured && !self.allow_root
     }
 }
 

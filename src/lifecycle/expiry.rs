@@ -165,6 +165,7 @@ mod tests {
             ttl_minutes: expires_at.map(|_| 1),
             expires_at,
             labels: Default::default(),
+            allow_root: false,
         }
     }
 

@@ -13,7 +13,7 @@ use crate::model::{Agent, AgentPatch, AgentState, NewAgent, SetupStatus};
 
 const COLUMNS: &str =
     "id, name, image, cpus, memory_mb, idle_minutes, state, error, needs_rebuild, created_at, \
-     disk_mb, egress, preset, env, setup, runtime, ttl_minutes, expires_at, labels";
+     disk_mb, egress, preset, env, setup, runtime, ttl_minutes, expires_at, labels, allow_root";
 
 /// A row as SQLite hands it over, before the checks that turn it into an [`Agent`]; kept apart
 /// so a bad stored value becomes `Corrupt` with the agent named, not an opaque rusqlite error.
@@ -37,6 +37,7 @@ struct Raw {
     ttl_minutes: Option<i64>,
     expires_at: Option<String>,
     labels: Option<String>,
+    allow_root: bool,
 }
 
 impl Raw {
@@ -61,6 +62,7 @@ impl Raw {
             ttl_minutes: r.get(16)?,
             expires_at: r.get(17)?,
             labels: r.get(18)?,
+            allow_root: r.get(19)?,
         })
     }
 
@@ -138,6 +140,7 @@ impl Raw {
             ttl_minutes,
             expires_at,
             labels,
+            allow_root: self.allow_root,
         })
     }
 }
@@ -284,9 +287,9 @@ impl Store {
             c.execute(
                 "INSERT INTO agents (id, name, image, cpus, memory_mb, idle_minutes, state,
                                      created_at, updated_at, disk_mb, egress, preset, env, runtime,
-                                     ttl_minutes, expires_at, labels)
+                                     ttl_minutes, expires_at, labels, allow_root)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
-                         ?16)",
+                         ?16, ?17)",
                 params![
                     new.id,
                     new.name,
@@ -303,7 +306,8 @@ impl Store {
                     new.runtime,
                     ttl,
                     expires,
-                    labels
+                    labels,
+                    new.allow_root
                 ],
             )
             .map_err(|e| map_unique(e, &new.id, &new.name))?;
@@ -378,7 +382,7 @@ impl Store {
     }
 
     /// Applies `patch` if the agent is in one of `allowed_states` (pass `&AgentState::ALL` for
-    /// any). A changed image, cpus, memory or runtime sets `needs_rebuild`; name and idle time apply at
+    /// any). A changed image, cpus, memory, runtime or `allow_root` sets `needs_rebuild`; name and idle time apply at
     /// once and leave it alone, and a larger disk applies at the next start (or rebuild).
     pub async fn patch_agent(
         &self,
@@ -431,16 +435,19 @@ impl Store {
                 },
                 Some(None) => (None, None),
             };
+            // Whether the container may gain privileges is fixed when it is made.
+            let allow_root = patch.allow_root.unwrap_or(old.allow_root);
             let rebuild = old.needs_rebuild
                 || image != old.image
                 || cpus != old.cpus
                 || memory_mb != old.memory_mb
-                || runtime != old.runtime;
+                || runtime != old.runtime
+                || allow_root != old.allow_root;
             tx.execute(
                 "UPDATE agents SET name = ?2, image = ?3, cpus = ?4, memory_mb = ?5,
                         idle_minutes = ?6, needs_rebuild = ?7, updated_at = ?8, disk_mb = ?9,
                         egress = ?10, env = ?11, runtime = ?12, ttl_minutes = ?13,
-                        expires_at = ?14, labels = ?15
+                        expires_at = ?14, labels = ?15, allow_root = ?16
                  WHERE id = ?1",
                 params![
                     id,
@@ -457,7 +464,8 @@ impl Store {
                     (!runtime.is_empty()).then_some(runtime),
                     ttl,
                     expires.map(time_to_sql),
-                    labels
+                    labels,
+                    allow_root
                 ],
             )
             .map_err(|e| map_unique(e, &id, &name))?;

@@ -132,10 +132,14 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );
     CREATE UNIQUE INDEX previews_by_port ON previews (agent_id, port);
     "#,
+    // 10: whether the agent may become root in its sandbox (sudo, `"user": "root"` on exec and
+    // processes); agents made before are not.
+    r#"
+    ALTER TABLE agents ADD COLUMN allow_root INTEGER NOT NULL DEFAULT 0;
+    "#,
     // 11: users (the built-in `admin` is who `server.admin_token` acts as), their API tokens
     // (only a hash kept; `scopes` a JSON array, `agents` a JSON array of agent ids or NULL for
     // every agent) and which user a web session belongs to (NULL: opened with the admin token).
-    // (Step 10 comes from another branch; whoever merges second puts the steps in order.)
     r#"
     CREATE TABLE users (
         id            TEXT PRIMARY KEY,

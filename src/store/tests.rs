@@ -22,6 +22,7 @@ fn new_agent(name: &str) -> NewAgent {
         ttl_minutes: None,
         expires_at: None,
         labels: Default::default(),
+        allow_root: false,
     }
 }
 
@@ -376,6 +377,7 @@ async fn patch_sets_needs_rebuild_only_on_a_real_change() {
                 ttl_minutes: None,
                 expires_at: None,
                 labels: None,
+                allow_root: Some(a.allow_root),
             },
             all,
         )
@@ -1091,4 +1093,45 @@ async fn lifetimes_and_labels_are_stored_and_changed() {
         store.set_ttl(&a.id, 1, later).await,
         Err(StoreError::Conflict { .. })
     ));
+}
+
+#[tokio::test]
+async fn an_agent_from_before_allow_root_may_not_become_root_until_patched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agenthold.db");
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        for step in &migrations::MIGRATIONS[..9] {
+            c.execute_batch(step).unwrap();
+        }
+        c.pragma_update(None, "user_version", 9).unwrap();
+        c.execute(
+            "INSERT INTO agents (id, name, image, cpus, memory_mb, idle_minutes, state,
+                                 created_at, updated_at)
+             VALUES ('old1', 'old', 'debian', 1.0, 512, 15, 'running',
+                     '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z')",
+            [],
+        )
+        .unwrap();
+    }
+    let store = Store::open(&path).await.unwrap();
+    let old = store.get_agent("old1").await.unwrap();
+    assert!(!old.allow_root);
+    assert!(!old.needs_rebuild);
+    let changed = store
+        .patch_agent(
+            "old1",
+            AgentPatch {
+                allow_root: Some(true),
+                ..Default::default()
+            },
+            &AgentState::ALL,
+        )
+        .await
+        .unwrap();
+    assert!(changed.allow_root);
+    assert!(
+        changed.needs_rebuild,
+        "the container's side needs a rebuild"
+    );
 }

@@ -25,6 +25,7 @@ mod processes;
 mod races;
 mod real_harness;
 mod reload;
+mod root;
 mod runtime;
 mod sessions;
 mod teams;

@@ -22,6 +22,7 @@ const ctx = browserSuite({
       '    cpus: 2',
       '    memoryMb: 1024',
       '    idleMinutes: 45',
+      '    allowRoot: true',
       '    env:',
       '      GREETING: hello',
       '    setup: |',
@@ -47,12 +48,16 @@ test('the create form offers the presets: the default chosen, each with its desc
   const detail = page.getByTestId('preset-detail');
   await detail.filter({ hasText: 'Tools and a setup script' }).waitFor();
   const text = await detail.textContent();
-  for (const part of ['2 CPUs', '1 GiB', 'sleeps after 45 min idle', 'env GREETING', 'setup script']) assert.ok(text.includes(part), `${part} in “${text}”`);
+  for (const part of ['2 CPUs', '1 GiB', 'sleeps after 45 min idle', 'sudo', 'env GREETING', 'setup script']) assert.ok(text.includes(part), `${part} in “${text}”`);
   // Empty fields say they take the preset's values.
   await until('cpus placeholder from the preset', async () => (await page.locator('#new-cpus').getAttribute('placeholder')) === '2 (preset)');
   assert.equal(await page.locator('#new-memoryMb').getAttribute('placeholder'), '1024 (preset)');
+  // "Allow root (sudo)" is ticked as the chosen preset says.
+  const root = page.getByTestId('allow-root');
+  assert.equal(await root.isChecked(), true, 'dev allows root');
   await select.selectOption('minimal');
   await detail.filter({ hasText: 'Plain Debian, small' }).waitFor();
+  assert.equal(await root.isChecked(), false, 'minimal does not');
   assert.match(await detail.textContent(), /1 CPU\b.*512 MiB/);
   assert.equal(await page.locator('#new-cpus').getAttribute('placeholder'), '1 (preset)');
   // What the server says the preset gives, even where its config left a key out.
@@ -84,6 +89,7 @@ test('create from the dropdown with env rows; the agent page shows preset, env a
   assert.equal(agent.cpus, 2, 'an empty field took the preset’s value');
   assert.equal(agent.memoryMb, 768, 'a field given overrides the preset');
   assert.deepEqual(agent.env, { GREETING: 'hello', EXTRA: 'from-form' });
+  assert.equal(agent.allowRoot, true, 'the preset’s allowRoot, the box left as it was');
   assert.match(await r.textContent(), /preset dev/, 'the list names the preset');
   // The form is ready for the next one: no env rows left, the default preset chosen.
   assert.equal(await page.getByTestId('env-row').count(), 0);

@@ -78,6 +78,7 @@ export function presetSummary(p: Preset): string {
   if (p.diskMb != null) parts.push(`${formatMb(p.diskMb)} disk`);
   parts.push(p.idleMinutes === 0 ? 'never sleeps' : `sleeps after ${p.idleMinutes} min idle`);
   if (p.runtime) parts.push(`runtime ${p.runtime}`);
+  if (p.allowRoot) parts.push('sudo');
   const env = Object.keys(p.env);
   if (env.length) parts.push(`env ${env.join(', ')}`);
   if (p.egress) parts.push('own internet rules');
@@ -125,6 +126,13 @@ function createForm(): HTMLElement {
     presetError,
   );
   const runtimeSelect = h('select', { id: 'new-runtime', name: 'runtime', 'aria-describedby': 'new-runtime-error', 'data-testid': 'runtime-select' });
+  // Root in the sandbox (sudo): ticked as the chosen preset says; sent only when it differs.
+  const rootBox = h('input', { type: 'checkbox', id: 'new-allow-root', name: 'allowRoot', 'data-testid': 'allow-root' }) as HTMLInputElement;
+  const rootWrap = h(
+    'div',
+    { class: 'field field-allow-root' },
+    h('label', { for: 'new-allow-root' }, rootBox, ' Allow root (sudo)', h('span', { class: 'hint' }, 'root inside the sandbox only')),
+  );
   const runtimeError = h('p', { id: 'new-runtime-error', class: 'field-error', 'data-field-error': 'runtime', 'aria-live': 'polite' });
   const runtimeWrap = h(
     'div',
@@ -165,6 +173,7 @@ function createForm(): HTMLElement {
     }
     set('idleMinutes', str(p?.idleMinutes), l ? String(l.defaultIdleMinutes) : null, l?.maxIdleMinutes, l ? `Default ${l.defaultIdleMinutes} minutes` : undefined);
     setText(presetDetail, p ? [p.description, presetSummary(p)].filter(Boolean).join(' — ') : presetWrap.hidden ? '' : 'The server’s defaults.');
+    rootBox.checked = p?.allowRoot ?? false;
     const first = runtimeSelect.options[0];
     if (first) first.textContent = p?.runtime ? `the preset’s (${p.runtime})` : 'server default';
   };
@@ -208,7 +217,7 @@ function createForm(): HTMLElement {
     'form',
     { class: 'create card', 'data-testid': 'create-form', novalidate: true, 'aria-labelledby': 'create-title' },
     h('h2', { id: 'create-title' }, 'New agent'),
-    h('div', { class: 'create-choices' }, presetWrap, runtimeWrap),
+    h('div', { class: 'create-choices' }, presetWrap, runtimeWrap, rootWrap),
     h('div', { class: 'create-fields' }, fields.map((f) => f.wrap), h('div', { class: 'field field-submit' }, submit)),
     envWrap,
     formError,
@@ -252,6 +261,7 @@ function createForm(): HTMLElement {
     }
     if (!presetWrap.hidden && presetSelect.value) body.preset = presetSelect.value;
     if (!runtimeWrap.hidden && runtimeSelect.value) body.runtime = runtimeSelect.value;
+    if (rootBox.checked !== (chosenPreset()?.allowRoot ?? false)) body.allowRoot = rootBox.checked;
     if (!env.empty()) {
       const r = env.read();
       if ('error' in r) {

@@ -62,7 +62,7 @@ export interface paths {
         delete: operations["destroyAgent"];
         options?: never;
         head?: never;
-        /** Changes settings; a changed image, resource or runtime sets `needsRebuild`. */
+        /** Changes settings; a changed image, resource, runtime or `allowRoot` sets `needsRebuild`. */
         patch: operations["updateAgent"];
         trace?: never;
     };
@@ -961,6 +961,11 @@ export interface components {
         /** @description An agent and its sandbox, as stored. */
         Agent: {
             /**
+             * @description The agent may become root in its sandbox (`sudo`, `"user": "root"` on exec and
+             *     processes). A change by `PATCH` reaches `sudo` at the next rebuild (`needsRebuild`).
+             */
+            allowRoot?: boolean;
+            /**
              * Format: double
              * @example 2
              */
@@ -1129,6 +1134,14 @@ export interface components {
         };
         /** @description `POST /api/v1/agents`; fields left out take the server's defaults. */
         CreateAgent: {
+            /**
+             * @description The agent may become root in its sandbox: `sudo` works (its container is made
+             *     without `no-new-privileges`), and exec and processes accept `"user": "root"`.
+             *     Root stays inside the container: no extra capabilities, the same network and egress
+             *     rules. Absent: the preset's (`true` for the default config's `dev`), else `false`.
+             * @example true
+             */
+            allowRoot?: boolean | null;
             /**
              * Format: double
              * @description CPUs, above 0 and at most `sandbox.max_cpus` (`sandbox.default_cpus` when absent).
@@ -1452,6 +1465,7 @@ export interface components {
              * @example 300000
              */
             timeoutMs?: number | null;
+            user?: null | components["schemas"]["RunUser"];
         };
         /** @description The answer to an exec, once the command has ended. */
         ExecResult: {
@@ -1676,6 +1690,8 @@ export interface components {
         };
         /** @description `GET /api/v1/presets`: a preset with the server's defaults filled in. */
         PresetInfo: {
+            /** @description Its agents may become root (`sudo`, `"user": "root"`), unless a create says otherwise. */
+            allowRoot?: boolean;
             /** Format: double */
             cpus: number;
             /** @description Whether it is `sandbox.default_preset`, the one a create without `preset` gets. */
@@ -1792,6 +1808,8 @@ export interface components {
             tag?: string | null;
             /** @description Ended by its `timeoutMs`. */
             timedOut: boolean;
+            /** @description Who it runs as (`agent`: the sandbox's account). */
+            user?: components["schemas"]["RunUser"];
         };
         /** @description The `process` event's data: agent `id`'s process started or ended. */
         ProcessEvent: {
@@ -1890,6 +1908,11 @@ export interface components {
          * @enum {string}
          */
         Role: "admin" | "member";
+        /**
+         * @description Who a command runs as.
+         * @enum {string}
+         */
+        RunUser: "agent" | "root";
         /**
          * @description A permission a route needs and a token may carry.
          * @enum {string}
@@ -2017,6 +2040,7 @@ export interface components {
              * @example 3600000
              */
             timeoutMs?: number | null;
+            user?: null | components["schemas"]["RunUser"];
         };
         /** @description The answer to `POST …/processes/{pid}/stdin`. */
         StdinWritten: {
@@ -2104,6 +2128,13 @@ export interface components {
         TurnState: "started" | "ended";
         /** @description `PATCH /api/v1/agents/{id}`; fields left out stay as they are. */
         UpdateAgent: {
+            /**
+             * @description Allows or takes away root. `"user": "root"` on exec and processes follows at once;
+             *     `sudo` follows at the next rebuild (the container's security options are fixed when
+             *     it is made), so a change sets `needsRebuild`.
+             * @example true
+             */
+            allowRoot?: boolean | null;
             /**
              * Format: double
              * @description Above 0 and at most `sandbox.max_cpus`.
@@ -2772,7 +2803,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            /** @description `user` is `root` and the agent's `allowRoot` is false */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4558,7 +4589,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            /** @description `user` is `root` and the agent's `allowRoot` is false */
             403: {
                 headers: {
                     [name: string]: unknown;

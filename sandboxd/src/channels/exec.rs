@@ -28,7 +28,7 @@ use crate::spawn::{pre_exec, prepare, Prepared};
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 const SIGKILL_EXIT: i32 = 128 + 9;
 
-fn command(sb: &Sandbox, req: &ExecRequest, p: &Prepared) -> Command {
+fn command(req: &ExecRequest, p: &Prepared) -> Command {
     let mut cmd = Command::new(&req.command[0]);
     cmd.args(&req.command[1..])
         .env_clear()
@@ -38,15 +38,13 @@ fn command(sb: &Sandbox, req: &ExecRequest, p: &Prepared) -> Command {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let account = sb.account();
-    let switch = account.needs_switch();
-    let (uid, gid, groups) = (account.uid, account.gid, pre_exec::gids(account));
+    let switch = p.switch.clone();
     // SAFETY: the closure only makes async-signal-safe calls and allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
             pre_exec::default_signals()?;
-            if switch {
-                pre_exec::drop_privileges(uid, gid, &groups)?;
+            if let Some(s) = &switch {
+                s.apply()?;
             }
             Ok(())
         });
@@ -65,7 +63,7 @@ pub async fn exec(sb: Sandbox, mut s: MuxStream, req: ExecRequest) {
     let started = Instant::now();
     let (r, w, probe) = duplex::split(s);
     let (tx, writer) = frame_writer(w);
-    match command(&sb, &req, &prepared).spawn() {
+    match command(&req, &prepared).spawn() {
         Ok(child) => run(&sb, &req, child, r, probe, tx, started).await,
         Err(e) => {
             let code = if e.kind() == std::io::ErrorKind::NotFound {

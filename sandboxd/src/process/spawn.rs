@@ -45,7 +45,7 @@ pub struct Launched {
     status: Option<Lines<BufReader<pipe::Receiver>>>,
 }
 
-/// Starts `command` with `p`'s cwd and env as the sandbox's account.
+/// Starts `command` with `p`'s cwd and env, as `p` says (the sandbox's account, or root).
 ///
 /// Call from a task on the runtime's own threads, never from `spawn_blocking`: the shim's
 /// parent-death signal fires when the thread that started it ends.
@@ -55,8 +55,6 @@ pub async fn launch(
     p: &Prepared,
     with_stdin: bool,
 ) -> std::io::Result<Start> {
-    let account = sb.account();
-    let switch = account.needs_switch();
     let stdin = || {
         if with_stdin {
             Stdio::piped()
@@ -66,11 +64,14 @@ pub async fn launch(
     };
     match &sb.options().shim {
         Some(shim) => {
-            let account = switch.then(|| (account.uid, account.gid, account.groups.clone()));
+            let account = p.switch.as_ref().map(|s| {
+                let groups = s.groups.iter().map(|g| g.as_raw()).collect();
+                (s.uid, s.gid, groups)
+            });
             launch_shim(shim, command, p, account, stdin()).await
         }
         None => {
-            let (uid, gid, groups) = (account.uid, account.gid, pre_exec::gids(account));
+            let switch = p.switch.clone();
             let mut cmd = Command::new(&command[0]);
             cmd.args(&command[1..]);
             configure(&mut cmd, p, stdin());
@@ -78,8 +79,8 @@ pub async fn launch(
             unsafe {
                 cmd.pre_exec(move || {
                     pre_exec::default_signals()?;
-                    if switch {
-                        pre_exec::drop_privileges(uid, gid, &groups)?;
+                    if let Some(s) = &switch {
+                        s.apply()?;
                     }
                     Ok(())
                 });

@@ -135,6 +135,7 @@ pub async fn start(sb: &Sandbox, req: ProcessStart) -> Result<ProcessInfo, Chann
         output_start: 0,
         keep_awake: req.keep_awake,
         stdin_open: false,
+        run_as: req.run.run_as,
     };
     let (changed, _) = watch::channel(0);
     let (mut launched, failed) = match launched {

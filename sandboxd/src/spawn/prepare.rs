@@ -1,15 +1,55 @@
 //! The checks every command of the sandbox gets, whether it runs as an `exec` or as a background
 //! process: its command line, its working directory and its environment.
 
-use agenthold_proto::{ChannelError, ErrorCode, ExecRequest};
+use agenthold_proto::{ChannelError, ErrorCode, ExecRequest, RunAs};
 
 use super::env;
 use crate::sandbox::Sandbox;
 
-/// Where a command runs and what environment it gets, checked.
+/// Where a command runs, what environment it gets and who it runs as, checked.
 pub struct Prepared {
     pub cwd: std::path::PathBuf,
     pub env: Vec<(String, String)>,
+    /// The account to switch to between fork and exec; `None` stays who sandboxd is (root in
+    /// a container, for a command run as root or an image whose account is root).
+    pub switch: Option<Switch>,
+}
+
+/// An account to become: uid, gid and supplementary groups, built before the fork.
+#[derive(Clone)]
+pub struct Switch {
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<nix::unistd::Gid>,
+}
+
+impl Switch {
+    /// Drops to it; async-signal-safe, for `pre_exec`.
+    pub fn apply(&self) -> std::io::Result<()> {
+        super::pre_exec::drop_privileges(self.uid, self.gid, &self.groups)
+    }
+}
+
+/// Who runs `user`'s command. sandboxd does not know the agent's `allowRoot`: the server is
+/// the gate and sends `Root` only for an agent allowed it, so this trusts the request (what
+/// reaches sandboxd comes over the authenticated tunnel). It only refuses what it cannot do:
+/// root when sandboxd is not root itself (the fake driver's in-process sandboxes).
+fn switch_for(sb: &Sandbox, user: RunAs) -> Result<Option<Switch>, ChannelError> {
+    let account = sb.account();
+    match user {
+        RunAs::Agent => Ok(account.needs_switch().then(|| Switch {
+            uid: account.uid,
+            gid: account.gid,
+            groups: super::pre_exec::gids(account),
+        })),
+        RunAs::Root if nix::unistd::geteuid().is_root() => Ok(None),
+        RunAs::Root => Err(ChannelError::new(
+            ErrorCode::PermissionDenied,
+            "this sandbox's sandboxd does not run as root (a fake-driver sandbox), so it cannot \
+             run a command as root"
+                .to_string(),
+        )),
+    }
 }
 
 /// Checks a command line, its cwd and env the way every command of the sandbox is checked.
@@ -56,7 +96,8 @@ pub(crate) fn prepare(sb: &Sandbox, req: &ExecRequest) -> Result<Prepared, Chann
         }
         None => sb.options().home.clone(),
     };
-    let mut env = env::base(sb);
+    let switch = switch_for(sb, req.run_as)?;
+    let mut env = env::base(sb, req.run_as);
     env.extend(req.env.iter().cloned());
-    Ok(Prepared { cwd, env })
+    Ok(Prepared { cwd, env, switch })
 }

@@ -88,7 +88,7 @@ pub fn spawn_shell(
         }
     }
     cmd.env_clear()
-        .envs(env::base(sb))
+        .envs(env::base(sb, agenthold_proto::RunAs::Agent))
         .envs(extra_env.iter().map(|(k, v)| (k, v)))
         .env("TERM", term_name)
         .current_dir(home)

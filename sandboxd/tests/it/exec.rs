@@ -1,10 +1,10 @@
 use std::time::Duration;
 
-use agenthold_proto::{ErrorCode, ExecRequest, Frame, FrameCodec, Request};
+use agenthold_proto::{ErrorCode, ExecRequest, Frame, FrameCodec, Request, RunAs};
 use futures::{SinkExt, StreamExt};
 use tokio_util::codec::Framed;
 
-use crate::harness::{collect, eventually, exec_req, group_alive, Harness, BOOT_ENV};
+use crate::harness::{collect, eventually, exec_req, group_alive, Harness, BOOT_ENV, IMAGE_PATH};
 
 #[tokio::test]
 async fn stdout_stderr_stdin_and_exit_code() {
@@ -65,6 +65,35 @@ async fn runs_in_the_home_with_a_clean_environment() {
         h.refused(&Request::Exec(exec_req(&[]))).await.code,
         ErrorCode::Invalid
     );
+}
+
+#[tokio::test]
+async fn commands_keep_the_images_path_and_virtual_env() {
+    let h = Harness::start().await;
+    let out = h
+        .exec(
+            exec_req(&["sh", "-c", "echo $PATH; echo $VIRTUAL_ENV"]),
+            b"",
+        )
+        .await;
+    assert_eq!(out.stdout_str(), format!("{IMAGE_PATH}\n/opt/venv\n"));
+}
+
+#[tokio::test]
+async fn root_runs_as_uid_0_when_sandboxd_is_root_and_is_refused_when_not() {
+    let h = Harness::start().await;
+    let req = ExecRequest {
+        run_as: RunAs::Root,
+        ..exec_req(&["sh", "-c", "id -u; echo $HOME $USER"])
+    };
+    if nix::unistd::geteuid().is_root() {
+        let out = h.exec(req, b"").await;
+        assert_eq!(out.stdout_str(), "0\n/root root\n", "{}", out.stderr_str());
+    } else {
+        let refused = h.refused(&Request::Exec(req)).await;
+        assert_eq!(refused.code, ErrorCode::PermissionDenied);
+        assert!(refused.message.contains("root"), "{}", refused.message);
+    }
 }
 
 #[tokio::test]

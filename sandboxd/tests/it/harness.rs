@@ -41,8 +41,15 @@ pub fn options(home: &std::path::Path) -> SandboxOptions {
         env: vec![(BOOT_ENV.0.into(), BOOT_ENV.1.into())],
         process_dir: None,
         shim: None,
+        image_env: vec![
+            ("PATH".into(), IMAGE_PATH.into()),
+            ("VIRTUAL_ENV".into(), "/opt/venv".into()),
+        ],
     }
 }
+
+/// The image's `PATH` the harness hands sandboxd, as Docker hands it the image's `ENV`.
+pub const IMAGE_PATH: &str = "/opt/venv/bin:/usr/local/bin:/usr/bin:/bin";
 
 /// A variable the harness hands sandboxd as boot.json's `env` would.
 pub const BOOT_ENV: (&str, &str) = ("HTTP_PROXY", "http://10.213.0.1:8091");

@@ -148,6 +148,7 @@ def test_states_and_types_are_literals() -> None:
     hints = {
         (models.AgentInfo, "state"): _wire.AgentState,
         (models.Process, "state"): _wire.ProcessState,
+        (models.Process, "user"): _wire.RunUser,
         (models.DirEntry, "type"): models.FileType,
         (models.FileInfo, "type"): models.FileType,
     }

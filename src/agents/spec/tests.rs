@@ -132,6 +132,7 @@ fn without_a_preset_an_agent_gets_the_servers_defaults() {
             ttl_minutes: None,
             expires_at: None,
             labels: BTreeMap::new(),
+            allow_root: false,
         }
     );
     assert_eq!(new.id.len(), 12);
@@ -360,6 +361,7 @@ fn each_setting_out_of_bounds_is_refused_in_its_field() {
             runtime: patch.runtime.clone(),
             ttl_minutes: patch.ttl_minutes,
             labels: patch.labels.clone(),
+            allow_root: patch.allow_root,
         };
         let expected = (field, why.to_string());
         assert_eq!(refusal(server.resolve(request)), expected, "create");

@@ -51,7 +51,7 @@ use crate::config::Config;
         types::Agent, types::AgentState, types::CreateAgent, types::UpdateAgent, types::KeepAlive, types::ExpiringEvent,
         types::PresetInfo, types::SetupStatus, types::SetupState,
         types::Health, types::Limits, types::HarnessInfo, types::DirEntry, types::FileInfo, types::PathExists, types::RenameBody,
-        types::FileEvent, types::FileEventKind, types::FileWritten, types::FilesWritten, types::ExecBody, types::ExecResult, types::ErrorBody,
+        types::FileEvent, types::FileEventKind, types::FileWritten, types::FilesWritten, types::ExecBody, types::ExecResult, types::RunUser, types::ErrorBody,
         types::ErrorDetail, types::SignIn, types::SessionStatus, types::TerminalSession,
         types::EgressRules, types::EgressChange, types::EgressEvent, types::EgressDenied, types::EgressLogEntry,
         types::process::StartProcess, types::process::Process, types::process::ProcessState,

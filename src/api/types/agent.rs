@@ -140,6 +140,10 @@ pub struct Agent {
     /// them.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// The agent may become root in its sandbox (`sudo`, `"user": "root"` on exec and
+    /// processes). A change by `PATCH` reaches `sudo` at the next rebuild (`needsRebuild`).
+    #[serde(default)]
+    pub allow_root: bool,
 }
 
 impl From<model::Agent> for Agent {
@@ -167,6 +171,7 @@ impl From<model::Agent> for Agent {
             ttl_minutes: a.ttl_minutes,
             expires_at: a.expires_at,
             labels: a.labels,
+            allow_root: a.allow_root,
         }
     }
 }

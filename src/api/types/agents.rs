@@ -214,6 +214,20 @@ agent_bodies! {
         update {
             /// Replaces the whole map of labels (`{}` removes them all); checked as on create.
         };
+
+        #[schema(example = true)]
+        allow_root: [bool],
+        create {
+            /// The agent may become root in its sandbox: `sudo` works (its container is made
+            /// without `no-new-privileges`), and exec and processes accept `"user": "root"`.
+            /// Root stays inside the container: no extra capabilities, the same network and egress
+            /// rules. Absent: the preset's (`true` for the default config's `dev`), else `false`.
+        },
+        update {
+            /// Allows or takes away root. `"user": "root"` on exec and processes follows at once;
+            /// `sudo` follows at the next rebuild (the container's security options are fixed when
+            /// it is made), so a change sets `needsRebuild`.
+        };
     }
 }
 

@@ -39,6 +39,39 @@ pub struct ExecBody {
     )]
     #[schema(minimum = 1, example = 300000)]
     pub timeout_ms: Option<u64>,
+    /// `root` runs it as uid 0 (home `/root`), for an agent with `allowRoot` only (`403`
+    /// otherwise); `agent` or absent: the sandbox's account.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<RunUser>,
+}
+
+/// Who a command runs as.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RunUser {
+    /// The sandbox's account (`agent` in the ready image; the image's `USER` otherwise).
+    #[default]
+    Agent,
+    /// uid 0, inside the container only; needs the agent's `allowRoot`.
+    Root,
+}
+
+impl From<RunUser> for agenthold_proto::RunAs {
+    fn from(u: RunUser) -> Self {
+        match u {
+            RunUser::Agent => agenthold_proto::RunAs::Agent,
+            RunUser::Root => agenthold_proto::RunAs::Root,
+        }
+    }
+}
+
+impl From<agenthold_proto::RunAs> for RunUser {
+    fn from(u: agenthold_proto::RunAs) -> Self {
+        match u {
+            agenthold_proto::RunAs::Agent => RunUser::Agent,
+            agenthold_proto::RunAs::Root => RunUser::Root,
+        }
+    }
 }
 
 /// The answer to an exec, once the command has ended.

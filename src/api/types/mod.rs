@@ -37,7 +37,7 @@ pub use agent::{Agent, AgentState, SetupState, SetupStatus};
 pub use agents::{CreateAgent, ExpiringEvent, KeepAlive, UpdateAgent};
 pub use egress::{EgressChange, EgressDenied, EgressEvent, EgressLogEntry, EgressRules};
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
-pub use exec::{ExecBody, ExecExit, ExecLine, ExecResult, OutputStream};
+pub use exec::{ExecBody, ExecExit, ExecLine, ExecResult, OutputStream, RunUser};
 pub use files::{
     DirEntry, FileEvent, FileEventKind, FileInfo, FileWritten, FilesWritten, PathExists, RenameBody,
 };

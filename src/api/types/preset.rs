@@ -39,6 +39,9 @@ pub struct PresetInfo {
     /// Labels its agents get, under a create's own.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// Its agents may become root (`sudo`, `"user": "root"`), unless a create says otherwise.
+    #[serde(default)]
+    pub allow_root: bool,
     /// Whether it is `sandbox.default_preset`, the one a create without `preset` gets.
     pub default: bool,
 }
@@ -61,6 +64,7 @@ impl From<preset::PresetInfo> for PresetInfo {
             harness: p.harness,
             ttl_minutes: p.ttl_minutes,
             labels: p.labels,
+            allow_root: p.allow_root,
             default: p.default,
         }
     }

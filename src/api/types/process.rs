@@ -46,6 +46,9 @@ pub struct StartProcess {
     )]
     #[schema(minimum = 1, maximum = 2592000000.0, example = 3600000)]
     pub timeout_ms: Option<u64>,
+    /// As `exec`'s `user`: `root` for an agent with `allowRoot` only (`403` otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<super::RunUser>,
 }
 
 /// How a process stands.
@@ -121,6 +124,9 @@ pub struct Process {
     /// it: empty for others, and after a server restart.
     #[serde(default)]
     pub egress_denied: Vec<super::egress::EgressDenied>,
+    /// Who it runs as (`agent`: the sandbox's account).
+    #[serde(default)]
+    pub user: super::RunUser,
 }
 
 fn time(ms: u64) -> String {
@@ -146,6 +152,7 @@ impl From<ProcessInfo> for Process {
             keep_awake: p.keep_awake,
             stdin_open: p.stdin_open,
             egress_denied: Vec::new(),
+            user: p.run_as.into(),
         }
     }
 }
@@ -259,6 +266,7 @@ mod tests {
             output_start: 2,
             keep_awake: true,
             stdin_open: false,
+            run_as: agenthold_proto::RunAs::Root,
         }
         .into();
         let json = serde_json::to_value(&p).unwrap_or_default();
@@ -267,5 +275,6 @@ mod tests {
         assert_eq!(json["endedAt"], "2023-11-14T22:13:20.500Z");
         assert_eq!(json["outputStart"], 2);
         assert_eq!(json["timedOut"], true);
+        assert_eq!(json["user"], "root");
     }
 }

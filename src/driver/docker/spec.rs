@@ -49,7 +49,7 @@ impl DockerDriver {
         }));
         let memory = i64::try_from(spec.memory_mb.saturating_mul(1024 * 1024)).unwrap_or(i64::MAX);
         let mut security_opt = Vec::new();
-        if self.cfg.no_new_privileges {
+        if spec.no_new_privileges(self.cfg.no_new_privileges) {
             security_opt.push("no-new-privileges:true".to_string());
         }
         ContainerCreateBody {

@@ -22,6 +22,7 @@ mod processes;
 mod pull;
 mod redteam;
 mod repair;
+mod root;
 mod rootfs;
 mod runtime;
 mod sessions;

@@ -267,35 +267,6 @@ class ErrorDetail(TypedDict):
     """
 
 
-class ExecBody(TypedDict, closed=True):
-    """
-    `POST /api/v1/agents/{id}/exec`.
-    """
-
-    command: list[str]
-    """
-    The program and its arguments; no shell unless you name one. With `env`, at most 1 MiB
-    (each argument and each `KEY=VALUE` counted with a NUL), each argument at most 131071
-    bytes (Linux's limit): send a longer script as `stdin` (`["sh"]`). Beyond: `413`.
-    """
-    cwd: NotRequired[str | None]
-    """
-    Working directory; /home/agent by default.
-    """
-    env: NotRequired[dict[str, str]]
-    """
-    Counted with `command` towards its 1 MiB; each `KEY=VALUE` at most 131071 bytes. Names
-    as an agent's `env` takes them (the egress proxy's variables and `AGENTHOLD_*` are
-    reserved: `400`, `field` `env`, the same message).
-    """
-    stdin: NotRequired[str | None]
-    timeoutMs: NotRequired[int | None]
-    """
-    Kills the whole process group after this long (1 to `server.exec_max_timeout`); the
-    server's default applies when absent.
-    """
-
-
 class ExecResult(TypedDict):
     """
     The answer to an exec, once the command has ended.
@@ -528,6 +499,10 @@ class PresetInfo(TypedDict):
     `GET /api/v1/presets`: a preset with the server's defaults filled in.
     """
 
+    allowRoot: NotRequired[bool]
+    """
+    Its agents may become root (`sudo`, `"user": "root"`), unless a create says otherwise.
+    """
     cpus: float
     default: bool
     """
@@ -624,6 +599,12 @@ How the conversation was reopened the last time its harness started again.
 Role: TypeAlias = Literal["admin", "member"]
 """
 A user's role: admins may do everything; members everything but administration.
+"""
+
+
+RunUser: TypeAlias = Literal["agent", "root"]
+"""
+Who a command runs as.
 """
 
 
@@ -745,6 +726,7 @@ class StartProcess(TypedDict, closed=True):
     """
     Kills the whole tree after this long (at most 30 days); none by default.
     """
+    user: NotRequired[RunUser | None]
 
 
 class StdinWritten(TypedDict):
@@ -839,6 +821,12 @@ class UpdateAgent(TypedDict, closed=True):
     `PATCH /api/v1/agents/{id}`; fields left out stay as they are.
     """
 
+    allowRoot: NotRequired[bool | None]
+    """
+    Allows or takes away root. `"user": "root"` on exec and processes follows at once;
+    `sudo` follows at the next rebuild (the container's security options are fixed when
+    it is made), so a change sets `needsRebuild`.
+    """
     cpus: NotRequired[float | None]
     """
     Above 0 and at most `sandbox.max_cpus`.
@@ -959,6 +947,13 @@ class CreateAgent(TypedDict, closed=True):
     `POST /api/v1/agents`; fields left out take the server's defaults.
     """
 
+    allowRoot: NotRequired[bool | None]
+    """
+    The agent may become root in its sandbox: `sudo` works (its container is made
+    without `no-new-privileges`), and exec and processes accept `"user": "root"`.
+    Root stays inside the container: no extra capabilities, the same network and egress
+    rules. Absent: the preset's (`true` for the default config's `dev`), else `false`.
+    """
     cpus: NotRequired[float | None]
     """
     CPUs, above 0 and at most `sandbox.max_cpus` (`sandbox.default_cpus` when absent).
@@ -1101,6 +1096,36 @@ class ErrorBody(TypedDict):
     error: ErrorDetail
 
 
+class ExecBody(TypedDict, closed=True):
+    """
+    `POST /api/v1/agents/{id}/exec`.
+    """
+
+    command: list[str]
+    """
+    The program and its arguments; no shell unless you name one. With `env`, at most 1 MiB
+    (each argument and each `KEY=VALUE` counted with a NUL), each argument at most 131071
+    bytes (Linux's limit): send a longer script as `stdin` (`["sh"]`). Beyond: `413`.
+    """
+    cwd: NotRequired[str | None]
+    """
+    Working directory; /home/agent by default.
+    """
+    env: NotRequired[dict[str, str]]
+    """
+    Counted with `command` towards its 1 MiB; each `KEY=VALUE` at most 131071 bytes. Names
+    as an agent's `env` takes them (the egress proxy's variables and `AGENTHOLD_*` are
+    reserved: `400`, `field` `env`, the same message).
+    """
+    stdin: NotRequired[str | None]
+    timeoutMs: NotRequired[int | None]
+    """
+    Kills the whole process group after this long (1 to `server.exec_max_timeout`); the
+    server's default applies when absent.
+    """
+    user: NotRequired[RunUser | None]
+
+
 class FileEvent(TypedDict):
     """
     One event of `fs/watch`.
@@ -1216,6 +1241,10 @@ class Process(TypedDict):
     """
     Ended by its `timeoutMs`.
     """
+    user: NotRequired[RunUser]
+    """
+    Who it runs as (`agent`: the sandbox's account).
+    """
 
 
 class ProcessEvent(TypedDict):
@@ -1324,6 +1353,11 @@ class Agent(TypedDict):
     An agent and its sandbox, as stored.
     """
 
+    allowRoot: NotRequired[bool]
+    """
+    The agent may become root in its sandbox (`sudo`, `"user": "root"` on exec and
+    processes). A change by `PATCH` reaches `sudo` at the next rebuild (`needsRebuild`).
+    """
     cpus: float
     createdAt: str
     diskMb: NotRequired[int | None]

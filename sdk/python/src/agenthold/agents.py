@@ -99,6 +99,7 @@ def _settings(**fields: Any) -> dict[str, Any]:
         "disk_mb": "diskMb",
         "idle_minutes": "idleMinutes",
         "ttl_minutes": "ttlMinutes",
+        "allow_root": "allowRoot",
     }
     body: dict[str, Any] = {}
     for key, value in fields.items():
@@ -416,13 +417,16 @@ class Agent(_AgentView):
         runtime: str | None = None,
         labels: Mapping[str, str] | None = None,
         ttl_minutes: int | None = None,
+        allow_root: bool | None = None,
     ) -> Agent:
         """Changes settings (``PATCH``); those left ``None`` stay. A new image, ``cpus``,
         ``memory_mb`` or ``runtime`` sets ``needs_rebuild``; new ``egress`` rules apply at
         once, each list given replacing the agent's and one left out staying
         (``egress={"allow": [...]}`` keeps ``deny``; see also ``agent.egress.allow``); a new
         ``env`` replaces the whole map, for processes started from now on, and so do new
-        ``labels``. A ``ttl_minutes`` starts a new lifetime from now; 0 takes it away."""
+        ``labels``. A ``ttl_minutes`` starts a new lifetime from now; 0 takes it away. A new
+        ``allow_root`` gates ``user="root"`` at once and sets ``needs_rebuild``: ``sudo``
+        follows at the next rebuild."""
         body = _settings(
             name=name,
             image=image,
@@ -435,6 +439,7 @@ class Agent(_AgentView):
             runtime=runtime,
             labels=labels,
             ttl_minutes=ttl_minutes,
+            allow_root=allow_root,
         )
         return self._set(self._t.json("PATCH", self._path, json=body))
 
@@ -563,6 +568,7 @@ class AsyncAgent(_AgentView):
         runtime: str | None = None,
         labels: Mapping[str, str] | None = None,
         ttl_minutes: int | None = None,
+        allow_root: bool | None = None,
     ) -> AsyncAgent:
         body = _settings(
             name=name,
@@ -576,6 +582,7 @@ class AsyncAgent(_AgentView):
             runtime=runtime,
             labels=labels,
             ttl_minutes=ttl_minutes,
+            allow_root=allow_root,
         )
         return self._set(await self._t.json("PATCH", self._path, json=body))
 
@@ -680,6 +687,7 @@ class Agents:
         runtime: str | None = None,
         labels: Mapping[str, str] | None = None,
         ttl_minutes: int | None = None,
+        allow_root: bool | None = None,
         wait: bool = True,
         timeout: float | None = DEFAULT_WAIT,
     ) -> Agent:
@@ -687,7 +695,9 @@ class Agents:
         server's default preset), else the server's defaults; ``env`` is merged over the
         preset's; ``runtime`` is one of ``client.limits().runtimes``, e.g. ``"runsc"`` for
         gVisor; ``labels`` are merged over the preset's; ``ttl_minutes`` (1 to 525600) destroys
-        the agent that long after its creation (see :meth:`Agent.keep_alive`). With ``wait``
+        the agent that long after its creation (see :meth:`Agent.keep_alive`);
+        ``allow_root=True`` lets it become root in its sandbox (``sudo``, and
+        ``commands.run(..., user="root")``; the ``dev`` preset's default). With ``wait``
         it returns once the agent runs (raising :class:`AgentFailed` with the reason if it ends
         in ``error``, e.g. a missing image; the agent stays, see ``AgentFailed.agent``);
         without, at once, in ``creating``."""
@@ -704,6 +714,7 @@ class Agents:
             runtime=runtime,
             labels=labels,
             ttl_minutes=ttl_minutes,
+            allow_root=allow_root,
         )
         agent = Agent(self._t, AgentInfo.from_json(self._t.json("POST", "/agents", json=body)))
         return agent.wait_for("running", timeout) if wait else agent
@@ -752,6 +763,7 @@ class AsyncAgents:
         runtime: str | None = None,
         labels: Mapping[str, str] | None = None,
         ttl_minutes: int | None = None,
+        allow_root: bool | None = None,
         wait: bool = True,
         timeout: float | None = DEFAULT_WAIT,
     ) -> AsyncAgent:
@@ -769,6 +781,7 @@ class AsyncAgents:
             runtime=runtime,
             labels=labels,
             ttl_minutes=ttl_minutes,
+            allow_root=allow_root,
         )
         info = AgentInfo.from_json(await self._t.json("POST", "/agents", json=body))
         agent = AsyncAgent(self._t, info)

@@ -18,7 +18,7 @@ import httpx
 from ._http import AsyncTransport, SyncTransport, seg
 from ._lines import NdjsonDecoder
 from .errors import CommandExitError, CommandTimeout, Unavailable, error_for
-from .models import CommandResult, Process
+from .models import CommandResult, Process, RunUser
 from .processes import AsyncProcessHandle, ProcessHandle
 
 __all__ = ["Commands", "AsyncCommands", "Command", "OutputCallback", "AsyncOutputCallback"]
@@ -54,8 +54,11 @@ def _body(
     cwd: str | None,
     env: Mapping[str, str] | None,
     timeout: float | None,
+    user: RunUser | None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"command": argv(command)}
+    if user is not None:
+        body["user"] = user
     if cwd is not None:
         body["cwd"] = cwd
     if env is not None:
@@ -70,9 +73,10 @@ def _exec_body(
     cwd: str | None,
     env: Mapping[str, str] | None,
     timeout: float | None,
+    user: RunUser | None,
     stdin: str | bool | None,
 ) -> dict[str, Any]:
-    body = _body(command, cwd, env, timeout)
+    body = _body(command, cwd, env, timeout, user)
     if isinstance(stdin, bool):
         raise TypeError("stdin=True keeps a pipe open: it needs background=True")
     if stdin is not None:
@@ -85,13 +89,14 @@ def _process_body(
     cwd: str | None,
     env: Mapping[str, str] | None,
     timeout: float | None,
+    user: RunUser | None,
     stdin: str | bool | None,
     tag: str | None,
     keep_awake: bool,
 ) -> dict[str, Any]:
     if stdin is not None and not isinstance(stdin, bool):
         raise TypeError("a background process takes stdin=True and then handle.send_stdin()")
-    body = _body(command, cwd, env, timeout)
+    body = _body(command, cwd, env, timeout, user)
     if tag is not None:
         body["tag"] = tag
     if stdin:
@@ -167,6 +172,7 @@ class Commands:
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        user: RunUser | None = None,
         stdin: str | None = None,
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
@@ -182,6 +188,7 @@ class Commands:
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        user: RunUser | None = None,
         stdin: bool = False,
         tag: str | None = None,
         keep_awake: bool = False,
@@ -197,6 +204,7 @@ class Commands:
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        user: RunUser | None = None,
         stdin: str | bool | None = None,
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
@@ -208,7 +216,9 @@ class Commands:
 
         ``timeout`` (seconds) has the server kill the whole process group, and then raises
         :class:`CommandTimeout` (its ``result`` holds the output so far); without it the
-        server's default applies. ``stdin`` is text fed to the command. ``check=True`` raises
+        server's default applies. ``user="root"`` runs it as root, for an agent with
+        ``allow_root`` only (else :class:`Forbidden`); ``"agent"`` or ``None``: the sandbox's
+        account. ``stdin`` is text fed to the command. ``check=True`` raises
         :class:`CommandExitError` on a non-zero exit.
 
         With ``background=True`` it returns a :class:`ProcessHandle` at once instead: the
@@ -219,13 +229,13 @@ class Commands:
         ``handle.wait(with_output=True)`` returns its ``stdout`` and ``stderr`` too.
         """
         if background:
-            body = _process_body(command, cwd, env, timeout, stdin, tag, keep_awake)
+            body = _process_body(command, cwd, env, timeout, user, stdin, tag, keep_awake)
             info = self._t.json("POST", f"{self._base}/processes", json=body)
             handle = ProcessHandle(self._t, self._agent_id, Process.from_json(info))
             if on_stdout is not None or on_stderr is not None:
                 handle._follow(on_stdout, on_stderr)
             return handle
-        body = _exec_body(command, cwd, env, timeout, stdin)
+        body = _exec_body(command, cwd, env, timeout, user, stdin)
         if on_stdout is None and on_stderr is None:
             answer = self._t.json(
                 "POST", f"{self._base}/exec", json=body, timeout=_answer_timeout(timeout)
@@ -278,6 +288,7 @@ class AsyncCommands:
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        user: RunUser | None = None,
         stdin: str | None = None,
         on_stdout: AsyncOutputCallback | None = None,
         on_stderr: AsyncOutputCallback | None = None,
@@ -293,6 +304,7 @@ class AsyncCommands:
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        user: RunUser | None = None,
         stdin: bool = False,
         tag: str | None = None,
         keep_awake: bool = False,
@@ -308,6 +320,7 @@ class AsyncCommands:
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        user: RunUser | None = None,
         stdin: str | bool | None = None,
         on_stdout: AsyncOutputCallback | None = None,
         on_stderr: AsyncOutputCallback | None = None,
@@ -317,13 +330,13 @@ class AsyncCommands:
     ) -> CommandResult | AsyncProcessHandle:
         """See :meth:`Commands.run`; a background process's callbacks run in a task."""
         if background:
-            body = _process_body(command, cwd, env, timeout, stdin, tag, keep_awake)
+            body = _process_body(command, cwd, env, timeout, user, stdin, tag, keep_awake)
             info = await self._t.json("POST", f"{self._base}/processes", json=body)
             handle = AsyncProcessHandle(self._t, self._agent_id, Process.from_json(info))
             if on_stdout is not None or on_stderr is not None:
                 handle._follow(on_stdout, on_stderr)
             return handle
-        body = _exec_body(command, cwd, env, timeout, stdin)
+        body = _exec_body(command, cwd, env, timeout, user, stdin)
         if on_stdout is None and on_stderr is None:
             answer = await self._t.json(
                 "POST", f"{self._base}/exec", json=body, timeout=_answer_timeout(timeout)

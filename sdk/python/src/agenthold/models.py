@@ -22,6 +22,7 @@ from ._decode import decode, parse_time, read
 __all__ = [
     "AgentState",
     "ProcessState",
+    "RunUser",
     "ProcessResult",
     "EgressRules",
     "PullProgress",
@@ -77,6 +78,9 @@ __all__ = [
 AgentState = _wire.AgentState
 #: A background process's states: ``running``, ``exited``, ``killed``, ``lost``.
 ProcessState = _wire.ProcessState
+#: Who a command runs as: ``"agent"`` (the sandbox's account) or ``"root"`` (needs the agent's
+#: ``allowRoot``).
+RunUser = _wire.RunUser
 #: States an operation is under way in: a wait goes on through them.
 TRANSIENT_STATES = frozenset({"creating", "starting", "stopping", "rebuilding", "destroying"})
 
@@ -157,6 +161,8 @@ class Preset:
     ttl_minutes: int | None = None
     #: Labels its agents get, under a create's own.
     labels: dict[str, str] = field(default_factory=dict)
+    #: Its agents may become root (``sudo``, ``user="root"``) unless a create says otherwise.
+    allow_root: bool = False
 
     @classmethod
     def from_json(cls, d: Any) -> Preset:
@@ -199,6 +205,8 @@ class AgentInfo:
     expires_at: datetime | None = None
     #: The caller's ``key: value`` labels.
     labels: dict[str, str] = field(default_factory=dict)
+    #: The agent may become root in its sandbox (``sudo``; ``user="root"`` on commands).
+    allow_root: bool = False
 
     @classmethod
     def from_json(cls, d: Any) -> AgentInfo:
@@ -349,6 +357,8 @@ class Process:
     #: What the egress proxy refused while it ran (kept by the server for processes it
     #: started, until it restarts).
     egress_denied: tuple[EgressDenied, ...] = ()
+    #: Who it runs as: ``"agent"`` (the sandbox's account) or ``"root"``.
+    user: RunUser = "agent"
 
     @property
     def running(self) -> bool:
