@@ -49,6 +49,8 @@ pub enum ErrorCode {
     NoSpace,
     /// Nothing accepts connections there (`port.connect` to a port nobody listens on).
     Refused,
+    /// The sandbox's image lacks what the channel needs (`code.*` without `python3-ipykernel`).
+    Unsupported,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, thiserror::Error)]
