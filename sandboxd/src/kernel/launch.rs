@@ -1,7 +1,6 @@
-//! Starting one ipykernel as the sandbox's account: its connection file in a private directory,
-//! a random key, ports on 127.0.0.1, and the wait until it answers on shell and iopub.
+//! Starting one ipykernel as the sandbox's account: its connection file and IPC sockets in a
+//! private directory, a random key, and the wait until it answers on shell and iopub.
 
-use std::net::{IpAddr, Ipv4Addr};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -9,11 +8,11 @@ use std::time::Duration;
 
 use jupyter_protocol::connection_info::{ConnectionInfo, Transport};
 use jupyter_protocol::{JupyterMessage, JupyterMessageContent, KernelInfoRequest};
-use jupyter_zmq_client as zmq;
 use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 use tokio::sync::{mpsc, watch};
 
+use super::wire::Signer;
 use super::KernelError;
 use crate::sandbox::Sandbox;
 use crate::spawn::{env, pre_exec};
@@ -28,7 +27,7 @@ const QUEUE: usize = 256;
 /// A started kernel: its process group, its sockets' messages and a way to send on shell.
 pub struct Started {
     pub pgid: i32,
-    pub shell_tx: zmq::DealerSendConnection,
+    pub shell_tx: ShellSender,
     pub shell_rx: mpsc::Receiver<JupyterMessage>,
     pub iopub_rx: mpsc::Receiver<JupyterMessage>,
     /// Set once the kernel's process has exited.
@@ -52,6 +51,27 @@ impl Drop for Started {
     }
 }
 
+/// Sends on the kernel's shell socket, signed.
+pub struct ShellSender {
+    socket: zeromq::DealerSendHalf,
+    signer: Signer,
+    session: String,
+}
+
+impl ShellSender {
+    pub async fn send(&mut self, msg: JupyterMessage) -> Result<(), KernelError> {
+        use zeromq::SocketSend;
+        let frames = self
+            .signer
+            .encode(&msg, &self.session)
+            .map_err(|e| KernelError::Start(e.to_string()))?;
+        self.socket
+            .send(frames)
+            .await
+            .map_err(|e| KernelError::Start(format!("cannot reach the kernel: {e}")))
+    }
+}
+
 /// The private directory that holds a kernel's connection file (and its key); removed with it.
 pub struct ConnectionDir(PathBuf);
 
@@ -70,8 +90,8 @@ fn random_hex(bytes: usize) -> Result<String, KernelError> {
 /// Makes the directory and writes the connection file, both readable by the account alone.
 fn write_connection_file(
     sb: &Sandbox,
-    info: &ConnectionInfo,
-) -> Result<(ConnectionDir, PathBuf), KernelError> {
+    key: &str,
+) -> Result<(ConnectionDir, PathBuf, ConnectionInfo), KernelError> {
     let io = |what: &str, e: std::io::Error| KernelError::Start(format!("{what}: {e}"));
     let dir = std::env::temp_dir().join(format!("agenthold-kernel-{}", random_hex(8)?));
     std::fs::DirBuilder::new()
@@ -79,8 +99,22 @@ fn write_connection_file(
         .create(&dir)
         .map_err(|e| io("cannot make the kernel's directory", e))?;
     let dir = ConnectionDir(dir);
+    // IPC sockets, `<ip>-<port>`, which the kernel makes in the directory: no TCP port, and
+    // only the account (and root) can reach them.
+    let info = ConnectionInfo {
+        ip: dir.0.join("kernel").to_string_lossy().into_owned(),
+        transport: Transport::IPC,
+        shell_port: 1,
+        iopub_port: 2,
+        stdin_port: 3,
+        control_port: 4,
+        hb_port: 5,
+        key: key.to_string(),
+        signature_scheme: "hmac-sha256".into(),
+        kernel_name: Some("python3".into()),
+    };
     let file = dir.0.join("connection.json");
-    let json = serde_json::to_vec(info).map_err(|e| KernelError::Start(e.to_string()))?;
+    let json = serde_json::to_vec(&info).map_err(|e| KernelError::Start(e.to_string()))?;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -95,7 +129,7 @@ fn write_connection_file(
                 .map_err(|e| io("cannot give the connection file to the account", e.into()))?;
         }
     }
-    Ok((dir, file))
+    Ok((dir, file, info))
 }
 
 fn command(sb: &Sandbox, connection_file: &Path) -> Command {
@@ -131,7 +165,8 @@ fn command(sb: &Sandbox, connection_file: &Path) -> Command {
 
 /// Forwards one socket's messages into a queue, so a run can wait on several at once safely.
 fn reader<S>(
-    mut conn: zmq::Connection<S>,
+    mut socket: S,
+    signer: Signer,
 ) -> (mpsc::Receiver<JupyterMessage>, tokio::task::JoinHandle<()>)
 where
     S: zeromq::SocketRecv + Send + 'static,
@@ -139,21 +174,22 @@ where
     let (tx, rx) = mpsc::channel(QUEUE);
     let task = tokio::spawn(async move {
         loop {
-            match conn.read().await {
+            let frames = match socket.recv().await {
+                Ok(f) => f,
+                // The socket is gone: the kernel's own process ending is what a run watches.
+                Err(e) => {
+                    tracing::debug!(error = %e, "kernel socket closed");
+                    return;
+                }
+            };
+            // A message that fails its signature or does not parse is dropped, not fatal.
+            match signer.decode(frames) {
                 Ok(m) => {
                     if tx.send(m).await.is_err() {
                         return;
                     }
                 }
-                // A message that fails its signature or does not parse is dropped, not fatal:
-                // the kernel's own process ending is what ends a kernel.
-                Err(e) => {
-                    tracing::debug!(error = %e, "unreadable kernel message");
-                    if tx.is_closed() {
-                        return;
-                    }
-                    tokio::task::yield_now().await;
-                }
+                Err(e) => tracing::debug!(error = %e, "unreadable kernel message"),
             }
         }
     });
@@ -162,26 +198,9 @@ where
 
 /// Starts a kernel and waits until it answers.
 pub async fn start(sb: &Sandbox) -> Result<Started, KernelError> {
-    let zmq_err = |e: zmq::RuntimeError| KernelError::Start(format!("ZeroMQ: {e}"));
-    let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
-    let (ports, listeners) = zmq::peek_ports_with_listeners(ip, 5)
-        .await
-        .map_err(zmq_err)?;
-    let info = ConnectionInfo {
-        ip: ip.to_string(),
-        transport: Transport::TCP,
-        shell_port: ports[0],
-        iopub_port: ports[1],
-        stdin_port: ports[2],
-        control_port: ports[3],
-        hb_port: ports[4],
-        key: random_hex(32)?,
-        signature_scheme: "hmac-sha256".into(),
-        kernel_name: Some("python3".into()),
-    };
-    let (dir, file) = write_connection_file(sb, &info)?;
-    // The ports stay held until the kernel is about to bind them.
-    drop(listeners);
+    let zmq_err = |e: zeromq::ZmqError| KernelError::Start(format!("ZeroMQ: {e}"));
+    let key = random_hex(32)?;
+    let (dir, file, info) = write_connection_file(sb, &key)?;
     let mut child = command(sb, &file).spawn().map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             KernelError::Missing("python3 is not installed".into())
@@ -225,13 +244,12 @@ pub async fn start(sb: &Sandbox) -> Result<Started, KernelError> {
 
     let session = random_hex(16)?;
     let connect = async {
-        let identity = zmq::peer_identity_for_session(&session).map_err(zmq_err)?;
-        let shell = zmq::create_client_shell_connection_with_identity(&info, &session, identity)
-            .await
-            .map_err(zmq_err)?;
-        let iopub = zmq::create_client_iopub_connection(&info, "", &session)
-            .await
-            .map_err(zmq_err)?;
+        use zeromq::Socket;
+        let mut shell = zeromq::DealerSocket::new();
+        shell.connect(&info.shell_url()).await.map_err(zmq_err)?;
+        let mut iopub = zeromq::SubSocket::new();
+        iopub.subscribe("").await.map_err(zmq_err)?;
+        iopub.connect(&info.iopub_url()).await.map_err(zmq_err)?;
         Ok::<_, KernelError>((shell, iopub))
     };
     let mut exited_wait = exited.clone();
@@ -239,9 +257,15 @@ pub async fn start(sb: &Sandbox) -> Result<Started, KernelError> {
         r = tokio::time::timeout(START_TIMEOUT, connect) => r.map_err(|_| timed_out())??,
         _ = until_exit(&mut exited_wait) => return Err(failed(stderr_rx).await),
     };
-    let (shell_tx, shell_rx_conn) = shell.split();
-    let (shell_rx, shell_reader) = reader(shell_rx_conn);
-    let (iopub_rx, iopub_reader) = reader(iopub);
+    let signer = Signer::new(&info.key);
+    let (shell_send, shell_recv) = shell.split();
+    let shell_tx = ShellSender {
+        socket: shell_send,
+        signer: signer.clone(),
+        session,
+    };
+    let (shell_rx, shell_reader) = reader(shell_recv, signer.clone());
+    let (iopub_rx, iopub_reader) = reader(iopub, signer);
     let mut started = Started {
         pgid,
         shell_tx,
@@ -294,10 +318,7 @@ async fn failed(stderr: tokio::sync::oneshot::Receiver<Vec<u8>>) -> KernelError 
 async fn until_ready(k: &mut Started) -> Result<(), KernelError> {
     loop {
         let ask = JupyterMessage::new(KernelInfoRequest {}, None);
-        k.shell_tx
-            .send(ask)
-            .await
-            .map_err(|e| KernelError::Start(format!("cannot reach the kernel: {e}")))?;
+        k.shell_tx.send(ask).await?;
         let deadline = tokio::time::sleep(Duration::from_millis(500));
         tokio::pin!(deadline);
         loop {

@@ -8,6 +8,7 @@
 mod launch;
 mod oom;
 mod run;
+mod wire;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
