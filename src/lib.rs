@@ -5,6 +5,7 @@ pub mod agents;
 pub mod api;
 pub mod bench;
 pub mod cli;
+pub mod code;
 pub mod config;
 pub mod credentials;
 pub mod driver;

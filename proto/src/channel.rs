@@ -13,6 +13,9 @@
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use crate::code::{
+    CodeContext, CodeContextCreate, CodeContextList, CodeContextRemove, CodeContextRestart, CodeRun,
+};
 use crate::exec::ExecRequest;
 use crate::header::{read_body, read_message, read_message_body, write_limited, ProtoError};
 use crate::limits::{MAX_EXEC_HEADER_LEN, MAX_HEADER_LEN};
@@ -122,6 +125,16 @@ channels! {
     /// A TCP connection to the sandbox's own loopback at one port (`127.0.0.1`, else `::1`),
     /// and nowhere else: after the `ok` reply the stream carries its bytes both ways.
     "port.connect" => PortConnect(PortConnect) -> Empty;
+    /// Runs code in a kernel's context; [`crate::code::CodeEvent`]s follow, the last one
+    /// `done` (see [`crate::code`]).
+    "code.run" => CodeRun(CodeRun) -> Empty;
+    /// Starts a new context (a kernel of its own).
+    "code.context.create" => CodeContextCreate(CodeContextCreate) -> CodeContext;
+    "code.context.list" => CodeContextList(CodeContextList) -> Vec<CodeContext>;
+    /// Starts the context's kernel anew: its variables are gone.
+    "code.context.restart" => CodeContextRestart(CodeContextRestart) -> CodeContext;
+    /// Kills the context's kernel and what it started, and forgets the context.
+    "code.context.remove" => CodeContextRemove(CodeContextRemove) -> Empty;
 }
 
 impl Request {
@@ -129,9 +142,11 @@ impl Request {
     pub fn header_limit(&self) -> usize {
         match self {
             // A new terminal carries the agent's env, which may be as large as an exec's.
-            Request::Exec(_) | Request::ProcessStart(_) | Request::TerminalOpen(_) => {
-                MAX_EXEC_HEADER_LEN
-            }
+            // Code may take as many bytes as an exec's command line.
+            Request::Exec(_)
+            | Request::ProcessStart(_)
+            | Request::TerminalOpen(_)
+            | Request::CodeRun(_) => MAX_EXEC_HEADER_LEN,
             _ => MAX_HEADER_LEN,
         }
     }

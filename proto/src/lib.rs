@@ -14,6 +14,7 @@
 
 pub mod boot;
 pub mod channel;
+pub mod code;
 pub mod exec;
 pub mod frame;
 pub mod header;
@@ -25,6 +26,11 @@ pub mod session_id;
 pub mod wsio;
 
 pub use channel::*;
+pub use code::{
+    check_context_id, read_code_event, write_code_event, CodeContext, CodeContextCreate,
+    CodeContextList, CodeContextRemove, CodeContextRestart, CodeDone, CodeError, CodeEvent,
+    CodeRun, CodeRunInvalid, MAX_CODE_EVENT_LEN, MAX_CODE_LEN, MAX_CODE_OUTPUT, MAX_CONTEXTS,
+};
 pub use exec::{ExecExit, ExecRequest, ExecTooLarge, RunAs};
 pub use frame::{Frame, FrameCodec, DATA_CHUNK};
 pub use header::*;

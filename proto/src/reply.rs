@@ -52,6 +52,8 @@ pub enum ErrorCode {
     /// What the path names now forbids it (a directory that is not empty, a file that is not
     /// a regular one); the same request may succeed once that changes.
     Conflict,
+    /// The sandbox's image lacks what the channel needs (`code.*` without `python3-ipykernel`).
+    Unsupported,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, thiserror::Error)]

@@ -349,7 +349,7 @@ fn every_channel_is_named_once_and_keeps_its_wire_form() {
     let fields = concat!(
         r#""path":"p","session":"s","agentId":"a","version":"v","user":"u","uid":1,"home":"/h","#,
         r#""process":"p","signal":"TERM","timeoutMs":1,"outputBytes":1,"maxRunning":1,"#,
-        r#""run":{"command":["true"]},"from":"a","to":"b""#
+        r#""run":{"command":["true"]},"from":"a","to":"b","context":"default","code":"1""#
     );
     for name in CHANNELS {
         let command = if *name == "exec" {
@@ -466,4 +466,101 @@ fn exec_user_is_left_out_for_the_account_and_read_as_it_when_absent() {
     .unwrap_or_default();
     let info: ProcessInfo = serde_json::from_value(info).expect("an older record");
     assert_eq!(info.run_as, RunAs::Agent);
+}
+
+#[tokio::test]
+async fn a_code_run_of_the_largest_code_reaches_sandboxd() {
+    // Every byte a control character: JSON's worst case, six bytes each.
+    let req = Request::from(CodeRun {
+        code: "\u{1}".repeat(MAX_CODE_LEN),
+        context: Some("default".into()),
+        timeout_ms: Some(u64::MAX),
+    });
+    let Request::CodeRun(run) = &req else {
+        unreachable!()
+    };
+    assert_eq!(run.check(), Ok(()));
+    let (mut a, mut b) = tokio::io::duplex(1 << 16);
+    let (w, r) = tokio::join!(write_request(&mut a, &req), read_server_request(&mut b));
+    w.unwrap();
+    assert_eq!(r.unwrap(), req);
+}
+
+#[test]
+fn code_over_the_limit_and_bad_contexts_are_refused() {
+    let run = |code: String, context: Option<&str>| CodeRun {
+        code,
+        context: context.map(String::from),
+        timeout_ms: None,
+    };
+    assert_eq!(
+        run("x".repeat(MAX_CODE_LEN + 1), None).check(),
+        Err(CodeRunInvalid::TooLarge(MAX_CODE_LEN + 1))
+    );
+    for bad in ["", "Default", "../x", "a b", &"a".repeat(10_000)] {
+        assert!(
+            run("1".into(), Some(bad)).check().is_err(),
+            "{bad:?} was accepted"
+        );
+    }
+    let id = "abcdefghjkmnpqrs";
+    assert!(is_session_id(id), "test id is not an id");
+    assert_eq!(run("1".into(), Some(id)).check(), Ok(()));
+}
+
+#[tokio::test]
+async fn code_events_round_trip_in_their_wire_form() {
+    let mut result = serde_json::Map::new();
+    result.insert("text/plain".into(), "42".into());
+    let events = [
+        (CodeEvent::Stdout("hi\n".into()), r#"{"stdout":"hi\n"}"#),
+        (
+            CodeEvent::Result(result),
+            r#"{"result":{"text/plain":"42"}}"#,
+        ),
+        (
+            CodeEvent::Error(CodeError {
+                name: "ZeroDivisionError".into(),
+                value: "division by zero".into(),
+                traceback: "tb".into(),
+            }),
+            r#"{"error":{"name":"ZeroDivisionError","value":"division by zero","traceback":"tb"}}"#,
+        ),
+        (
+            CodeEvent::Done(CodeDone {
+                execution_count: Some(3),
+                truncated: false,
+            }),
+            r#"{"done":{"executionCount":3,"truncated":false}}"#,
+        ),
+    ];
+    for (event, json) in events {
+        assert_eq!(serde_json::to_string(&event).unwrap(), json);
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        write_code_event(&mut a, &event).await.unwrap();
+        assert_eq!(read_code_event(&mut b).await.unwrap(), event);
+    }
+}
+
+#[tokio::test]
+async fn an_oversized_code_event_is_refused_before_reading() {
+    let (mut a, mut b) = tokio::io::duplex(1024);
+    let len = (MAX_CODE_EVENT_LEN + 1) as u32;
+    a.write_all(&len.to_be_bytes()).await.unwrap();
+    assert!(matches!(
+        read_code_event(&mut b).await,
+        Err(ProtoError::HeaderTooLarge {
+            limit: MAX_CODE_EVENT_LEN,
+            ..
+        })
+    ));
+    // And one that is not an event at all is malformed, not a panic.
+    let (mut a, mut b) = tokio::io::duplex(1024);
+    write_message(&mut a, &serde_json::json!({"shout": "x"}))
+        .await
+        .unwrap();
+    assert!(matches!(
+        read_code_event(&mut b).await,
+        Err(ProtoError::Malformed(_))
+    ));
 }

@@ -12,6 +12,7 @@ pub mod dial;
 pub mod duplex;
 pub mod fsid;
 pub mod fspath;
+pub mod kernel;
 pub mod paths;
 pub mod process;
 pub mod procs;

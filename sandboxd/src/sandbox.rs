@@ -13,6 +13,7 @@ use crate::account::{Account, UnknownUser};
 use crate::channels::fs::WatchBudget;
 use crate::cpu::{CpuMeter, CpuScope};
 use crate::fsid::FsIdentity;
+use crate::kernel::Kernels;
 use crate::paths::PathMap;
 use crate::process::Processes;
 use crate::procs::ProcessTable;
@@ -118,6 +119,8 @@ struct Inner {
     /// Background processes: they outlive tunnel reconnects; the sandbox's end makes them
     /// `lost`.
     processes: Processes,
+    /// Code contexts: their kernels outlive tunnel reconnects and end with the sandbox.
+    kernels: Kernels,
     tasks: TaskTracker,
     cancel: CancellationToken,
 }
@@ -147,6 +150,7 @@ impl Sandbox {
                 cpu,
                 terminals: Terminals::default(),
                 processes,
+                kernels: Kernels::default(),
                 tasks: TaskTracker::new(),
                 cancel: CancellationToken::new(),
             }),
@@ -188,6 +192,10 @@ impl Sandbox {
 
     pub fn processes(&self) -> &Processes {
         &self.inner.processes
+    }
+
+    pub fn kernels(&self) -> &Kernels {
+        &self.inner.kernels
     }
 
     /// Cancelled when the sandbox shuts down; channels kill their processes then.

@@ -13,7 +13,7 @@ use agenthold_proto::{
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
-use crate::channels::{self, exec, fs, ports, process, terminal};
+use crate::channels::{self, code, exec, fs, ports, process, terminal};
 use crate::sandbox::Sandbox;
 
 /// How long a peer may take to send a stream's header.
@@ -77,6 +77,11 @@ async fn handle(sb: Sandbox, mut s: MuxStream) {
         Request::ProcessRemove(ProcessRemove { process: p }) => process::remove(sb, s, p).await,
         Request::PortsList(_) => ports::list(sb, s).await,
         Request::PortConnect(c) => ports::connect(s, c.port).await,
+        Request::CodeRun(req) => code::run(sb, s, req).await,
+        Request::CodeContextCreate(_) => code::create(sb, s).await,
+        Request::CodeContextList(_) => code::list(sb, s).await,
+        Request::CodeContextRestart(r) => code::restart(sb, s, r.context).await,
+        Request::CodeContextRemove(r) => code::remove(sb, s, r.context).await,
         Request::Hello(_) | Request::Activity(_) | Request::ProcessWatch(_) => {
             let err = ChannelError::new(
                 ErrorCode::Invalid,

@@ -248,7 +248,8 @@ impl From<ConnError> for ApiError {
             | ConnError::ListingCut(_)
             | ConnError::UploadFailed(_)
             | ConnError::Unconfirmed(_)
-            | ConnError::ConfirmedEarly => ApiError::unavailable(message),
+            | ConnError::ConfirmedEarly
+            | ConnError::CodeOutputOverflow => ApiError::unavailable(message),
             ConnError::BadListing(_) => ApiError::internal(message),
             ConnError::StdinClosed | ConnError::StdinCut(_) | ConnError::UploadCut(_) => {
                 ApiError::invalid(message)
@@ -265,7 +266,10 @@ impl From<ChannelError> for ApiError {
             ChannelCode::Invalid => ErrorCode::Invalid,
             // What the path names now, not the request, is in the way: a conflict.
             ChannelCode::IsDir | ChannelCode::NotDir | ChannelCode::Conflict => ErrorCode::Conflict,
-            ChannelCode::Exists | ChannelCode::Busy => ErrorCode::Conflict,
+            // Unsupported: the image lacks what the channel needs (python3-ipykernel).
+            ChannelCode::Exists | ChannelCode::Busy | ChannelCode::Unsupported => {
+                ErrorCode::Conflict
+            }
             ChannelCode::PermissionDenied | ChannelCode::Unauthorized => ErrorCode::Forbidden,
             ChannelCode::TooLarge => ErrorCode::TooLarge,
             ChannelCode::NoSpace => ErrorCode::NoSpace,
@@ -352,3 +356,20 @@ where
 #[derive(axum::extract::FromRequestParts)]
 #[from_request(via(axum::extract::Query), rejection(ApiError))]
 pub struct ApiQuery<T>(pub T);
+
+impl From<crate::code::CodeInvalid> for ApiError {
+    fn from(e: crate::code::CodeInvalid) -> ApiError {
+        let field = Some(e.field());
+        let too_large = matches!(
+            e,
+            crate::code::CodeInvalid::Run(agenthold_proto::CodeRunInvalid::TooLarge(_))
+        );
+        let message = e.to_string();
+        let base = if too_large {
+            ApiError::too_large(message)
+        } else {
+            ApiError::invalid(message)
+        };
+        ApiError { field, ..base }
+    }
+}

@@ -7,6 +7,7 @@ pub mod agent_state;
 pub mod agents;
 pub mod approvals;
 pub mod auth;
+pub mod code;
 pub mod download;
 pub mod error;
 pub mod events;
@@ -103,6 +104,19 @@ pub fn router(state: AppState) -> Router {
         .route("/agents/{id}/keep-alive", post(agents::keep_alive))
         .route("/agents/{id}/egress/log", get(agents::egress_log))
         .route("/agents/{id}/exec", post(exec::exec))
+        .route("/agents/{id}/code", post(code::run))
+        .route(
+            "/agents/{id}/code/contexts",
+            get(code::list_contexts).post(code::create_context),
+        )
+        .route(
+            "/agents/{id}/code/contexts/{cid}",
+            delete(code::remove_context),
+        )
+        .route(
+            "/agents/{id}/code/contexts/{cid}/restart",
+            post(code::restart_context),
+        )
         .route(
             "/agents/{id}/processes",
             get(processes::list).post(processes::start),

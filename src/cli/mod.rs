@@ -1,10 +1,11 @@
-//! The command-line client: `agenthold agents|exec|ps|logs|kill|wait|shell|cp|egress|ports|preview|previews|sessions|chat|approvals|approve`, speaking the HTTP API of docs/api.md.
+//! The command-line client: `agenthold agents|exec|code|ps|logs|kill|wait|shell|cp|egress|ports|preview|previews|sessions|chat|approvals|approve`, speaking the HTTP API of docs/api.md.
 
 mod agents;
 mod approvals;
 mod chat;
 mod chat_view;
 mod client;
+mod code;
 mod cp;
 mod egress;
 mod error;
@@ -32,6 +33,7 @@ pub use agents::{ActionArgs, AgentsCommand, CreateArgs};
 pub use approvals::{ApprovalsArgs, ApproveArgs};
 pub use chat::ChatArgs;
 pub use client::{ApiClient, Terminal};
+pub use code::CodeArgs;
 pub use cp::{CpArgs, Location};
 pub use egress::EgressArgs;
 pub use error::ClientError;
@@ -73,6 +75,9 @@ pub enum ClientCommand {
     Agents(AgentsCommand),
     /// Run a command in an agent: agenthold exec AGENT -- CMD... (--detach: in the background)
     Exec(ExecArgs),
+    /// Run Python in an agent's kernel, which keeps its variables between calls:
+    /// agenthold code AGENT FILE|- (exit code 1 when the code raised)
+    Code(CodeArgs),
     /// List an agent's background processes
     Ps(PsArgs),
     /// Print a background process's output: agenthold logs [-f] AGENT ID|TAG
@@ -141,6 +146,7 @@ pub async fn run(opts: ClientOpts, cmd: ClientCommand) -> anyhow::Result<i32> {
             }
             ClientCommand::Agents(cmd) => agents::run(&client, opts.json, cmd).await,
             ClientCommand::Exec(args) => exec::run(&client, args).await,
+            ClientCommand::Code(args) => code::run(&client, args).await,
             ClientCommand::Ps(args) => processes::ps(&client, opts.json, args).await,
             ClientCommand::Logs(args) => processes::logs(&client, args).await,
             ClientCommand::Kill(args) => processes::kill(&client, args).await,

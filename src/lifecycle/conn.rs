@@ -40,6 +40,19 @@ impl Lifecycle {
         Ok(known)
     }
 
+    /// The agent's code contexts. Kernels end with the sandbox, so an agent whose sandboxd is
+    /// not connected (asleep, starting) has none: a listing never wakes it.
+    pub async fn list_code_contexts(
+        &self,
+        id: &str,
+    ) -> Result<Vec<agenthold_proto::CodeContext>, LifecycleError> {
+        if let Some(conn) = self.conn(id) {
+            return Ok(conn.list_code_contexts().await?);
+        }
+        self.get(id).await?;
+        Ok(Vec::new())
+    }
+
     /// Wakes the agent, kills process `name`'s tree if it runs and has sandboxd forget it; the
     /// server forgets it too, so that a listing while the agent sleeps does not show it.
     pub async fn remove_process(

@@ -12,6 +12,7 @@ mod api;
 mod cli;
 mod cli_previews;
 mod cli_sessions;
+mod code;
 mod common;
 mod crash;
 mod docker;

@@ -160,6 +160,11 @@ async fn listings_never_wake_an_agent() {
             .call("GET", &format!("/api/v1/agents/{id}/terminals"), None)
             .await;
         assert_eq!((st, terminals), (200, json!([])));
+        // Kernels end with the sleep: there are no code contexts to list.
+        let (st, contexts) = s
+            .call("GET", &format!("/api/v1/agents/{id}/code/contexts"), None)
+            .await;
+        assert_eq!((st, contexts), (200, json!([])));
         assert_eq!(s.state(&id).await, "sleeping");
     }
     // A listing's answer says the agent sleeps still; an agent that is not there has no state.

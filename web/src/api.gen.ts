@@ -66,6 +66,84 @@ export interface paths {
         patch: operations["updateAgent"];
         trace?: never;
     };
+    "/api/v1/agents/{id}/code": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Runs code in a context's kernel; wakes a sleeping agent first. */
+        post: operations["runCode"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/agents/{id}/code/contexts": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The agent's contexts, oldest first. Never wakes the agent: kernels end when it sleeps, so
+         *     a sleeping agent has none (`[]`).
+         */
+        get: operations["listCodeContexts"];
+        put?: never;
+        /** Makes a context: a kernel of its own, started at once; wakes a sleeping agent first. */
+        post: operations["createCodeContext"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/agents/{id}/code/contexts/{cid}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Kills the context's kernel and everything it started, and forgets the context. Wakes a
+         *     sleeping agent first.
+         */
+        delete: operations["removeCodeContext"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/agents/{id}/code/contexts/{cid}/restart": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Starts the context's kernel anew: its variables are gone (a run in it ends with
+         *     `KernelDied`). Wakes a sleeping agent first; the default context is made if need be.
+         */
+        post: operations["restartCodeContext"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/agents/{id}/egress/log": {
         parameters: {
             query?: never;
@@ -1109,6 +1187,36 @@ export interface components {
          * @enum {string}
          */
         ApprovalState: "pending" | "resolved";
+        /** @description One code context: a kernel with its own variables. */
+        CodeContext: {
+            /** @description Code runs in it now. */
+            busy: boolean;
+            /** @description RFC 3339. */
+            createdAt: string;
+            /**
+             * Format: int64
+             * @description Runs so far in its kernel (0 after a start or restart).
+             */
+            executionCount: number;
+            /** @example default */
+            id: string;
+            /** @example python */
+            language: string;
+        };
+        /** @description The exception that ended a run, or why the kernel could not finish it. */
+        CodeError: {
+            /**
+             * @description The exception's class (`ZeroDivisionError`); `KernelOutOfMemory` when the kernel was
+             *     killed for memory, `KernelDied` when it died otherwise (both: its variables are gone,
+             *     and the next run starts a new kernel), `TimeoutError` past `timeoutMs`.
+             * @example ZeroDivisionError
+             */
+            name: string;
+            /** @description As Python prints it, without colours. */
+            traceback: string;
+            /** @example division by zero */
+            value: string;
+        };
         /**
          * @description `POST /api/v1/admin/reload`: what reading the config file again changed, by dotted key as
          *     the file writes them. Both lists empty: the file says what the server runs on.
@@ -1486,6 +1594,30 @@ export interface components {
             stdout: string;
             timedOut: boolean;
             /** @description Output beyond the server's cap (server.exec_output_cap_kb) was cut. */
+            truncated: boolean;
+        };
+        /** @description The answer to a run, once it has ended. */
+        Execution: {
+            error?: null | components["schemas"]["CodeError"];
+            /**
+             * Format: int64
+             * @description The kernel's count for this run; null when the kernel died before it counted it.
+             */
+            executionCount?: number | null;
+            /**
+             * @description What the code displayed and the last expression's value, in order: each its
+             *     representations keyed by MIME type (`text/plain`; `image/png` and other binary types
+             *     as base64).
+             * @example [
+             *       {
+             *         "text/plain": "42"
+             *       }
+             *     ]
+             */
+            results: Record<string, never>[];
+            stderr: string;
+            stdout: string;
+            /** @description Output past 8 MiB (stdout, stderr, results and the error together) was dropped. */
             truncated: boolean;
         };
         /** @description The `expiring` event on `/api/v1/events`: the agent will be destroyed at `expiresAt`. */
@@ -1908,6 +2040,33 @@ export interface components {
          * @enum {string}
          */
         Role: "admin" | "member";
+        /** @description `POST /api/v1/agents/{id}/code`. */
+        RunCode: {
+            /**
+             * @description The code; at most 1 MiB (`413` beyond). The last expression's value is a result.
+             * @example x = 41
+             *     x + 1
+             */
+            code: string;
+            /**
+             * @description The context to run in: an id from `POST …/code/contexts`, or `default` (when absent):
+             *     the agent's own, made on first use.
+             * @example default
+             */
+            context?: string | null;
+            /**
+             * @description `python`, the only language (and the default).
+             * @example python
+             */
+            language?: string | null;
+            /**
+             * Format: int64
+             * @description The code is interrupted after this long (1 to `server.exec_max_timeout`) and the run
+             *     ends with a `TimeoutError`; the server's exec default applies when absent.
+             * @example 60000
+             */
+            timeoutMs?: number | null;
+        };
         /**
          * @description Who a command runs as.
          * @enum {string}
@@ -2676,6 +2835,541 @@ export interface operations {
             };
             /** @description The server failed inside (its database); never the answer to bad input */
             500: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    runCode: {
+        parameters: {
+            query?: {
+                /** @description `true`: NDJSON lines as the run goes (as `Accept: application/x-ndjson` does). */
+                stream?: boolean;
+            };
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RunCode"];
+            };
+        };
+        responses: {
+            /** @description The run, once it has ended; with `?stream=true` (or `Accept: application/x-ndjson`), NDJSON lines as it goes: `{"stdout": text}`, `{"stderr": text}`, `{"result": {mime: data}}`, `{"error": {name, value, traceback}}`, and last `{"done": {executionCount, truncated}}`; a lost sandbox connection ends it with an `ErrorBody` line (`{"error": {code, message}}`) instead */
+            200: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Execution"];
+                    /**
+                     * @example {"stdout":"hi\n"}
+                     *     {"result":{"text/plain":"42"}}
+                     *     {"done":{"executionCount":1,"truncated":false}}
+                     */
+                    "application/x-ndjson": string;
+                };
+            };
+            /** @description A field breaks its constraint (`field` names it: `language`, `context`, `timeoutMs`) */
+            400: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such agent, or no such context */
+            404: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The agent cannot be woken; or its image has no `python3-ipykernel`; or it has 16 contexts already and this run would make the default one */
+            409: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `code` is over 1 MiB */
+            413: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After` */
+            503: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    listCodeContexts: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CodeContext"][];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many channels open to the agent; try again after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The sandbox connection failed; see `Retry-After` */
+            503: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    createCodeContext: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Made, its kernel ready */
+            201: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CodeContext"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The agent cannot be woken; or its image has no `python3-ipykernel`; or it has 16 contexts already */
+            409: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many channels open to the agent; try again after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After` */
+            503: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    removeCodeContext: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+                /** @description The context's id, or `default` */
+                cid: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Gone */
+            204: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description `cid` is not a context id */
+            400: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such agent, or no such context */
+            404: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The agent cannot be woken */
+            409: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many channels open to the agent; try again after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After` */
+            503: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    restartCodeContext: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+                /** @description The context's id, or `default` */
+                cid: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Restarted, its kernel ready */
+            200: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CodeContext"];
+                };
+            };
+            /** @description `cid` is not a context id */
+            400: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such agent, or no such context */
+            404: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The agent cannot be woken, or its image has no `python3-ipykernel` */
+            409: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Too many channels open to the agent; try again after `Retry-After` seconds */
+            429: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After` */
+            503: {
                 headers: {
                     /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
                     "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];

@@ -1,6 +1,7 @@
 //! One module per channel, and what they share: replies and a frame writer task.
 
 pub mod activity;
+pub mod code;
 pub mod exec;
 pub mod fs;
 pub mod ports;

@@ -75,6 +75,11 @@ NOT_READ = {
     "AnswerApproval",
     "RenameBody",
     "CreatePreview",
+    "RunCode",
+    # The code routes' answers: the client has no run_code yet (issue 32's client part).
+    "Execution",
+    "CodeError",
+    "CodeContext",
     # Read as what they hold: a bool (files.exists) and a list (files.write_files).
     "PathExists",
     "FilesWritten",

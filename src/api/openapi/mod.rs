@@ -17,8 +17,8 @@ use serde_json::{json, Map, Value};
 use utoipa::OpenApi;
 
 use super::{
-    admin, agent_sessions, agents, approvals, events, exec, files, previews, processes, session,
-    terminal, terminals, tokens, types, users,
+    admin, agent_sessions, agents, approvals, code, events, exec, files, previews, processes,
+    session, terminal, terminals, tokens, types, users,
 };
 use crate::config::Config;
 
@@ -37,6 +37,7 @@ use crate::config::Config;
         files::list, files::read, files::write, files::mkdir, files::remove, files::rename,
         files::stat, files::exists, files::write_files, files::watch,
         terminal::terminal, terminals::list, terminals::kill, exec::exec,
+        code::run, code::create_context, code::list_contexts, code::restart_context, code::remove_context,
         processes::start, processes::list, processes::get, processes::output, processes::stdin,
         processes::signal, processes::wait, processes::remove,
         session::sign_in, session::status, session::sign_out, admin::reload,
@@ -52,6 +53,7 @@ use crate::config::Config;
         types::PresetInfo, types::SetupStatus, types::SetupState,
         types::Health, types::Limits, types::HarnessInfo, types::DirEntry, types::FileInfo, types::PathExists, types::RenameBody,
         types::FileEvent, types::FileEventKind, types::FileWritten, types::FilesWritten, types::ExecBody, types::ExecResult, types::RunUser, types::ErrorBody,
+        types::RunCode, types::Execution, types::CodeError, types::CodeContext,
         types::ErrorDetail, types::SignIn, types::SessionStatus, types::TerminalSession,
         types::EgressRules, types::EgressChange, types::EgressEvent, types::EgressDenied, types::EgressLogEntry,
         types::process::StartProcess, types::process::Process, types::process::ProcessState,
@@ -138,6 +140,7 @@ pub fn document(config: &Config, facts: Facts) -> Value {
     responses::error_codes(&mut doc);
     responses::agent_state_header(&mut doc);
     responses::exec_stream(&mut doc);
+    responses::code_stream(&mut doc);
     responses::agent_links(&mut doc);
     doc
 }

@@ -100,6 +100,25 @@ pub(super) fn exec_stream(doc: &mut Value) {
     );
 }
 
+pub(super) fn code_stream(doc: &mut Value) {
+    set(
+        doc.pointer_mut("/paths/~1api~1v1~1agents~1{id}~1code/post/responses/200/content"),
+        "application/x-ndjson",
+        json!({
+            "schema": {
+                "type": "string",
+                "description": "One JSON object a line, as the run goes: `{\"stdout\": text}`, \
+                    `{\"stderr\": text}`, `{\"result\": {mime: data}}`, `{\"error\": {\"name\", \
+                    \"value\", \"traceback\"}}`, then `{\"done\": {\"executionCount\", \"truncated\"}}`; \
+                    an `ErrorBody` line (`{\"error\": {\"code\", \"message\"}}`) instead when the \
+                    sandbox connection is lost",
+            },
+            "example": "{\"stdout\":\"hi\\n\"}\n{\"result\":{\"text/plain\":\"42\"}}\n\
+                {\"done\":{\"executionCount\":1,\"truncated\":false}}\n",
+        }),
+    );
+}
+
 pub(super) fn error_codes(doc: &mut Value) {
     let codes: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
     set(property(doc, "ErrorDetail", "code"), "enum", json!(codes));

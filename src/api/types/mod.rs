@@ -16,6 +16,7 @@
 mod admin;
 mod agent;
 mod agents;
+mod code;
 pub mod conversation;
 mod egress;
 mod error;
@@ -35,6 +36,7 @@ pub(crate) mod whole;
 pub use admin::ConfigReload;
 pub use agent::{Agent, AgentState, SetupState, SetupStatus};
 pub use agents::{CreateAgent, ExpiringEvent, KeepAlive, UpdateAgent};
+pub use code::{CodeContext, CodeError, Execution, RunCode};
 pub use egress::{EgressChange, EgressDenied, EgressEvent, EgressLogEntry, EgressRules};
 pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub use exec::{ExecBody, ExecExit, ExecLine, ExecResult, OutputStream, RunUser};

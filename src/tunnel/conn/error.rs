@@ -47,6 +47,9 @@ pub enum ConnError {
     Unconfirmed(ProtoError),
     #[error("the sandbox confirmed the write before the upload ended")]
     ConfirmedEarly,
+    /// A code run's output past what sandboxd ever sends (its 8 MiB cap).
+    #[error("the sandbox sent more output for a code run than a run may have")]
+    CodeOutputOverflow,
 }
 
 impl From<OpenError> for ConnError {

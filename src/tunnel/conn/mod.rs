@@ -13,6 +13,7 @@
 //! connection, so that the setup script's follower, which does not wake, keeps nobody awake.
 
 mod attach;
+mod code;
 mod error;
 mod exec;
 mod files;
@@ -24,6 +25,7 @@ mod stdin;
 use agenthold_proto::{self as proto, Channel};
 
 pub use attach::{Attached, AttachedOutput, StdinWriter};
+pub use code::CodeRunStream;
 pub use error::ConnError;
 pub use exec::{ExecOutput, ExecPiece, ExecRun};
 pub use files::{FileReader, UploadLimit};

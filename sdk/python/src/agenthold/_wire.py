@@ -65,6 +65,45 @@ Whether an approval waits for an answer.
 """
 
 
+class CodeContext(TypedDict):
+    """
+    One code context: a kernel with its own variables.
+    """
+
+    busy: bool
+    """
+    Code runs in it now.
+    """
+    createdAt: str
+    """
+    RFC 3339.
+    """
+    executionCount: int
+    """
+    Runs so far in its kernel (0 after a start or restart).
+    """
+    id: str
+    language: str
+
+
+class CodeError(TypedDict):
+    """
+    The exception that ended a run, or why the kernel could not finish it.
+    """
+
+    name: str
+    """
+    The exception's class (`ZeroDivisionError`); `KernelOutOfMemory` when the kernel was
+    killed for memory, `KernelDied` when it died otherwise (both: its variables are gone,
+    and the next run starts a new kernel), `TimeoutError` past `timeoutMs`.
+    """
+    traceback: str
+    """
+    As Python prints it, without colours.
+    """
+    value: str
+
+
 class ConfigReload(TypedDict):
     """
     `POST /api/v1/admin/reload`: what reading the config file again changed, by dotted key as
@@ -289,6 +328,30 @@ class ExecResult(TypedDict):
     truncated: bool
     """
     Output beyond the server's cap (server.exec_output_cap_kb) was cut.
+    """
+
+
+class Execution(TypedDict):
+    """
+    The answer to a run, once it has ended.
+    """
+
+    error: NotRequired[CodeError | None]
+    executionCount: NotRequired[int | None]
+    """
+    The kernel's count for this run; null when the kernel died before it counted it.
+    """
+    results: list[dict[str, Any]]
+    """
+    What the code displayed and the last expression's value, in order: each its
+    representations keyed by MIME type (`text/plain`; `image/png` and other binary types
+    as base64).
+    """
+    stderr: str
+    stdout: str
+    truncated: bool
+    """
+    Output past 8 MiB (stdout, stderr, results and the error together) was dropped.
     """
 
 
@@ -600,6 +663,31 @@ Role: TypeAlias = Literal["admin", "member"]
 """
 A user's role: admins may do everything; members everything but administration.
 """
+
+
+class RunCode(TypedDict, closed=True):
+    """
+    `POST /api/v1/agents/{id}/code`.
+    """
+
+    code: str
+    """
+    The code; at most 1 MiB (`413` beyond). The last expression's value is a result.
+    """
+    context: NotRequired[str | None]
+    """
+    The context to run in: an id from `POST …/code/contexts`, or `default` (when absent):
+    the agent's own, made on first use.
+    """
+    language: NotRequired[str | None]
+    """
+    `python`, the only language (and the default).
+    """
+    timeoutMs: NotRequired[int | None]
+    """
+    The code is interrupted after this long (1 to `server.exec_max_timeout`) and the run
+    ends with a `TimeoutError`; the server's exec default applies when absent.
+    """
 
 
 RunUser: TypeAlias = Literal["agent", "root"]
