@@ -72,7 +72,11 @@ pub const ROUTES: &[(&str, &str, Need)] = &[
     ("GET", "/api/v1/agents/{id}/code/contexts", USE),
     ("POST", "/api/v1/agents/{id}/code/contexts", USE),
     ("DELETE", "/api/v1/agents/{id}/code/contexts/{cid}", USE),
-    ("POST", "/api/v1/agents/{id}/code/contexts/{cid}/restart", USE),
+    (
+        "POST",
+        "/api/v1/agents/{id}/code/contexts/{cid}/restart",
+        USE,
+    ),
     ("GET", "/api/v1/agents/{id}/processes", USE),
     ("POST", "/api/v1/agents/{id}/processes", USE),
     ("GET", "/api/v1/agents/{id}/processes/{pid}", USE),
