@@ -45,6 +45,9 @@ pub trait Gatekeeper: Send + Sync {
     /// The admin token or a live API token: a credential of this server, never to be passed
     /// on to a previewed app.
     fn is_our_token(&self, token: &str) -> bool;
+    /// Whether `token` may use agent `agent_id` (the `agents:use` scope, and the agent within
+    /// its list): what lets a bearer into a preview that is not public.
+    fn may_use_agent(&self, token: &str, agent_id: &str) -> bool;
     /// A peer on the sandboxes' networks: never served.
     fn is_sandbox_peer(&self, ip: IpAddr) -> bool;
 }

@@ -48,6 +48,15 @@ pub enum AgentEvent {
 }
 
 impl AgentEvent {
+    /// Whether the event shows what only the `agents:use` scope may read (process command lines,
+    /// sessions), as the routes that list those need it.
+    pub fn shows_use(&self) -> bool {
+        matches!(
+            self,
+            AgentEvent::Process { .. } | AgentEvent::Session(_) | AgentEvent::SessionDeleted { .. }
+        )
+    }
+
     /// The id of the agent the event is about.
     pub fn agent_id(&self) -> &str {
         match self {

@@ -11,9 +11,6 @@ use super::types::conversation::{AnswerApproval, Approval};
 use super::AppState;
 use crate::teams::Principal;
 
-/// Who answers through the API today: the admin token (or a session opened with it).
-const BY_ADMIN: &str = "admin";
-
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
@@ -77,9 +74,13 @@ pub async fn get(
         (status = 409, body = ErrorBody, description = "Already decided, or expired")))]
 pub async fn answer(
     State(st): State<AppState>,
+    principal: Principal,
     Path(aid): Path<String>,
     ApiJson(body): ApiJson<AnswerApproval>,
 ) -> Result<Json<Approval>, ApiError> {
-    let a = st.sessions.answer(&aid, &body.option_id, BY_ADMIN).await?;
+    let a = st
+        .sessions
+        .answer(&aid, &body.option_id, &principal.actor())
+        .await?;
     Ok(Json(a.into()))
 }

@@ -261,6 +261,11 @@ impl Gatekeeper for Auth {
         self.token_principal(token).is_some()
     }
 
+    fn may_use_agent(&self, token: &str, agent_id: &str) -> bool {
+        self.token_principal(token)
+            .is_some_and(|p| p.can(crate::model::teams::Scope::AgentsUse) && p.sees_agent(agent_id))
+    }
+
     fn is_sandbox_peer(&self, ip: IpAddr) -> bool {
         self.from_sandbox(ip)
     }

@@ -80,6 +80,7 @@ pub async fn events(
         st.lc.get(id).await?;
     }
     let lc = st.lc.clone();
+    let can_use = principal.can(crate::model::teams::Scope::AgentsUse);
     let counted = st.lc.metrics().sse_subscriber();
     let stream = async_stream::stream! {
         // Counted for as long as the client follows (the stream is dropped when it goes).
@@ -105,6 +106,7 @@ pub async fn events(
             if let Ok(e) = &event {
                 if only.as_ref().is_some_and(|id| e.agent_id() != id)
                     || !principal.sees_agent(e.agent_id())
+                    || (e.shows_use() && !can_use)
                 {
                     continue;
                 }

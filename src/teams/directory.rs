@@ -300,6 +300,15 @@ impl Directory {
                 "this credential does not have the scope {missing}, so a token it makes cannot have it"
             )));
         }
+        let limited = new.agents.is_some() || by.token.as_ref().is_some_and(|t| t.agents.is_some());
+        if limited && new.scopes.contains(&Scope::Admin) {
+            // Admin reaches users and tokens, which belong to no agent: through them a token
+            // limited to some agents would make itself a credential limited to none.
+            return Err(TeamsError::invalid(
+                "scopes",
+                "a token limited to some agents cannot have the admin scope",
+            ));
+        }
         let agents = match new.agents {
             Some(list) => Some(resolve_agents(by, &list, known_agents)?),
             None => by.token.as_ref().and_then(|t| t.agents.clone()),

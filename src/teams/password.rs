@@ -5,6 +5,16 @@ use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, Salt
 use argon2::Argon2;
 use rand::RngCore;
 use std::sync::OnceLock;
+use tokio::sync::Semaphore;
+
+/// Hashes at once, at most: each takes 19 MiB and a core for a while, and sign-in tries come
+/// from anyone, so a flood of them waits here rather than filling memory and the blocking pool.
+const AT_ONCE: usize = 2;
+
+fn slots() -> &'static Semaphore {
+    static SLOTS: Semaphore = Semaphore::const_new(AT_ONCE);
+    &SLOTS
+}
 
 /// Shortest and longest password accepted (the upper bound keeps a hash's cost bounded).
 pub const MIN_LEN: usize = 8;
@@ -42,6 +52,7 @@ fn hash_now(password: &str) -> Result<String, PasswordError> {
 
 /// The PHC string to keep for `password` (which must have passed [`check`]).
 pub async fn hash(password: String) -> Result<String, PasswordError> {
+    let _slot = slots().acquire().await;
     tokio::task::spawn_blocking(move || hash_now(&password)).await?
 }
 
@@ -58,6 +69,7 @@ fn dummy() -> &'static str {
 /// Whether `password` is the one behind `stored` (a PHC string); with `None` (no such user, or
 /// one without a password) it does the same work and answers no.
 pub async fn verify(password: String, stored: Option<String>) -> Result<bool, PasswordError> {
+    let _slot = slots().acquire().await;
     tokio::task::spawn_blocking(move || {
         let (phc, real) = match &stored {
             Some(s) => (s.as_str(), true),

@@ -47,6 +47,15 @@ impl Principal {
 
     /// Whether agent `id` exists for the caller. One that does not is answered `404` on every
     /// route and left out of lists and the event stream, as if it were not there.
+    /// Who acted, as records name it: the user, and the token's name when one was used
+    /// (`ann (token ci)`).
+    pub fn actor(&self) -> String {
+        match &self.token {
+            Some(t) => format!("{} (token {})", self.user_name, t.name),
+            None => self.user_name.clone(),
+        }
+    }
+
     pub fn sees_agent(&self, id: &str) -> bool {
         self.token
             .as_ref()

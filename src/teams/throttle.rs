@@ -33,7 +33,13 @@ impl SignInThrottle {
     /// Counts a try from `ip`: `Err` with how long to wait when it has used up its tries.
     pub fn try_from(&self, ip: IpAddr) -> Result<(), Duration> {
         // An IPv4 peer on a dual-stack socket arrives as ::ffff:a.b.c.d: one address, one count.
-        let ip = ip.to_canonical();
+        // An IPv6 host usually has a whole /64 to pick addresses from: one count for it.
+        let ip = match ip.to_canonical() {
+            IpAddr::V6(v6) => IpAddr::V6(std::net::Ipv6Addr::from(
+                u128::from(v6) & !((1u128 << 64) - 1),
+            )),
+            v4 => v4,
+        };
         if self.limiter.len() >= SWEEP_AT {
             self.limiter.retain_recent();
         }
@@ -46,6 +52,17 @@ impl SignInThrottle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_addresses_of_one_ipv6_slash_64_share_their_tries() {
+        let t = SignInThrottle::default();
+        for i in 0..TRIES_PER_MINUTE {
+            let ip: IpAddr = format!("2001:db8:1:2::{:x}", i + 1).parse().unwrap();
+            assert!(t.try_from(ip).is_ok());
+        }
+        assert!(t.try_from("2001:db8:1:2:ffff::1".parse().unwrap()).is_err());
+        assert!(t.try_from("2001:db8:1:3::1".parse().unwrap()).is_ok());
+    }
 
     #[test]
     fn an_address_gets_its_tries_then_waits_and_others_are_not_held_up() {

@@ -943,3 +943,50 @@ async fn previews_leave_the_api_its_share_of_the_agents_streams() {
     })
     .await;
 }
+
+/// An API token: the scopes and agents it names (as the admin).
+async fn api_token(s: &TestServer, scopes: &[&str], agents: Option<&[&str]>) -> String {
+    let mut body = serde_json::json!({"name": "t", "scopes": scopes});
+    if let Some(a) = agents {
+        body["agents"] = serde_json::json!(a);
+    }
+    let (status, made) = s.call("POST", "/api/v1/tokens", Some(body)).await;
+    assert_eq!(status, 201, "{made}");
+    made["token"].as_str().expect("token").to_string()
+}
+
+#[tokio::test]
+async fn an_api_token_opens_a_private_preview_only_for_an_agent_it_may_use() {
+    let s = TestServer::start().await;
+    let app = app().await;
+    let mine = s.running_agent("mine").await;
+    let theirs = s.running_agent("theirs").await;
+    let p = preview(&s, &theirs, app.port(), "private").await;
+    let tok = preview(&s, &theirs, app.port() + 1, "token").await;
+    let user = api_token(&s, &["agents:read", "agents:use"], None).await;
+    let read_only = api_token(&s, &["agents:read"], None).await;
+    let elsewhere = api_token(&s, &["agents:read", "agents:use"], Some(&[&mine])).await;
+
+    let r = to(&s, &p.host, reqwest::Method::GET, "/headers")
+        .bearer_auth(&user)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status(), 200, "a token that may use the agent opens it");
+    let seen: Value = r.json().await.expect("json");
+    assert!(seen["headers"].get("authorization").is_none(), "{seen}");
+    for (who, t) in [("read only", &read_only), ("another agent's", &elsewhere)] {
+        for host in [&p.host, &tok.host] {
+            let r = to(&s, host, reqwest::Method::GET, "/headers")
+                .bearer_auth(t)
+                .send()
+                .await
+                .expect("request");
+            assert!(
+                r.status() == 401 || r.status() == 403,
+                "{who} token on {host}: {}",
+                r.status()
+            );
+        }
+    }
+}

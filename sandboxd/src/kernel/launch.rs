@@ -124,10 +124,14 @@ fn write_connection_file(
     std::io::Write::write_all(&mut f, &json)
         .map_err(|e| io("cannot write the connection file", e))?;
     if let Some((uid, gid)) = sb.account().chown_target() {
-        for p in [&dir.0, &file] {
-            nix::unistd::chown(p.as_path(), Some(uid), Some(gid))
-                .map_err(|e| io("cannot give the connection file to the account", e.into()))?;
-        }
+        // The file through its descriptor, while the directory is still root's alone; the
+        // directory (root's entry in /tmp, which the account cannot replace) last. A chown by
+        // path inside a directory the account already owns would follow whatever link it had
+        // put there meanwhile.
+        std::os::unix::fs::fchown(&f, Some(uid.as_raw()), Some(gid.as_raw()))
+            .map_err(|e| io("cannot give the connection file to the account", e))?;
+        std::os::unix::fs::lchown(&dir.0, Some(uid.as_raw()), Some(gid.as_raw()))
+            .map_err(|e| io("cannot give the kernel's directory to the account", e))?;
     }
     Ok((dir, file, info))
 }

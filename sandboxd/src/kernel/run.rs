@@ -35,6 +35,9 @@ pub enum Outcome {
 struct Budget {
     left: usize,
     truncated: bool,
+    /// Whether an error past the budget was told already: one is, whatever the budget, so a run
+    /// that failed says why; more are dropped.
+    told_error: bool,
 }
 
 impl Budget {
@@ -61,12 +64,20 @@ impl Budget {
             CodeEvent::Stderr(s) if self.left > 0 => {
                 Some(CodeEvent::Stderr(cut(s, &mut self.left)))
             }
-            // An error is always told, cut to what is left of the budget or its first lines.
-            CodeEvent::Error(e) => Some(CodeEvent::Error(CodeError {
-                traceback: cut(e.traceback, &mut 4096usize.max(self.left)),
-                value: cut(e.value, &mut 4096usize.max(self.left)),
-                name: e.name,
-            })),
+            // One error is always told, cut to what is left of the budget or its first lines.
+            CodeEvent::Error(e) if !self.told_error => {
+                self.told_error = true;
+                let mut room = 4096usize.max(self.left);
+                let error = CodeError {
+                    name: cut(e.name, &mut 256usize.min(room)),
+                    traceback: cut(e.traceback, &mut room),
+                    value: cut(e.value, &mut room),
+                };
+                self.left = self
+                    .left
+                    .saturating_sub(error.traceback.len() + error.value.len());
+                Some(CodeEvent::Error(error))
+            }
             _ => None,
         }
     }
@@ -138,6 +149,7 @@ pub async fn execute(
     let mut budget = Budget {
         left: MAX_CODE_OUTPUT,
         truncated: false,
+        told_error: false,
     };
     let oom_before = oom::kills();
     let request = JupyterMessage::new(
@@ -279,6 +291,7 @@ mod tests {
         let mut b = Budget {
             left: 5,
             truncated: false,
+            told_error: false,
         };
         assert_eq!(
             b.admit(CodeEvent::Stdout("abcdé".into())),
@@ -294,6 +307,21 @@ mod tests {
             value: "v".into(),
             traceback: "t".into(),
         });
-        assert_eq!(b.admit(e.clone()), Some(e));
+        assert_eq!(b.admit(e.clone()), Some(e.clone()));
+        // Once: hostile code raising error after error past the budget sends no more.
+        assert_eq!(b.admit(e), None);
+        let mut b = Budget {
+            left: 0,
+            truncated: false,
+            told_error: false,
+        };
+        let Some(CodeEvent::Error(told)) = b.admit(CodeEvent::Error(CodeError {
+            name: "N".repeat(100_000),
+            value: "v".repeat(100_000),
+            traceback: "t".repeat(100_000),
+        })) else {
+            panic!("the first error is told");
+        };
+        assert!(told.name.len() <= 256 && told.value.len() + told.traceback.len() <= 4096);
     }
 }

@@ -220,6 +220,8 @@ async fn bridge_download(cx: &Ctx<'_>, mib: u64) -> anyhow::Result<f64> {
     };
     let web = zeros_server(&format!("{gateway}:0"), mib << 20).await?;
     let name = format!("{}-base-egress", cx.prefix);
+    // One left by a run that was killed would take the name.
+    let _ = docker(&["rm", "-f", &name]).await;
     docker(&[
         "run",
         "-d",

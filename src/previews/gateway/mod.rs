@@ -127,6 +127,8 @@ fn admit(g: &Gateway, config: &Config, p: &PreviewRecord, req: &Request) -> Admi
     // reaches the app.
     let bearer = bearer_token(req.headers());
     let bearer_is_ours = bearer.is_some_and(|t| is_token(t) || g.auth.is_our_token(t));
+    // Stripped whatever it is, but it lets in only a credential that may use this agent.
+    let bearer_admits = bearer.is_some_and(|t| is_token(t) || g.auth.may_use_agent(t, &p.agent_id));
     let query_is_ours = query_token(req).is_some_and(|t| is_token(&t));
     let yes = |set_cookie| Admitted::Yes {
         strip_authorization: bearer_is_ours,
@@ -145,7 +147,7 @@ fn admit(g: &Gateway, config: &Config, p: &PreviewRecord, req: &Request) -> Admi
     }
     let granted = cookies(req.headers(), grant::COOKIE)
         .any(|c| g.previews.grants().allows(c, &p.id, unix_now()));
-    if p.access == Access::Public || granted || bearer_is_ours {
+    if p.access == Access::Public || granted || bearer_admits {
         return yes(None);
     }
     if query_is_ours {

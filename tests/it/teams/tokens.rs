@@ -46,6 +46,10 @@ async fn bad_token_requests_are_400_and_more_than_the_maker_has_is_403() {
             json!({ "name": "ci", "scopes": ["agents:read"], "agents": ["nosuch"] }),
             Some("agents"),
         ),
+        (
+            json!({ "name": "ci", "scopes": ["admin"], "agents": ["nosuch"] }),
+            Some("scopes"),
+        ),
         (json!({ "name": "ci", "scopes": ["everything"] }), None),
         (
             json!({ "name": "ci", "scopes": ["agents:read"], "supervised": true }),
@@ -296,6 +300,65 @@ async fn revoking_a_token_closes_its_streams_within_a_second() {
             Ok(Some(Ok(Message::Close(_)))) | Ok(None) | Ok(Some(Err(_))) => break,
             Ok(Some(Ok(_))) => {}
             Err(_) => panic!("the terminal was still open a second after the revocation"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_event_stream_shows_processes_only_to_tokens_that_may_use_agents() {
+    let s = TestServer::start().await;
+    let id = s.running_agent("watched").await;
+    let (reader, _) = token(&s, json!({ "name": "reader", "scopes": ["agents:read"] })).await;
+    let (user, _) = token(
+        &s,
+        json!({ "name": "user", "scopes": ["agents:read", "agents:use"] }),
+    )
+    .await;
+    let open = |t: String| {
+        let s = &s;
+        async move {
+            let r = s
+                .http
+                .get(s.url("/api/v1/events"))
+                .bearer_auth(t)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            Events::of(r)
+        }
+    };
+    let mut reads = open(reader).await;
+    let mut uses = open(user).await;
+    let (status, started) = s
+        .call(
+            "POST",
+            &format!("/api/v1/agents/{id}/processes"),
+            Some(json!({ "command": ["echo", "secret-command-line"] })),
+        )
+        .await;
+    assert_eq!(status, 201, "{started}");
+    // A change every stream carries, after the process's start: the reader's stream reaches it
+    // without a process event before it.
+    let r = s
+        .patch_agent(&id, json!({ "labels": { "after": "process" } }))
+        .await;
+    assert_eq!(r.status(), 200);
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let mut saw_process = false;
+    loop {
+        let (kind, data) = uses.next(deadline).await;
+        saw_process |= kind == "process";
+        if kind == "agent" && data["labels"]["after"] == "process" {
+            break;
+        }
+    }
+    assert!(saw_process, "agents:use sees the process");
+    loop {
+        let (kind, data) = reads.next(deadline).await;
+        assert_ne!(kind, "process", "agents:read alone must not see {data}");
+        if kind == "agent" && data["labels"]["after"] == "process" {
+            break;
         }
     }
 }
