@@ -172,8 +172,8 @@ def test_run_code_keeps_state_shows_results_and_errors_and_streams(
             assert "return 1 / 0" in err.error.traceback and "\x1b" not in err.error.traceback
             assert err.results == ()
 
-            # A stream: each piece reaches its callback, in the kernel's order, and the
-            # execution is the same as an answer at the end would be.
+            # A stream: each piece reaches its callback, and the execution is the same as an
+            # answer at the end would be.
             seen: list[tuple[str, object]] = []
             streamed = agent.run_code(
                 "import sys\nprint('out')\nprint('err', file=sys.stderr)\nx",
@@ -182,11 +182,10 @@ def test_run_code_keeps_state_shows_results_and_errors_and_streams(
                 on_result=lambda r: seen.append(("result", r)),
                 timeout=WAIT,
             )
-            assert seen == [
-                ("stdout", "out\n"),
-                ("stderr", "err\n"),
-                ("result", Result({"text/plain": "41"})),
-            ]
+            # The kernel flushes each stream on its own: the order within one is kept.
+            assert "".join(str(v) for k, v in seen if k == "stdout") == "out\n"
+            assert "".join(str(v) for k, v in seen if k == "stderr") == "err\n"
+            assert seen[-1] == ("result", Result({"text/plain": "41"}))
             assert (streamed.stdout, streamed.stderr, streamed.text) == ("out\n", "err\n", "41")
             assert streamed.execution_count is not None and streamed.execution_count > 1
 
