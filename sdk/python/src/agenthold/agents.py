@@ -390,6 +390,7 @@ class Agent(_AgentView):
     def run_code(
         self,
         code: str,
+        *,
         context: str | CodeContext | None = None,
         timeout: float | None = None,
         on_stdout: TextCallback | None = None,
@@ -399,7 +400,14 @@ class Agent(_AgentView):
         """Runs Python in a kernel that keeps its variables between runs (E2B's
         ``run_code``): see :meth:`Code.run`. The exception the code raised is in the
         result's ``error``, not raised."""
-        return self.code.run(code, context, timeout, on_stdout, on_stderr, on_result)
+        return self.code.run(
+            code,
+            context=context,
+            timeout=timeout,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+            on_result=on_result,
+        )
 
     def ports(self) -> list[ListeningPort]:
         """The TCP ports listening in the sandbox, by port. Empty while the agent sleeps: a
@@ -566,6 +574,7 @@ class AsyncAgent(_AgentView):
     async def run_code(
         self,
         code: str,
+        *,
         context: str | CodeContext | None = None,
         timeout: float | None = None,
         on_stdout: AsyncTextCallback | None = None,
@@ -573,7 +582,14 @@ class AsyncAgent(_AgentView):
         on_result: AsyncResultCallback | None = None,
     ) -> Execution:
         """See :meth:`Agent.run_code`."""
-        return await self.code.run(code, context, timeout, on_stdout, on_stderr, on_result)
+        return await self.code.run(
+            code,
+            context=context,
+            timeout=timeout,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+            on_result=on_result,
+        )
 
     async def ports(self) -> list[ListeningPort]:
         """See :meth:`Agent.ports`."""

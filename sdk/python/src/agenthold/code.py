@@ -180,6 +180,7 @@ class Code:
     def run(
         self,
         code: str,
+        *,
         context: str | CodeContext | None = None,
         timeout: float | None = None,
         on_stdout: TextCallback | None = None,
@@ -191,7 +192,8 @@ class Code:
         interrupts the code and ends the run with ``error.name == "TimeoutError"``; without
         it the server's exec default applies. With a callback the output streams to it as
         the kernel produces it. An image without ``python3-ipykernel`` raises
-        :class:`Conflict`."""
+        :class:`Conflict`. All but ``code`` are keywords: E2B's second positional parameter is
+        the language, which would otherwise be taken for a context."""
         body = _body(code, None if context is None else _id(context), timeout)
         if on_stdout is None and on_stderr is None and on_result is None:
             answer = self._t.json("POST", self._path, json=body, timeout=_answer_timeout(timeout))
@@ -230,6 +232,7 @@ class AsyncCode:
     async def run(
         self,
         code: str,
+        *,
         context: str | CodeContext | None = None,
         timeout: float | None = None,
         on_stdout: AsyncTextCallback | None = None,
