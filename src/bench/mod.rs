@@ -69,6 +69,9 @@ pub enum Case {
     /// at an SSE client, updates delivered per second, server RSS per idle session, wake →
     /// first update
     Sessions,
+    /// code that keeps state: `run_code("1+1")` in the ready image's kernel against `exec
+    /// python3 -c 1+1` in the same agent
+    Code,
     /// previews (an app in the sandbox, reached through its preview URL): request → first
     /// byte against the same request inside the sandbox, a 1 GiB download against `docker cp`,
     /// 100 WebSockets echoing at once
@@ -226,8 +229,25 @@ async fn measure(
         }
     }
 
+    if args.wants(Case::Code) {
+        if cases::common::have_ready_image().await {
+            progress("code: run_code against exec python3");
+            rows.push(cases::code::code(&mut cx).await?);
+        } else {
+            let why = format!(
+                "the ready agent image {} is missing (its ipykernel runs the code); \
+                 scripts/build-agent-image.sh builds it",
+                crate::config::AGENT_IMAGE
+            );
+            if args.cases.contains(&Case::Code) {
+                anyhow::bail!("{why}");
+            }
+            progress(&format!("code: skipped, {why}"));
+        }
+    }
+
     if args.wants(Case::Previews) {
-        if cases::previews::have_image().await {
+        if cases::common::have_ready_image().await {
             progress("previews");
             rows.extend(cases::previews::previews(&mut cx).await?);
         } else {

@@ -1,5 +1,6 @@
-"""One smoke test of the client against a server on the Docker driver: a real container with
-sandboxd inside, driven end to end through the client.
+"""Smoke tests of the client against a server on the Docker driver: a real container with
+sandboxd inside, driven end to end through the client, and code run in the ready image's
+ipykernel (``agent.run_code``), which the fake driver cannot start.
 
 It needs a running Docker engine with the test images of ``scripts/docker-setup.sh`` and the
 static sandboxd of ``scripts/build-sandboxd.sh``. Without them it is skipped with one line,
@@ -8,6 +9,8 @@ unless ``AGENTHOLD_DOCKER_TESTS=require`` (as ``scripts/test`` sets), which make
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import os
 import secrets
 import subprocess
@@ -15,11 +18,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from agenthold import Client, OutputChunk
+from agenthold import AsyncClient, Client, OutputChunk, Result
 
 from .conftest import REPO_ROOT, Server, serve, unique
 
 IMAGE = "agenthold-test/agent:latest"
+#: The ready image, which has Debian's python3-ipykernel (scripts/build-agent-image.sh).
+DEV_IMAGE = "agenthold/agent:bookworm"
 SANDBOXD = REPO_ROOT / "target" / "sandboxd" / "sandboxd"
 #: Creating, waking and stopping a real container on a loaded machine.
 WAIT = 180.0
@@ -113,3 +118,103 @@ def test_an_agent_on_docker_runs_commands_keeps_files_and_sleeps_and_wakes(
             agent.destroy(wait=True, timeout=WAIT)
         left = _docker("ps", "-aq", "--filter", f"label=agenthold.prefix={prefix}")
         assert left.stdout.split() == [], "the container outlived its agent"
+
+
+#: A 1x1 PNG made from bytes (no matplotlib), displayed, and its base64 printed to compare.
+PNG = r"""
+import base64, struct, zlib
+from IPython.display import Image, display
+def chunk(t, d):
+    return struct.pack('>I', len(d)) + t + d + struct.pack('>I', zlib.crc32(t + d) & 0xffffffff)
+png = (b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', 1, 1, 8, 2, 0, 0, 0))
+       + chunk(b'IDAT', zlib.compress(b'\x00\xff\x00\x00')) + chunk(b'IEND', b''))
+display(Image(data=png))
+print(base64.b64encode(png).decode())
+"""
+
+
+def test_run_code_keeps_state_shows_results_and_errors_and_streams(
+    docker_server: tuple[Server, str],
+) -> None:
+    srv, _ = docker_server
+    if _docker("image", "inspect", DEV_IMAGE).returncode != 0:
+        why = f"the ready image {DEV_IMAGE} is missing (run scripts/build-agent-image.sh)"
+        if os.environ.get("AGENTHOLD_DOCKER_TESTS") == "require":
+            pytest.fail(why)
+        pytest.skip(why)
+    with Client(srv.url, srv.token) as ah:
+        agent = ah.agents.create(
+            unique("pycode"),
+            image=DEV_IMAGE,
+            memory_mb=512,
+            idle_minutes=0,
+            wait=True,
+            timeout=WAIT,
+        )
+        try:
+            first = agent.run_code("x = 41\nprint('hi')\nx + 1", timeout=WAIT)
+            assert (first.text, first.stdout, first.error, first.execution_count) == (
+                "42",
+                "hi\n",
+                None,
+                1,
+            )
+            assert agent.run_code("x * 2", timeout=WAIT).text == "82", "x was kept"
+
+            png = agent.run_code(PNG, timeout=WAIT)
+            want = base64.b64decode(png.stdout.strip())
+            (image,) = [r for r in png.results if r.png is not None]
+            assert image.bytes("image/png") == want and want.startswith(b"\x89PNG")
+
+            err = agent.run_code("def f():\n    return 1 / 0\nf()", timeout=WAIT)
+            assert err.error is not None
+            assert (err.error.name, err.error.value) == ("ZeroDivisionError", "division by zero")
+            assert "return 1 / 0" in err.error.traceback and "\x1b" not in err.error.traceback
+            assert err.results == ()
+
+            # A stream: each piece reaches its callback, and the execution is the same as an
+            # answer at the end would be.
+            seen: list[tuple[str, object]] = []
+            streamed = agent.run_code(
+                "import sys\nprint('out')\nprint('err', file=sys.stderr)\nx",
+                on_stdout=lambda t: seen.append(("stdout", t)),
+                on_stderr=lambda t: seen.append(("stderr", t)),
+                on_result=lambda r: seen.append(("result", r)),
+                timeout=WAIT,
+            )
+            # The kernel flushes each stream on its own: the order within one is kept.
+            assert "".join(str(v) for k, v in seen if k == "stdout") == "out\n"
+            assert "".join(str(v) for k, v in seen if k == "stderr") == "err\n"
+            assert seen[-1] == ("result", Result({"text/plain": "41"}))
+            assert (streamed.stdout, streamed.stderr, streamed.text) == ("out\n", "err\n", "41")
+            assert streamed.execution_count is not None and streamed.execution_count > 1
+
+            # A context of its own has its own variables; a restart forgets them.
+            ctx = agent.code.contexts.create()
+            assert agent.run_code("y = 5", context=ctx, timeout=WAIT).error is None
+            missing = agent.run_code("x", context=ctx, timeout=WAIT).error
+            assert missing is not None and missing.name == "NameError"
+            assert {c.id for c in agent.code.contexts.list()} == {"default", ctx.id}
+            restarted = agent.code.contexts.restart(ctx)
+            assert restarted.id == ctx.id and restarted.execution_count == 0
+            gone = agent.run_code("y", context=ctx.id, timeout=WAIT).error
+            assert gone is not None and gone.name == "NameError"
+            assert agent.run_code("x", timeout=WAIT).text == "41", "default was not restarted"
+            agent.code.contexts.delete(ctx)
+            assert [c.id for c in agent.code.contexts.list()] == ["default"]
+
+            async def through_async() -> str | None:
+                async with AsyncClient(srv.url, srv.token) as aah:
+                    a = await aah.agents.get(agent.id)
+                    chunks: list[str] = []
+
+                    async def keep(t: str) -> None:
+                        chunks.append(t)
+
+                    e = await a.run_code("print(x)\nx + 1", on_stdout=keep, timeout=WAIT)
+                    assert chunks == ["41\n"]
+                    return e.text
+
+            assert asyncio.run(through_async()) == "42"
+        finally:
+            agent.destroy(wait=True, timeout=WAIT)

@@ -32,6 +32,9 @@ READ: list[tuple[type[Any], Any]] = [
     (models.Limits, _wire.Limits),
     (models.HarnessInfo, _wire.HarnessInfo),
     (models.CommandResult, _wire.ExecResult),
+    (models.Execution, _wire.Execution),
+    (models.CodeError, _wire.CodeError),
+    (models.CodeContext, _wire.CodeContext),
     (models.Process, _wire.Process),
     (models.DirEntry, _wire.DirEntry),
     (models.FileInfo, _wire.FileInfo),
@@ -76,10 +79,6 @@ NOT_READ = {
     "RenameBody",
     "CreatePreview",
     "RunCode",
-    # The code routes' answers: the client has no run_code yet (issue 32's client part).
-    "Execution",
-    "CodeError",
-    "CodeContext",
     # Read as what they hold: a bool (files.exists) and a list (files.write_files).
     "PathExists",
     "FilesWritten",

@@ -182,6 +182,14 @@ pub async fn keys(term: &mut Terminal, k: &[u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether the ready agent image ([`crate::config::AGENT_IMAGE`]) is there: the previews
+/// case needs its python3, the code case its ipykernel.
+pub async fn have_ready_image() -> bool {
+    docker(&["image", "inspect", crate::config::AGENT_IMAGE])
+        .await
+        .is_ok()
+}
+
 /// A running container of `image` for the baselines.
 pub async fn baseline_container(prefix: &str, image: &str, name: &str) -> anyhow::Result<String> {
     let name = format!("{prefix}-base-{name}");

@@ -3,6 +3,7 @@
 //! Docker's alike.
 
 mod burst;
+pub(super) mod code;
 pub(super) mod common;
 mod create;
 mod echo;

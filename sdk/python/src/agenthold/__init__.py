@@ -6,6 +6,8 @@
     with ah.agents.create("scratch") as agent:     # destroyed on leaving the block
         agent.files.write("hello.py", "print('hi')\n")
         print(agent.commands.run("python3 hello.py").stdout)
+        agent.run_code("x = 41")                   # a kernel that keeps its variables
+        print(agent.run_code("x + 1").text)        # 42 (needs python3-ipykernel)
 
 :class:`AsyncClient` has the same names, awaited.
 """
@@ -41,6 +43,8 @@ from .models import (
     Approval,
     ApprovalEvent,
     ApprovalOption,
+    CodeContext,
+    CodeError,
     CommandResult,
     ConversationEvent,
     CreatedToken,
@@ -51,6 +55,7 @@ from .models import (
     EgressLogEntry,
     EgressRules,
     Event,
+    Execution,
     ExpiringEvent,
     FileEvent,
     FileInfo,
@@ -75,6 +80,7 @@ from .models import (
     PromptResult,
     PullEvent,
     PullProgress,
+    Result,
     SessionDeletedEvent,
     SessionEvent,
     SessionInfo,
@@ -124,6 +130,10 @@ __all__ = [
     "Health",
     "Limits",
     "CommandResult",
+    "Execution",
+    "Result",
+    "CodeError",
+    "CodeContext",
     "Process",
     "ProcessResult",
     "OutputChunk",

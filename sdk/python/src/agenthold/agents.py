@@ -21,6 +21,14 @@ import httpx
 
 from ._http import AsyncTransport, SyncTransport, seg
 from ._wait import AT_REST, Deadline, wait_async, wait_sync
+from .code import (
+    AsyncCode,
+    AsyncResultCallback,
+    AsyncTextCallback,
+    Code,
+    ResultCallback,
+    TextCallback,
+)
 from .commands import AsyncCommands, Commands
 from .errors import Conflict, NotFound
 from .files import AsyncFiles, Files
@@ -28,8 +36,10 @@ from .models import (
     TRANSIENT_STATES,
     AgentInfo,
     AgentState,
+    CodeContext,
     EgressLogEntry,
     EgressRules,
+    Execution,
     ListeningPort,
     Preset,
     PullProgress,
@@ -354,8 +364,9 @@ class AsyncAgentEgress(_EgressView):
 
 
 class Agent(_AgentView):
-    """One agent: its settings (as last seen), lifecycle, commands, files, terminals,
-    sessions (conversations with a harness) and previews (URLs of its ports).
+    """One agent: its settings (as last seen), lifecycle, commands, code (Python that keeps
+    its variables between runs), files, terminals, sessions (conversations with a harness)
+    and previews (URLs of its ports).
 
     As a context manager it destroys the agent on leaving the block.
     """
@@ -365,6 +376,7 @@ class Agent(_AgentView):
         self.info = info
         transport.follow_state(info.id, self)
         self.commands = Commands(transport, info.id)
+        self.code = Code(transport, info.id)
         self.files = Files(transport, info.id)
         self.terminals = Terminals(transport, info.id)
         self.sessions = Sessions(transport, info.id)
@@ -374,6 +386,28 @@ class Agent(_AgentView):
     def _set(self, body: Any) -> Agent:
         self.info = AgentInfo.from_json(body)
         return self
+
+    def run_code(
+        self,
+        code: str,
+        *,
+        context: str | CodeContext | None = None,
+        timeout: float | None = None,
+        on_stdout: TextCallback | None = None,
+        on_stderr: TextCallback | None = None,
+        on_result: ResultCallback | None = None,
+    ) -> Execution:
+        """Runs Python in a kernel that keeps its variables between runs (E2B's
+        ``run_code``): see :meth:`Code.run`. The exception the code raised is in the
+        result's ``error``, not raised."""
+        return self.code.run(
+            code,
+            context=context,
+            timeout=timeout,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+            on_result=on_result,
+        )
 
     def ports(self) -> list[ListeningPort]:
         """The TCP ports listening in the sandbox, by port. Empty while the agent sleeps: a
@@ -526,6 +560,7 @@ class AsyncAgent(_AgentView):
         self.info = info
         transport.follow_state(info.id, self)
         self.commands = AsyncCommands(transport, info.id)
+        self.code = AsyncCode(transport, info.id)
         self.files = AsyncFiles(transport, info.id)
         self.terminals = AsyncTerminals(transport, info.id)
         self.sessions = AsyncSessions(transport, info.id)
@@ -535,6 +570,26 @@ class AsyncAgent(_AgentView):
     def _set(self, body: Any) -> AsyncAgent:
         self.info = AgentInfo.from_json(body)
         return self
+
+    async def run_code(
+        self,
+        code: str,
+        *,
+        context: str | CodeContext | None = None,
+        timeout: float | None = None,
+        on_stdout: AsyncTextCallback | None = None,
+        on_stderr: AsyncTextCallback | None = None,
+        on_result: AsyncResultCallback | None = None,
+    ) -> Execution:
+        """See :meth:`Agent.run_code`."""
+        return await self.code.run(
+            code,
+            context=context,
+            timeout=timeout,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+            on_result=on_result,
+        )
 
     async def ports(self) -> list[ListeningPort]:
         """See :meth:`Agent.ports`."""

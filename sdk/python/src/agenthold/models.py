@@ -32,6 +32,10 @@ __all__ = [
     "Health",
     "Limits",
     "CommandResult",
+    "CodeError",
+    "Result",
+    "Execution",
+    "CodeContext",
     "Process",
     "OutputChunk",
     "OutputGap",
@@ -329,6 +333,120 @@ class CommandResult:
             stdout=result.stdout if stdout is None else stdout,
             stderr=result.stderr if stderr is None else stderr,
         )
+
+
+@dataclass(frozen=True)
+class CodeError:
+    """The exception that ended a run of code (``agent.run_code``), or why the kernel could not
+    finish it: ``name`` is the exception's class (``ZeroDivisionError``), ``KernelOutOfMemory``
+    or ``KernelDied`` when the kernel died (its variables are gone) and ``TimeoutError`` past
+    the run's timeout. ``traceback`` is as Python prints it, without colours."""
+
+    name: str
+    value: str = ""
+    traceback: str = ""
+
+
+@dataclass(frozen=True)
+class Result:
+    """One thing a run of code displayed, or its last expression's value: its representations
+    keyed by MIME type in ``data`` (binary ones, such as ``image/png``, as base64 text, as
+    E2B's are)."""
+
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def _text(self, mime: str) -> str | None:
+        value = self.data.get(mime)
+        return value if isinstance(value, str) else None
+
+    @property
+    def text(self) -> str | None:
+        """The ``text/plain`` representation (``"42"`` for ``41 + 1``)."""
+        return self._text("text/plain")
+
+    @property
+    def html(self) -> str | None:
+        return self._text("text/html")
+
+    @property
+    def markdown(self) -> str | None:
+        return self._text("text/markdown")
+
+    @property
+    def png(self) -> str | None:
+        """The ``image/png`` representation as base64 text (E2B's form); see :meth:`bytes`."""
+        return self._text("image/png")
+
+    @property
+    def jpeg(self) -> str | None:
+        return self._text("image/jpeg")
+
+    @property
+    def json(self) -> Any:
+        return self.data.get("application/json")
+
+    @property
+    def formats(self) -> tuple[str, ...]:
+        """The MIME types it has, in the kernel's order."""
+        return tuple(self.data)
+
+    def bytes(self, mime: str = "image/png") -> bytes | None:
+        """A binary representation decoded from its base64 (``None`` when it has none)."""
+        value = self._text(mime)
+        return None if value is None else base64.b64decode(value)
+
+
+@dataclass(frozen=True)
+class Execution:
+    """A finished run of code (``agent.run_code``): what it displayed and its last
+    expression's value in ``results``, its output, and the exception that ended it, if any
+    (which the call returns rather than raises, as E2B's does)."""
+
+    results: tuple[Result, ...] = ()
+    stdout: str = ""
+    stderr: str = ""
+    error: CodeError | None = None
+    #: The kernel's count for this run; ``None`` when the kernel died before it counted it.
+    execution_count: int | None = None
+    #: Output past the server's cap (8 MiB for stdout, stderr, results and error together)
+    #: was dropped.
+    truncated: bool = False
+
+    @property
+    def text(self) -> str | None:
+        """The text of the last expression's value (the last result's ``text/plain``)."""
+        for r in reversed(self.results):
+            if r.text is not None:
+                return r.text
+        return None
+
+    @classmethod
+    def from_json(cls, d: Any) -> Execution:
+        obj = d if isinstance(d, dict) else {}
+        raw = obj.get("results")
+        results = (
+            tuple(Result(dict(r)) for r in raw if isinstance(r, dict))
+            if isinstance(raw, list)
+            else ()
+        )
+        return dataclasses.replace(decode(cls, {**obj, "results": []}), results=results)
+
+
+@dataclass(frozen=True)
+class CodeContext:
+    """A code context: one kernel with its own variables (``agent.code.contexts``)."""
+
+    id: str
+    language: str = "python"
+    created_at: datetime | None = None
+    #: Runs so far in its kernel (0 after a start or a restart).
+    execution_count: int = 0
+    #: Code runs in it now.
+    busy: bool = False
+
+    @classmethod
+    def from_json(cls, d: Any) -> CodeContext:
+        return decode(cls, d)
 
 
 @dataclass(frozen=True)

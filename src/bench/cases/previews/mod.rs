@@ -43,13 +43,6 @@ const ADDS_AT_P50_MS: f64 = 1.0;
 /// A download through a preview against `docker cp` out of the container.
 const DOWNLOAD: &[Bound] = &[Bound::RatioAtLeast(1.0)];
 
-/// Whether the ready agent image is there; the case needs its python3.
-pub async fn have_image() -> bool {
-    crate::bench::docker_cli::docker(&["image", "inspect", crate::config::AGENT_IMAGE])
-        .await
-        .is_ok()
-}
-
 /// The API calls of previews, which the CLI's client does not make.
 struct PreviewApi {
     http: reqwest::Client,
