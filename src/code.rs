@@ -3,6 +3,8 @@
 //! lifecycle's (a run wakes the agent, a listing of contexts never does).
 
 use agenthold_proto::code::PYTHON;
+use std::collections::BTreeMap;
+
 use agenthold_proto::{CodeError, CodeEvent, CodeRun, CodeRunInvalid};
 
 use crate::tunnel::conn::{CodeRunStream, ConnError};
@@ -34,6 +36,7 @@ pub fn check_run(
     language: Option<&str>,
     context: Option<String>,
     timeout_ms: u64,
+    agent_env: &BTreeMap<String, String>,
 ) -> Result<CodeRun, CodeInvalid> {
     if let Some(l) = language.filter(|l| *l != PYTHON) {
         return Err(CodeInvalid::Language(l.chars().take(64).collect()));
@@ -42,9 +45,26 @@ pub fn check_run(
         code,
         context,
         timeout_ms: Some(timeout_ms),
+        env: kernel_env(agent_env)?,
     };
     run.check()?;
     Ok(run)
+}
+
+/// The env a kernel starts with over the sandbox's own: the agent's, as commands get it. Held
+/// to the size a run's header carries (the agent's env alone stays well under it).
+pub fn kernel_env(
+    agent_env: &BTreeMap<String, String>,
+) -> Result<Vec<(String, String)>, CodeInvalid> {
+    let env: Vec<(String, String)> = agent_env
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let len = agenthold_proto::code::env_len(&env);
+    if len > agenthold_proto::MAX_CODE_LEN {
+        return Err(CodeInvalid::Run(CodeRunInvalid::TooLarge(len)));
+    }
+    Ok(env)
 }
 
 /// A whole run: its results in order, its output, its exception.
@@ -85,13 +105,23 @@ mod tests {
 
     #[test]
     fn only_python_code_within_the_limit_in_a_named_context_runs() {
-        assert!(check_run("1".into(), None, None, 1).is_ok());
-        assert!(check_run("1".into(), Some("python"), Some("default".into()), 1).is_ok());
-        let e = check_run("1".into(), Some("r"), None, 1).unwrap_err();
+        let none = BTreeMap::new();
+        assert!(check_run("1".into(), None, None, 1, &none).is_ok());
+        assert!(check_run("1".into(), Some("python"), Some("default".into()), 1, &none).is_ok());
+        let e = check_run("1".into(), Some("r"), None, 1, &none).unwrap_err();
         assert_eq!(e.field(), "language");
-        let e = check_run("x".repeat(MAX_CODE_LEN + 1), None, None, 1).unwrap_err();
+        let e = check_run("x".repeat(MAX_CODE_LEN + 1), None, None, 1, &none).unwrap_err();
         assert_eq!(e.field(), "code");
-        let e = check_run("1".into(), None, Some("../x".into()), 1).unwrap_err();
+        let e = check_run("1".into(), None, Some("../x".into()), 1, &none).unwrap_err();
         assert_eq!(e.field(), "context");
+    }
+
+    #[test]
+    fn the_agents_env_goes_with_a_run_and_counts_toward_its_size() {
+        let env = BTreeMap::from([("OPENAI_API_KEY".to_string(), "sk-1".to_string())]);
+        let run = check_run("1".into(), None, None, 1, &env).expect("a run");
+        assert_eq!(run.env, vec![("OPENAI_API_KEY".into(), "sk-1".into())]);
+        let e = check_run("x".repeat(MAX_CODE_LEN - 10), None, None, 1, &env).unwrap_err();
+        assert_eq!(e.field(), "code");
     }
 }

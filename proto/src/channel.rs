@@ -146,7 +146,9 @@ impl Request {
             Request::Exec(_)
             | Request::ProcessStart(_)
             | Request::TerminalOpen(_)
-            | Request::CodeRun(_) => MAX_EXEC_HEADER_LEN,
+            | Request::CodeRun(_)
+            | Request::CodeContextCreate(_)
+            | Request::CodeContextRestart(_) => MAX_EXEC_HEADER_LEN,
             _ => MAX_HEADER_LEN,
         }
     }

@@ -37,12 +37,24 @@ pub struct CodeRun {
     /// `TimeoutError`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// The agent's env, over the sandbox's own: a kernel this run starts begins with it (one
+    /// already running keeps what it began with).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<(String, String)>,
+}
+
+/// The bytes `env` takes as a process's environment (each `KEY=VALUE` with its NUL).
+pub fn env_len(env: &[(String, String)]) -> usize {
+    env.iter().map(|(k, v)| k.len() + v.len() + 2).sum()
 }
 
 /// Why a `code.run` header cannot be sent or run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CodeRunInvalid {
-    #[error("the code is {0} bytes; at most {MAX_CODE_LEN} bytes (1 MiB) are accepted")]
+    #[error(
+        "the code and the agent's env take {0} bytes; at most {MAX_CODE_LEN} bytes (1 MiB) are \
+         accepted"
+    )]
     TooLarge(usize),
     #[error(transparent)]
     Context(#[from] ContextIdInvalid),
@@ -51,8 +63,9 @@ pub enum CodeRunInvalid {
 impl CodeRun {
     /// Checks the code's size and the context's name; both sides check.
     pub fn check(&self) -> Result<(), CodeRunInvalid> {
-        if self.code.len() > MAX_CODE_LEN {
-            return Err(CodeRunInvalid::TooLarge(self.code.len()));
+        let len = self.code.len() + env_len(&self.env);
+        if len > MAX_CODE_LEN {
+            return Err(CodeRunInvalid::TooLarge(len));
         }
         if let Some(c) = &self.context {
             check_context_id(c)?;
@@ -77,9 +90,13 @@ pub fn check_context_id(id: &str) -> Result<(), ContextIdInvalid> {
     }
 }
 
-/// Opens `code.context.create`: a new context with a kernel of its own, started at once.
+/// Opens `code.context.create`: a new context with a kernel of its own, started at once with
+/// the agent's `env` over the sandbox's own.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct CodeContextCreate {}
+pub struct CodeContextCreate {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<(String, String)>,
+}
 
 /// Opens `code.context.list`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -89,6 +106,9 @@ pub struct CodeContextList {}
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct CodeContextRestart {
     pub context: String,
+    /// As [`CodeContextCreate::env`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<(String, String)>,
 }
 
 /// Opens `code.context.remove`: the context's kernel and everything it started are killed.

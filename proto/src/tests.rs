@@ -475,6 +475,7 @@ async fn a_code_run_of_the_largest_code_reaches_sandboxd() {
         code: "\u{1}".repeat(MAX_CODE_LEN),
         context: Some("default".into()),
         timeout_ms: Some(u64::MAX),
+        env: Vec::new(),
     });
     let Request::CodeRun(run) = &req else {
         unreachable!()
@@ -492,6 +493,7 @@ fn code_over_the_limit_and_bad_contexts_are_refused() {
         code,
         context: context.map(String::from),
         timeout_ms: None,
+        env: Vec::new(),
     };
     assert_eq!(
         run("x".repeat(MAX_CODE_LEN + 1), None).check(),

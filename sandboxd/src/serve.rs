@@ -78,9 +78,9 @@ async fn handle(sb: Sandbox, mut s: MuxStream) {
         Request::PortsList(_) => ports::list(sb, s).await,
         Request::PortConnect(c) => ports::connect(s, c.port).await,
         Request::CodeRun(req) => code::run(sb, s, req).await,
-        Request::CodeContextCreate(_) => code::create(sb, s).await,
+        Request::CodeContextCreate(r) => code::create(sb, s, r.env).await,
         Request::CodeContextList(_) => code::list(sb, s).await,
-        Request::CodeContextRestart(r) => code::restart(sb, s, r.context).await,
+        Request::CodeContextRestart(r) => code::restart(sb, s, r.context, r.env).await,
         Request::CodeContextRemove(r) => code::remove(sb, s, r.context).await,
         Request::Hello(_) | Request::Activity(_) | Request::ProcessWatch(_) => {
             let err = ChannelError::new(

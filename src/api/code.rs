@@ -15,7 +15,7 @@ use super::error::{ApiError, ApiJson, ApiQuery, ErrorBody};
 use super::exec::{error_line, line, NDJSON};
 use super::types::{CodeContext, Execution, RunCode};
 use super::AppState;
-use crate::code::{check_run, collect};
+use crate::code::{check_run, collect, kernel_env};
 use crate::launch::exec_timeout;
 use crate::tunnel::conn::CodeRunStream;
 
@@ -46,11 +46,13 @@ pub async fn run(
     ApiJson(body): ApiJson<RunCode>,
 ) -> Result<Response, ApiError> {
     let timeout_ms = exec_timeout(body.timeout_ms, &st.config().server)?;
+    let agent = st.lc.get(&id).await?;
     let run = check_run(
         body.code,
         body.language.as_deref(),
         body.context,
         timeout_ms,
+        &agent.env,
     )?;
     let streaming = q.stream.unwrap_or(false)
         || headers
@@ -99,8 +101,9 @@ pub async fn create_context(
     State(st): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<(StatusCode, Json<CodeContext>), ApiError> {
+    let env = kernel_env(&st.lc.get(&id).await?.env)?;
     let conn = st.lc.wake_conn(&id).await?;
-    let made = conn.create_code_context().await?;
+    let made = conn.create_code_context(env).await?;
     Ok((StatusCode::CREATED, Json(made.into())))
 }
 
@@ -134,8 +137,9 @@ pub async fn restart_context(
     Path((id, cid)): Path<(String, String)>,
 ) -> Result<Json<CodeContext>, ApiError> {
     check_context(&cid)?;
+    let env = kernel_env(&st.lc.get(&id).await?.env)?;
     let conn = st.lc.wake_conn(&id).await?;
-    Ok(Json(conn.restart_code_context(&cid).await?.into()))
+    Ok(Json(conn.restart_code_context(&cid, env).await?.into()))
 }
 
 /// Kills the context's kernel and everything it started, and forgets the context. Wakes a

@@ -22,7 +22,11 @@ pub async fn run(sb: Sandbox, mut s: MuxStream, req: CodeRun) {
         };
         return refuse(s, ChannelError::new(code, e.to_string())).await;
     }
-    let held = match sb.kernels().hold(&sb, req.context.as_deref()).await {
+    let held = match sb
+        .kernels()
+        .hold(&sb, req.context.as_deref(), &req.env)
+        .await
+    {
         Ok(h) => h,
         Err(e) => return refuse(s, e.to_channel_error()).await,
     };
@@ -52,8 +56,8 @@ pub async fn run(sb: Sandbox, mut s: MuxStream, req: CodeRun) {
     tokio::join!(writer, execute);
 }
 
-pub async fn create(sb: Sandbox, mut s: MuxStream) {
-    match sb.kernels().create(&sb).await {
+pub async fn create(sb: Sandbox, mut s: MuxStream, env: Vec<(String, String)>) {
+    match sb.kernels().create(&sb, &env).await {
         Ok(info) => {
             reply(&mut s, &Reply::ok_with(&info)).await;
             let _ = s.shutdown().await;
@@ -67,11 +71,11 @@ pub async fn list(sb: Sandbox, mut s: MuxStream) {
     let _ = s.shutdown().await;
 }
 
-pub async fn restart(sb: Sandbox, mut s: MuxStream, context: String) {
+pub async fn restart(sb: Sandbox, mut s: MuxStream, context: String, env: Vec<(String, String)>) {
     if let Err(e) = proto::check_context_id(&context) {
         return refuse(s, ChannelError::new(ErrorCode::Invalid, e.to_string())).await;
     }
-    match sb.kernels().restart(&sb, &context).await {
+    match sb.kernels().restart(&sb, &context, &env).await {
         Ok(info) => {
             reply(&mut s, &Reply::ok_with(&info)).await;
             let _ = s.shutdown().await;

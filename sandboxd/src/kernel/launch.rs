@@ -136,7 +136,7 @@ fn write_connection_file(
     Ok((dir, file, info))
 }
 
-fn command(sb: &Sandbox, connection_file: &Path) -> Command {
+fn command(sb: &Sandbox, connection_file: &Path, env: &[(String, String)]) -> Command {
     let mut cmd = Command::new("python3");
     cmd.args(["-m", "ipykernel_launcher", "-f"])
         .arg(connection_file)
@@ -144,6 +144,7 @@ fn command(sb: &Sandbox, connection_file: &Path) -> Command {
         .arg("--InteractiveShell.colors=NoColor")
         .env_clear()
         .envs(env::base(sb, agenthold_proto::RunAs::Agent))
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .env("PYTHONUNBUFFERED", "1")
         .current_dir(&sb.options().home)
         .process_group(0)
@@ -201,11 +202,11 @@ where
 }
 
 /// Starts a kernel and waits until it answers.
-pub async fn start(sb: &Sandbox) -> Result<Started, KernelError> {
+pub async fn start(sb: &Sandbox, env: &[(String, String)]) -> Result<Started, KernelError> {
     let zmq_err = |e: zeromq::ZmqError| KernelError::Start(format!("ZeroMQ: {e}"));
     let key = random_hex(32)?;
     let (dir, file, info) = write_connection_file(sb, &key)?;
-    let mut child = command(sb, &file).spawn().map_err(|e| {
+    let mut child = command(sb, &file, env).spawn().map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             KernelError::Missing("python3 is not installed".into())
         } else {

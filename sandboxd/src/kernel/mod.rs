@@ -93,18 +93,19 @@ impl Context {
         }
     }
 
-    /// Starts the kernel if the context has none.
+    /// Starts the kernel if the context has none, with `env` (the agent's) over the sandbox's.
     async fn ensure_started(
         &self,
         sb: &Sandbox,
         slot: &mut Option<launch::Started>,
+        env: &[(String, String)],
     ) -> Result<(), KernelError> {
         if slot.as_ref().is_some_and(|k| k.exited.borrow().is_none()) {
             return Ok(());
         }
         *slot = None;
         self.execution_count.store(0, Ordering::Relaxed);
-        let started = launch::start(sb).await?;
+        let started = launch::start(sb, env).await?;
         self.pgid.store(started.pgid, Ordering::Release);
         *slot = Some(started);
         Ok(())
@@ -173,13 +174,18 @@ impl Kernels {
 
     /// Takes a context for a run once its kernel is ready; the default one is made on first
     /// use. Waits while another run holds it.
-    pub async fn hold(&self, sb: &Sandbox, id: Option<&str>) -> Result<Held, KernelError> {
+    pub async fn hold(
+        &self,
+        sb: &Sandbox,
+        id: Option<&str>,
+        env: &[(String, String)],
+    ) -> Result<Held, KernelError> {
         let context = match id {
             None | Some(DEFAULT_CONTEXT) => self.insert(DEFAULT_CONTEXT.into())?,
             Some(id) => self.get(id)?,
         };
         let mut kernel = context.kernel.clone().lock_owned().await;
-        if let Err(e) = context.ensure_started(sb, &mut kernel).await {
+        if let Err(e) = context.ensure_started(sb, &mut kernel, env).await {
             // A default context that never started is not kept: listing it would mislead.
             if context.id == DEFAULT_CONTEXT {
                 self.map().remove(DEFAULT_CONTEXT);
@@ -189,10 +195,14 @@ impl Kernels {
         Ok(Held { context, kernel })
     }
 
-    pub async fn create(&self, sb: &Sandbox) -> Result<CodeContext, KernelError> {
+    pub async fn create(
+        &self,
+        sb: &Sandbox,
+        env: &[(String, String)],
+    ) -> Result<CodeContext, KernelError> {
         let context = self.insert(crate::terminal::new_id())?;
         let mut kernel = context.kernel.lock().await;
-        if let Err(e) = context.ensure_started(sb, &mut kernel).await {
+        if let Err(e) = context.ensure_started(sb, &mut kernel, env).await {
             self.map().remove(&context.id);
             return Err(e);
         }
@@ -206,12 +216,17 @@ impl Kernels {
     }
 
     /// Kills the kernel (a run in it ends with `KernelDied`) and starts a new one.
-    pub async fn restart(&self, sb: &Sandbox, id: &str) -> Result<CodeContext, KernelError> {
+    pub async fn restart(
+        &self,
+        sb: &Sandbox,
+        id: &str,
+        env: &[(String, String)],
+    ) -> Result<CodeContext, KernelError> {
         let context = self.get(id)?;
         context.kill();
         let mut kernel = context.kernel.lock().await;
         *kernel = None;
-        context.ensure_started(sb, &mut kernel).await?;
+        context.ensure_started(sb, &mut kernel, env).await?;
         Ok(context.info())
     }
 

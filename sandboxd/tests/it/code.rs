@@ -18,6 +18,7 @@ fn run(code: &str, context: Option<&str>) -> Request {
         code: code.into(),
         context: context.map(String::from),
         timeout_ms: None,
+        env: Vec::new(),
     })
 }
 
@@ -62,7 +63,9 @@ async fn an_image_without_ipykernel_is_refused_naming_the_package() {
     let e = h.refused(&run("1+1", None)).await;
     assert_eq!(e.code, ErrorCode::Unsupported, "{e:?}");
     assert!(e.message.contains("python3-ipykernel"), "{}", e.message);
-    let e = h.refused(&Request::from(CodeContextCreate {})).await;
+    let e = h
+        .refused(&Request::from(CodeContextCreate::default()))
+        .await;
     assert_eq!(e.code, ErrorCode::Unsupported, "{e:?}");
     // Nothing is left behind: no context was kept.
     let (_, list) = h.open(&Request::from(CodeContextList {})).await;
@@ -81,6 +84,7 @@ async fn oversized_code_and_unknown_contexts_are_refused() {
     let e = h
         .refused(&Request::from(CodeContextRestart {
             context: "abcdefghjkmnpqrs".into(),
+            env: Vec::new(),
         }))
         .await;
     assert_eq!(e.code, ErrorCode::NotFound);
@@ -130,7 +134,7 @@ async fn a_kernel_keeps_state_shows_results_and_errors_and_restarts() {
     assert_eq!(stdout(&third), "41\n");
 
     // A context of its own does not see the default one's variables; a restart forgets them.
-    let (_, made) = h.open(&Request::from(CodeContextCreate {})).await;
+    let (_, made) = h.open(&Request::from(CodeContextCreate::default())).await;
     let id = made.unwrap()["id"].as_str().unwrap().to_string();
     let other = events(&h, &run("print('x' in dir())", Some(&id))).await;
     assert_eq!(stdout(&other), "False\n");
@@ -139,6 +143,7 @@ async fn a_kernel_keeps_state_shows_results_and_errors_and_restarts() {
     let (_, r) = h
         .open(&Request::from(CodeContextRestart {
             context: "default".into(),
+            env: Vec::new(),
         }))
         .await;
     assert_eq!(r.unwrap()["executionCount"], 0);
@@ -184,6 +189,7 @@ async fn a_run_past_its_timeout_is_interrupted() {
         code: "import time\ntime.sleep(60)".into(),
         context: None,
         timeout_ms: Some(500),
+        env: Vec::new(),
     });
     let evs = events(&h, &req).await;
     assert!(

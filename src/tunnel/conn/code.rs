@@ -58,19 +58,28 @@ impl SandboxConn {
         })
     }
 
-    pub async fn create_code_context(&self) -> Result<CodeContext, ConnError> {
+    /// `env`: the agent's, which the new kernel starts with (see [`crate::code::kernel_env`]).
+    pub async fn create_code_context(
+        &self,
+        env: Vec<(String, String)>,
+    ) -> Result<CodeContext, ConnError> {
         self.activity.touch(&self.id);
-        Ok(self.open(CodeContextCreate {}).await?.1)
+        Ok(self.open(CodeContextCreate { env }).await?.1)
     }
 
     pub async fn list_code_contexts(&self) -> Result<Vec<CodeContext>, ConnError> {
         Ok(self.open(CodeContextList {}).await?.1)
     }
 
-    pub async fn restart_code_context(&self, context: &str) -> Result<CodeContext, ConnError> {
+    pub async fn restart_code_context(
+        &self,
+        context: &str,
+        env: Vec<(String, String)>,
+    ) -> Result<CodeContext, ConnError> {
         self.activity.touch(&self.id);
         let header = CodeContextRestart {
             context: context.into(),
+            env,
         };
         Ok(self.open(header).await?.1)
     }

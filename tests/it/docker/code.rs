@@ -197,3 +197,47 @@ async fn a_thousand_runs_do_not_grow_sandboxd() {
     );
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kernel_starts_with_the_agents_env_and_a_restart_takes_a_new_one() {
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
+    let s = env.server(false).await;
+    if docker_try(&["image", "inspect", DEV_IMAGE]).is_err() {
+        panic!("image {DEV_IMAGE} is missing; run scripts/build-agent-image.sh first");
+    }
+    let id = s
+        .running_agent(json!({"name": "keyed", "image": DEV_IMAGE, "env": {"MODEL_KEY": "k1"}}))
+        .await;
+    let read = "import os; print(os.environ.get('MODEL_KEY'), 'HTTP_PROXY' in os.environ)";
+    let out = code(&s, &id, read).await;
+    assert_eq!(
+        out["stdout"], "k1 True\n",
+        "the agent's env over the sandbox's: {out}"
+    );
+    let r = s
+        .patch_agent(&id, json!({"env": {"MODEL_KEY": "k2"}}))
+        .await;
+    assert_eq!(r.status(), 200);
+    // A running kernel keeps what it started with; a restart (or a new context) takes the new.
+    let out = code(&s, &id, read).await;
+    assert_eq!(out["stdout"], "k1 True\n", "{out}");
+    let (st, _) = s
+        .call(
+            "POST",
+            &format!("/api/v1/agents/{id}/code/contexts/default/restart"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200);
+    let out = code(&s, &id, read).await;
+    assert_eq!(out["stdout"], "k2 True\n", "{out}");
+    let (st, made) = s
+        .call("POST", &format!("/api/v1/agents/{id}/code/contexts"), None)
+        .await;
+    assert_eq!(st, 201, "{made}");
+    let out = run(&s, &id, json!({"code": read, "context": made["id"]})).await;
+    assert_eq!(out["stdout"], "k2 True\n", "{out}");
+    s.destroy(&id).await;
+}
