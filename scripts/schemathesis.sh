@@ -5,8 +5,9 @@
 # accepted, every request it forbids is refused, every status is documented.
 #
 # Left out of the fuzzing, because with the fake driver a sandbox runs commands on this machine
-# as the server's user: `POST …/exec`, `POST …/processes` (start) and `GET …/terminal`. Their bad
-# input is covered by tests/it/exec.rs, tests/it/processes.rs and tests/it/terminal_sessions.rs. Every
+# as the server's user: `POST …/exec`, `POST …/processes` (start), `GET …/terminal` and `POST …/code`
+# (Python in a kernel). Their bad input is covered by tests/it/exec.rs, tests/it/processes.rs,
+# tests/it/terminal_sessions.rs and tests/it/code.rs. Every
 # file operation is confined to the fake sandbox's home, under the temporary directory
 # (sandboxd refuses any path outside it, `..`, and symbolic links that lead out).
 #
@@ -182,7 +183,7 @@ status=0
     --checks all \
     --exclude-checks ensure_resource_availability \
     --max-examples "$MAX_EXAMPLES" \
-    --exclude-path-regex '/exec$|/terminal$' \
+    --exclude-path-regex '/exec$|/terminal$|/code$' \
     --exclude-name 'POST /api/v1/agents/{id}/processes' \
     --seed "$SEED" \
     --report har --report-har-path "$WORK/requests.har" \
@@ -194,7 +195,7 @@ import json, re, sys
 from urllib.parse import urlparse
 ran = [e["request"]["method"] + " " + urlparse(e["request"]["url"]).path
        for e in json.load(open(sys.argv[1]))["log"]["entries"]
-       if re.search(r"/(exec|terminal)$", urlparse(e["request"]["url"]).path)
+       if re.search(r"/(exec|terminal|code)$", urlparse(e["request"]["url"]).path)
        or (e["request"]["method"] == "POST" and urlparse(e["request"]["url"]).path.endswith("/processes"))]
 if ran:
     sys.exit("schemathesis.sh: requests that run commands were sent: " + ", ".join(sorted(set(ran))))

@@ -207,6 +207,18 @@ pub async fn authorize(
     let mut req = Request::from_parts(parts, body);
     let route = matched.as_ref().map_or("", |m| m.as_str());
     let Some(need) = need(req.method(), route) else {
+        // A method no route serves (TRACE, say) is the router's 405 and runs nothing; a method
+        // of the API served without a rule here is refused below.
+        let api_methods = [
+            Method::GET,
+            Method::POST,
+            Method::PUT,
+            Method::PATCH,
+            Method::DELETE,
+        ];
+        if !api_methods.contains(req.method()) {
+            return axum::http::StatusCode::METHOD_NOT_ALLOWED.into_response();
+        }
         tracing::error!(method = %req.method(), route, "a route without an access rule was refused");
         return ApiError::forbidden("this route has no access rule, so nobody may call it")
             .into_response();

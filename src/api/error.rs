@@ -165,6 +165,10 @@ impl From<TeamsError> for ApiError {
             TeamsError::UserNotFound(_) | TeamsError::TokenNotFound(_) => {
                 ApiError::not_found(message)
             }
+            TeamsError::AgentNotFound(_) => ApiError {
+                field: Some("agents"),
+                ..ApiError::not_found(message)
+            },
             TeamsError::NameTaken(_) => ApiError {
                 field: Some("name"),
                 ..ApiError::conflict(message)

@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::auth::{session_cookie, SESSION_COOKIE};
 use super::error::{ApiError, ApiJson};
-use super::types::{ErrorCode, SessionStatus, SignIn};
+use super::types::{ErrorCode, PasswordSignIn, SessionStatus, SignIn, TokenSignIn};
 use super::{origin, AppState};
 use crate::teams::throttle::TRIES_PER_MINUTE;
 
@@ -31,11 +31,7 @@ async fn signed_in_as(
     body: SignIn,
 ) -> Result<Option<String>, ApiError> {
     match body {
-        SignIn {
-            token: Some(token),
-            name: None,
-            password: None,
-        } => {
+        SignIn::Token(TokenSignIn { token }) => {
             if st.auth.is_admin_token(token.trim()) {
                 Ok(None)
             } else {
@@ -45,11 +41,7 @@ async fn signed_in_as(
                 ))
             }
         }
-        SignIn {
-            token: None,
-            name: Some(name),
-            password: Some(password),
-        } => {
+        SignIn::Password(PasswordSignIn { name, password }) => {
             if let Err(wait) = st.auth.sign_in_throttle.try_from(peer.ip()) {
                 tracing::warn!(peer = %peer.ip(), "password sign-in tries over the limit");
                 return Err(ApiError {
@@ -68,9 +60,6 @@ async fn signed_in_as(
                 )),
             }
         }
-        _ => Err(ApiError::invalid(
-            "send either {\"token\"} or {\"name\", \"password\"}",
-        )),
     }
 }
 

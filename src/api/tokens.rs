@@ -27,7 +27,8 @@ pub async fn list(State(st): State<AppState>, principal: Principal) -> Json<Vec<
 /// Makes a token for the caller, shown once in the answer.
 #[utoipa::path(post, path = "/api/v1/tokens", tag = "tokens", operation_id = "createToken", request_body = CreateToken,
     responses((status = 201, body = CreatedToken),
-        (status = 400, body = ErrorBody, description = "A field breaks its rule, or `agents` names an agent that does not exist for the caller (`field` names it)"),
+        (status = 400, body = ErrorBody, description = "A field breaks its rule (`field` names it)"),
+        (status = 404, body = ErrorBody, description = "`agents` names an agent that does not exist for the caller (`field`: `agents`)"),
         (status = 403, body = ErrorBody, description = "A scope the caller does not have")))]
 pub async fn create(
     State(st): State<AppState>,

@@ -399,9 +399,7 @@ fn resolve_agents(
                 .find(|(id, name)| id == wanted || name == wanted)
                 .map(|(id, _)| id.clone())
                 .filter(|id| by.sees_agent(id))
-                .ok_or_else(|| {
-                    TeamsError::invalid("agents", format!("there is no agent {wanted:?}"))
-                })
+                .ok_or_else(|| TeamsError::AgentNotFound(wanted.clone()))
         })
         .collect()
 }

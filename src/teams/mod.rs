@@ -24,6 +24,9 @@ pub enum TeamsError {
     BuiltIn(&'static str),
     #[error("there is no token with id {0}")]
     TokenNotFound(String),
+    /// A token's `agents` names one the caller does not see (or none at all).
+    #[error("there is no agent {0:?}")]
+    AgentNotFound(String),
     /// A field breaks its rule; `field` is its camelCase name.
     #[error("{why}")]
     Invalid { field: &'static str, why: String },

@@ -1808,6 +1808,11 @@ export interface components {
          * @enum {string}
          */
         NoticeKind: "waking" | "context_reset" | "harness_exited" | "gap" | "error";
+        PasswordSignIn: {
+            /** @description A user's name. */
+            name: string;
+            password: string;
+        };
         /** @description `fs/exists`'s answer. */
         PathExists: {
             exists: boolean;
@@ -2146,16 +2151,7 @@ export interface components {
             state: components["schemas"]["SetupState"];
         };
         /** @description Either `token` alone, or `name` and `password`. */
-        SignIn: {
-            /** @description A user's name, with `password`. */
-            name?: string | null;
-            password?: string | null;
-            /**
-             * @description The admin token (API tokens do not open web sessions: a session has its user's whole
-             *     role, which may be more than a token's).
-             */
-            token?: string | null;
-        };
+        SignIn: components["schemas"]["TokenSignIn"] | components["schemas"]["PasswordSignIn"];
         /** @description `POST …/processes/{pid}/signal`. */
         SignalBody: {
             /**
@@ -2255,6 +2251,13 @@ export interface components {
             scopes: components["schemas"]["Scope"][];
             /** @description The id of the user it acts for; it can do at most what that user can. */
             userId: string;
+        };
+        TokenSignIn: {
+            /**
+             * @description The admin token (API tokens do not open web sessions: a session has its user's whole
+             *     role, which may be more than a token's).
+             */
+            token: string;
         };
         /** @description One event of a session's transcript (`GET …/events?format=json`). */
         TranscriptEvent: {
@@ -7982,7 +7985,7 @@ export interface operations {
                     "application/json": components["schemas"]["CreatedToken"];
                 };
             };
-            /** @description A field breaks its rule, or `agents` names an agent that does not exist for the caller (`field` names it) */
+            /** @description A field breaks its rule (`field` names it) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -8002,6 +8005,15 @@ export interface operations {
             };
             /** @description A scope the caller does not have */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `agents` names an agent that does not exist for the caller (`field`: `agents`) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -88,8 +88,10 @@ NOT_READ = {
     "Gap",
     "StdinWritten",
     "PromptAccepted",
-    # The web UI's sign-in, which a client with a token has no use for.
-    "SignIn",
+    # The web UI's sign-in (`SignIn`, one of these two), which a client with a token has no
+    # use for.
+    "TokenSignIn",
+    "PasswordSignIn",
     "SessionStatus",
     # The operator's config reload (`POST /api/v1/admin/reload`), which the client does not wrap.
     "ConfigReload",

@@ -54,7 +54,7 @@ use crate::config::Config;
         types::Health, types::Limits, types::HarnessInfo, types::DirEntry, types::FileInfo, types::PathExists, types::RenameBody,
         types::FileEvent, types::FileEventKind, types::FileWritten, types::FilesWritten, types::ExecBody, types::ExecResult, types::RunUser, types::ErrorBody,
         types::RunCode, types::Execution, types::CodeError, types::CodeContext,
-        types::ErrorDetail, types::SignIn, types::SessionStatus, types::TerminalSession,
+        types::ErrorDetail, types::SignIn, types::TokenSignIn, types::PasswordSignIn, types::SessionStatus, types::TerminalSession,
         types::EgressRules, types::EgressChange, types::EgressEvent, types::EgressDenied, types::EgressLogEntry,
         types::process::StartProcess, types::process::Process, types::process::ProcessState,
         types::process::SignalBody, types::process::StdinWritten, types::process::ProcessEvent,

@@ -47,7 +47,7 @@ pub use preset::PresetInfo;
 pub use previews::{CreatePreview, ListeningPort, Preview, PreviewAccess};
 pub use pull::{PullProgress, PullStatus};
 pub use server::{HarnessInfo, Health, Limits};
-pub use session::{SessionStatus, SignIn};
+pub use session::{PasswordSignIn, SessionStatus, SignIn, TokenSignIn};
 pub use teams::{CreateToken, CreateUser, CreatedToken, Me, Role, Scope, Token, UpdateUser, User};
 pub use terminal::{close, TerminalMessage};
 pub use terminals::TerminalSession;

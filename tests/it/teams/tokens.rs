@@ -43,10 +43,6 @@ async fn bad_token_requests_are_400_and_more_than_the_maker_has_is_403() {
             Some("expiresInDays"),
         ),
         (
-            json!({ "name": "ci", "scopes": ["agents:read"], "agents": ["nosuch"] }),
-            Some("agents"),
-        ),
-        (
             json!({ "name": "ci", "scopes": ["admin"], "agents": ["nosuch"] }),
             Some("scopes"),
         ),
@@ -63,6 +59,18 @@ async fn bad_token_requests_are_400_and_more_than_the_maker_has_is_403() {
             assert_eq!(v["error"]["field"], f, "{body} → {v}");
         }
     }
+    // An agent that does not exist for the caller is a missing resource.
+    let (status, v) = make(
+        &s,
+        &s.token,
+        json!({ "name": "ci", "scopes": ["agents:read"], "agents": ["nosuch"] }),
+    )
+    .await;
+    assert_eq!(
+        (status, &v["error"]["field"]),
+        (404, &json!("agents")),
+        "{v}"
+    );
     let (t, _) = token(
         &s,
         json!({ "name": "reader", "scopes": ["agents:read", "agents:use"] }),
@@ -159,7 +167,7 @@ async fn a_token_limited_to_an_agent_sees_nothing_else() {
     .await;
     assert_eq!(
         (status, v["error"]["field"].clone()),
-        (400, json!("agents")),
+        (404, json!("agents")),
         "{v}"
     );
     let (child, _) = token_by(

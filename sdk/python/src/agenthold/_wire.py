@@ -535,6 +535,14 @@ What a notice is about.
 """
 
 
+class PasswordSignIn(TypedDict, closed=True):
+    name: str
+    """
+    A user's name.
+    """
+    password: str
+
+
 class PathExists(TypedDict):
     """
     `fs/exists`'s answer.
@@ -750,23 +758,6 @@ class SetupStatus(TypedDict):
     state: SetupState
 
 
-class SignIn(TypedDict, closed=True):
-    """
-    Either `token` alone, or `name` and `password`.
-    """
-
-    name: NotRequired[str | None]
-    """
-    A user's name, with `password`.
-    """
-    password: NotRequired[str | None]
-    token: NotRequired[str | None]
-    """
-    The admin token (API tokens do not open web sessions: a session has its user's whole
-    role, which may be more than a token's).
-    """
-
-
 class SignalBody(TypedDict, closed=True):
     """
     `POST …/processes/{pid}/signal`.
@@ -878,6 +869,14 @@ class Token(TypedDict):
     userId: str
     """
     The id of the user it acts for; it can do at most what that user can.
+    """
+
+
+class TokenSignIn(TypedDict, closed=True):
+    token: str
+    """
+    The admin token (API tokens do not open web sessions: a session has its user's whole
+    role, which may be more than a token's).
     """
 
 
@@ -1419,6 +1418,12 @@ class Session(TypedDict):
     Turns started so far (the number of the last one).
     """
     updatedAt: str
+
+
+SignIn: TypeAlias = TokenSignIn | PasswordSignIn
+"""
+Either `token` alone, or `name` and `password`.
+"""
 
 
 class TurnEvent(TypedDict):
