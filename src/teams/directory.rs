@@ -304,9 +304,8 @@ impl Directory {
         if limited && new.scopes.contains(&Scope::Admin) {
             // Admin reaches users and tokens, which belong to no agent: through them a token
             // limited to some agents would make itself a credential limited to none.
-            return Err(TeamsError::invalid(
-                "scopes",
-                "a token limited to some agents cannot have the admin scope",
+            return Err(TeamsError::Beyond(
+                "a token limited to some agents cannot have the admin scope".into(),
             ));
         }
         let agents = match new.agents {
