@@ -75,10 +75,10 @@ fn check_user_name(name: &str) -> Result<(), TeamsError> {
 
 fn check_token_name(name: &str) -> Result<(), TeamsError> {
     let n = name.chars().count();
-    if n == 0 || n > MAX_TOKEN_NAME || name.trim() != name {
+    if n == 0 || n > MAX_TOKEN_NAME {
         return Err(TeamsError::invalid(
             "name",
-            format!("name must be 1 to {MAX_TOKEN_NAME} characters, without spaces at either end"),
+            format!("name must be 1 to {MAX_TOKEN_NAME} characters"),
         ));
     }
     if name.chars().any(char::is_control) {

@@ -1378,7 +1378,7 @@ export interface components {
              */
             expiresInDays?: number | null;
             /**
-             * @description 1 to 64 characters, for people to tell tokens apart.
+             * @description 1 to 64 characters, for people to tell tokens apart; no control characters.
              * @example ci-deploy
              */
             name: string;

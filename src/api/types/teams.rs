@@ -115,8 +115,13 @@ impl From<ApiToken> for Token {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateToken {
-    /// 1 to 64 characters, for people to tell tokens apart.
-    #[schema(example = "ci-deploy", min_length = 1, max_length = 64)]
+    /// 1 to 64 characters, for people to tell tokens apart; no control characters.
+    #[schema(
+        example = "ci-deploy",
+        min_length = 1,
+        max_length = 64,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+    )]
     pub name: String,
     /// At least one; each one the caller has.
     #[schema(min_items = 1, example = json!(["agents:read", "agents:use"]))]

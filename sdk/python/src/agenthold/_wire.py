@@ -1138,7 +1138,7 @@ class CreateToken(TypedDict, closed=True):
     """
     name: str
     """
-    1 to 64 characters, for people to tell tokens apart.
+    1 to 64 characters, for people to tell tokens apart; no control characters.
     """
     scopes: list[Scope]
     """
