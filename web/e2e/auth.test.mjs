@@ -1,7 +1,7 @@
 // Sign in with the admin token; a wrong token shows the server's message; sign out.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { browserSuite, signIn } from './harness.mjs';
+import { browserSuite, signIn, tokenTab } from './harness.mjs';
 
 const ctx = browserSuite({ signedIn: false });
 
@@ -32,6 +32,7 @@ test('a wrong token shows the server’s error message', async () => {
   });
   assert.equal(res.status, 401);
   const expected = (await res.json()).error.message;
+  await tokenTab(page);
   await page.locator('#token').fill('wrong-token');
   await page.getByRole('button', { name: 'Sign in' }).click();
   const error = page.locator('#signin-error');

@@ -325,8 +325,14 @@ export async function openBrowser(server) {
   return { browser, context, page, consoleErrors };
 }
 
+/** Opens the sign-in form on its admin-token tab. */
+export async function tokenTab(page) {
+  await page.getByRole('tab', { name: 'Admin token' }).click();
+}
+
 export async function signIn(page, token) {
   await page.goto('/');
+  await tokenTab(page);
   await page.locator('#token').fill(token);
   await page.getByRole('button', { name: 'Sign in' }).click();
   await page.getByRole('heading', { name: 'Agents' }).waitFor();

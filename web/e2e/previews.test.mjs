@@ -12,7 +12,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { createServer } from 'node:http';
 import { test } from 'node:test';
-import { browserSuite, dockerMissing, screenshot, signIn, startServer, until } from './harness.mjs';
+import { browserSuite, dockerMissing, screenshot, signIn, startServer, tokenTab, until } from './harness.mjs';
 
 const ctx = browserSuite({
   uiHost: 'localhost',
@@ -213,7 +213,8 @@ test('a private preview: a browser not signed in goes to the sign-in and comes b
   const fp = await fresh.newPage();
   fp.setDefaultTimeout(30_000);
   await fp.goto(new URL('/deep/page?x=1', p.url).href);
-  await fp.locator('#token').waitFor();
+  await fp.getByTestId('signin-form').waitFor();
+  await tokenTab(fp);
   const at = new URL(fp.url());
   assert.equal(at.origin, ctx.uiUrl, 'the UI, on the origin the preview sends to');
   assert.equal(at.pathname, '/');

@@ -41,6 +41,19 @@ export type Preset = Schemas['PresetInfo'];
 export type NewAgent = Schemas['CreateAgent'];
 export type AgentUpdate = Schemas['UpdateAgent'];
 
+// Teams (docs/api.md, "Teams and access"): who is signed in, users, API tokens.
+export type Role = Schemas['Role'];
+export type Scope = Schemas['Scope'];
+export type User = Schemas['User'];
+export type NewUser = Schemas['CreateUser'];
+export type UserUpdate = Schemas['UpdateUser'];
+export type Token = Schemas['Token'];
+export type NewToken = Schemas['CreateToken'];
+/** `POST /api/v1/tokens`'s answer: the token itself is in it this once. */
+export type CreatedToken = Schemas['CreatedToken'];
+/** `GET /api/v1/me`: the user, the token when one was used, and the scopes in effect. */
+export type Me = Schemas['Me'];
+
 /** `GET /api/v1/limits`: defaults and maxima, so forms can say them up front. */
 export type Limits = Schemas['Limits'];
 
@@ -209,7 +222,10 @@ export const api = {
       throw e;
     }
   },
+  /** Signs in with the admin token. */
   signIn: (token: string) => sendJson<void>('POST', '/session', { token }),
+  /** Signs in as a user with a password. */
+  signInWithPassword: (name: string, password: string) => sendJson<void>('POST', '/session', { name, password }),
   signOut: () => sendJson<void>('DELETE', '/session'),
   limits: (() => {
     let cached: Promise<Limits | null> | null = null;
@@ -233,6 +249,16 @@ export const api = {
       return cached;
     };
   })(),
+
+  me: () => getJson<Me>('/me'),
+  users: () => getJson<User[]>('/users'),
+  createUser: (body: NewUser) => sendJson<User>('POST', '/users', body),
+  updateUser: (id: string, body: UserUpdate) => sendJson<User>('PATCH', `/users/${q(id)}`, body),
+  deleteUser: (id: string) => sendJson<void>('DELETE', `/users/${q(id)}`),
+  /** One's own tokens; an admin's list has everyone's. */
+  tokens: () => getJson<Token[]>('/tokens'),
+  createToken: (body: NewToken) => sendJson<CreatedToken>('POST', '/tokens', body),
+  revokeToken: (id: string) => sendJson<void>('DELETE', `/tokens/${q(id)}`),
 
   agents: () => getJson<Agent[]>('/agents'),
   agent: (id: string) => getJson<Agent>(a(id)),

@@ -1,10 +1,13 @@
 import './style.css';
 import { api, errorMessage, setUnauthorizedHandler } from './api';
-import { h, replace, toast } from './dom';
+import { h, replace, setText, toast } from './dom';
 import { store } from './store';
 import { approvals, approvalsBadge } from './approvals';
 import { agentsPage } from './agents';
 import { agentPage } from './agent';
+import { me } from './me';
+import { tokensPage } from './tokens';
+import { usersPage } from './users';
 import { linkHandler, setRenderer, type Page } from './nav';
 import { isRepeat, nextTarget } from './nextpath';
 
@@ -38,7 +41,16 @@ function header(): HTMLElement {
   });
   const home = h('a', { href: '/', class: 'brand' }, h('span', { class: 'brand-mark', 'aria-hidden': 'true' }, '▸'), 'agenthold');
   home.addEventListener('click', linkHandler('/'));
-  return h('header', { class: 'topbar' }, home, h('div', { class: 'topbar-right' }, approvalsBadge().el, signOut));
+  const link = (path: string, label: string) => {
+    const current = location.pathname === path || (path === '/' && location.pathname.startsWith('/agents'));
+    const a = h('a', { href: path, class: 'nav-link', 'aria-current': current ? 'page' : null }, label);
+    a.addEventListener('click', linkHandler(path));
+    return a;
+  };
+  const nav = h('nav', { class: 'topnav', 'aria-label': 'Pages' }, link('/', 'Agents'), link('/tokens', 'Tokens'), me.can('admin') ? link('/users', 'Users') : null);
+  const who = me.get();
+  const user = who ? h('span', { class: 'whoami muted', 'data-testid': 'whoami', title: `Signed in as ${who.user.name} (${who.user.role})` }, who.user.name) : null;
+  return h('header', { class: 'topbar' }, home, nav, h('div', { class: 'topbar-right' }, approvalsBadge().el, user, signOut));
 }
 
 function render(): void {
@@ -47,53 +59,105 @@ function render(): void {
   const m = /^\/agents\/([^/]+)\/?$/.exec(path);
   let page: Page;
   if (m) page = agentPage(decodeURIComponent(m[1]));
+  else if (path === '/tokens') page = tokensPage();
+  else if (path === '/users') page = usersPage();
   else page = agentsPage();
   const wrap = h('div', { class: 'shell' }, header(), h('main', { class: 'main', id: 'main' }, page.el));
   mount({ el: wrap, unmount: page.unmount });
+}
+
+/** The sign-in form's two ways in; the last one used is offered first next time. */
+type SignInMode = 'password' | 'token';
+const MODE_KEY = 'agenthold.signin';
+
+function savedMode(): SignInMode {
+  try {
+    return localStorage.getItem(MODE_KEY) === 'token' ? 'token' : 'password';
+  } catch {
+    return 'password';
+  }
 }
 
 function showSignIn(message?: string): void {
   signedIn = false;
   approvals.stop();
   store.stop();
-  const input = h('input', {
-    id: 'token',
-    name: 'token',
-    type: 'password',
-    autocomplete: 'current-password',
-    required: true,
-    spellcheck: 'false',
-    'aria-describedby': 'signin-error',
-  });
+  me.clear();
+  let mode = savedMode();
+  const field = (id: string, label: string, attrs: Record<string, unknown>) => {
+    const input = h('input', { id, name: id, required: true, spellcheck: 'false', 'aria-describedby': 'signin-error', ...attrs });
+    return { input, wrap: h('div', { class: 'signin-field' }, h('label', { for: id }, label), input) };
+  };
+  const name = field('signin-name', 'Name', { type: 'text', autocomplete: 'username', autocapitalize: 'none' });
+  const password = field('signin-password', 'Password', { type: 'password', autocomplete: 'current-password' });
+  const token = field('token', 'Admin token', { type: 'password', autocomplete: 'current-password' });
   const error = h('p', { id: 'signin-error', class: 'field-error', role: 'alert' }, message ?? '');
   const submit = h('button', { type: 'submit', class: 'btn btn-primary btn-block' }, 'Sign in');
+  const tab = (m: SignInMode, label: string) =>
+    h('button', { type: 'button', role: 'tab', class: 'signin-tab', 'data-mode': m, id: `signin-tab-${m}` }, label);
+  const tabs = [tab('password', 'Name and password'), tab('token', 'Admin token')];
+  const note = h('p', { class: 'muted', 'data-testid': 'signin-note' });
+  const show = (m: SignInMode, focus: boolean) => {
+    mode = m;
+    for (const t of tabs) t.setAttribute('aria-selected', String(t.dataset.mode === m));
+    name.wrap.hidden = password.wrap.hidden = m !== 'password';
+    token.wrap.hidden = m !== 'token';
+    const what = m === 'token' ? 'the admin token' : 'your name and password';
+    setText(note, next ? `Sign in with ${what} to open the preview.` : `Sign in with ${what}.`);
+    if (focus) (m === 'token' ? token.input : name.input.value ? password.input : name.input).focus();
+  };
+  for (const t of tabs) {
+    t.addEventListener('click', () => {
+      error.textContent = '';
+      show(t.dataset.mode as SignInMode, true);
+    });
+  }
   const form = h(
     'form',
     { class: 'signin card', 'data-testid': 'signin-form', novalidate: true },
     h('h1', { class: 'signin-title' }, h('span', { class: 'brand-mark', 'aria-hidden': 'true' }, '▸'), 'agenthold'),
-    h('p', { class: 'muted', 'data-testid': 'signin-note' }, next ? 'Sign in with the admin token to open the preview.' : 'Sign in with the admin token.'),
-    h('label', { for: 'token' }, 'Token'),
-    input,
+    h('div', { class: 'signin-tabs', role: 'tablist', 'aria-label': 'How to sign in' }, tabs),
+    note,
+    name.wrap,
+    password.wrap,
+    token.wrap,
     error,
     submit,
   );
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
-    const token = input.value.trim();
-    if (!token) {
-      error.textContent = 'Enter the token.';
-      input.focus();
+    const missing =
+      mode === 'token'
+        ? token.input.value.trim()
+          ? null
+          : ([token.input, 'Enter the token.'] as const)
+        : !name.input.value.trim()
+          ? ([name.input, 'Enter your name.'] as const)
+          : !password.input.value
+            ? ([password.input, 'Enter your password.'] as const)
+            : null;
+    if (missing) {
+      error.textContent = missing[1];
+      missing[0].focus();
       return;
     }
     submit.disabled = true;
     submit.textContent = 'Signing in…';
     error.textContent = '';
     try {
-      await api.signIn(token);
-      input.value = '';
-      startApp();
+      if (mode === 'token') await api.signIn(token.input.value.trim());
+      else await api.signInWithPassword(name.input.value.trim(), password.input.value);
+      try {
+        localStorage.setItem(MODE_KEY, mode);
+      } catch {
+        /* private mode: the choice is simply not remembered */
+      }
+      token.input.value = '';
+      password.input.value = '';
+      await startApp();
     } catch (err) {
       error.textContent = errorMessage(err);
+      const input = mode === 'token' ? token.input : password.input;
       input.select();
       input.focus();
     } finally {
@@ -102,7 +166,7 @@ function showSignIn(message?: string): void {
     }
   });
   mount({ el: h('main', { class: 'signin-wrap' }, form) });
-  input.focus();
+  show(mode, true);
 }
 
 /** Goes on to the hand-off of `?next=`; false when there is none to follow. */
@@ -127,8 +191,9 @@ function followNext(): boolean {
   return true;
 }
 
-function startApp(): void {
+async function startApp(): Promise<void> {
   if (followNext()) return;
+  await me.load();
   signedIn = true;
   store.start();
   approvals.start();
@@ -147,7 +212,7 @@ window.addEventListener('popstate', render);
 
 async function boot(): Promise<void> {
   try {
-    if (await api.session()) startApp();
+    if (await api.session()) await startApp();
     else showSignIn();
   } catch (e) {
     showSignIn(errorMessage(e));
