@@ -313,6 +313,10 @@ impl Server {
         ));
         let sleeper_task = tokio::spawn(crate::lifecycle::sleeper::run(lc.clone()));
         let expiry_task = tokio::spawn(crate::lifecycle::expiry::run(lc.clone()));
+        let token_expiry_task = tokio::spawn({
+            let auth = self.state.auth.clone();
+            async move { auth.directory.end_tokens_at_expiry().await }
+        });
         // After reconcile: the turns the last server left running are carried on once their
         // sandboxes reconnect.
         self.state
@@ -372,6 +376,7 @@ impl Server {
         events_task.abort();
         sleeper_task.abort();
         expiry_task.abort();
+        token_expiry_task.abort();
         lc.shutdown().await;
         Ok(())
     }

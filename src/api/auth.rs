@@ -19,7 +19,7 @@ use crate::credentials::{cookie, Gatekeeper};
 use crate::model::teams::BUILT_IN_ADMIN;
 use crate::store::{hash_token, new_token, verify_token, Store, StoreError};
 use crate::teams::throttle::SignInThrottle;
-use crate::teams::{Directory, Principal};
+use crate::teams::{Directory, Principal, TeamsError, UserUpdate};
 
 pub use crate::credentials::{bearer_token, SESSION_COOKIE};
 
@@ -113,6 +113,23 @@ impl Auth {
         let hash = hash_token(token);
         self.sessions().remove(&hash);
         self.store.remove_web_session(&hash).await
+    }
+
+    /// Changes a user; a new password also signs them out of every web session (a reset
+    /// password is often a stolen one).
+    pub async fn update_user(
+        &self,
+        id: &str,
+        change: UserUpdate,
+    ) -> Result<crate::model::teams::User, TeamsError> {
+        let new_password = change.password.is_some();
+        let user = self.directory.update_user(id, change).await?;
+        if new_password {
+            self.sessions()
+                .retain(|_, s| s.user_id.as_deref() != Some(id));
+            self.store.remove_web_sessions_of_user(id).await?;
+        }
+        Ok(user)
     }
 
     /// The user a live session cookie belongs to.

@@ -4,7 +4,7 @@
 //! authenticated by the cookie that changes something, or opens a WebSocket (which no CORS
 //! check guards), must also name this server's own origin in `Origin`.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use axum::http::{header, HeaderMap, Method, Uri};
 
@@ -58,6 +58,35 @@ fn forwarded_https(config: &ServerConfig, peer: SocketAddr, headers: &HeaderMap)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.rsplit(',').next())
         .is_some_and(|proto| proto.trim().eq_ignore_ascii_case("https"))
+}
+
+/// The address of the client a request comes from: the peer, or when the peer is a trusted
+/// proxy, the last address `X-Forwarded-For` names that is not one of the trusted proxies
+/// (each proxy appends the address it saw; the ones before could be made up by the client).
+/// What rate limits and records key on.
+pub fn client_ip(config: &ServerConfig, peer: SocketAddr, headers: &HeaderMap) -> IpAddr {
+    let proxies = &config.trusted_proxies;
+    if proxies.is_empty() || !is_trusted(proxies, peer) {
+        return peer.ip().to_canonical();
+    }
+    let named: Vec<&str> = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .collect();
+    for entry in named.into_iter().rev() {
+        // An entry that is not an address: nothing from there on can be told apart from
+        // what the client wrote, so the proxy itself is who we know.
+        let Ok(ip) = entry.trim().parse::<IpAddr>() else {
+            break;
+        };
+        let ip = ip.to_canonical();
+        if !proxies.iter().any(|n| n.contains(&ip)) {
+            return ip;
+        }
+    }
+    peer.ip().to_canonical()
 }
 
 /// Whether the browser talks to us over HTTPS, so the session cookie should be `Secure`.
@@ -217,6 +246,45 @@ mod tests {
         assert!(check(&c, p, &uri, &h("http://127.0.0.1:8080")).is_err());
         assert!(check(&c, p, &uri, &h("http://agents.example.com")).is_err());
         assert!(is_https(&c, p, &HeaderMap::new()));
+    }
+
+    #[test]
+    fn only_a_trusted_proxy_names_the_client() {
+        let c = proxied();
+        let xff = |v: &'static str| headers(&[("x-forwarded-for", v)]);
+        let ip = |s: &str| s.parse::<IpAddr>().expect("an address");
+        // Anyone else's header is ignored.
+        assert_eq!(
+            client_ip(&c, peer("10.0.0.9"), &xff("1.2.3.4")),
+            ip("10.0.0.9")
+        );
+        // The proxy's own addition counts; what the client wrote before it does not.
+        assert_eq!(
+            client_ip(&c, peer("10.0.0.2"), &xff("6.6.6.6, 1.2.3.4")),
+            ip("1.2.3.4")
+        );
+        // A chain of trusted proxies is walked back to the first untrusted address.
+        assert_eq!(
+            client_ip(&c, peer("10.0.0.2"), &xff("1.2.3.4, 10.0.0.2")),
+            ip("1.2.3.4")
+        );
+        // An entry that is no address ends the walk; none at all: the proxy itself.
+        assert_eq!(
+            client_ip(&c, peer("10.0.0.2"), &xff("1.2.3.4, nonsense")),
+            ip("10.0.0.2")
+        );
+        assert_eq!(
+            client_ip(&c, peer("10.0.0.2"), &HeaderMap::new()),
+            ip("10.0.0.2")
+        );
+        assert_eq!(
+            client_ip(
+                &ServerConfig::default(),
+                peer("::ffff:1.2.3.4"),
+                &xff("5.5.5.5")
+            ),
+            ip("1.2.3.4")
+        );
     }
 
     #[test]

@@ -28,6 +28,7 @@ fn attributes(st: &AppState, peer: SocketAddr, headers: &HeaderMap) -> &'static 
 async fn signed_in_as(
     st: &AppState,
     peer: SocketAddr,
+    headers: &HeaderMap,
     body: SignIn,
 ) -> Result<Option<String>, ApiError> {
     match body {
@@ -42,8 +43,9 @@ async fn signed_in_as(
             }
         }
         SignIn::Password(PasswordSignIn { name, password }) => {
-            if let Err(wait) = st.auth.sign_in_throttle.try_from(peer.ip()) {
-                tracing::warn!(peer = %peer.ip(), "password sign-in tries over the limit");
+            let client = super::origin::client_ip(&st.config().server, peer, headers);
+            if let Err(wait) = st.auth.sign_in_throttle.try_from(client) {
+                tracing::warn!(client = %client, "password sign-in tries over the limit");
                 return Err(ApiError {
                     retry_after: Some(wait.as_secs().max(1)),
                     ..ApiError::too_many_requests(format!(
@@ -77,7 +79,7 @@ pub async fn sign_in(
     headers: HeaderMap,
     ApiJson(body): ApiJson<SignIn>,
 ) -> Response {
-    let user = match signed_in_as(&st, peer, body).await {
+    let user = match signed_in_as(&st, peer, &headers, body).await {
         Ok(user) => user,
         Err(e) => return e.into_response(),
     };

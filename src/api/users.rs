@@ -59,7 +59,6 @@ pub async fn update(
 ) -> Result<Json<User>, ApiError> {
     let user = st
         .auth
-        .directory
         .update_user(
             &id,
             UserUpdate {

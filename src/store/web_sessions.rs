@@ -43,6 +43,16 @@ impl Store {
         .await
     }
 
+    /// Forgets every session of user `user_id`.
+    pub async fn remove_web_sessions_of_user(&self, user_id: &str) -> Result<()> {
+        let user_id = user_id.to_string();
+        self.call(move |c| {
+            c.execute("DELETE FROM web_sessions WHERE user_id = ?1", [&user_id])?;
+            Ok(())
+        })
+        .await
+    }
+
     /// The sessions that have not ended by `now`, as (hash, end, user id), leaving out those
     /// opened with an admin token other than `admin_hash`. Every other session is deleted: it
     /// can never be used again.

@@ -1,9 +1,10 @@
 //! The users and tokens, kept in the store and mirrored in memory so that resolving a
 //! credential, which every request does, reads no database.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use chrono::{DateTime, Duration, Utc};
@@ -58,7 +59,12 @@ pub struct Directory {
     /// stream, a streaming exec, a terminal) stops then. A revoked one stays, cancelled, so
     /// that a request resolved just before the revocation still finds it cancelled.
     ends: Mutex<HashMap<String, CancellationToken>>,
+    /// Woken when a token is made, so [`Directory::end_tokens_at_expiry`] sees its expiry.
+    tokens_changed: Notify,
 }
+
+/// How long the expiry watch sleeps at most, so a wall clock that jumps is caught up with.
+const EXPIRY_WATCH_MAX_SLEEP: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The key of what ends a principal's credential: its token, or for the admin token and web
 /// sessions its user.
@@ -104,6 +110,7 @@ impl Directory {
             }),
             store,
             ends: Mutex::new(HashMap::new()),
+            tokens_changed: Notify::new(),
         })
     }
 
@@ -118,6 +125,53 @@ impl Directory {
 
     fn end(&self, key: String) {
         self.ends().entry(key).or_default().cancel();
+    }
+
+    /// Stops what streams with a credential that lives on with less power (a demoted user, a
+    /// changed password): its open streams end, and its next requests get a fresh token.
+    fn restart(&self, key: &str) {
+        if let Some(t) = self.ends().remove(key) {
+            t.cancel();
+        }
+    }
+
+    /// Runs for the server's life: when a token expires, what streams with it stops then, as
+    /// at revocation (a new request with it is refused when its credential is resolved).
+    pub async fn end_tokens_at_expiry(&self) {
+        let mut ended: HashSet<String> = HashSet::new();
+        loop {
+            let now = Utc::now();
+            let (due, next) = {
+                let cache = self.read();
+                ended.retain(|id| cache.tokens.values().any(|t| &t.id == id));
+                let mut due = Vec::new();
+                let mut next: Option<DateTime<Utc>> = None;
+                for t in cache.tokens.values() {
+                    match t.expires_at {
+                        Some(at) if at <= now => {
+                            if !ended.contains(&t.id) {
+                                due.push((t.id.clone(), t.name.clone()));
+                            }
+                        }
+                        Some(at) => next = Some(next.map_or(at, |n| n.min(at))),
+                        None => {}
+                    }
+                }
+                (due, next)
+            };
+            for (id, name) in due {
+                self.end(format!("token:{id}"));
+                tracing::info!(token = %name, id = %id, "token expired: its streams end");
+                ended.insert(id);
+            }
+            let wait = next
+                .and_then(|at| (at - now).to_std().ok())
+                .map_or(EXPIRY_WATCH_MAX_SLEEP, |d| d.min(EXPIRY_WATCH_MAX_SLEEP));
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = self.tokens_changed.notified() => {}
+            }
+        }
     }
 
     // A panic while holding the lock leaves maps that are each whole: safe to go on with.
@@ -226,13 +280,31 @@ impl Directory {
             }
             None => None,
         };
+        let password_changed = password_hash.is_some();
         let store_change = UserChange {
             name: change.name,
             role: change.role,
             password_hash,
         };
+        let before = self.read().users.get(id).map(|u| u.role);
         let user = self.store.update_user(id, store_change, Utc::now()).await?;
-        self.write().users.insert(user.id.clone(), user.clone());
+        let tokens: Vec<String> = {
+            let mut cache = self.write();
+            cache.users.insert(user.id.clone(), user.clone());
+            cache
+                .tokens
+                .values()
+                .filter(|t| t.user_id == id)
+                .map(|t| format!("token:{}", t.id))
+                .collect()
+        };
+        if password_changed || before.is_some_and(|r| r != user.role) {
+            // What was opened under the old password or role does not outlive it.
+            self.restart(&format!("user:{id}"));
+            for key in tokens {
+                self.restart(&key);
+            }
+        }
         tracing::info!(user = %user.name, role = user.role.as_str(), "user changed");
         Ok(user)
     }
@@ -346,6 +418,7 @@ impl Directory {
         self.write()
             .tokens
             .insert(token.token_hash.clone(), token.clone());
+        self.tokens_changed.notify_one();
         tracing::info!(user = %by.user_name, token = %token.name, id = %token.id, "token created");
         Ok((secret, token))
     }
@@ -401,4 +474,77 @@ fn resolve_agents(
                 .ok_or_else(|| TeamsError::AgentNotFound(wanted.clone()))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn directory_with_token(expires_at: DateTime<Utc>) -> (tempfile::TempDir, Directory) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("agenthold.db")).await.unwrap();
+        store
+            .add_api_token(ApiToken {
+                id: "t1".into(),
+                user_id: BUILT_IN_ADMIN.into(),
+                name: "soon".into(),
+                token_hash: hash_token("aht_soon"),
+                scopes: [Scope::AgentsRead].into(),
+                agents: None,
+                created_at: Utc::now(),
+                expires_at: Some(expires_at),
+            })
+            .await
+            .unwrap();
+        (dir, Directory::load(store).await.unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_token_s_streams_end_when_it_expires() {
+        let (_dir, d) = directory_with_token(Utc::now() + Duration::milliseconds(300)).await;
+        let p = d.principal_of_token("aht_soon", Utc::now()).unwrap();
+        let ends = d.credential_ends(&p);
+        let admin = d.principal_of_user(BUILT_IN_ADMIN).unwrap();
+        let admin_ends = d.credential_ends(&admin);
+        tokio::select! {
+            () = d.end_tokens_at_expiry() => unreachable!("the watch runs for ever"),
+            r = tokio::time::timeout(std::time::Duration::from_secs(10), ends.cancelled()) => {
+                r.expect("the token's streams end at its expiry");
+            }
+        }
+        assert!(!admin_ends.is_cancelled(), "other credentials go on");
+        assert!(d.principal_of_token("aht_soon", Utc::now()).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_new_role_or_password_ends_what_streams_and_not_what_comes_next() {
+        let (_dir, d) = directory_with_token(Utc::now() + Duration::days(1)).await;
+        let ann = d
+            .create_user(NewUser {
+                name: "ann".into(),
+                role: Role::Admin,
+                password: None,
+            })
+            .await
+            .unwrap();
+        let p = d.principal_of_user(&ann.id).unwrap();
+        let before = d.credential_ends(&p);
+        let renamed = UserUpdate {
+            name: Some("anna".into()),
+            ..UserUpdate::default()
+        };
+        d.update_user(&ann.id, renamed).await.unwrap();
+        assert!(!before.is_cancelled(), "a new name changes no power");
+        let demoted = UserUpdate {
+            role: Some(Role::Member),
+            ..UserUpdate::default()
+        };
+        d.update_user(&ann.id, demoted).await.unwrap();
+        assert!(before.is_cancelled(), "a demotion ends the open streams");
+        let p = d.principal_of_user(&ann.id).unwrap();
+        assert!(
+            !d.credential_ends(&p).is_cancelled(),
+            "the next request streams as usual"
+        );
+    }
 }
