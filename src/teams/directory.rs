@@ -148,11 +148,10 @@ impl Directory {
                 let mut next: Option<DateTime<Utc>> = None;
                 for t in cache.tokens.values() {
                     match t.expires_at {
-                        Some(at) if at <= now => {
-                            if !ended.contains(&t.id) {
-                                due.push((t.id.clone(), t.name.clone()));
-                            }
+                        Some(at) if at <= now && !ended.contains(&t.id) => {
+                            due.push((t.id.clone(), t.name.clone()));
                         }
+                        Some(at) if at <= now => {}
                         Some(at) => next = Some(next.map_or(at, |n| n.min(at))),
                         None => {}
                     }
