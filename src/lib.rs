@@ -18,6 +18,7 @@ pub mod logging;
 pub mod metrics;
 pub mod model;
 pub mod previews;
+pub mod secrets;
 pub mod server;
 pub mod sessions;
 pub mod store;

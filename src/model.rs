@@ -2,6 +2,7 @@
 //! types ([`crate::api::types::Agent`] and the rest), made from these.
 
 pub mod previews;
+pub mod secrets;
 pub mod sessions;
 pub mod teams;
 

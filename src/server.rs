@@ -235,12 +235,17 @@ impl Server {
         )
         .await
         .context("reading the preview cookies' key")?;
+        let secrets_key = config.server.secrets_key_path();
+        let secrets = crate::secrets::Secrets::open(store.clone(), &secrets_key)
+            .await
+            .with_context(|| format!("opening the secrets (key {})", secrets_key.display()))?;
         let state = AppState {
             lc: lifecycle.clone(),
             auth: Arc::new(auth),
             reloader,
             sessions,
             previews,
+            secrets: Arc::new(secrets),
         };
         Ok(Server {
             api_addr,

@@ -68,7 +68,7 @@ pub fn message(why: &str) -> String {
     format!("env: {why}")
 }
 
-fn check_name(name: &str) -> Result<(), String> {
+pub fn check_name(name: &str) -> Result<(), String> {
     let shown: String = name.chars().take(80).collect();
     let mut bytes = name.bytes();
     let first_ok = bytes

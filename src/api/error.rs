@@ -187,6 +187,22 @@ impl From<TeamsError> for ApiError {
     }
 }
 
+impl From<crate::secrets::SecretsError> for ApiError {
+    fn from(e: crate::secrets::SecretsError) -> ApiError {
+        use crate::secrets::SecretsError;
+        let message = e.to_string();
+        match e {
+            SecretsError::Invalid(s) => ApiError::invalid_field(s.field, message),
+            SecretsError::NotFound(_) => ApiError::not_found(message),
+            SecretsError::TooMany => ApiError::conflict(message),
+            SecretsError::Vault(_) | SecretsError::Store(_) => {
+                tracing::error!("secrets: {message}");
+                ApiError::internal(message)
+            }
+        }
+    }
+}
+
 /// A setting that breaks its rule is the request's fault, in the field of the same name.
 impl From<SpecError> for ApiError {
     fn from(e: SpecError) -> ApiError {

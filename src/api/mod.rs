@@ -19,6 +19,7 @@ pub mod origin;
 pub mod output_lines;
 pub mod previews;
 pub mod processes;
+pub mod secrets;
 pub mod session;
 pub mod terminal;
 pub mod terminals;
@@ -52,6 +53,7 @@ pub struct AppState {
     pub reloader: Arc<Reloader>,
     pub sessions: Arc<Sessions>,
     pub previews: Arc<crate::previews::Previews>,
+    pub secrets: Arc<crate::secrets::Secrets>,
 }
 
 impl AppState {
@@ -85,6 +87,8 @@ pub fn router(state: AppState) -> Router {
                 .delete(session::sign_out),
         )
         .route("/me", get(users::me))
+        .route("/secrets", get(secrets::list))
+        .route("/secrets/{name}", put(secrets::put).delete(secrets::delete))
         .route("/users", get(users::list).post(users::create))
         .route("/users/{id}", patch(users::update).delete(users::delete))
         .route("/tokens", get(tokens::list).post(tokens::create))

@@ -153,6 +153,25 @@ impl ApiClient {
             .await
     }
 
+    pub async fn list_secrets(&self) -> Result<Vec<crate::api::types::Secret>, ClientError> {
+        self.json(self.request(Method::GET, &["secrets"])).await
+    }
+
+    pub async fn put_secret(
+        &self,
+        name: &str,
+        req: &crate::api::types::PutSecret,
+    ) -> Result<crate::api::types::Secret, ClientError> {
+        self.json(self.request(Method::PUT, &["secrets", name]).json(req))
+            .await
+    }
+
+    pub async fn delete_secret(&self, name: &str) -> Result<(), ClientError> {
+        self.send(self.request(Method::DELETE, &["secrets", name]))
+            .await
+            .map(drop)
+    }
+
     pub async fn revoke_token(&self, id: &str) -> Result<(), ClientError> {
         self.send(self.request(Method::DELETE, &["tokens", id]))
             .await

@@ -18,6 +18,7 @@ mod preview_client;
 mod previews;
 mod process_client;
 mod processes;
+mod secrets;
 mod session_client;
 mod sessions;
 mod shell;
@@ -42,6 +43,7 @@ pub use login::{stored_token, LoginArgs};
 pub use previews::{PortsArgs, PreviewArgs, PreviewRefused, PreviewsArgs};
 pub use process_client::OutputEvent;
 pub use processes::{process_status, KillArgs, LogsArgs, PsArgs, WaitArgs};
+pub use secrets::SecretsCommand;
 pub use session_client::SessionEvent;
 pub use sessions::SessionsArgs;
 pub use shell::ShellArgs;
@@ -131,6 +133,9 @@ pub enum ClientCommand {
     /// Manage API tokens: agenthold tokens create NAME --scope S… | list | revoke ID
     #[command(subcommand)]
     Tokens(TokensCommand),
+    /// Manage secrets (admins): agenthold secrets set NAME --host H (the value on stdin) | list | rm NAME
+    #[command(subcommand)]
+    Secrets(SecretsCommand),
 }
 
 /// Runs one client command and returns the process exit code. Failures are reported on
@@ -163,6 +168,7 @@ pub async fn run(opts: ClientOpts, cmd: ClientCommand) -> anyhow::Result<i32> {
             ClientCommand::Approve(args) => approvals::approve(&client, opts.json, args).await,
             ClientCommand::Users(cmd) => teams::users(&client, opts.json, cmd).await,
             ClientCommand::Tokens(cmd) => teams::tokens(&client, opts.json, cmd).await,
+            ClientCommand::Secrets(cmd) => secrets::run(&client, opts.json, cmd).await,
             ClientCommand::Presets => {
                 let presets = client.list_presets().await?;
                 let text = if opts.json {

@@ -45,6 +45,7 @@ fn keep_start_settings(new: &mut Config, old: &Config) {
     n.data_dir.clone_from(&o.data_dir);
     n.admin_token.clone_from(&o.admin_token);
     n.session_ttl = o.session_ttl;
+    n.secrets_key_file.clone_from(&o.secrets_key_file);
 
     let (n, o) = (&mut new.sandbox, &old.sandbox);
     // The driver, and what it read when it started.

@@ -9,7 +9,8 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 use super::de::{
-    de_duration, de_ip_nets, de_opt_origin, de_opt_string, de_socket_addr, ser_duration,
+    de_duration, de_ip_nets, de_opt_origin, de_opt_path, de_opt_string, de_socket_addr,
+    ser_duration,
 };
 use super::previews::PreviewsConfig;
 use super::validate::{check_connection_caps, min_duration, Fail};
@@ -72,6 +73,19 @@ pub struct ServerConfig {
     pub log_level: String,
     /// The preview listener: what agents serve, each on an origin of its own.
     pub previews: PreviewsConfig,
+    /// The key secrets are sealed with at rest; `None`: `secrets.key` in [`Self::data_dir`]
+    /// (made at the first start, mode 0600).
+    #[serde(deserialize_with = "de_opt_path")]
+    pub secrets_key_file: Option<PathBuf>,
+}
+
+impl ServerConfig {
+    /// Where the secrets' key is (see [`Self::secrets_key_file`]).
+    pub fn secrets_key_path(&self) -> PathBuf {
+        self.secrets_key_file
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("secrets.key"))
+    }
 }
 
 impl Default for ServerConfig {
@@ -94,6 +108,7 @@ impl Default for ServerConfig {
             header_timeout: Duration::from_secs(10),
             log_level: "info".to_string(),
             previews: PreviewsConfig::default(),
+            secrets_key_file: None,
         }
     }
 }

@@ -212,6 +212,11 @@ impl Rule {
             }
     }
 
+    /// Whether this rule is `*` (on any port or one): every destination.
+    pub fn is_everything(&self) -> bool {
+        matches!(self.target, Target::Any)
+    }
+
     /// Whether this rule names destinations by name (`pypi.org`, `*.pythonhosted.org`), as
     /// opposed to `*` or an address.
     pub fn is_name_rule(&self) -> bool {

@@ -165,6 +165,20 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE INDEX api_tokens_by_user ON api_tokens (user_id);
     ALTER TABLE web_sessions ADD COLUMN user_id TEXT REFERENCES users (id) ON DELETE CASCADE;
     "#,
+    // secrets: values sealed with the key of server.secrets_key_file (never in clear here).
+    r#"
+    CREATE TABLE secrets (
+        name       TEXT PRIMARY KEY,
+        nonce      BLOB NOT NULL,
+        sealed     BLOB NOT NULL,
+        hosts      TEXT NOT NULL,
+        header     TEXT NOT NULL,
+        format     TEXT NOT NULL,
+        in_body    INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+    );
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -7,6 +7,7 @@
 mod agents;
 mod migrations;
 pub mod previews;
+pub mod secrets;
 pub mod sessions;
 mod settings;
 mod subnets;

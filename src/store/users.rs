@@ -21,11 +21,11 @@ pub struct UserChange {
     pub password_hash: Option<String>,
 }
 
-fn time_to_sql(t: DateTime<Utc>) -> String {
+pub(super) fn time_to_sql(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
-fn time_from_sql(column: &str, t: &str) -> Result<DateTime<Utc>> {
+pub(super) fn time_from_sql(column: &str, t: &str) -> Result<DateTime<Utc>> {
     DateTime::parse_from_rfc3339(t)
         .map(|t| t.with_timezone(&Utc))
         .map_err(|_| StoreError::Corrupt(format!("{column} {t:?} is not a time")))

@@ -28,6 +28,7 @@ mod real_harness;
 mod reload;
 mod root;
 mod runtime;
+mod secrets;
 mod sessions;
 mod teams;
 mod terminal;

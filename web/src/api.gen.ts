@@ -936,6 +936,44 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/secrets": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Every secret, by name, without values. */
+        get: operations["listSecrets"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/secrets/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Sets a secret: a new one (`201`) or a new value and description for one (`200`; the next
+         *     request through the proxy uses it).
+         */
+        put: operations["putSecret"];
+        post?: never;
+        /** Deletes a secret: requests that carry its placeholder are refused from the next one on. */
+        delete: operations["deleteSecret"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/session": {
         parameters: {
             query?: never;
@@ -2017,6 +2055,34 @@ export interface components {
          * @enum {string}
          */
         PullStatus: "pulling" | "done" | "failed";
+        /** @description `PUT /api/v1/secrets/{name}`: a new secret, or a new value and description for one. */
+        PutSecret: {
+            /**
+             * @description The header's value, `{value}` (exactly once) standing for the secret; absent:
+             *     `Bearer {value}`.
+             * @example Bearer {value}
+             */
+            format?: string | null;
+            /**
+             * @description The request header the value goes in; absent: `Authorization`.
+             * @example x-api-key
+             */
+            header?: string | null;
+            /**
+             * @description The destinations the value may be sent to, as egress rules (not `*`): 1 to 32.
+             * @example [
+             *       "api.anthropic.com"
+             *     ]
+             */
+            hosts: string[];
+            /** @description Whether a placeholder in a form or JSON request body is replaced too (default false). */
+            inBody?: boolean;
+            /**
+             * @description The value: 1 to 16384 bytes without control characters. Kept sealed; never shown again.
+             * @example sk-ant-api03-…
+             */
+            value: string;
+        };
         /** @description `fs/rename`'s body. */
         RenameBody: {
             /**
@@ -2082,6 +2148,32 @@ export interface components {
          * @enum {string}
          */
         Scope: "agents:read" | "agents:write" | "agents:use" | "approvals:answer" | "admin";
+        /** @description A secret, as the API shows it: everything but its value. */
+        Secret: {
+            /** Format: date-time */
+            createdAt: string;
+            /** @example {value} */
+            format: string;
+            /** @example x-api-key */
+            header: string;
+            /**
+             * @example [
+             *       "api.anthropic.com"
+             *     ]
+             */
+            hosts: string[];
+            inBody: boolean;
+            /**
+             * @description Also the env variable granted agents see it as (holding a placeholder).
+             * @example ANTHROPIC_API_KEY
+             */
+            name: string;
+            /**
+             * Format: date-time
+             * @description When the value or description last changed.
+             */
+            updatedAt: string;
+        };
         /** @description A conversation with a harness running in the agent's sandbox. */
         Session: {
             /** @description The harness's own id for the conversation; null until its first start. */
@@ -7736,6 +7828,198 @@ export interface operations {
                 };
             };
             /** @description No such preview, or it was deleted or expired */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    listSecrets: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Secret"][];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    putSecret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Like an env variable's name: letters, digits and `_`, not starting with a digit; not `AGENTHOLD_*` nor the proxy's variables */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PutSecret"];
+            };
+        };
+        responses: {
+            /** @description Changed */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Secret"];
+                };
+            };
+            /** @description Made */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Secret"];
+                };
+            };
+            /** @description A field breaks its rule (`field` names it) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server keeps its most secrets already */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The JSON body is over 16 MiB */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    deleteSecret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The secret's name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             404: {
                 headers: {
                     [name: string]: unknown;

@@ -23,6 +23,7 @@ READ: list[tuple[type[Any], Any]] = [
     (models.Token, _wire.Token),
     (models.CreatedToken, _wire.CreatedToken),
     (models.Me, _wire.Me),
+    (models.Secret, _wire.Secret),
     (models.EgressDenied, _wire.EgressDenied),
     (models.EgressLogEntry, _wire.EgressLogEntry),
     (models.PullProgress, _wire.PullProgress),
@@ -99,6 +100,8 @@ NOT_READ = {
     "CreateUser",
     "UpdateUser",
     "CreateToken",
+    # A secret's value goes in (built from `secrets.set`'s arguments) and never comes back.
+    "PutSecret",
 }
 
 

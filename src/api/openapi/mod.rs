@@ -18,7 +18,7 @@ use utoipa::OpenApi;
 
 use super::{
     admin, agent_sessions, agents, approvals, code, events, exec, files, previews, processes,
-    session, terminal, terminals, tokens, types, users,
+    secrets, session, terminal, terminals, tokens, types, users,
 };
 use crate::config::Config;
 
@@ -47,6 +47,7 @@ use crate::config::Config;
         previews::ports, previews::create, previews::list, previews::delete, previews::open,
         users::list, users::create, users::update, users::delete, users::me,
         tokens::list, tokens::create, tokens::revoke,
+        secrets::list, secrets::put, secrets::delete,
     ),
     components(schemas(
         types::Agent, types::AgentState, types::CreateAgent, types::UpdateAgent, types::KeepAlive, types::ExpiringEvent,
@@ -71,6 +72,7 @@ use crate::config::Config;
         types::ListeningPort, types::CreatePreview, types::Preview, types::PreviewAccess,
         types::User, types::Role, types::Scope, types::CreateUser, types::UpdateUser,
         types::Token, types::CreateToken, types::CreatedToken, types::Me,
+        types::PutSecret, types::Secret,
     )),
     modifiers(&BearerAuth),
     security(("bearer" = [])),
@@ -112,6 +114,7 @@ pub fn document(config: &Config, facts: Facts) -> Value {
     let list_presets = facts.preset_names;
     schemas::configured_limits(&mut doc, config, facts);
     schemas::egress_rules(&mut doc);
+    schemas::secrets(&mut doc);
     schemas::agent_env(&mut doc);
     schemas::agent_labels(&mut doc);
     schemas::sessions(&mut doc, config);

@@ -72,3 +72,55 @@ pub(super) fn egress_rule_pattern() -> String {
     .join("|");
     format!("^{WS}*(?:{body}){WS}*$")
 }
+
+/// A secret's host: an egress rule, but never `*` (on any port).
+pub(super) fn secret_host_pattern() -> String {
+    const WS: &str = r"[\t\n\x0b\x0c\r ]";
+    let rule = egress_rule_pattern();
+    let rest = rule.strip_prefix('^').unwrap_or(&rule);
+    format!(r"^(?!{WS}*\*(?::[^\]]*)?{WS}*$){rest}")
+}
+
+/// What `is_control` refuses, as a class's inside: C0, DEL and C1.
+const CONTROL: &str = r"\x00-\x1f\x7f-\x9f";
+
+/// A secret's value: no control characters.
+pub(super) fn secret_value_pattern() -> String {
+    format!("^[^{CONTROL}]+$")
+}
+
+/// A secret's `format`: `{value}` exactly once, no control characters.
+pub(super) fn secret_format_pattern() -> String {
+    let other = format!(r"(?:(?!\{{value\}})[^{CONTROL}])*");
+    format!(r"^{other}\{{value\}}{other}$")
+}
+
+/// A secret's header: an HTTP header name (a token) that is not one the proxy decides
+/// (`crate::secrets::spec`'s list, in any case, and `Proxy-*`).
+pub(super) fn secret_header_pattern(reserved: &[&str]) -> String {
+    let any_case = |word: &str| -> String {
+        word.chars()
+            .map(|c| {
+                if c.is_ascii_alphabetic() {
+                    format!("[{}{}]", c.to_ascii_uppercase(), c.to_ascii_lowercase())
+                } else {
+                    regex_escape(c)
+                }
+            })
+            .collect()
+    };
+    let names: Vec<String> = reserved.iter().map(|w| any_case(w)).collect();
+    format!(
+        r"^(?!(?:{})$)(?!{})[!#$%&'*+.^_`|~0-9A-Za-z-]+$",
+        names.join("|"),
+        any_case("proxy-")
+    )
+}
+
+fn regex_escape(c: char) -> String {
+    if r"\.+*?()|[]{}^$-".contains(c) {
+        format!(r"\{c}")
+    } else {
+        c.to_string()
+    }
+}

@@ -192,6 +192,45 @@ pub(super) fn preset_names(doc: &mut Value, config: &Config) {
     }
 }
 
+/// A secret's fields as `crate::secrets::spec` checks them, and its name in the path.
+pub(super) fn secrets(doc: &mut Value) {
+    use super::patterns::{
+        secret_format_pattern, secret_header_pattern, secret_host_pattern, secret_value_pattern,
+    };
+    let host = json!({"type": "string", "maxLength": 261, "pattern": secret_host_pattern()});
+    set(property(doc, "PutSecret", "hosts"), "items", host.clone());
+    set(property(doc, "Secret", "hosts"), "items", host);
+    set(
+        property(doc, "PutSecret", "value"),
+        "pattern",
+        json!(secret_value_pattern()),
+    );
+    set(
+        property(doc, "PutSecret", "format"),
+        "pattern",
+        json!(secret_format_pattern()),
+    );
+    let header = secret_header_pattern(crate::secrets::spec::RESERVED_HEADERS);
+    set(
+        property(doc, "PutSecret", "header"),
+        "pattern",
+        json!(header),
+    );
+    for method in ["put", "delete"] {
+        if let Some(Value::Array(params)) = doc.pointer_mut(&format!(
+            "/paths/~1api~1v1~1secrets~1{{name}}/{method}/parameters"
+        )) {
+            for p in params.iter_mut().filter(|p| p["name"] == "name") {
+                set(
+                    p.get_mut("schema"),
+                    "pattern",
+                    json!(crate::agents::env::NAME_PATTERN),
+                );
+            }
+        }
+    }
+}
+
 pub(super) fn egress_rules(doc: &mut Value) {
     let rule = json!({
         "type": "string",

@@ -9,7 +9,7 @@
 //!
 //! One file per resource: `agent` (the agent as shown), `agents` (its create and update bodies),
 //! `pull`, `egress`, `preset`, `exec`, [`process`], `files`, `terminal` (the WebSocket's
-//! messages), `terminals` (the session list), `session` (signing in), `teams` (users and tokens), `server` (health and
+//! messages), `terminals` (the session list), `session` (signing in), `teams` (users and tokens), `secrets`, `server` (health and
 //! limits), `admin` (the config's reload) and `error`; `whole` reads the whole numbers they take. Each type is also named from
 //! here.
 
@@ -26,6 +26,7 @@ mod preset;
 mod previews;
 pub mod process;
 mod pull;
+mod secrets;
 mod server;
 mod session;
 mod teams;
@@ -46,6 +47,7 @@ pub use files::{
 pub use preset::PresetInfo;
 pub use previews::{CreatePreview, ListeningPort, Preview, PreviewAccess};
 pub use pull::{PullProgress, PullStatus};
+pub use secrets::{PutSecret, Secret};
 pub use server::{HarnessInfo, Health, Limits};
 pub use session::{PasswordSignIn, SessionStatus, SignIn, TokenSignIn};
 pub use teams::{CreateToken, CreateUser, CreatedToken, Me, Role, Scope, Token, UpdateUser, User};

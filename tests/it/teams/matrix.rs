@@ -39,6 +39,8 @@ fn rule(method: &str, path: &str) -> Option<Need> {
         ("GET", "/api/v1/me") => SignedIn,
         ("GET" | "POST", "/api/v1/users") => ADMIN,
         ("PATCH" | "DELETE", "/api/v1/users/{id}") => ADMIN,
+        ("GET", "/api/v1/secrets") => ADMIN,
+        ("PUT" | "DELETE", "/api/v1/secrets/{name}") => ADMIN,
         ("GET" | "POST", "/api/v1/tokens") => SignedIn,
         ("DELETE", "/api/v1/tokens/{id}") => SignedIn,
         ("GET", "/api/v1/events") => READ,

@@ -81,6 +81,7 @@ from .models import (
     PullEvent,
     PullProgress,
     Result,
+    Secret,
     SessionDeletedEvent,
     SessionEvent,
     SessionInfo,
@@ -94,6 +95,7 @@ from .models import (
     User,
 )
 from .processes import AsyncProcessHandle, ProcessHandle
+from .secrets import AsyncSecrets, Secrets
 from .sessions import AsyncSession, AsyncSessionEventStream, Session, SessionEventStream
 from .teams import AsyncTokens, AsyncUsers, Tokens, Users
 from .terminals import AsyncTerminal, Terminal
@@ -159,6 +161,9 @@ __all__ = [
     "AsyncUsers",
     "Tokens",
     "AsyncTokens",
+    "Secret",
+    "Secrets",
+    "AsyncSecrets",
     # events
     "Event",
     "AgentEvent",

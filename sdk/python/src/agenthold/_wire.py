@@ -650,6 +650,37 @@ Where a pull is.
 """
 
 
+Host: TypeAlias = str
+
+
+class PutSecret(TypedDict, closed=True):
+    """
+    `PUT /api/v1/secrets/{name}`: a new secret, or a new value and description for one.
+    """
+
+    format: NotRequired[str | None]
+    """
+    The header's value, `{value}` (exactly once) standing for the secret; absent:
+    `Bearer {value}`.
+    """
+    header: NotRequired[str | None]
+    """
+    The request header the value goes in; absent: `Authorization`.
+    """
+    hosts: list[Host]
+    """
+    The destinations the value may be sent to, as egress rules (not `*`): 1 to 32.
+    """
+    inBody: NotRequired[bool]
+    """
+    Whether a placeholder in a form or JSON request body is replaced too (default false).
+    """
+    value: str
+    """
+    The value: 1 to 16384 bytes without control characters. Kept sealed; never shown again.
+    """
+
+
 RenameBody = TypedDict(
     "RenameBody",
     {
@@ -710,6 +741,26 @@ Scope: TypeAlias = Literal[
 """
 A permission a route needs and a token may carry.
 """
+
+
+class Secret(TypedDict):
+    """
+    A secret, as the API shows it: everything but its value.
+    """
+
+    createdAt: str
+    format: str
+    header: str
+    hosts: list[str]
+    inBody: bool
+    name: str
+    """
+    Also the env variable granted agents see it as (holding a placeholder).
+    """
+    updatedAt: str
+    """
+    When the value or description last changed.
+    """
 
 
 SessionEventKind: TypeAlias = Literal[

@@ -15,6 +15,7 @@ from .agents import Agents, AsyncAgents, AsyncPresets, Presets
 from .approvals import Approvals, AsyncApprovals
 from .events import AsyncEventStream, EventStream
 from .models import Health, Limits, Me
+from .secrets import AsyncSecrets, Secrets
 from .teams import AsyncTokens, AsyncUsers, Tokens, Users
 
 __all__ = ["Client", "AsyncClient"]
@@ -58,6 +59,8 @@ class Client:
         self.users = Users(self._t)
         #: API tokens: the credential's user's own (an admin's: everyone's).
         self.tokens = Tokens(self._t)
+        #: Secrets agents use but never see (admins only).
+        self.secrets = Secrets(self._t)
 
     @property
     def url(self) -> str:
@@ -112,6 +115,7 @@ class AsyncClient:
         self.approvals = AsyncApprovals(self._t)
         self.users = AsyncUsers(self._t)
         self.tokens = AsyncTokens(self._t)
+        self.secrets = AsyncSecrets(self._t)
 
     @property
     def url(self) -> str:

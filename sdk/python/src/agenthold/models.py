@@ -867,6 +867,24 @@ class CreatedToken:
 
 
 @dataclass(frozen=True)
+class Secret:
+    """A secret, without its value (which never leaves the server): ``hosts`` it may be sent
+    to, the ``header`` it goes in and its ``format`` (``{value}`` standing for it)."""
+
+    name: str
+    hosts: tuple[str, ...] = ()
+    header: str = ""
+    format: str = ""
+    in_body: bool = False
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+    @classmethod
+    def from_json(cls, d: Any) -> Secret:
+        return decode(cls, d)
+
+
+@dataclass(frozen=True)
 class Me:
     """Who the client's credential is (``client.me()``): the user, the scopes in effect and,
     for an API token, the token."""
