@@ -235,7 +235,20 @@ impl Server {
         )
         .await
         .context("reading the preview cookies' key")?;
+        let audit = crate::audit::Audit::open(store.clone(), config.server.audit_log.as_deref())
+            .with_context(|| {
+                format!(
+                    "opening server.audit_log {}",
+                    config
+                        .server
+                        .audit_log
+                        .as_deref()
+                        .unwrap_or(std::path::Path::new(""))
+                        .display()
+                )
+            })?;
         let state = AppState {
+            audit: Arc::new(audit),
             lc: lifecycle.clone(),
             auth: Arc::new(auth),
             reloader,
@@ -313,6 +326,15 @@ impl Server {
         ));
         let sleeper_task = tokio::spawn(crate::lifecycle::sleeper::run(lc.clone()));
         let expiry_task = tokio::spawn(crate::lifecycle::expiry::run(lc.clone()));
+        let audit_task = tokio::spawn({
+            let lc = lc.clone();
+            self.state
+                .audit
+                .clone()
+                .prune_periodically(AUDIT_PRUNE_EVERY, move || {
+                    Some(lc.config().server.audit_retention).filter(|d| !d.is_zero())
+                })
+        });
         // After reconcile: the turns the last server left running are carried on once their
         // sandboxes reconnect.
         self.state
@@ -372,10 +394,14 @@ impl Server {
         events_task.abort();
         sleeper_task.abort();
         expiry_task.abort();
+        audit_task.abort();
         lc.shutdown().await;
         Ok(())
     }
 }
+
+/// How often audit entries older than `server.audit_retention` are deleted (and once at start).
+const AUDIT_PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(60 * 60);
 
 /// The egress proxy (its listener is bound with the tunnel's, before the driver, which tells
 /// sandboxes its port).

@@ -45,6 +45,8 @@ fn keep_start_settings(new: &mut Config, old: &Config) {
     n.data_dir.clone_from(&o.data_dir);
     n.admin_token.clone_from(&o.admin_token);
     n.session_ttl = o.session_ttl;
+    // The audit log's file, opened once (the retention is read at each pruning).
+    n.audit_log.clone_from(&o.audit_log);
 
     let (n, o) = (&mut new.sandbox, &old.sandbox);
     // The driver, and what it read when it started.

@@ -9,7 +9,8 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 use super::de::{
-    de_duration, de_ip_nets, de_opt_origin, de_opt_string, de_socket_addr, ser_duration,
+    de_duration, de_ip_nets, de_opt_origin, de_opt_path, de_opt_string, de_socket_addr,
+    ser_duration,
 };
 use super::previews::PreviewsConfig;
 use super::validate::{check_connection_caps, min_duration, Fail};
@@ -72,6 +73,12 @@ pub struct ServerConfig {
     pub log_level: String,
     /// The preview listener: what agents serve, each on an origin of its own.
     pub previews: PreviewsConfig,
+    /// How long audit entries are kept; zero keeps them forever.
+    #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
+    pub audit_retention: Duration,
+    /// A file every audit entry is also appended to, as a JSON line; `None` for none.
+    #[serde(deserialize_with = "de_opt_path")]
+    pub audit_log: Option<PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -94,6 +101,8 @@ impl Default for ServerConfig {
             header_timeout: Duration::from_secs(10),
             log_level: "info".to_string(),
             previews: PreviewsConfig::default(),
+            audit_retention: Duration::from_secs(90 * 24 * 60 * 60),
+            audit_log: None,
         }
     }
 }
@@ -167,6 +176,24 @@ pub(super) fn validate(s: &ServerConfig, fail: &Fail) -> Result<(), ConfigError>
         ));
     }
     check_log_filter(&s.log_level).map_err(|p| fail("server.log_level", p))?;
+    // Pruned hourly: a shorter retention would not be kept to anyway.
+    if !s.audit_retention.is_zero() && s.audit_retention < Duration::from_secs(60 * 60) {
+        return Err(fail(
+            "server.audit_retention",
+            format!(
+                "({}) must be 0s (keep forever) or at least 1h",
+                humantime::format_duration(s.audit_retention)
+            ),
+        ));
+    }
+    if let Some(dir) = s.audit_log.as_deref().and_then(|p| p.parent()) {
+        if !dir.as_os_str().is_empty() && !dir.is_dir() {
+            return Err(fail(
+                "server.audit_log",
+                format!("is in {}, which is not a directory", dir.display()),
+            ));
+        }
+    }
     super::previews::validate(&s.previews, fail)?;
     if s.previews.listen == s.listen && s.listen.port() != 0 {
         return Err(fail(

@@ -165,6 +165,30 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE INDEX api_tokens_by_user ON api_tokens (user_id);
     ALTER TABLE web_sessions ADD COLUMN user_id TEXT REFERENCES users (id) ON DELETE CASCADE;
     "#,
+    // 12: the audit log (see src/audit). AUTOINCREMENT: an id is never reused after pruning,
+    // so a reader's `before` cursor stays good. Each filter has an index ending in the id, the
+    // order entries are read in; `at` alone serves `since`/`until` and pruning.
+    r#"
+    CREATE TABLE audit (
+        id         INTEGER PRIMARY KEY AUTOINCREMENT,
+        at         TEXT NOT NULL,
+        user_id    TEXT,
+        user_name  TEXT NOT NULL,
+        token_name TEXT,
+        action     TEXT NOT NULL,
+        agent_id   TEXT,
+        agent_name TEXT,
+        detail     TEXT,
+        address    TEXT NOT NULL,
+        status     INTEGER NOT NULL
+    );
+    CREATE INDEX audit_by_at ON audit (at);
+    CREATE INDEX audit_by_agent ON audit (agent_id, id);
+    CREATE INDEX audit_by_agent_name ON audit (agent_name, id);
+    CREATE INDEX audit_by_user ON audit (user_id, id);
+    CREATE INDEX audit_by_user_name ON audit (user_name, id);
+    CREATE INDEX audit_by_action ON audit (action, id);
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -41,6 +41,7 @@ fn rule(method: &str, path: &str) -> Option<Need> {
         ("PATCH" | "DELETE", "/api/v1/users/{id}") => ADMIN,
         ("GET" | "POST", "/api/v1/tokens") => SignedIn,
         ("DELETE", "/api/v1/tokens/{id}") => SignedIn,
+        ("GET", "/api/v1/audit") => READ,
         ("GET", "/api/v1/events") => READ,
         ("GET", "/api/v1/agents") => READ,
         ("POST", "/api/v1/agents") => WRITE,
