@@ -2,6 +2,7 @@
 
 mod agents;
 mod approvals;
+mod audit;
 mod chat;
 mod chat_view;
 mod client;
@@ -31,6 +32,7 @@ pub use crate::api::types::{
 };
 pub use agents::{ActionArgs, AgentsCommand, CreateArgs};
 pub use approvals::{ApprovalsArgs, ApproveArgs};
+pub use audit::AuditArgs;
 pub use chat::ChatArgs;
 pub use client::{ApiClient, Terminal};
 pub use code::CodeArgs;
@@ -131,6 +133,9 @@ pub enum ClientCommand {
     /// Manage API tokens: agenthold tokens create NAME --scope S… | list | revoke ID
     #[command(subcommand)]
     Tokens(TokensCommand),
+    /// Read the audit log, newest first: agenthold audit [--agent A] [--user U] [--action X]
+    /// [--since T] [--limit N]
+    Audit(AuditArgs),
 }
 
 /// Runs one client command and returns the process exit code. Failures are reported on
@@ -163,6 +168,7 @@ pub async fn run(opts: ClientOpts, cmd: ClientCommand) -> anyhow::Result<i32> {
             ClientCommand::Approve(args) => approvals::approve(&client, opts.json, args).await,
             ClientCommand::Users(cmd) => teams::users(&client, opts.json, cmd).await,
             ClientCommand::Tokens(cmd) => teams::tokens(&client, opts.json, cmd).await,
+            ClientCommand::Audit(args) => audit::run(&client, opts.json, args).await,
             ClientCommand::Presets => {
                 let presets = client.list_presets().await?;
                 let text = if opts.json {

@@ -4,80 +4,183 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-macro_rules! actions {
-    ($($(#[$doc:meta])* $variant:ident = $name:literal,)*) => {
-        /// What an entry records: a fixed vocabulary, one word per kind of change.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
-        #[schema(as = AuditAction)]
-        pub enum Action {
-            $($(#[$doc])* #[serde(rename = $name)] $variant,)*
-        }
-
-        impl Action {
-            pub const ALL: &[Action] = &[$(Action::$variant,)*];
-
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $(Action::$variant => $name,)*
-                }
-            }
-        }
-    };
+/// What an entry records: a fixed vocabulary, one word per kind of change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[schema(as = AuditAction)]
+pub enum Action {
+    #[serde(rename = "agent.create")]
+    AgentCreate,
+    #[serde(rename = "agent.update")]
+    AgentUpdate,
+    #[serde(rename = "agent.destroy")]
+    AgentDestroy,
+    #[serde(rename = "agent.start")]
+    AgentStart,
+    #[serde(rename = "agent.stop")]
+    AgentStop,
+    #[serde(rename = "agent.rebuild")]
+    AgentRebuild,
+    #[serde(rename = "agent.setup")]
+    AgentSetup,
+    /// Detail: the command line.
+    #[serde(rename = "exec")]
+    Exec,
+    /// Detail: the language.
+    #[serde(rename = "code.run")]
+    CodeRun,
+    #[serde(rename = "code.context.create")]
+    CodeContextCreate,
+    #[serde(rename = "code.context.remove")]
+    CodeContextRemove,
+    #[serde(rename = "code.context.restart")]
+    CodeContextRestart,
+    /// Detail: the command line.
+    #[serde(rename = "process.start")]
+    ProcessStart,
+    #[serde(rename = "process.signal")]
+    ProcessSignal,
+    #[serde(rename = "process.remove")]
+    ProcessRemove,
+    /// Detail: the command line (empty for the login shell).
+    #[serde(rename = "terminal.open")]
+    TerminalOpen,
+    #[serde(rename = "terminal.kill")]
+    TerminalKill,
+    /// Detail: the path (several, one a line, for `fs/write-files`).
+    #[serde(rename = "fs.write")]
+    FsWrite,
+    /// Detail: the path.
+    #[serde(rename = "fs.mkdir")]
+    FsMkdir,
+    /// Detail: the path.
+    #[serde(rename = "fs.remove")]
+    FsRemove,
+    /// Detail: `from -> to`.
+    #[serde(rename = "fs.rename")]
+    FsRename,
+    #[serde(rename = "session.create")]
+    SessionCreate,
+    #[serde(rename = "session.update")]
+    SessionUpdate,
+    #[serde(rename = "session.delete")]
+    SessionDelete,
+    /// Detail: the prompt's first 200 characters.
+    #[serde(rename = "session.prompt")]
+    SessionPrompt,
+    #[serde(rename = "session.cancel")]
+    SessionCancel,
+    /// Detail: the port.
+    #[serde(rename = "preview.create")]
+    PreviewCreate,
+    #[serde(rename = "preview.delete")]
+    PreviewDelete,
+    /// Detail: the option chosen.
+    #[serde(rename = "approval.answer")]
+    ApprovalAnswer,
+    /// Detail: the token's name and scopes.
+    #[serde(rename = "token.create")]
+    TokenCreate,
+    #[serde(rename = "token.revoke")]
+    TokenRevoke,
+    /// Detail: the user's name and role.
+    #[serde(rename = "user.create")]
+    UserCreate,
+    /// Detail: which fields changed (never a password).
+    #[serde(rename = "user.update")]
+    UserUpdate,
+    #[serde(rename = "user.delete")]
+    UserDelete,
+    #[serde(rename = "config.reload")]
+    ConfigReload,
+    /// A password or admin-token sign-in to the web UI, made or refused.
+    #[serde(rename = "sign_in")]
+    SignIn,
+    #[serde(rename = "sign_out")]
+    SignOut,
 }
 
-actions! {
-    AgentCreate = "agent.create",
-    AgentUpdate = "agent.update",
-    AgentDestroy = "agent.destroy",
-    AgentStart = "agent.start",
-    AgentStop = "agent.stop",
-    AgentRebuild = "agent.rebuild",
-    AgentSetup = "agent.setup",
-    /// Detail: the command line.
-    Exec = "exec",
-    /// Detail: the language.
-    CodeRun = "code.run",
-    CodeContextCreate = "code.context.create",
-    CodeContextRemove = "code.context.remove",
-    CodeContextRestart = "code.context.restart",
-    /// Detail: the command line.
-    ProcessStart = "process.start",
-    ProcessSignal = "process.signal",
-    ProcessRemove = "process.remove",
-    /// Detail: the command line (empty for the login shell).
-    TerminalOpen = "terminal.open",
-    TerminalKill = "terminal.kill",
-    /// Detail: the path (several, one a line, for `fs/write-files`).
-    FsWrite = "fs.write",
-    /// Detail: the path.
-    FsMkdir = "fs.mkdir",
-    /// Detail: the path.
-    FsRemove = "fs.remove",
-    /// Detail: `from -> to`.
-    FsRename = "fs.rename",
-    SessionCreate = "session.create",
-    SessionUpdate = "session.update",
-    SessionDelete = "session.delete",
-    /// Detail: the prompt's first 200 characters.
-    SessionPrompt = "session.prompt",
-    SessionCancel = "session.cancel",
-    /// Detail: the port.
-    PreviewCreate = "preview.create",
-    PreviewDelete = "preview.delete",
-    /// Detail: the option chosen.
-    ApprovalAnswer = "approval.answer",
-    /// Detail: the token's name and scopes.
-    TokenCreate = "token.create",
-    TokenRevoke = "token.revoke",
-    /// Detail: the user's name and role.
-    UserCreate = "user.create",
-    /// Detail: which fields changed (never a password).
-    UserUpdate = "user.update",
-    UserDelete = "user.delete",
-    ConfigReload = "config.reload",
-    /// A password or admin-token sign-in to the web UI, made or refused.
-    SignIn = "sign_in",
-    SignOut = "sign_out",
+impl Action {
+    pub const ALL: &[Action] = &[
+        Action::AgentCreate,
+        Action::AgentUpdate,
+        Action::AgentDestroy,
+        Action::AgentStart,
+        Action::AgentStop,
+        Action::AgentRebuild,
+        Action::AgentSetup,
+        Action::Exec,
+        Action::CodeRun,
+        Action::CodeContextCreate,
+        Action::CodeContextRemove,
+        Action::CodeContextRestart,
+        Action::ProcessStart,
+        Action::ProcessSignal,
+        Action::ProcessRemove,
+        Action::TerminalOpen,
+        Action::TerminalKill,
+        Action::FsWrite,
+        Action::FsMkdir,
+        Action::FsRemove,
+        Action::FsRename,
+        Action::SessionCreate,
+        Action::SessionUpdate,
+        Action::SessionDelete,
+        Action::SessionPrompt,
+        Action::SessionCancel,
+        Action::PreviewCreate,
+        Action::PreviewDelete,
+        Action::ApprovalAnswer,
+        Action::TokenCreate,
+        Action::TokenRevoke,
+        Action::UserCreate,
+        Action::UserUpdate,
+        Action::UserDelete,
+        Action::ConfigReload,
+        Action::SignIn,
+        Action::SignOut,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::AgentCreate => "agent.create",
+            Action::AgentUpdate => "agent.update",
+            Action::AgentDestroy => "agent.destroy",
+            Action::AgentStart => "agent.start",
+            Action::AgentStop => "agent.stop",
+            Action::AgentRebuild => "agent.rebuild",
+            Action::AgentSetup => "agent.setup",
+            Action::Exec => "exec",
+            Action::CodeRun => "code.run",
+            Action::CodeContextCreate => "code.context.create",
+            Action::CodeContextRemove => "code.context.remove",
+            Action::CodeContextRestart => "code.context.restart",
+            Action::ProcessStart => "process.start",
+            Action::ProcessSignal => "process.signal",
+            Action::ProcessRemove => "process.remove",
+            Action::TerminalOpen => "terminal.open",
+            Action::TerminalKill => "terminal.kill",
+            Action::FsWrite => "fs.write",
+            Action::FsMkdir => "fs.mkdir",
+            Action::FsRemove => "fs.remove",
+            Action::FsRename => "fs.rename",
+            Action::SessionCreate => "session.create",
+            Action::SessionUpdate => "session.update",
+            Action::SessionDelete => "session.delete",
+            Action::SessionPrompt => "session.prompt",
+            Action::SessionCancel => "session.cancel",
+            Action::PreviewCreate => "preview.create",
+            Action::PreviewDelete => "preview.delete",
+            Action::ApprovalAnswer => "approval.answer",
+            Action::TokenCreate => "token.create",
+            Action::TokenRevoke => "token.revoke",
+            Action::UserCreate => "user.create",
+            Action::UserUpdate => "user.update",
+            Action::UserDelete => "user.delete",
+            Action::ConfigReload => "config.reload",
+            Action::SignIn => "sign_in",
+            Action::SignOut => "sign_out",
+        }
+    }
 }
 
 impl Action {
@@ -170,4 +273,18 @@ pub struct AuditQuery {
     pub limit: u32,
     /// Set by `audit::Audit::query` from the reader.
     pub visible: Visible,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names the API reads and writes are the ones filters are checked against.
+    #[test]
+    fn every_action_is_named_alike_on_the_wire_and_in_filters() {
+        for a in Action::ALL {
+            assert_eq!(serde_json::to_value(a).unwrap(), a.as_str());
+            assert_eq!(Action::parse(a.as_str()), Some(*a));
+        }
+    }
 }
