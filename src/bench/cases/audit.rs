@@ -23,7 +23,7 @@ fn entry(i: usize) -> Entry {
     Entry {
         user_id: Some(format!("benchuser{}", i % 10)),
         user_name: format!("benchuser{}", i % 10),
-        token_name: (i % 3 == 0).then(|| "ci".to_string()),
+        token_name: i.is_multiple_of(3).then(|| "ci".to_string()),
         action: actions[i % actions.len()],
         agent_id: Some(format!("benchagent{:03}", i % 100)),
         agent_name: Some(format!("agent-{:03}", i % 100)),
