@@ -81,7 +81,7 @@ impl Audit {
     /// the action already happened.
     pub async fn record(&self, mut entry: Entry) {
         entry.detail = entry.detail.map(|d| detail::clip(&d, detail::MAX_CHARS));
-        let kept = match self.store.add_audit_entry(&entry, Utc::now()).await {
+        let kept = match self.store.add_audit_entry(&entry).await {
             Ok(kept) => kept,
             Err(e) => {
                 tracing::error!(action = %entry.action, "an audit entry could not be kept: {e}");
