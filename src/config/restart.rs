@@ -89,6 +89,7 @@ mod tests {
         new.sandbox.default_memory_mb = 2048;
         new.server.exec_max_timeout = Duration::from_secs(3600);
         new.server.log_level = "debug".into();
+        new.server.audit_retention = Duration::from_secs(7 * 86400);
         let p = plan(&old, new.clone());
         assert_eq!(p.config, new);
         assert!(p.needs_restart.is_empty(), "{:?}", p.needs_restart);
@@ -98,6 +99,7 @@ mod tests {
                 "presets.dev.cpus",
                 "sandbox.default_memory_mb",
                 "sandbox.egress.default.allow",
+                "server.audit_retention",
                 "server.exec_max_timeout",
                 "server.log_level",
             ]
@@ -115,6 +117,7 @@ mod tests {
         new.sandbox.egress.port = 9091;
         new.sandbox.runtime = "runsc".into();
         new.sandbox.default_cpus = 1.0;
+        new.server.audit_log = Some("/var/log/agenthold-audit.jsonl".into());
         let p = plan(&old, new);
         assert_eq!(p.applied, ["sandbox.default_cpus"]);
         assert_eq!(
@@ -124,6 +127,7 @@ mod tests {
                 "sandbox.driver",
                 "sandbox.egress.port",
                 "sandbox.runtime",
+                "server.audit_log",
                 "server.data_dir",
                 "server.listen",
             ]
