@@ -3,6 +3,7 @@
 pub mod activity;
 pub mod agents;
 pub mod api;
+pub mod audit;
 pub mod bench;
 pub mod cli;
 pub mod code;

@@ -1,6 +1,7 @@
 //! The agent as the store keeps it and the lifecycle moves it. The API shows it through its own
 //! types ([`crate::api::types::Agent`] and the rest), made from these.
 
+pub mod audit;
 pub mod previews;
 pub mod secrets;
 pub mod sessions;

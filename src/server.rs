@@ -239,7 +239,20 @@ impl Server {
         let secrets = crate::secrets::Secrets::open(store.clone(), &secrets_key)
             .await
             .with_context(|| format!("opening the secrets (key {})", secrets_key.display()))?;
+        let audit = crate::audit::Audit::open(store.clone(), config.server.audit_log.as_deref())
+            .with_context(|| {
+                format!(
+                    "opening server.audit_log {}",
+                    config
+                        .server
+                        .audit_log
+                        .as_deref()
+                        .unwrap_or(std::path::Path::new(""))
+                        .display()
+                )
+            })?;
         let state = AppState {
+            audit: Arc::new(audit),
             lc: lifecycle.clone(),
             auth: Arc::new(auth),
             reloader,
@@ -322,6 +335,15 @@ impl Server {
             let auth = self.state.auth.clone();
             async move { auth.directory.end_tokens_at_expiry().await }
         });
+        let audit_task = tokio::spawn({
+            let lc = lc.clone();
+            self.state
+                .audit
+                .clone()
+                .prune_periodically(AUDIT_PRUNE_EVERY, move || {
+                    Some(lc.config().server.audit_retention).filter(|d| !d.is_zero())
+                })
+        });
         // After reconcile: the turns the last server left running are carried on once their
         // sandboxes reconnect.
         self.state
@@ -382,10 +404,14 @@ impl Server {
         sleeper_task.abort();
         expiry_task.abort();
         token_expiry_task.abort();
+        audit_task.abort();
         lc.shutdown().await;
         Ok(())
     }
 }
+
+/// How often audit entries older than `server.audit_retention` are deleted (and once at start).
+const AUDIT_PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(60 * 60);
 
 /// The egress proxy (its listener is bound with the tunnel's, before the driver, which tells
 /// sandboxes its port).

@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
+use super::audit;
 use super::auth::Scraper;
 use super::error::ApiError;
 use super::AppState;
@@ -58,6 +59,8 @@ pub const ROUTES: &[(&str, &str, Need)] = &[
     ("GET", "/api/v1/tokens", SignedIn),
     ("POST", "/api/v1/tokens", SignedIn),
     ("DELETE", "/api/v1/tokens/{id}", SignedIn),
+    // Non-admins see the entries of their own actions (see `crate::audit::visible_to`).
+    ("GET", "/api/v1/audit", READ),
     ("GET", "/api/v1/events", READ),
     ("GET", "/api/v1/agents", READ),
     ("POST", "/api/v1/agents", WRITE),
@@ -195,7 +198,8 @@ fn no_agent(id: &str) -> Response {
     ApiError::not_found(format!("there is no agent with id {id}")).into_response()
 }
 
-/// The layer every routed request goes through (see the module's comment).
+/// The layer every routed request goes through (see the module's comment). An audited
+/// route's entry is recorded once the answer is decided, whoever decided it.
 pub async fn authorize(
     State(st): State<AppState>,
     matched: Option<MatchedPath>,
@@ -209,6 +213,43 @@ pub async fn authorize(
         .ok();
     let mut req = Request::from_parts(parts, body);
     let route = matched.as_ref().map_or("", |m| m.as_str());
+    let param = |name: &str| {
+        params.as_ref().and_then(|ps| {
+            ps.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        })
+    };
+    let pending = match audit::action_of(req.method(), route) {
+        Some(action) => {
+            let pending = audit::Pending::new(
+                &st,
+                action,
+                &req,
+                param("id").filter(|_| route.starts_with("/api/v1/agents/{id}")),
+                param("aid"),
+            )
+            .await;
+            req.extensions_mut().insert(pending.note.clone());
+            Some(pending)
+        }
+        None => None,
+    };
+    let response = decide(&st, route, &param, req, next).await;
+    if let Some(pending) = pending {
+        pending.record(&st, response.status().as_u16()).await;
+    }
+    response
+}
+
+/// Refuses the request or runs its handler.
+async fn decide(
+    st: &AppState,
+    route: &str,
+    param: &impl Fn(&str) -> Option<String>,
+    mut req: Request,
+    next: Next,
+) -> Response {
     let Some(need) = need(req.method(), route) else {
         // Not a method of this route in the table: the handler never runs. (A route's method
         // served without a rule is caught by the tests; TRACE and the like are simply 405.)
@@ -230,13 +271,6 @@ pub async fn authorize(
         return ApiError::forbidden(format!("this credential does not have the scope {s}"))
             .into_response();
     }
-    let param = |name: &str| {
-        params.as_ref().and_then(|ps| {
-            ps.iter()
-                .find(|(k, _)| *k == name)
-                .map(|(_, v)| v.to_string())
-        })
-    };
     if route.starts_with("/api/v1/agents/{id}") {
         if let Some(id) = param("id").filter(|id| !principal.sees_agent(id)) {
             return no_agent(&id);

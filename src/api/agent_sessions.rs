@@ -12,6 +12,7 @@ use axum::Json;
 use serde::Deserialize;
 use utoipa::IntoParams;
 
+use super::audit::AuditNote;
 use super::error::{ApiError, ApiJson, ApiQuery, ErrorBody};
 use super::types::conversation::{
     CreateSession, PromptAccepted, PromptBody, Session, TranscriptEvent, UpdateSession,
@@ -105,6 +106,7 @@ pub async fn delete(
 pub async fn prompt(
     State(st): State<AppState>,
     Path((id, sid)): Path<(String, String)>,
+    note: AuditNote,
     ApiJson(body): ApiJson<PromptBody>,
 ) -> Result<(StatusCode, Json<PromptAccepted>), ApiError> {
     // An unknown session is that, whatever the body says.
@@ -119,6 +121,7 @@ pub async fn prompt(
             ))
         }
     };
+    note.detail(crate::audit::detail::prompt_blocks(&blocks));
     let turn = st.sessions.prompt(&id, &sid, blocks).await?;
     Ok((StatusCode::ACCEPTED, Json(PromptAccepted { turn })))
 }

@@ -5,6 +5,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::Json;
 
+use super::audit::AuditNote;
 use super::error::{ApiError, ApiJson, ErrorBody};
 use super::types::{
     Agent, AgentState, CreateAgent, EgressLogEntry, HarnessInfo, Health, KeepAlive, Limits,
@@ -132,11 +133,13 @@ pub async fn list(
         (status = 409, body = ErrorBody, description = "The name is taken")))]
 pub async fn create(
     State(st): State<AppState>,
+    note: AuditNote,
     ApiJson(body): ApiJson<CreateAgent>,
 ) -> Result<(StatusCode, Json<Agent>), ApiError> {
     let config = st.config();
     let new = spec::resolve(body.into(), &allowed(&st, &config))?;
     let agent = st.lc.create(new).await?;
+    note.agent(&agent.id, &agent.name);
     Ok((StatusCode::CREATED, Json(agent.into())))
 }
 

@@ -6,6 +6,7 @@ use axum::Json;
 use serde::Deserialize;
 use utoipa::IntoParams;
 
+use super::audit::AuditNote;
 use super::error::{ApiError, ApiJson, ApiQuery, ErrorBody};
 use super::types::conversation::{AnswerApproval, Approval};
 use super::AppState;
@@ -76,8 +77,10 @@ pub async fn answer(
     State(st): State<AppState>,
     principal: Principal,
     Path(aid): Path<String>,
+    note: AuditNote,
     ApiJson(body): ApiJson<AnswerApproval>,
 ) -> Result<Json<Approval>, ApiError> {
+    note.detail(body.option_id.as_str());
     let a = st
         .sessions
         .answer(&aid, &body.option_id, &principal.actor())

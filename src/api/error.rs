@@ -203,6 +203,24 @@ impl From<crate::secrets::SecretsError> for ApiError {
     }
 }
 
+impl From<crate::audit::AuditError> for ApiError {
+    fn from(e: crate::audit::AuditError) -> ApiError {
+        match e {
+            crate::audit::AuditError::Query(q) => ApiError::invalid_field(q.field, q.why),
+            crate::audit::AuditError::Store(s) => {
+                tracing::error!("reading the audit log: {s}");
+                ApiError::internal(format!("the audit log could not be read: {s}"))
+            }
+        }
+    }
+}
+
+impl From<crate::audit::QueryError> for ApiError {
+    fn from(q: crate::audit::QueryError) -> ApiError {
+        ApiError::invalid_field(q.field, q.why)
+    }
+}
+
 /// A setting that breaks its rule is the request's fault, in the field of the same name.
 impl From<SpecError> for ApiError {
     fn from(e: SpecError) -> ApiError {

@@ -9,9 +9,11 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde::Serialize;
 
+use super::audit::AuditNote;
 use super::error::{ApiError, ApiJson, ErrorBody, ErrorDetail};
 use super::types::{self, ExecBody, ExecLine, ExecResult, OutputStream};
 use super::AppState;
+use crate::audit::detail;
 use crate::egress::DeniedWatch;
 use crate::launch::{check_command, exec_timeout, Launch};
 use crate::tunnel::conn::{ConnError, ExecPiece, ExecRun};
@@ -31,8 +33,10 @@ pub async fn exec(
     State(st): State<AppState>,
     Path(id): Path<String>,
     headers: HeaderMap,
+    note: AuditNote,
     ApiJson(body): ApiJson<ExecBody>,
 ) -> Result<Response, ApiError> {
+    note.detail(detail::command_line(&body.command));
     let timeout_ms = exec_timeout(body.timeout_ms, &st.config().server)?;
     let run = check_command(
         &body.command,

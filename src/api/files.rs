@@ -16,6 +16,7 @@ use futures::StreamExt;
 use serde::Deserialize;
 use utoipa::IntoParams;
 
+use super::audit::AuditNote;
 use super::download::{content_disposition, Disposition};
 use super::error::{ApiError, ApiJson, ApiQuery, ErrorBody};
 use super::types::{
@@ -166,8 +167,10 @@ pub async fn write(
     State(st): State<AppState>,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
+    note: AuditNote,
     req: Request,
 ) -> Response {
+    note.detail(q.path.as_str());
     match write_body(st, id, q, req).await {
         Ok(status) => status.into_response(),
         Err(e) => closing(e),
@@ -216,7 +219,9 @@ pub async fn mkdir(
     State(st): State<AppState>,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
+    note: AuditNote,
 ) -> Result<StatusCode, ApiError> {
+    note.detail(q.path.as_str());
     check_path(&q.path)?;
     running(&st, &id).await?.mkdir(q.path).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -235,7 +240,9 @@ pub async fn remove(
     State(st): State<AppState>,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<RemoveQuery>,
+    note: AuditNote,
 ) -> Result<StatusCode, ApiError> {
+    note.detail(q.path.as_str());
     check_path(&q.path)?;
     running(&st, &id)
         .await?
@@ -270,8 +277,10 @@ pub struct WatchQuery {
 pub async fn rename(
     State(st): State<AppState>,
     Path(id): Path<String>,
+    note: AuditNote,
     ApiJson(body): ApiJson<RenameBody>,
 ) -> Result<StatusCode, ApiError> {
+    note.detail(format!("{} -> {}", body.from, body.to));
     if body.from.is_empty() {
         return Err(ApiError::invalid_field("from", "from is required"));
     }
@@ -337,10 +346,15 @@ pub async fn exists(
 pub async fn write_files(
     State(st): State<AppState>,
     Path(id): Path<String>,
+    note: AuditNote,
     multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
 ) -> Response {
     match write_parts(st, id, multipart).await {
-        Ok(written) => Json(written).into_response(),
+        Ok(written) => {
+            let paths: Vec<&str> = written.files.iter().map(|f| f.path.as_str()).collect();
+            note.detail(paths.join("\n"));
+            Json(written).into_response()
+        }
         Err(e) => closing(e),
     }
 }

@@ -6,6 +6,7 @@ pub mod agent_sessions;
 pub mod agent_state;
 pub mod agents;
 pub mod approvals;
+pub mod audit;
 pub mod auth;
 pub mod code;
 pub mod download;
@@ -54,6 +55,7 @@ pub struct AppState {
     pub sessions: Arc<Sessions>,
     pub previews: Arc<crate::previews::Previews>,
     pub secrets: Arc<crate::secrets::Secrets>,
+    pub audit: Arc<crate::audit::Audit>,
 }
 
 impl AppState {
@@ -93,6 +95,7 @@ pub fn router(state: AppState) -> Router {
         .route("/users/{id}", patch(users::update).delete(users::delete))
         .route("/tokens", get(tokens::list).post(tokens::create))
         .route("/tokens/{id}", delete(tokens::revoke))
+        .route("/audit", get(audit::list))
         .route("/events", get(events::events))
         .route("/agents", get(agents::list).post(agents::create))
         .route(

@@ -11,6 +11,7 @@ use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
+use super::audit::AuditNote;
 use super::error::{ApiError, ApiJson, ApiQuery, ErrorBody};
 use super::types::{CreatePreview, ListeningPort, Preview, PreviewAccess};
 use super::AppState;
@@ -91,8 +92,10 @@ pub async fn ports(
 pub async fn create(
     State(st): State<AppState>,
     Path(id): Path<String>,
+    note: AuditNote,
     ApiJson(body): ApiJson<CreatePreview>,
 ) -> Result<(StatusCode, Json<Preview>), ApiError> {
+    note.detail(format!("port {}", body.port));
     if body.port == 0 {
         return Err(ApiError::invalid_field("port", "port must be 1 to 65535"));
     }

@@ -13,6 +13,7 @@ use axum::Json;
 use serde::Deserialize;
 use utoipa::IntoParams;
 
+use super::audit::AuditNote;
 use super::download::{content_disposition, Disposition};
 use super::error::{ApiError, ApiJson, ApiQuery, ErrorBody};
 use super::exec::{error_line, line, NDJSON};
@@ -37,8 +38,10 @@ const DEFAULT_WAIT_MS: u64 = 30_000;
 pub async fn start(
     State(st): State<AppState>,
     Path(id): Path<String>,
+    note: AuditNote,
     ApiJson(body): ApiJson<StartProcess>,
 ) -> Result<(StatusCode, Json<Process>), ApiError> {
+    note.detail(crate::audit::detail::command_line(&body.command));
     let vars = body.env.as_ref().map_or(0, |e| e.len());
     check_process(body.timeout_ms, body.tag.as_deref(), vars)?;
     let run = check_command(

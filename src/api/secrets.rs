@@ -5,6 +5,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 
+use super::audit::AuditNote;
 use super::error::{ApiError, ApiJson, ErrorBody};
 use super::types::{PutSecret, Secret};
 use super::AppState;
@@ -28,8 +29,11 @@ pub async fn list(State(st): State<AppState>) -> Json<Vec<Secret>> {
 pub async fn put(
     State(st): State<AppState>,
     Path(name): Path<String>,
+    note: AuditNote,
     ApiJson(body): ApiJson<PutSecret>,
 ) -> Result<(StatusCode, Json<Secret>), ApiError> {
+    let hosts: Vec<String> = body.hosts.iter().map(ToString::to_string).collect();
+    note.detail(format!("{name} for {}", hosts.join(", ")));
     let new = NewSecret {
         value: body.value,
         hosts: body.hosts,
@@ -53,7 +57,9 @@ pub async fn put(
 pub async fn delete(
     State(st): State<AppState>,
     Path(name): Path<String>,
+    note: AuditNote,
 ) -> Result<StatusCode, ApiError> {
+    note.detail(name.clone());
     st.secrets.delete(&name).await?;
     Ok(StatusCode::NO_CONTENT)
 }

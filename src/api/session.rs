@@ -8,10 +8,12 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
+use super::audit::AuditNote;
 use super::auth::{session_cookie, SESSION_COOKIE};
 use super::error::{ApiError, ApiJson};
 use super::types::{ErrorCode, PasswordSignIn, SessionStatus, SignIn, TokenSignIn};
 use super::{origin, AppState};
+use crate::model::teams::BUILT_IN_ADMIN;
 use crate::teams::throttle::TRIES_PER_MINUTE;
 
 /// The cookie's attributes. `Secure` only over HTTPS: a browser would not send a `Secure`
@@ -25,15 +27,19 @@ fn attributes(st: &AppState, peer: SocketAddr, headers: &HeaderMap) -> &'static 
 }
 
 /// Who a sign-in is for: `None` for the admin token (the built-in admin), else a user's id.
+/// The audit entry is told who signed in, or the name tried (never the password or token).
 async fn signed_in_as(
     st: &AppState,
     peer: SocketAddr,
     headers: &HeaderMap,
     body: SignIn,
+    note: &AuditNote,
 ) -> Result<Option<String>, ApiError> {
     match body {
         SignIn::Token(TokenSignIn { token }) => {
+            note.detail("admin token");
             if st.auth.is_admin_token(token.trim()) {
+                note.who(Some(BUILT_IN_ADMIN.to_string()), BUILT_IN_ADMIN);
                 Ok(None)
             } else {
                 Err(ApiError::new(
@@ -43,6 +49,8 @@ async fn signed_in_as(
             }
         }
         SignIn::Password(PasswordSignIn { name, password }) => {
+            note.detail("password");
+            note.who(None, &name);
             let client = super::origin::client_ip(&st.config().server, peer, headers);
             if let Err(wait) = st.auth.sign_in_throttle.try_from(client) {
                 tracing::warn!(client = %client, "password sign-in tries over the limit");
@@ -55,7 +63,10 @@ async fn signed_in_as(
                 });
             }
             match st.auth.directory.sign_in(&name, password).await? {
-                Some(user) => Ok(Some(user.id)),
+                Some(user) => {
+                    note.who(Some(user.id.clone()), &user.name);
+                    Ok(Some(user.id))
+                }
                 None => Err(ApiError::new(
                     ErrorCode::Unauthorized,
                     "that name and password do not match a user",
@@ -77,9 +88,10 @@ pub async fn sign_in(
     State(st): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
+    note: AuditNote,
     ApiJson(body): ApiJson<SignIn>,
 ) -> Response {
-    let user = match signed_in_as(&st, peer, &headers, body).await {
+    let user = match signed_in_as(&st, peer, &headers, body, &note).await {
         Ok(user) => user,
         Err(e) => return e.into_response(),
     };

@@ -16,6 +16,7 @@ use tokio_util::codec::Framed;
 use utoipa::IntoParams;
 
 use super::access::CredentialEnds;
+use super::audit::AuditNote;
 use super::error::{ApiError, ApiQuery, ErrorBody};
 use super::types::{close, TerminalMessage};
 use super::AppState;
@@ -178,8 +179,14 @@ pub async fn terminal(
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<TerminalQuery>,
     ends: CredentialEnds,
+    note: AuditNote,
     ws: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
+    match (&q.session, &q.command) {
+        (Some(s), _) => note.detail(format!("attach {s}")),
+        (None, Some(c)) => note.detail(c.as_str()),
+        (None, None) => note.detail("login shell"),
+    }
     let mut open = to_open(&st, q)?;
     // Fail before the upgrade for an unknown agent, so the client sees a 404.
     let agent = st.lc.get(&id).await?;

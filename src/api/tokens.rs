@@ -5,6 +5,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 
+use super::audit::AuditNote;
 use super::error::{ApiError, ApiJson, ErrorBody};
 use super::types::{CreateToken, CreatedToken, Token};
 use super::AppState;
@@ -33,6 +34,7 @@ pub async fn list(State(st): State<AppState>, principal: Principal) -> Json<Vec<
 pub async fn create(
     State(st): State<AppState>,
     principal: Principal,
+    note: AuditNote,
     ApiJson(body): ApiJson<CreateToken>,
 ) -> Result<(StatusCode, Json<CreatedToken>), ApiError> {
     let known: Vec<(String, String)> = match body.agents {
@@ -56,6 +58,7 @@ pub async fn create(
         .directory
         .create_token(&principal, new, &known)
         .await?;
+    note.detail(crate::audit::detail::token(&info));
     Ok((
         StatusCode::CREATED,
         Json(CreatedToken {
@@ -74,7 +77,9 @@ pub async fn revoke(
     State(st): State<AppState>,
     principal: Principal,
     Path(id): Path<String>,
+    note: AuditNote,
 ) -> Result<StatusCode, ApiError> {
+    note.detail(format!("token {id}"));
     st.auth.directory.revoke_token(&principal, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

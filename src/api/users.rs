@@ -5,6 +5,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 
+use super::audit::AuditNote;
 use super::error::{ApiError, ApiJson, ErrorBody};
 use super::types::{CreateUser, Me, UpdateUser, User};
 use super::AppState;
@@ -31,8 +32,10 @@ pub async fn list(State(st): State<AppState>) -> Json<Vec<User>> {
         (status = 409, body = ErrorBody, description = "The name is taken")))]
 pub async fn create(
     State(st): State<AppState>,
+    note: AuditNote,
     ApiJson(body): ApiJson<CreateUser>,
 ) -> Result<(StatusCode, Json<User>), ApiError> {
+    note.detail(format!("{} ({})", body.name, body.role.as_str()));
     let user = st
         .auth
         .directory
@@ -55,8 +58,15 @@ pub async fn create(
 pub async fn update(
     State(st): State<AppState>,
     Path(id): Path<String>,
+    note: AuditNote,
     ApiJson(body): ApiJson<UpdateUser>,
 ) -> Result<Json<User>, ApiError> {
+    note.detail(crate::audit::detail::user_update(
+        &id,
+        body.name.as_deref(),
+        body.role.map(|r| r.as_str()),
+        body.password.is_some(),
+    ));
     let user = st
         .auth
         .update_user(
@@ -80,7 +90,9 @@ pub async fn update(
 pub async fn delete(
     State(st): State<AppState>,
     Path(id): Path<String>,
+    note: AuditNote,
 ) -> Result<StatusCode, ApiError> {
+    note.detail(format!("user {id}"));
     st.auth.directory.delete_user(&id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

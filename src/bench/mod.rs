@@ -76,6 +76,8 @@ pub enum Case {
     /// byte against the same request inside the sandbox, a 1 GiB download against `docker cp`,
     /// 100 WebSockets echoing at once
     Previews,
+    /// the audit log: `GET /api/v1/audit` with filters over 100,000 entries
+    Audit,
 }
 
 impl BenchArgs {
@@ -261,6 +263,11 @@ async fn measure(
             }
             progress(&format!("previews: skipped, {why}"));
         }
+    }
+
+    if args.wants(Case::Audit) {
+        progress(&format!("audit log of {} entries", cases::audit::ENTRIES));
+        rows.push(cases::audit::audit(&mut cx).await?);
     }
 
     if test_agent.is_some() {

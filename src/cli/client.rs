@@ -172,6 +172,15 @@ impl ApiClient {
             .map(drop)
     }
 
+    /// The audit log with the filters `query` (`agent`, `user`, `action`, …).
+    pub async fn audit(
+        &self,
+        query: &[(&str, String)],
+    ) -> Result<Vec<crate::api::types::AuditEntry>, ClientError> {
+        self.json(self.request(Method::GET, &["audit"]).query(query))
+            .await
+    }
+
     pub async fn revoke_token(&self, id: &str) -> Result<(), ClientError> {
         self.send(self.request(Method::DELETE, &["tokens", id]))
             .await

@@ -2,6 +2,7 @@
 
 mod agents;
 mod approvals;
+mod audit;
 mod chat;
 mod chat_view;
 mod client;
@@ -32,6 +33,7 @@ pub use crate::api::types::{
 };
 pub use agents::{ActionArgs, AgentsCommand, CreateArgs};
 pub use approvals::{ApprovalsArgs, ApproveArgs};
+pub use audit::AuditArgs;
 pub use chat::ChatArgs;
 pub use client::{ApiClient, Terminal};
 pub use code::CodeArgs;
@@ -136,6 +138,9 @@ pub enum ClientCommand {
     /// Manage secrets (admins): agenthold secrets set NAME --host H (the value on stdin) | list | rm NAME
     #[command(subcommand)]
     Secrets(SecretsCommand),
+    /// Read the audit log, newest first: agenthold audit [--agent A] [--user U] [--action X]
+    /// [--since T] [--limit N]
+    Audit(AuditArgs),
 }
 
 /// Runs one client command and returns the process exit code. Failures are reported on
@@ -169,6 +174,7 @@ pub async fn run(opts: ClientOpts, cmd: ClientCommand) -> anyhow::Result<i32> {
             ClientCommand::Users(cmd) => teams::users(&client, opts.json, cmd).await,
             ClientCommand::Tokens(cmd) => teams::tokens(&client, opts.json, cmd).await,
             ClientCommand::Secrets(cmd) => secrets::run(&client, opts.json, cmd).await,
+            ClientCommand::Audit(args) => audit::run(&client, opts.json, args).await,
             ClientCommand::Presets => {
                 let presets = client.list_presets().await?;
                 let text = if opts.json {

@@ -46,6 +46,8 @@ fn keep_start_settings(new: &mut Config, old: &Config) {
     n.admin_token.clone_from(&o.admin_token);
     n.session_ttl = o.session_ttl;
     n.secrets_key_file.clone_from(&o.secrets_key_file);
+    // The audit log's file, opened once (the retention is read at each pruning).
+    n.audit_log.clone_from(&o.audit_log);
 
     let (n, o) = (&mut new.sandbox, &old.sandbox);
     // The driver, and what it read when it started.
@@ -88,6 +90,7 @@ mod tests {
         new.sandbox.default_memory_mb = 2048;
         new.server.exec_max_timeout = Duration::from_secs(3600);
         new.server.log_level = "debug".into();
+        new.server.audit_retention = Duration::from_secs(7 * 86400);
         let p = plan(&old, new.clone());
         assert_eq!(p.config, new);
         assert!(p.needs_restart.is_empty(), "{:?}", p.needs_restart);
@@ -97,6 +100,7 @@ mod tests {
                 "presets.dev.cpus",
                 "sandbox.default_memory_mb",
                 "sandbox.egress.default.allow",
+                "server.audit_retention",
                 "server.exec_max_timeout",
                 "server.log_level",
             ]
@@ -114,6 +118,7 @@ mod tests {
         new.sandbox.egress.port = 9091;
         new.sandbox.runtime = "runsc".into();
         new.sandbox.default_cpus = 1.0;
+        new.server.audit_log = Some("/var/log/agenthold-audit.jsonl".into());
         let p = plan(&old, new);
         assert_eq!(p.applied, ["sandbox.default_cpus"]);
         assert_eq!(
@@ -123,6 +128,7 @@ mod tests {
                 "sandbox.driver",
                 "sandbox.egress.port",
                 "sandbox.runtime",
+                "server.audit_log",
                 "server.data_dir",
                 "server.listen",
             ]

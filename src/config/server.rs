@@ -77,6 +77,12 @@ pub struct ServerConfig {
     /// (made at the first start, mode 0600).
     #[serde(deserialize_with = "de_opt_path")]
     pub secrets_key_file: Option<PathBuf>,
+    /// How long audit entries are kept; zero keeps them forever.
+    #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
+    pub audit_retention: Duration,
+    /// A file every audit entry is also appended to, as a JSON line; `None` for none.
+    #[serde(deserialize_with = "de_opt_path")]
+    pub audit_log: Option<PathBuf>,
 }
 
 impl ServerConfig {
@@ -109,6 +115,8 @@ impl Default for ServerConfig {
             log_level: "info".to_string(),
             previews: PreviewsConfig::default(),
             secrets_key_file: None,
+            audit_retention: Duration::from_secs(90 * 24 * 60 * 60),
+            audit_log: None,
         }
     }
 }
@@ -182,6 +190,24 @@ pub(super) fn validate(s: &ServerConfig, fail: &Fail) -> Result<(), ConfigError>
         ));
     }
     check_log_filter(&s.log_level).map_err(|p| fail("server.log_level", p))?;
+    // Pruned hourly: a shorter retention would not be kept to anyway.
+    if !s.audit_retention.is_zero() && s.audit_retention < Duration::from_secs(60 * 60) {
+        return Err(fail(
+            "server.audit_retention",
+            format!(
+                "({}) must be 0s (keep forever) or at least 1h",
+                humantime::format_duration(s.audit_retention)
+            ),
+        ));
+    }
+    if let Some(dir) = s.audit_log.as_deref().and_then(|p| p.parent()) {
+        if !dir.as_os_str().is_empty() && !dir.is_dir() {
+            return Err(fail(
+                "server.audit_log",
+                format!("is in {}, which is not a directory", dir.display()),
+            ));
+        }
+    }
     super::previews::validate(&s.previews, fail)?;
     if s.previews.listen == s.listen && s.listen.port() != 0 {
         return Err(fail(

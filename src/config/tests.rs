@@ -608,6 +608,14 @@ fn impossible_values_are_refused_with_one_message() {
             "config.yaml: server.session_ttl is longer than 400 days, the longest a browser keeps a cookie",
         ),
         (
+            "server:\n  audit_retention: 30m\n",
+            "config.yaml: server.audit_retention (30m) must be 0s (keep forever) or at least 1h",
+        ),
+        (
+            "server:\n  audit_log: /nonexistent-dir-of-agenthold/audit.jsonl\n",
+            "config.yaml: server.audit_log is in /nonexistent-dir-of-agenthold, which is not a directory",
+        ),
+        (
             "server:\n  admin_token: \"two words\"\n",
             "config.yaml: server.admin_token contains spaces",
         ),

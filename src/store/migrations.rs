@@ -165,7 +165,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE INDEX api_tokens_by_user ON api_tokens (user_id);
     ALTER TABLE web_sessions ADD COLUMN user_id TEXT REFERENCES users (id) ON DELETE CASCADE;
     "#,
-    // secrets: values sealed with the key of server.secrets_key_file (never in clear here).
+    // 12: secrets: values sealed with the key of server.secrets_key_file (never in clear here).
     r#"
     CREATE TABLE secrets (
         name       TEXT PRIMARY KEY,
@@ -178,6 +178,30 @@ pub(super) const MIGRATIONS: &[&str] = &[
         created_at TEXT NOT NULL,
         updated_at TEXT NOT NULL
     );
+    "#,
+    // 13: the audit log (see src/audit). AUTOINCREMENT: an id is never reused after pruning,
+    // so a reader's `before` cursor stays good. Each filter has an index ending in the id, the
+    // order entries are read in; `at` alone serves `since`/`until` and pruning.
+    r#"
+    CREATE TABLE audit (
+        id         INTEGER PRIMARY KEY AUTOINCREMENT,
+        at         TEXT NOT NULL,
+        user_id    TEXT,
+        user_name  TEXT NOT NULL,
+        token_name TEXT,
+        action     TEXT NOT NULL,
+        agent_id   TEXT,
+        agent_name TEXT,
+        detail     TEXT,
+        address    TEXT NOT NULL,
+        status     INTEGER NOT NULL
+    );
+    CREATE INDEX audit_by_at ON audit (at);
+    CREATE INDEX audit_by_agent ON audit (agent_id, id);
+    CREATE INDEX audit_by_agent_name ON audit (agent_name, id);
+    CREATE INDEX audit_by_user ON audit (user_id, id);
+    CREATE INDEX audit_by_user_name ON audit (user_name, id);
+    CREATE INDEX audit_by_action ON audit (action, id);
     "#,
 ];
 

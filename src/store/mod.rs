@@ -5,6 +5,7 @@
 //! respect to every other method of the same `Store`.
 
 mod agents;
+pub mod audit;
 mod migrations;
 pub mod previews;
 pub mod secrets;

@@ -829,6 +829,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/audit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The audit log, newest first: admins see every entry, anyone else the entries of their own
+         *     actions. Page with `before`: a page shorter than `limit` is the last.
+         */
+        get: operations["listAudit"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/events": {
         parameters: {
             query?: never;
@@ -1225,6 +1245,42 @@ export interface components {
          * @enum {string}
          */
         ApprovalState: "pending" | "resolved";
+        /**
+         * @description What an entry records: a fixed vocabulary, one word per kind of change.
+         * @enum {string}
+         */
+        AuditAction: "agent.create" | "agent.update" | "agent.destroy" | "agent.start" | "agent.stop" | "agent.rebuild" | "agent.setup" | "exec" | "code.run" | "code.context.create" | "code.context.remove" | "code.context.restart" | "process.start" | "process.signal" | "process.remove" | "terminal.open" | "terminal.kill" | "fs.write" | "fs.mkdir" | "fs.remove" | "fs.rename" | "session.create" | "session.update" | "session.delete" | "session.prompt" | "session.cancel" | "preview.create" | "preview.delete" | "approval.answer" | "token.create" | "token.revoke" | "user.create" | "user.update" | "user.delete" | "secret.set" | "secret.delete" | "config.reload" | "sign_in" | "sign_out";
+        /** @description One entry of the audit log, as it is kept and shown. */
+        AuditEntry: {
+            action: components["schemas"]["AuditAction"];
+            /** @description The client's IP address. */
+            address: string;
+            agentId?: string | null;
+            agentName?: string | null;
+            /** Format: date-time */
+            at: string;
+            /**
+             * @description What was done, where the action has it (see `action`); never a token, password, env
+             *     value or file contents.
+             */
+            detail?: string | null;
+            /**
+             * Format: int64
+             * @description Grows with time: newer entries have larger ids (the `before` cursor pages by it).
+             */
+            id: number;
+            /**
+             * Format: int32
+             * @description The answer's HTTP status (for a stream: the status it started with).
+             */
+            status: number;
+            /** @description The API token's name, when the request came with one. */
+            tokenName?: string | null;
+            /** @description The user who acted; `null` for a refused sign-in (see `userName`). */
+            userId?: string | null;
+            /** @description The user's name; for a refused sign-in, the name tried. */
+            userName: string;
+        };
         /** @description One code context: a kernel with its own variables. */
         CodeContext: {
             /** @description Code runs in it now. */
@@ -7548,6 +7604,76 @@ export interface operations {
             };
             /** @description The JSON body is over 16 MiB */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    listAudit: {
+        parameters: {
+            query?: {
+                /** @description An agent's id or name. */
+                agent?: string;
+                /** @description A user's id or name. */
+                user?: string;
+                /** @description One action of the fixed vocabulary (see `AuditAction`); another is `400`. */
+                action?: string;
+                /** @description Entries at or after: an RFC 3339 time, or a duration ago (`24h`, `7d`). */
+                since?: string;
+                /** @description Entries at or before: an RFC 3339 time, or a duration ago. */
+                until?: string;
+                /** @description Only entries with a smaller id: pass the last id of a page for the next one. */
+                before?: number;
+                /** @description Entries a page holds, 1 to 1000; 100 when left out. */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditEntry"][];
+                };
+            };
+            /** @description A filter breaks its rule: an unknown action, a time that is neither RFC 3339 nor a duration, `since` after `until`, `limit` outside 1–1000, `before` below 1 (`field` names it) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -22,6 +22,7 @@ READ: list[tuple[type[Any], Any]] = [
     (models.User, _wire.User),
     (models.Token, _wire.Token),
     (models.CreatedToken, _wire.CreatedToken),
+    (models.AuditEntry, _wire.AuditEntry),
     (models.Me, _wire.Me),
     (models.Secret, _wire.Secret),
     (models.EgressDenied, _wire.EgressDenied),

@@ -6,10 +6,12 @@ import pytest
 
 from agenthold import (
     AsyncClient,
+    AuditEntry,
     Client,
     Conflict,
     CreatedToken,
     Forbidden,
+    InvalidRequest,
     NotFound,
     Token,
     Unauthorized,
@@ -66,3 +68,25 @@ async def test_the_async_client_has_them_too(aclient: AsyncClient) -> None:
     await aclient.tokens.revoke(made.id)
     await aclient.users.delete(user)
     assert (await aclient.me()).user.role == "admin"
+
+
+def test_the_audit_log_names_who_did_what(client: Client) -> None:
+    name = unique("au")
+    made = client.tokens.create(name, ["agents:read"])
+    entries = client.audit(action="token.create", since="1h", limit=50)
+    assert entries and all(isinstance(e, AuditEntry) for e in entries)
+    mine = [e for e in entries if e.detail and e.detail.startswith(name)]
+    assert len(mine) == 1, entries
+    e = mine[0]
+    assert (e.user_name, e.token_name, e.status) == ("admin", None, 201)
+    assert e.at is not None and made.token not in repr(entries)
+    older = client.audit(before=e.id, limit=1)
+    assert all(o.id < e.id for o in older)
+    with pytest.raises(InvalidRequest):
+        client.audit(action="explode")
+    client.tokens.revoke(made)
+
+
+async def test_the_async_client_reads_the_audit_log(aclient: AsyncClient) -> None:
+    entries = await aclient.audit(limit=3)
+    assert len(entries) <= 3 and all(isinstance(e, AuditEntry) for e in entries)

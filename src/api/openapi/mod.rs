@@ -17,8 +17,8 @@ use serde_json::{json, Map, Value};
 use utoipa::OpenApi;
 
 use super::{
-    admin, agent_sessions, agents, approvals, code, events, exec, files, previews, processes,
-    secrets, session, terminal, terminals, tokens, types, users,
+    admin, agent_sessions, agents, approvals, audit, code, events, exec, files, previews,
+    processes, secrets, session, terminal, terminals, tokens, types, users,
 };
 use crate::config::Config;
 
@@ -46,7 +46,7 @@ use crate::config::Config;
         approvals::list, approvals::get, approvals::answer,
         previews::ports, previews::create, previews::list, previews::delete, previews::open,
         users::list, users::create, users::update, users::delete, users::me,
-        tokens::list, tokens::create, tokens::revoke,
+        tokens::list, tokens::create, tokens::revoke, audit::list,
         secrets::list, secrets::put, secrets::delete,
     ),
     components(schemas(
@@ -73,6 +73,7 @@ use crate::config::Config;
         types::User, types::Role, types::Scope, types::CreateUser, types::UpdateUser,
         types::Token, types::CreateToken, types::CreatedToken, types::Me,
         types::PutSecret, types::Secret,
+        types::AuditEntry, types::AuditAction,
     )),
     modifiers(&BearerAuth),
     security(("bearer" = [])),

@@ -34,6 +34,7 @@ mod terminal;
 mod terminals;
 pub(crate) mod whole;
 
+pub use crate::model::audit::{Action as AuditAction, AuditEntry};
 pub use admin::ConfigReload;
 pub use agent::{Agent, AgentState, SetupState, SetupStatus};
 pub use agents::{CreateAgent, ExpiringEvent, KeepAlive, UpdateAgent};

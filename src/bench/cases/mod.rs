@@ -2,6 +2,7 @@
 //! for the table; timings use `Instant` around the whole user-visible operation, ours and
 //! Docker's alike.
 
+pub(super) mod audit;
 mod burst;
 pub(super) mod code;
 pub(super) mod common;

@@ -1,4 +1,4 @@
-//! `agenthold users` and `agenthold tokens` against a live server.
+//! `agenthold users`, `agenthold tokens` and `agenthold audit` against a live server.
 
 use std::process::Stdio;
 
@@ -125,4 +125,30 @@ async fn login_keeps_a_token_only_the_user_can_read_and_later_commands_use_it() 
     let out = child.wait_with_output().await.unwrap();
     assert!(!out.status.success());
     assert_eq!(std::fs::read_to_string(&kept).unwrap(), before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_from_the_command_line() {
+    let s = TestServer::start().await;
+    let id = s.create_agent("web").await;
+    let (code, out, err) = run(&s, &["audit", "--agent", "web", "--action", "agent.create"]).await;
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "a header and one entry: {out}");
+    assert!(
+        lines[0].contains("ACTION") && lines[0].contains("WHO"),
+        "{out}"
+    );
+    assert!(
+        lines[1].contains("agent.create") && lines[1].contains("admin") && lines[1].contains("web"),
+        "{out}"
+    );
+    let (code, out, err) = run(&s, &["--json", "audit", "--limit", "5", "--since", "1h"]).await;
+    assert_eq!(code, 0, "{err}");
+    let entries: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(entries[0]["agentId"], id.as_str(), "{out}");
+    // A bad filter is the server's 400, told on stderr.
+    let (code, _, err) = run(&s, &["audit", "--action", "explode"]).await;
+    assert_ne!(code, 0);
+    assert!(err.contains("not an action"), "{err}");
 }

@@ -43,6 +43,7 @@ fn rule(method: &str, path: &str) -> Option<Need> {
         ("PUT" | "DELETE", "/api/v1/secrets/{name}") => ADMIN,
         ("GET" | "POST", "/api/v1/tokens") => SignedIn,
         ("DELETE", "/api/v1/tokens/{id}") => SignedIn,
+        ("GET", "/api/v1/audit") => READ,
         ("GET", "/api/v1/events") => READ,
         ("GET", "/api/v1/agents") => READ,
         ("POST", "/api/v1/agents") => WRITE,

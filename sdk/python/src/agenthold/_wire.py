@@ -65,6 +65,92 @@ Whether an approval waits for an answer.
 """
 
 
+AuditAction: TypeAlias = Literal[
+    "agent.create",
+    "agent.update",
+    "agent.destroy",
+    "agent.start",
+    "agent.stop",
+    "agent.rebuild",
+    "agent.setup",
+    "exec",
+    "code.run",
+    "code.context.create",
+    "code.context.remove",
+    "code.context.restart",
+    "process.start",
+    "process.signal",
+    "process.remove",
+    "terminal.open",
+    "terminal.kill",
+    "fs.write",
+    "fs.mkdir",
+    "fs.remove",
+    "fs.rename",
+    "session.create",
+    "session.update",
+    "session.delete",
+    "session.prompt",
+    "session.cancel",
+    "preview.create",
+    "preview.delete",
+    "approval.answer",
+    "token.create",
+    "token.revoke",
+    "user.create",
+    "user.update",
+    "user.delete",
+    "secret.set",
+    "secret.delete",
+    "config.reload",
+    "sign_in",
+    "sign_out",
+]
+"""
+What an entry records: a fixed vocabulary, one word per kind of change.
+"""
+
+
+class AuditEntry(TypedDict):
+    """
+    One entry of the audit log, as it is kept and shown.
+    """
+
+    action: AuditAction
+    address: str
+    """
+    The client's IP address.
+    """
+    agentId: NotRequired[str | None]
+    agentName: NotRequired[str | None]
+    at: str
+    detail: NotRequired[str | None]
+    """
+    What was done, where the action has it (see `action`); never a token, password, env
+    value or file contents.
+    """
+    id: int
+    """
+    Grows with time: newer entries have larger ids (the `before` cursor pages by it).
+    """
+    status: int
+    """
+    The answer's HTTP status (for a stream: the status it started with).
+    """
+    tokenName: NotRequired[str | None]
+    """
+    The API token's name, when the request came with one.
+    """
+    userId: NotRequired[str | None]
+    """
+    The user who acted; `null` for a refused sign-in (see `userName`).
+    """
+    userName: str
+    """
+    The user's name; for a refused sign-in, the name tried.
+    """
+
+
 class CodeContext(TypedDict):
     """
     One code context: a kernel with its own variables.

@@ -6,6 +6,7 @@ sync client, across tasks for the async one), and close it when done (or use ``w
 
 from __future__ import annotations
 
+from datetime import datetime
 from types import TracebackType
 
 import httpx
@@ -14,9 +15,9 @@ from ._http import DEFAULT_RETRIES, DEFAULT_TIMEOUT, AsyncTransport, SyncTranspo
 from .agents import Agents, AsyncAgents, AsyncPresets, Presets
 from .approvals import Approvals, AsyncApprovals
 from .events import AsyncEventStream, EventStream
-from .models import Health, Limits, Me
+from .models import AuditEntry, Health, Limits, Me
 from .secrets import AsyncSecrets, Secrets
-from .teams import AsyncTokens, AsyncUsers, Tokens, Users
+from .teams import AsyncTokens, AsyncUsers, Tokens, Users, audit_params
 
 __all__ = ["Client", "AsyncClient"]
 
@@ -78,6 +79,25 @@ class Client:
         """Who the client's token is: its user, the scopes in effect, the token."""
         return Me.from_json(self._t.json("GET", "/me"))
 
+    def audit(
+        self,
+        *,
+        agent: str | None = None,
+        user: str | None = None,
+        action: str | None = None,
+        since: str | datetime | None = None,
+        until: str | datetime | None = None,
+        before: int | None = None,
+        limit: int | None = None,
+    ) -> list[AuditEntry]:
+        """The audit log, newest first (an admin's: everyone's; anyone else's: their own
+        actions). ``agent`` and ``user`` are an id or a name; ``since``/``until`` a datetime,
+        an RFC 3339 string or a duration ago (``"24h"``); ``limit`` 1 to 1000 (default 100);
+        the next page is ``before=`` the last entry's ``id``. A bad filter raises
+        :class:`~agenthold.errors.InvalidRequest`."""
+        params = audit_params(agent, user, action, since, until, before, limit)
+        return [AuditEntry.from_json(e) for e in self._t.json("GET", "/audit", params=params)]
+
     def events(self, read_timeout: float | None = None) -> EventStream:
         """The server's event stream: first one ``AgentEvent`` per agent, then every change."""
         return EventStream(self._t, read_timeout)
@@ -129,6 +149,21 @@ class AsyncClient:
 
     async def me(self) -> Me:
         return Me.from_json(await self._t.json("GET", "/me"))
+
+    async def audit(
+        self,
+        *,
+        agent: str | None = None,
+        user: str | None = None,
+        action: str | None = None,
+        since: str | datetime | None = None,
+        until: str | datetime | None = None,
+        before: int | None = None,
+        limit: int | None = None,
+    ) -> list[AuditEntry]:
+        """See :meth:`Client.audit`."""
+        params = audit_params(agent, user, action, since, until, before, limit)
+        return [AuditEntry.from_json(e) for e in await self._t.json("GET", "/audit", params=params)]
 
     def events(self, read_timeout: float | None = None) -> AsyncEventStream:
         """``async for ev in client.events()``: see :meth:`Client.events`."""

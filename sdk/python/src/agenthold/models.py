@@ -848,6 +848,30 @@ class Token:
 
 
 @dataclass(frozen=True)
+class AuditEntry:
+    """One entry of the audit log: who (``user_name``, and ``token_name`` when a token was
+    used) did ``action`` (``exec``, ``fs.write``, ``sign_in``, …) to which agent, from which
+    ``address``, with what outcome (``status``, the HTTP status). ``detail`` is the command
+    line, the path, the prompt's start or the option chosen, where the action has one."""
+
+    id: int
+    at: datetime | None = None
+    user_id: str | None = None
+    user_name: str = ""
+    token_name: str | None = None
+    action: str = ""
+    agent_id: str | None = None
+    agent_name: str | None = None
+    detail: str | None = None
+    address: str = ""
+    status: int = 0
+
+    @classmethod
+    def from_json(cls, d: Any) -> AuditEntry:
+        return decode(cls, d)
+
+
+@dataclass(frozen=True)
 class CreatedToken:
     """A token just made: ``token`` is the secret (send it as ``Client(token=...)``), shown
     this once; the other fields are those of :class:`Token`."""

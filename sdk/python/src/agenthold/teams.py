@@ -5,12 +5,36 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from ._http import AsyncTransport, SyncTransport, seg
 from .models import CreatedToken, Token, User
 
-__all__ = ["Users", "AsyncUsers", "Tokens", "AsyncTokens"]
+__all__ = ["Users", "AsyncUsers", "Tokens", "AsyncTokens", "audit_params"]
+
+
+def audit_params(
+    agent: str | None,
+    user: str | None,
+    action: str | None,
+    since: str | datetime | None,
+    until: str | datetime | None,
+    before: int | None,
+    limit: int | None,
+) -> dict[str, Any]:
+    """``GET /audit``'s query: the filters given, times as RFC 3339 (a string is sent as it
+    is: a time, or a duration ago such as ``"24h"``)."""
+    given = {
+        "agent": agent,
+        "user": user,
+        "action": action,
+        "since": since.isoformat() if isinstance(since, datetime) else since,
+        "until": until.isoformat() if isinstance(until, datetime) else until,
+        "before": before,
+        "limit": limit,
+    }
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def _user_body(name: str, role: str, password: str | None) -> dict[str, Any]:
