@@ -292,6 +292,7 @@ impl From<CreateAgent> for AgentRequest {
             ttl_minutes: body.ttl_minutes,
             labels: body.labels,
             allow_root: body.allow_root,
+            approvals: body.approvals,
         }
     }
 }
@@ -313,6 +314,7 @@ impl From<UpdateAgent> for AgentPatch {
             expires_at: None,
             labels: body.labels,
             allow_root: body.allow_root,
+            approvals: body.approvals,
         }
     }
 }

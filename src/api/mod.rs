@@ -8,6 +8,7 @@ pub mod agents;
 pub mod approvals;
 pub mod auth;
 pub mod code;
+mod command_gate;
 pub mod download;
 pub mod error;
 pub mod events;

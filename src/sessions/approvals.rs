@@ -17,6 +17,8 @@ use crate::model::sessions::{ApprovalRecord, Outcome};
 /// Who decided, when no person did.
 pub const BY_TIMEOUT: &str = "timeout";
 pub const BY_CANCEL: &str = "cancel";
+/// A command's approval pending when the server stopped.
+pub const BY_RESTART: &str = "restart";
 
 impl Sessions {
     /// Approvals, oldest first: `pending` only, resolved only, or both; of one agent.
@@ -85,14 +87,28 @@ impl Sessions {
         {
             t.abort();
         }
-        self.feeds.grew(&a.session_id, seq);
         self.lc.announce(AgentEvent::Approval(Box::new(a.clone())));
+        let Some(sid) = &a.session_id else {
+            // A command's: its request learns the decision (unless it is gone).
+            let waiter = self
+                .waiters
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(id);
+            if let Some(w) = waiter {
+                let _ = w.send(a.clone());
+            }
+            return Ok(a);
+        };
+        if let Some(seq) = seq {
+            self.feeds.grew(sid, seq);
+        }
         let answer = match option_id {
             Some(o) => RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(o)),
             None => RequestPermissionOutcome::Cancelled,
         };
         self.command(
-            &a.session_id,
+            sid,
             Command::Answer {
                 rpc_id: super::rpc::id_from_value(&a.rpc_id),
                 outcome: answer,
@@ -145,14 +161,22 @@ impl Sessions {
     }
 
     /// At boot: pending approvals of running turns wait on; others can never be answered
-    /// (their harness is gone) and are resolved `cancelled`.
+    /// (their harness is gone) and are resolved `cancelled`. A command's request went with the
+    /// server that held it: its approval expires, so nothing of it ever runs.
     pub(super) async fn rearm_approvals(self: &Arc<Self>) -> Result<(), SessionError> {
         for a in self.store.approvals(Some(true), None, None).await? {
-            let running = self
-                .store
-                .session(&a.session_id)
-                .await
-                .is_ok_and(|s| s.running);
+            let Some(sid) = &a.session_id else {
+                let reject = a
+                    .options
+                    .iter()
+                    .find(|o| o.kind == "reject_once")
+                    .map(|o| o.option_id.clone());
+                let _ = self
+                    .decide(&a.id, Outcome::Expired, reject, BY_RESTART.to_string())
+                    .await;
+                continue;
+            };
+            let running = self.store.session(sid).await.is_ok_and(|s| s.running);
             if running {
                 self.arm(&a);
             } else {
