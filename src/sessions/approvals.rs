@@ -12,12 +12,12 @@ use chrono::{DateTime, Utc};
 use super::runner::Command;
 use super::{SessionError, Sessions};
 use crate::events::AgentEvent;
-use crate::model::sessions::{ApprovalRecord, Outcome};
+use crate::model::sessions::{ApprovalKind, ApprovalRecord, Outcome};
 
 /// Who decided, when no person did.
 pub const BY_TIMEOUT: &str = "timeout";
 pub const BY_CANCEL: &str = "cancel";
-/// A command's approval pending when the server stopped.
+/// A command's approval pending when the server stopped (its request ends with it).
 pub const BY_RESTART: &str = "restart";
 
 impl Sessions {
@@ -34,14 +34,24 @@ impl Sessions {
         Ok(self.store.approval(id).await?)
     }
 
-    /// Answers approval `id` with `option_id` (one it offered), on behalf of `by`.
+    /// Answers approval `id` with `option_id` (one it offered), on behalf of `by`;
+    /// `may_answer_commands` says whether `by` may answer a command's
+    /// ([`crate::teams::command_rules::may_answer_command`]).
     pub async fn answer(
         self: &Arc<Self>,
         id: &str,
         option_id: &str,
         by: &str,
+        may_answer_commands: bool,
     ) -> Result<ApprovalRecord, SessionError> {
         let a = self.store.approval(id).await?;
+        if a.kind == ApprovalKind::Command && !may_answer_commands {
+            return Err(SessionError::Forbidden(
+                "only the agent's owner or an admin (not with a supervised token) answers a \
+                 command's approval"
+                    .into(),
+            ));
+        }
         if let Some(o) = a.outcome {
             return Err(SessionError::Conflict(format!(
                 "approval {id} was already {}",
@@ -138,11 +148,7 @@ impl Sessions {
             .unwrap_or_else(|_| Utc::now());
         let wait = (due - Utc::now()).to_std().unwrap_or(Duration::ZERO);
         // Fails closed: the offered "reject once", else a plain `cancelled`.
-        let reject = a
-            .options
-            .iter()
-            .find(|o| o.kind == "reject_once")
-            .map(|o| o.option_id.clone());
+        let reject = reject_option(a);
         let me = self.clone();
         let id = a.id.clone();
         // Registered before it can run, so that its own removal always finds it.
@@ -160,17 +166,32 @@ impl Sessions {
         timers.insert(a.id.clone(), task.abort_handle());
     }
 
+    /// As the server stops: every held command's approval expires (by `restart`), so nothing of
+    /// them runs and their requests end.
+    pub async fn expire_held_commands(self: &Arc<Self>) {
+        let pending = self
+            .store
+            .approvals(Some(true), None, None)
+            .await
+            .unwrap_or_default();
+        for a in pending
+            .into_iter()
+            .filter(|a| a.kind == ApprovalKind::Command)
+        {
+            let reject = reject_option(&a);
+            let _ = self
+                .decide(&a.id, Outcome::Expired, reject, BY_RESTART.to_string())
+                .await;
+        }
+    }
+
     /// At boot: pending approvals of running turns wait on; others can never be answered
     /// (their harness is gone) and are resolved `cancelled`. A command's request went with the
     /// server that held it: its approval expires, so nothing of it ever runs.
     pub(super) async fn rearm_approvals(self: &Arc<Self>) -> Result<(), SessionError> {
         for a in self.store.approvals(Some(true), None, None).await? {
             let Some(sid) = &a.session_id else {
-                let reject = a
-                    .options
-                    .iter()
-                    .find(|o| o.kind == "reject_once")
-                    .map(|o| o.option_id.clone());
+                let reject = reject_option(&a);
                 let _ = self
                     .decide(&a.id, Outcome::Expired, reject, BY_RESTART.to_string())
                     .await;
@@ -187,4 +208,12 @@ impl Sessions {
         }
         Ok(())
     }
+}
+
+/// The offered "reject once" option, what an approval that nobody answers resolves to.
+fn reject_option(a: &ApprovalRecord) -> Option<String> {
+    a.options
+        .iter()
+        .find(|o| o.kind == "reject_once")
+        .map(|o| o.option_id.clone())
 }

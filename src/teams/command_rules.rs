@@ -171,6 +171,13 @@ pub fn needs_approval(
     }
 }
 
+/// Whether `answerer` may answer a command's approval: only those whose own commands are never
+/// held (the agent's owner and admins, without a supervised token), so that nobody approves
+/// their own held command.
+pub fn may_answer_command(answerer: Requester) -> bool {
+    answerer.owner_or_admin && !answerer.supervised
+}
+
 /// A command given as arguments, as one line for the patterns and for people: each argument
 /// quoted the way a POSIX shell would need it.
 pub fn command_line(args: &[String]) -> String {
@@ -301,6 +308,17 @@ mod tests {
         assert_eq!(v(Always, "ls", who(false, false, Deny)), Verdict::Deny);
         assert_eq!(v(Always, "ls", who(false, false, Allow)), Verdict::Run);
         assert_eq!(v(Dangerous, "ls", who(false, false, Deny)), Verdict::Run);
+    }
+
+    #[test]
+    fn only_the_unheld_answer_commands() {
+        assert!(may_answer_command(who(true, false, TokenApprovals::Ask)));
+        assert!(!may_answer_command(who(true, true, TokenApprovals::Ask)));
+        assert!(!may_answer_command(who(
+            false,
+            false,
+            TokenApprovals::Allow
+        )));
     }
 
     #[test]

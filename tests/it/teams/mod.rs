@@ -2,6 +2,7 @@
 //! document against every kind of credential; the others test signing in, users and tokens.
 
 mod cli;
+mod command_approvals;
 mod matrix;
 mod sign_in;
 mod tokens;
