@@ -14,7 +14,7 @@ use crate::teams::Principal;
 /// Whether a command may go on now, or waits.
 pub(super) enum Gate {
     Run,
-    Held(HeldCommand),
+    Held(Box<HeldCommand>),
 }
 
 /// Whether `principal` owns `agent`. Every agent is owned by the built-in admin until agents
@@ -44,11 +44,11 @@ pub(super) async fn gate(
     match verdict {
         Verdict::Run => Ok(Gate::Run),
         Verdict::Deny => Err(CommandRefused::Denied.into()),
-        Verdict::Ask => Ok(Gate::Held(
+        Verdict::Ask => Ok(Gate::Held(Box::new(
             st.sessions
                 .hold_command(&agent.id, command, principal.actor())
                 .await?,
-        )),
+        ))),
     }
 }
 

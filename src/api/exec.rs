@@ -58,7 +58,7 @@ pub async fn exec(
     let stdin = body.stdin.unwrap_or_default().into_bytes();
     match gate(&st, &principal, &agent, command_line(&body.command)).await? {
         Gate::Run => {}
-        Gate::Held(held) if streaming => return Ok(held_ndjson(st, id, held, launch, stdin)),
+        Gate::Held(held) if streaming => return Ok(held_ndjson(st, id, *held, launch, stdin)),
         Gate::Held(held) => held.decision().await?,
     }
     let conn = st.lc.wake_conn(&id).await?;
