@@ -99,6 +99,8 @@ NOT_READ = {
     "CreateUser",
     "UpdateUser",
     "CreateToken",
+    # An agent's and a preset's `approvals`, read as the dict it is.
+    "AgentApprovals",
 }
 
 
