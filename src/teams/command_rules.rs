@@ -38,7 +38,7 @@ pub const DEFAULT_DANGEROUS_PATTERNS: &[&str] = &[
 
 /// A pattern that does not compile.
 #[derive(Debug, thiserror::Error)]
-#[error("pattern {index} ({pattern:?}) is not a valid regular expression: {why}")]
+#[error("dangerous_patterns[{index}] ({pattern:?}) is not a valid regular expression: {why}")]
 pub struct PatternError {
     pub index: usize,
     pub pattern: String,
