@@ -471,3 +471,51 @@ async fn token_and_agent_settings_are_checked() {
         assert_eq!(status, 400, "{bad} → {v}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_approval_left_pending_in_the_store_never_runs_after_a_start() {
+    use agenthold::model::sessions::{ApprovalKind, ApprovalRecord, OptionRecord};
+    let s = TestServer::start().await;
+    let id = s.create_agent("crashed").await;
+    // As a server killed while a command waited leaves it: pending, with nobody waiting.
+    let option = |id: &str, kind: &str| OptionRecord {
+        option_id: id.into(),
+        name: id.into(),
+        kind: kind.into(),
+    };
+    s.store
+        .add_command_approval(ApprovalRecord {
+            id: "ghostapproval".into(),
+            agent_id: id.clone(),
+            kind: ApprovalKind::Command,
+            session_id: None,
+            command: Some("rm -rf ~".into()),
+            requester: Some("bob".into()),
+            tool_call: Value::Null,
+            options: vec![
+                option("allow", "allow_once"),
+                option("reject", "reject_once"),
+            ],
+            created_at: "2026-12-06T00:00:00Z".into(),
+            expires_at: "2099-01-01T00:00:00Z".into(),
+            outcome: None,
+            option_id: None,
+            decided_by: None,
+            rpc_id: Value::Null,
+        })
+        .await
+        .unwrap();
+    let s = s.restart_with(|_| {}).await;
+    let a = s.get_json("/api/v1/approvals/ghostapproval").await;
+    assert_eq!(
+        (
+            a["outcome"].as_str(),
+            a["optionId"].as_str(),
+            a["decidedBy"].as_str()
+        ),
+        (Some("expired"), Some("reject"), Some("restart")),
+        "{a}"
+    );
+    let (status, _) = answer(&s, "ghostapproval", "allow").await;
+    assert_eq!(status, 409);
+}
