@@ -126,6 +126,8 @@ pub struct Agent {
     /// The agent may become root in its sandbox: its container keeps the kernel's setuid
     /// (`sudo`), and exec and processes accept `"user": "root"`. Agents made before are not.
     pub allow_root: bool,
+    /// Which commands wait for a person's approval.
+    pub approvals: teams::AgentApprovals,
 }
 
 /// Where a setup script's run is.
@@ -175,6 +177,8 @@ pub struct NewAgent {
     pub labels: BTreeMap<String, String>,
     /// The request's, else the preset's, else false.
     pub allow_root: bool,
+    /// The request's, else the preset's, else none held.
+    pub approvals: teams::AgentApprovals,
 }
 
 /// A change to an agent's settings; `None` leaves a field as it is.
@@ -206,6 +210,8 @@ pub struct AgentPatch {
     /// Root allowed or not from now on; the container's side of it (`sudo`) is applied by a
     /// rebuild.
     pub allow_root: Option<bool>,
+    /// New approval settings, in force for the next command.
+    pub approvals: Option<teams::AgentApprovals>,
 }
 
 /// Makes a fresh agent id: 12 characters of `[a-z0-9]`, starting with a letter so it is a

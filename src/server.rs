@@ -382,6 +382,13 @@ impl Server {
             driver = lc.driver_kind(),
             "agenthold is serving"
         );
+        // Commands held for approval fail closed as the server stops, so that their requests
+        // end and the listener's drain does not wait for an answer that cannot come.
+        let sessions = self.state.sessions.clone();
+        let shutdown = async move {
+            shutdown.await;
+            sessions.expire_held_commands().await;
+        };
         listener::serve(
             self.api,
             self.api_connections,

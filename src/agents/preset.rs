@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::defaults::Defaults;
 use crate::egress::EgressRules;
+use crate::model::teams::AgentApprovals;
 
 /// One preset as the config file writes it; every key is optional and falls back to the
 /// `sandbox.default_*` settings.
@@ -43,6 +44,8 @@ pub struct Preset {
     /// Agents made from it may become root (`sudo`, `"user": "root"`); a create's own
     /// `allowRoot` wins.
     pub allow_root: bool,
+    /// The approval settings of agents made from it; a create's own `approvals` wins.
+    pub approvals: AgentApprovals,
 }
 
 /// A preset with the server's defaults filled in: what an agent made from it gets. The API
@@ -69,6 +72,7 @@ pub struct PresetInfo {
     pub ttl_minutes: Option<u32>,
     pub labels: BTreeMap<String, String>,
     pub allow_root: bool,
+    pub approvals: AgentApprovals,
     /// Whether it is `sandbox.default_preset`, the one a create without `preset` gets.
     pub default: bool,
 }
@@ -94,6 +98,7 @@ impl Preset {
             ttl_minutes: self.ttl_minutes,
             labels: self.labels.clone(),
             allow_root: self.allow_root,
+            approvals: self.approvals,
             default: defaults.preset.as_deref() == Some(name),
         }
     }

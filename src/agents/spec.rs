@@ -11,6 +11,7 @@ use super::labels;
 use super::preset::Preset;
 use super::runtimes::Runtimes;
 use crate::egress::EgressRules;
+use crate::model::teams::AgentApprovals;
 use crate::model::{new_agent_id, AgentPatch, NewAgent};
 
 /// Longest agent name: one DNS label.
@@ -69,6 +70,8 @@ pub struct AgentRequest {
     pub labels: Option<BTreeMap<String, String>>,
     /// The preset's when `None`.
     pub allow_root: Option<bool>,
+    /// The preset's when `None`.
+    pub approvals: Option<AgentApprovals>,
 }
 
 /// What this server offers agents: its defaults and ceilings, its presets, and what its engine
@@ -159,6 +162,7 @@ pub fn resolve(request: AgentRequest, allowed: &Allowed) -> Result<NewAgent, Spe
         expires_at: None,
         labels,
         allow_root: request.allow_root.unwrap_or(preset.allow_root),
+        approvals: request.approvals.unwrap_or(preset.approvals),
     })
 }
 

@@ -235,6 +235,7 @@ impl From<SessionError> for ApiError {
             SessionError::Invalid { field, .. } => ApiError::invalid_field(field, message),
             SessionError::PromptTooLarge { .. } => ApiError::too_large(message),
             SessionError::Conflict(_) => ApiError::conflict(message),
+            SessionError::Forbidden(_) => ApiError::forbidden(message),
             SessionError::Lifecycle(e) => e.into(),
             SessionError::Store(_) => ApiError::internal(message),
         }

@@ -295,6 +295,7 @@ impl From<CreateAgent> for AgentRequest {
             ttl_minutes: body.ttl_minutes,
             labels: body.labels,
             allow_root: body.allow_root,
+            approvals: body.approvals,
         }
     }
 }
@@ -316,6 +317,7 @@ impl From<UpdateAgent> for AgentPatch {
             expires_at: None,
             labels: body.labels,
             allow_root: body.allow_root,
+            approvals: body.approvals,
         }
     }
 }

@@ -10,6 +10,7 @@ use super::audit::AuditNote;
 use super::error::{ApiError, ApiJson, ApiQuery, ErrorBody};
 use super::types::conversation::{AnswerApproval, Approval};
 use super::AppState;
+use crate::teams::command_rules::may_answer_command;
 use crate::teams::Principal;
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -71,6 +72,7 @@ pub async fn get(
     params(("aid" = String, Path, description = "The approval's id")),
     responses((status = 200, body = Approval),
         (status = 400, body = ErrorBody, description = "The option was not offered"),
+        (status = 403, body = ErrorBody, description = "A command's approval, and the caller is not the agent's owner or an admin, or answers with a supervised token"),
         (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody, description = "Already decided, or expired")))]
 pub async fn answer(
@@ -81,9 +83,11 @@ pub async fn answer(
     ApiJson(body): ApiJson<AnswerApproval>,
 ) -> Result<Json<Approval>, ApiError> {
     note.detail(body.option_id.as_str());
+    // MERGE: the agent's owner (see `command_gate::owns`) may answer too; today admins only.
+    let may = may_answer_command(principal.requester(false));
     let a = st
         .sessions
-        .answer(&aid, &body.option_id, &principal.actor())
+        .answer(&aid, &body.option_id, &principal.actor(), may)
         .await?;
     Ok(Json(a.into()))
 }

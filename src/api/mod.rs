@@ -9,6 +9,7 @@ pub mod approvals;
 pub mod audit;
 pub mod auth;
 pub mod code;
+mod command_gate;
 pub mod download;
 pub mod error;
 pub mod events;

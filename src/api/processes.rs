@@ -14,6 +14,7 @@ use serde::Deserialize;
 use utoipa::IntoParams;
 
 use super::audit::AuditNote;
+use super::command_gate::approved;
 use super::download::{content_disposition, Disposition};
 use super::error::{ApiError, ApiJson, ApiQuery, ErrorBody};
 use super::exec::{error_line, line, NDJSON};
@@ -22,6 +23,8 @@ use super::types::process::{Process, ProcessState, SignalBody, StartProcess, Std
 use super::AppState;
 use crate::launch::{check_command, check_process, Launch, ProcessOptions};
 use crate::lifecycle::Lifecycle;
+use crate::teams::command_rules::command_line;
+use crate::teams::Principal;
 use crate::tunnel::conn::{ConnError, OutputPiece, ProcessName};
 
 /// How long `…/wait` waits when it is not told.
@@ -31,12 +34,13 @@ const DEFAULT_WAIT_MS: u64 = 30_000;
 #[utoipa::path(post, path = "/api/v1/agents/{id}/processes", tag = "processes", operation_id = "startProcess",
     request_body = StartProcess, params(("id" = String, Path, description = "The agent's id")),
     responses((status = 201, body = Process, description = "It runs (or, when its program could not be run, it has already exited with 127 or 126 and says why on stderr)"),
-        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "`user` is `root` and the agent's `allowRoot` is false"), (status = 404, body = ErrorBody),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "`user` is `root` and the agent's `allowRoot` is false; or the start waited for approval (the agent's `approvals.commands`; the answer comes once it is decided) and was rejected (`approval_rejected`) or expired (`approval_expired`): nothing was run"), (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody, description = "The agent cannot be woken, runs `sandbox.max_processes` processes already, or a running process has this tag"),
         (status = 413, body = ErrorBody, description = "`command` and `env` over exec's size limits"),
         (status = 429, body = ErrorBody, description = "Too many channels open to the agent; try again after `Retry-After` seconds"), (status = 503, body = ErrorBody, description = "The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After`")))]
 pub async fn start(
     State(st): State<AppState>,
+    principal: Principal,
     Path(id): Path<String>,
     note: AuditNote,
     ApiJson(body): ApiJson<StartProcess>,
@@ -52,6 +56,7 @@ pub async fn start(
     )?;
     let agent = st.lc.get(&id).await?;
     let launch = Launch::new(run, &agent.env)?.as_user(body.user.map(Into::into), &agent)?;
+    approved(&st, &principal, &agent, command_line(&body.command)).await?;
     let options = ProcessOptions {
         tag: body.tag,
         stdin: body.stdin,

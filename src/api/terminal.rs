@@ -17,14 +17,20 @@ use utoipa::IntoParams;
 
 use super::access::CredentialEnds;
 use super::audit::AuditNote;
+use super::command_gate::approved;
 use super::error::{ApiError, ApiQuery, ErrorBody};
 use super::types::{close, TerminalMessage};
 use super::AppState;
 use crate::activity::Use;
 use crate::model::AgentState;
+use crate::teams::Principal;
 use crate::tunnel::registry::{Link, LinkStream, TunnelError};
 
 const MAX_DIM: u16 = 1000;
+
+/// What a new session without a `command` runs, as its approval names it.
+const LOGIN_SHELL: &str = "(login shell)";
+
 /// Longest command line accepted (it travels in a channel header).
 const MAX_COMMAND: usize = 16 * 1024;
 /// How long an attach waits for a running agent's sandboxd to reconnect.
@@ -171,11 +177,13 @@ fn to_open(st: &AppState, q: TerminalQuery) -> Result<TerminalOpen, ApiError> {
     description = PROTOCOL,
     params(("id" = String, Path, description = "The agent's id"), TerminalQuery),
     responses((status = 101, description = "WebSocket onto the session; see the description"),
-        (status = 400, body = ErrorBody, description = "Bad `cols`, `rows`, `offset` or `command`, or not a WebSocket upgrade"), (status = 404, body = ErrorBody, description = "No such agent, or no such session"),
+        (status = 400, body = ErrorBody, description = "Bad `cols`, `rows`, `offset` or `command`, or not a WebSocket upgrade"), (status = 403, body = ErrorBody, description = "A new session waited for approval (the agent's `approvals.commands`; the upgrade is answered once it is decided) and was rejected (`approval_rejected`) or expired (`approval_expired`): nothing was run"),
+        (status = 404, body = ErrorBody, description = "No such agent, or no such session"),
         (status = 409, body = ErrorBody, description = "The session has too many viewers"),
         (status = 429, body = ErrorBody, description = "The agent has `sandbox.max_streams_per_agent` channels open; try again after `Retry-After` seconds")))]
 pub async fn terminal(
     State(st): State<AppState>,
+    principal: Principal,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<TerminalQuery>,
     ends: CredentialEnds,
@@ -192,6 +200,13 @@ pub async fn terminal(
     let agent = st.lc.get(&id).await?;
     if open.session.is_none() {
         open.env = agent.env.clone().into_iter().collect();
+        // A new session runs a command (or a shell): it may wait for approval, before the
+        // upgrade, so that a refusal is its `403`. Attaching to one runs nothing new.
+        let line = open
+            .command
+            .clone()
+            .unwrap_or_else(|| LOGIN_SHELL.to_string());
+        approved(&st, &principal, &agent, line).await?;
     }
     if open.session.is_some() {
         if let Some(link) = st.lc.tunnels().get(&id) {

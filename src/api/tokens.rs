@@ -52,6 +52,8 @@ pub async fn create(
         scopes: body.scopes.into_iter().collect(),
         agents: body.agents,
         expires_in_days: body.expires_in_days,
+        supervised: body.supervised,
+        approvals: body.approvals,
     };
     let (token, info) = st
         .auth

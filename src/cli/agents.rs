@@ -8,6 +8,7 @@ use super::types::AgentAction;
 use super::wait::{Goal, Watch};
 use crate::api::types::{Agent, CreateAgent, EgressRules};
 use crate::egress::Rule;
+use crate::model::teams::{AgentApprovals, CommandApprovals};
 
 #[derive(clap::Subcommand, Debug)]
 pub enum AgentsCommand {
@@ -82,6 +83,11 @@ pub struct CreateArgs {
     /// refuses it even where the preset allows it (default: the preset's; `dev` allows it)
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub allow_root: Option<bool>,
+    /// Which commands of others than the agent's owner and admins (or of supervised tokens)
+    /// wait for approval: never, dangerous (matching `approvals.dangerous_patterns`) or always
+    /// (default: the preset's, else never)
+    #[arg(long, value_name = "WHICH", value_parser = parse_command_approvals)]
+    pub approvals: Option<CommandApprovals>,
     /// Wait until the agent is running (non-zero exit if it fails)
     #[arg(long)]
     pub wait: bool,
@@ -141,6 +147,7 @@ pub(super) async fn run(client: &ApiClient, json: bool, cmd: AgentsCommand) -> a
                 ttl_minutes: args.ttl_minutes.map(Some),
                 labels: (!args.labels.is_empty()).then(|| args.labels.into_iter().collect()),
                 allow_root: args.allow_root,
+                approvals: args.approvals.map(|commands| AgentApprovals { commands }),
             };
             let watch = watch_if(client, args.wait).await;
             let agent = client.create_agent(&req).await?;
@@ -223,4 +230,9 @@ fn print(text: &str) -> anyhow::Result<()> {
     }
     out.flush()?;
     Ok(())
+}
+
+fn parse_command_approvals(s: &str) -> Result<CommandApprovals, String> {
+    CommandApprovals::parse(s)
+        .ok_or_else(|| format!("{s:?} is not one of never, dangerous, always"))
 }

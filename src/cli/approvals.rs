@@ -59,7 +59,7 @@ pub fn approvals_table(
     with_state: bool,
 ) -> String {
     let mut table = plain_table();
-    let mut header = vec!["ID", "AGENT", "TOOL CALL", "OPTIONS"];
+    let mut header = vec!["ID", "AGENT", "ASKS", "OPTIONS"];
     if with_state {
         header.push("STATE");
     }
@@ -71,10 +71,7 @@ pub fn approvals_table(
                 .get(&a.agent_id)
                 .cloned()
                 .unwrap_or_else(|| a.agent_id.clone()),
-            one_line(
-                &tool_call_title(&a.tool_call).unwrap_or_else(|| "-".into()),
-                60,
-            ),
+            one_line(&asks(a), 60),
             options_cell(&a.options),
         ];
         if with_state {
@@ -209,6 +206,16 @@ pub(super) async fn approve(
     Ok(0)
 }
 
+/// What an approval asks about: a command's line and who asked for it, or the harness's tool
+/// call.
+fn asks(a: &Approval) -> String {
+    match (&a.command, &a.requester) {
+        (Some(c), Some(r)) => format!("{r}: {c}"),
+        (Some(c), None) => c.clone(),
+        _ => tool_call_title(&a.tool_call).unwrap_or_else(|| "-".into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -284,8 +291,10 @@ mod tests {
         let mut a = Approval {
             id: "ap1".into(),
             agent_id: "k3".into(),
-            session_id: "s1".into(),
+            session_id: Some("s1".into()),
             kind: ApprovalKind::Permission,
+            command: None,
+            requester: None,
             tool_call: serde_json::json!({"toolCallId": "t", "title": "Write\nfile"}),
             options: options()[..2].to_vec(),
             state: ApprovalState::Pending,
@@ -299,9 +308,17 @@ mod tests {
         let out = approvals_table(std::slice::from_ref(&a), &names, false);
         assert_eq!(
             out,
-            "ID   AGENT    TOOL CALL   OPTIONS\n\
+            "ID   AGENT    ASKS        OPTIONS\n\
              ap1  builder  Write file  b7=Reject always, a2=Allow once\n"
         );
+        let mut c = a.clone();
+        c.kind = ApprovalKind::Command;
+        c.session_id = None;
+        c.tool_call = serde_json::Value::Null;
+        c.command = Some("rm -rf ~".into());
+        c.requester = Some("ann (token ci)".into());
+        let out = approvals_table(&[c], &names, false);
+        assert!(out.contains("ann (token ci): rm -rf ~"), "{out}");
         a.state = ApprovalState::Resolved;
         a.outcome = Some(ApprovalOutcome::Expired);
         a.option_id = Some("b7".into());

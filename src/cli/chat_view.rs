@@ -553,8 +553,10 @@ mod tests {
         Approval {
             id: "ap1".into(),
             agent_id: "ag".into(),
-            session_id: "s".into(),
+            session_id: Some("s".into()),
             kind: crate::api::types::conversation::ApprovalKind::Permission,
+            command: None,
+            requester: None,
             tool_call: json!({"toolCallId": "t9"}),
             options: vec![
                 option("b7", "Reject always", "reject_always"),

@@ -576,6 +576,7 @@ mod tests {
             expires_at: None,
             labels: Default::default(),
             allow_root: false,
+            approvals: Default::default(),
         }
     }
 

@@ -119,6 +119,8 @@ async fn token_for(client: &ApiClient, name: &str, password: String) -> anyhow::
                     scopes: me.scopes,
                     agents: None,
                     expires_in_days: None,
+                    supervised: false,
+                    approvals: None,
                 }),
         )
         .await?;

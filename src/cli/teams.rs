@@ -5,6 +5,7 @@ use std::io::Read;
 use super::client::ApiClient;
 use super::output::{json, plain_table, render};
 use crate::api::types::{CreateToken, CreateUser, Role, Scope, Token, User};
+use crate::model::teams::TokenApprovals;
 
 #[derive(clap::Subcommand, Debug, Clone, PartialEq, Eq)]
 pub enum UsersCommand {
@@ -39,11 +40,22 @@ pub enum TokensCommand {
         /// It stops working after this many days (1 to 3650)
         #[arg(long)]
         expires_in_days: Option<u32>,
+        /// Its commands wait for approval wherever the agent's approvals setting holds them,
+        /// even yours
+        #[arg(long)]
+        supervised: bool,
+        /// What its commands that would wait for approval get: deny, ask (the default) or allow
+        #[arg(long, value_name = "MODE", value_parser = parse_token_approvals)]
+        approvals: Option<TokenApprovals>,
     },
     /// List your tokens (an admin's: everyone's)
     List,
     /// Revoke a token by id: it stops working at once
     Revoke { id: String },
+}
+
+fn parse_token_approvals(s: &str) -> Result<TokenApprovals, String> {
+    TokenApprovals::parse(s).ok_or_else(|| format!("{s:?} is not one of deny, ask, allow"))
 }
 
 fn parse_scope(s: &str) -> Result<Scope, String> {
@@ -123,6 +135,8 @@ pub(super) async fn tokens(
             scopes,
             agents,
             expires_in_days,
+            supervised,
+            approvals,
         } => {
             let made = client
                 .create_token(&CreateToken {
@@ -130,6 +144,8 @@ pub(super) async fn tokens(
                     scopes,
                     agents: (!agents.is_empty()).then_some(agents),
                     expires_in_days,
+                    supervised,
+                    approvals,
                 })
                 .await?;
             if json_out {

@@ -97,6 +97,7 @@ fn agents_subcommands() {
                 ttl_minutes: Some(30),
                 labels: vec![("team".into(), "ml".into())],
                 allow_root: Some(true),
+                approvals: Default::default(),
                 wait: true,
             }
         ),

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::agents::preset::{Preset, PresetInfo};
 
+mod approvals;
 mod de;
 mod diff;
 mod docker;
@@ -30,6 +31,7 @@ mod sandbox;
 mod server;
 mod sessions;
 mod validate;
+pub use approvals::ApprovalsConfig;
 pub use docker::{DockerConfig, HostMount};
 pub use egress::EgressConfig;
 pub use origin::{is_trusted, WebOrigin};
@@ -61,6 +63,8 @@ pub struct Config {
     pub harnesses: BTreeMap<String, HarnessConfig>,
     /// Limits of agent sessions and approvals.
     pub sessions: SessionsConfig,
+    /// Which commands wait for a person's approval.
+    pub approvals: ApprovalsConfig,
 }
 
 /// Why the config could not be loaded; the message says which file and key to fix.

@@ -1055,3 +1055,18 @@ fn previews_settings_are_read_and_bad_ones_named() {
         assert!(e.contains(key), "{yaml:?}: {e}");
     }
 }
+
+#[test]
+fn dangerous_patterns_are_compiled_at_load_and_a_bad_one_names_itself() {
+    let c = load("approvals:\n  dangerous_patterns: ['\\bnuke\\b']\n").unwrap();
+    assert!(c
+        .approvals
+        .dangerous_patterns
+        .matches("sudo NUKE  everything"));
+    assert!(!c.approvals.dangerous_patterns.matches("rm -rf ~"));
+    let e = err("approvals:\n  dangerous_patterns: ['ok', '(unclosed']\n");
+    assert!(
+        e.contains("approvals") && e.contains("dangerous_patterns[1]") && e.contains("(unclosed"),
+        "{e}"
+    );
+}

@@ -166,6 +166,7 @@ mod tests {
             expires_at,
             labels: Default::default(),
             allow_root: false,
+            approvals: Default::default(),
         }
     }
 

@@ -224,12 +224,46 @@ pub struct OptionRecord {
     pub kind: String,
 }
 
+/// What an approval asks about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalKind {
+    /// A session's harness asks (`session/request_permission`).
+    Permission,
+    /// An exec, background process or terminal waits before it runs.
+    Command,
+}
+
+impl ApprovalKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalKind::Permission => "permission",
+            ApprovalKind::Command => "command",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ApprovalKind> {
+        match s {
+            "permission" => Some(ApprovalKind::Permission),
+            "command" => Some(ApprovalKind::Command),
+            _ => None,
+        }
+    }
+}
+
 /// An approval as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApprovalRecord {
     pub id: String,
     pub agent_id: String,
-    pub session_id: String,
+    pub kind: ApprovalKind,
+    /// The session whose harness asks; `None` for a command.
+    pub session_id: Option<String>,
+    /// A command's line, as one string; `None` for a permission.
+    pub command: Option<String>,
+    /// Who asked for the command (as [`crate::teams::Principal::actor`] names them).
+    pub requester: Option<String>,
+    /// `null` for a command.
     pub tool_call: Value,
     pub options: Vec<OptionRecord>,
     pub created_at: String,
@@ -248,8 +282,10 @@ pub struct ApprovalRecord {
 pub struct ApprovalData<'a> {
     pub id: &'a str,
     pub agent_id: &'a str,
-    pub session_id: &'a str,
-    pub kind: &'static str,
+    pub session_id: Option<&'a str>,
+    pub kind: ApprovalKind,
+    pub command: Option<&'a str>,
+    pub requester: Option<&'a str>,
     pub tool_call: &'a Value,
     pub options: &'a [OptionRecord],
     pub state: &'static str,
@@ -265,8 +301,10 @@ impl ApprovalRecord {
         ApprovalData {
             id: &self.id,
             agent_id: &self.agent_id,
-            session_id: &self.session_id,
-            kind: "permission",
+            session_id: self.session_id.as_deref(),
+            kind: self.kind,
+            command: self.command.as_deref(),
+            requester: self.requester.as_deref(),
             tool_call: &self.tool_call,
             options: &self.options,
             state: if self.outcome.is_some() {

@@ -129,11 +129,89 @@ pub struct ApiToken {
     pub agents: Option<BTreeSet<String>>,
     pub created_at: DateTime<Utc>,
     pub expires_at: Option<DateTime<Utc>>,
+    /// Its commands wait for approval as anyone's but the owner's would, even its user's.
+    pub supervised: bool,
+    /// What its commands that would wait for approval get.
+    pub approvals: TokenApprovals,
 }
 
 impl ApiToken {
     pub fn expired(&self, now: DateTime<Utc>) -> bool {
         self.expires_at.is_some_and(|end| end <= now)
+    }
+}
+
+/// Which commands (exec, background processes, terminal opens) of an agent wait for a person's
+/// approval when someone other than its owner or an admin, or a supervised token, makes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum CommandApprovals {
+    /// None.
+    #[default]
+    Never,
+    /// Those matching one of `approvals.dangerous_patterns`.
+    Dangerous,
+    /// Every one.
+    Always,
+}
+
+impl CommandApprovals {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CommandApprovals::Never => "never",
+            CommandApprovals::Dangerous => "dangerous",
+            CommandApprovals::Always => "always",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<CommandApprovals> {
+        [
+            CommandApprovals::Never,
+            CommandApprovals::Dangerous,
+            CommandApprovals::Always,
+        ]
+        .into_iter()
+        .find(|c| c.as_str() == s)
+    }
+}
+
+/// An agent's approval settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentApprovals {
+    pub commands: CommandApprovals,
+}
+
+/// What a token's command that would wait for approval gets instead: refused at once (`deny`,
+/// a subagent's mode), a person's answer (`ask`), or run (`allow`, a batch job's).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize, ToSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum TokenApprovals {
+    Deny,
+    #[default]
+    Ask,
+    Allow,
+}
+
+impl TokenApprovals {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenApprovals::Deny => "deny",
+            TokenApprovals::Ask => "ask",
+            TokenApprovals::Allow => "allow",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<TokenApprovals> {
+        [
+            TokenApprovals::Deny,
+            TokenApprovals::Ask,
+            TokenApprovals::Allow,
+        ]
+        .into_iter()
+        .find(|c| c.as_str() == s)
     }
 }
 

@@ -12,11 +12,13 @@ use chrono::{DateTime, Utc};
 use super::runner::Command;
 use super::{SessionError, Sessions};
 use crate::events::AgentEvent;
-use crate::model::sessions::{ApprovalRecord, Outcome};
+use crate::model::sessions::{ApprovalKind, ApprovalRecord, Outcome};
 
 /// Who decided, when no person did.
 pub const BY_TIMEOUT: &str = "timeout";
 pub const BY_CANCEL: &str = "cancel";
+/// A command's approval pending when the server stopped (its request ends with it).
+pub const BY_RESTART: &str = "restart";
 
 impl Sessions {
     /// Approvals, oldest first: `pending` only, resolved only, or both; of one agent.
@@ -32,14 +34,24 @@ impl Sessions {
         Ok(self.store.approval(id).await?)
     }
 
-    /// Answers approval `id` with `option_id` (one it offered), on behalf of `by`.
+    /// Answers approval `id` with `option_id` (one it offered), on behalf of `by`;
+    /// `may_answer_commands` says whether `by` may answer a command's
+    /// ([`crate::teams::command_rules::may_answer_command`]).
     pub async fn answer(
         self: &Arc<Self>,
         id: &str,
         option_id: &str,
         by: &str,
+        may_answer_commands: bool,
     ) -> Result<ApprovalRecord, SessionError> {
         let a = self.store.approval(id).await?;
+        if a.kind == ApprovalKind::Command && !may_answer_commands {
+            return Err(SessionError::Forbidden(
+                "only the agent's owner or an admin (not with a supervised token) answers a \
+                 command's approval"
+                    .into(),
+            ));
+        }
         if let Some(o) = a.outcome {
             return Err(SessionError::Conflict(format!(
                 "approval {id} was already {}",
@@ -85,14 +97,28 @@ impl Sessions {
         {
             t.abort();
         }
-        self.feeds.grew(&a.session_id, seq);
         self.lc.announce(AgentEvent::Approval(Box::new(a.clone())));
+        let Some(sid) = &a.session_id else {
+            // A command's: its request learns the decision (unless it is gone).
+            let waiter = self
+                .waiters
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(id);
+            if let Some(w) = waiter {
+                let _ = w.send(a.clone());
+            }
+            return Ok(a);
+        };
+        if let Some(seq) = seq {
+            self.feeds.grew(sid, seq);
+        }
         let answer = match option_id {
             Some(o) => RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(o)),
             None => RequestPermissionOutcome::Cancelled,
         };
         self.command(
-            &a.session_id,
+            sid,
             Command::Answer {
                 rpc_id: super::rpc::id_from_value(&a.rpc_id),
                 outcome: answer,
@@ -122,11 +148,7 @@ impl Sessions {
             .unwrap_or_else(|_| Utc::now());
         let wait = (due - Utc::now()).to_std().unwrap_or(Duration::ZERO);
         // Fails closed: the offered "reject once", else a plain `cancelled`.
-        let reject = a
-            .options
-            .iter()
-            .find(|o| o.kind == "reject_once")
-            .map(|o| o.option_id.clone());
+        let reject = reject_option(a);
         let me = self.clone();
         let id = a.id.clone();
         // Registered before it can run, so that its own removal always finds it.
@@ -144,15 +166,38 @@ impl Sessions {
         timers.insert(a.id.clone(), task.abort_handle());
     }
 
+    /// As the server stops: every held command's approval expires (by `restart`), so nothing of
+    /// them runs and their requests end.
+    pub async fn expire_held_commands(self: &Arc<Self>) {
+        let pending = self
+            .store
+            .approvals(Some(true), None, None)
+            .await
+            .unwrap_or_default();
+        for a in pending
+            .into_iter()
+            .filter(|a| a.kind == ApprovalKind::Command)
+        {
+            let reject = reject_option(&a);
+            let _ = self
+                .decide(&a.id, Outcome::Expired, reject, BY_RESTART.to_string())
+                .await;
+        }
+    }
+
     /// At boot: pending approvals of running turns wait on; others can never be answered
-    /// (their harness is gone) and are resolved `cancelled`.
+    /// (their harness is gone) and are resolved `cancelled`. A command's request went with the
+    /// server that held it: its approval expires, so nothing of it ever runs.
     pub(super) async fn rearm_approvals(self: &Arc<Self>) -> Result<(), SessionError> {
         for a in self.store.approvals(Some(true), None, None).await? {
-            let running = self
-                .store
-                .session(&a.session_id)
-                .await
-                .is_ok_and(|s| s.running);
+            let Some(sid) = &a.session_id else {
+                let reject = reject_option(&a);
+                let _ = self
+                    .decide(&a.id, Outcome::Expired, reject, BY_RESTART.to_string())
+                    .await;
+                continue;
+            };
+            let running = self.store.session(sid).await.is_ok_and(|s| s.running);
             if running {
                 self.arm(&a);
             } else {
@@ -163,4 +208,12 @@ impl Sessions {
         }
         Ok(())
     }
+}
+
+/// The offered "reject once" option, what an approval that nobody answers resolves to.
+fn reject_option(a: &ApprovalRecord) -> Option<String> {
+    a.options
+        .iter()
+        .find(|o| o.kind == "reject_once")
+        .map(|o| o.option_id.clone())
 }

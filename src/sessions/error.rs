@@ -18,6 +18,9 @@ pub enum SessionError {
     /// Not possible as things stand (a turn runs, the queue decided already, …).
     #[error("{0}")]
     Conflict(String),
+    /// The caller may not do this.
+    #[error("{0}")]
+    Forbidden(String),
     #[error(transparent)]
     Lifecycle(#[from] LifecycleError),
     #[error("store: {0}")]

@@ -10,6 +10,7 @@
 //! by their timeout (failing closed), or by a cancel.
 
 mod approvals;
+pub mod command_approvals;
 mod error;
 mod feed;
 mod harness;
@@ -31,7 +32,7 @@ use crate::config::harness_names;
 use crate::events::AgentEvent;
 use crate::lifecycle::Lifecycle;
 use crate::model::sessions::{
-    EventKind, NewEvent, PromptData, SessionRecord, StoredEvent, TurnData,
+    ApprovalRecord, EventKind, NewEvent, PromptData, SessionRecord, StoredEvent, TurnData,
 };
 use crate::store::Store;
 use runner::{Command, Mode};
@@ -64,6 +65,8 @@ pub struct Sessions {
     generation: AtomicU64,
     /// The expiry of each pending approval.
     timers: Mutex<HashMap<String, tokio::task::AbortHandle>>,
+    /// The held commands' requests, waiting for their approval's decision.
+    waiters: Mutex<HashMap<String, tokio::sync::oneshot::Sender<ApprovalRecord>>>,
 }
 
 impl Sessions {
@@ -75,6 +78,7 @@ impl Sessions {
             runners: Mutex::default(),
             generation: AtomicU64::new(0),
             timers: Mutex::default(),
+            waiters: Mutex::default(),
         })
     }
 

@@ -9,11 +9,13 @@ use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Row, Tra
 use super::{now_text, unique_violation, Result, Store, StoreError};
 use crate::agents::spec::check_disk_change;
 use crate::egress::EgressRules;
+use crate::model::teams::{AgentApprovals, CommandApprovals};
 use crate::model::{Agent, AgentPatch, AgentState, NewAgent, SetupStatus};
 
 const COLUMNS: &str =
     "id, name, image, cpus, memory_mb, idle_minutes, state, error, needs_rebuild, created_at, \
-     disk_mb, egress, preset, env, setup, runtime, ttl_minutes, expires_at, labels, allow_root";
+     disk_mb, egress, preset, env, setup, runtime, ttl_minutes, expires_at, labels, allow_root, \
+     command_approvals";
 
 /// A row as SQLite hands it over, before the checks that turn it into an [`Agent`]; kept apart
 /// so a bad stored value becomes `Corrupt` with the agent named, not an opaque rusqlite error.
@@ -38,6 +40,7 @@ struct Raw {
     expires_at: Option<String>,
     labels: Option<String>,
     allow_root: bool,
+    command_approvals: String,
 }
 
 impl Raw {
@@ -63,6 +66,7 @@ impl Raw {
             expires_at: r.get(17)?,
             labels: r.get(18)?,
             allow_root: r.get(19)?,
+            command_approvals: r.get(20)?,
         })
     }
 
@@ -117,6 +121,8 @@ impl Raw {
         let created_at = DateTime::parse_from_rfc3339(&self.created_at)
             .map_err(|_| bad("created_at", &self.created_at))?
             .with_timezone(&Utc);
+        let commands = CommandApprovals::parse(&self.command_approvals)
+            .ok_or_else(|| bad("command_approvals", &self.command_approvals))?;
         Ok(Agent {
             id: self.id,
             name: self.name,
@@ -141,6 +147,7 @@ impl Raw {
             expires_at,
             labels,
             allow_root: self.allow_root,
+            approvals: AgentApprovals { commands },
         })
     }
 }
@@ -287,9 +294,10 @@ impl Store {
             c.execute(
                 "INSERT INTO agents (id, name, image, cpus, memory_mb, idle_minutes, state,
                                      created_at, updated_at, disk_mb, egress, preset, env, runtime,
-                                     ttl_minutes, expires_at, labels, allow_root)
+                                     ttl_minutes, expires_at, labels, allow_root,
+                                     command_approvals)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
-                         ?16, ?17)",
+                         ?16, ?17, ?18)",
                 params![
                     new.id,
                     new.name,
@@ -307,7 +315,8 @@ impl Store {
                     ttl,
                     expires,
                     labels,
-                    new.allow_root
+                    new.allow_root,
+                    new.approvals.commands.as_str()
                 ],
             )
             .map_err(|e| map_unique(e, &new.id, &new.name))?;
@@ -437,6 +446,7 @@ impl Store {
             };
             // Whether the container may gain privileges is fixed when it is made.
             let allow_root = patch.allow_root.unwrap_or(old.allow_root);
+            let approvals = patch.approvals.unwrap_or(old.approvals);
             let rebuild = old.needs_rebuild
                 || image != old.image
                 || cpus != old.cpus
@@ -447,7 +457,8 @@ impl Store {
                 "UPDATE agents SET name = ?2, image = ?3, cpus = ?4, memory_mb = ?5,
                         idle_minutes = ?6, needs_rebuild = ?7, updated_at = ?8, disk_mb = ?9,
                         egress = ?10, env = ?11, runtime = ?12, ttl_minutes = ?13,
-                        expires_at = ?14, labels = ?15, allow_root = ?16
+                        expires_at = ?14, labels = ?15, allow_root = ?16,
+                        command_approvals = ?17
                  WHERE id = ?1",
                 params![
                     id,
@@ -465,7 +476,8 @@ impl Store {
                     ttl,
                     expires.map(time_to_sql),
                     labels,
-                    allow_root
+                    allow_root,
+                    approvals.commands.as_str()
                 ],
             )
             .map_err(|e| map_unique(e, &id, &name))?;

@@ -203,6 +203,42 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE INDEX audit_by_user_name ON audit (user_name, id);
     CREATE INDEX audit_by_action ON audit (action, id);
     "#,
+    // 14: approvals for commands. Agents get which commands wait
+    // for a person (`never` for those made before); tokens whether they are supervised and what
+    // their held commands get (`ask` for those made before). An approval now has a `kind`:
+    // `permission` (a session's harness asks; `session_id` and `rpc_id` set) or `command` (an
+    // exec, process or terminal waits; no session, the `command` line and its `requester`).
+    // SQLite cannot drop a NOT NULL, so the table is made anew.
+    r#"
+    ALTER TABLE agents ADD COLUMN command_approvals TEXT NOT NULL DEFAULT 'never';
+    ALTER TABLE api_tokens ADD COLUMN supervised INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE api_tokens ADD COLUMN approvals TEXT NOT NULL DEFAULT 'ask';
+    CREATE TABLE approvals_new (
+        id         TEXT PRIMARY KEY,
+        agent_id   TEXT NOT NULL REFERENCES agents (id) ON DELETE CASCADE,
+        session_id TEXT REFERENCES sessions (id) ON DELETE CASCADE,
+        kind       TEXT NOT NULL DEFAULT 'permission',
+        tool_call  TEXT NOT NULL,
+        options    TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        expires_at TEXT NOT NULL,
+        outcome    TEXT,
+        option_id  TEXT,
+        decided_by TEXT,
+        rpc_id     TEXT NOT NULL,
+        command    TEXT,
+        requester  TEXT,
+        CHECK ((kind = 'permission') = (session_id IS NOT NULL))
+    );
+    INSERT INTO approvals_new (id, agent_id, session_id, kind, tool_call, options, created_at,
+                               expires_at, outcome, option_id, decided_by, rpc_id)
+        SELECT id, agent_id, session_id, 'permission', tool_call, options, created_at,
+               expires_at, outcome, option_id, decided_by, rpc_id FROM approvals;
+    DROP TABLE approvals;
+    ALTER TABLE approvals_new RENAME TO approvals;
+    CREATE INDEX approvals_pending ON approvals (outcome, created_at);
+    CREATE INDEX approvals_by_session ON approvals (session_id);
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::{now_text, Store, StoreError};
 use crate::model::sessions::{
-    ApprovalRecord, EventKind, NewEvent, Outcome, Restore, SessionRecord, StoredEvent,
+    ApprovalKind, ApprovalRecord, EventKind, NewEvent, Outcome, Restore, SessionRecord, StoredEvent,
 };
 
 /// Why a session change was refused.
@@ -67,17 +67,22 @@ fn session_row(r: &Row) -> rusqlite::Result<SessionRecord> {
 }
 
 const APPROVAL_COLUMNS: &str = "id, agent_id, session_id, tool_call, options, created_at, \
-    expires_at, outcome, option_id, decided_by, rpc_id";
+    expires_at, outcome, option_id, decided_by, rpc_id, kind, command, requester";
 
 fn approval_row(r: &Row) -> rusqlite::Result<ApprovalRecord> {
     let tool_call: String = r.get(3)?;
     let options: String = r.get(4)?;
     let outcome: Option<String> = r.get(7)?;
     let rpc_id: String = r.get(10)?;
+    let kind: String = r.get(11)?;
     Ok(ApprovalRecord {
         id: r.get(0)?,
         agent_id: r.get(1)?,
+        // The table's CHECK keeps it one of the two.
+        kind: ApprovalKind::parse(&kind).unwrap_or(ApprovalKind::Command),
         session_id: r.get(2)?,
+        command: r.get(12)?,
+        requester: r.get(13)?,
         tool_call: serde_json::from_str(&tool_call).unwrap_or(Value::Null),
         options: serde_json::from_str(&options).unwrap_or_default(),
         created_at: r.get(5)?,
@@ -87,6 +92,28 @@ fn approval_row(r: &Row) -> rusqlite::Result<ApprovalRecord> {
         decided_by: r.get(9)?,
         rpc_id: serde_json::from_str(&rpc_id).unwrap_or(Value::Null),
     })
+}
+
+fn insert_approval(c: &Connection, a: &ApprovalRecord) -> rusqlite::Result<usize> {
+    c.execute(
+        &format!(
+            "INSERT INTO approvals ({APPROVAL_COLUMNS}) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, NULL, NULL, ?8, ?9, ?10, ?11)"
+        ),
+        params![
+            a.id,
+            a.agent_id,
+            a.session_id,
+            a.tool_call.to_string(),
+            serde_json::to_string(&a.options).unwrap_or_else(|_| "[]".into()),
+            a.created_at,
+            a.expires_at,
+            a.rpc_id.to_string(),
+            a.kind.as_str(),
+            a.command,
+            a.requester
+        ],
+    )
 }
 
 fn get_session(c: &Connection, id: &str) -> SResult<SessionRecord> {
@@ -451,29 +478,30 @@ impl Store {
         output_offset: u64,
         max_bytes: u64,
     ) -> SResult<u64> {
+        let sid = a
+            .session_id
+            .clone()
+            .ok_or_else(|| SessionStoreError::NoSession(String::new()))?;
         self.call_s(move |c| {
             let tx = c.transaction()?;
             tx.execute(
                 "UPDATE sessions SET output_offset = ?2 WHERE id = ?1",
-                params![a.session_id, output_offset as i64],
+                params![sid, output_offset as i64],
             )?;
-            tx.execute(
-                &format!("INSERT INTO approvals ({APPROVAL_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, NULL, NULL, ?8)"),
-                params![
-                    a.id,
-                    a.agent_id,
-                    a.session_id,
-                    a.tool_call.to_string(),
-                    serde_json::to_string(&a.options).unwrap_or_else(|_| "[]".into()),
-                    a.created_at,
-                    a.expires_at,
-                    a.rpc_id.to_string()
-                ],
-            )?;
+            insert_approval(&tx, &a)?;
             let event = NewEvent::of(EventKind::Permission, &a.data());
-            let seq = append(&tx, &a.session_id, &[event], max_bytes)?;
+            let seq = append(&tx, &sid, &[event], max_bytes)?;
             tx.commit()?;
             Ok(seq)
+        })
+        .await
+    }
+
+    /// Records a new command approval (of no session, so with no transcript event).
+    pub async fn add_command_approval(&self, a: ApprovalRecord) -> SResult<()> {
+        self.call_s(move |c| {
+            insert_approval(c, &a)?;
+            Ok(())
         })
         .await
     }
@@ -516,8 +544,9 @@ impl Store {
         .await
     }
 
-    /// Resolves a pending approval, with its `permission_resolved` event; the first decision
-    /// wins, a later one gets [`SessionStoreError::Decided`].
+    /// Resolves a pending approval, with its `permission_resolved` event when it is a
+    /// session's (and that event's sequence number); the first decision wins, a later one gets
+    /// [`SessionStoreError::Decided`].
     pub async fn resolve_approval(
         &self,
         id: &str,
@@ -525,7 +554,7 @@ impl Store {
         option_id: Option<String>,
         by: String,
         max_bytes: u64,
-    ) -> SResult<(ApprovalRecord, u64)> {
+    ) -> SResult<(ApprovalRecord, Option<u64>)> {
         let id = id.to_string();
         self.call_s(move |c| {
             let tx = c.transaction()?;
@@ -546,7 +575,10 @@ impl Store {
                     by,
                 },
             );
-            let seq = append(&tx, &a.session_id, &[event], max_bytes)?;
+            let seq = match &a.session_id {
+                Some(sid) => Some(append(&tx, sid, &[event], max_bytes)?),
+                None => None,
+            };
             let a = get_approval(&tx, &id)?;
             tx.commit()?;
             Ok((a, seq))

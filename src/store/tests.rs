@@ -23,6 +23,7 @@ fn new_agent(name: &str) -> NewAgent {
         expires_at: None,
         labels: Default::default(),
         allow_root: false,
+        approvals: Default::default(),
     }
 }
 
@@ -378,6 +379,7 @@ async fn patch_sets_needs_rebuild_only_on_a_real_change() {
                 expires_at: None,
                 labels: None,
                 allow_root: Some(a.allow_root),
+                approvals: Default::default(),
             },
             all,
         )
@@ -640,7 +642,7 @@ async fn a_database_of_an_older_schema_is_upgraded_in_place() {
 
 #[tokio::test]
 async fn the_last_admin_stays_and_a_user_takes_their_tokens_and_sessions_along() {
-    use crate::model::teams::{ApiToken, Scope, User};
+    use crate::model::teams::{ApiToken, Scope, TokenApprovals, User};
     let store = Store::open_in_memory().await.unwrap();
     let now = chrono::Utc::now();
     let user = |id: &str, role| User {
@@ -677,12 +679,16 @@ async fn the_last_admin_stays_and_a_user_takes_their_tokens_and_sessions_along()
             agents: Some(["a1".to_string()].into()),
             created_at: now,
             expires_at: None,
+            supervised: true,
+            approvals: TokenApprovals::Deny,
         })
         .await
         .unwrap();
     let tokens = store.list_api_tokens().await.unwrap();
     assert_eq!(tokens.len(), 1);
     assert_eq!(tokens[0].agents, Some(["a1".to_string()].into()));
+    assert!(tokens[0].supervised);
+    assert_eq!(tokens[0].approvals, TokenApprovals::Deny);
     store
         .add_web_session("s1", "x", Some("ann".into()), 100, 1)
         .await

@@ -7,10 +7,11 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, Row};
 
 use super::{Result, Store, StoreError};
-use crate::model::teams::{ApiToken, Role, Scope, User};
+use crate::model::teams::{ApiToken, Role, Scope, TokenApprovals, User};
 
 const USER_COLUMNS: &str = "id, name, role, password_hash IS NOT NULL, created_at, updated_at";
-const TOKEN_COLUMNS: &str = "id, user_id, name, token_hash, scopes, agents, created_at, expires_at";
+const TOKEN_COLUMNS: &str =
+    "id, user_id, name, token_hash, scopes, agents, created_at, expires_at, supervised, approvals";
 
 /// A change to a user; `None` leaves a field as it is.
 #[derive(Debug, Default)]
@@ -65,6 +66,8 @@ type RawToken = (
     Option<String>,
     String,
     Option<String>,
+    bool,
+    String,
 );
 
 fn token_from_row(r: &Row) -> rusqlite::Result<RawToken> {
@@ -77,11 +80,24 @@ fn token_from_row(r: &Row) -> rusqlite::Result<RawToken> {
         r.get(5)?,
         r.get(6)?,
         r.get(7)?,
+        r.get(8)?,
+        r.get(9)?,
     ))
 }
 
 fn into_token(raw: RawToken) -> Result<ApiToken> {
-    let (id, user_id, name, token_hash, scopes, agents, created_at, expires_at) = raw;
+    let (
+        id,
+        user_id,
+        name,
+        token_hash,
+        scopes,
+        agents,
+        created_at,
+        expires_at,
+        supervised,
+        approvals,
+    ) = raw;
     let corrupt = |what: &str| StoreError::Corrupt(format!("token {id}'s {what} is not readable"));
     let scopes: Vec<String> = serde_json::from_str(&scopes).map_err(|_| corrupt("scopes"))?;
     let scopes = scopes
@@ -91,6 +107,7 @@ fn into_token(raw: RawToken) -> Result<ApiToken> {
     let agents = agents
         .map(|a| serde_json::from_str::<BTreeSet<String>>(&a).map_err(|_| corrupt("agents")))
         .transpose()?;
+    let approvals = TokenApprovals::parse(&approvals).ok_or_else(|| corrupt("approvals"))?;
     Ok(ApiToken {
         created_at: time_from_sql("created_at", &created_at)?,
         expires_at: expires_at
@@ -102,6 +119,8 @@ fn into_token(raw: RawToken) -> Result<ApiToken> {
         token_hash,
         scopes,
         agents,
+        supervised,
+        approvals,
     })
 }
 
@@ -271,8 +290,10 @@ impl Store {
                 .transpose()
                 .map_err(|e| StoreError::Invalid(format!("agents: {e}")))?;
             c.execute(
-                "INSERT INTO api_tokens (id, user_id, name, token_hash, scopes, agents, created_at, expires_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                &format!(
+                    "INSERT INTO api_tokens ({TOKEN_COLUMNS})
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+                ),
                 rusqlite::params![
                     token.id,
                     token.user_id,
@@ -282,6 +303,8 @@ impl Store {
                     agents,
                     time_to_sql(token.created_at),
                     token.expires_at.map(time_to_sql),
+                    token.supervised,
+                    token.approvals.as_str(),
                 ],
             )?;
             Ok(())

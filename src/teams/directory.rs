@@ -11,7 +11,7 @@ use chrono::{DateTime, Duration, Utc};
 
 use super::principal::{Principal, TokenGrant};
 use super::{password, TeamsError};
-use crate::model::teams::{ApiToken, Role, Scope, User, BUILT_IN_ADMIN};
+use crate::model::teams::{ApiToken, Role, Scope, TokenApprovals, User, BUILT_IN_ADMIN};
 use crate::store::users::UserChange;
 use crate::store::{hash_token, new_token, verify_token, Store, StoreError};
 
@@ -43,6 +43,10 @@ pub struct NewToken {
     /// Agents by id or name; `None` for every agent the creator may see.
     pub agents: Option<Vec<String>>,
     pub expires_in_days: Option<u32>,
+    /// Its commands wait for approval as a stranger's would (`approvals.commands`).
+    pub supervised: bool,
+    /// What its held commands get; `ask` when `None`.
+    pub approvals: Option<TokenApprovals>,
 }
 
 #[derive(Default)]
@@ -232,6 +236,8 @@ impl Directory {
                 scopes: t.scopes.clone(),
                 agents: t.agents.clone(),
                 expires_at: t.expires_at,
+                supervised: t.supervised,
+                approvals: t.approvals,
             }),
         })
     }
@@ -379,6 +385,7 @@ impl Directory {
                 "a token limited to some agents cannot have the admin scope".into(),
             ));
         }
+        let (supervised, approvals) = check_supervision(by, new.supervised, new.approvals)?;
         let agents = match new.agents {
             Some(list) => Some(resolve_agents(by, &list, known_agents)?),
             None => by.token.as_ref().and_then(|t| t.agents.clone()),
@@ -412,6 +419,8 @@ impl Directory {
             agents,
             created_at: now,
             expires_at,
+            supervised,
+            approvals,
         };
         self.store.add_api_token(token.clone()).await?;
         self.write()
@@ -449,6 +458,38 @@ impl Directory {
         tracing::info!(user = %by.user_name, token = %token.name, id, "token revoked");
         Ok(token)
     }
+}
+
+/// A new token's `supervised` and `approvals`: never laxer than the token that makes it (a
+/// supervised token makes only supervised ones; an `ask` token no `allow` one), and never both
+/// supervised and `allow`, which would supervise nothing.
+fn check_supervision(
+    by: &Principal,
+    supervised: bool,
+    approvals: Option<TokenApprovals>,
+) -> Result<(bool, TokenApprovals), TeamsError> {
+    let approvals = approvals.unwrap_or_default();
+    if supervised && approvals == TokenApprovals::Allow {
+        return Err(TeamsError::invalid(
+            "approvals",
+            "a supervised token cannot have approvals allow (it would approve its own commands)",
+        ));
+    }
+    if let Some(t) = &by.token {
+        if t.supervised && !supervised {
+            return Err(TeamsError::Beyond(
+                "this token is supervised, so a token it makes must be supervised too".into(),
+            ));
+        }
+        if approvals > t.approvals {
+            return Err(TeamsError::Beyond(format!(
+                "this token's approvals is {}, so a token it makes cannot have {}",
+                t.approvals.as_str(),
+                approvals.as_str()
+            )));
+        }
+    }
+    Ok((supervised, approvals))
 }
 
 /// The ids of the agents `list` names (by id or name), which must all be ones `by` sees.
@@ -492,6 +533,8 @@ mod tests {
                 agents: None,
                 created_at: Utc::now(),
                 expires_at: Some(expires_at),
+                supervised: false,
+                approvals: crate::model::teams::TokenApprovals::Ask,
             })
             .await
             .unwrap();

@@ -1,6 +1,7 @@
 //! Teams: users, their API tokens, and who a credential is ([`Principal`]). The rules of who may
 //! create, change and revoke what live here; the API's handlers only translate.
 
+pub mod command_rules;
 pub mod directory;
 pub mod password;
 pub mod principal;

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use chrono::{DateTime, Utc};
 
-use crate::model::teams::{Role, Scope};
+use crate::model::teams::{Role, Scope, TokenApprovals};
 
 /// The caller of a request, put into the request's extensions by the auth layer.
 #[derive(Debug, Clone)]
@@ -27,6 +27,10 @@ pub struct TokenGrant {
     /// The agents (ids) the token may see; `None` for every agent.
     pub agents: Option<BTreeSet<String>>,
     pub expires_at: Option<DateTime<Utc>>,
+    /// Its commands wait for approval even where its user's would not.
+    pub supervised: bool,
+    /// What its commands that would wait for approval get.
+    pub approvals: TokenApprovals,
 }
 
 impl Principal {
@@ -66,6 +70,18 @@ impl Principal {
     pub fn is_admin(&self) -> bool {
         self.can(Scope::Admin)
     }
+
+    /// The caller as the approvals rule sees them, given whether they own the agent at hand.
+    pub fn requester(&self, owner: bool) -> super::command_rules::Requester {
+        super::command_rules::Requester {
+            owner_or_admin: owner || self.role == Role::Admin,
+            supervised: self.token.as_ref().is_some_and(|t| t.supervised),
+            mode: self
+                .token
+                .as_ref()
+                .map_or(TokenApprovals::Ask, |t| t.approvals),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -89,6 +105,8 @@ mod tests {
             scopes: [Scope::AgentsRead, Scope::Admin].into(),
             agents: Some(["a1".to_string()].into()),
             expires_at: None,
+            supervised: false,
+            approvals: TokenApprovals::Ask,
         };
         let p = member_with(Some(grant));
         assert!(p.can(Scope::AgentsRead));

@@ -1102,6 +1102,11 @@ export interface components {
              */
             allowRoot?: boolean;
             /**
+             * @description Which commands (exec, background processes, terminal opens) of anyone but the agent's
+             *     owner and admins, or of a supervised token, wait for a person's approval.
+             */
+            approvals?: components["schemas"]["AgentApprovals"];
+            /**
              * Format: double
              * @example 2
              */
@@ -1189,6 +1194,11 @@ export interface components {
              */
             ttlMinutes: number | null;
         };
+        /** @description An agent's approval settings. */
+        AgentApprovals: {
+            /** @default never */
+            commands: components["schemas"]["CommandApprovals"];
+        };
         /**
          * @description Where an agent's sandbox is in its life.
          * @enum {string}
@@ -1202,10 +1212,16 @@ export interface components {
         /** @description A question waiting for a person (or answered). */
         Approval: {
             agentId: string;
+            /**
+             * @description A command's line, as one string (its arguments quoted as a POSIX shell would need);
+             *     null for a permission.
+             */
+            command: string | null;
             createdAt: string;
             /**
-             * @description Who decided: `admin` (a person or program with the admin token), `timeout`, or
-             *     `cancel`.
+             * @description Who decided: the user (and token) who answered, `timeout`, `cancel` (the turn ended,
+             *     or a command's request went away), or `restart` (a command's approval pending when the
+             *     server stopped).
              */
             decidedBy?: string | null;
             /** @description When it expires unanswered. */
@@ -1215,16 +1231,22 @@ export interface components {
             optionId?: string | null;
             options: components["schemas"]["ApprovalOption"][];
             outcome?: null | components["schemas"]["ApprovalOutcome"];
-            sessionId: string;
+            /**
+             * @description Who asked for the command: the user, and the token's name when one was used
+             *     (`ann (token ci)`); null for a permission.
+             */
+            requester: string | null;
+            /** @description The session whose harness asks; null for a command. */
+            sessionId: string | null;
             state: components["schemas"]["ApprovalState"];
-            /** @description The ACP tool call the permission is for, verbatim. */
+            /** @description The ACP tool call the permission is for, verbatim; null for a command. */
             toolCall: unknown;
         };
         /**
          * @description What an approval asks about.
          * @enum {string}
          */
-        ApprovalKind: "permission";
+        ApprovalKind: "permission" | "command";
         /** @description One option of an approval, as the harness offered it. */
         ApprovalOption: {
             /**
@@ -1312,6 +1334,12 @@ export interface components {
             value: string;
         };
         /**
+         * @description Which commands (exec, background processes, terminal opens) of an agent wait for a person's
+         *     approval when someone other than its owner or an admin, or a supervised token, makes them.
+         * @enum {string}
+         */
+        CommandApprovals: "never" | "dangerous" | "always";
+        /**
          * @description `POST /api/v1/admin/reload`: what reading the config file again changed, by dotted key as
          *     the file writes them. Both lists empty: the file says what the server runs on.
          */
@@ -1344,6 +1372,7 @@ export interface components {
              * @example true
              */
             allowRoot?: boolean | null;
+            approvals?: null | components["schemas"]["AgentApprovals"];
             /**
              * Format: double
              * @description CPUs, above 0 and at most `sandbox.max_cpus` (`sandbox.default_cpus` when absent).
@@ -1465,6 +1494,7 @@ export interface components {
              *     exist for it. Absent: every agent the caller sees.
              */
             agents?: string[] | null;
+            approvals?: null | components["schemas"]["TokenApprovals"];
             /**
              * Format: int32
              * @description The token stops working this many days (1 to 3650) after now; absent, never (but no
@@ -1484,6 +1514,12 @@ export interface components {
              *     ]
              */
             scopes: components["schemas"]["Scope"][];
+            /**
+             * @description Its commands wait for approval wherever the agent's `approvals.commands` holds them, even
+             *     when its user owns the agent or is an admin. A token made with a supervised token must be
+             *     supervised (else `403`). Absent: false.
+             */
+            supervised?: boolean;
         };
         /** @description `POST /api/v1/users`. */
         CreateUser: {
@@ -1626,11 +1662,12 @@ export interface components {
         ErrorDetail: {
             /**
              * @description A machine word: invalid, unauthorized, forbidden, not_found, conflict, too_large,
-             *     too_many_requests, no_space, unavailable, internal.
+             *     too_many_requests, no_space, unavailable, internal; approval_rejected and
+             *     approval_expired (both `403`) for a command that waited for approval and did not get it.
              * @example not_found
              * @enum {string}
              */
-            code: "invalid" | "unauthorized" | "forbidden" | "not_found" | "conflict" | "too_large" | "too_many_requests" | "no_space" | "unavailable" | "internal";
+            code: "invalid" | "unauthorized" | "forbidden" | "not_found" | "conflict" | "too_large" | "too_many_requests" | "no_space" | "unavailable" | "internal" | "approval_rejected" | "approval_expired";
             /** @description The camelCase request field the error is about, so a form can show it there. */
             field?: string | null;
             /** @description A sentence for a person. */
@@ -1923,6 +1960,8 @@ export interface components {
         PresetInfo: {
             /** @description Its agents may become root (`sudo`, `"user": "root"`), unless a create says otherwise. */
             allowRoot?: boolean;
+            /** @description The approval settings of its agents, unless a create says otherwise. */
+            approvals?: components["schemas"]["AgentApprovals"];
             /** Format: double */
             cpus: number;
             /** @description Whether it is `sandbox.default_preset`, the one a create without `preset` gets. */
@@ -2385,6 +2424,11 @@ export interface components {
         Token: {
             /** @description The ids of the agents it is limited to; absent for every agent. */
             agents?: string[] | null;
+            /**
+             * @description What its commands that would wait for approval get: `deny` (refused at once, `403
+             *     approval_rejected`), `ask` (a person answers) or `allow` (they run).
+             */
+            approvals?: components["schemas"]["TokenApprovals"];
             /** Format: date-time */
             createdAt: string;
             /**
@@ -2397,9 +2441,20 @@ export interface components {
             /** @example ci-deploy */
             name: string;
             scopes: components["schemas"]["Scope"][];
+            /**
+             * @description Its commands wait for approval wherever the agent's `approvals.commands` holds them,
+             *     even its owner's or an admin's.
+             */
+            supervised?: boolean;
             /** @description The id of the user it acts for; it can do at most what that user can. */
             userId: string;
         };
+        /**
+         * @description What a token's command that would wait for approval gets instead: refused at once (`deny`,
+         *     a subagent's mode), a person's answer (`ask`), or run (`allow`, a batch job's).
+         * @enum {string}
+         */
+        TokenApprovals: "deny" | "ask" | "allow";
         TokenSignIn: {
             /**
              * @description The admin token (API tokens do not open web sessions: a session has its user's whole
@@ -2445,6 +2500,7 @@ export interface components {
              * @example true
              */
             allowRoot?: boolean | null;
+            approvals?: null | components["schemas"]["AgentApprovals"];
             /**
              * Format: double
              * @description Above 0 and at most `sandbox.max_cpus`.
@@ -3612,7 +3668,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The result; with `Accept: application/x-ndjson`, a stream of `{stream,data}` lines and a last `{exitCode,timedOut,durationMs,truncated,egressDenied}` line (or an `{error}` line when the sandbox connection is lost) */
+            /** @description The result; with `Accept: application/x-ndjson`, a stream of `{stream,data}` lines and a last `{exitCode,timedOut,durationMs,truncated,egressDenied}` line (or an `{error}` line when the sandbox connection is lost). A command held for approval (the agent's `approvals.commands`) streams first an `{approval}` line (the `Approval`, kind `command`) and waits; refused, its next and last line is an `{error}` line with code `approval_rejected` or `approval_expired` */
             200: {
                 headers: {
                     /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
@@ -3648,7 +3704,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `user` is `root` and the agent's `allowRoot` is false */
+            /** @description `user` is `root` and the agent's `allowRoot` is false; or the command waited for approval and was rejected (code `approval_rejected`, also at once for a token whose `approvals` is `deny`) or nobody answered within `sessions.approval_timeout` (code `approval_expired`): nothing was run */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5434,7 +5490,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `user` is `root` and the agent's `allowRoot` is false */
+            /** @description `user` is `root` and the agent's `allowRoot` is false; or the start waited for approval (the agent's `approvals.commands`; the answer comes once it is decided) and was rejected (`approval_rejected`) or expired (`approval_expired`): nothing was run */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -7190,7 +7246,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            /** @description A new session waited for approval (the agent's `approvals.commands`; the upgrade is answered once it is decided) and was rejected (`approval_rejected`) or expired (`approval_expired`): nothing was run */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -7576,7 +7632,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            /** @description A command's approval, and the caller is not the agent's owner or an admin, or answers with a supervised token */
             403: {
                 headers: {
                     [name: string]: unknown;

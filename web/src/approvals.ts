@@ -135,6 +135,7 @@ export function optionButtons(a: Approval, onAnswered?: (a: Approval) => void): 
 
 /** The tool call's title, as the harness gave it. */
 export const approvalTitle = (a: Approval): string =>
+  (a.command != null && `${a.requester ?? 'Someone'} runs: ${a.command}`) ||
   (typeof a.toolCall?.title === 'string' && a.toolCall.title) || (typeof a.toolCall?.toolCallId === 'string' ? a.toolCall.toolCallId : 'A tool call');
 
 /** The link to the Chat tab of the approval's session. */
@@ -175,8 +176,9 @@ export function approvalsBadge(): { el: HTMLElement } {
       list,
       items.map((a) => {
         const agent = store.agents.get(a.agentId);
-        const path = sessionPath(a.agentId, a.sessionId);
-        const open = h('a', { href: path, class: 'approval-link' }, 'Open the session');
+        // A command's approval has no session: its link is the agent's page.
+        const path = a.sessionId != null ? sessionPath(a.agentId, a.sessionId) : `/agents/${encodeURIComponent(a.agentId)}`;
+        const open = h('a', { href: path, class: 'approval-link' }, a.sessionId != null ? 'Open the session' : 'Open the agent');
         open.addEventListener('click', (e) => {
           close();
           linkHandler(path)(e);

@@ -103,6 +103,8 @@ NOT_READ = {
     "CreateToken",
     # A secret's value goes in (built from `secrets.set`'s arguments) and never comes back.
     "PutSecret",
+    # An agent's and a preset's `approvals`, read as the dict it is.
+    "AgentApprovals",
 }
 
 

@@ -133,6 +133,7 @@ fn without_a_preset_an_agent_gets_the_servers_defaults() {
             expires_at: None,
             labels: BTreeMap::new(),
             allow_root: false,
+            approvals: Default::default(),
         }
     );
     assert_eq!(new.id.len(), 12);
@@ -362,6 +363,7 @@ fn each_setting_out_of_bounds_is_refused_in_its_field() {
             ttl_minutes: patch.ttl_minutes,
             labels: patch.labels.clone(),
             allow_root: patch.allow_root,
+            approvals: Default::default(),
         };
         let expected = (field, why.to_string());
         assert_eq!(refusal(server.resolve(request)), expected, "create");

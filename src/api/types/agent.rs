@@ -10,6 +10,7 @@ use utoipa::ToSchema;
 
 use super::{EgressRules, PullProgress};
 use crate::model;
+use crate::model::teams::AgentApprovals;
 
 /// Where an agent's sandbox is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
@@ -144,6 +145,10 @@ pub struct Agent {
     /// processes). A change by `PATCH` reaches `sudo` at the next rebuild (`needsRebuild`).
     #[serde(default)]
     pub allow_root: bool,
+    /// Which commands (exec, background processes, terminal opens) of anyone but the agent's
+    /// owner and admins, or of a supervised token, wait for a person's approval.
+    #[serde(default)]
+    pub approvals: AgentApprovals,
 }
 
 impl From<model::Agent> for Agent {
@@ -172,6 +177,7 @@ impl From<model::Agent> for Agent {
             expires_at: a.expires_at,
             labels: a.labels,
             allow_root: a.allow_root,
+            approvals: a.approvals,
         }
     }
 }

@@ -7,6 +7,7 @@ use utoipa::ToSchema;
 
 use super::egress::{change_object, rules_object, EgressChange, EgressRules};
 use super::whole;
+use crate::model::teams::AgentApprovals;
 
 /// Declares [`CreateAgent`] and [`UpdateAgent`] from one list of the settings both take, so
 /// that each setting's wire form and bounds (its `serde` and `schema` attributes, before the
@@ -227,6 +228,18 @@ agent_bodies! {
             /// Allows or takes away root. `"user": "root"` on exec and processes follows at once;
             /// `sudo` follows at the next rebuild (the container's security options are fixed when
             /// it is made), so a change sets `needsRebuild`.
+        };
+
+        #[schema(example = json!({"commands": "dangerous"}))]
+        approvals: [AgentApprovals],
+        create {
+            /// Which commands (exec, background processes, terminal opens) wait for a person's
+            /// approval when anyone but the agent's owner and admins, or a supervised token,
+            /// makes them: `never`, `dangerous` (those matching `approvals.dangerous_patterns`)
+            /// or `always`. Absent: the preset's, else `{"commands": "never"}`.
+        },
+        update {
+            /// New approval settings, in force for the next command.
         };
     }
 }

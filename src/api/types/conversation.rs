@@ -184,6 +184,10 @@ pub struct Notice {
 pub enum ApprovalKind {
     /// A harness's `session/request_permission`.
     Permission,
+    /// An exec, background process or terminal open that waits before it runs (the agent's
+    /// `approvals.commands`); its options are `allow` (`allow_once`) and `reject`
+    /// (`reject_once`).
+    Command,
 }
 
 /// Whether an approval waits for an answer.
@@ -224,9 +228,21 @@ pub struct ApprovalOption {
 pub struct Approval {
     pub id: String,
     pub agent_id: String,
-    pub session_id: String,
+    /// The session whose harness asks; null for a command.
+    #[schema(required = true)]
+    pub session_id: Option<String>,
     pub kind: ApprovalKind,
-    /// The ACP tool call the permission is for, verbatim.
+    /// A command's line, as one string (its arguments quoted as a POSIX shell would need);
+    /// null for a permission.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub command: Option<String>,
+    /// Who asked for the command: the user, and the token's name when one was used
+    /// (`ann (token ci)`); null for a permission.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub requester: Option<String>,
+    /// The ACP tool call the permission is for, verbatim; null for a command.
     #[schema(value_type = Value)]
     pub tool_call: Value,
     pub options: Vec<ApprovalOption>,
@@ -236,8 +252,9 @@ pub struct Approval {
     pub expires_at: String,
     pub outcome: Option<ApprovalOutcome>,
     pub option_id: Option<String>,
-    /// Who decided: `admin` (a person or program with the admin token), `timeout`, or
-    /// `cancel`.
+    /// Who decided: the user (and token) who answered, `timeout`, `cancel` (the turn ended,
+    /// or a command's request went away), or `restart` (a command's approval pending when the
+    /// server stopped).
     pub decided_by: Option<String>,
 }
 
@@ -300,7 +317,12 @@ impl From<record::ApprovalRecord> for Approval {
             id: a.id,
             agent_id: a.agent_id,
             session_id: a.session_id,
-            kind: ApprovalKind::Permission,
+            kind: match a.kind {
+                record::ApprovalKind::Permission => ApprovalKind::Permission,
+                record::ApprovalKind::Command => ApprovalKind::Command,
+            },
+            command: a.command,
+            requester: a.requester,
             tool_call: a.tool_call,
             options: a
                 .options
@@ -399,7 +421,10 @@ mod tests {
         let approval = record::ApprovalRecord {
             id: "a".into(),
             agent_id: "g".into(),
-            session_id: "s".into(),
+            kind: record::ApprovalKind::Permission,
+            session_id: Some("s".into()),
+            command: None,
+            requester: None,
             tool_call: json!({"toolCallId": "t"}),
             options: vec![record::OptionRecord {
                 option_id: "o".into(),

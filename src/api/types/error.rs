@@ -12,7 +12,8 @@ pub struct ErrorBody {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorDetail {
     /// A machine word: invalid, unauthorized, forbidden, not_found, conflict, too_large,
-    /// too_many_requests, no_space, unavailable, internal.
+    /// too_many_requests, no_space, unavailable, internal; approval_rejected and
+    /// approval_expired (both `403`) for a command that waited for approval and did not get it.
     #[schema(example = "not_found")]
     pub code: String,
     /// A sentence for a person.
@@ -35,10 +36,16 @@ pub enum ErrorCode {
     NoSpace,
     Unavailable,
     Internal,
+    /// A command waited for approval and was rejected (by a person, or at once by an
+    /// auto-deny token).
+    ApprovalRejected,
+    /// A command waited for approval and nobody answered in `sessions.approval_timeout`.
+    ApprovalExpired,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 10] = [
+    /// Each status's own code comes before the codes that share its status.
+    pub const ALL: [ErrorCode; 12] = [
         ErrorCode::Invalid,
         ErrorCode::Unauthorized,
         ErrorCode::Forbidden,
@@ -49,6 +56,8 @@ impl ErrorCode {
         ErrorCode::NoSpace,
         ErrorCode::Unavailable,
         ErrorCode::Internal,
+        ErrorCode::ApprovalRejected,
+        ErrorCode::ApprovalExpired,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -63,6 +72,8 @@ impl ErrorCode {
             ErrorCode::NoSpace => "no_space",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Internal => "internal",
+            ErrorCode::ApprovalRejected => "approval_rejected",
+            ErrorCode::ApprovalExpired => "approval_expired",
         }
     }
 
@@ -78,6 +89,7 @@ impl ErrorCode {
             ErrorCode::NoSpace => 507,
             ErrorCode::Unavailable => 503,
             ErrorCode::Internal => 500,
+            ErrorCode::ApprovalRejected | ErrorCode::ApprovalExpired => 403,
         }
     }
 
@@ -85,7 +97,7 @@ impl ErrorCode {
         ErrorCode::ALL.into_iter().find(|c| c.as_str() == code)
     }
 
-    /// The code answered with `status`, if the API uses that status.
+    /// The general code answered with `status`, if the API uses that status.
     pub fn for_status(status: u16) -> Option<ErrorCode> {
         ErrorCode::ALL.into_iter().find(|c| c.status() == status)
     }
@@ -99,7 +111,13 @@ mod tests {
     fn each_error_code_has_one_status_and_back() {
         for code in ErrorCode::ALL {
             assert_eq!(ErrorCode::parse(code.as_str()), Some(code));
-            assert_eq!(ErrorCode::for_status(code.status()), Some(code));
+            let general = ErrorCode::for_status(code.status());
+            match code {
+                ErrorCode::ApprovalRejected | ErrorCode::ApprovalExpired => {
+                    assert_eq!(general, Some(ErrorCode::Forbidden))
+                }
+                _ => assert_eq!(general, Some(code)),
+            }
         }
         assert_eq!(ErrorCode::parse("teapot"), None);
         assert_eq!(ErrorCode::for_status(418), None);

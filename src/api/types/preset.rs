@@ -7,6 +7,7 @@ use utoipa::ToSchema;
 
 use super::EgressRules;
 use crate::agents::preset;
+use crate::model::teams::AgentApprovals;
 
 /// `GET /api/v1/presets`: a preset with the server's defaults filled in.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -42,6 +43,9 @@ pub struct PresetInfo {
     /// Its agents may become root (`sudo`, `"user": "root"`), unless a create says otherwise.
     #[serde(default)]
     pub allow_root: bool,
+    /// The approval settings of its agents, unless a create says otherwise.
+    #[serde(default)]
+    pub approvals: AgentApprovals,
     /// Whether it is `sandbox.default_preset`, the one a create without `preset` gets.
     pub default: bool,
 }
@@ -65,6 +69,7 @@ impl From<preset::PresetInfo> for PresetInfo {
             ttl_minutes: p.ttl_minutes,
             labels: p.labels,
             allow_root: p.allow_root,
+            approvals: p.approvals,
             default: p.default,
         }
     }

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::model::teams::{ApiToken, User as UserRecord};
+use crate::model::teams::{ApiToken, TokenApprovals, User as UserRecord};
 pub use crate::model::teams::{Role, Scope};
 use crate::teams::Principal;
 
@@ -95,6 +95,14 @@ pub struct Token {
     /// When it stops working; absent for never.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<DateTime<Utc>>,
+    /// Its commands wait for approval wherever the agent's `approvals.commands` holds them,
+    /// even its owner's or an admin's.
+    #[serde(default)]
+    pub supervised: bool,
+    /// What its commands that would wait for approval get: `deny` (refused at once, `403
+    /// approval_rejected`), `ask` (a person answers) or `allow` (they run).
+    #[serde(default)]
+    pub approvals: TokenApprovals,
 }
 
 impl From<ApiToken> for Token {
@@ -107,6 +115,8 @@ impl From<ApiToken> for Token {
             agents: t.agents.map(|a| a.into_iter().collect()),
             created_at: t.created_at,
             expires_at: t.expires_at,
+            supervised: t.supervised,
+            approvals: t.approvals,
         }
     }
 }
@@ -136,6 +146,16 @@ pub struct CreateToken {
     #[serde(default, deserialize_with = "super::whole::option")]
     #[schema(minimum = 1, maximum = 3650)]
     pub expires_in_days: Option<u32>,
+    /// Its commands wait for approval wherever the agent's `approvals.commands` holds them, even
+    /// when its user owns the agent or is an admin. A token made with a supervised token must be
+    /// supervised (else `403`). Absent: false.
+    #[serde(default)]
+    pub supervised: bool,
+    /// What its commands that would wait for approval get: `deny` (refused at once: a
+    /// subagent's), `ask` (a person answers; the default) or `allow` (they run: a batch job's).
+    /// Not laxer than the token that makes it (else `403`); `allow` with `supervised` is `400`.
+    #[serde(default)]
+    pub approvals: Option<TokenApprovals>,
 }
 
 /// `POST /api/v1/tokens`'s answer: the token, shown this once, and what it is.

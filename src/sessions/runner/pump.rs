@@ -15,7 +15,9 @@ use super::{
     Command, Gone, Runner, AFTER_GAP, BATCH, BATCH_BYTES, CANCEL_GRACE, MAX_FILE_REQUESTS,
     MAX_OPEN_APPROVALS, MAX_OPTIONS, WRITE_TIME,
 };
-use crate::model::sessions::{ApprovalRecord, EventKind, NewEvent, NoticeKind, OptionRecord};
+use crate::model::sessions::{
+    ApprovalKind, ApprovalRecord, EventKind, NewEvent, NoticeKind, OptionRecord,
+};
 use crate::sessions::harness::{Line, Output};
 use crate::sessions::rpc::{self, FromHarness};
 use crate::tunnel::conn::{ConnError, SandboxConn, UploadLimit};
@@ -448,7 +450,10 @@ impl Runner {
         let record = ApprovalRecord {
             id: crate::model::new_agent_id(),
             agent_id: self.agent.clone(),
-            session_id: self.sid.clone(),
+            kind: ApprovalKind::Permission,
+            session_id: Some(self.sid.clone()),
+            command: None,
+            requester: None,
             tool_call: params.get("toolCall").cloned().unwrap_or(Value::Null),
             options,
             created_at: rfc3339(now),

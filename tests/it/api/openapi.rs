@@ -153,7 +153,7 @@ async fn the_openapi_document_states_every_status_and_constraint() {
     assert!(
         codes
             .as_array()
-            .is_some_and(|c| c.len() == 10 && c.contains(&json!("no_space"))),
+            .is_some_and(|c| c.len() == 12 && c.contains(&json!("approval_expired"))),
         "{codes}"
     );
     let param = |path: &str, method: &str, name: &str| {

@@ -3,6 +3,7 @@
 //! (scripts/docker-setup.sh); without an engine they skip, saying so once for the binary.
 
 mod code;
+mod command_approvals;
 mod crash;
 mod daemon_restart;
 mod disk;

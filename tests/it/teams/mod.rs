@@ -3,6 +3,7 @@
 
 mod audit;
 mod cli;
+mod command_approvals;
 mod matrix;
 mod sign_in;
 mod tokens;

@@ -44,7 +44,7 @@ async fn bad_token_requests_are_400_and_more_than_the_maker_has_is_403() {
         ),
         (json!({ "name": "ci", "scopes": ["everything"] }), None),
         (
-            json!({ "name": "ci", "scopes": ["agents:read"], "supervised": true }),
+            json!({ "name": "ci", "scopes": ["agents:read"], "supervised": "yes" }),
             None,
         ),
         (json!({ "scopes": ["agents:read"] }), None),

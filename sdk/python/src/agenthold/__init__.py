@@ -19,6 +19,8 @@ from .client import AsyncClient, Client
 from .errors import (
     AgentFailed,
     AgentholdError,
+    ApprovalExpired,
+    ApprovalRejected,
     CommandExitError,
     CommandTimeout,
     Conflict,
@@ -192,6 +194,8 @@ __all__ = [
     "InvalidRequest",
     "Unauthorized",
     "Forbidden",
+    "ApprovalRejected",
+    "ApprovalExpired",
     "NotFound",
     "Conflict",
     "TooLarge",

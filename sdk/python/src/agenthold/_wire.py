@@ -33,7 +33,7 @@ class AnswerApproval(TypedDict, closed=True):
     """
 
 
-ApprovalKind: TypeAlias = Literal["permission"]
+ApprovalKind: TypeAlias = Literal["permission", "command"]
 """
 What an approval asks about.
 """
@@ -188,6 +188,13 @@ class CodeError(TypedDict):
     As Python prints it, without colours.
     """
     value: str
+
+
+CommandApprovals: TypeAlias = Literal["never", "dangerous", "always"]
+"""
+Which commands (exec, background processes, terminal opens) of an agent wait for a person's
+approval when someone other than its owner or an admin, or a supervised token, makes them.
+"""
 
 
 class ConfigReload(TypedDict):
@@ -377,10 +384,13 @@ class ErrorDetail(TypedDict):
         "no_space",
         "unavailable",
         "internal",
+        "approval_rejected",
+        "approval_expired",
     ]
     """
     A machine word: invalid, unauthorized, forbidden, not_found, conflict, too_large,
-    too_many_requests, no_space, unavailable, internal.
+    too_many_requests, no_space, unavailable, internal; approval_rejected and
+    approval_expired (both `403`) for a command that waited for approval and did not get it.
     """
     field: NotRequired[str | None]
     """
@@ -649,50 +659,6 @@ class PermissionResolved(TypedDict):
     """
     optionId: NotRequired[str | None]
     outcome: ApprovalOutcome
-
-
-class PresetInfo(TypedDict):
-    """
-    `GET /api/v1/presets`: a preset with the server's defaults filled in.
-    """
-
-    allowRoot: NotRequired[bool]
-    """
-    Its agents may become root (`sudo`, `"user": "root"`), unless a create says otherwise.
-    """
-    cpus: float
-    default: bool
-    """
-    Whether it is `sandbox.default_preset`, the one a create without `preset` gets.
-    """
-    description: NotRequired[str | None]
-    diskMb: NotRequired[int | None]
-    """
-    The home's size in MiB; null for a home without a limit.
-    """
-    egress: NotRequired[EgressRules | None]
-    env: dict[str, str]
-    harness: NotRequired[str | None]
-    """
-    The harness new sessions of its agents run; null: the server's default
-    (`defaultHarness` in `/limits`).
-    """
-    idleMinutes: int
-    image: str
-    labels: NotRequired[dict[str, str]]
-    """
-    Labels its agents get, under a create's own.
-    """
-    memoryMb: int
-    name: str
-    runtime: NotRequired[str | None]
-    setup: NotRequired[str | None]
-    setupOnRebuild: bool
-    ttlMinutes: int | None
-    """
-    The lifetime of its agents in minutes (a create's own `ttlMinutes`, even null, wins);
-    null for none.
-    """
 
 
 PreviewAccess: TypeAlias = Literal["private", "token", "public"]
@@ -986,27 +952,11 @@ class TerminalSession(TypedDict):
     """
 
 
-class Token(TypedDict):
-    """
-    An API token, without the token itself (shown once, when it is made).
-    """
-
-    agents: NotRequired[list[str] | None]
-    """
-    The ids of the agents it is limited to; absent for every agent.
-    """
-    createdAt: str
-    expiresAt: NotRequired[str | None]
-    """
-    When it stops working; absent for never.
-    """
-    id: str
-    name: str
-    scopes: list[Scope]
-    userId: str
-    """
-    The id of the user it acts for; it can do at most what that user can.
-    """
+TokenApprovals: TypeAlias = Literal["deny", "ask", "allow"]
+"""
+What a token's command that would wait for approval gets instead: refused at once (`deny`,
+a subagent's mode), a person's answer (`ask`), or run (`allow`, a batch job's).
+"""
 
 
 class TokenSignIn(TypedDict, closed=True):
@@ -1038,62 +988,6 @@ TurnState: TypeAlias = Literal["started", "ended"]
 """
 Whether a turn started or ended.
 """
-
-
-class UpdateAgent(TypedDict, closed=True):
-    """
-    `PATCH /api/v1/agents/{id}`; fields left out stay as they are.
-    """
-
-    allowRoot: NotRequired[bool | None]
-    """
-    Allows or takes away root. `"user": "root"` on exec and processes follows at once;
-    `sudo` follows at the next rebuild (the container's security options are fixed when
-    it is made), so a change sets `needsRebuild`.
-    """
-    cpus: NotRequired[float | None]
-    """
-    Above 0 and at most `sandbox.max_cpus`.
-    """
-    diskMb: NotRequired[int | None]
-    """
-    A larger home in MiB (it never shrinks), applied at the agent's next start; at most
-    `sandbox.max_disk_mb`. A smaller value, or any for an agent whose home has no limit, is
-    `400` with `"field": "diskMb"`.
-    """
-    egress: NotRequired[EgressChange | None]
-    env: NotRequired[dict[str, str]]
-    """
-    Replaces the whole `env`; processes started from now on get it (running ones keep
-    theirs). Checked as on create.
-    """
-    idleMinutes: NotRequired[int | None]
-    """
-    At most 10080 (a week); 0 = never sleep.
-    """
-    image: NotRequired[str | None]
-    labels: NotRequired[dict[str, str]]
-    """
-    Replaces the whole map of labels (`{}` removes them all); checked as on create.
-    """
-    memoryMb: NotRequired[int | None]
-    """
-    16 to `sandbox.max_memory_mb`.
-    """
-    name: NotRequired[str | None]
-    """
-    A new name: unique, DNS-safe, as at create.
-    """
-    runtime: NotRequired[str | None]
-    """
-    Another container runtime, one of `runtimes` in `/limits`; sets `needsRebuild` (a
-    rebuild applies it, keeping the home).
-    """
-    ttlMinutes: NotRequired[int | None]
-    """
-    A new lifetime in minutes, counted from now (1 to 525600); 0 or null takes the
-    lifetime away.
-    """
 
 
 class UpdateSession(TypedDict, closed=True):
@@ -1137,17 +1031,31 @@ class User(TypedDict):
     updatedAt: str
 
 
+class AgentApprovals(TypedDict, closed=True):
+    """
+    An agent's approval settings.
+    """
+
+    commands: NotRequired[CommandApprovals]
+
+
 class Approval(TypedDict):
     """
     A question waiting for a person (or answered).
     """
 
     agentId: str
+    command: str | None
+    """
+    A command's line, as one string (its arguments quoted as a POSIX shell would need);
+    null for a permission.
+    """
     createdAt: str
     decidedBy: NotRequired[str | None]
     """
-    Who decided: `admin` (a person or program with the admin token), `timeout`, or
-    `cancel`.
+    Who decided: the user (and token) who answered, `timeout`, `cancel` (the turn ended,
+    or a command's request went away), or `restart` (a command's approval pending when the
+    server stopped).
     """
     expiresAt: str
     """
@@ -1158,11 +1066,19 @@ class Approval(TypedDict):
     optionId: NotRequired[str | None]
     options: list[ApprovalOption]
     outcome: NotRequired[ApprovalOutcome | None]
-    sessionId: str
+    requester: str | None
+    """
+    Who asked for the command: the user, and the token's name when one was used
+    (`ann (token ci)`); null for a permission.
+    """
+    sessionId: str | None
+    """
+    The session whose harness asks; null for a command.
+    """
     state: ApprovalState
     toolCall: Any
     """
-    The ACP tool call the permission is for, verbatim.
+    The ACP tool call the permission is for, verbatim; null for a command.
     """
 
 
@@ -1178,6 +1094,7 @@ class CreateAgent(TypedDict, closed=True):
     Root stays inside the container: no extra capabilities, the same network and egress
     rules. Absent: the preset's (`true` for the default config's `dev`), else `false`.
     """
+    approvals: NotRequired[AgentApprovals | None]
     cpus: NotRequired[float | None]
     """
     CPUs, above 0 and at most `sandbox.max_cpus` (`sandbox.default_cpus` when absent).
@@ -1268,6 +1185,7 @@ class CreateToken(TypedDict, closed=True):
     Agents by id or name (at most 256) the token is limited to: every other agent does not
     exist for it. Absent: every agent the caller sees.
     """
+    approvals: NotRequired[TokenApprovals | None]
     expiresInDays: NotRequired[int | None]
     """
     The token stops working this many days (1 to 3650) after now; absent, never (but no
@@ -1280,6 +1198,12 @@ class CreateToken(TypedDict, closed=True):
     scopes: list[Scope]
     """
     At least one; each one the caller has.
+    """
+    supervised: NotRequired[bool]
+    """
+    Its commands wait for approval wherever the agent's `approvals.commands` holds them, even
+    when its user owns the agent or is an admin. A token made with a supervised token must be
+    supervised (else `403`). Absent: false.
     """
 
 
@@ -1298,18 +1222,6 @@ class CreateUser(TypedDict, closed=True):
     sets one.
     """
     role: Role
-
-
-class CreatedToken(Token):
-    """
-    `POST /api/v1/tokens`'s answer: the token, shown this once, and what it is.
-    """
-
-    token: str
-    """
-    Send it as `Authorization: Bearer <token>`. Only its hash is kept: it cannot be shown
-    again.
-    """
 
 
 class ErrorBody(TypedDict):
@@ -1362,19 +1274,6 @@ class FileEvent(TypedDict):
     type: FileEventKind
 
 
-class Me(TypedDict):
-    """
-    `GET /api/v1/me`: who the credential is, and what it may do.
-    """
-
-    scopes: list[Scope]
-    """
-    The scopes in effect: the user's role's, narrowed by the token's.
-    """
-    token: NotRequired[Token | None]
-    user: User
-
-
 class Notice(TypedDict):
     """
     A `notice` event.
@@ -1382,6 +1281,54 @@ class Notice(TypedDict):
 
     kind: NoticeKind
     text: str
+
+
+class PresetInfo(TypedDict):
+    """
+    `GET /api/v1/presets`: a preset with the server's defaults filled in.
+    """
+
+    allowRoot: NotRequired[bool]
+    """
+    Its agents may become root (`sudo`, `"user": "root"`), unless a create says otherwise.
+    """
+    approvals: NotRequired[AgentApprovals]
+    """
+    The approval settings of its agents, unless a create says otherwise.
+    """
+    cpus: float
+    default: bool
+    """
+    Whether it is `sandbox.default_preset`, the one a create without `preset` gets.
+    """
+    description: NotRequired[str | None]
+    diskMb: NotRequired[int | None]
+    """
+    The home's size in MiB; null for a home without a limit.
+    """
+    egress: NotRequired[EgressRules | None]
+    env: dict[str, str]
+    harness: NotRequired[str | None]
+    """
+    The harness new sessions of its agents run; null: the server's default
+    (`defaultHarness` in `/limits`).
+    """
+    idleMinutes: int
+    image: str
+    labels: NotRequired[dict[str, str]]
+    """
+    Labels its agents get, under a create's own.
+    """
+    memoryMb: int
+    name: str
+    runtime: NotRequired[str | None]
+    setup: NotRequired[str | None]
+    setupOnRebuild: bool
+    ttlMinutes: int | None
+    """
+    The lifetime of its agents in minutes (a create's own `ttlMinutes`, even null, wins);
+    null for none.
+    """
 
 
 class Preview(TypedDict):
@@ -1563,6 +1510,39 @@ Either `token` alone, or `name` and `password`.
 """
 
 
+class Token(TypedDict):
+    """
+    An API token, without the token itself (shown once, when it is made).
+    """
+
+    agents: NotRequired[list[str] | None]
+    """
+    The ids of the agents it is limited to; absent for every agent.
+    """
+    approvals: NotRequired[TokenApprovals]
+    """
+    What its commands that would wait for approval get: `deny` (refused at once, `403
+    approval_rejected`), `ask` (a person answers) or `allow` (they run).
+    """
+    createdAt: str
+    expiresAt: NotRequired[str | None]
+    """
+    When it stops working; absent for never.
+    """
+    id: str
+    name: str
+    scopes: list[Scope]
+    supervised: NotRequired[bool]
+    """
+    Its commands wait for approval wherever the agent's `approvals.commands` holds them,
+    even its owner's or an admin's.
+    """
+    userId: str
+    """
+    The id of the user it acts for; it can do at most what that user can.
+    """
+
+
 class TurnEvent(TypedDict):
     """
     A `turn` event.
@@ -1578,6 +1558,63 @@ class TurnEvent(TypedDict):
     turn: int
 
 
+class UpdateAgent(TypedDict, closed=True):
+    """
+    `PATCH /api/v1/agents/{id}`; fields left out stay as they are.
+    """
+
+    allowRoot: NotRequired[bool | None]
+    """
+    Allows or takes away root. `"user": "root"` on exec and processes follows at once;
+    `sudo` follows at the next rebuild (the container's security options are fixed when
+    it is made), so a change sets `needsRebuild`.
+    """
+    approvals: NotRequired[AgentApprovals | None]
+    cpus: NotRequired[float | None]
+    """
+    Above 0 and at most `sandbox.max_cpus`.
+    """
+    diskMb: NotRequired[int | None]
+    """
+    A larger home in MiB (it never shrinks), applied at the agent's next start; at most
+    `sandbox.max_disk_mb`. A smaller value, or any for an agent whose home has no limit, is
+    `400` with `"field": "diskMb"`.
+    """
+    egress: NotRequired[EgressChange | None]
+    env: NotRequired[dict[str, str]]
+    """
+    Replaces the whole `env`; processes started from now on get it (running ones keep
+    theirs). Checked as on create.
+    """
+    idleMinutes: NotRequired[int | None]
+    """
+    At most 10080 (a week); 0 = never sleep.
+    """
+    image: NotRequired[str | None]
+    labels: NotRequired[dict[str, str]]
+    """
+    Replaces the whole map of labels (`{}` removes them all); checked as on create.
+    """
+    memoryMb: NotRequired[int | None]
+    """
+    16 to `sandbox.max_memory_mb`.
+    """
+    name: NotRequired[str | None]
+    """
+    A new name: unique, DNS-safe, as at create.
+    """
+    runtime: NotRequired[str | None]
+    """
+    Another container runtime, one of `runtimes` in `/limits`; sets `needsRebuild` (a
+    rebuild applies it, keeping the home).
+    """
+    ttlMinutes: NotRequired[int | None]
+    """
+    A new lifetime in minutes, counted from now (1 to 525600); 0 or null takes the
+    lifetime away.
+    """
+
+
 class Agent(TypedDict):
     """
     An agent and its sandbox, as stored.
@@ -1587,6 +1624,11 @@ class Agent(TypedDict):
     """
     The agent may become root in its sandbox (`sudo`, `"user": "root"` on exec and
     processes). A change by `PATCH` reaches `sudo` at the next rebuild (`needsRebuild`).
+    """
+    approvals: NotRequired[AgentApprovals]
+    """
+    Which commands (exec, background processes, terminal opens) of anyone but the agent's
+    owner and admins, or of a supervised token, wait for a person's approval.
     """
     cpus: float
     createdAt: str
@@ -1653,3 +1695,28 @@ class Agent(TypedDict):
     The agent's lifetime, in minutes from its creation or its last change of `ttlMinutes`
     (a `PATCH` or a keep-alive); null for an agent without one.
     """
+
+
+class CreatedToken(Token):
+    """
+    `POST /api/v1/tokens`'s answer: the token, shown this once, and what it is.
+    """
+
+    token: str
+    """
+    Send it as `Authorization: Bearer <token>`. Only its hash is kept: it cannot be shown
+    again.
+    """
+
+
+class Me(TypedDict):
+    """
+    `GET /api/v1/me`: who the credential is, and what it may do.
+    """
+
+    scopes: list[Scope]
+    """
+    The scopes in effect: the user's role's, narrowed by the token's.
+    """
+    token: NotRequired[Token | None]
+    user: User

@@ -19,6 +19,8 @@ __all__ = [
     "InvalidRequest",
     "Unauthorized",
     "Forbidden",
+    "ApprovalRejected",
+    "ApprovalExpired",
     "NotFound",
     "Conflict",
     "TooLarge",
@@ -76,6 +78,16 @@ class Unauthorized(AgentholdError):
 
 class Forbidden(AgentholdError):
     """403 ``forbidden``: the sandbox account may not do this, or the caller may not."""
+
+
+class ApprovalRejected(Forbidden):
+    """403 ``approval_rejected``: the command waited for approval (the agent's ``approvals``
+    setting) and a person rejected it, or the token answers every approval no; nothing ran."""
+
+
+class ApprovalExpired(Forbidden):
+    """403 ``approval_expired``: the command waited for approval and nobody answered within the
+    server's ``sessions.approval_timeout`` (or the server restarted); nothing ran."""
 
 
 class NotFound(AgentholdError):
@@ -199,6 +211,8 @@ _BY_CODE: dict[str, type[AgentholdError]] = {
     "invalid": InvalidRequest,
     "unauthorized": Unauthorized,
     "forbidden": Forbidden,
+    "approval_rejected": ApprovalRejected,
+    "approval_expired": ApprovalExpired,
     "not_found": NotFound,
     "conflict": Conflict,
     "too_large": TooLarge,

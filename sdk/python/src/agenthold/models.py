@@ -167,6 +167,8 @@ class Preset:
     labels: dict[str, str] = field(default_factory=dict)
     #: Its agents may become root (``sudo``, ``user="root"``) unless a create says otherwise.
     allow_root: bool = False
+    #: Its agents' approval settings: ``{"commands": "never" | "dangerous" | "always"}``.
+    approvals: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, d: Any) -> Preset:
@@ -211,6 +213,9 @@ class AgentInfo:
     labels: dict[str, str] = field(default_factory=dict)
     #: The agent may become root in its sandbox (``sudo``; ``user="root"`` on commands).
     allow_root: bool = False
+    #: Which commands of others than its owner and admins (or of supervised tokens) wait for
+    #: approval: ``{"commands": "never" | "dangerous" | "always"}``.
+    approvals: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, d: Any) -> AgentInfo:
@@ -762,7 +767,9 @@ class ApprovalOption:
 
 @dataclass(frozen=True)
 class Approval:
-    """A question for a person: today, a harness asking permission for a tool call.
+    """A question for a person: a harness asking permission for a tool call, or a command
+    (exec, background process, terminal) waiting before it runs (options ``allow`` and
+    ``reject``).
 
     ``state`` is ``pending`` or ``resolved``; once resolved, ``outcome`` is ``selected`` (by
     ``decided_by`` ``admin``, an answer through the API), ``cancelled`` (the turn was
@@ -772,10 +779,16 @@ class Approval:
 
     id: str
     agent_id: str = ""
-    session_id: str = ""
-    #: ``permission``.
+    #: The session whose harness asks; ``None`` for a command.
+    session_id: str | None = None
+    #: ``permission`` (a harness asks) or ``command`` (an exec, process or terminal waits).
     kind: str = ""
-    #: The ACP tool call the permission is for, verbatim (``title``, ``kind``, ``toolCallId``…).
+    #: A command's line; ``None`` for a permission.
+    command: str | None = None
+    #: Who asked for the command (``ann (token ci)``); ``None`` for a permission.
+    requester: str | None = None
+    #: The ACP tool call the permission is for, verbatim (``title``, ``kind``, ``toolCallId``…);
+    #: empty for a command.
     tool_call: dict[str, Any] = field(default_factory=dict)
     options: tuple[ApprovalOption, ...] = ()
     state: str = "pending"
@@ -841,6 +854,10 @@ class Token:
     created_at: datetime | None = None
     #: ``None``: it never expires.
     expires_at: datetime | None = None
+    #: Its commands wait for approval even where its user's would not.
+    supervised: bool = False
+    #: What its held commands get: ``deny``, ``ask`` or ``allow``.
+    approvals: str = "ask"
 
     @classmethod
     def from_json(cls, d: Any) -> Token:
@@ -884,6 +901,8 @@ class CreatedToken:
     agents: tuple[str, ...] | None = None
     created_at: datetime | None = None
     expires_at: datetime | None = None
+    supervised: bool = False
+    approvals: str = "ask"
 
     @classmethod
     def from_json(cls, d: Any) -> CreatedToken:

@@ -54,8 +54,14 @@ def _token_body(
     scopes: Iterable[str],
     agents: Iterable[str] | None,
     expires_in_days: int | None,
+    supervised: bool = False,
+    approvals: str | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"name": name, "scopes": list(scopes)}
+    if supervised:
+        body["supervised"] = True
+    if approvals is not None:
+        body["approvals"] = approvals
     if agents is not None:
         body["agents"] = list(agents)
     if expires_in_days is not None:
@@ -149,12 +155,16 @@ class Tokens:
         *,
         agents: Iterable[str] | None = None,
         expires_in_days: int | None = None,
+        supervised: bool = False,
+        approvals: str | None = None,
     ) -> CreatedToken:
         """Makes a token for the credential's user; its ``token`` is shown this once.
         ``scopes``: ``agents:read``, ``agents:write``, ``agents:use``, ``approvals:answer``,
         ``admin`` (each one the credential has, else :class:`Forbidden`); ``agents``: ids or
-        names it is limited to."""
-        body = _token_body(name, scopes, agents, expires_in_days)
+        names it is limited to. ``supervised``: its commands wait for approval wherever the
+        agent's ``approvals`` setting holds them, even its user's own; ``approvals``: what its
+        held commands get, ``deny``, ``ask`` (the server's default) or ``allow``."""
+        body = _token_body(name, scopes, agents, expires_in_days, supervised, approvals)
         return CreatedToken.from_json(self._t.json("POST", "/tokens", json=body))
 
     def revoke(self, token: str | Token | CreatedToken) -> None:
@@ -179,9 +189,11 @@ class AsyncTokens:
         *,
         agents: Iterable[str] | None = None,
         expires_in_days: int | None = None,
+        supervised: bool = False,
+        approvals: str | None = None,
     ) -> CreatedToken:
         """See :meth:`Tokens.create`."""
-        body = _token_body(name, scopes, agents, expires_in_days)
+        body = _token_body(name, scopes, agents, expires_in_days, supervised, approvals)
         return CreatedToken.from_json(await self._t.json("POST", "/tokens", json=body))
 
     async def revoke(self, token: str | Token | CreatedToken) -> None:

@@ -1,0 +1,76 @@
+//! Holding exec, background process starts and terminal opens for a person's approval before
+//! they run: whether one is held is [`crate::teams::command_rules`]'s rule, the waiting is the
+//! approvals queue's ([`crate::sessions::command_approvals`]); here they are put together for
+//! the handlers, and a refusal becomes its `403`.
+
+use super::error::ApiError;
+use super::types::ErrorCode;
+use super::AppState;
+use crate::model::Agent;
+use crate::sessions::command_approvals::{CommandRefused, HeldCommand};
+use crate::teams::command_rules::{needs_approval, Verdict};
+use crate::teams::Principal;
+
+/// Whether a command may go on now, or waits.
+pub(super) enum Gate {
+    Run,
+    Held(Box<HeldCommand>),
+}
+
+/// Whether `principal` owns `agent`. Every agent is owned by the built-in admin until agents
+/// get owners: at merge, the lead wires the agent's `owner` (and operator members, if they are
+/// to be trusted as owners are) in here.
+fn owns(_principal: &Principal, _agent: &Agent) -> bool {
+    false
+}
+
+/// Runs `command` (one line) of `agent` for `principal` through the approvals rule: `Run`,
+/// held (its approval already in the queue and announced), or refused at once.
+pub(super) async fn gate(
+    st: &AppState,
+    principal: &Principal,
+    agent: &Agent,
+    command: String,
+) -> Result<Gate, ApiError> {
+    let verdict = {
+        let config = st.config();
+        needs_approval(
+            agent.approvals.commands,
+            &command,
+            &config.approvals.dangerous_patterns,
+            principal.requester(owns(principal, agent)),
+        )
+    };
+    match verdict {
+        Verdict::Run => Ok(Gate::Run),
+        Verdict::Deny => Err(CommandRefused::Denied.into()),
+        Verdict::Ask => Ok(Gate::Held(Box::new(
+            st.sessions
+                .hold_command(&agent.id, command, principal.actor())
+                .await?,
+        ))),
+    }
+}
+
+/// [`gate`], then the wait for a held command's decision: `Ok` once it may run.
+pub(super) async fn approved(
+    st: &AppState,
+    principal: &Principal,
+    agent: &Agent,
+    command: String,
+) -> Result<(), ApiError> {
+    match gate(st, principal, agent, command).await? {
+        Gate::Run => Ok(()),
+        Gate::Held(held) => Ok(held.decision().await?),
+    }
+}
+
+impl From<CommandRefused> for ApiError {
+    fn from(e: CommandRefused) -> ApiError {
+        let code = match e {
+            CommandRefused::Rejected { .. } | CommandRefused::Denied => ErrorCode::ApprovalRejected,
+            CommandRefused::Expired { .. } => ErrorCode::ApprovalExpired,
+        };
+        ApiError::new(code, e.to_string())
+    }
+}

@@ -1,0 +1,521 @@
+//! Approvals for commands: an agent's `approvals.commands` holds exec, process starts and terminal
+//! opens of anyone but its owner and admins (and of supervised tokens) as approvals of kind
+//! `command`, which run when allowed and fail closed otherwise. The fake driver runs commands on
+//! the host: the "dangerous" ones here are harmless as run (`rm -rf ~` without a shell removes a
+//! directory literally named `~`, which does not exist); the Docker test
+//! (`docker::command_approvals`) checks inside a sandbox that nothing ran.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+
+use super::{token, token_by, user};
+use crate::common::{wait_for_value, TestServer, DEADLINE};
+
+/// An agent with `approvals.commands` = `which`, and a member's token that uses it.
+async fn setup(s: &TestServer, which: &str, token_body: Value) -> (String, String) {
+    let id = s
+        .running_agent(json!({ "name": "held", "approvals": { "commands": which } }))
+        .await;
+    user(s, "bob", "member", Some("correct horse battery")).await;
+    let bob = member_token(s, token_body).await;
+    (id, bob)
+}
+
+/// A token of the member `bob`, made as him (signed in with his password).
+async fn member_token(s: &TestServer, body: Value) -> String {
+    let cookie = super::sign_in(s, "bob", "correct horse battery").await;
+    let r = s
+        .http
+        .post(s.url("/api/v1/tokens"))
+        .header("cookie", cookie)
+        .header("origin", format!("http://{}", s.api_addr))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(status, 201, "{body} → {v}");
+    v["token"].as_str().unwrap().to_string()
+}
+
+/// Exec as `auth`: status and body.
+async fn exec_as(s: &TestServer, auth: &str, id: &str, command: &[&str]) -> (u16, Value) {
+    let r = s
+        .http
+        .post(s.url(&format!("/api/v1/agents/{id}/exec")))
+        .bearer_auth(auth)
+        .json(&json!({ "command": command }))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// The pending command approval of `command`, once it is in the queue.
+async fn pending(s: &TestServer, command: &str) -> Value {
+    wait_for_value(&format!("an approval for {command:?}"), || async {
+        let list = s.get_json("/api/v1/approvals?state=pending").await;
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["kind"] == "command" && a["command"] == command)
+            .cloned()
+    })
+    .await
+}
+
+async fn answer(s: &TestServer, aid: &str, option: &str) -> (u16, Value) {
+    s.call(
+        "POST",
+        &format!("/api/v1/approvals/{aid}"),
+        Some(json!({ "optionId": option })),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dangerous_holds_rm_rf_home_lets_ls_through_and_runs_once_allowed() {
+    let s = TestServer::start().await;
+    let (id, bob) = setup(
+        &s,
+        "dangerous",
+        json!({ "name": "t", "scopes": ["agents:read", "agents:use", "approvals:answer"] }),
+    )
+    .await;
+    let (status, v) = exec_as(&s, &bob, &id, &["ls"]).await;
+    assert_eq!(status, 200, "ls is not held: {v}");
+
+    // Held, then rejected: 403 approval_rejected.
+    let held = {
+        let bob2 = bob.clone();
+        let url = s.url(&format!("/api/v1/agents/{id}/exec"));
+        let http = s.http.clone();
+        tokio::spawn(async move {
+            let r = http
+                .post(url)
+                .bearer_auth(bob2)
+                .json(&json!({ "command": ["rm", "-rf", "~"] }))
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        })
+    };
+    let a = pending(&s, "rm -rf ~").await;
+    assert_eq!(a["agentId"], id);
+    assert_eq!(a["sessionId"], Value::Null);
+    assert_eq!(a["requester"], "bob (token t)");
+    let kinds: Vec<(&str, &str)> = a["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| (o["optionId"].as_str().unwrap(), o["kind"].as_str().unwrap()))
+        .collect();
+    assert_eq!(kinds, [("allow", "allow_once"), ("reject", "reject_once")]);
+    // Nobody approves their own command.
+    let (status, v) = s
+        .http
+        .post(s.url(&format!("/api/v1/approvals/{}", a["id"].as_str().unwrap())))
+        .bearer_auth(&bob)
+        .json(&json!({ "optionId": "allow" }))
+        .send()
+        .await
+        .map(|r| (r.status().as_u16(), r))
+        .unwrap();
+    assert_eq!(status, 403, "{:?}", v.text().await);
+    let (status, v) = answer(&s, a["id"].as_str().unwrap(), "reject").await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["outcome"], "selected");
+    let (status, v) = tokio::time::timeout(DEADLINE, held).await.unwrap().unwrap();
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (403, Some("approval_rejected")),
+        "{v}"
+    );
+
+    // Held, then allowed: it runs (`reboot` as an argument of echo matches the default list).
+    let held = {
+        let http = s.http.clone();
+        let url = s.url(&format!("/api/v1/agents/{id}/exec"));
+        let bob = bob.clone();
+        tokio::spawn(async move {
+            let r = http
+                .post(url)
+                .bearer_auth(bob)
+                .json(&json!({ "command": ["echo", "reboot"] }))
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        })
+    };
+    let a = pending(&s, "echo reboot").await;
+    let (status, v) = answer(&s, a["id"].as_str().unwrap(), "allow").await;
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = tokio::time::timeout(DEADLINE, held).await.unwrap().unwrap();
+    assert_eq!(
+        (status, v["stdout"].as_str()),
+        (200, Some("reboot\n")),
+        "{v}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unanswered_it_expires_and_nothing_runs() {
+    let s = TestServer::start_with(|c| {
+        c.sessions.approval_timeout = Duration::from_secs(1);
+    })
+    .await;
+    let (id, bob) = setup(
+        &s,
+        "always",
+        json!({ "name": "t", "scopes": ["agents:read", "agents:use"] }),
+    )
+    .await;
+    let marker = s.dir.path().join("expired-marker");
+    let (status, v) = exec_as(&s, &bob, &id, &["touch", marker.to_str().unwrap()]).await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (403, Some("approval_expired")),
+        "{v}"
+    );
+    assert!(!marker.exists(), "an expired command must not run");
+    let list = s.get_json("/api/v1/approvals?state=resolved").await;
+    let a = &list.as_array().unwrap()[0];
+    assert_eq!(
+        (a["outcome"].as_str(), a["optionId"].as_str()),
+        (Some("expired"), Some("reject"))
+    );
+    assert_eq!(a["decidedBy"], "timeout");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deny_and_allow_tokens_answer_for_themselves() {
+    let s = TestServer::start().await;
+    let (id, deny) = setup(
+        &s,
+        "always",
+        json!({ "name": "sub", "scopes": ["agents:read", "agents:use"], "approvals": "deny" }),
+    )
+    .await;
+    let marker = s.dir.path().join("denied-marker");
+    let (status, v) = exec_as(&s, &deny, &id, &["touch", marker.to_str().unwrap()]).await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (403, Some("approval_rejected")),
+        "{v}"
+    );
+    assert!(!marker.exists());
+    assert_eq!(
+        s.get_json("/api/v1/approvals").await,
+        json!([]),
+        "nothing waits"
+    );
+    let allow = member_token(
+        &s,
+        json!({ "name": "cron", "scopes": ["agents:read", "agents:use"], "approvals": "allow" }),
+    )
+    .await;
+    let (status, v) = exec_as(&s, &allow, &id, &["echo", "ok"]).await;
+    assert_eq!((status, v["stdout"].as_str()), (200, Some("ok\n")), "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_supervised_token_is_held_even_as_an_admin() {
+    let s = TestServer::start().await;
+    let id = s
+        .running_agent(json!({ "name": "held", "approvals": { "commands": "dangerous" } }))
+        .await;
+    let (sup, _) = token(
+        &s,
+        json!({ "name": "agent", "scopes": ["agents:use", "approvals:answer"], "supervised": true }),
+    )
+    .await;
+    // The admin's own commands are not held.
+    assert_eq!(s.exec(&id, &["echo", "reboot"]).await["exitCode"], 0);
+    // Its supervised token's are, and it cannot answer them.
+    let (status, _) = exec_as(&s, &sup, &id, &["ls"]).await;
+    assert_eq!(status, 200);
+    let held = {
+        let http = s.http.clone();
+        let url = s.url(&format!("/api/v1/agents/{id}/exec"));
+        let sup = sup.clone();
+        tokio::spawn(async move {
+            http.post(url)
+                .bearer_auth(sup)
+                .json(&json!({ "command": ["echo", "reboot"] }))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        })
+    };
+    let a = pending(&s, "echo reboot").await;
+    let aid = a["id"].as_str().unwrap().to_string();
+    let r = s
+        .http
+        .post(s.url(&format!("/api/v1/approvals/{aid}")))
+        .bearer_auth(&sup)
+        .json(&json!({ "optionId": "allow" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    // Two answers at once: one wins, the other is 409.
+    let (one, two) = tokio::join!(answer(&s, &aid, "allow"), answer(&s, &aid, "reject"));
+    let mut statuses = [one.0, two.0];
+    statuses.sort();
+    assert_eq!(statuses, [200, 409], "{one:?} {two:?}");
+    let status = tokio::time::timeout(DEADLINE, held).await.unwrap().unwrap();
+    assert_eq!(status, if one.0 == 200 { 200 } else { 403 });
+
+    // Under `always` every command of it waits.
+    let r = s
+        .patch_agent(&id, json!({ "approvals": { "commands": "always" } }))
+        .await;
+    assert_eq!(r.status(), 200);
+    let held = {
+        let http = s.http.clone();
+        let url = s.url(&format!("/api/v1/agents/{id}/processes"));
+        tokio::spawn(async move {
+            http.post(url)
+                .bearer_auth(sup)
+                .json(&json!({ "command": ["true"] }))
+                .send()
+                .await
+                .unwrap()
+        })
+    };
+    let a = pending(&s, "true").await;
+    answer(&s, a["id"].as_str().unwrap(), "reject").await;
+    let r = tokio::time::timeout(DEADLINE, held).await.unwrap().unwrap();
+    crate::common::expect_error(r, 403, "approval_rejected").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streaming_exec_says_it_waits_on_its_first_line() {
+    let s = TestServer::start().await;
+    let (id, bob) = setup(
+        &s,
+        "always",
+        json!({ "name": "t", "scopes": ["agents:read", "agents:use"] }),
+    )
+    .await;
+    let r = s
+        .http
+        .post(s.url(&format!("/api/v1/agents/{id}/exec")))
+        .bearer_auth(&bob)
+        .header("accept", "application/x-ndjson")
+        .json(&json!({ "command": ["echo", "streamed"] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let mut body = r.bytes_stream();
+    let mut text = String::new();
+    while !text.contains('\n') {
+        let chunk = tokio::time::timeout(DEADLINE, body.next())
+            .await
+            .expect("the first line comes before any answer")
+            .unwrap()
+            .unwrap();
+        text.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    let first: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let a = &first["approval"];
+    assert_eq!(
+        (a["kind"].as_str(), a["command"].as_str()),
+        (Some("command"), Some("echo streamed")),
+        "{first}"
+    );
+    answer(&s, a["id"].as_str().unwrap(), "allow").await;
+    while let Some(chunk) = tokio::time::timeout(DEADLINE, body.next()).await.unwrap() {
+        text.push_str(std::str::from_utf8(&chunk.unwrap()).unwrap());
+    }
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(lines.iter().any(|l| l["data"] == "streamed\n"), "{text}");
+    assert_eq!(lines.last().unwrap()["exitCode"], 0, "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_command_fails_closed_across_a_restart() {
+    let s = TestServer::start().await;
+    let (id, bob) = setup(
+        &s,
+        "always",
+        json!({ "name": "t", "scopes": ["agents:read", "agents:use"] }),
+    )
+    .await;
+    let marker = s.dir.path().join("restart-marker");
+    let held = {
+        let http = s.http.clone();
+        let url = s.url(&format!("/api/v1/agents/{id}/exec"));
+        let cmd = json!({ "command": ["touch", marker.to_str().unwrap()] });
+        tokio::spawn(async move { http.post(url).bearer_auth(bob).json(&cmd).send().await })
+    };
+    let a = pending(&s, &format!("touch {}", marker.to_str().unwrap())).await;
+    let s = s.restart_with(|_| {}).await;
+    let _ = tokio::time::timeout(DEADLINE, held).await;
+    let after = s
+        .get_json(&format!("/api/v1/approvals/{}", a["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(after["outcome"], "expired", "{after}");
+    assert_eq!(after["decidedBy"], "restart");
+    let (status, _) = answer(&s, a["id"].as_str().unwrap(), "allow").await;
+    assert_eq!(status, 409);
+    assert!(!marker.exists());
+}
+
+#[tokio::test]
+async fn token_and_agent_settings_are_checked() {
+    let s = TestServer::start().await;
+    let (status, v) = s
+        .call(
+            "POST",
+            "/api/v1/tokens",
+            Some(json!({ "name": "x", "scopes": ["agents:use"], "supervised": true, "approvals": "allow" })),
+        )
+        .await;
+    assert_eq!(
+        (status, v["error"]["field"].as_str()),
+        (400, Some("approvals")),
+        "{v}"
+    );
+    for bad in [json!("sometimes"), json!(1), json!(null)] {
+        let (status, v) = s
+            .call(
+                "POST",
+                "/api/v1/tokens",
+                Some(json!({ "name": "x", "scopes": ["agents:use"], "approvals": bad })),
+            )
+            .await;
+        if bad.is_null() {
+            assert_eq!(status, 201, "null is the default: {v}");
+        } else {
+            assert_eq!(status, 400, "{bad} → {v}");
+        }
+    }
+    // A token cannot make one laxer than itself.
+    let (sup, _) = token(
+        &s,
+        json!({ "name": "sup", "scopes": ["agents:use"], "supervised": true }),
+    )
+    .await;
+    let (ask, _) = token(&s, json!({ "name": "ask", "scopes": ["agents:use"] })).await;
+    for (auth, body) in [
+        (&sup, json!({ "name": "y", "scopes": ["agents:use"] })),
+        (
+            &ask,
+            json!({ "name": "y", "scopes": ["agents:use"], "approvals": "allow" }),
+        ),
+    ] {
+        let r = s
+            .http
+            .post(s.url("/api/v1/tokens"))
+            .bearer_auth(auth)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403, "{body}");
+    }
+    let (_, id) = token_by(
+        &s,
+        &sup,
+        json!({ "name": "z", "scopes": ["agents:use"], "supervised": true, "approvals": "deny" }),
+    )
+    .await;
+    let tokens = s.get_json("/api/v1/tokens").await;
+    let z = tokens
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == id)
+        .unwrap();
+    assert_eq!(
+        (z["supervised"].as_bool(), z["approvals"].as_str()),
+        (Some(true), Some("deny"))
+    );
+
+    // An agent's setting: default never, set on create and by PATCH, checked.
+    let a = s.created_agent("plain").await;
+    assert_eq!(a["approvals"], json!({ "commands": "never" }));
+    let r = s
+        .patch_agent(
+            a["id"].as_str().unwrap(),
+            json!({ "approvals": { "commands": "always" } }),
+        )
+        .await;
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["approvals"]["commands"], "always", "{v}");
+    for bad in [
+        json!({ "commands": "sometimes" }),
+        json!({ "commands": "always", "other": 1 }),
+        json!("always"),
+    ] {
+        let (status, v) = s
+            .call(
+                "POST",
+                "/api/v1/agents",
+                Some(json!({ "name": "bad", "approvals": bad })),
+            )
+            .await;
+        assert_eq!(status, 400, "{bad} → {v}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_approval_left_pending_in_the_store_never_runs_after_a_start() {
+    use agenthold::model::sessions::{ApprovalKind, ApprovalRecord, OptionRecord};
+    let s = TestServer::start().await;
+    let id = s.create_agent("crashed").await;
+    // As a server killed while a command waited leaves it: pending, with nobody waiting.
+    let option = |id: &str, kind: &str| OptionRecord {
+        option_id: id.into(),
+        name: id.into(),
+        kind: kind.into(),
+    };
+    s.store
+        .add_command_approval(ApprovalRecord {
+            id: "ghostapproval".into(),
+            agent_id: id.clone(),
+            kind: ApprovalKind::Command,
+            session_id: None,
+            command: Some("rm -rf ~".into()),
+            requester: Some("bob".into()),
+            tool_call: Value::Null,
+            options: vec![
+                option("allow", "allow_once"),
+                option("reject", "reject_once"),
+            ],
+            created_at: "2026-12-06T00:00:00Z".into(),
+            expires_at: "2099-01-01T00:00:00Z".into(),
+            outcome: None,
+            option_id: None,
+            decided_by: None,
+            rpc_id: Value::Null,
+        })
+        .await
+        .unwrap();
+    let s = s.restart_with(|_| {}).await;
+    let a = s.get_json("/api/v1/approvals/ghostapproval").await;
+    assert_eq!(
+        (
+            a["outcome"].as_str(),
+            a["optionId"].as_str(),
+            a["decidedBy"].as_str()
+        ),
+        (Some("expired"), Some("reject"), Some("restart")),
+        "{a}"
+    );
+    let (status, _) = answer(&s, "ghostapproval", "allow").await;
+    assert_eq!(status, 409);
+}
