@@ -124,6 +124,11 @@ pub struct Agent {
     /// The agent may become root in its sandbox: its container keeps the kernel's setuid
     /// (`sudo`), and exec and processes accept `"user": "root"`. Agents made before are not.
     pub allow_root: bool,
+    /// The user who made it (agents made before users existed belong to `admin`).
+    pub owner_id: String,
+    /// The owner's name, read with the agent (it follows a rename).
+    pub owner_name: String,
+    pub access: teams::AgentAccess,
 }
 
 /// Where a setup script's run is.
@@ -173,6 +178,9 @@ pub struct NewAgent {
     pub labels: BTreeMap<String, String>,
     /// The request's, else the preset's, else false.
     pub allow_root: bool,
+    /// The creating user's id.
+    pub owner_id: String,
+    pub access: teams::AgentAccess,
 }
 
 /// A change to an agent's settings; `None` leaves a field as it is.
@@ -204,6 +212,9 @@ pub struct AgentPatch {
     /// Root allowed or not from now on; the container's side of it (`sudo`) is applied by a
     /// rebuild.
     pub allow_root: Option<bool>,
+    /// Who may see and use it; only the owner and admins may change it (see
+    /// [`AgentPatch::act`]).
+    pub access: Option<teams::AgentAccess>,
 }
 
 /// Makes a fresh agent id: 12 characters of `[a-z0-9]`, starting with a letter so it is a

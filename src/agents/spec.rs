@@ -69,6 +69,8 @@ pub struct AgentRequest {
     pub labels: Option<BTreeMap<String, String>>,
     /// The preset's when `None`.
     pub allow_root: Option<bool>,
+    /// `private` when `None`.
+    pub access: Option<crate::model::teams::AgentAccess>,
 }
 
 /// What this server offers agents: its defaults and ceilings, its presets, and what its engine
@@ -159,6 +161,9 @@ pub fn resolve(request: AgentRequest, allowed: &Allowed) -> Result<NewAgent, Spe
         expires_at: None,
         labels,
         allow_root: request.allow_root.unwrap_or(preset.allow_root),
+        access: request.access.unwrap_or_default(),
+        // The caller's: [`crate::api`] fills it in from the request's principal.
+        owner_id: String::new(),
     })
 }
 

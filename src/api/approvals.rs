@@ -47,7 +47,7 @@ pub async fn list(
     let all = st.sessions.approvals(pending, q.agent).await?;
     Ok(Json(
         all.into_iter()
-            .filter(|a| principal.sees_agent(&a.agent_id))
+            .filter(|a| super::access::sees_agent(&st, &principal, &a.agent_id))
             .map(Approval::from)
             .collect(),
     ))

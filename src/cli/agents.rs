@@ -141,6 +141,7 @@ pub(super) async fn run(client: &ApiClient, json: bool, cmd: AgentsCommand) -> a
                 ttl_minutes: args.ttl_minutes.map(Some),
                 labels: (!args.labels.is_empty()).then(|| args.labels.into_iter().collect()),
                 allow_root: args.allow_root,
+                access: None,
             };
             let watch = watch_if(client, args.wait).await;
             let agent = client.create_agent(&req).await?;

@@ -46,7 +46,7 @@ pub use session_client::SessionEvent;
 pub use sessions::SessionsArgs;
 pub use shell::ShellArgs;
 pub use sse::{SseEvent, SseParser};
-pub use teams::{TokensCommand, UsersCommand};
+pub use teams::{AccessArgs, JoinArgs, MembersAction, MembersArgs, TokensCommand, UsersCommand};
 pub use types::{decode_exec_line, AgentAction, ExecEvent, ServerEvent};
 
 /// Options every client command takes.
@@ -131,6 +131,15 @@ pub enum ClientCommand {
     /// Manage API tokens: agenthold tokens create NAME --scope S… | list | revoke ID
     #[command(subcommand)]
     Tokens(TokensCommand),
+    /// Show or set who may use an agent: agenthold access AGENT [private|protected|public]
+    /// [--new-token] (owners and admins change it; --new-token prints a protected agent's new
+    /// access token)
+    Access(AccessArgs),
+    /// List an agent's members, or change them: agenthold members AGENT [add USER [--role
+    /// operator] | remove USER]
+    Members(MembersArgs),
+    /// Join a protected agent with its access token: agenthold join AGENT_ID TOKEN
+    Join(JoinArgs),
 }
 
 /// Runs one client command and returns the process exit code. Failures are reported on
@@ -163,6 +172,9 @@ pub async fn run(opts: ClientOpts, cmd: ClientCommand) -> anyhow::Result<i32> {
             ClientCommand::Approve(args) => approvals::approve(&client, opts.json, args).await,
             ClientCommand::Users(cmd) => teams::users(&client, opts.json, cmd).await,
             ClientCommand::Tokens(cmd) => teams::tokens(&client, opts.json, cmd).await,
+            ClientCommand::Access(args) => teams::access(&client, opts.json, args).await,
+            ClientCommand::Members(args) => teams::members(&client, opts.json, args).await,
+            ClientCommand::Join(args) => teams::join(&client, opts.json, args).await,
             ClientCommand::Presets => {
                 let presets = client.list_presets().await?;
                 let text = if opts.json {

@@ -280,6 +280,11 @@ mod tests {
             expires_at: None,
             labels: Default::default(),
             allow_root: false,
+            owner: crate::api::types::AgentOwner {
+                id: "admin".into(),
+                name: "admin".into(),
+            },
+            access: Default::default(),
         }
     }
 

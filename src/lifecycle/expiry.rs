@@ -166,6 +166,9 @@ mod tests {
             expires_at,
             labels: Default::default(),
             allow_root: false,
+            owner_id: "admin".into(),
+            owner_name: "admin".into(),
+            access: Default::default(),
         }
     }
 

@@ -9,11 +9,13 @@ use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Row, Tra
 use super::{now_text, unique_violation, Result, Store, StoreError};
 use crate::agents::spec::check_disk_change;
 use crate::egress::EgressRules;
+use crate::model::teams::AgentAccess;
 use crate::model::{Agent, AgentPatch, AgentState, NewAgent, SetupStatus};
 
 const COLUMNS: &str =
     "id, name, image, cpus, memory_mb, idle_minutes, state, error, needs_rebuild, created_at, \
-     disk_mb, egress, preset, env, setup, runtime, ttl_minutes, expires_at, labels, allow_root";
+     disk_mb, egress, preset, env, setup, runtime, ttl_minutes, expires_at, labels, allow_root, \
+     owner_id, (SELECT name FROM users WHERE users.id = agents.owner_id), access";
 
 /// A row as SQLite hands it over, before the checks that turn it into an [`Agent`]; kept apart
 /// so a bad stored value becomes `Corrupt` with the agent named, not an opaque rusqlite error.
@@ -38,6 +40,9 @@ struct Raw {
     expires_at: Option<String>,
     labels: Option<String>,
     allow_root: bool,
+    owner_id: String,
+    owner_name: Option<String>,
+    access: String,
 }
 
 impl Raw {
@@ -63,6 +68,9 @@ impl Raw {
             expires_at: r.get(17)?,
             labels: r.get(18)?,
             allow_root: r.get(19)?,
+            owner_id: r.get(20)?,
+            owner_name: r.get(21)?,
+            access: r.get(22)?,
         })
     }
 
@@ -71,6 +79,7 @@ impl Raw {
             StoreError::Corrupt(format!("agent {} has an impossible {what}: {v}", self.id))
         };
         let state = AgentState::parse(&self.state).ok_or_else(|| bad("state", &self.state))?;
+        let access = AgentAccess::parse(&self.access).ok_or_else(|| bad("access", &self.access))?;
         let memory_mb =
             u64::try_from(self.memory_mb).map_err(|_| bad("memory_mb", &self.memory_mb))?;
         let disk_mb = self
@@ -141,6 +150,10 @@ impl Raw {
             expires_at,
             labels,
             allow_root: self.allow_root,
+            // A user's deletion hands their agents to `admin` in the same transaction.
+            owner_name: self.owner_name.unwrap_or_else(|| self.owner_id.clone()),
+            owner_id: self.owner_id,
+            access,
         })
     }
 }
@@ -287,9 +300,10 @@ impl Store {
             c.execute(
                 "INSERT INTO agents (id, name, image, cpus, memory_mb, idle_minutes, state,
                                      created_at, updated_at, disk_mb, egress, preset, env, runtime,
-                                     ttl_minutes, expires_at, labels, allow_root)
+                                     ttl_minutes, expires_at, labels, allow_root, owner_id,
+                                     access)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
-                         ?16, ?17)",
+                         ?16, ?17, ?18, ?19)",
                 params![
                     new.id,
                     new.name,
@@ -307,13 +321,16 @@ impl Store {
                     ttl,
                     expires,
                     labels,
-                    new.allow_root
+                    new.allow_root,
+                    new.owner_id,
+                    new.access.as_str()
                 ],
             )
             .map_err(|e| map_unique(e, &new.id, &new.name))?;
             must_read_agent(c, &new.id)
         })
         .await
+        .inspect(|a| self.note_agent(&a.id, &a.owner_id, a.access))
     }
 
     pub async fn get_agent(&self, id: &str) -> Result<Agent> {
@@ -437,6 +454,15 @@ impl Store {
             };
             // Whether the container may gain privileges is fixed when it is made.
             let allow_root = patch.allow_root.unwrap_or(old.allow_root);
+            let access = patch.access.unwrap_or(old.access);
+            if access != old.access {
+                // An access token belongs to one time the agent was protected: a change of
+                // policy ends it (a protected agent again needs a new one).
+                tx.execute(
+                    "UPDATE agents SET access = ?2, access_token_hash = NULL WHERE id = ?1",
+                    params![id, access.as_str()],
+                )?;
+            }
             let rebuild = old.needs_rebuild
                 || image != old.image
                 || cpus != old.cpus
@@ -474,6 +500,7 @@ impl Store {
             Ok(agent)
         })
         .await
+        .inspect(|a| self.note_agent(&a.id, &a.owner_id, a.access))
     }
 
     /// Gives the agent lifetime `ttl_minutes` ending at `expires_at` (a keep-alive), unless it

@@ -133,6 +133,8 @@ fn without_a_preset_an_agent_gets_the_servers_defaults() {
             expires_at: None,
             labels: BTreeMap::new(),
             allow_root: false,
+            owner_id: String::new(),
+            access: Default::default(),
         }
     );
     assert_eq!(new.id.len(), 12);
@@ -362,6 +364,7 @@ fn each_setting_out_of_bounds_is_refused_in_its_field() {
             ttl_minutes: patch.ttl_minutes,
             labels: patch.labels.clone(),
             allow_root: patch.allow_root,
+            access: None,
         };
         let expected = (field, why.to_string());
         assert_eq!(refusal(server.resolve(request)), expected, "create");

@@ -17,8 +17,8 @@ use serde_json::{json, Map, Value};
 use utoipa::OpenApi;
 
 use super::{
-    admin, agent_sessions, agents, approvals, code, events, exec, files, previews, processes,
-    session, terminal, terminals, tokens, types, users,
+    admin, agent_sessions, agents, approvals, code, events, exec, files, members, previews,
+    processes, session, terminal, terminals, tokens, types, users,
 };
 use crate::config::Config;
 
@@ -47,6 +47,7 @@ use crate::config::Config;
         previews::ports, previews::create, previews::list, previews::delete, previews::open,
         users::list, users::create, users::update, users::delete, users::me,
         tokens::list, tokens::create, tokens::revoke,
+        members::list, members::add, members::remove, members::rotate_access_token, members::join,
     ),
     components(schemas(
         types::Agent, types::AgentState, types::CreateAgent, types::UpdateAgent, types::KeepAlive, types::ExpiringEvent,
@@ -71,6 +72,8 @@ use crate::config::Config;
         types::ListeningPort, types::CreatePreview, types::Preview, types::PreviewAccess,
         types::User, types::Role, types::Scope, types::CreateUser, types::UpdateUser,
         types::Token, types::CreateToken, types::CreatedToken, types::Me,
+        types::AgentOwner, types::AgentAccess, types::MemberRole, types::AgentMember, types::AddMember,
+        types::JoinAgent, types::AccessToken,
     )),
     modifiers(&BearerAuth),
     security(("bearer" = [])),
