@@ -23,6 +23,8 @@ READ: list[tuple[type[Any], Any]] = [
     (models.Token, _wire.Token),
     (models.CreatedToken, _wire.CreatedToken),
     (models.Me, _wire.Me),
+    (models.AgentOwner, _wire.AgentOwner),
+    (models.AgentMember, _wire.AgentMember),
     (models.EgressDenied, _wire.EgressDenied),
     (models.EgressLogEntry, _wire.EgressLogEntry),
     (models.PullProgress, _wire.PullProgress),
@@ -99,6 +101,11 @@ NOT_READ = {
     "CreateUser",
     "UpdateUser",
     "CreateToken",
+    # Request bodies of an agent's members and joining, built from the calls' arguments.
+    "AddMember",
+    "JoinAgent",
+    # Read where it is met: agent.new_access_token returns the token itself.
+    "AccessToken",
 }
 
 

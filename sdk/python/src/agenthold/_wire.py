@@ -7,6 +7,33 @@ from typing import Any, Literal, TypeAlias
 
 from typing_extensions import NotRequired, TypedDict
 
+
+class AccessToken(TypedDict):
+    """
+    The answer of `POST /api/v1/agents/{id}/access-token`: shown this once.
+    """
+
+    accessToken: str
+
+
+AgentAccess: TypeAlias = Literal["private", "protected", "public"]
+"""
+Who may see and use an agent besides its owner, admins and its members.
+"""
+
+
+class AgentOwner(TypedDict):
+    """
+    An agent's owner.
+    """
+
+    id: str
+    """
+    The user's id.
+    """
+    name: str
+
+
 AgentState: TypeAlias = Literal[
     "creating",
     "starting",
@@ -446,6 +473,17 @@ class Health(TypedDict):
     version: NotRequired[str]
 
 
+class JoinAgent(TypedDict, closed=True):
+    """
+    `POST /api/v1/agents/{id}/join`.
+    """
+
+    accessToken: str
+    """
+    The agent's access token, from its owner.
+    """
+
+
 class KeepAlive(TypedDict, closed=True):
     """
     `POST /api/v1/agents/{id}/keep-alive`.
@@ -525,6 +563,12 @@ class ListeningPort(TypedDict):
     """
     The command name of the process that listens, when the sandbox lets it be seen.
     """
+
+
+MemberRole: TypeAlias = Literal["user", "operator"]
+"""
+What a member of an agent may do there.
+"""
 
 
 NoticeKind: TypeAlias = Literal[
@@ -908,6 +952,7 @@ class UpdateAgent(TypedDict, closed=True):
     `PATCH /api/v1/agents/{id}`; fields left out stay as they are.
     """
 
+    access: NotRequired[AgentAccess | None]
     allowRoot: NotRequired[bool | None]
     """
     Allows or takes away root. `"user": "root"` on exec and processes follows at once;
@@ -1000,6 +1045,36 @@ class User(TypedDict):
     updatedAt: str
 
 
+class AddMember(TypedDict, closed=True):
+    """
+    `POST /api/v1/agents/{id}/members`.
+    """
+
+    role: MemberRole
+    """
+    `user` (read and use) or `operator` (also start, stop, rebuild, setup and settings);
+    a member already there gets this role.
+    """
+    user: str
+    """
+    The user's id or name.
+    """
+
+
+class AgentMember(TypedDict):
+    """
+    A member of an agent.
+    """
+
+    addedAt: str
+    role: MemberRole
+    userId: str
+    """
+    The user's id.
+    """
+    userName: str
+
+
 class Approval(TypedDict):
     """
     A question waiting for a person (or answered).
@@ -1034,6 +1109,7 @@ class CreateAgent(TypedDict, closed=True):
     `POST /api/v1/agents`; fields left out take the server's defaults.
     """
 
+    access: NotRequired[AgentAccess | None]
     allowRoot: NotRequired[bool | None]
     """
     The agent may become root in its sandbox: `sudo` works (its container is made
@@ -1446,6 +1522,11 @@ class Agent(TypedDict):
     An agent and its sandbox, as stored.
     """
 
+    access: AgentAccess
+    """
+    Who besides the owner, admins and members may see and use it (see `docs/api.md`,
+    "Teams and access").
+    """
     allowRoot: NotRequired[bool]
     """
     The agent may become root in its sandbox (`sudo`, `"user": "root"` on exec and
@@ -1493,6 +1574,11 @@ class Agent(TypedDict):
     needsRebuild: bool
     """
     The image or resources changed since the container was made; a rebuild applies them.
+    """
+    owner: AgentOwner
+    """
+    The user who made it; agents made before users existed belong to `admin`, and a
+    deleted user's agents to `admin`.
     """
     preset: NotRequired[str | None]
     """
