@@ -87,9 +87,7 @@ def _member_client(client: Client, name: str) -> Client:
 
 def test_members_access_and_joining(client: Client) -> None:
     owner_name, other_name = unique("o"), unique("n")
-    with _member_client(client, owner_name) as owner, _member_client(
-        client, other_name
-    ) as other:
+    with _member_client(client, owner_name) as owner, _member_client(client, other_name) as other:
         agent = owner.agents.create(unique("a"), access="protected")
         try:
             assert agent.info.owner is not None and agent.info.owner.name == owner_name

@@ -32,6 +32,7 @@ from .code import (
 from .commands import AsyncCommands, Commands
 from .errors import Conflict, NotFound
 from .files import AsyncFiles, Files
+from .members import AsyncMembers, Members
 from .models import (
     TRANSIENT_STATES,
     AgentAccess,
@@ -46,7 +47,6 @@ from .models import (
     PullProgress,
     SetupStatus,
 )
-from .members import AsyncMembers, Members
 from .previews import AsyncPreviews, Previews, async_host_of, host_of
 from .sessions import AsyncSessions, Sessions
 from .terminals import AsyncTerminals, Terminals

@@ -30,9 +30,7 @@ class Members:
     def add(self, user: str, role: MemberRole = "user") -> AgentMember:
         """Makes ``user`` (an id or a name) a member with ``role``, or gives a member that
         role. :class:`NotFound` for an unknown user; :class:`BadRequest` for the owner."""
-        return AgentMember.from_json(
-            self._t.json("POST", self._base, json=_add_body(user, role))
-        )
+        return AgentMember.from_json(self._t.json("POST", self._base, json=_add_body(user, role)))
 
     def remove(self, user: str) -> None:
         """Removes a member (an id or a name); :class:`NotFound` for one who is none."""
