@@ -43,6 +43,9 @@ pub struct Preset {
     /// Agents made from it may become root (`sudo`, `"user": "root"`); a create's own
     /// `allowRoot` wins.
     pub allow_root: bool,
+    /// The access policy of agents made from it (`private` when absent); a create's own
+    /// `access` wins.
+    pub access: Option<crate::model::teams::AgentAccess>,
 }
 
 /// A preset with the server's defaults filled in: what an agent made from it gets. The API
@@ -69,6 +72,8 @@ pub struct PresetInfo {
     pub ttl_minutes: Option<u32>,
     pub labels: BTreeMap<String, String>,
     pub allow_root: bool,
+    /// The access policy its agents get unless a create says otherwise.
+    pub access: crate::model::teams::AgentAccess,
     /// Whether it is `sandbox.default_preset`, the one a create without `preset` gets.
     pub default: bool,
 }
@@ -94,6 +99,7 @@ impl Preset {
             ttl_minutes: self.ttl_minutes,
             labels: self.labels.clone(),
             allow_root: self.allow_root,
+            access: self.access.unwrap_or_default(),
             default: defaults.preset.as_deref() == Some(name),
         }
     }

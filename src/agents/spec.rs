@@ -161,7 +161,7 @@ pub fn resolve(request: AgentRequest, allowed: &Allowed) -> Result<NewAgent, Spe
         expires_at: None,
         labels,
         allow_root: request.allow_root.unwrap_or(preset.allow_root),
-        access: request.access.unwrap_or_default(),
+        access: request.access.or(preset.access).unwrap_or_default(),
         // The caller's: [`crate::api`] fills it in from the request's principal.
         owner_id: String::new(),
     })

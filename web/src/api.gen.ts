@@ -1972,6 +1972,8 @@ export interface components {
         };
         /** @description `GET /api/v1/presets`: a preset with the server's defaults filled in. */
         PresetInfo: {
+            /** @description The access policy its agents get, unless a create says otherwise. */
+            access?: components["schemas"]["AgentAccess"];
             /** @description Its agents may become root (`sudo`, `"user": "root"`), unless a create says otherwise. */
             allowRoot?: boolean;
             /** Format: double */

@@ -509,3 +509,28 @@ fn a_home_only_grows() {
         "{why}"
     );
 }
+
+#[test]
+fn a_preset_gives_its_access_and_the_requests_own_wins() {
+    use crate::model::teams::AgentAccess;
+    let shared = Preset {
+        access: Some(AgentAccess::Public),
+        ..Preset::default()
+    };
+    let server = Server::new(&[("shared", shared)]);
+    let mut request = named("a");
+    request.preset = Some("shared".to_string());
+    assert_eq!(
+        server.resolve(request.clone()).unwrap().access,
+        AgentAccess::Public
+    );
+    request.access = Some(AgentAccess::Protected);
+    assert_eq!(
+        server.resolve(request).unwrap().access,
+        AgentAccess::Protected
+    );
+    assert_eq!(
+        Server::new(&[]).resolve(named("b")).unwrap().access,
+        AgentAccess::Private
+    );
+}

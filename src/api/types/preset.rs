@@ -42,6 +42,9 @@ pub struct PresetInfo {
     /// Its agents may become root (`sudo`, `"user": "root"`), unless a create says otherwise.
     #[serde(default)]
     pub allow_root: bool,
+    /// The access policy its agents get, unless a create says otherwise.
+    #[serde(default)]
+    pub access: crate::model::teams::AgentAccess,
     /// Whether it is `sandbox.default_preset`, the one a create without `preset` gets.
     pub default: bool,
 }
@@ -65,6 +68,7 @@ impl From<preset::PresetInfo> for PresetInfo {
             ttl_minutes: p.ttl_minutes,
             labels: p.labels,
             allow_root: p.allow_root,
+            access: p.access,
             default: p.default,
         }
     }

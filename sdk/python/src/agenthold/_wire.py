@@ -614,6 +614,10 @@ class PresetInfo(TypedDict):
     `GET /api/v1/presets`: a preset with the server's defaults filled in.
     """
 
+    access: NotRequired[AgentAccess]
+    """
+    The access policy its agents get, unless a create says otherwise.
+    """
     allowRoot: NotRequired[bool]
     """
     Its agents may become root (`sudo`, `"user": "root"`), unless a create says otherwise.

@@ -171,6 +171,8 @@ class Preset:
     labels: dict[str, str] = field(default_factory=dict)
     #: Its agents may become root (``sudo``, ``user="root"``) unless a create says otherwise.
     allow_root: bool = False
+    #: The access policy its agents get unless a create says otherwise.
+    access: AgentAccess = "private"
 
     @classmethod
     def from_json(cls, d: Any) -> Preset:
