@@ -1,6 +1,8 @@
 //! What each route needs of its caller, in one table, and the layer that enforces it after the
-//! router has matched a route: the scope (`403` without it) and, on an agent's routes, that the
-//! caller sees the agent (`404` otherwise, as if it did not exist). No handler checks by hand.
+//! router has matched a route: the scope (`403` without it) and, on an agent's routes, what the
+//! caller's standing on the agent allows ([`crate::teams::access::decide`]): `404` for an agent
+//! the caller does not see (as if it did not exist), `403` for one they see but may not do this
+//! on. No handler checks by hand.
 
 use std::future::Future;
 

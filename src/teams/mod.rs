@@ -1,5 +1,6 @@
-//! Teams: users, their API tokens, and who a credential is ([`Principal`]). The rules of who may
-//! create, change and revoke what live here; the API's handlers only translate.
+//! Teams: users, their API tokens, who a credential is ([`Principal`]), and who may do what on
+//! an agent ([`access`], [`membership`]). The rules of who may create, change and revoke what
+//! live here; the API's handlers only translate.
 
 pub mod access;
 pub mod directory;

@@ -28,7 +28,8 @@ use crate::config::Config;
         Every route but `/api/v1/health` and signing in needs `Authorization: Bearer <token>` \
         (the admin token or an API token) or the web UI's session cookie; a credential without \
         the scope a route needs gets `403`, and an agent a token is not limited to does not \
-        exist for it (`404`). A request from the sandbox network is refused with `403` \
+        exist for it (`404`). A private agent exists only for its owner, its members and admins \
+        (`404` for everyone else); see the agent routes' `access`, `members` and `join`. A request from the sandbox network is refused with `403` \
         whatever it carries. Errors are `{\"error\": {\"code\", \"message\", \"field\"?}}`. \
         The limits in this document are this server's configuration."),
     paths(
