@@ -128,6 +128,11 @@ pub struct Agent {
     pub allow_root: bool,
     /// Which commands wait for a person's approval.
     pub approvals: teams::AgentApprovals,
+    /// The user who made it (agents made before users existed belong to `admin`).
+    pub owner_id: String,
+    /// The owner's name, read with the agent (it follows a rename).
+    pub owner_name: String,
+    pub access: teams::AgentAccess,
 }
 
 /// Where a setup script's run is.
@@ -179,6 +184,9 @@ pub struct NewAgent {
     pub allow_root: bool,
     /// The request's, else the preset's, else none held.
     pub approvals: teams::AgentApprovals,
+    /// The creating user's id.
+    pub owner_id: String,
+    pub access: teams::AgentAccess,
 }
 
 /// A change to an agent's settings; `None` leaves a field as it is.
@@ -212,6 +220,9 @@ pub struct AgentPatch {
     pub allow_root: Option<bool>,
     /// New approval settings, in force for the next command.
     pub approvals: Option<teams::AgentApprovals>,
+    /// Who may see and use it; only the owner and admins may change it (see
+    /// [`AgentPatch::act`]).
+    pub access: Option<teams::AgentAccess>,
 }
 
 /// Makes a fresh agent id: 12 characters of `[a-z0-9]`, starting with a letter so it is a

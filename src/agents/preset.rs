@@ -46,6 +46,9 @@ pub struct Preset {
     pub allow_root: bool,
     /// The approval settings of agents made from it; a create's own `approvals` wins.
     pub approvals: AgentApprovals,
+    /// The access policy of agents made from it (`private` when absent); a create's own
+    /// `access` wins.
+    pub access: Option<crate::model::teams::AgentAccess>,
 }
 
 /// A preset with the server's defaults filled in: what an agent made from it gets. The API
@@ -73,6 +76,8 @@ pub struct PresetInfo {
     pub labels: BTreeMap<String, String>,
     pub allow_root: bool,
     pub approvals: AgentApprovals,
+    /// The access policy its agents get unless a create says otherwise.
+    pub access: crate::model::teams::AgentAccess,
     /// Whether it is `sandbox.default_preset`, the one a create without `preset` gets.
     pub default: bool,
 }
@@ -99,6 +104,7 @@ impl Preset {
             labels: self.labels.clone(),
             allow_root: self.allow_root,
             approvals: self.approvals,
+            access: self.access.unwrap_or_default(),
             default: defaults.preset.as_deref() == Some(name),
         }
     }

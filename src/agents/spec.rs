@@ -72,6 +72,8 @@ pub struct AgentRequest {
     pub allow_root: Option<bool>,
     /// The preset's when `None`.
     pub approvals: Option<AgentApprovals>,
+    /// `private` when `None`.
+    pub access: Option<crate::model::teams::AgentAccess>,
 }
 
 /// What this server offers agents: its defaults and ceilings, its presets, and what its engine
@@ -163,6 +165,9 @@ pub fn resolve(request: AgentRequest, allowed: &Allowed) -> Result<NewAgent, Spe
         labels,
         allow_root: request.allow_root.unwrap_or(preset.allow_root),
         approvals: request.approvals.unwrap_or(preset.approvals),
+        access: request.access.or(preset.access).unwrap_or_default(),
+        // The caller's: [`crate::api`] fills it in from the request's principal.
+        owner_id: String::new(),
     })
 }
 

@@ -1,6 +1,8 @@
 //! What each route needs of its caller, in one table, and the layer that enforces it after the
-//! router has matched a route: the scope (`403` without it) and, on an agent's routes, that the
-//! caller sees the agent (`404` otherwise, as if it did not exist). No handler checks by hand.
+//! router has matched a route: the scope (`403` without it) and, on an agent's routes, what the
+//! caller's standing on the agent allows ([`crate::teams::access::decide`]): `404` for an agent
+//! the caller does not see (as if it did not exist), `403` for one they see but may not do this
+//! on. No handler checks by hand.
 
 use std::future::Future;
 
@@ -18,6 +20,7 @@ use super::auth::Scraper;
 use super::error::ApiError;
 use super::AppState;
 use crate::model::teams::Scope;
+use crate::teams::access::{decide, sees, standing, Act, Decision, Standing};
 use crate::teams::Principal;
 
 /// What a route needs.
@@ -28,14 +31,21 @@ pub enum Need {
     /// Any valid credential, whatever its scopes.
     SignedIn,
     Scope(Scope),
+    /// A route of one agent (`{id}`): the scope, then what the caller's standing on the agent
+    /// allows ([`crate::teams::access::decide`]).
+    Agent(Scope, Act),
 }
 
 use Need::{Public, SignedIn};
 const READ: Need = Need::Scope(Scope::AgentsRead);
 const WRITE: Need = Need::Scope(Scope::AgentsWrite);
-const USE: Need = Need::Scope(Scope::AgentsUse);
 const ANSWER: Need = Need::Scope(Scope::ApprovalsAnswer);
 const ADMIN: Need = Need::Scope(Scope::Admin);
+const SEE: Need = Need::Agent(Scope::AgentsRead, Act::Read);
+const WORK: Need = Need::Agent(Scope::AgentsUse, Act::Use);
+const OPERATE: Need = Need::Agent(Scope::AgentsWrite, Act::Operate);
+const GOVERN: Need = Need::Agent(Scope::AgentsWrite, Act::Govern);
+const JOIN: Need = Need::Agent(Scope::AgentsUse, Act::Join);
 
 /// Every route as the router spells it (`/api/v1/…` or `/metrics`), by method. A route missing
 /// here is refused to everyone (405: its handler never runs), and the tests fail.
@@ -64,63 +74,68 @@ pub const ROUTES: &[(&str, &str, Need)] = &[
     ("GET", "/api/v1/events", READ),
     ("GET", "/api/v1/agents", READ),
     ("POST", "/api/v1/agents", WRITE),
-    ("GET", "/api/v1/agents/{id}", READ),
-    ("PATCH", "/api/v1/agents/{id}", WRITE),
-    ("DELETE", "/api/v1/agents/{id}", WRITE),
-    ("POST", "/api/v1/agents/{id}/start", WRITE),
-    ("POST", "/api/v1/agents/{id}/stop", WRITE),
-    ("POST", "/api/v1/agents/{id}/rebuild", WRITE),
-    ("POST", "/api/v1/agents/{id}/setup", WRITE),
-    ("POST", "/api/v1/agents/{id}/keep-alive", USE),
-    ("GET", "/api/v1/agents/{id}/egress/log", READ),
-    ("POST", "/api/v1/agents/{id}/exec", USE),
-    ("POST", "/api/v1/agents/{id}/code", USE),
-    ("GET", "/api/v1/agents/{id}/code/contexts", USE),
-    ("POST", "/api/v1/agents/{id}/code/contexts", USE),
-    ("DELETE", "/api/v1/agents/{id}/code/contexts/{cid}", USE),
+    ("GET", "/api/v1/agents/{id}", SEE),
+    ("PATCH", "/api/v1/agents/{id}", OPERATE),
+    ("DELETE", "/api/v1/agents/{id}", GOVERN),
+    ("POST", "/api/v1/agents/{id}/start", OPERATE),
+    ("POST", "/api/v1/agents/{id}/stop", OPERATE),
+    ("POST", "/api/v1/agents/{id}/rebuild", OPERATE),
+    ("POST", "/api/v1/agents/{id}/setup", OPERATE),
+    ("POST", "/api/v1/agents/{id}/keep-alive", WORK),
+    ("GET", "/api/v1/agents/{id}/egress/log", SEE),
+    ("GET", "/api/v1/agents/{id}/members", SEE),
+    ("POST", "/api/v1/agents/{id}/members", GOVERN),
+    ("DELETE", "/api/v1/agents/{id}/members/{user}", GOVERN),
+    ("POST", "/api/v1/agents/{id}/access-token", GOVERN),
+    ("POST", "/api/v1/agents/{id}/join", JOIN),
+    ("POST", "/api/v1/agents/{id}/exec", WORK),
+    ("POST", "/api/v1/agents/{id}/code", WORK),
+    ("GET", "/api/v1/agents/{id}/code/contexts", WORK),
+    ("POST", "/api/v1/agents/{id}/code/contexts", WORK),
+    ("DELETE", "/api/v1/agents/{id}/code/contexts/{cid}", WORK),
     (
         "POST",
         "/api/v1/agents/{id}/code/contexts/{cid}/restart",
-        USE,
+        WORK,
     ),
-    ("GET", "/api/v1/agents/{id}/processes", USE),
-    ("POST", "/api/v1/agents/{id}/processes", USE),
-    ("GET", "/api/v1/agents/{id}/processes/{pid}", USE),
-    ("DELETE", "/api/v1/agents/{id}/processes/{pid}", USE),
-    ("GET", "/api/v1/agents/{id}/processes/{pid}/output", USE),
-    ("POST", "/api/v1/agents/{id}/processes/{pid}/stdin", USE),
-    ("POST", "/api/v1/agents/{id}/processes/{pid}/signal", USE),
-    ("GET", "/api/v1/agents/{id}/processes/{pid}/wait", USE),
-    ("GET", "/api/v1/agents/{id}/sessions", USE),
-    ("POST", "/api/v1/agents/{id}/sessions", USE),
-    ("GET", "/api/v1/agents/{id}/sessions/{sid}", USE),
-    ("PATCH", "/api/v1/agents/{id}/sessions/{sid}", USE),
-    ("DELETE", "/api/v1/agents/{id}/sessions/{sid}", USE),
-    ("POST", "/api/v1/agents/{id}/sessions/{sid}/prompt", USE),
-    ("POST", "/api/v1/agents/{id}/sessions/{sid}/cancel", USE),
-    ("GET", "/api/v1/agents/{id}/sessions/{sid}/events", USE),
-    ("GET", "/api/v1/agents/{id}/ports", USE),
-    ("GET", "/api/v1/agents/{id}/previews", USE),
-    ("POST", "/api/v1/agents/{id}/previews", USE),
-    ("DELETE", "/api/v1/agents/{id}/previews/{pid}", USE),
+    ("GET", "/api/v1/agents/{id}/processes", WORK),
+    ("POST", "/api/v1/agents/{id}/processes", WORK),
+    ("GET", "/api/v1/agents/{id}/processes/{pid}", WORK),
+    ("DELETE", "/api/v1/agents/{id}/processes/{pid}", WORK),
+    ("GET", "/api/v1/agents/{id}/processes/{pid}/output", WORK),
+    ("POST", "/api/v1/agents/{id}/processes/{pid}/stdin", WORK),
+    ("POST", "/api/v1/agents/{id}/processes/{pid}/signal", WORK),
+    ("GET", "/api/v1/agents/{id}/processes/{pid}/wait", WORK),
+    ("GET", "/api/v1/agents/{id}/sessions", WORK),
+    ("POST", "/api/v1/agents/{id}/sessions", WORK),
+    ("GET", "/api/v1/agents/{id}/sessions/{sid}", WORK),
+    ("PATCH", "/api/v1/agents/{id}/sessions/{sid}", WORK),
+    ("DELETE", "/api/v1/agents/{id}/sessions/{sid}", WORK),
+    ("POST", "/api/v1/agents/{id}/sessions/{sid}/prompt", WORK),
+    ("POST", "/api/v1/agents/{id}/sessions/{sid}/cancel", WORK),
+    ("GET", "/api/v1/agents/{id}/sessions/{sid}/events", WORK),
+    ("GET", "/api/v1/agents/{id}/ports", WORK),
+    ("GET", "/api/v1/agents/{id}/previews", WORK),
+    ("POST", "/api/v1/agents/{id}/previews", WORK),
+    ("DELETE", "/api/v1/agents/{id}/previews/{pid}", WORK),
     // Looks at the credential itself: one without sends the browser to sign in first.
     ("GET", "/api/v1/previews/{pid}/open", Public),
     ("GET", "/api/v1/approvals", READ),
     ("GET", "/api/v1/approvals/{aid}", READ),
     ("POST", "/api/v1/approvals/{aid}", ANSWER),
-    ("GET", "/api/v1/agents/{id}/terminal", USE),
-    ("GET", "/api/v1/agents/{id}/terminals", USE),
-    ("DELETE", "/api/v1/agents/{id}/terminals/{sid}", USE),
-    ("GET", "/api/v1/agents/{id}/fs/list", USE),
-    ("GET", "/api/v1/agents/{id}/fs/read", USE),
-    ("PUT", "/api/v1/agents/{id}/fs/write", USE),
-    ("POST", "/api/v1/agents/{id}/fs/mkdir", USE),
-    ("DELETE", "/api/v1/agents/{id}/fs/remove", USE),
-    ("POST", "/api/v1/agents/{id}/fs/rename", USE),
-    ("GET", "/api/v1/agents/{id}/fs/stat", USE),
-    ("GET", "/api/v1/agents/{id}/fs/exists", USE),
-    ("GET", "/api/v1/agents/{id}/fs/watch", USE),
-    ("POST", "/api/v1/agents/{id}/fs/write-files", USE),
+    ("GET", "/api/v1/agents/{id}/terminal", WORK),
+    ("GET", "/api/v1/agents/{id}/terminals", WORK),
+    ("DELETE", "/api/v1/agents/{id}/terminals/{sid}", WORK),
+    ("GET", "/api/v1/agents/{id}/fs/list", WORK),
+    ("GET", "/api/v1/agents/{id}/fs/read", WORK),
+    ("PUT", "/api/v1/agents/{id}/fs/write", WORK),
+    ("POST", "/api/v1/agents/{id}/fs/mkdir", WORK),
+    ("DELETE", "/api/v1/agents/{id}/fs/remove", WORK),
+    ("POST", "/api/v1/agents/{id}/fs/rename", WORK),
+    ("GET", "/api/v1/agents/{id}/fs/stat", WORK),
+    ("GET", "/api/v1/agents/{id}/fs/exists", WORK),
+    ("GET", "/api/v1/agents/{id}/fs/watch", WORK),
+    ("POST", "/api/v1/agents/{id}/fs/write-files", WORK),
     ("GET", crate::metrics::PATH, ADMIN),
 ];
 
@@ -194,6 +209,36 @@ fn ends_with(response: Response, ends: CancellationToken) -> Response {
     Response::from_parts(parts, Body::from_stream(body))
 }
 
+/// The caller sees the agent but their standing does not allow `act`.
+fn not_yours(id: &str, act: Act) -> Response {
+    let who = match act {
+        Act::Operate => "its owner, admins and its operators",
+        _ => "its owner and admins",
+    };
+    ApiError::forbidden(format!(
+        "only {who} may do this on agent {id}; ask its owner for a role"
+    ))
+    .into_response()
+}
+
+/// The caller's standing on the agent of the route, as the access layer decided it.
+impl<S: Send + Sync> FromRequestParts<S> for Standing {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Standing, ApiError> {
+        parts
+            .extensions
+            .get::<Standing>()
+            .copied()
+            .ok_or_else(|| ApiError::not_found("there is no such agent"))
+    }
+}
+
+/// Whether agent `id` is in `p`'s lists and event stream.
+pub fn sees_agent(st: &AppState, p: &Principal, id: &str) -> bool {
+    sees(p, id, st.auth.directory.agent_facts(id).as_ref())
+}
+
 fn no_agent(id: &str) -> Response {
     ApiError::not_found(format!("there is no agent with id {id}")).into_response()
 }
@@ -235,7 +280,7 @@ pub async fn authorize(
         }
         None => None,
     };
-    let response = decide(&st, route, &param, req, next).await;
+    let response = admit(&st, route, &param, req, next).await;
     if let Some(pending) = pending {
         pending.record(&st, response.status().as_u16()).await;
     }
@@ -243,7 +288,7 @@ pub async fn authorize(
 }
 
 /// Refuses the request or runs its handler.
-async fn decide(
+async fn admit(
     st: &AppState,
     route: &str,
     param: &impl Fn(&str) -> Option<String>,
@@ -256,39 +301,52 @@ async fn decide(
         tracing::debug!(method = %req.method(), route, "a method without an access rule");
         return axum::http::StatusCode::METHOD_NOT_ALLOWED.into_response();
     };
-    let scope = match need {
+    let (scope, act) = match need {
         Need::Public => return next.run(req).await,
-        Need::SignedIn => None,
-        Need::Scope(s) => Some(s),
+        Need::SignedIn => (None, None),
+        Need::Scope(s) => (Some(s), None),
+        Need::Agent(s, act) => (Some(s), Some(act)),
     };
     if scope == Some(Scope::Admin) && req.extensions().get::<Scraper>().is_some() {
         return next.run(req).await;
     }
-    let Some(principal) = req.extensions().get::<Principal>() else {
+    let Some(principal) = req.extensions().get::<Principal>().cloned() else {
         return ApiError::unauthorized().into_response();
     };
     if let Some(s) = scope.filter(|s| !principal.can(*s)) {
         return ApiError::forbidden(format!("this credential does not have the scope {s}"))
             .into_response();
     }
-    if route.starts_with("/api/v1/agents/{id}") {
-        if let Some(id) = param("id").filter(|id| !principal.sees_agent(id)) {
+    if let (Some(act), Some(id)) = (act, param("id")) {
+        if !principal.sees_agent(&id) {
             return no_agent(&id);
         }
+        // An agent the server does not know is the handler's 404 to give.
+        if let Some(facts) = st.auth.directory.agent_facts(&id) {
+            let standing = standing(&principal, &facts);
+            match decide(standing, facts.access, act) {
+                Decision::Allow => {
+                    req.extensions_mut().insert(standing);
+                }
+                Decision::NotFound => return no_agent(&id),
+                Decision::Forbidden => return not_yours(&id, act),
+            }
+        }
     }
-    if route.starts_with("/api/v1/approvals/{aid}") && principal.token.is_some() {
+    if route.starts_with("/api/v1/approvals/{aid}") {
         if let Some(aid) = param("aid") {
             // An approval of an agent the caller does not see does not exist for them either;
             // one that does not exist at all is the handler's 404 to give.
             if let Ok(a) = st.sessions.approval(&aid).await {
-                if !principal.sees_agent(&a.agent_id) {
+                let facts = st.auth.directory.agent_facts(&a.agent_id);
+                if !sees(&principal, &a.agent_id, facts.as_ref()) {
                     return ApiError::not_found(format!("there is no approval with id {aid}"))
                         .into_response();
                 }
             }
         }
     }
-    let ends = st.auth.directory.credential_ends(principal);
+    let ends = st.auth.directory.credential_ends(&principal);
     req.extensions_mut().insert(CredentialEnds(ends.clone()));
     ends_with(next.run(req).await, ends)
 }

@@ -5,6 +5,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::Json;
 
+use super::access::sees_agent;
 use super::audit::AuditNote;
 use super::error::{ApiError, ApiJson, ErrorBody};
 use super::types::{
@@ -16,6 +17,7 @@ use crate::agents::labels::AgentFilter;
 use crate::agents::spec::{self, AgentRequest, Allowed, MAX_IDLE_MINUTES};
 use crate::config::Config;
 use crate::model::AgentPatch;
+use crate::teams::access::Standing;
 use crate::teams::Principal;
 
 /// The server's limits and defaults for agents, files and exec.
@@ -120,7 +122,7 @@ pub async fn list(
             .list()
             .await?
             .into_iter()
-            .filter(|a| principal.sees_agent(&a.id) && filter.matches(a))
+            .filter(|a| sees_agent(&st, &principal, &a.id) && filter.matches(a))
             .map(Into::into)
             .collect(),
     ))
@@ -130,14 +132,16 @@ pub async fn list(
 #[utoipa::path(post, path = "/api/v1/agents", tag = "agents", operation_id = "createAgent", request_body = CreateAgent,
     responses((status = 201, body = Agent, description = "Created, in `creating`"),
         (status = 400, body = ErrorBody, description = "A field breaks its constraint (`field` names it)"),
-        (status = 409, body = ErrorBody, description = "The name is taken")))]
+        (status = 409, body = ErrorBody, description = "The name is taken (names are unique on the server; the answer does not say by which agent)")))]
 pub async fn create(
     State(st): State<AppState>,
     note: AuditNote,
+    principal: Principal,
     ApiJson(body): ApiJson<CreateAgent>,
 ) -> Result<(StatusCode, Json<Agent>), ApiError> {
     let config = st.config();
-    let new = spec::resolve(body.into(), &allowed(&st, &config))?;
+    let mut new = spec::resolve(body.into(), &allowed(&st, &config))?;
+    new.owner_id = principal.user_id;
     let agent = st.lc.create(new).await?;
     note.agent(&agent.id, &agent.name);
     Ok((StatusCode::CREATED, Json(agent.into())))
@@ -158,17 +162,19 @@ pub async fn get(
     params(("id" = String, Path, description = "The agent's id")),
     responses((status = 200, body = Agent),
         (status = 400, body = ErrorBody, description = "A field breaks its constraint, or `diskMb` on a server that cannot limit disks"),
+        (status = 403, body = ErrorBody, description = "`access` by an operator (only the owner and admins change it)"),
         (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody, description = "The name is taken, the agent's state does not allow a change, or `diskMb` is smaller than the home's (or the home has no limit)")))]
 pub async fn update(
     State(st): State<AppState>,
+    standing: Standing,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<UpdateAgent>,
 ) -> Result<Json<Agent>, ApiError> {
     let patch = AgentPatch::from(body);
     let config = st.config();
     spec::check_patch(&patch, &allowed(&st, &config))?;
-    Ok(Json(st.lc.patch(&id, patch).await?.into()))
+    Ok(Json(st.lc.patch(&id, patch, standing).await?.into()))
 }
 
 /// Restarts the agent's lifetime from now: `ttlMinutes` (or its own again) until it is
@@ -296,6 +302,7 @@ impl From<CreateAgent> for AgentRequest {
             labels: body.labels,
             allow_root: body.allow_root,
             approvals: body.approvals,
+            access: body.access,
         }
     }
 }
@@ -318,6 +325,7 @@ impl From<UpdateAgent> for AgentPatch {
             labels: body.labels,
             allow_root: body.allow_root,
             approvals: body.approvals,
+            access: body.access,
         }
     }
 }

@@ -49,7 +49,7 @@ pub async fn list(
     let all = st.sessions.approvals(pending, q.agent).await?;
     Ok(Json(
         all.into_iter()
-            .filter(|a| principal.sees_agent(&a.agent_id))
+            .filter(|a| super::access::sees_agent(&st, &principal, &a.agent_id))
             .map(Approval::from)
             .collect(),
     ))
@@ -83,8 +83,16 @@ pub async fn answer(
     ApiJson(body): ApiJson<AnswerApproval>,
 ) -> Result<Json<Approval>, ApiError> {
     note.detail(body.option_id.as_str());
-    // MERGE: the agent's owner (see `command_gate::owns`) may answer too; today admins only.
-    let may = may_answer_command(principal.requester(false));
+    // A command's approval is its agent's owner's (or an admin's) to answer.
+    let owner = match st.sessions.approval(&aid).await {
+        Ok(a) => st
+            .auth
+            .directory
+            .agent_facts(&a.agent_id)
+            .is_some_and(|f| f.owner_id == principal.user_id),
+        Err(_) => false,
+    };
+    let may = may_answer_command(principal.requester(owner));
     let a = st
         .sessions
         .answer(&aid, &body.option_id, &principal.actor(), may)

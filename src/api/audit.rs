@@ -118,6 +118,18 @@ const AUDITED: &[(&str, &str, Action)] = &[
     ("POST", "/api/v1/agents/{id}/fs/mkdir", Action::FsMkdir),
     ("DELETE", "/api/v1/agents/{id}/fs/remove", Action::FsRemove),
     ("POST", "/api/v1/agents/{id}/fs/rename", Action::FsRename),
+    ("POST", "/api/v1/agents/{id}/members", Action::MemberAdd),
+    (
+        "DELETE",
+        "/api/v1/agents/{id}/members/{user}",
+        Action::MemberRemove,
+    ),
+    (
+        "POST",
+        "/api/v1/agents/{id}/access-token",
+        Action::AccessTokenRotate,
+    ),
+    ("POST", "/api/v1/agents/{id}/join", Action::AgentJoin),
     ("PUT", "/api/v1/secrets/{name}", Action::SecretSet),
     ("DELETE", "/api/v1/secrets/{name}", Action::SecretDelete),
 ];

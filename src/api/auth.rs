@@ -273,14 +273,22 @@ pub async fn guard(
     next.run(req).await
 }
 
+use crate::teams::access::{decide, standing, Act, Decision};
+
 impl Gatekeeper for Auth {
     fn is_our_token(&self, token: &str) -> bool {
         self.token_principal(token).is_some()
     }
 
     fn may_use_agent(&self, token: &str, agent_id: &str) -> bool {
-        self.token_principal(token)
-            .is_some_and(|p| p.can(crate::model::teams::Scope::AgentsUse) && p.sees_agent(agent_id))
+        self.token_principal(token).is_some_and(|p| {
+            let facts = self.directory.agent_facts(agent_id);
+            p.can(crate::model::teams::Scope::AgentsUse)
+                && facts.is_some_and(|f| {
+                    p.sees_agent(agent_id)
+                        && decide(standing(&p, &f), f.access, Act::Use) == Decision::Allow
+                })
+        })
     }
 
     fn is_sandbox_peer(&self, ip: IpAddr) -> bool {

@@ -17,11 +17,10 @@ pub(super) enum Gate {
     Held(Box<HeldCommand>),
 }
 
-/// Whether `principal` owns `agent`. Every agent is owned by the built-in admin until agents
-/// get owners: at merge, the lead wires the agent's `owner` (and operator members, if they are
-/// to be trusted as owners are) in here.
-fn owns(_principal: &Principal, _agent: &Agent) -> bool {
-    false
+/// Whether `principal` owns `agent` (operators are members, not owners: their commands are
+/// held like anyone's).
+fn owns(principal: &Principal, agent: &Agent) -> bool {
+    agent.owner_id == principal.user_id
 }
 
 /// Runs `command` (one line) of `agent` for `principal` through the approvals rule: `Run`,

@@ -154,6 +154,10 @@ impl From<LifecycleError> for ApiError {
             },
             LifecycleError::Store(_) => ApiError::internal(message),
             LifecycleError::Refused(_) => ApiError::conflict(message),
+            LifecycleError::Forbidden(_) => ApiError {
+                field: Some("access"),
+                ..ApiError::forbidden(message)
+            },
         }
     }
 }
@@ -173,7 +177,14 @@ impl From<TeamsError> for ApiError {
                 field: Some("name"),
                 ..ApiError::conflict(message)
             },
-            TeamsError::LastAdmin | TeamsError::BuiltIn(_) => ApiError::conflict(message),
+            TeamsError::LastAdmin | TeamsError::BuiltIn(_) | TeamsError::NotProtected { .. } => {
+                ApiError::conflict(message)
+            }
+            TeamsError::NotMember { .. } => ApiError::not_found(message),
+            TeamsError::WrongAccessToken(_) => ApiError {
+                field: Some("accessToken"),
+                ..ApiError::forbidden(message)
+            },
             TeamsError::Invalid { field, .. } => ApiError::invalid_field(field, message),
             TeamsError::Beyond(_) => ApiError::forbidden(message),
             TeamsError::Password(PasswordError::Length) => {

@@ -14,6 +14,7 @@ use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 use utoipa::IntoParams;
 
+use super::access::sees_agent;
 use super::error::{ApiError, ApiQuery};
 use super::types::conversation::{Approval, Session};
 use super::types::process::ProcessEvent;
@@ -21,6 +22,7 @@ use super::types::{Agent, EgressEvent, ExpiringEvent, PullProgress};
 use super::AppState;
 use crate::events::AgentEvent;
 use crate::model;
+use crate::teams::access::sees;
 use crate::teams::Principal;
 
 fn agent_event(agent: model::Agent) -> Event {
@@ -72,7 +74,7 @@ pub async fn events(
     let only = q.agent;
     // Subscribed first, so that nothing between this look and the snapshot is missed.
     if let Some(id) = &only {
-        if !principal.sees_agent(id) {
+        if !sees_agent(&st, &principal, id) {
             return Err(ApiError::not_found(format!(
                 "there is no agent with id {id}"
             )));
@@ -81,6 +83,9 @@ pub async fn events(
     }
     let lc = st.lc.clone();
     let can_use = principal.can(crate::model::teams::Scope::AgentsUse);
+    // Asked per event: a membership given or taken while the stream is open counts at once.
+    let auth = st.auth.clone();
+    let sees = move |id: &str| sees(&principal, id, auth.directory.agent_facts(id).as_ref());
     let counted = st.lc.metrics().sse_subscriber();
     let stream = async_stream::stream! {
         // Counted for as long as the client follows (the stream is dropped when it goes).
@@ -91,7 +96,7 @@ pub async fn events(
                 snapshot = false;
                 match &only {
                     None => if let Ok(agents) = lc.list().await {
-                        for a in agents.into_iter().filter(|a| principal.sees_agent(&a.id)) {
+                        for a in agents.into_iter().filter(|a| sees(&a.id)) {
                             yield Ok(agent_event(a));
                         }
                     },
@@ -105,7 +110,7 @@ pub async fn events(
             let event = rx.recv().await;
             if let Ok(e) = &event {
                 if only.as_ref().is_some_and(|id| e.agent_id() != id)
-                    || !principal.sees_agent(e.agent_id())
+                    || !sees(e.agent_id())
                     || (e.shows_use() && !can_use)
                 {
                     continue;

@@ -15,6 +15,7 @@ pub mod error;
 pub mod events;
 pub mod exec;
 pub mod files;
+pub mod members;
 pub mod metrics;
 pub mod openapi;
 pub mod origin;
@@ -111,6 +112,16 @@ pub fn router(state: AppState) -> Router {
         .route("/agents/{id}/setup", post(agents::rerun_setup))
         .route("/agents/{id}/keep-alive", post(agents::keep_alive))
         .route("/agents/{id}/egress/log", get(agents::egress_log))
+        .route(
+            "/agents/{id}/members",
+            get(members::list).post(members::add),
+        )
+        .route("/agents/{id}/members/{user}", delete(members::remove))
+        .route(
+            "/agents/{id}/access-token",
+            post(members::rotate_access_token),
+        )
+        .route("/agents/{id}/join", post(members::join))
         .route("/agents/{id}/exec", post(exec::exec))
         .route("/agents/{id}/code", post(code::run))
         .route(

@@ -205,7 +205,10 @@ pub async fn open(
         .get_preview(&pid)
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?
-        .filter(|p| p.is_live(&crate::store::now_text()) && principal.sees_agent(&p.agent_id))
+        .filter(|p| {
+            p.is_live(&crate::store::now_text())
+                && super::access::sees_agent(&st, &principal, &p.agent_id)
+        })
         .ok_or_else(gone)?;
     let agent = st.lc.get(&preview.agent_id).await?;
     let code = st.previews.grants().new_code(&preview.id).ok_or_else(|| {

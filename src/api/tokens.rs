@@ -43,6 +43,7 @@ pub async fn create(
             .list()
             .await?
             .into_iter()
+            .filter(|a| super::access::sees_agent(&st, &principal, &a.id))
             .map(|a| (a.id, a.name))
             .collect(),
         None => Vec::new(),

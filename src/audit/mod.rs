@@ -135,14 +135,11 @@ impl Audit {
 }
 
 /// Which entries `principal` may read: admins every entry; anyone else the entries of their
-/// own actions.
-///
-/// This is the one place to widen when agents get owners: an owner should also see every
-/// entry of the agents they own (`Visible::Mine { user_id, agents }`).
+/// own actions and every entry of the agents they own.
 pub fn visible_to(principal: &Principal) -> Visible {
     if principal.is_admin() {
         Visible::All
     } else {
-        Visible::Actor(principal.user_id.clone())
+        Visible::Mine(principal.user_id.clone())
     }
 }

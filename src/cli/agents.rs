@@ -148,6 +148,7 @@ pub(super) async fn run(client: &ApiClient, json: bool, cmd: AgentsCommand) -> a
                 labels: (!args.labels.is_empty()).then(|| args.labels.into_iter().collect()),
                 allow_root: args.allow_root,
                 approvals: args.approvals.map(|commands| AgentApprovals { commands }),
+                access: None,
             };
             let watch = watch_if(client, args.wait).await;
             let agent = client.create_agent(&req).await?;

@@ -172,6 +172,32 @@ impl ApiClient {
             .map(drop)
     }
 
+    pub async fn list_members(
+        &self,
+        agent: &str,
+    ) -> Result<Vec<crate::api::types::AgentMember>, ClientError> {
+        self.json(self.request(Method::GET, &["agents", agent, "members"]))
+            .await
+    }
+
+    pub async fn add_member(
+        &self,
+        agent: &str,
+        req: &crate::api::types::AddMember,
+    ) -> Result<crate::api::types::AgentMember, ClientError> {
+        self.json(
+            self.request(Method::POST, &["agents", agent, "members"])
+                .json(req),
+        )
+        .await
+    }
+
+    pub async fn remove_member(&self, agent: &str, user: &str) -> Result<(), ClientError> {
+        self.send(self.request(Method::DELETE, &["agents", agent, "members", user]))
+            .await
+            .map(drop)
+    }
+
     /// The audit log with the filters `query` (`agent`, `user`, `action`, …).
     pub async fn audit(
         &self,
@@ -179,6 +205,26 @@ impl ApiClient {
     ) -> Result<Vec<crate::api::types::AuditEntry>, ClientError> {
         self.json(self.request(Method::GET, &["audit"]).query(query))
             .await
+    }
+
+    pub async fn rotate_access_token(
+        &self,
+        agent: &str,
+    ) -> Result<crate::api::types::AccessToken, ClientError> {
+        self.json(self.request(Method::POST, &["agents", agent, "access-token"]))
+            .await
+    }
+
+    pub async fn join_agent(
+        &self,
+        agent: &str,
+        req: &crate::api::types::JoinAgent,
+    ) -> Result<Agent, ClientError> {
+        self.json(
+            self.request(Method::POST, &["agents", agent, "join"])
+                .json(req),
+        )
+        .await
     }
 
     pub async fn revoke_token(&self, id: &str) -> Result<(), ClientError> {
@@ -577,6 +623,11 @@ mod tests {
             labels: Default::default(),
             allow_root: false,
             approvals: Default::default(),
+            owner: crate::api::types::AgentOwner {
+                id: "admin".into(),
+                name: "admin".into(),
+            },
+            access: Default::default(),
         }
     }
 

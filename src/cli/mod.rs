@@ -50,7 +50,7 @@ pub use session_client::SessionEvent;
 pub use sessions::SessionsArgs;
 pub use shell::ShellArgs;
 pub use sse::{SseEvent, SseParser};
-pub use teams::{TokensCommand, UsersCommand};
+pub use teams::{AccessArgs, JoinArgs, MembersAction, MembersArgs, TokensCommand, UsersCommand};
 pub use types::{decode_exec_line, AgentAction, ExecEvent, ServerEvent};
 
 /// Options every client command takes.
@@ -141,6 +141,15 @@ pub enum ClientCommand {
     /// Read the audit log, newest first: agenthold audit [--agent A] [--user U] [--action X]
     /// [--since T] [--limit N]
     Audit(AuditArgs),
+    /// Show or set who may use an agent: agenthold access AGENT [private|protected|public]
+    /// [--new-token] (owners and admins change it; --new-token prints a protected agent's new
+    /// access token)
+    Access(AccessArgs),
+    /// List an agent's members, or change them: agenthold members AGENT [add USER [--role
+    /// operator] | remove USER]
+    Members(MembersArgs),
+    /// Join a protected agent with its access token: agenthold join AGENT_ID TOKEN
+    Join(JoinArgs),
 }
 
 /// Runs one client command and returns the process exit code. Failures are reported on
@@ -175,6 +184,9 @@ pub async fn run(opts: ClientOpts, cmd: ClientCommand) -> anyhow::Result<i32> {
             ClientCommand::Tokens(cmd) => teams::tokens(&client, opts.json, cmd).await,
             ClientCommand::Secrets(cmd) => secrets::run(&client, opts.json, cmd).await,
             ClientCommand::Audit(args) => audit::run(&client, opts.json, args).await,
+            ClientCommand::Access(args) => teams::access(&client, opts.json, args).await,
+            ClientCommand::Members(args) => teams::members(&client, opts.json, args).await,
+            ClientCommand::Join(args) => teams::join(&client, opts.json, args).await,
             ClientCommand::Presets => {
                 let presets = client.list_presets().await?;
                 let text = if opts.json {

@@ -281,6 +281,11 @@ mod tests {
             labels: Default::default(),
             allow_root: false,
             approvals: Default::default(),
+            owner: crate::api::types::AgentOwner {
+                id: "admin".into(),
+                name: "admin".into(),
+            },
+            access: Default::default(),
         }
     }
 

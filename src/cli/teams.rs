@@ -1,10 +1,14 @@
-//! `agenthold users …` and `agenthold tokens …`: the server's users and API tokens.
+//! `agenthold users …`, `agenthold tokens …`, and an agent's `access`, `members` and `join`:
+//! the server's users and API tokens, and who may use an agent.
 
 use std::io::Read;
 
 use super::client::ApiClient;
 use super::output::{json, plain_table, render};
-use crate::api::types::{CreateToken, CreateUser, Role, Scope, Token, User};
+use crate::api::types::{
+    AddMember, AgentAccess, AgentMember, CreateToken, CreateUser, JoinAgent, MemberRole, Role,
+    Scope, Token, UpdateAgent, User,
+};
 use crate::model::teams::TokenApprovals;
 
 #[derive(clap::Subcommand, Debug, Clone, PartialEq, Eq)]
@@ -201,6 +205,162 @@ pub fn tokens_table(tokens: &[Token]) -> String {
                 .map_or_else(|| "all".to_string(), |a| a.join(",")),
             t.expires_at
                 .map_or_else(|| "never".to_string(), |e| e.to_rfc3339()),
+        ]);
+    }
+    render(&table)
+}
+
+/// `agenthold access AGENT [POLICY] [--new-token]`.
+#[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
+pub struct AccessArgs {
+    /// The agent's id or name
+    pub agent: String,
+    /// private, protected or public; absent: print the agent's policy
+    #[arg(value_parser = parse_access)]
+    pub access: Option<AgentAccess>,
+    /// Make a new access token for the (protected) agent and print it; the old one stops working
+    #[arg(long)]
+    pub new_token: bool,
+}
+
+/// `agenthold members AGENT [add USER [--role operator] | remove USER]`.
+#[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
+pub struct MembersArgs {
+    /// The agent's id or name
+    pub agent: String,
+    #[command(subcommand)]
+    pub action: Option<MembersAction>,
+}
+
+#[derive(clap::Subcommand, Debug, Clone, PartialEq, Eq)]
+pub enum MembersAction {
+    /// Add a member (a user's id or name), or give a member another role
+    Add {
+        user: String,
+        /// user (read and use) or operator (also start, stop, rebuild and settings)
+        #[arg(long, default_value = "user", value_parser = parse_role)]
+        role: MemberRole,
+    },
+    /// Remove a member
+    Remove { user: String },
+}
+
+/// `agenthold join AGENT TOKEN`.
+#[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
+pub struct JoinArgs {
+    /// The agent's id (a protected agent is in no list of yours until you join)
+    pub agent: String,
+    /// The agent's access token, from its owner (not named `token`: that is the API token's)
+    #[arg(value_name = "TOKEN")]
+    pub access_token: String,
+}
+
+fn parse_access(s: &str) -> Result<AgentAccess, String> {
+    AgentAccess::parse(s)
+        .ok_or_else(|| format!("{s:?} is not an access policy (private, protected or public)"))
+}
+
+fn parse_role(s: &str) -> Result<MemberRole, String> {
+    MemberRole::parse(s).ok_or_else(|| format!("{s:?} is not a role (user or operator)"))
+}
+
+pub(super) async fn access(
+    client: &ApiClient,
+    json_out: bool,
+    args: AccessArgs,
+) -> anyhow::Result<i32> {
+    let mut agent = client.find_agent(&args.agent).await?;
+    if let Some(access) = args.access {
+        let change = UpdateAgent {
+            access: Some(access),
+            ..UpdateAgent::default()
+        };
+        agent = client.update_agent(&agent.id, &change).await?;
+    }
+    if args.new_token {
+        let made = client.rotate_access_token(&agent.id).await?;
+        if json_out {
+            println!("{}", json(&made)?);
+        } else {
+            // The token alone on stdout, to be captured; it is never shown again.
+            println!("{}", made.access_token);
+            eprintln!(
+                "agenthold: give it with the agent's id {}: agenthold join {} TOKEN",
+                agent.id, agent.id
+            );
+        }
+    } else if json_out {
+        println!("{}", json(&agent)?);
+    } else {
+        println!("{}", agent.access.as_str());
+    }
+    Ok(0)
+}
+
+pub(super) async fn members(
+    client: &ApiClient,
+    json_out: bool,
+    args: MembersArgs,
+) -> anyhow::Result<i32> {
+    let agent = client.find_agent(&args.agent).await?;
+    match args.action {
+        None => {
+            let members = client.list_members(&agent.id).await?;
+            if json_out {
+                println!("{}", json(&members)?);
+            } else {
+                print!("{}", members_table(&members));
+            }
+        }
+        Some(MembersAction::Add { user, role }) => {
+            let member = client
+                .add_member(&agent.id, &AddMember { user, role })
+                .await?;
+            if json_out {
+                println!("{}", json(&member)?);
+            }
+        }
+        Some(MembersAction::Remove { user }) => client.remove_member(&agent.id, &user).await?,
+    }
+    Ok(0)
+}
+
+pub(super) async fn join(
+    client: &ApiClient,
+    json_out: bool,
+    args: JoinArgs,
+) -> anyhow::Result<i32> {
+    // A protected agent is found by id: it is in no list of the caller's yet. One the caller
+    // sees already may be named.
+    let id = match client.find_agent(&args.agent).await {
+        Ok(a) => a.id,
+        Err(_) => args.agent,
+    };
+    let agent = client
+        .join_agent(
+            &id,
+            &JoinAgent {
+                access_token: args.access_token,
+            },
+        )
+        .await?;
+    if json_out {
+        println!("{}", json(&agent)?);
+    } else {
+        println!("{}", agent.id);
+    }
+    Ok(0)
+}
+
+pub fn members_table(members: &[AgentMember]) -> String {
+    let mut table = plain_table();
+    table.set_header(vec!["USER", "NAME", "ROLE", "ADDED"]);
+    for m in members {
+        table.add_row(vec![
+            m.user_id.clone(),
+            m.user_name.clone(),
+            m.role.as_str().to_string(),
+            m.added_at.to_rfc3339(),
         ]);
     }
     render(&table)

@@ -167,6 +167,9 @@ mod tests {
             labels: Default::default(),
             allow_root: false,
             approvals: Default::default(),
+            owner_id: "admin".into(),
+            owner_name: "admin".into(),
+            access: Default::default(),
         }
     }
 

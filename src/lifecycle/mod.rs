@@ -90,6 +90,9 @@ pub enum LifecycleError {
     /// Not possible for this agent as it is (a conflict); the message says why.
     #[error("{0}")]
     Refused(String),
+    /// The caller's standing on the agent does not allow this change.
+    #[error("{0}")]
+    Forbidden(String),
 }
 
 impl LifecycleError {

@@ -9,6 +9,7 @@ use crate::driver::PullSink;
 use crate::metrics::{OpKind, Outcome};
 use crate::model::{Agent, AgentPatch, AgentState, AgentState::*, NewAgent};
 use crate::store::{hash_token, new_token};
+use crate::teams::access::{decide, Decision, Standing};
 
 /// A lifetime whose deadline no date holds (only with an absurd `sandbox.idle_minute`).
 fn past_any_date() -> LifecycleError {
@@ -63,7 +64,24 @@ impl Lifecycle {
 
     /// Changes the agent's settings. A new `ttl_minutes` is counted from now (0 or null takes
     /// the lifetime away).
-    pub async fn patch(&self, id: &str, mut patch: AgentPatch) -> Result<Agent, LifecycleError> {
+    /// `standing` is the caller's on the agent: a change of `access` is the owner's or an
+    /// admin's ([`AgentPatch::act`]).
+    pub async fn patch(
+        &self,
+        id: &str,
+        mut patch: AgentPatch,
+        standing: Standing,
+    ) -> Result<Agent, LifecycleError> {
+        let access = self
+            .store
+            .agent_facts(id)
+            .ok_or_else(|| LifecycleError::NotFound(id.to_string()))?
+            .access;
+        if decide(standing, access, patch.act()) != Decision::Allow {
+            return Err(LifecycleError::Forbidden(
+                "only the agent's owner and admins change its access".to_string(),
+            ));
+        }
         patch.ttl_minutes = patch.ttl_minutes.map(|t| t.filter(|&n| n > 0));
         patch.expires_at = match patch.ttl_minutes.flatten() {
             Some(t) => Some(self.deadline(t).ok_or_else(past_any_date)?),

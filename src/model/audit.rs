@@ -90,6 +90,18 @@ pub enum Action {
     UserUpdate,
     #[serde(rename = "user.delete")]
     UserDelete,
+    /// Detail: the member and their role.
+    #[serde(rename = "member.add")]
+    MemberAdd,
+    /// Detail: the member.
+    #[serde(rename = "member.remove")]
+    MemberRemove,
+    /// A protected agent's access token made anew (never the token).
+    #[serde(rename = "access_token.rotate")]
+    AccessTokenRotate,
+    /// The caller joined a protected agent.
+    #[serde(rename = "agent.join")]
+    AgentJoin,
     /// Detail: the secret's name and hosts (never its value).
     #[serde(rename = "secret.set")]
     SecretSet,
@@ -141,6 +153,10 @@ impl Action {
         Action::UserCreate,
         Action::UserUpdate,
         Action::UserDelete,
+        Action::MemberAdd,
+        Action::MemberRemove,
+        Action::AccessTokenRotate,
+        Action::AgentJoin,
         Action::SecretSet,
         Action::SecretDelete,
         Action::ConfigReload,
@@ -184,6 +200,10 @@ impl Action {
             Action::UserCreate => "user.create",
             Action::UserUpdate => "user.update",
             Action::UserDelete => "user.delete",
+            Action::MemberAdd => "member.add",
+            Action::MemberRemove => "member.remove",
+            Action::AccessTokenRotate => "access_token.rotate",
+            Action::AgentJoin => "agent.join",
             Action::SecretSet => "secret.set",
             Action::SecretDelete => "secret.delete",
             Action::ConfigReload => "config.reload",
@@ -259,8 +279,8 @@ pub struct Entry {
 pub enum Visible {
     /// Every entry.
     All,
-    /// Only the entries of the user with this id's own actions.
-    Actor(String),
+    /// The entries of the actions of the user with this id, and those on the agents they own.
+    Mine(String),
     /// Nothing (a query not yet narrowed to its reader).
     #[default]
     Nothing,

@@ -215,6 +215,86 @@ impl TokenApprovals {
     }
 }
 
+/// Who may see and use an agent besides its owner, admins and its members.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentAccess {
+    /// Only the owner, admins and members the owner or an admin added; everyone else gets
+    /// `404`, and the agent is in no list of theirs.
+    #[default]
+    Private,
+    /// As `private`, but anyone signed in who presents the agent's access token (`POST
+    /// …/join`) becomes a `user` member.
+    Protected,
+    /// Anyone signed in may read and use it (as a `user` member may).
+    Public,
+}
+
+impl AgentAccess {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentAccess::Private => "private",
+            AgentAccess::Protected => "protected",
+            AgentAccess::Public => "public",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<AgentAccess> {
+        [
+            AgentAccess::Private,
+            AgentAccess::Protected,
+            AgentAccess::Public,
+        ]
+        .into_iter()
+        .find(|a| a.as_str() == s)
+    }
+}
+
+/// What a member of an agent may do there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MemberRole {
+    /// Read and use: terminals, exec, processes, files, code, sessions, previews.
+    User,
+    /// A user's rights, and start, stop, rebuild, setup and changing the settings.
+    Operator,
+}
+
+impl MemberRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemberRole::User => "user",
+            MemberRole::Operator => "operator",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<MemberRole> {
+        match s {
+            "user" => Some(MemberRole::User),
+            "operator" => Some(MemberRole::Operator),
+            _ => None,
+        }
+    }
+}
+
+/// What deciding access to an agent needs to know of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentFacts {
+    pub owner_id: String,
+    pub access: AgentAccess,
+    /// By user id.
+    pub members: std::collections::BTreeMap<String, MemberRole>,
+}
+
+/// A member of an agent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Member {
+    pub user_id: String,
+    pub user_name: String,
+    pub role: MemberRole,
+    pub added_at: DateTime<Utc>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

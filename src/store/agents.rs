@@ -9,13 +9,14 @@ use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Row, Tra
 use super::{now_text, unique_violation, Result, Store, StoreError};
 use crate::agents::spec::check_disk_change;
 use crate::egress::EgressRules;
-use crate::model::teams::{AgentApprovals, CommandApprovals};
+use crate::model::teams::{AgentAccess, AgentApprovals, CommandApprovals};
 use crate::model::{Agent, AgentPatch, AgentState, NewAgent, SetupStatus};
 
 const COLUMNS: &str =
     "id, name, image, cpus, memory_mb, idle_minutes, state, error, needs_rebuild, created_at, \
      disk_mb, egress, preset, env, setup, runtime, ttl_minutes, expires_at, labels, allow_root, \
-     command_approvals";
+     command_approvals, owner_id, (SELECT name FROM users WHERE users.id = agents.owner_id), \
+     access";
 
 /// A row as SQLite hands it over, before the checks that turn it into an [`Agent`]; kept apart
 /// so a bad stored value becomes `Corrupt` with the agent named, not an opaque rusqlite error.
@@ -41,6 +42,9 @@ struct Raw {
     labels: Option<String>,
     allow_root: bool,
     command_approvals: String,
+    owner_id: String,
+    owner_name: Option<String>,
+    access: String,
 }
 
 impl Raw {
@@ -67,6 +71,9 @@ impl Raw {
             labels: r.get(18)?,
             allow_root: r.get(19)?,
             command_approvals: r.get(20)?,
+            owner_id: r.get(21)?,
+            owner_name: r.get(22)?,
+            access: r.get(23)?,
         })
     }
 
@@ -75,6 +82,7 @@ impl Raw {
             StoreError::Corrupt(format!("agent {} has an impossible {what}: {v}", self.id))
         };
         let state = AgentState::parse(&self.state).ok_or_else(|| bad("state", &self.state))?;
+        let access = AgentAccess::parse(&self.access).ok_or_else(|| bad("access", &self.access))?;
         let memory_mb =
             u64::try_from(self.memory_mb).map_err(|_| bad("memory_mb", &self.memory_mb))?;
         let disk_mb = self
@@ -148,6 +156,10 @@ impl Raw {
             labels,
             allow_root: self.allow_root,
             approvals: AgentApprovals { commands },
+            // A user's deletion hands their agents to `admin` in the same transaction.
+            owner_name: self.owner_name.unwrap_or_else(|| self.owner_id.clone()),
+            owner_id: self.owner_id,
+            access,
         })
     }
 }
@@ -295,9 +307,9 @@ impl Store {
                 "INSERT INTO agents (id, name, image, cpus, memory_mb, idle_minutes, state,
                                      created_at, updated_at, disk_mb, egress, preset, env, runtime,
                                      ttl_minutes, expires_at, labels, allow_root,
-                                     command_approvals)
+                                     command_approvals, owner_id, access)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
-                         ?16, ?17, ?18)",
+                         ?16, ?17, ?18, ?19, ?20)",
                 params![
                     new.id,
                     new.name,
@@ -316,13 +328,16 @@ impl Store {
                     expires,
                     labels,
                     new.allow_root,
-                    new.approvals.commands.as_str()
+                    new.approvals.commands.as_str(),
+                    new.owner_id,
+                    new.access.as_str()
                 ],
             )
             .map_err(|e| map_unique(e, &new.id, &new.name))?;
             must_read_agent(c, &new.id)
         })
         .await
+        .inspect(|a| self.note_agent(&a.id, &a.owner_id, a.access))
     }
 
     pub async fn get_agent(&self, id: &str) -> Result<Agent> {
@@ -447,6 +462,15 @@ impl Store {
             // Whether the container may gain privileges is fixed when it is made.
             let allow_root = patch.allow_root.unwrap_or(old.allow_root);
             let approvals = patch.approvals.unwrap_or(old.approvals);
+            let access = patch.access.unwrap_or(old.access);
+            if access != old.access {
+                // An access token belongs to one time the agent was protected: a change of
+                // policy ends it (a protected agent again needs a new one).
+                tx.execute(
+                    "UPDATE agents SET access = ?2, access_token_hash = NULL WHERE id = ?1",
+                    params![id, access.as_str()],
+                )?;
+            }
             let rebuild = old.needs_rebuild
                 || image != old.image
                 || cpus != old.cpus
@@ -486,6 +510,7 @@ impl Store {
             Ok(agent)
         })
         .await
+        .inspect(|a| self.note_agent(&a.id, &a.owner_id, a.access))
     }
 
     /// Gives the agent lifetime `ttl_minutes` ending at `expires_at` (a keep-alive), unless it

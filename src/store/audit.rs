@@ -121,7 +121,13 @@ impl Store {
         };
         match q.visible {
             Visible::All => {}
-            Visible::Actor(user_id) => add(" AND user_id = ?", Value::Text(user_id)),
+            Visible::Mine(user_id) => {
+                add(" AND (user_id = ?", Value::Text(user_id.clone()));
+                add(
+                    " OR agent_id IN (SELECT id FROM agents WHERE owner_id = ?))",
+                    Value::Text(user_id),
+                );
+            }
             Visible::Nothing => return Ok(Vec::new()),
         }
         if let Some(a) = q.agent {

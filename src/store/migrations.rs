@@ -239,6 +239,24 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE INDEX approvals_pending ON approvals (outcome, created_at);
     CREATE INDEX approvals_by_session ON approvals (session_id);
     "#,
+    // 15: per-agent access. Every agent has an owner (agents made before belong to the built-in
+    // `admin`) and an access policy (`private` for those made before); a `protected` one may
+    // have an access token (only its hash kept); members are users with a role on an agent.
+    // `owner_id` has no REFERENCES (SQLite adds no such column with a default): deleting a user
+    // hands their agents to `admin` in the same transaction.
+    r#"
+    ALTER TABLE agents ADD COLUMN owner_id TEXT NOT NULL DEFAULT 'admin';
+    ALTER TABLE agents ADD COLUMN access TEXT NOT NULL DEFAULT 'private';
+    ALTER TABLE agents ADD COLUMN access_token_hash TEXT;
+    CREATE TABLE agent_members (
+        agent_id   TEXT NOT NULL REFERENCES agents (id) ON DELETE CASCADE,
+        user_id    TEXT NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+        role       TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        PRIMARY KEY (agent_id, user_id)
+    );
+    CREATE INDEX agent_members_by_user ON agent_members (user_id);
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -4,6 +4,7 @@
 //! behind a mutex, serialises them. That also makes each method's read-check-write atomic with
 //! respect to every other method of the same `Store`.
 
+mod access;
 mod agents;
 pub mod audit;
 mod migrations;
@@ -43,6 +44,8 @@ pub enum StoreError {
     IdTaken(String),
     #[error("there is no user with id {0}")]
     UserNotFound(String),
+    #[error("user {user} is not a member of agent {agent}")]
+    MemberNotFound { agent: String, user: String },
     #[error("the name {0:?} is already used by another user")]
     UserNameTaken(String),
     /// The change would leave no admin.
@@ -98,6 +101,9 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 pub struct Store {
     conn: Arc<Mutex<Connection>>,
     path: Option<PathBuf>,
+    /// Each agent's owner, policy and members, mirrored in memory: every request on an agent
+    /// and every event checks them (see [`access`]).
+    facts: access::FactsMirror,
 }
 
 impl std::fmt::Debug for Store {
@@ -116,9 +122,11 @@ impl Store {
         let path = path.to_path_buf();
         tokio::task::spawn_blocking(move || {
             let conn = open_file(&path)?;
+            let facts = access::FactsMirror::load(&conn)?;
             Ok(Store {
                 conn: Arc::new(Mutex::new(conn)),
                 path: Some(path),
+                facts,
             })
         })
         .await?
@@ -129,9 +137,11 @@ impl Store {
         tokio::task::spawn_blocking(|| {
             let mut conn = Connection::open_in_memory()?;
             configure(&mut conn, ":memory:")?;
+            let facts = access::FactsMirror::load(&conn)?;
             Ok(Store {
                 conn: Arc::new(Mutex::new(conn)),
                 path: None,
+                facts,
             })
         })
         .await?

@@ -24,6 +24,8 @@ fn new_agent(name: &str) -> NewAgent {
         labels: Default::default(),
         allow_root: false,
         approvals: Default::default(),
+        owner_id: "admin".to_string(),
+        access: Default::default(),
     }
 }
 
@@ -380,6 +382,7 @@ async fn patch_sets_needs_rebuild_only_on_a_real_change() {
                 labels: None,
                 allow_root: Some(a.allow_root),
                 approvals: Default::default(),
+                access: None,
             },
             all,
         )
@@ -1140,4 +1143,68 @@ async fn an_agent_from_before_allow_root_may_not_become_root_until_patched() {
         changed.needs_rebuild,
         "the container's side needs a rebuild"
     );
+}
+
+#[tokio::test]
+async fn agents_from_before_access_belong_to_admin_and_are_private() {
+    use crate::model::teams::{AgentAccess, MemberRole};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agenthold.db");
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        for step in &migrations::MIGRATIONS[..11] {
+            c.execute_batch(step).unwrap();
+        }
+        c.pragma_update(None, "user_version", 11).unwrap();
+        c.execute(
+            "INSERT INTO agents (id, name, image, cpus, memory_mb, idle_minutes, state,
+                                 created_at, updated_at)
+             VALUES ('old1', 'old', 'debian', 1.0, 512, 15, 'running',
+                     '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z')",
+            [],
+        )
+        .unwrap();
+    }
+    let store = Store::open(&path).await.unwrap();
+    let old = store.get_agent("old1").await.unwrap();
+    assert_eq!(
+        (old.owner_id.as_str(), old.owner_name.as_str()),
+        ("admin", "admin")
+    );
+    assert_eq!(old.access, AgentAccess::Private);
+    let facts = store.agent_facts("old1").unwrap();
+    assert_eq!(facts.owner_id, "admin");
+    assert!(facts.members.is_empty());
+
+    // A member survives a restart (the mirror is read back), and goes with their user; a
+    // deleted owner's agents are admin's.
+    let now = chrono::Utc::now();
+    let ann = crate::model::teams::User {
+        id: "ann1".into(),
+        name: "ann".into(),
+        role: Role::Member,
+        has_password: false,
+        created_at: now,
+        updated_at: now,
+    };
+    store.add_user(ann.clone(), None).await.unwrap();
+    store
+        .set_member("old1", &ann.id, MemberRole::Operator)
+        .await
+        .unwrap();
+    let mut mine = new_agent("annes");
+    mine.owner_id = ann.id.clone();
+    let mine = store.insert_agent(mine).await.unwrap();
+    assert_eq!(mine.owner_name, "ann");
+    drop(store);
+    let store = Store::open(&path).await.unwrap();
+    assert_eq!(
+        store.agent_facts("old1").unwrap().members.get(&ann.id),
+        Some(&MemberRole::Operator)
+    );
+    store.delete_user(&ann.id).await.unwrap();
+    assert!(store.agent_facts("old1").unwrap().members.is_empty());
+    assert!(store.members("old1").await.unwrap().is_empty());
+    assert_eq!(store.agent_facts(&mine.id).unwrap().owner_id, "admin");
+    assert_eq!(store.get_agent(&mine.id).await.unwrap().owner_name, "admin");
 }

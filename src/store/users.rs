@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, Row};
 
 use super::{Result, Store, StoreError};
-use crate::model::teams::{ApiToken, Role, Scope, TokenApprovals, User};
+use crate::model::teams::{ApiToken, Role, Scope, TokenApprovals, User, BUILT_IN_ADMIN};
 
 const USER_COLUMNS: &str = "id, name, role, password_hash IS NOT NULL, created_at, updated_at";
 const TOKEN_COLUMNS: &str =
@@ -250,18 +250,26 @@ impl Store {
 
     /// Deletes a user with their tokens and web sessions, refusing to delete the last admin.
     pub async fn delete_user(&self, id: &str) -> Result<()> {
-        let id = id.to_string();
+        let (id, deleted) = (id.to_string(), id.to_string());
         self.call(move |c| {
             let tx = c.transaction()?;
             let user = read_user(&tx, &id)?.ok_or_else(|| StoreError::UserNotFound(id.clone()))?;
             if user.role == Role::Admin && admins(&tx)? <= 1 {
                 return Err(StoreError::LastAdmin);
             }
+            // Their agents go to the built-in admin, who cannot be deleted; their memberships
+            // go with them (the foreign key).
+            tx.execute(
+                "UPDATE agents SET owner_id = ?2 WHERE owner_id = ?1",
+                [&id, BUILT_IN_ADMIN],
+            )?;
             tx.execute("DELETE FROM users WHERE id = ?1", [&id])?;
             tx.commit()?;
             Ok(())
         })
-        .await
+        .await?;
+        self.note_user_gone(&deleted);
+        Ok(())
     }
 
     /// Every API token, oldest first.

@@ -118,6 +118,10 @@ impl Directory {
         })
     }
 
+    pub(super) fn store(&self) -> &Store {
+        &self.store
+    }
+
     fn ends(&self) -> std::sync::MutexGuard<'_, HashMap<String, CancellationToken>> {
         self.ends.lock().unwrap_or_else(|e| e.into_inner())
     }

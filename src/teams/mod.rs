@@ -1,8 +1,11 @@
-//! Teams: users, their API tokens, and who a credential is ([`Principal`]). The rules of who may
-//! create, change and revoke what live here; the API's handlers only translate.
+//! Teams: users, their API tokens, who a credential is ([`Principal`]), and who may do what on
+//! an agent ([`access`], [`membership`]). The rules of who may create, change and revoke what
+//! live here; the API's handlers only translate.
 
+pub mod access;
 pub mod command_rules;
 pub mod directory;
+pub mod membership;
 pub mod password;
 pub mod principal;
 pub mod throttle;
@@ -34,6 +37,15 @@ pub enum TeamsError {
     /// A token may not do more than the credential that creates it.
     #[error("{0}")]
     Beyond(String),
+    #[error("{user} is not a member of agent {agent}")]
+    NotMember { agent: String, user: String },
+    #[error(
+        "agent {agent} is {access}: only a protected agent has an access token (PATCH its access \
+         to protected first)"
+    )]
+    NotProtected { agent: String, access: &'static str },
+    #[error("that is not the access token of agent {0}")]
+    WrongAccessToken(String),
     #[error(transparent)]
     Password(#[from] password::PasswordError),
     #[error("the users could not be kept: {0}")]
@@ -46,6 +58,7 @@ impl From<StoreError> for TeamsError {
             StoreError::UserNotFound(id) => TeamsError::UserNotFound(id),
             StoreError::UserNameTaken(name) => TeamsError::NameTaken(name),
             StoreError::LastAdmin => TeamsError::LastAdmin,
+            StoreError::NotFound(id) => TeamsError::AgentNotFound(id),
             other => TeamsError::Store(other),
         }
     }

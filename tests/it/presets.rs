@@ -38,11 +38,11 @@ async fn the_presets_list_matches_the_config() {
              "memoryMb": 512, "diskMb": 10240, "idleMinutes": 30,
              "env": {"FROM_PRESET": "p", "SHARED": "preset"}, "egress": null, "setup": null,
              "setupOnRebuild": false, "runtime": null, "harness": null, "ttlMinutes": null,
-             "labels": {}, "allowRoot": false, "approvals": {"commands": "never"}, "default": true},
+             "labels": {}, "allowRoot": false, "approvals": {"commands": "never"}, "access": "private", "default": true},
             {"name": "plain", "description": null, "image": "debian:bookworm-slim", "cpus": 2.0,
              "memoryMb": 4096, "diskMb": 10240, "idleMinutes": 15, "env": {}, "egress": null,
              "setup": null, "setupOnRebuild": false, "runtime": null, "harness": null, "ttlMinutes": null,
-             "labels": {}, "allowRoot": false, "approvals": {"commands": "never"}, "default": false},
+             "labels": {}, "allowRoot": false, "approvals": {"commands": "never"}, "access": "private", "default": false},
         ])
     );
     s.stop().await;

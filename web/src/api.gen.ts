@@ -66,6 +66,26 @@ export interface paths {
         patch: operations["updateAgent"];
         trace?: never;
     };
+    "/api/v1/agents/{id}/access-token": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Makes a new access token for a protected agent, shown this once (only its hash is kept);
+         *     the one before stops working. The owner's and admins' to do.
+         */
+        post: operations["rotateAccessToken"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/agents/{id}/code": {
         parameters: {
             query?: never;
@@ -373,6 +393,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/agents/{id}/join": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Joins a protected agent as a `user` member with its access token; answers the agent. The
+         *     owner and members stay as they are.
+         */
+        post: operations["joinAgent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/agents/{id}/keep-alive": {
         parameters: {
             query?: never;
@@ -388,6 +428,41 @@ export interface paths {
          */
         post: operations["keepAgentAlive"];
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/agents/{id}/members": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The agent's members, by name (the owner is the agent's `owner`, not a member). */
+        get: operations["listMembers"];
+        put?: never;
+        /** Adds a member, or gives a member another role; the owner's and admins' to do. */
+        post: operations["addMember"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/agents/{id}/members/{user}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Removes a member (by the user's id or name); the owner's and admins' to do. */
+        delete: operations["removeMember"];
         options?: never;
         head?: never;
         patch?: never;
@@ -1094,8 +1169,31 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** @description The answer of `POST /api/v1/agents/{id}/access-token`: shown this once. */
+        AccessToken: {
+            /** @example ahj_5d1c… */
+            accessToken: string;
+        };
+        /** @description `POST /api/v1/agents/{id}/members`. */
+        AddMember: {
+            /**
+             * @description `user` (read and use) or `operator` (also start, stop, rebuild, setup and settings);
+             *     a member already there gets this role.
+             */
+            role: components["schemas"]["MemberRole"];
+            /**
+             * @description The user's id or name.
+             * @example ann
+             */
+            user: string;
+        };
         /** @description An agent and its sandbox, as stored. */
         Agent: {
+            /**
+             * @description Who besides the owner, admins and members may see and use it (see `docs/api.md`,
+             *     "Teams and access").
+             */
+            access: components["schemas"]["AgentAccess"];
             /**
              * @description The agent may become root in its sandbox (`sudo`, `"user": "root"` on exec and
              *     processes). A change by `PATCH` reaches `sudo` at the next rebuild (`needsRebuild`).
@@ -1167,6 +1265,11 @@ export interface components {
             /** @description The image or resources changed since the container was made; a rebuild applies them. */
             needsRebuild: boolean;
             /**
+             * @description The user who made it; agents made before users existed belong to `admin`, and a
+             *     deleted user's agents to `admin`.
+             */
+            owner: components["schemas"]["AgentOwner"];
+            /**
              * @description The preset the agent was made from; null for none.
              * @example dev
              */
@@ -1194,10 +1297,38 @@ export interface components {
              */
             ttlMinutes: number | null;
         };
+        /**
+         * @description Who may see and use an agent besides its owner, admins and its members.
+         * @enum {string}
+         */
+        AgentAccess: "private" | "protected" | "public";
         /** @description An agent's approval settings. */
         AgentApprovals: {
             /** @default never */
             commands: components["schemas"]["CommandApprovals"];
+        };
+        /** @description A member of an agent. */
+        AgentMember: {
+            /** Format: date-time */
+            addedAt: string;
+            role: components["schemas"]["MemberRole"];
+            /**
+             * @description The user's id.
+             * @example q8x2m1k3f9ab
+             */
+            userId: string;
+            /** @example ann */
+            userName: string;
+        };
+        /** @description An agent's owner. */
+        AgentOwner: {
+            /**
+             * @description The user's id.
+             * @example admin
+             */
+            id: string;
+            /** @example admin */
+            name: string;
         };
         /**
          * @description Where an agent's sandbox is in its life.
@@ -1271,7 +1402,7 @@ export interface components {
          * @description What an entry records: a fixed vocabulary, one word per kind of change.
          * @enum {string}
          */
-        AuditAction: "agent.create" | "agent.update" | "agent.destroy" | "agent.start" | "agent.stop" | "agent.rebuild" | "agent.setup" | "exec" | "code.run" | "code.context.create" | "code.context.remove" | "code.context.restart" | "process.start" | "process.signal" | "process.remove" | "terminal.open" | "terminal.kill" | "fs.write" | "fs.mkdir" | "fs.remove" | "fs.rename" | "session.create" | "session.update" | "session.delete" | "session.prompt" | "session.cancel" | "preview.create" | "preview.delete" | "approval.answer" | "token.create" | "token.revoke" | "user.create" | "user.update" | "user.delete" | "secret.set" | "secret.delete" | "config.reload" | "sign_in" | "sign_out";
+        AuditAction: "agent.create" | "agent.update" | "agent.destroy" | "agent.start" | "agent.stop" | "agent.rebuild" | "agent.setup" | "exec" | "code.run" | "code.context.create" | "code.context.remove" | "code.context.restart" | "process.start" | "process.signal" | "process.remove" | "terminal.open" | "terminal.kill" | "fs.write" | "fs.mkdir" | "fs.remove" | "fs.rename" | "session.create" | "session.update" | "session.delete" | "session.prompt" | "session.cancel" | "preview.create" | "preview.delete" | "approval.answer" | "token.create" | "token.revoke" | "user.create" | "user.update" | "user.delete" | "member.add" | "member.remove" | "access_token.rotate" | "agent.join" | "secret.set" | "secret.delete" | "config.reload" | "sign_in" | "sign_out";
         /** @description One entry of the audit log, as it is kept and shown. */
         AuditEntry: {
             action: components["schemas"]["AuditAction"];
@@ -1364,6 +1495,7 @@ export interface components {
         };
         /** @description `POST /api/v1/agents`; fields left out take the server's defaults. */
         CreateAgent: {
+            access?: null | components["schemas"]["AgentAccess"];
             /**
              * @description The agent may become root in its sandbox: `sudo` works (its container is made
              *     without `no-new-privileges`), and exec and processes accept `"user": "root"`.
@@ -1829,6 +1961,14 @@ export interface components {
             /** @default  */
             version: string;
         };
+        /** @description `POST /api/v1/agents/{id}/join`. */
+        JoinAgent: {
+            /**
+             * @description The agent's access token, from its owner.
+             * @example ahj_5d1c…
+             */
+            accessToken: string;
+        };
         /** @description `POST /api/v1/agents/{id}/keep-alive`. */
         KeepAlive: {
             /**
@@ -1929,6 +2069,11 @@ export interface components {
             token?: null | components["schemas"]["Token"];
             user: components["schemas"]["User"];
         };
+        /**
+         * @description What a member of an agent may do there.
+         * @enum {string}
+         */
+        MemberRole: "user" | "operator";
         /** @description A `notice` event. */
         Notice: {
             kind: components["schemas"]["NoticeKind"];
@@ -1958,6 +2103,8 @@ export interface components {
         };
         /** @description `GET /api/v1/presets`: a preset with the server's defaults filled in. */
         PresetInfo: {
+            /** @description The access policy its agents get, unless a create says otherwise. */
+            access?: components["schemas"]["AgentAccess"];
             /** @description Its agents may become root (`sudo`, `"user": "root"`), unless a create says otherwise. */
             allowRoot?: boolean;
             /** @description The approval settings of its agents, unless a create says otherwise. */
@@ -2493,6 +2640,7 @@ export interface components {
         TurnState: "started" | "ended";
         /** @description `PATCH /api/v1/agents/{id}`; fields left out stay as they are. */
         UpdateAgent: {
+            access?: null | components["schemas"]["AgentAccess"];
             /**
              * @description Allows or takes away root. `"user": "root"` on exec and processes follows at once;
              *     `sudo` follows at the next rebuild (the container's security options are fixed when
@@ -2785,7 +2933,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The name is taken */
+            /** @description The name is taken (names are unique on the server; the answer does not say by which agent) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -2999,7 +3147,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            /** @description `access` by an operator (only the owner and admins change it) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3031,6 +3179,80 @@ export interface operations {
             };
             /** @description The JSON body is over 16 MiB */
             413: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    rotateAccessToken: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            201: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AccessToken"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The agent is not `protected` */
+            409: {
                 headers: {
                     /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
                     "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
@@ -4970,6 +5192,107 @@ export interface operations {
             };
         };
     };
+    joinAgent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["JoinAgent"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Agent"];
+                };
+            };
+            /** @description `accessToken` is empty or longer than 256 characters */
+            400: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not the agent's access token (`field`: `accessToken`) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such agent, or a private one */
+            404: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The agent is not `protected` */
+            409: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The JSON body is over 16 MiB */
+            413: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     keepAgentAlive: {
         parameters: {
             query?: never;
@@ -5048,6 +5371,224 @@ export interface operations {
             };
             /** @description The JSON body is over 16 MiB */
             413: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    listMembers: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AgentMember"][];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    addMember: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AddMember"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AgentMember"];
+                };
+            };
+            /** @description `user` is empty, too long, or the owner (`field`: `user`) */
+            400: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such agent, or no such user */
+            404: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The JSON body is over 16 MiB */
+            413: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    removeMember: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+                /** @description The member's user id or name */
+                user: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Removed */
+            204: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such agent, user, or membership */
+            404: {
                 headers: {
                     /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
                     "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];

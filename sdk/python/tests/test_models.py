@@ -25,6 +25,8 @@ READ: list[tuple[type[Any], Any]] = [
     (models.AuditEntry, _wire.AuditEntry),
     (models.Me, _wire.Me),
     (models.Secret, _wire.Secret),
+    (models.AgentOwner, _wire.AgentOwner),
+    (models.AgentMember, _wire.AgentMember),
     (models.EgressDenied, _wire.EgressDenied),
     (models.EgressLogEntry, _wire.EgressLogEntry),
     (models.PullProgress, _wire.PullProgress),
@@ -105,6 +107,11 @@ NOT_READ = {
     "PutSecret",
     # An agent's and a preset's `approvals`, read as the dict it is.
     "AgentApprovals",
+    # Request bodies of an agent's members and joining, built from the calls' arguments.
+    "AddMember",
+    "JoinAgent",
+    # Read where it is met: agent.new_access_token returns the token itself.
+    "AccessToken",
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from agenthold import (
@@ -90,3 +91,47 @@ def test_the_audit_log_names_who_did_what(client: Client) -> None:
 async def test_the_async_client_reads_the_audit_log(aclient: AsyncClient) -> None:
     entries = await aclient.audit(limit=3)
     assert len(entries) <= 3 and all(isinstance(e, AuditEntry) for e in entries)
+
+
+def _member_client(client: Client, name: str) -> Client:
+    """A client with a token of a new member user (signed in by password, as the web UI does,
+    then a token made with that session)."""
+    client.users.create(name, password="a good password")
+    with httpx.Client(base_url=client.url) as web:
+        r = web.post("/api/v1/session", json={"name": name, "password": "a good password"})
+        assert r.status_code == 204, r.text
+        r = web.post(
+            "/api/v1/tokens",
+            json={"name": "py", "scopes": ["agents:read", "agents:write", "agents:use"]},
+            headers={"origin": client.url},
+        )
+        assert r.status_code == 201, r.text
+        return Client(client.url, r.json()["token"])
+
+
+def test_members_access_and_joining(client: Client) -> None:
+    owner_name, other_name = unique("o"), unique("n")
+    with _member_client(client, owner_name) as owner, _member_client(client, other_name) as other:
+        agent = owner.agents.create(unique("a"), access="protected")
+        try:
+            assert agent.info.owner is not None and agent.info.owner.name == owner_name
+            assert agent.info.access == "protected"
+            with pytest.raises(NotFound):
+                other.agents.get(agent.id)
+            token = agent.new_access_token()
+            assert token.startswith("ahj_")
+            with pytest.raises(Forbidden):
+                other.join(agent.id, "ahj_wrong")
+            joined = other.join(agent.id, token)
+            assert joined.id == agent.id
+            members = agent.members.list()
+            assert [(m.user_name, m.role) for m in members] == [(other_name, "user")]
+            with pytest.raises(Forbidden):
+                joined.set_access("public")
+            assert agent.members.add(other_name, "operator").role == "operator"
+            agent.members.remove(other_name)
+            assert agent.members.list() == []
+            assert agent.set_access("public").info.access == "public"
+            assert agent.id in [a.id for a in other.agents.list()]
+        finally:
+            agent.destroy()

@@ -134,6 +134,8 @@ fn without_a_preset_an_agent_gets_the_servers_defaults() {
             labels: BTreeMap::new(),
             allow_root: false,
             approvals: Default::default(),
+            owner_id: String::new(),
+            access: Default::default(),
         }
     );
     assert_eq!(new.id.len(), 12);
@@ -364,6 +366,7 @@ fn each_setting_out_of_bounds_is_refused_in_its_field() {
             labels: patch.labels.clone(),
             allow_root: patch.allow_root,
             approvals: Default::default(),
+            access: None,
         };
         let expected = (field, why.to_string());
         assert_eq!(refusal(server.resolve(request)), expected, "create");
@@ -506,5 +509,30 @@ fn a_home_only_grows() {
     assert!(
         why.starts_with("this agent's home has no disk limit"),
         "{why}"
+    );
+}
+
+#[test]
+fn a_preset_gives_its_access_and_the_requests_own_wins() {
+    use crate::model::teams::AgentAccess;
+    let shared = Preset {
+        access: Some(AgentAccess::Public),
+        ..Preset::default()
+    };
+    let server = Server::new(&[("shared", shared)]);
+    let mut request = named("a");
+    request.preset = Some("shared".to_string());
+    assert_eq!(
+        server.resolve(request.clone()).unwrap().access,
+        AgentAccess::Public
+    );
+    request.access = Some(AgentAccess::Protected);
+    assert_eq!(
+        server.resolve(request).unwrap().access,
+        AgentAccess::Protected
+    );
+    assert_eq!(
+        Server::new(&[]).resolve(named("b")).unwrap().access,
+        AgentAccess::Private
     );
 }

@@ -17,7 +17,7 @@ use serde_json::{json, Map, Value};
 use utoipa::OpenApi;
 
 use super::{
-    admin, agent_sessions, agents, approvals, audit, code, events, exec, files, previews,
+    admin, agent_sessions, agents, approvals, audit, code, events, exec, files, members, previews,
     processes, secrets, session, terminal, terminals, tokens, types, users,
 };
 use crate::config::Config;
@@ -28,7 +28,8 @@ use crate::config::Config;
         Every route but `/api/v1/health` and signing in needs `Authorization: Bearer <token>` \
         (the admin token or an API token) or the web UI's session cookie; a credential without \
         the scope a route needs gets `403`, and an agent a token is not limited to does not \
-        exist for it (`404`). A request from the sandbox network is refused with `403` \
+        exist for it (`404`). A private agent exists only for its owner, its members and admins \
+        (`404` for everyone else); see the agent routes' `access`, `members` and `join`. A request from the sandbox network is refused with `403` \
         whatever it carries. Errors are `{\"error\": {\"code\", \"message\", \"field\"?}}`. \
         The limits in this document are this server's configuration."),
     paths(
@@ -48,6 +49,7 @@ use crate::config::Config;
         users::list, users::create, users::update, users::delete, users::me,
         tokens::list, tokens::create, tokens::revoke, audit::list,
         secrets::list, secrets::put, secrets::delete,
+        members::list, members::add, members::remove, members::rotate_access_token, members::join,
     ),
     components(schemas(
         types::Agent, types::AgentState, types::CreateAgent, types::UpdateAgent, types::KeepAlive, types::ExpiringEvent,
@@ -74,6 +76,8 @@ use crate::config::Config;
         types::Token, types::CreateToken, types::CreatedToken, types::Me,
         types::PutSecret, types::Secret,
         types::AuditEntry, types::AuditAction,
+        types::AgentOwner, types::AgentAccess, types::MemberRole, types::AgentMember, types::AddMember,
+        types::JoinAgent, types::AccessToken,
     )),
     modifiers(&BearerAuth),
     security(("bearer" = [])),

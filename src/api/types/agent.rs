@@ -149,6 +149,22 @@ pub struct Agent {
     /// owner and admins, or of a supervised token, wait for a person's approval.
     #[serde(default)]
     pub approvals: AgentApprovals,
+    /// The user who made it; agents made before users existed belong to `admin`, and a
+    /// deleted user's agents to `admin`.
+    pub owner: AgentOwner,
+    /// Who besides the owner, admins and members may see and use it (see `docs/api.md`,
+    /// "Teams and access").
+    pub access: crate::model::teams::AgentAccess,
+}
+
+/// An agent's owner.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct AgentOwner {
+    /// The user's id.
+    #[schema(example = "admin")]
+    pub id: String,
+    #[schema(example = "admin")]
+    pub name: String,
 }
 
 impl From<model::Agent> for Agent {
@@ -178,6 +194,11 @@ impl From<model::Agent> for Agent {
             labels: a.labels,
             allow_root: a.allow_root,
             approvals: a.approvals,
+            owner: AgentOwner {
+                id: a.owner_id,
+                name: a.owner_name,
+            },
+            access: a.access,
         }
     }
 }

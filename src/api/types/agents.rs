@@ -241,6 +241,18 @@ agent_bodies! {
         update {
             /// New approval settings, in force for the next command.
         };
+
+        access: [crate::model::teams::AgentAccess],
+        create {
+            /// Who besides the owner (the caller), admins and members may see and use it:
+            /// `private` (absent: no one; everyone else gets `404`), `protected` (anyone who
+            /// presents its access token joins as a `user` member) or `public` (anyone signed in
+            /// may read and use it).
+        },
+        update {
+            /// A new policy: the owner's and admins' to change (`403` for an operator). A change
+            /// ends the agent's access token.
+        };
     }
 }
 

@@ -35,7 +35,9 @@ mod terminals;
 pub(crate) mod whole;
 
 pub use crate::model::audit::{Action as AuditAction, AuditEntry};
+pub use crate::model::teams::{AgentAccess, MemberRole};
 pub use admin::ConfigReload;
+pub use agent::AgentOwner;
 pub use agent::{Agent, AgentState, SetupState, SetupStatus};
 pub use agents::{CreateAgent, ExpiringEvent, KeepAlive, UpdateAgent};
 pub use code::{CodeContext, CodeError, Execution, RunCode};
@@ -51,6 +53,9 @@ pub use pull::{PullProgress, PullStatus};
 pub use secrets::{PutSecret, Secret};
 pub use server::{HarnessInfo, Health, Limits};
 pub use session::{PasswordSignIn, SessionStatus, SignIn, TokenSignIn};
-pub use teams::{CreateToken, CreateUser, CreatedToken, Me, Role, Scope, Token, UpdateUser, User};
+pub use teams::{
+    AccessToken, AddMember, AgentMember, CreateToken, CreateUser, CreatedToken, JoinAgent, Me,
+    Role, Scope, Token, UpdateUser, User,
+};
 pub use terminal::{close, TerminalMessage};
 pub use terminals::TerminalSession;

@@ -46,6 +46,9 @@ pub struct PresetInfo {
     /// The approval settings of its agents, unless a create says otherwise.
     #[serde(default)]
     pub approvals: AgentApprovals,
+    /// The access policy its agents get, unless a create says otherwise.
+    #[serde(default)]
+    pub access: crate::model::teams::AgentAccess,
     /// Whether it is `sandbox.default_preset`, the one a create without `preset` gets.
     pub default: bool,
 }
@@ -70,6 +73,7 @@ impl From<preset::PresetInfo> for PresetInfo {
             labels: p.labels,
             allow_root: p.allow_root,
             approvals: p.approvals,
+            access: p.access,
             default: p.default,
         }
     }

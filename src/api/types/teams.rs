@@ -191,3 +191,56 @@ impl Me {
         }
     }
 }
+
+/// A member of an agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentMember {
+    /// The user's id.
+    #[schema(example = "q8x2m1k3f9ab")]
+    pub user_id: String,
+    #[schema(example = "ann")]
+    pub user_name: String,
+    pub role: crate::model::teams::MemberRole,
+    pub added_at: DateTime<Utc>,
+}
+
+impl From<crate::model::teams::Member> for AgentMember {
+    fn from(m: crate::model::teams::Member) -> AgentMember {
+        AgentMember {
+            user_id: m.user_id,
+            user_name: m.user_name,
+            role: m.role,
+            added_at: m.added_at,
+        }
+    }
+}
+
+/// `POST /api/v1/agents/{id}/members`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AddMember {
+    /// The user's id or name.
+    #[schema(example = "ann", min_length = 1, max_length = 128)]
+    pub user: String,
+    /// `user` (read and use) or `operator` (also start, stop, rebuild, setup and settings);
+    /// a member already there gets this role.
+    pub role: crate::model::teams::MemberRole,
+}
+
+/// `POST /api/v1/agents/{id}/join`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JoinAgent {
+    /// The agent's access token, from its owner.
+    #[schema(example = "ahj_5d1c…", min_length = 1, max_length = 256)]
+    pub access_token: String,
+}
+
+/// The answer of `POST /api/v1/agents/{id}/access-token`: shown this once.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AccessToken {
+    #[schema(example = "ahj_5d1c…")]
+    pub access_token: String,
+}

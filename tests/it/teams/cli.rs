@@ -1,4 +1,4 @@
-//! `agenthold users`, `agenthold tokens` and `agenthold audit` against a live server.
+//! `agenthold users`, `tokens`, `audit`, `access`, `members` and `join` against a live server.
 
 use std::process::Stdio;
 
@@ -71,7 +71,9 @@ async fn users_and_tokens_from_the_command_line() {
 async fn login_keeps_a_token_only_the_user_can_read_and_later_commands_use_it() {
     use std::os::unix::fs::PermissionsExt;
     let s = TestServer::start().await;
-    s.create_agent("web").await;
+    // Public: a member sees it without being one of its members.
+    s.create_agent(serde_json::json!({ "name": "web", "access": "public" }))
+        .await;
     super::user(&s, "ann", "member", Some("ann's password")).await;
     let config = tempfile::tempdir().unwrap();
     let as_ann = |args: &[&str]| {
@@ -151,4 +153,70 @@ async fn audit_from_the_command_line() {
     let (code, _, err) = run(&s, &["audit", "--action", "explode"]).await;
     assert_ne!(code, 0);
     assert!(err.contains("not an action"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn access_members_and_join_from_the_command_line() {
+    let s = TestServer::start().await;
+    let id = s.create_agent("club").await;
+    super::user(&s, "ann", "member", Some("ann's password")).await;
+    super::user(&s, "bob", "member", Some("bob's password")).await;
+    let (code, out, err) = run(&s, &["access", "club"]).await;
+    assert_eq!((code, out.trim()), (0, "private"), "{err}");
+    let (code, _, err) = run(&s, &["access", "club", "everyone"]).await;
+    assert_ne!(code, 0);
+    assert!(err.contains("not an access policy"), "{err}");
+    let (code, token, err) = run(&s, &["access", "club", "protected", "--new-token"]).await;
+    assert_eq!(code, 0, "{err}");
+    let token = token.trim().to_string();
+    assert!(token.starts_with("ahj_"), "{token}");
+
+    let (code, _, err) = run(&s, &["members", "club", "add", "ann", "--role", "operator"]).await;
+    assert_eq!(code, 0, "{err}");
+    let (code, out, _) = run(&s, &["members", "club"]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("ann") && out.contains("operator"), "{out}");
+    let (code, _, _) = run(&s, &["members", "club", "remove", "ann"]).await;
+    assert_eq!(code, 0);
+    let (_, out, _) = run(&s, &["members", "club", "--json"]).await;
+    assert_eq!(out.trim(), "[]");
+
+    // bob joins with the token, by the agent's id (the agent is in no list of his before).
+    let cookie = super::sign_in(&s, "bob", "bob's password").await;
+    let r = s
+        .http
+        .post(s.url("/api/v1/tokens"))
+        .header("cookie", cookie)
+        .header("origin", format!("http://{}", s.api_addr))
+        .json(&serde_json::json!({ "name": "bob", "scopes": ["agents:read", "agents:use"] }))
+        .send()
+        .await
+        .unwrap();
+    let v: Value = r.json().await.unwrap();
+    let bob = v["token"].as_str().unwrap().to_string();
+    assert_eq!(get_as(&s, &bob, "/api/v1/agents").await.0, 200);
+    let join = |args: Vec<String>| {
+        let mut c = cli(&s);
+        c.env("AGENTHOLD_TOKEN", &bob).args(args);
+        c
+    };
+    let out = join(vec!["join".into(), id.clone(), "ahj_wrong".into()])
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not the access token"), "{err}");
+    let out = join(vec!["join".into(), id.clone(), token.clone()])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), id);
+    let (status, agents) = get_as(&s, &bob, "/api/v1/agents").await;
+    assert_eq!((status, agents.as_array().unwrap().len()), (200, 1));
 }

@@ -8,16 +8,16 @@ use super::{sign_in, token, user};
 use crate::common::TestServer;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Need {
+pub(super) enum Need {
     Public,
     SignedIn,
     Scope(&'static str),
 }
 use Need::{Public, Scope, SignedIn};
 
-const READ: Need = Scope("agents:read");
-const WRITE: Need = Scope("agents:write");
-const USE: Need = Scope("agents:use");
+pub(super) const READ: Need = Scope("agents:read");
+pub(super) const WRITE: Need = Scope("agents:write");
+pub(super) const USE: Need = Scope("agents:use");
 const ANSWER: Need = Scope("approvals:answer");
 const ADMIN: Need = Scope("admin");
 const SCOPES: [&str; 5] = [
@@ -29,7 +29,7 @@ const SCOPES: [&str; 5] = [
 ];
 
 /// What each route needs: the product's access model, one line a route.
-fn rule(method: &str, path: &str) -> Option<Need> {
+pub(super) fn rule(method: &str, path: &str) -> Option<Need> {
     let need = match (method, path) {
         ("GET", "/api/v1/health") => Public,
         ("GET", "/api/v1/limits" | "/api/v1/presets") => READ,
@@ -55,6 +55,11 @@ fn rule(method: &str, path: &str) -> Option<Need> {
         ("POST", "/api/v1/agents/{id}/setup") => WRITE,
         ("POST", "/api/v1/agents/{id}/keep-alive") => USE,
         ("GET", "/api/v1/agents/{id}/egress/log") => READ,
+        ("GET", "/api/v1/agents/{id}/members") => READ,
+        ("POST", "/api/v1/agents/{id}/members") => WRITE,
+        ("DELETE", "/api/v1/agents/{id}/members/{user}") => WRITE,
+        ("POST", "/api/v1/agents/{id}/access-token") => WRITE,
+        ("POST", "/api/v1/agents/{id}/join") => USE,
         ("POST", "/api/v1/agents/{id}/exec") => USE,
         ("POST", "/api/v1/agents/{id}/code") => USE,
         ("GET" | "POST", "/api/v1/agents/{id}/code/contexts") => USE,
@@ -289,7 +294,8 @@ async fn every_route_answers_every_credential_as_the_access_rules_say() {
                 .replace("{id}", agent)
                 .replace("{pid}", "nosuch")
                 .replace("{sid}", "nosuch")
-                .replace("{aid}", "nosuch");
+                .replace("{aid}", "nosuch")
+                .replace("{user}", "nosuch");
             let (status, body) = send(&s, w, method, &url).await;
             let msg = message(&body);
             let ok = match expect {

@@ -1,6 +1,7 @@
 //! Teams: users, API tokens and who may call what. [`matrix`] holds every route of the OpenAPI
 //! document against every kind of credential; the others test signing in, users and tokens.
 
+mod access;
 mod audit;
 mod cli;
 mod command_approvals;

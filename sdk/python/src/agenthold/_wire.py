@@ -7,6 +7,33 @@ from typing import Any, Literal, TypeAlias
 
 from typing_extensions import NotRequired, TypedDict
 
+
+class AccessToken(TypedDict):
+    """
+    The answer of `POST /api/v1/agents/{id}/access-token`: shown this once.
+    """
+
+    accessToken: str
+
+
+AgentAccess: TypeAlias = Literal["private", "protected", "public"]
+"""
+Who may see and use an agent besides its owner, admins and its members.
+"""
+
+
+class AgentOwner(TypedDict):
+    """
+    An agent's owner.
+    """
+
+    id: str
+    """
+    The user's id.
+    """
+    name: str
+
+
 AgentState: TypeAlias = Literal[
     "creating",
     "starting",
@@ -100,6 +127,10 @@ AuditAction: TypeAlias = Literal[
     "user.create",
     "user.update",
     "user.delete",
+    "member.add",
+    "member.remove",
+    "access_token.rotate",
+    "agent.join",
     "secret.set",
     "secret.delete",
     "config.reload",
@@ -542,6 +573,17 @@ class Health(TypedDict):
     version: NotRequired[str]
 
 
+class JoinAgent(TypedDict, closed=True):
+    """
+    `POST /api/v1/agents/{id}/join`.
+    """
+
+    accessToken: str
+    """
+    The agent's access token, from its owner.
+    """
+
+
 class KeepAlive(TypedDict, closed=True):
     """
     `POST /api/v1/agents/{id}/keep-alive`.
@@ -621,6 +663,12 @@ class ListeningPort(TypedDict):
     """
     The command name of the process that listens, when the sandbox lets it be seen.
     """
+
+
+MemberRole: TypeAlias = Literal["user", "operator"]
+"""
+What a member of an agent may do there.
+"""
 
 
 NoticeKind: TypeAlias = Literal[
@@ -1031,12 +1079,42 @@ class User(TypedDict):
     updatedAt: str
 
 
+class AddMember(TypedDict, closed=True):
+    """
+    `POST /api/v1/agents/{id}/members`.
+    """
+
+    role: MemberRole
+    """
+    `user` (read and use) or `operator` (also start, stop, rebuild, setup and settings);
+    a member already there gets this role.
+    """
+    user: str
+    """
+    The user's id or name.
+    """
+
+
 class AgentApprovals(TypedDict, closed=True):
     """
     An agent's approval settings.
     """
 
     commands: NotRequired[CommandApprovals]
+
+
+class AgentMember(TypedDict):
+    """
+    A member of an agent.
+    """
+
+    addedAt: str
+    role: MemberRole
+    userId: str
+    """
+    The user's id.
+    """
+    userName: str
 
 
 class Approval(TypedDict):
@@ -1087,6 +1165,7 @@ class CreateAgent(TypedDict, closed=True):
     `POST /api/v1/agents`; fields left out take the server's defaults.
     """
 
+    access: NotRequired[AgentAccess | None]
     allowRoot: NotRequired[bool | None]
     """
     The agent may become root in its sandbox: `sudo` works (its container is made
@@ -1288,6 +1367,10 @@ class PresetInfo(TypedDict):
     `GET /api/v1/presets`: a preset with the server's defaults filled in.
     """
 
+    access: NotRequired[AgentAccess]
+    """
+    The access policy its agents get, unless a create says otherwise.
+    """
     allowRoot: NotRequired[bool]
     """
     Its agents may become root (`sudo`, `"user": "root"`), unless a create says otherwise.
@@ -1563,6 +1646,7 @@ class UpdateAgent(TypedDict, closed=True):
     `PATCH /api/v1/agents/{id}`; fields left out stay as they are.
     """
 
+    access: NotRequired[AgentAccess | None]
     allowRoot: NotRequired[bool | None]
     """
     Allows or takes away root. `"user": "root"` on exec and processes follows at once;
@@ -1620,6 +1704,11 @@ class Agent(TypedDict):
     An agent and its sandbox, as stored.
     """
 
+    access: AgentAccess
+    """
+    Who besides the owner, admins and members may see and use it (see `docs/api.md`,
+    "Teams and access").
+    """
     allowRoot: NotRequired[bool]
     """
     The agent may become root in its sandbox (`sudo`, `"user": "root"` on exec and
@@ -1672,6 +1761,11 @@ class Agent(TypedDict):
     needsRebuild: bool
     """
     The image or resources changed since the container was made; a rebuild applies them.
+    """
+    owner: AgentOwner
+    """
+    The user who made it; agents made before users existed belong to `admin`, and a
+    deleted user's agents to `admin`.
     """
     preset: NotRequired[str | None]
     """

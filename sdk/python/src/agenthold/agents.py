@@ -32,8 +32,10 @@ from .code import (
 from .commands import AsyncCommands, Commands
 from .errors import Conflict, NotFound
 from .files import AsyncFiles, Files
+from .members import AsyncMembers, Members
 from .models import (
     TRANSIENT_STATES,
+    AgentAccess,
     AgentInfo,
     AgentState,
     CodeContext,
@@ -381,6 +383,7 @@ class Agent(_AgentView):
         self.terminals = Terminals(transport, info.id)
         self.sessions = Sessions(transport, info.id)
         self.previews = Previews(transport, info.id)
+        self.members = Members(transport, info.id)
         self.egress = AgentEgress(self)
 
     def _set(self, body: Any) -> Agent:
@@ -477,6 +480,19 @@ class Agent(_AgentView):
         )
         return self._set(self._t.json("PATCH", self._path, json=body))
 
+    def set_access(self, access: AgentAccess) -> Agent:
+        """Sets who besides the owner, admins and members may see and use the agent:
+        ``private``, ``protected`` or ``public``; the owner's and admins' to do
+        (:class:`Forbidden` for an operator). A change ends the agent's access token."""
+        return self._set(self._t.json("PATCH", self._path, json={"access": access}))
+
+    def new_access_token(self) -> str:
+        """A new access token for the ``protected`` agent, shown this once; the one before
+        stops working. Others join with it (``client.join``). :class:`Conflict` when the
+        agent is not protected."""
+        body = self._t.json("POST", f"{self._path}/access-token")
+        return cast(str, body["accessToken"])
+
     def keep_alive(self, ttl_minutes: int | None = None) -> Agent:
         """Restarts the agent's lifetime from now: ``ttl_minutes`` (1 to 525600), or its own
         again when ``None``; ``expires_at`` moves (E2B's ``set_timeout``)."""
@@ -565,6 +581,7 @@ class AsyncAgent(_AgentView):
         self.terminals = AsyncTerminals(transport, info.id)
         self.sessions = AsyncSessions(transport, info.id)
         self.previews = AsyncPreviews(transport, info.id)
+        self.members = AsyncMembers(transport, info.id)
         self.egress = AsyncAgentEgress(self)
 
     def _set(self, body: Any) -> AsyncAgent:
@@ -640,6 +657,15 @@ class AsyncAgent(_AgentView):
             allow_root=allow_root,
         )
         return self._set(await self._t.json("PATCH", self._path, json=body))
+
+    async def set_access(self, access: AgentAccess) -> AsyncAgent:
+        """See :meth:`Agent.set_access`."""
+        return self._set(await self._t.json("PATCH", self._path, json={"access": access}))
+
+    async def new_access_token(self) -> str:
+        """See :meth:`Agent.new_access_token`."""
+        body = await self._t.json("POST", f"{self._path}/access-token")
+        return cast(str, body["accessToken"])
 
     async def keep_alive(self, ttl_minutes: int | None = None) -> AsyncAgent:
         """See :meth:`Agent.keep_alive`."""
@@ -717,6 +743,14 @@ class Agents:
         params = _filters(label, state, preset)
         return [AgentInfo.from_json(a) for a in self._t.json("GET", "/agents", params=params)]
 
+    def join(self, agent_id: str, access_token: str) -> Agent:
+        """Joins the ``protected`` agent ``agent_id`` as a ``user`` member with its access
+        token (from its owner): :class:`Forbidden` for a wrong one, :class:`NotFound` for a
+        private agent. The agent is found by id: it is in no list of the caller's before."""
+        body = {"accessToken": access_token}
+        info = self._t.json("POST", f"/agents/{seg(agent_id)}/join", json=body)
+        return Agent(self._t, AgentInfo.from_json(info))
+
     def get(self, name_or_id: str) -> Agent:
         """The agent with this id or name (``NotFound`` if none): ``GET /agents/{id}``, then
         the agents of that name."""
@@ -743,6 +777,7 @@ class Agents:
         labels: Mapping[str, str] | None = None,
         ttl_minutes: int | None = None,
         allow_root: bool | None = None,
+        access: AgentAccess | None = None,
         wait: bool = True,
         timeout: float | None = DEFAULT_WAIT,
     ) -> Agent:
@@ -770,6 +805,7 @@ class Agents:
             labels=labels,
             ttl_minutes=ttl_minutes,
             allow_root=allow_root,
+            access=access,
         )
         agent = Agent(self._t, AgentInfo.from_json(self._t.json("POST", "/agents", json=body)))
         return agent.wait_for("running", timeout) if wait else agent
@@ -791,6 +827,12 @@ class AsyncAgents:
         """See :meth:`Agents.list`."""
         params = _filters(label, state, preset)
         return [AgentInfo.from_json(a) for a in await self._t.json("GET", "/agents", params=params)]
+
+    async def join(self, agent_id: str, access_token: str) -> AsyncAgent:
+        """See :meth:`Agents.join`."""
+        body = {"accessToken": access_token}
+        info = await self._t.json("POST", f"/agents/{seg(agent_id)}/join", json=body)
+        return AsyncAgent(self._t, AgentInfo.from_json(info))
 
     async def get(self, name_or_id: str) -> AsyncAgent:
         """See :meth:`Agents.get`."""
@@ -819,6 +861,7 @@ class AsyncAgents:
         labels: Mapping[str, str] | None = None,
         ttl_minutes: int | None = None,
         allow_root: bool | None = None,
+        access: AgentAccess | None = None,
         wait: bool = True,
         timeout: float | None = DEFAULT_WAIT,
     ) -> AsyncAgent:
@@ -837,6 +880,7 @@ class AsyncAgents:
             labels=labels,
             ttl_minutes=ttl_minutes,
             allow_root=allow_root,
+            access=access,
         )
         info = AgentInfo.from_json(await self._t.json("POST", "/agents", json=body))
         agent = AsyncAgent(self._t, info)

@@ -12,7 +12,7 @@ from types import TracebackType
 import httpx
 
 from ._http import DEFAULT_RETRIES, DEFAULT_TIMEOUT, AsyncTransport, SyncTransport
-from .agents import Agents, AsyncAgents, AsyncPresets, Presets
+from .agents import Agent, Agents, AsyncAgent, AsyncAgents, AsyncPresets, Presets
 from .approvals import Approvals, AsyncApprovals
 from .events import AsyncEventStream, EventStream
 from .models import AuditEntry, Health, Limits, Me
@@ -74,6 +74,10 @@ class Client:
     def limits(self) -> Limits:
         """The server's limits and defaults, to check input before sending it."""
         return Limits.from_json(self._t.json("GET", "/limits"))
+
+    def join(self, agent_id: str, access_token: str) -> Agent:
+        """Joins a ``protected`` agent with its access token: see :meth:`Agents.join`."""
+        return self.agents.join(agent_id, access_token)
 
     def me(self) -> Me:
         """Who the client's token is: its user, the scopes in effect, the token."""
@@ -146,6 +150,10 @@ class AsyncClient:
 
     async def limits(self) -> Limits:
         return Limits.from_json(await self._t.json("GET", "/limits"))
+
+    async def join(self, agent_id: str, access_token: str) -> AsyncAgent:
+        """See :meth:`Client.join`."""
+        return await self.agents.join(agent_id, access_token)
 
     async def me(self) -> Me:
         return Me.from_json(await self._t.json("GET", "/me"))

@@ -20,6 +20,10 @@ from . import _wire
 from ._decode import decode, parse_time, read
 
 __all__ = [
+    "AgentAccess",
+    "AgentMember",
+    "AgentOwner",
+    "MemberRole",
     "AgentState",
     "ProcessState",
     "RunUser",
@@ -169,9 +173,45 @@ class Preset:
     allow_root: bool = False
     #: Its agents' approval settings: ``{"commands": "never" | "dangerous" | "always"}``.
     approvals: dict[str, str] = field(default_factory=dict)
+    #: The access policy its agents get unless a create says otherwise.
+    access: AgentAccess = "private"
 
     @classmethod
     def from_json(cls, d: Any) -> Preset:
+        return decode(cls, d)
+
+
+#: ``private``: only the owner, admins and members (everyone else gets ``NotFound``);
+#: ``protected``: as private, and whoever presents its access token joins (``client.join``);
+#: ``public``: anyone signed in may read and use it.
+AgentAccess = Literal["private", "protected", "public"]
+#: ``user``: read and use; ``operator``: also start, stop, rebuild and change settings.
+MemberRole = Literal["user", "operator"]
+
+
+@dataclass(frozen=True)
+class AgentOwner:
+    """The user who owns an agent."""
+
+    id: str
+    name: str
+
+    @classmethod
+    def from_json(cls, d: Any) -> AgentOwner:
+        return decode(cls, d)
+
+
+@dataclass(frozen=True)
+class AgentMember:
+    """A member of an agent (``agent.members``)."""
+
+    user_id: str
+    user_name: str
+    role: MemberRole
+    added_at: datetime | None = None
+
+    @classmethod
+    def from_json(cls, d: Any) -> AgentMember:
         return decode(cls, d)
 
 
@@ -216,6 +256,10 @@ class AgentInfo:
     #: Which commands of others than its owner and admins (or of supervised tokens) wait for
     #: approval: ``{"commands": "never" | "dangerous" | "always"}``.
     approvals: dict[str, str] = field(default_factory=dict)
+    #: The user who made it (``admin`` for agents from before users existed).
+    owner: AgentOwner | None = None
+    #: Who besides the owner, admins and members may see and use it.
+    access: AgentAccess = "private"
 
     @classmethod
     def from_json(cls, d: Any) -> AgentInfo:
