@@ -90,6 +90,15 @@ async fn a_rejected_or_expired_rm_rf_home_leaves_the_home_alone() {
         .await;
     s.exec_ok(&id, &["sh", "-c", "echo keep > ~/marker"]).await;
     let bob = member_token(&s).await;
+    // A user member of the admin's agent: not its owner, so his dangerous commands wait.
+    let (status, v) = s
+        .call(
+            "POST",
+            &format!("/api/v1/agents/{id}/members"),
+            Some(json!({ "user": "bob", "role": "user" })),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
 
     // Rejected.
     let held = rm_home(&s, &bob, &id);

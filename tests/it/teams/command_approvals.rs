@@ -13,12 +13,21 @@ use serde_json::{json, Value};
 use super::{token, token_by, user};
 use crate::common::{wait_for_value, TestServer, DEADLINE};
 
-/// An agent with `approvals.commands` = `which`, and a member's token that uses it.
+/// An agent with `approvals.commands` = `which` (the admin's), and the token of `bob`, a user
+/// member of it (not its owner: his commands are the ones held).
 async fn setup(s: &TestServer, which: &str, token_body: Value) -> (String, String) {
     let id = s
         .running_agent(json!({ "name": "held", "approvals": { "commands": which } }))
         .await;
     user(s, "bob", "member", Some("correct horse battery")).await;
+    let (status, v) = s
+        .call(
+            "POST",
+            &format!("/api/v1/agents/{id}/members"),
+            Some(json!({ "user": "bob", "role": "user" })),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
     let bob = member_token(s, token_body).await;
     (id, bob)
 }
