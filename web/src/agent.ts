@@ -10,6 +10,7 @@ import { chatView } from './chat';
 import { store } from './store';
 import { settingsForm } from './settings';
 import { egressCard } from './egress';
+import { accessCard } from './access';
 import { envCard } from './env';
 import { setupCard } from './setup';
 import { terminalView } from './terminal';
@@ -57,6 +58,8 @@ export function agentPage(id: string): Page {
   const settings = disclosure(settingsBtn, settingsForm);
   const egressBtn = h('button', { type: 'button', class: 'btn btn-small', 'aria-expanded': 'false', 'data-testid': 'egress' }, 'Internet');
   const egress = disclosure(egressBtn, egressCard);
+  const accessBtn = h('button', { type: 'button', class: 'btn btn-small', 'aria-expanded': 'false', 'data-testid': 'access' }, 'Access');
+  const access = disclosure(accessBtn, accessCard);
   // Env and setup: only on a server that has them (the agent then carries `env` / `setup`).
   const envBtn = h('button', { type: 'button', class: 'btn btn-small', 'aria-expanded': 'false', 'data-testid': 'env', hidden: true }, 'Env');
   const env = disclosure(envBtn, envCard);
@@ -64,10 +67,11 @@ export function agentPage(id: string): Page {
   const head = h(
     'div',
     { class: 'agent-head' },
-    h('div', { class: 'agent-head-line' }, back, title, idText, b.el, h('span', { class: 'spacer' }), envBtn, egressBtn, settingsBtn, acts.el),
+    h('div', { class: 'agent-head-line' }, back, title, idText, b.el, h('span', { class: 'spacer' }), envBtn, egressBtn, accessBtn, settingsBtn, acts.el),
     h('div', { class: 'agent-head-line agent-line2' }, meta, status.el, ttl.el),
     settings.el,
     egress.el,
+    access.el,
     env.el,
     setup.el,
   );

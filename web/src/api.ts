@@ -53,6 +53,12 @@ export type NewToken = Schemas['CreateToken'];
 export type CreatedToken = Schemas['CreatedToken'];
 /** `GET /api/v1/me`: the user, the token when one was used, and the scopes in effect. */
 export type Me = Schemas['Me'];
+export type AgentAccess = Schemas['AgentAccess'];
+export type MemberRole = Schemas['MemberRole'];
+export type AgentMember = Schemas['AgentMember'];
+export type CommandApprovals = Schemas['CommandApprovals'];
+export type AuditEntry = Schemas['AuditEntry'];
+export type AuditAction = Schemas['AuditAction'];
 
 /** `GET /api/v1/limits`: defaults and maxima, so forms can say them up front. */
 export type Limits = Schemas['Limits'];
@@ -259,6 +265,14 @@ export const api = {
   tokens: () => getJson<Token[]>('/tokens'),
   createToken: (body: NewToken) => sendJson<CreatedToken>('POST', '/tokens', body),
   revokeToken: (id: string) => sendJson<void>('DELETE', `/tokens/${q(id)}`),
+
+  members: (id: string) => getJson<AgentMember[]>(`${a(id)}/members`),
+  addMember: (id: string, user: string, role: MemberRole) => sendJson<AgentMember>('POST', `${a(id)}/members`, { user, role }),
+  removeMember: (id: string, user: string) => sendJson<void>('DELETE', `${a(id)}/members/${q(user)}`),
+  /** A protected agent's new access token, shown this once (the old one stops working). */
+  newAccessToken: (id: string) => sendJson<{ accessToken: string }>('POST', `${a(id)}/access-token`),
+  /** The audit log, newest first, with `params` as filters (`agent`, `user`, `action`, `since`, `before`, `limit`). */
+  audit: (params: Record<string, string>) => getJson<AuditEntry[]>(`/audit?${new URLSearchParams(params).toString()}`),
 
   agents: () => getJson<Agent[]>('/agents'),
   agent: (id: string) => getJson<Agent>(a(id)),

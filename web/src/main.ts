@@ -7,6 +7,7 @@ import { agentsPage } from './agents';
 import { agentPage } from './agent';
 import { me } from './me';
 import { tokensPage } from './tokens';
+import { auditPage } from './audit';
 import { usersPage } from './users';
 import { linkHandler, setRenderer, type Page } from './nav';
 import { isRepeat, nextTarget } from './nextpath';
@@ -47,7 +48,7 @@ function header(): HTMLElement {
     a.addEventListener('click', linkHandler(path));
     return a;
   };
-  const nav = h('nav', { class: 'topnav', 'aria-label': 'Pages' }, link('/', 'Agents'), link('/tokens', 'Tokens'), me.can('admin') ? link('/users', 'Users') : null);
+  const nav = h('nav', { class: 'topnav', 'aria-label': 'Pages' }, link('/', 'Agents'), link('/tokens', 'Tokens'), link('/audit', 'Audit'), me.can('admin') ? link('/users', 'Users') : null);
   const who = me.get();
   const user = who ? h('span', { class: 'whoami muted', 'data-testid': 'whoami', title: `Signed in as ${who.user.name} (${who.user.role})` }, who.user.name) : null;
   return h('header', { class: 'topbar' }, home, nav, h('div', { class: 'topbar-right' }, approvalsBadge().el, user, signOut));
@@ -61,6 +62,7 @@ function render(): void {
   if (m) page = agentPage(decodeURIComponent(m[1]));
   else if (path === '/tokens') page = tokensPage();
   else if (path === '/users') page = usersPage();
+  else if (path === '/audit') page = auditPage();
   else page = agentsPage();
   const wrap = h('div', { class: 'shell' }, header(), h('main', { class: 'main', id: 'main' }, page.el));
   mount({ el: wrap, unmount: page.unmount });
