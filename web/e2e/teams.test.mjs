@@ -61,6 +61,18 @@ test('the Tokens page makes a token shown once that works, and revokes it', asyn
   await page.getByRole('button', { name: 'Create token' }).click();
   await page.getByTestId('token-error').filter({ hasText: /./ }).waitFor();
 
+  // A supervised token that refuses what would wait for approval (a subagent's).
+  await page.locator('#new-token-name').fill('subagent');
+  await page.locator('#new-token-days').fill('');
+  await page.locator('#new-token-supervised').check();
+  await page.locator('#new-token-approvals').selectOption('deny');
+  await page.getByRole('button', { name: 'Create token' }).click();
+  const sub = page.locator('[data-testid="token-row"][data-token-name="subagent"]');
+  await sub.waitFor();
+  assert.equal(await sub.getAttribute('data-supervised'), 'true');
+  const made = (await ctx.server.apiJson('GET', '/tokens')).find((t) => t.name === 'subagent');
+  assert.equal(made.approvals, 'deny');
+
   await row.getByRole('button', { name: 'Revoke laptop' }).click();
   await page.getByRole('dialog').getByRole('button', { name: 'Revoke laptop' }).click();
   await row.waitFor({ state: 'detached' });

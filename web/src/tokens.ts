@@ -31,6 +31,7 @@ function tokenRow(token: Token, revoked: () => void): KeyedRow<Token> {
     setText(name, t.name);
     setText(scopes, t.scopes.join(' '));
     setText(agents, t.agents ? t.agents.map(agentName).join(', ') : 'every agent');
+    el.dataset.supervised = String(!!t.supervised);
     setText(expires, t.expiresAt ? formatTime(t.expiresAt) : 'never');
     revoke.setAttribute('aria-label', `Revoke ${t.name}`);
   };
@@ -81,6 +82,14 @@ function createForm(created: () => void): HTMLElement {
     return { scope, box, el: h('label', { for: id, class: 'scope-choice' }, box, h('span', { class: 'mono' }, scope), h('span', { class: 'muted' }, ` — ${what}`)) };
   });
   const agents = h('input', { id: 'new-token-agents', name: 'agents', type: 'text', autocomplete: 'off', spellcheck: 'false', placeholder: 'every agent' });
+  const supervised = h('input', { type: 'checkbox', id: 'new-token-supervised' });
+  const mode = h(
+    'select',
+    { id: 'new-token-approvals', name: 'approvals' },
+    h('option', { value: 'ask' }, 'ask a person'),
+    h('option', { value: 'deny' }, 'refuse at once'),
+    h('option', { value: 'allow' }, 'run them'),
+  );
   const days = h('input', { id: 'new-token-days', name: 'expiresInDays', type: 'number', min: '1', max: '3650', step: '1', inputmode: 'numeric', placeholder: 'never' });
   const error = h('p', { class: 'form-error', role: 'alert', 'data-testid': 'token-error' });
   const result = h('div', { class: 'token-result' });
@@ -98,6 +107,12 @@ function createForm(created: () => void): HTMLElement {
       h('div', { class: 'field field-submit' }, submit),
     ),
     h('fieldset', { class: 'scopes' }, h('legend', null, 'Scopes'), boxes.map((b) => b.el)),
+    h(
+      'div',
+      { class: 'token-approvals' },
+      h('label', { for: 'new-token-supervised', class: 'scope-choice' }, supervised, h('span', null, 'Supervised'), h('span', { class: 'muted' }, ' — its commands wait for approval on agents that hold them, even yours')),
+      h('div', { class: 'field' }, h('label', { for: 'new-token-approvals' }, 'Commands that would wait for approval'), mode),
+    ),
     error,
     result,
   );
@@ -113,6 +128,8 @@ function createForm(created: () => void): HTMLElement {
       scopes: boxes.filter((b) => b.box.checked).map((b) => b.scope),
       agents: list.length ? list : null,
       expiresInDays: days.value ? Number(days.value) : null,
+      supervised: supervised.checked,
+      approvals: mode.value as NewToken['approvals'],
     };
     submit.disabled = true;
     try {
