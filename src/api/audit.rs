@@ -236,7 +236,11 @@ impl Pending {
     ) -> Pending {
         // Only an agent the caller sees is named: an entry must not tell its reader of an
         // agent they were refused.
-        let sees = |id: &str| principal.as_ref().is_some_and(|p| p.sees_agent(id));
+        let sees = |id: &str| {
+            principal.as_ref().is_some_and(|p| {
+                crate::teams::access::sees(p, id, st.auth.directory.agent_facts(id).as_ref())
+            })
+        };
         let agent_id = match (agent_id, approval_id) {
             (Some(id), _) => Some(id),
             (None, Some(aid)) if principal.is_some() => {

@@ -79,7 +79,9 @@ impl Lifecycle {
             .access;
         if decide(standing, access, patch.act()) != Decision::Allow {
             return Err(LifecycleError::Forbidden(
-                "only the agent's owner and admins change its access".to_string(),
+                "only the agent's owner and admins (not with a supervised token) change its access \
+                 and which of its commands wait for approval"
+                    .to_string(),
             ));
         }
         patch.ttl_minutes = patch.ttl_minutes.map(|t| t.filter(|&n| n > 0));

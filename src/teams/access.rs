@@ -47,8 +47,13 @@ pub enum Decision {
 /// The caller's standing on an agent with `facts`. The admin token, an admin's web session
 /// and an admin's token with the `admin` scope are admins; an admin's token without it has the
 /// standing its user's ownership and memberships give.
+/// A supervised token (an agent's own, whose commands wait for a person) is at most an operator:
+/// it may not change who may use the agent, nor which commands wait, nor destroy it.
 pub fn standing(p: &Principal, facts: &AgentFacts) -> Standing {
-    if p.is_admin() {
+    let supervised = p.token.as_ref().is_some_and(|t| t.supervised);
+    if (p.is_admin() || p.user_id == facts.owner_id) && supervised {
+        Standing::Member(MemberRole::Operator)
+    } else if p.is_admin() {
         Standing::Admin
     } else if p.user_id == facts.owner_id {
         Standing::Owner
@@ -90,10 +95,10 @@ pub fn sees(p: &Principal, id: &str, facts: Option<&AgentFacts>) -> bool {
 }
 
 impl AgentPatch {
-    /// What kind of change this is: one of `access` is the owner's (or an admin's); any other,
-    /// an operator's.
+    /// What kind of change this is: one of `access` or of which commands wait for approval is
+    /// the owner's (or an admin's); any other, an operator's.
     pub fn act(&self) -> Act {
-        if self.access.is_some() {
+        if self.access.is_some() || self.approvals.is_some() {
             Act::Govern
         } else {
             Act::Operate

@@ -165,8 +165,11 @@ pub fn needs_approval(
         CommandApprovals::Always => true,
     };
     match (held, requester.mode) {
-        (false, _) | (true, TokenApprovals::Allow) => Verdict::Run,
-        (true, TokenApprovals::Ask) => Verdict::Ask,
+        (false, _) => Verdict::Run,
+        // A token answers in advance only what its user could answer: on anyone else's agent
+        // its `allow` is no answer at all, and the command waits for the owner or an admin.
+        (true, TokenApprovals::Allow) if requester.owner_or_admin => Verdict::Run,
+        (true, TokenApprovals::Allow | TokenApprovals::Ask) => Verdict::Ask,
         (true, TokenApprovals::Deny) => Verdict::Deny,
     }
 }
@@ -306,7 +309,8 @@ mod tests {
         assert_eq!(v(Never, "rm -rf ~", who(true, true, Ask)), Verdict::Run);
         // A token's mode answers for it.
         assert_eq!(v(Always, "ls", who(false, false, Deny)), Verdict::Deny);
-        assert_eq!(v(Always, "ls", who(false, false, Allow)), Verdict::Run);
+        // `allow` answers only what its user could: on someone else's agent it waits.
+        assert_eq!(v(Always, "ls", who(false, false, Allow)), Verdict::Ask);
         assert_eq!(v(Dangerous, "ls", who(false, false, Deny)), Verdict::Run);
     }
 

@@ -49,8 +49,6 @@ impl Principal {
         Scope::ALL.into_iter().filter(|s| self.can(*s)).collect()
     }
 
-    /// Whether agent `id` exists for the caller. One that does not is answered `404` on every
-    /// route and left out of lists and the event stream, as if it were not there.
     /// Who acted, as records name it: the user, and the token's name when one was used
     /// (`ann (token ci)`).
     pub fn actor(&self) -> String {
@@ -60,6 +58,8 @@ impl Principal {
         }
     }
 
+    /// Whether the token (if any) lets the caller see agent `id` (its `agents` list); the
+    /// agent's own access rule is [`super::access::sees`]'s.
     pub fn sees_agent(&self, id: &str) -> bool {
         self.token
             .as_ref()
@@ -74,7 +74,8 @@ impl Principal {
     /// The caller as the approvals rule sees them, given whether they own the agent at hand.
     pub fn requester(&self, owner: bool) -> super::command_rules::Requester {
         super::command_rules::Requester {
-            owner_or_admin: owner || self.role == Role::Admin,
+            // The admin scope, not the role: an admin's narrower token has only its standing.
+            owner_or_admin: owner || self.is_admin(),
             supervised: self.token.as_ref().is_some_and(|t| t.supervised),
             mode: self
                 .token

@@ -229,8 +229,84 @@ async fn deny_and_allow_tokens_answer_for_themselves() {
         json!({ "name": "cron", "scopes": ["agents:read", "agents:use"], "approvals": "allow" }),
     )
     .await;
-    let (status, v) = exec_as(&s, &allow, &id, &["echo", "ok"]).await;
+    // A member's `allow` is no answer on the admin's agent: it waits for the owner or an admin
+    // (nobody approves their own command), and runs once they allow it.
+    let held = tokio::spawn({
+        let s_url = s.url(&format!("/api/v1/agents/{id}/exec"));
+        let http = s.http.clone();
+        async move {
+            let r = http
+                .post(s_url)
+                .bearer_auth(allow)
+                .json(&json!({ "command": ["echo", "ok"] }))
+                .send()
+                .await
+                .unwrap();
+            (
+                r.status().as_u16(),
+                r.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        }
+    });
+    let a = pending(&s, "echo ok").await;
+    let (status, v) = answer(&s, a["id"].as_str().unwrap(), "allow").await;
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = held.await.unwrap();
     assert_eq!((status, v["stdout"].as_str()), (200, Some("ok\n")), "{v}");
+}
+
+/// Which commands wait is the owner's (or an admin's) to change: an operator member, and the
+/// owner's own supervised token, are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_owner_changes_which_commands_wait() {
+    let s = TestServer::start().await;
+    let (id, bob) = setup(
+        &s,
+        "always",
+        json!({ "name": "ops", "scopes": ["agents:read", "agents:write", "agents:use"] }),
+    )
+    .await;
+    let (status, v) = s
+        .call(
+            "POST",
+            &format!("/api/v1/agents/{id}/members"),
+            Some(json!({ "user": "bob", "role": "operator" })),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let patch = |auth: String| {
+        let s = &s;
+        let id = id.clone();
+        async move {
+            let r = s
+                .http
+                .patch(s.url(&format!("/api/v1/agents/{id}")))
+                .bearer_auth(auth)
+                .json(&json!({ "approvals": { "commands": "never" } }))
+                .send()
+                .await
+                .unwrap();
+            r.status().as_u16()
+        }
+    };
+    assert_eq!(
+        patch(bob).await,
+        403,
+        "an operator may not turn approvals off"
+    );
+    let (sup, _) = token(
+        &s,
+        json!({ "name": "own", "scopes": ["agents:read", "agents:write"], "supervised": true }),
+    )
+    .await;
+    assert_eq!(patch(sup).await, 403, "nor the owner's supervised token");
+    let agent = s.get_json(&format!("/api/v1/agents/{id}")).await;
+    assert_eq!(agent["approvals"]["commands"], "always");
+    assert_eq!(
+        patch(s.token.clone()).await,
+        200,
+        "the owner (the admin) may"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
