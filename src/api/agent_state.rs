@@ -8,6 +8,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 
 use super::AppState;
+use crate::model::AgentState;
 
 /// The header's name, as the documents spell it.
 pub const HEADER_NAME: &str = "X-Agenthold-Agent-State";
@@ -25,9 +26,15 @@ pub async fn add(State(st): State<AppState>, req: Request, next: Next) -> Respon
     let mut response = next.run(req).await;
     if let Some(id) = id {
         if let Ok(agent) = st.lc.get(&id).await {
+            // sandboxd's hello registers its tunnel a moment before the store says `running`:
+            // an operation that woke the agent and used that tunnel tells what it found.
+            let state = match agent.state {
+                AgentState::Starting if st.lc.tunnels().get(&id).is_some() => AgentState::Running,
+                other => other,
+            };
             response
                 .headers_mut()
-                .insert(HEADER, HeaderValue::from_static(agent.state.as_str()));
+                .insert(HEADER, HeaderValue::from_static(state.as_str()));
         }
     }
     response

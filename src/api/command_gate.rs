@@ -3,6 +3,7 @@
 //! approvals queue's ([`crate::sessions::command_approvals`]); here they are put together for
 //! the handlers, and a refusal becomes its `403`.
 
+use super::access::CredentialEnds;
 use super::error::ApiError;
 use super::types::ErrorCode;
 use super::AppState;
@@ -57,10 +58,21 @@ pub(super) async fn approved(
     principal: &Principal,
     agent: &Agent,
     command: String,
+    ends: &CredentialEnds,
 ) -> Result<(), ApiError> {
     match gate(st, principal, agent, command).await? {
         Gate::Run => Ok(()),
-        Gate::Held(held) => Ok(held.decision().await?),
+        Gate::Held(held) => decided(*held, ends).await,
+    }
+}
+
+/// A held command's decision, unless the credential that asked ends first: then the wait is
+/// dropped (which cancels its approval) and nothing runs, whatever is answered later.
+pub(super) async fn decided(held: HeldCommand, ends: &CredentialEnds) -> Result<(), ApiError> {
+    let id = held.id().to_string();
+    tokio::select! {
+        r = held.decision() => Ok(r?),
+        () = ends.0.cancelled() => Err(CommandRefused::CredentialEnded { id }.into()),
     }
 }
 
@@ -68,7 +80,9 @@ impl From<CommandRefused> for ApiError {
     fn from(e: CommandRefused) -> ApiError {
         let code = match e {
             CommandRefused::Rejected { .. } | CommandRefused::Denied => ErrorCode::ApprovalRejected,
-            CommandRefused::Expired { .. } => ErrorCode::ApprovalExpired,
+            CommandRefused::Expired { .. } | CommandRefused::CredentialEnded { .. } => {
+                ErrorCode::ApprovalExpired
+            }
         };
         ApiError::new(code, e.to_string())
     }

@@ -9,8 +9,9 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde::Serialize;
 
+use super::access::CredentialEnds;
 use super::audit::AuditNote;
-use super::command_gate::{gate, Gate};
+use super::command_gate::{decided, gate, Gate};
 use super::error::{ApiError, ApiJson, ErrorBody, ErrorDetail};
 use super::types::conversation::Approval;
 use super::types::{self, ExecBody, ExecLine, ExecResult, OutputStream};
@@ -40,6 +41,7 @@ pub async fn exec(
     Path(id): Path<String>,
     headers: HeaderMap,
     note: AuditNote,
+    ends: CredentialEnds,
     ApiJson(body): ApiJson<ExecBody>,
 ) -> Result<Response, ApiError> {
     note.detail(detail::command_line(&body.command));
@@ -63,7 +65,7 @@ pub async fn exec(
     match gate(&st, &principal, &agent, command_line(&body.command)).await? {
         Gate::Run => {}
         Gate::Held(held) if streaming => return Ok(held_ndjson(st, id, *held, launch, stdin)),
-        Gate::Held(held) => held.decision().await?,
+        Gate::Held(held) => decided(*held, &ends).await?,
     }
     let conn = st.lc.wake_conn(&id).await?;
     // What the proxy refuses for the agent from before the command starts until it has ended:

@@ -13,6 +13,7 @@ use axum::Json;
 use serde::Deserialize;
 use utoipa::IntoParams;
 
+use super::access::CredentialEnds;
 use super::audit::AuditNote;
 use super::command_gate::approved;
 use super::download::{content_disposition, Disposition};
@@ -43,6 +44,7 @@ pub async fn start(
     principal: Principal,
     Path(id): Path<String>,
     note: AuditNote,
+    ends: CredentialEnds,
     ApiJson(body): ApiJson<StartProcess>,
 ) -> Result<(StatusCode, Json<Process>), ApiError> {
     note.detail(crate::audit::detail::command_line(&body.command));
@@ -56,7 +58,7 @@ pub async fn start(
     )?;
     let agent = st.lc.get(&id).await?;
     let launch = Launch::new(run, &agent.env)?.as_user(body.user.map(Into::into), &agent)?;
-    approved(&st, &principal, &agent, command_line(&body.command)).await?;
+    approved(&st, &principal, &agent, command_line(&body.command), &ends).await?;
     let options = ProcessOptions {
         tag: body.tag,
         stdin: body.stdin,
@@ -213,11 +215,25 @@ pub struct StdinQuery {
         (status = 429, body = ErrorBody, description = "Too many channels open to the agent; try again after `Retry-After` seconds"), (status = 503, body = ErrorBody, description = "The agent did not wake within `server.wake_timeout`, or the sandbox connection failed; see `Retry-After`")))]
 pub async fn stdin(
     State(st): State<AppState>,
+    principal: Principal,
     Path((id, pid)): Path<(String, String)>,
     ApiQuery(q): ApiQuery<StdinQuery>,
+    ends: CredentialEnds,
     req: Request,
 ) -> Result<Json<StdinWritten>, ApiError> {
+    let shown = pid.clone();
     let name = ProcessName::parse(pid)?;
+    // What is written to a process's stdin may be commands (a shell reading them): under
+    // `always` it waits for approval as a new command would.
+    let agent = st.lc.get(&id).await?;
+    approved(
+        &st,
+        &principal,
+        &agent,
+        format!("(input to process {shown})"),
+        &ends,
+    )
+    .await?;
     let conn = st.lc.wake_conn(&id).await?;
     let body = req.into_body().into_data_stream();
     let written = conn.write_stdin(&name, body, q.eof).await?;

@@ -206,7 +206,12 @@ pub async fn terminal(
             .command
             .clone()
             .unwrap_or_else(|| LOGIN_SHELL.to_string());
-        approved(&st, &principal, &agent, line).await?;
+        approved(&st, &principal, &agent, line, &ends).await?;
+    } else if let Some(sid) = &open.session {
+        // Typing into a session someone else opened is running commands in it: under
+        // `always` it waits as a new one would (`dangerous` cannot read what will be typed).
+        let line = format!("(attach to terminal session {sid})");
+        approved(&st, &principal, &agent, line, &ends).await?;
     }
     if open.session.is_some() {
         if let Some(link) = st.lc.tunnels().get(&id) {

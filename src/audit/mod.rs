@@ -140,6 +140,12 @@ pub fn visible_to(principal: &Principal) -> Visible {
     if principal.is_admin() {
         Visible::All
     } else {
-        Visible::Mine(principal.user_id.clone())
+        // A token limited to some agents reads of those only: the others do not exist for it.
+        match principal.token.as_ref().and_then(|t| t.agents.as_ref()) {
+            Some(agents) => {
+                Visible::MineOf(principal.user_id.clone(), agents.iter().cloned().collect())
+            }
+            None => Visible::Mine(principal.user_id.clone()),
+        }
     }
 }

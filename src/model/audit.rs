@@ -281,6 +281,8 @@ pub enum Visible {
     All,
     /// The entries of the actions of the user with this id, and those on the agents they own.
     Mine(String),
+    /// As `Mine`, and only entries of these agents (a token limited to some agents).
+    MineOf(String, Vec<String>),
     /// Nothing (a query not yet narrowed to its reader).
     #[default]
     Nothing,

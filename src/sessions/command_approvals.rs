@@ -34,6 +34,11 @@ pub enum CommandRefused {
          sessions.approval_timeout; nothing was run"
     )]
     Expired { id: String },
+    #[error(
+        "the credential that asked for command approval {id} ended (revoked, expired, or its user \
+         lost power) while it waited; nothing was run"
+    )]
+    CredentialEnded { id: String },
 }
 
 /// A command waiting for its approval's decision. Dropped undecided (its request went away),
@@ -113,6 +118,11 @@ impl HeldCommand {
 
     /// Waits for the decision: `Ok` when someone chose `allow`; refused otherwise (rejected,
     /// expired, or the server lost track of it, which counts as expired: nothing runs).
+    /// The approval's id.
+    pub fn id(&self) -> &str {
+        &self.approval.id
+    }
+
     pub async fn decision(mut self) -> Result<(), CommandRefused> {
         let id = self.approval.id.clone();
         // Left in place while waiting: dropped here, the wait cancels its approval.

@@ -122,10 +122,21 @@ impl Store {
         match q.visible {
             Visible::All => {}
             Visible::Mine(user_id) => {
-                add(" AND (user_id = ?", Value::Text(user_id.clone()));
                 add(
-                    " OR agent_id IN (SELECT id FROM agents WHERE owner_id = ?))",
+                    " AND (user_id = ? OR agent_id IN (SELECT id FROM agents WHERE owner_id = ?))",
                     Value::Text(user_id),
+                );
+            }
+            Visible::MineOf(user_id, agents) => {
+                add(
+                    " AND (user_id = ? OR agent_id IN (SELECT id FROM agents WHERE owner_id = ?))",
+                    Value::Text(user_id),
+                );
+                let list = serde_json::to_string(&agents)
+                    .map_err(|e| StoreError::Invalid(format!("agents: {e}")))?;
+                add(
+                    " AND agent_id IN (SELECT value FROM json_each(?))",
+                    Value::Text(list),
                 );
             }
             Visible::Nothing => return Ok(Vec::new()),

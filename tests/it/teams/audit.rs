@@ -324,7 +324,7 @@ async fn filters_narrow_paging_walks_and_bad_filters_are_400() {
 }
 
 #[tokio::test]
-async fn members_see_their_own_actions_only() {
+async fn members_see_their_own_actions_and_their_agents_only() {
     let s = TestServer::start().await;
     stage(&s, 6).await;
     let bob = user(&s, "bob", "member", None).await;
@@ -373,6 +373,55 @@ async fn members_see_their_own_actions_only() {
     .await;
     let (status, _) = get_as(&s, &writer, "/api/v1/audit").await;
     assert_eq!(status, 403);
+
+    // The owner reads what others did on their agent; a token of theirs limited to another
+    // agent reads nothing of this one.
+    let bobs = s
+        .get_json("/api/v1/agents")
+        .await
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "bobs")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (status, v) = s
+        .call(
+            "PATCH",
+            &format!("/api/v1/agents/{bobs}"),
+            Some(json!({"idleMinutes": 30})),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let (_, v) = get_as(&s, &bob_token, "/api/v1/audit?action=agent.update").await;
+    assert_eq!(
+        v.as_array().unwrap().len(),
+        1,
+        "the admin's change of bob's agent: {v}"
+    );
+    let (status, _) = call_as(
+        &s,
+        &bob_token,
+        "POST",
+        "/api/v1/agents",
+        Some(json!({"name": "other"})),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let (narrow, _) = token_by(
+        &s,
+        &bob_token,
+        json!({"name": "narrow", "scopes": ["agents:read"], "agents": ["other"]}),
+    )
+    .await;
+    let (_, v) = get_as(&s, &narrow, "/api/v1/audit").await;
+    let seen = v.as_array().unwrap();
+    assert!(
+        seen.iter().all(|e| e["agentName"] == "other"),
+        "only the token's agent: {seen:#?}"
+    );
 }
 
 #[tokio::test]

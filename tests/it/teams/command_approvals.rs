@@ -604,3 +604,99 @@ async fn a_command_approval_left_pending_in_the_store_never_runs_after_a_start()
     let (status, _) = answer(&s, "ghostapproval", "allow").await;
     assert_eq!(status, 409);
 }
+
+/// A held command whose credential ends while it waits never runs, even if allowed after; and
+/// under `always`, writing to a process's stdin (which a shell reads as commands) waits too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_token_s_held_command_never_runs_and_stdin_waits_under_always() {
+    let s = TestServer::start().await;
+    let (id, bob) = setup(
+        &s,
+        "always",
+        json!({ "name": "ci", "scopes": ["agents:read", "agents:use"] }),
+    )
+    .await;
+    let marker = s.dir.path().join("revoked-marker");
+    let command = format!("touch {}", marker.display());
+    let held = tokio::spawn({
+        let url = s.url(&format!("/api/v1/agents/{id}/exec"));
+        let http = s.http.clone();
+        let bob = bob.clone();
+        let marker = marker.clone();
+        async move {
+            let r = http
+                .post(url)
+                .bearer_auth(bob)
+                .json(&json!({ "command": ["touch", marker.to_str().unwrap()] }))
+                .send()
+                .await
+                .unwrap();
+            (
+                r.status().as_u16(),
+                r.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        }
+    });
+    let a = pending(&s, &command).await;
+    // Bob's token is revoked (as bob: his own token) while his command waits.
+    let tokens = s.get_json("/api/v1/tokens").await;
+    let tid = tokens
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "ci")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (status, _) = s
+        .call("DELETE", &format!("/api/v1/tokens/{tid}"), None)
+        .await;
+    assert_eq!(status, 204);
+    let (status, v) = held.await.unwrap();
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (403, Some("approval_expired")),
+        "{v}"
+    );
+    // Its approval is no longer pending: an allow now runs nothing.
+    let (status, v) = answer(&s, a["id"].as_str().unwrap(), "allow").await;
+    assert_eq!(status, 409, "{v}");
+    assert!(
+        !marker.exists(),
+        "a revoked credential's command must not run"
+    );
+
+    // The admin (the owner) starts a shell reading stdin; bob's input to it waits.
+    let (status, p) = s
+        .call(
+            "POST",
+            &format!("/api/v1/agents/{id}/processes"),
+            Some(json!({ "command": ["sh"], "tag": "sh" })),
+        )
+        .await;
+    assert_eq!(status, 201, "{p}");
+    let bob2 = member_token(
+        &s,
+        json!({ "name": "ci2", "scopes": ["agents:read", "agents:use"] }),
+    )
+    .await;
+    let typed = tokio::spawn({
+        let url = s.url(&format!("/api/v1/agents/{id}/processes/sh/stdin"));
+        let http = s.http.clone();
+        async move {
+            http.post(url)
+                .bearer_auth(bob2)
+                .body("echo typed\n")
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    });
+    let a = pending(&s, "(input to process sh)").await;
+    let (status, v) = answer(&s, a["id"].as_str().unwrap(), "reject").await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(typed.await.unwrap(), 403);
+}
