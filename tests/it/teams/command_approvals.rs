@@ -64,6 +64,28 @@ async fn exec_as(s: &TestServer, auth: &str, id: &str, command: &[&str]) -> (u16
     (status, r.json().await.unwrap_or(Value::Null))
 }
 
+/// `exec_as` in the background, for a command that waits for an answer.
+fn exec_later(
+    s: &TestServer,
+    auth: &str,
+    id: &str,
+    command: Value,
+) -> tokio::task::JoinHandle<(u16, Value)> {
+    let http = s.http.clone();
+    let url = s.url(&format!("/api/v1/agents/{id}/exec"));
+    let auth = auth.to_string();
+    tokio::spawn(async move {
+        let r = http
+            .post(url)
+            .bearer_auth(auth)
+            .json(&json!({ "command": command }))
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json::<Value>().await.unwrap())
+    })
+}
+
 /// The pending command approval of `command`, once it is in the queue.
 async fn pending(s: &TestServer, command: &str) -> Value {
     wait_for_value(&format!("an approval for {command:?}"), || async {
@@ -99,21 +121,7 @@ async fn dangerous_holds_rm_rf_home_lets_ls_through_and_runs_once_allowed() {
     assert_eq!(status, 200, "ls is not held: {v}");
 
     // Held, then rejected: 403 approval_rejected.
-    let held = {
-        let bob2 = bob.clone();
-        let url = s.url(&format!("/api/v1/agents/{id}/exec"));
-        let http = s.http.clone();
-        tokio::spawn(async move {
-            let r = http
-                .post(url)
-                .bearer_auth(bob2)
-                .json(&json!({ "command": ["rm", "-rf", "~"] }))
-                .send()
-                .await
-                .unwrap();
-            (r.status().as_u16(), r.json::<Value>().await.unwrap())
-        })
-    };
+    let held = exec_later(&s, &bob, &id, json!(["rm", "-rf", "~"]));
     let a = pending(&s, "rm -rf ~").await;
     assert_eq!(a["agentId"], id);
     assert_eq!(a["sessionId"], Value::Null);
@@ -147,21 +155,7 @@ async fn dangerous_holds_rm_rf_home_lets_ls_through_and_runs_once_allowed() {
     );
 
     // Held, then allowed: it runs (`reboot` as an argument of echo matches the default list).
-    let held = {
-        let http = s.http.clone();
-        let url = s.url(&format!("/api/v1/agents/{id}/exec"));
-        let bob = bob.clone();
-        tokio::spawn(async move {
-            let r = http
-                .post(url)
-                .bearer_auth(bob)
-                .json(&json!({ "command": ["echo", "reboot"] }))
-                .send()
-                .await
-                .unwrap();
-            (r.status().as_u16(), r.json::<Value>().await.unwrap())
-        })
-    };
+    let held = exec_later(&s, &bob, &id, json!(["echo", "reboot"]));
     let a = pending(&s, "echo reboot").await;
     let (status, v) = answer(&s, a["id"].as_str().unwrap(), "allow").await;
     assert_eq!(status, 200, "{v}");
@@ -231,23 +225,7 @@ async fn deny_and_allow_tokens_answer_for_themselves() {
     .await;
     // A member's `allow` is no answer on the admin's agent: it waits for the owner or an admin
     // (nobody approves their own command), and runs once they allow it.
-    let held = tokio::spawn({
-        let s_url = s.url(&format!("/api/v1/agents/{id}/exec"));
-        let http = s.http.clone();
-        async move {
-            let r = http
-                .post(s_url)
-                .bearer_auth(allow)
-                .json(&json!({ "command": ["echo", "ok"] }))
-                .send()
-                .await
-                .unwrap();
-            (
-                r.status().as_u16(),
-                r.json::<Value>().await.unwrap_or(Value::Null),
-            )
-        }
-    });
+    let held = exec_later(&s, &allow, &id, json!(["echo", "ok"]));
     let a = pending(&s, "echo ok").await;
     let (status, v) = answer(&s, a["id"].as_str().unwrap(), "allow").await;
     assert_eq!(status, 200, "{v}");
@@ -618,25 +596,7 @@ async fn a_revoked_token_s_held_command_never_runs_and_stdin_waits_under_always(
     .await;
     let marker = s.dir.path().join("revoked-marker");
     let command = format!("touch {}", marker.display());
-    let held = tokio::spawn({
-        let url = s.url(&format!("/api/v1/agents/{id}/exec"));
-        let http = s.http.clone();
-        let bob = bob.clone();
-        let marker = marker.clone();
-        async move {
-            let r = http
-                .post(url)
-                .bearer_auth(bob)
-                .json(&json!({ "command": ["touch", marker.to_str().unwrap()] }))
-                .send()
-                .await
-                .unwrap();
-            (
-                r.status().as_u16(),
-                r.json::<Value>().await.unwrap_or(Value::Null),
-            )
-        }
-    });
+    let held = exec_later(&s, &bob, &id, json!(["touch", marker.to_str().unwrap()]));
     let a = pending(&s, &command).await;
     // Bob's token is revoked (as bob: his own token) while his command waits.
     let tokens = s.get_json("/api/v1/tokens").await;
