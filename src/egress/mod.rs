@@ -4,6 +4,7 @@ mod counted;
 mod dial;
 pub mod dns;
 mod event;
+mod granted;
 mod log;
 mod open;
 mod proxy;
@@ -15,6 +16,7 @@ mod zerocopy;
 
 pub use dial::{Destination, DialSettings, Dialer, Refusal, SocketAddrOrName};
 pub use event::EgressEvent;
+pub use granted::{Grant, Granted};
 pub use log::{Denied, DeniedWatch, EgressLog, LogEntry, LOG_LEN, MAX_DENIED};
 pub use open::Connections;
 pub use proxy::{Proxy, ProxySettings, Sandboxes};

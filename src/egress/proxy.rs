@@ -29,6 +29,7 @@ use self::refusal::{plain_response, refuse_now, RefusalEvents};
 use super::counted::{Counted, Tally};
 use super::dial::{Destination, Dialer, Refusal};
 use super::event::EgressEvent;
+use super::granted::Granted;
 use super::open::{ClientSlot, Connections, UpstreamSlot};
 use super::rules::{EgressRules, Verdict};
 use crate::listener::{accept_loop, ConnectionGuard, ConnectionLimiter, Refused};
@@ -44,6 +45,10 @@ pub trait Sandboxes: Send + Sync + 'static {
     async fn agent_at(&self, local: IpAddr, peer: IpAddr) -> Option<String>;
     /// The agent's name and rules now; `None` once it is gone.
     async fn rules(&self, id: &str) -> Option<(String, EgressRules)>;
+    /// The secrets the agent's sandbox may use in its current boot (issue #34).
+    async fn granted(&self, _id: &str) -> Arc<Granted> {
+        Arc::new(Granted::default())
+    }
     /// Announces a decision of the proxy, or the close of a connection it allowed (and
     /// remembers it, as [`Sandboxes::record`] does).
     fn publish(&self, event: EgressEvent);

@@ -1,0 +1,124 @@
+//! The secrets one agent's sandbox may use during its current boot, as the proxy needs them:
+//! each placeholder the sandbox sees, the value it stands for, and where that value may go.
+//! The secrets module makes these (issue #34); the proxy only reads them.
+
+use std::fmt;
+
+use super::rule::Rule;
+
+/// One granted secret for one agent and boot.
+#[derive(Clone)]
+pub struct Grant {
+    /// The secret's name (the env variable it appears as).
+    pub name: String,
+    /// What the sandbox sees in the variable: `agenthold-secret:<random per agent and boot>`.
+    pub placeholder: String,
+    /// Destinations the value may be sent to.
+    pub hosts: Vec<Rule>,
+    /// The request header the value goes in, and how (`{value}` stands for it).
+    pub header: String,
+    pub format: String,
+    /// Whether a placeholder in a form or JSON body is replaced too.
+    pub in_body: bool,
+    value: String,
+}
+
+impl Grant {
+    pub fn new(
+        name: String,
+        placeholder: String,
+        hosts: Vec<Rule>,
+        header: String,
+        format: String,
+        in_body: bool,
+        value: String,
+    ) -> Grant {
+        Grant {
+            name,
+            placeholder,
+            hosts,
+            header,
+            format,
+            in_body,
+            value,
+        }
+    }
+
+    /// The value in clear: only for the request it is substituted into.
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+
+    /// Whether the value may be sent to `host` (a normalized name) on `port`.
+    pub fn allows(&self, host: &str, port: u16) -> bool {
+        self.hosts.iter().any(|r| r.matches_name(host, port))
+    }
+}
+
+/// Never the value: a grant may end up in a log line by accident.
+impl fmt::Debug for Grant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Grant")
+            .field("name", &self.name)
+            .field("hosts", &self.hosts)
+            .field("header", &self.header)
+            .field("in_body", &self.in_body)
+            .finish_non_exhaustive()
+    }
+}
+
+/// All of one agent's grants in its current boot (often none).
+#[derive(Debug, Clone, Default)]
+pub struct Granted {
+    grants: Vec<Grant>,
+}
+
+impl Granted {
+    pub fn new(grants: Vec<Grant>) -> Granted {
+        Granted { grants }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.grants.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Grant> {
+        self.grants.iter()
+    }
+
+    /// Whether the proxy must see inside connections to `host` on `port`: some grant's value
+    /// may go there, so its placeholder must be swapped on the way.
+    pub fn intercepts(&self, host: &str, port: u16) -> bool {
+        self.grants.iter().any(|g| g.allows(host, port))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grant_allows_only_its_hosts_and_never_shows_its_value() {
+        let g = Grant::new(
+            "GITHUB_TOKEN".into(),
+            "agenthold-secret:abc".into(),
+            vec![
+                "api.github.com".parse().unwrap(),
+                "*.github.test:443".parse().unwrap(),
+            ],
+            "Authorization".into(),
+            "Bearer {value}".into(),
+            false,
+            "ghp_value".into(),
+        );
+        assert!(g.allows("api.github.com", 443));
+        assert!(g.allows("x.github.test", 443));
+        assert!(!g.allows("x.github.test", 80));
+        assert!(!g.allows("github.com", 443));
+        assert!(!format!("{g:?}").contains("ghp_value"));
+        let all = Granted::new(vec![g]);
+        assert!(all.intercepts("api.github.com", 443));
+        assert!(!all.intercepts("other.test", 443));
+        assert!(!Granted::default().intercepts("api.github.com", 443));
+    }
+}
