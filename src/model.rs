@@ -225,6 +225,50 @@ pub struct AgentPatch {
     pub access: Option<teams::AgentAccess>,
 }
 
+impl AgentPatch {
+    /// The API names of the fields this change sets (what an audit entry tells; never values).
+    pub fn fields(&self) -> Vec<&'static str> {
+        // Spelled out whole, so a new field cannot be left out of the list.
+        let AgentPatch {
+            name,
+            image,
+            cpus,
+            memory_mb,
+            disk_mb,
+            idle_minutes,
+            egress,
+            egress_default: _,
+            env,
+            runtime,
+            ttl_minutes,
+            expires_at: _,
+            labels,
+            allow_root,
+            approvals,
+            access,
+        } = self;
+        [
+            ("name", name.is_some()),
+            ("image", image.is_some()),
+            ("cpus", cpus.is_some()),
+            ("memoryMb", memory_mb.is_some()),
+            ("diskMb", disk_mb.is_some()),
+            ("idleMinutes", idle_minutes.is_some()),
+            ("egress", egress.is_some()),
+            ("env", env.is_some()),
+            ("runtime", runtime.is_some()),
+            ("ttlMinutes", ttl_minutes.is_some()),
+            ("labels", labels.is_some()),
+            ("allowRoot", allow_root.is_some()),
+            ("approvals", approvals.is_some()),
+            ("access", access.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(field, set)| set.then_some(field))
+        .collect()
+    }
+}
+
 /// Makes a fresh agent id: 12 characters of `[a-z0-9]`, starting with a letter so it is a
 /// valid DNS label and container name on its own.
 pub fn new_agent_id() -> String {

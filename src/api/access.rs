@@ -13,7 +13,6 @@ use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use tokio_util::sync::CancellationToken;
 
 use super::audit;
 use super::auth::Scraper;
@@ -21,7 +20,7 @@ use super::error::ApiError;
 use super::AppState;
 use crate::model::teams::Scope;
 use crate::teams::access::{decide, sees, standing, Act, Decision, Standing};
-use crate::teams::Principal;
+use crate::teams::{Principal, StreamEnds};
 
 /// What a route needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,10 +166,11 @@ impl<S: Send + Sync> FromRequestParts<S> for Principal {
     }
 }
 
-/// Cancelled when the request's credential ends (its token revoked, its user deleted): what a
-/// request streams (an HTTP body without a known length, a WebSocket) stops then.
+/// What ends the request's streams (an HTTP body without a known length, a WebSocket, a
+/// command waiting for approval): its credential ending, or its caller losing access to the
+/// agent of the route (see [`StreamEnds`]).
 #[derive(Debug, Clone, Default)]
-pub struct CredentialEnds(pub CancellationToken);
+pub struct CredentialEnds(pub StreamEnds);
 
 impl<S: Send + Sync> FromRequestParts<S> for CredentialEnds {
     type Rejection = std::convert::Infallible;
@@ -188,24 +188,31 @@ impl<S: Send + Sync> FromRequestParts<S> for CredentialEnds {
 }
 
 impl CredentialEnds {
-    /// Runs `work` (a WebSocket's life) until it ends or the credential does.
+    /// Resolves when what the request streams must stop.
+    pub async fn ended(&self) {
+        self.0.ended().await;
+    }
+
+    /// Runs `work` (a WebSocket's life) until it ends or the caller's right to it does.
     pub async fn guard(self, work: impl Future<Output = ()>) {
         tokio::select! {
             () = work => {}
-            () = self.0.cancelled() => {
-                tracing::info!("a WebSocket closed: its credential was revoked");
+            () = self.0.ended() => {
+                tracing::info!("a WebSocket closed: its credential or access ended");
             }
         }
     }
 }
 
-/// A streamed answer ends when the credential does; one of known length is sent whole.
-fn ends_with(response: Response, ends: CancellationToken) -> Response {
+/// A streamed answer ends when the caller's right to it does; one of known length is sent whole.
+fn ends_with(response: Response, ends: CredentialEnds) -> Response {
     if response.body().size_hint().exact().is_some() {
         return response;
     }
     let (parts, body) = response.into_parts();
-    let body = body.into_data_stream().take_until(ends.cancelled_owned());
+    let body = body
+        .into_data_stream()
+        .take_until(async move { ends.ended().await });
     Response::from_parts(parts, Body::from_stream(body))
 }
 
@@ -317,6 +324,7 @@ async fn admit(
         return ApiError::forbidden(format!("this credential does not have the scope {s}"))
             .into_response();
     }
+    let mut ends = StreamEnds::of(&principal);
     if let (Some(act), Some(id)) = (act, param("id")) {
         if !principal.sees_agent(&id) {
             return no_agent(&id);
@@ -327,6 +335,7 @@ async fn admit(
                 match decide(standing, facts.access, act) {
                     Decision::Allow => {
                         req.extensions_mut().insert(standing);
+                        ends = ends.on_agent(&st.auth.directory, &principal, standing, &id, act);
                     }
                     Decision::NotFound => return no_agent(&id),
                     Decision::Forbidden => return not_yours(&id, act),
@@ -351,8 +360,8 @@ async fn admit(
             }
         }
     }
-    let ends = st.auth.directory.credential_ends(&principal);
-    req.extensions_mut().insert(CredentialEnds(ends.clone()));
+    let ends = CredentialEnds(ends);
+    req.extensions_mut().insert(ends.clone());
     ends_with(next.run(req).await, ends)
 }
 

@@ -169,9 +169,11 @@ pub async fn update(
     State(st): State<AppState>,
     standing: Standing,
     Path(id): Path<String>,
+    note: AuditNote,
     ApiJson(body): ApiJson<UpdateAgent>,
 ) -> Result<Json<Agent>, ApiError> {
     let patch = AgentPatch::from(body);
+    note.detail(crate::audit::detail::agent_update(&patch));
     let config = st.config();
     spec::check_patch(&patch, &allowed(&st, &config))?;
     Ok(Json(st.lc.patch(&id, patch, standing).await?.into()))

@@ -10,6 +10,7 @@ use axum::http::request::Parts;
 use axum::http::Method;
 use axum::Json;
 use serde::Deserialize;
+use tokio::sync::oneshot;
 use utoipa::IntoParams;
 
 use super::error::{ApiError, ApiQuery, ErrorBody};
@@ -156,6 +157,8 @@ struct Note {
     agent: Option<(String, String)>,
     /// Who signed in (or tried): (user id if known, name).
     who: Option<(Option<String>, String)>,
+    /// The outcome, when the answer's status does not tell it (see [`AuditNote::later`]).
+    later: Option<oneshot::Receiver<u16>>,
 }
 
 /// What a handler adds to its route's entry: the detail, the agent it made, who signed in.
@@ -178,9 +181,29 @@ impl AuditNote {
         self.with(|n| n.agent = Some((id.to_string(), name.to_string())));
     }
 
+    /// The answer's status is not the outcome (a streamed exec that waits for approval answers
+    /// `200` at once): the entry is recorded when the returned [`LateOutcome`] tells it, or with
+    /// the answer's status if it is dropped untold.
+    pub fn later(&self) -> LateOutcome {
+        let (tx, rx) = oneshot::channel();
+        self.with(|n| n.later = Some(rx));
+        LateOutcome(tx)
+    }
+
     /// Who a sign-in was for: the user's id when it succeeded, and the name given.
     pub fn who(&self, user_id: Option<String>, name: &str) {
         self.with(|n| n.who = Some((user_id, name.to_string())));
+    }
+}
+
+/// Where a handler tells its entry's outcome once it is known ([`AuditNote::later`]).
+#[derive(Debug)]
+pub struct LateOutcome(oneshot::Sender<u16>);
+
+impl LateOutcome {
+    pub fn tell(self, status: u16) {
+        // The entry's recorder waits until the server stops; gone then, there is no one to tell.
+        let _ = self.0.send(status);
     }
 }
 
@@ -283,7 +306,18 @@ impl Pending {
             (None, None) => (None, None),
         };
         entry.detail = note.detail;
-        st.audit.record(entry).await;
+        match note.later {
+            None => st.audit.record(entry).await,
+            Some(later) => {
+                let st = st.clone();
+                tokio::spawn(async move {
+                    if let Ok(status) = later.await {
+                        entry.status = status;
+                    }
+                    st.audit.record(entry).await;
+                });
+            }
+        }
     }
 }
 
@@ -298,7 +332,8 @@ pub struct AuditFilters {
     user: Option<String>,
     /// One action of the fixed vocabulary (see `AuditAction`); another is `400`.
     action: Option<String>,
-    /// Entries at or after: an RFC 3339 time, or a duration ago (`24h`, `7d`).
+    /// Entries at or after: an RFC 3339 time, or a duration ago (1 to 6 digits and `s`, `m`,
+    /// `h`, `d` or `w`: `24h`, `7d`). After `until`, nothing matches.
     since: Option<String>,
     /// Entries at or before: an RFC 3339 time, or a duration ago.
     until: Option<String>,
@@ -315,7 +350,7 @@ pub struct AuditFilters {
 #[utoipa::path(get, path = "/api/v1/audit", tag = "audit", operation_id = "listAudit",
     params(AuditFilters),
     responses((status = 200, body = [AuditEntry]),
-        (status = 400, body = ErrorBody, description = "A filter breaks its rule: an unknown action, a time that is neither RFC 3339 nor a duration, `since` after `until`, `limit` outside 1–1000, `before` below 1 (`field` names it)")))]
+        (status = 400, body = ErrorBody, description = "A filter breaks its rule: an unknown action, a time that is neither RFC 3339 nor a duration, an empty or over-long name, `limit` outside 1–1000, `before` below 1 (`field` names it)")))]
 pub async fn list(
     State(st): State<AppState>,
     principal: Principal,

@@ -72,7 +72,7 @@ pub(super) async fn decided(held: HeldCommand, ends: &CredentialEnds) -> Result<
     let id = held.id().to_string();
     tokio::select! {
         r = held.decision() => Ok(r?),
-        () = ends.0.cancelled() => Err(CommandRefused::CredentialEnded { id }.into()),
+        () = ends.ended() => Err(CommandRefused::CredentialEnded { id }.into()),
     }
 }
 

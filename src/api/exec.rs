@@ -10,7 +10,7 @@ use bytes::Bytes;
 use serde::Serialize;
 
 use super::access::CredentialEnds;
-use super::audit::AuditNote;
+use super::audit::{AuditNote, LateOutcome};
 use super::command_gate::{decided, gate, Gate};
 use super::error::{ApiError, ApiJson, ErrorBody, ErrorDetail};
 use super::types::conversation::Approval;
@@ -64,7 +64,10 @@ pub async fn exec(
     let stdin = body.stdin.unwrap_or_default().into_bytes();
     match gate(&st, &principal, &agent, command_line(&body.command)).await? {
         Gate::Run => {}
-        Gate::Held(held) if streaming => return Ok(held_ndjson(st, id, *held, launch, stdin)),
+        Gate::Held(held) if streaming => {
+            let outcome = note.later();
+            return Ok(held_ndjson(st, id, *held, launch, stdin, outcome));
+        }
         Gate::Held(held) => decided(*held, &ends).await?,
     }
     let conn = st.lc.wake_conn(&id).await?;
@@ -127,13 +130,17 @@ fn held_ndjson(
     held: HeldCommand,
     launch: Launch,
     stdin: Vec<u8>,
+    outcome: LateOutcome,
 ) -> Response {
     let body = async_stream::stream! {
         yield Ok::<_, std::io::Error>(line(&ApprovalLine { approval: held.approval().clone().into() }));
         if let Err(refused) = held.decision().await {
-            yield Ok(api_error_line(refused.into()));
+            let e = ApiError::from(refused);
+            outcome.tell(e.code.status());
+            yield Ok(api_error_line(e));
             return;
         }
+        outcome.tell(StatusCode::OK.as_u16());
         let conn = match st.lc.wake_conn(&id).await {
             Ok(c) => c,
             Err(e) => {

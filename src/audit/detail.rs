@@ -56,6 +56,11 @@ pub fn token(t: &ApiToken) -> String {
     d
 }
 
+/// A change of an agent's settings: the fields it sets (`sets env, labels`).
+pub fn agent_update(patch: &crate::model::AgentPatch) -> String {
+    format!("sets {}", patch.fields().join(", "))
+}
+
 /// A change of user `id`: what it sets, a password only as having changed.
 pub fn user_update(id: &str, name: Option<&str>, role: Option<&str>, password: bool) -> String {
     let mut d = format!("user {id}");

@@ -7,7 +7,7 @@
 
 pub mod detail;
 mod file;
-mod query;
+pub mod query;
 
 use std::net::IpAddr;
 use std::path::Path;

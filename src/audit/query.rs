@@ -34,18 +34,22 @@ pub struct Filters {
 }
 
 /// The longest id or name a filter may hold: longer matches nothing anyway.
-const MAX_NAME: usize = 200;
+pub const MAX_NAME: usize = 200;
 
 /// Checks `f` at `now` (a relative time like `24h` means that long before `now`).
 pub fn parse(f: Filters, now: DateTime<Utc>) -> Result<AuditQuery, QueryError> {
-    let name = |field: &'static str, v: Option<String>| match v.filter(|s| !s.is_empty()) {
-        Some(s) if s.len() > MAX_NAME => Err(bad(
+    let name = |field: &'static str, v: Option<String>| match v {
+        Some(s) if s.is_empty() => Err(bad(field, format!("{field} is empty: leave it out"))),
+        Some(s) if s.chars().count() > MAX_NAME => Err(bad(
             field,
-            format!("{field} is {} bytes long; at most {MAX_NAME}", s.len()),
+            format!(
+                "{field} is {} characters long; at most {MAX_NAME}",
+                s.chars().count()
+            ),
         )),
         other => Ok(other),
     };
-    let action = match f.action.filter(|s| !s.is_empty()) {
+    let action = match f.action {
         None => None,
         Some(s) => Some(Action::parse(&s).ok_or_else(|| {
             let known: Vec<_> = Action::ALL.iter().map(|a| a.as_str()).collect();
@@ -59,13 +63,9 @@ pub fn parse(f: Filters, now: DateTime<Utc>) -> Result<AuditQuery, QueryError> {
             )
         })?),
     };
+    // `since` after `until` is a range with nothing in it, not a mistake worth a 400.
     let since = time("since", f.since, now)?;
     let until = time("until", f.until, now)?;
-    if let (Some(s), Some(u)) = (since, until) {
-        if s > u {
-            return Err(bad("since", format!("since ({s}) is after until ({u})")));
-        }
-    }
     let limit = f.limit.unwrap_or(DEFAULT_LIMIT);
     if !(1..=MAX_LIMIT).contains(&limit) {
         return Err(bad(
@@ -88,13 +88,17 @@ pub fn parse(f: Filters, now: DateTime<Utc>) -> Result<AuditQuery, QueryError> {
     })
 }
 
-/// An RFC 3339 time (`2026-01-02T03:04:05Z`) or a duration before `now` (`90m`, `7d`).
+/// A duration ago as `since`/`until` take it: 1 to 6 digits and one unit (`90m`, `7d`). The
+/// OpenAPI document gives the same pattern.
+pub const AGO_PATTERN: &str = "^[0-9]{1,6}[smhdw]$";
+
+/// An RFC 3339 time (`2026-01-02T03:04:05Z`) or a duration before `now` ([`AGO_PATTERN`]).
 fn time(
     field: &'static str,
     v: Option<String>,
     now: DateTime<Utc>,
 ) -> Result<Option<DateTime<Utc>>, QueryError> {
-    let Some(s) = v.filter(|s| !s.is_empty()) else {
+    let Some(s) = v else {
         return Ok(None);
     };
     if let Ok(t) = DateTime::parse_from_rfc3339(&s) {
@@ -102,14 +106,30 @@ fn time(
     }
     let shown = super::detail::clip(&s, 50);
     let why = || {
-        format!("{field} {shown:?} is neither an RFC 3339 time (2026-01-02T03:04:05Z) nor a duration ago (24h, 7d)")
+        format!("{field} {shown:?} is neither an RFC 3339 time (2026-01-02T03:04:05Z) nor a duration ago: 1 to 6 digits and s, m, h, d or w (24h, 7d)")
     };
-    let ago = humantime::parse_duration(&s).map_err(|_| bad(field, why()))?;
-    chrono::Duration::from_std(ago)
-        .ok()
+    ago(&s)
         .and_then(|ago| now.checked_sub_signed(ago))
         .map(Some)
         .ok_or_else(|| bad(field, why()))
+}
+
+/// `7d` → seven days; `None` for anything but [`AGO_PATTERN`].
+fn ago(s: &str) -> Option<chrono::Duration> {
+    let unit = s.chars().last()?;
+    let digits = &s[..s.len() - unit.len_utf8()];
+    if digits.is_empty() || digits.len() > 6 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: i64 = digits.parse().ok()?;
+    match unit {
+        's' => chrono::Duration::try_seconds(n),
+        'm' => chrono::Duration::try_minutes(n),
+        'h' => chrono::Duration::try_hours(n),
+        'd' => chrono::Duration::try_days(n),
+        'w' => chrono::Duration::try_weeks(n),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -153,11 +173,31 @@ mod tests {
             ),
             (
                 Filters {
-                    since: Some("1h".into()),
-                    until: Some("2h".into()),
+                    since: Some("7days".into()),
                     ..Filters::default()
                 },
                 "since",
+            ),
+            (
+                Filters {
+                    until: Some(String::new()),
+                    ..Filters::default()
+                },
+                "until",
+            ),
+            (
+                Filters {
+                    action: Some(String::new()),
+                    ..Filters::default()
+                },
+                "action",
+            ),
+            (
+                Filters {
+                    user: Some(String::new()),
+                    ..Filters::default()
+                },
+                "user",
             ),
             (
                 Filters {
@@ -187,5 +227,16 @@ mod tests {
         .unwrap();
         assert_eq!(ok.action, Some(Action::Exec));
         assert_eq!(ok.limit, DEFAULT_LIMIT);
+        let now = Utc::now();
+        let week = super::parse(
+            Filters {
+                since: Some("1w".into()),
+                until: Some("999999w".into()),
+                ..Filters::default()
+            },
+            now,
+        )
+        .expect("a range the wrong way round is empty, not wrong");
+        assert_eq!(week.since, Some(now - chrono::Duration::days(7)));
     }
 }

@@ -10,12 +10,18 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use rusqlite::{params, Connection, OptionalExtension};
+use tokio::sync::watch;
 
 use super::{now_text, Result, Store, StoreError};
 use crate::model::teams::{AgentAccess, AgentFacts, Member, MemberRole, BUILT_IN_ADMIN};
 
-#[derive(Clone, Default)]
-pub(super) struct FactsMirror(Arc<RwLock<HashMap<String, AgentFacts>>>);
+#[derive(Clone)]
+pub(super) struct FactsMirror {
+    facts: Arc<RwLock<HashMap<String, AgentFacts>>>,
+    /// Counts writes, so that whoever holds a standing on an agent (an open stream) can check
+    /// it again when anything about access changed.
+    changes: Arc<watch::Sender<u64>>,
+}
 
 impl FactsMirror {
     pub(super) fn load(c: &Connection) -> Result<FactsMirror> {
@@ -60,15 +66,20 @@ impl FactsMirror {
                 f.members.insert(user, role);
             }
         }
-        Ok(FactsMirror(Arc::new(RwLock::new(facts))))
+        Ok(FactsMirror {
+            facts: Arc::new(RwLock::new(facts)),
+            changes: Arc::new(watch::Sender::new(0)),
+        })
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut HashMap<String, AgentFacts>) -> T) -> T {
-        f(&mut self.0.write().unwrap_or_else(PoisonError::into_inner))
+        let out = f(&mut self.facts.write().unwrap_or_else(PoisonError::into_inner));
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+        out
     }
 
     fn get(&self, id: &str) -> Option<AgentFacts> {
-        self.0
+        self.facts
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .get(id)
@@ -80,6 +91,11 @@ impl Store {
     /// The owner, policy and members of agent `id`; `None` for one this server never knew.
     pub fn agent_facts(&self, id: &str) -> Option<AgentFacts> {
         self.facts.get(id)
+    }
+
+    /// Changes whenever an agent's owner, policy or members may have changed.
+    pub fn access_changes(&self) -> watch::Receiver<u64> {
+        self.facts.changes.subscribe()
     }
 
     /// After an agent was recorded or its policy changed.

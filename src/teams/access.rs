@@ -164,6 +164,7 @@ mod tests {
                 supervised: false,
                 approvals: crate::model::teams::TokenApprovals::Ask,
             }),
+            ends: Default::default(),
         }
     }
 

@@ -59,7 +59,7 @@ struct Cache {
 pub struct Directory {
     store: Store,
     cache: RwLock<Cache>,
-    /// Cancelled when a credential ends, by [`credential_key`]: what streams with it (an event
+    /// Cancelled when a credential ends, by `token:ID` or `user:ID`: what streams with it (an event
     /// stream, a streaming exec, a terminal) stops then. A revoked one stays, cancelled, so
     /// that a request resolved just before the revocation still finds it cancelled.
     ends: Mutex<HashMap<String, CancellationToken>>,
@@ -69,15 +69,6 @@ pub struct Directory {
 
 /// How long the expiry watch sleeps at most, so a wall clock that jumps is caught up with.
 const EXPIRY_WATCH_MAX_SLEEP: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// The key of what ends a principal's credential: its token, or for the admin token and web
-/// sessions its user.
-fn credential_key(p: &Principal) -> String {
-    match &p.token {
-        Some(t) => format!("token:{}", t.id),
-        None => format!("user:{}", p.user_id),
-    }
-}
 
 fn check_user_name(name: &str) -> Result<(), TeamsError> {
     crate::agents::spec::check_name(name).map_err(|e| TeamsError::invalid("name", e.why))
@@ -126,9 +117,10 @@ impl Directory {
         self.ends.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Cancelled when `p`'s credential ends: its token is revoked, or its user deleted.
-    pub fn credential_ends(&self, p: &Principal) -> CancellationToken {
-        self.ends().entry(credential_key(p)).or_default().clone()
+    /// What ends the credential named by `key` from now on. Taken before the credential's user
+    /// is read: a change after this cancels it, one before it is already in what is read.
+    fn ends_of(&self, key: String) -> CancellationToken {
+        self.ends().entry(key).or_default().clone()
     }
 
     fn end(&self, key: String) {
@@ -207,12 +199,14 @@ impl Directory {
 
     /// The principal of user `id` with the user's whole role (the admin token, a web session).
     pub fn principal_of_user(&self, id: &str) -> Option<Principal> {
+        let ends = self.ends_of(format!("user:{id}"));
         let user = self.user(id)?;
         Some(Principal {
             user_id: user.id,
             user_name: user.name,
             role: user.role,
             token: None,
+            ends,
         })
     }
 
@@ -222,6 +216,8 @@ impl Directory {
             return None;
         }
         let hash = hash_token(token);
+        let id = self.read().tokens.get(&hash)?.id.clone();
+        let ends = self.ends_of(format!("token:{id}"));
         let cache = self.read();
         // The map finds the entry by the hash, which tells an attacker nothing about the
         // token; the comparison that decides is constant-time all the same.
@@ -243,6 +239,7 @@ impl Directory {
                 supervised: t.supervised,
                 approvals: t.approvals,
             }),
+            ends,
         })
     }
 
@@ -549,9 +546,9 @@ mod tests {
     async fn a_token_s_streams_end_when_it_expires() {
         let (_dir, d) = directory_with_token(Utc::now() + Duration::milliseconds(300)).await;
         let p = d.principal_of_token("aht_soon", Utc::now()).unwrap();
-        let ends = d.credential_ends(&p);
+        let ends = p.ends.clone();
         let admin = d.principal_of_user(BUILT_IN_ADMIN).unwrap();
-        let admin_ends = d.credential_ends(&admin);
+        let admin_ends = admin.ends.clone();
         tokio::select! {
             () = d.end_tokens_at_expiry() => unreachable!("the watch runs for ever"),
             r = tokio::time::timeout(std::time::Duration::from_secs(10), ends.cancelled()) => {
@@ -574,7 +571,7 @@ mod tests {
             .await
             .unwrap();
         let p = d.principal_of_user(&ann.id).unwrap();
-        let before = d.credential_ends(&p);
+        let before = p.ends.clone();
         let renamed = UserUpdate {
             name: Some("anna".into()),
             ..UserUpdate::default()
@@ -589,7 +586,7 @@ mod tests {
         assert!(before.is_cancelled(), "a demotion ends the open streams");
         let p = d.principal_of_user(&ann.id).unwrap();
         assert!(
-            !d.credential_ends(&p).is_cancelled(),
+            !p.ends.clone().is_cancelled(),
             "the next request streams as usual"
         );
     }

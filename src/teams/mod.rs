@@ -8,10 +8,12 @@ pub mod directory;
 pub mod membership;
 pub mod password;
 pub mod principal;
+pub mod stream_ends;
 pub mod throttle;
 
 pub use directory::{Directory, NewToken, NewUser, UserUpdate};
 pub use principal::{Principal, TokenGrant};
+pub use stream_ends::StreamEnds;
 
 use crate::store::StoreError;
 

@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 
 use chrono::{DateTime, Utc};
+use tokio_util::sync::CancellationToken;
 
 use crate::model::teams::{Role, Scope, TokenApprovals};
 
@@ -16,6 +17,9 @@ pub struct Principal {
     /// The API token the request came with; `None` for the admin token and web sessions,
     /// which carry the user's whole role.
     pub token: Option<TokenGrant>,
+    /// Cancelled when the credential this principal was resolved from ends or changes (taken
+    /// before the user was read, so a change racing the request still ends what it streams).
+    pub ends: CancellationToken,
 }
 
 /// What an API token allows, on top of (never beyond) its user's role.
@@ -95,6 +99,7 @@ mod tests {
             user_name: "ann".into(),
             role: Role::Member,
             token,
+            ends: CancellationToken::new(),
         }
     }
 

@@ -8227,8 +8227,11 @@ export interface operations {
                 /** @description A user's id or name. */
                 user?: string;
                 /** @description One action of the fixed vocabulary (see `AuditAction`); another is `400`. */
-                action?: string;
-                /** @description Entries at or after: an RFC 3339 time, or a duration ago (`24h`, `7d`). */
+                action?: components["schemas"]["AuditAction"];
+                /**
+                 * @description Entries at or after: an RFC 3339 time, or a duration ago (1 to 6 digits and `s`, `m`,
+                 *     `h`, `d` or `w`: `24h`, `7d`). After `until`, nothing matches.
+                 */
                 since?: string;
                 /** @description Entries at or before: an RFC 3339 time, or a duration ago. */
                 until?: string;
@@ -8251,7 +8254,7 @@ export interface operations {
                     "application/json": components["schemas"]["AuditEntry"][];
                 };
             };
-            /** @description A filter breaks its rule: an unknown action, a time that is neither RFC 3339 nor a duration, `since` after `until`, `limit` outside 1–1000, `before` below 1 (`field` names it) */
+            /** @description A filter breaks its rule: an unknown action, a time that is neither RFC 3339 nor a duration, an empty or over-long name, `limit` outside 1–1000, `before` below 1 (`field` names it) */
             400: {
                 headers: {
                     [name: string]: unknown;

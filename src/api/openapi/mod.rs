@@ -120,6 +120,8 @@ pub fn document(config: &Config, facts: Facts) -> Value {
     schemas::configured_limits(&mut doc, config, facts);
     schemas::egress_rules(&mut doc);
     schemas::secrets(&mut doc);
+    schemas::audit_filters(&mut doc);
+    schemas::tokens(&mut doc);
     schemas::agent_env(&mut doc);
     schemas::agent_labels(&mut doc);
     schemas::sessions(&mut doc, config);

@@ -124,6 +124,19 @@ pub(super) fn agent_env(doc: &mut Value) {
     }
 }
 
+/// A token's request: `supervised` with `approvals: allow` is refused (such a token would
+/// approve its own commands), which only a `not` can say.
+pub(super) fn tokens(doc: &mut Value) {
+    set(
+        doc.pointer_mut("/components/schemas/CreateToken"),
+        "not",
+        json!({
+            "required": ["supervised", "approvals"],
+            "properties": {"supervised": {"const": true}, "approvals": {"const": "allow"}},
+        }),
+    );
+}
+
 /// An agent's labels, as `agents::labels::check` takes them.
 pub(super) fn agent_labels(doc: &mut Value) {
     use crate::agents::labels::{MAX_KEY, MAX_LABELS, MAX_VALUE};
@@ -228,6 +241,30 @@ pub(super) fn secrets(doc: &mut Value) {
                 );
             }
         }
+    }
+}
+
+/// `GET /api/v1/audit`'s filters as `crate::audit::query` reads them: an action of the fixed
+/// list, a time or a duration ago, names of 1 to 200 characters.
+pub(super) fn audit_filters(doc: &mut Value) {
+    use crate::audit::query::{AGO_PATTERN, MAX_NAME};
+    let Some(Value::Array(params)) = doc.pointer_mut("/paths/~1api~1v1~1audit/get/parameters")
+    else {
+        return;
+    };
+    for p in params.iter_mut() {
+        let schema = match p["name"].as_str() {
+            Some("action") => json!({"$ref": "#/components/schemas/AuditAction"}),
+            Some("since" | "until") => json!({"oneOf": [
+                {"type": "string", "format": "date-time"},
+                {"type": "string", "pattern": AGO_PATTERN},
+            ]}),
+            Some("agent" | "user") => {
+                json!({"type": "string", "minLength": 1, "maxLength": MAX_NAME})
+            }
+            _ => continue,
+        };
+        set(Some(p), "schema", schema);
     }
 }
 

@@ -455,3 +455,108 @@ async fn lists_and_the_event_stream_leave_out_agents_a_caller_does_not_see() {
     assert_eq!(status, 200);
     assert_eq!(listed(nina.get_json("/api/v1/agents").await).len(), 2);
 }
+
+/// A streaming exec of `c` on agent `id` that prints `tick` every tenth of a second.
+async fn ticking(
+    c: &Client,
+    id: &str,
+) -> impl futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin {
+    use futures::StreamExt;
+    let r = c
+        .http
+        .post(format!("{}/api/v1/agents/{id}/exec", c.base))
+        .bearer_auth(&c.token)
+        .header("accept", "application/x-ndjson")
+        .json(&json!({ "command": ["sh", "-c", "while :; do echo tick; sleep 0.1; done"] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let mut stream = r.bytes_stream();
+    let first = tokio::time::timeout(DEADLINE, stream.next()).await.unwrap();
+    assert!(first.is_some_and(|b| b.is_ok()), "the exec streams");
+    stream
+}
+
+/// Waits (at most a second from now) for `stream` to run out.
+async fn ends_within_a_second(
+    mut stream: impl futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin,
+    what: &str,
+) {
+    use futures::StreamExt;
+    let within = tokio::time::Instant::now() + std::time::Duration::from_secs(1);
+    loop {
+        match tokio::time::timeout_at(within, stream.next()).await {
+            Ok(Some(Ok(_))) => {}
+            Ok(_) => return,
+            Err(_) => panic!("{what} was still open a second later"),
+        }
+    }
+}
+
+/// Losing access ends what one streams, as a revoked credential does: an outsider's streams
+/// on a public agent made private, a removed member's; a member who keeps access keeps them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_access_to_an_agent_ends_ones_streams_there_within_a_second() {
+    use futures::StreamExt;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message;
+
+    let s = TestServer::start().await;
+    let olga = member(&s, "olga").await;
+    let nina = member(&s, "nina").await;
+    let nils = member(&s, "nils").await;
+    let id = olga
+        .running_agent(json!({ "name": "square", "access": "public" }))
+        .await;
+    let (status, v) = olga
+        .call(
+            "POST",
+            &format!("/api/v1/agents/{id}/members"),
+            Some(json!({ "user": "nils", "role": "user" })),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let nina_exec = ticking(&nina, &id).await;
+    let mut nils_exec = ticking(&nils, &id).await;
+    let mut req = s
+        .ws_url(&format!("/api/v1/agents/{id}/terminal?cols=80&rows=24"))
+        .into_client_request()
+        .unwrap();
+    req.headers_mut().insert(
+        "authorization",
+        format!("Bearer {}", nina.token).parse().unwrap(),
+    );
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    crate::common::send_keys(&mut ws, "echo up-'and'-running\r").await;
+    crate::common::read_until(&mut ws, "up-and-running").await;
+
+    let r = olga.patch_agent(&id, json!({ "access": "private" })).await;
+    assert_eq!(r.status(), 200);
+    ends_within_a_second(nina_exec, "an outsider's exec on an agent made private").await;
+    let within = tokio::time::Instant::now() + std::time::Duration::from_secs(1);
+    loop {
+        match tokio::time::timeout_at(within, ws.next()).await {
+            Ok(Some(Ok(Message::Close(_)))) | Ok(None) | Ok(Some(Err(_))) => break,
+            Ok(Some(Ok(_))) => {}
+            Err(_) => panic!("an outsider's terminal was still open a second later"),
+        }
+    }
+    // Nils is a member: his exec goes on (ticks keep coming after the change).
+    for _ in 0..3 {
+        let next = tokio::time::timeout(DEADLINE, nils_exec.next())
+            .await
+            .unwrap();
+        assert!(next.is_some_and(|b| b.is_ok()), "a member's exec goes on");
+    }
+    let (status, _) = olga
+        .call("DELETE", &format!("/api/v1/agents/{id}/members/nils"), None)
+        .await;
+    assert_eq!(status, 204);
+    ends_within_a_second(nils_exec, "a removed member's exec").await;
+    // And their next requests are refused as for anyone without access.
+    let (status, _) = nils
+        .call("GET", &format!("/api/v1/agents/{id}"), None)
+        .await;
+    assert_eq!(status, 404);
+}

@@ -125,6 +125,15 @@ async fn every_action_is_recorded_with_its_principal_and_no_secret() {
     )
     .await;
     assert_eq!(status, 201, "{v}");
+    let (status, v) = call_as(
+        &s,
+        &ann_token,
+        "PATCH",
+        &format!("/api/v1/agents/{id}"),
+        Some(json!({"env": {"PATCHED_VALUE": "env-secret-456"}, "labels": {"team": "x"}})),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
     let mut term = s.terminal(&id, 80, 24).await;
     crate::common::send_keys(&mut term, "exit\r").await;
     drop(term);
@@ -173,6 +182,7 @@ async fn every_action_is_recorded_with_its_principal_and_no_secret() {
     assert_eq!(by_ann("fs.write")["detail"], "notes.txt");
     assert_eq!(by_ann("fs.remove")["detail"], "notes.txt");
     assert_eq!(by_ann("process.start")["detail"], "sleep 30");
+    assert_eq!(by_ann("agent.update")["detail"], "sets env, labels");
     assert_eq!(by_ann("agent.destroy")["status"], 202);
     let term = find(&entries, "terminal.open");
     assert_eq!(term["userName"], "admin");
@@ -220,6 +230,7 @@ async fn every_action_is_recorded_with_its_principal_and_no_secret() {
         "wrong-password-xyz",
         "another-password-1",
         "env-secret-123",
+        "env-secret-456",
         "file-contents-secret",
     ] {
         assert!(!all.contains(secret), "{secret} is in the audit log");
@@ -288,8 +299,8 @@ async fn filters_narrow_paging_walks_and_bad_filters_are_400() {
     assert_eq!(audit(&s, "?agent=agent1").await.len(), 12, "by name too");
     assert_eq!(audit(&s, "?user=user2&action=exec").await.len(), 8);
     assert_eq!(audit(&s, "?user=u2").await.len(), 16);
-    assert_eq!(audit(&s, "?since=10h30m").await.len(), 11);
-    assert_eq!(audit(&s, "?until=40h30m").await.len(), 7);
+    assert_eq!(audit(&s, "?since=630m").await.len(), 11);
+    assert_eq!(audit(&s, "?until=2430m").await.len(), 7);
     // Paging with `before` visits every entry once.
     let mut seen = BTreeSet::new();
     let mut before = String::new();
@@ -304,11 +315,16 @@ async fn filters_narrow_paging_walks_and_bad_filters_are_400() {
         before = format!("&before={}", page.last().unwrap()["id"]);
     }
     assert_eq!(seen.len(), 48);
+    assert!(
+        audit(&s, "?since=1h&until=2h").await.is_empty(),
+        "a range the wrong way round holds nothing"
+    );
     for (query, field) in [
         ("?action=rm", "action"),
         ("?since=yesterday", "since"),
         ("?until=2026-13-01T00:00:00Z", "until"),
-        ("?since=1h&until=2h", "since"),
+        ("?since=10h30m", "since"),
+        ("?agent=", "agent"),
         ("?limit=0", "limit"),
         ("?limit=1001", "limit"),
         ("?before=0", "before"),

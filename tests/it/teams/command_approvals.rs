@@ -408,6 +408,46 @@ async fn a_streaming_exec_says_it_waits_on_its_first_line() {
     assert_eq!(lines.last().unwrap()["exitCode"], 0, "{text}");
 }
 
+/// A held streamed exec answers `200` at once; its audit entry tells what came of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_streamed_exec_is_audited_with_its_outcome() {
+    let s = TestServer::start().await;
+    let (id, bob) = setup(
+        &s,
+        "always",
+        json!({ "name": "t", "scopes": ["agents:read", "agents:use"] }),
+    )
+    .await;
+    for (word, option, status) in [("refused", "reject", 403), ("allowed", "allow", 200)] {
+        let r = s
+            .http
+            .post(s.url(&format!("/api/v1/agents/{id}/exec")))
+            .bearer_auth(&bob)
+            .header("accept", "application/x-ndjson")
+            .json(&json!({ "command": ["echo", word] }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let a = pending(&s, &format!("echo {word}")).await;
+        answer(&s, a["id"].as_str().unwrap(), option).await;
+        let text = tokio::time::timeout(DEADLINE, r.text())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(text.lines().count() >= 2, "{text}");
+        let entry = wait_for_value(&format!("the audit entry of echo {word}"), || async {
+            let v = s.get_json("/api/v1/audit?action=exec").await;
+            v.as_array()?
+                .iter()
+                .find(|e| e["detail"] == format!("echo {word}").as_str())
+                .cloned()
+        })
+        .await;
+        assert_eq!(entry["status"], status, "{entry}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pending_command_fails_closed_across_a_restart() {
     let s = TestServer::start().await;
