@@ -228,6 +228,11 @@ impl Inside {
             .path_and_query()
             .map_or("/", |pq| pq.as_str())
             .to_string();
+        // The one hop-by-hop header HTTP/2 keeps: gRPC needs it.
+        let trailers = parts
+            .headers
+            .get(header::TE)
+            .is_some_and(|te| te.as_bytes().eq_ignore_ascii_case(b"trailers"));
         strip_hop_headers(&mut parts.headers);
         let sent = match &self.sender {
             Sender::H1(sender) => {
@@ -251,6 +256,11 @@ impl Inside {
             Sender::H2(sender) => {
                 parts.version = Version::HTTP_2;
                 parts.headers.remove(header::HOST);
+                if trailers {
+                    parts
+                        .headers
+                        .insert(header::TE, HeaderValue::from_static("trailers"));
+                }
                 parts.uri = match Uri::try_from(format!("https://{authority}{path}")) {
                     Ok(uri) => uri,
                     Err(e) => {
