@@ -171,6 +171,22 @@ impl Server {
             })?;
         let previews_addr = previews_listener.local_addr()?;
 
+        let egress_ca = Arc::new(
+            crate::egress::InstallationCa::open(&config.server.data_dir)
+                .context("the egress proxy's installation CA")?,
+        );
+        let interception = Arc::new(
+            crate::egress::Interception::new(
+                egress_ca.clone(),
+                config
+                    .sandbox
+                    .egress
+                    .read_ca_certificates()
+                    .context("sandbox.egress.ca_certificates")?
+                    .as_deref(),
+            )
+            .context("the egress proxy's TLS")?,
+        );
         let metrics = Arc::new(Metrics::default());
         let driver = crate::driver::open(
             &config,
@@ -180,6 +196,7 @@ impl Server {
                 egress_port: egress_addr.port(),
                 dns_port,
                 repairs: metrics.repairs(),
+                egress_ca: egress_ca.certificate_pem().to_string(),
             },
         )
         .await?;
@@ -225,6 +242,7 @@ impl Server {
                 previews_addr.port(),
             ],
             egress_connections.clone(),
+            interception,
         );
         let sessions = crate::sessions::Sessions::new(store.clone(), lifecycle.clone());
         let previews = crate::previews::Previews::new(
@@ -427,6 +445,7 @@ fn egress_proxy(
     lifecycle: &Arc<Lifecycle>,
     own_ports: [u16; 4],
     limiter: Arc<ConnectionLimiter>,
+    interception: Arc<crate::egress::Interception>,
 ) -> Arc<Proxy> {
     let e = &config.sandbox.egress;
     // Never dialled whatever the rules: the agent networks (a public pool is possible). The
@@ -439,6 +458,7 @@ fn egress_proxy(
             max_connections: e.max_connections,
             limiter,
             header_timeout: e.header_timeout,
+            interception,
         },
     )
 }

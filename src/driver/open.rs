@@ -24,6 +24,9 @@ pub struct Wiring {
     /// The egress resolver's UDP port, in transparent mode.
     pub dns_port: Option<u16>,
     pub repairs: Repairs,
+    /// The installation CA's certificate (PEM): every sandbox trusts it, next to
+    /// `sandbox.egress.ca_certificates`, for the destinations the proxy intercepts.
+    pub egress_ca: String,
 }
 
 /// Starts the configured driver (connecting to its engine, which may fill the sandboxd
@@ -39,6 +42,7 @@ pub async fn open(config: &Config, wiring: Wiring) -> anyhow::Result<Arc<dyn Dri
                 wiring.egress_port,
                 wiring.dns_port,
                 wiring.repairs,
+                &wiring.egress_ca,
             )
             .await
             .context("starting the docker driver")?,

@@ -19,4 +19,7 @@ pub struct EgressEvent {
     pub bytes_up: u64,
     /// Bytes sent from the destination to the sandbox.
     pub bytes_down: u64,
+    /// The secret this event is about (never its value): swapped into a request to the
+    /// destination when `allowed`, or the reason the request was refused when not.
+    pub secret: Option<String>,
 }

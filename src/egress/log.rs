@@ -240,6 +240,7 @@ mod tests {
             closed: closed || !allowed,
             bytes_up: if closed { 5 } else { 0 },
             bytes_down: if closed { 7 } else { 0 },
+            secret: None,
         }
     }
 

@@ -1,5 +1,6 @@
 //! A sandbox's only way out: per-agent rules and the proxy in the server that enforces them.
 
+mod ca;
 mod counted;
 mod dial;
 pub mod dns;
@@ -12,8 +13,11 @@ mod reach;
 mod rule;
 mod rules;
 mod sni;
+mod substitute;
+mod tls;
 mod zerocopy;
 
+pub use ca::{CaError, InstallationCa};
 pub use dial::{Destination, DialSettings, Dialer, Refusal, SocketAddrOrName};
 pub use event::EgressEvent;
 pub use granted::{Grant, Granted};
@@ -24,6 +28,7 @@ pub use reach::{is_own, is_public, reachable};
 pub use rule::{normalize_name, Rule, RuleError};
 pub use rules::{EgressChange, EgressRules, NameVerdict, Verdict, MAX_RULES};
 pub use sni::client_hello;
+pub use tls::{Interception, TlsSetupError};
 
 #[cfg(test)]
 mod tests;

@@ -5,10 +5,15 @@
 //! program that ignores the proxy variables sends once the firewall redirects it here).
 //!
 //! This file accepts, admits and decides; [`forward`] passes HTTP requests on, [`tunnel`]
-//! copies `CONNECT` and redirected TLS, and [`refusal`] says no.
+//! copies `CONNECT` and redirected TLS, [`intercept`] terminates the TLS of destinations a
+//! granted secret may go to, [`secrets`] swaps placeholders in what it sees, and [`refusal`]
+//! says no.
 
 mod forward;
+mod intercept;
 mod refusal;
+mod rewound;
+mod secrets;
 mod tunnel;
 
 use std::net::{IpAddr, SocketAddr};
@@ -32,6 +37,7 @@ use super::event::EgressEvent;
 use super::granted::Granted;
 use super::open::{ClientSlot, Connections, UpstreamSlot};
 use super::rules::{EgressRules, Verdict};
+use super::tls::Interception;
 use crate::listener::{accept_loop, ConnectionGuard, ConnectionLimiter, Refused};
 
 /// A request head larger than this is refused (`431`): a proxy request needs a line and a few
@@ -63,6 +69,8 @@ pub struct ProxySettings {
     /// The caps checked at accept: all agents together, and per source address.
     pub limiter: Arc<ConnectionLimiter>,
     pub header_timeout: Duration,
+    /// The CA and TLS client for destinations with a granted secret.
+    pub interception: Arc<Interception>,
 }
 
 pub struct Proxy {
@@ -220,13 +228,28 @@ impl Proxy {
             Ok(d) => d,
             Err(why) => return text(StatusCode::BAD_REQUEST, format!("agenthold: {why}\n")),
         };
-        let (upstream, slot, ended) = match self.open_for(caller, &dest).await {
-            Ok(opened) => opened,
-            Err(refusal) => return refusal,
-        };
+        let granted = self.sandboxes.granted(&caller.id).await;
         if connect {
-            self.tunnel(req, upstream, slot, ended)
+            let (upstream, slot, ended) = match self.open_for(caller, &dest).await {
+                Ok(opened) => opened,
+                Err(refusal) => return refusal,
+            };
+            if granted.intercepts(&dest.host, dest.port) {
+                self.intercept(req, upstream, slot, ended, granted)
+            } else {
+                self.tunnel(req, upstream, slot, ended)
+            }
         } else {
+            // Placeholders are swapped (or the request refused) before the destination is
+            // so much as dialled.
+            let req = match self.with_secrets(&caller, &dest, &granted, true, req).await {
+                Ok(req) => req,
+                Err(refusal) => return refusal,
+            };
+            let (upstream, slot, ended) = match self.open_for(caller, &dest).await {
+                Ok(opened) => opened,
+                Err(refusal) => return refusal,
+            };
             self.forward(req, upstream, slot, ended).await
         }
     }
@@ -314,6 +337,7 @@ fn event(
         closed: closed.is_some() || !allowed,
         bytes_up,
         bytes_down,
+        secret: None,
     }
 }
 

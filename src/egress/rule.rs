@@ -185,6 +185,11 @@ fn show_net(net: &IpNet) -> String {
 }
 
 impl Rule {
+    /// Whether this rule names its one port (`host:port`), not every port.
+    pub(super) fn names_port(&self) -> bool {
+        self.port.is_some()
+    }
+
     pub(super) fn port_matches(&self, port: u16) -> bool {
         self.port.is_none_or(|p| p == port)
     }

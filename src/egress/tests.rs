@@ -18,6 +18,8 @@ use crate::config::EgressConfig;
 use crate::events::{AgentEvent, EventHub};
 use crate::listener::ConnectionLimiter;
 
+mod intercept;
+
 const AGENT: &str = "a1";
 const DEADLINE: Duration = Duration::from_secs(10);
 
@@ -26,6 +28,7 @@ struct OneSandbox {
     /// How often the proxy asked whose a connection is (a database look-up in the server).
     lookups: std::sync::atomic::AtomicUsize,
     hub: EventHub,
+    granted: Mutex<Arc<Granted>>,
 }
 
 #[async_trait::async_trait]
@@ -44,6 +47,12 @@ impl Sandboxes for OneSandbox {
         let rules = self.rules.lock().unwrap().clone();
         (id == AGENT).then(|| ("builder".to_string(), rules))
     }
+    async fn granted(&self, id: &str) -> Arc<Granted> {
+        match id {
+            AGENT => self.granted.lock().unwrap().clone(),
+            _ => Arc::new(Granted::default()),
+        }
+    }
     fn publish(&self, event: EgressEvent) {
         self.hub.publish(AgentEvent::Egress(Box::new(event)));
     }
@@ -55,6 +64,8 @@ struct Setup {
     sandbox: Arc<OneSandbox>,
     events: broadcast::Receiver<AgentEvent>,
     shutdown: CancellationToken,
+    /// The installation CA's directory.
+    _data: tempfile::TempDir,
 }
 
 impl Drop for Setup {
@@ -72,6 +83,17 @@ fn rules(allow: &[&str], deny: &[&str]) -> EgressRules {
 }
 
 async fn setup(allow: &[&str], deny: &[&str], tune: impl FnOnce(&mut EgressConfig)) -> Setup {
+    setup_with(allow, deny, tune, Granted::default(), None).await
+}
+
+/// [`setup`] with secrets granted to the agent, and `roots` (PEM) trusted toward destinations.
+async fn setup_with(
+    allow: &[&str],
+    deny: &[&str],
+    tune: impl FnOnce(&mut EgressConfig),
+    granted: Granted,
+    roots: Option<&str>,
+) -> Setup {
     let mut config = EgressConfig {
         resolve: BTreeMap::from([
             ("pypi.test".to_string(), IpAddr::V4(Ipv4Addr::LOCALHOST)),
@@ -89,7 +111,11 @@ async fn setup(allow: &[&str], deny: &[&str], tune: impl FnOnce(&mut EgressConfi
         rules: Mutex::new(rules(allow, deny)),
         lookups: Default::default(),
         hub: EventHub::default(),
+        granted: Mutex::new(Arc::new(granted)),
     });
+    let data = tempfile::tempdir().unwrap();
+    let ca = Arc::new(InstallationCa::open(data.path()).unwrap());
+    let interception = Arc::new(Interception::new(ca, roots).unwrap());
     let events = sandbox.hub.subscribe();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -106,6 +132,7 @@ async fn setup(allow: &[&str], deny: &[&str], tune: impl FnOnce(&mut EgressConfi
                 Vec::new(),
             ),
             header_timeout: config.header_timeout,
+            interception,
         },
     );
     let shutdown = CancellationToken::new();
@@ -116,6 +143,7 @@ async fn setup(allow: &[&str], deny: &[&str], tune: impl FnOnce(&mut EgressConfi
         sandbox,
         events,
         shutdown,
+        _data: data,
     }
 }
 

@@ -1745,6 +1745,11 @@ export interface components {
             reason?: string | null;
             /** @description The rule that decided, or null when no rule matched (so it was refused). */
             rule?: string | null;
+            /**
+             * @description The secret this event is about (never its value): swapped into a request to the
+             *     destination when `allowed`, or what got the request refused when not. Absent otherwise.
+             */
+            secret?: string | null;
         };
         /** @description One of an agent's recent egress decisions (`GET /api/v1/agents/{id}/egress/log`). */
         EgressLogEntry: {

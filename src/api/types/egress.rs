@@ -96,6 +96,10 @@ pub struct EgressEvent {
     pub bytes_up: u64,
     /// Bytes sent from the destination to the sandbox.
     pub bytes_down: u64,
+    /// The secret this event is about (never its value): swapped into a request to the
+    /// destination when `allowed`, or what got the request refused when not. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
 }
 
 impl From<egress::EgressEvent> for EgressEvent {
@@ -110,6 +114,7 @@ impl From<egress::EgressEvent> for EgressEvent {
             closed: e.closed,
             bytes_up: e.bytes_up,
             bytes_down: e.bytes_down,
+            secret: e.secret,
         }
     }
 }

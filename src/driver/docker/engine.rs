@@ -49,6 +49,7 @@ impl DockerDriver {
         egress_port: u16,
         dns_port: Option<u16>,
         repairs: Repairs,
+        egress_ca: &str,
     ) -> Result<DockerDriver, DockerError> {
         let cfg = config.sandbox.docker.clone();
         let docker = connect_engine(&cfg).await?;
@@ -78,11 +79,17 @@ impl DockerDriver {
             );
         }
         // Read once: a change of the file takes a restart, like the rest of `sandbox.egress`.
-        let ca_certificates = config
+        // The installation CA goes with them: sandboxes trust what the proxy signs when it
+        // intercepts a destination of a granted secret.
+        let extra = config
             .sandbox
             .egress
             .read_ca_certificates()
             .map_err(|e| DockerError::Other(format!("sandbox.egress.ca_certificates: {e}")))?;
+        let ca_certificates = Some(match extra {
+            Some(extra) => format!("{}\n{egress_ca}", extra.trim_end()),
+            None => egress_ca.to_string(),
+        });
         let binary = placement::locate_sandboxd(config.sandbox.sandboxd_path.as_deref())?;
         let server = placement::detect_server_container(&docker, cfg.server_container()).await?;
         let (placement, firewall) = match server {

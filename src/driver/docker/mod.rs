@@ -83,7 +83,8 @@ pub struct DockerDriver {
     egress_port: u16,
     /// The egress resolver's (UDP) port when transparent mode is on.
     dns_port: Option<u16>,
-    /// `sandbox.egress.ca_certificates`, as the file has them (checked at load).
+    /// `sandbox.egress.ca_certificates`, as the file has them (checked at load), and the
+    /// installation CA's certificate.
     ca_certificates: Option<String>,
     /// Serialises subnet allocation within this server (the store's unique index guards the
     /// rest).

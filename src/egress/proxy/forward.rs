@@ -19,7 +19,7 @@ impl Proxy {
     /// back; the connection closes once the answer is through.
     pub(super) async fn forward(
         &self,
-        req: Request<Incoming>,
+        req: Request<Body>,
         upstream: Counted<TcpStream>,
         slot: UpstreamSlot,
         ended: Ended,
@@ -101,7 +101,7 @@ fn header_str(headers: &HeaderMap, name: HeaderName) -> Option<&str> {
 }
 
 /// Headers that belong to one hop, not to the request or answer: never passed on.
-fn strip_hop_headers(headers: &mut HeaderMap) {
+pub(super) fn strip_hop_headers(headers: &mut HeaderMap) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()

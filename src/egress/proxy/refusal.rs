@@ -77,7 +77,7 @@ struct RefusalWindow {
 }
 
 impl RefusalEvents {
-    fn worth_telling(&self, agent: &str, dest: &Destination) -> bool {
+    pub(super) fn worth_telling(&self, agent: &str, dest: &Destination) -> bool {
         self.worth_telling_at(agent, dest, Instant::now())
     }
 

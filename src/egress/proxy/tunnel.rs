@@ -11,6 +11,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
+use super::rewound::Rewound;
 use super::{until_cut, Caller, Ended, Proxy};
 use crate::egress::counted::Counted;
 use crate::egress::dial::Destination;
@@ -72,9 +73,23 @@ impl Proxy {
         let Some(dest) = Destination::parse(&name, Some(443)).filter(|d| d.port == 443) else {
             return;
         };
-        let Ok((mut upstream, slot, ended)) = self.open_for(caller, &dest).await else {
+        let granted = self.sandboxes.granted(&caller.id).await;
+        let Ok((mut upstream, slot, ended)) = self.open_for(caller.clone(), &dest).await else {
             return;
         };
+        if granted.intercepts(&dest.host, dest.port) {
+            let proxy = self.clone();
+            tokio::spawn(async move {
+                let client = Rewound::new(hello, tcp);
+                let relay = proxy
+                    .clone()
+                    .relay_tls(client, upstream, caller, dest, granted);
+                let reason = until_cut(relay, &slot, &proxy.closing).await;
+                drop(slot);
+                ended.report(reason);
+            });
+            return;
+        }
         if upstream.write_all(&hello).await.is_err() {
             ended.report(Some("the destination closed at once".into()));
             return;

@@ -1,6 +1,8 @@
 //! `sandbox.egress.ca_certificates` in real sandboxes: an HTTPS server this test runs on loopback
 //! under a made-up name, with a certificate from a certificate authority the test makes, plays a
-//! network whose TLS is re-signed by a corporate proxy. Needs Docker and the ready image.
+//! network whose TLS is re-signed by a corporate proxy. Every sandbox also trusts the installation
+//! CA (the egress proxy's, for the hosts of granted secrets), with or without the setting. Needs
+//! Docker and the ready image.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -116,8 +118,31 @@ async fn sandboxes_trust_the_configured_authorities_and_only_then() {
     let out = s.exec(&id, &["bash", "-c", &curl]).await;
     let stdout = out["stdout"].as_str().unwrap_or_default();
     assert!(stdout.contains("exit=60"), "{out}");
+    // The installation CA is trusted all the same: in the system bundle and in the agent's own,
+    // which the usual variables name.
+    let installation = std::fs::read_to_string(s.dir.path().join("egress-ca.crt"))
+        .expect("the installation CA, made at the first start");
+    let body = |pem: &str| {
+        pem.lines()
+            .filter(|l| !l.starts_with("-----"))
+            .collect::<String>()
+    };
+    for bundle in [
+        "/etc/ssl/certs/ca-certificates.crt",
+        agenthold_proto::boot::CA_BUNDLE_PATH,
+    ] {
+        let text = s.exec_ok(&id, &["cat", bundle]).await;
+        let joined: String = text.lines().collect();
+        assert!(
+            joined.contains(&body(&installation)),
+            "the installation CA in {bundle}"
+        );
+    }
     let env_out = s.exec_ok(&id, &["env"]).await;
-    assert!(!env_out.contains("SSL_CERT_FILE="), "{env_out}");
+    for var in agenthold_proto::boot::CA_BUNDLE_ENV {
+        let want = format!("{var}={}\n", agenthold_proto::boot::CA_BUNDLE_PATH);
+        assert!(env_out.contains(&want), "{want} in {env_out}");
+    }
 
     // With it (a restart, as for every proxy setting), the agent's next start trusts it: curl,
     // Python, and every variable the usual tools read.

@@ -27,6 +27,7 @@ mod repair;
 mod root;
 mod rootfs;
 mod runtime;
+mod secrets_proxy;
 mod sessions;
 mod terminal;
 mod ttl;

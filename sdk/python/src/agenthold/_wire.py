@@ -352,6 +352,11 @@ class EgressEvent(TypedDict):
     """
     The rule that decided, or null when no rule matched (so it was refused).
     """
+    secret: NotRequired[str | None]
+    """
+    The secret this event is about (never its value): swapped into a request to the
+    destination when `allowed`, or what got the request refused when not. Absent otherwise.
+    """
 
 
 class EgressLogEntry(TypedDict):

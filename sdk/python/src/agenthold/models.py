@@ -1032,6 +1032,8 @@ class EgressEvent:
     closed: bool = False
     bytes_up: int = 0
     bytes_down: int = 0
+    #: The secret a substitution or refusal is about (never its value); ``None`` otherwise.
+    secret: str | None = None
 
 
 @dataclass(frozen=True)
