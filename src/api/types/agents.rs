@@ -199,7 +199,8 @@ agent_bodies! {
             /// twice; replaces the preset's list (`[]` for none). Each appears in the sandbox as a
             /// variable of that name holding a placeholder the egress proxy swaps for the value,
             /// only on the way to the secret's `hosts`; it wins over an `env` variable of the same
-            /// name. An unknown name is `400` with `"field": "secrets"`.
+            /// name. A bad list is `400`, a name that is no secret `409`, both with
+            /// `"field": "secrets"`.
         },
         update {
             /// Replaces the whole list, checked as on create; processes started from now on get

@@ -243,6 +243,8 @@ class AgentInfo:
     preset: str | None = None
     #: Variables every process of the agent starts with.
     env: dict[str, str] = field(default_factory=dict)
+    #: The names of the secrets granted to it (never values).
+    secrets: list[str] = field(default_factory=list)
     #: The setup script's last run; ``None`` when it has none or it has not run yet.
     setup: SetupStatus | None = None
     #: The agent's lifetime in minutes from its creation or last keep-alive; ``None``: none.
