@@ -169,6 +169,8 @@ class Preset:
     ttl_minutes: int | None = None
     #: Labels its agents get, under a create's own.
     labels: dict[str, str] = field(default_factory=dict)
+    #: Secrets (names) granted to its agents unless a create says otherwise.
+    secrets: list[str] = field(default_factory=list)
     #: Its agents may become root (``sudo``, ``user="root"``) unless a create says otherwise.
     allow_root: bool = False
     #: Its agents' approval settings: ``{"commands": "never" | "dangerous" | "always"}``.
