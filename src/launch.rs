@@ -8,11 +8,15 @@
 //! the account it reports at hello (the image's `agent`, else its `USER`, else root).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use agenthold_proto::process::{tag_problem, ProcessList, ProcessStart};
 use agenthold_proto::{ExecRequest, ExecTooLarge, RunAs};
 
 use crate::config::{SandboxConfig, ServerConfig};
+use crate::model::Agent;
+use crate::secrets::vault::PLACEHOLDER_LEN;
+use crate::secrets::Secrets;
 
 /// The longest `timeoutMs` a process may be started with (30 days).
 pub const MAX_PROCESS_TIMEOUT_MS: u64 = 30 * 24 * 3600 * 1000;
@@ -121,29 +125,76 @@ pub fn check_process(
     Ok(())
 }
 
+/// One boot of one agent's sandbox, as what its programs start with: the agent's `env` and, for
+/// each secret granted to it, the placeholder that stands for it in this boot. Made by the
+/// lifecycle for the tunnel session it sends over; [`BootEnv::launch_env`] is the one place
+/// every launch (exec, background process, setup, harness, terminal, code kernel) gets its
+/// variables from. No value is ever near it: placeholders only.
+#[derive(Clone)]
+pub struct BootEnv {
+    secrets: Arc<Secrets>,
+    agent: String,
+    /// The hash of the boot token the connected sandboxd presented; `None` when unknown (no
+    /// sandboxd connected): then no placeholders, as no program runs.
+    boot: Option<String>,
+}
+
+impl std::fmt::Debug for BootEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BootEnv")
+            .field("agent", &self.agent)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BootEnv {
+    pub fn new(secrets: Arc<Secrets>, agent: &str, boot: Option<String>) -> BootEnv {
+        BootEnv {
+            secrets,
+            agent: agent.to_string(),
+            boot,
+        }
+    }
+
+    /// The variables a program of `agent` starts with in this boot: its `env`, and each granted
+    /// secret's placeholder under the secret's name (over an `env` variable of that name: the
+    /// grant is the newer, deliberate choice). A name whose secret is gone gets none.
+    pub fn launch_env(&self, agent: &Agent) -> BTreeMap<String, String> {
+        let mut env = agent.env.clone();
+        if let Some(boot) = &self.boot {
+            for name in agent.secrets.iter().filter(|n| self.secrets.exists(n)) {
+                let placeholder = self.secrets.placeholder(&self.agent, boot, name);
+                env.insert(name.clone(), placeholder);
+            }
+        }
+        env
+    }
+}
+
 /// A command with the agent's `env` in it: the only form in which the tunnel's client runs one,
-/// so that no caller can forget the agent's variables.
+/// so that no caller can forget the agent's variables. The placeholders of its granted secrets
+/// depend on the boot, which a wake may change: they go in when it is sent
+/// ([`Launch::into_request`]), and their room is counted now.
 #[derive(Debug, Clone)]
 pub struct Launch {
     run: ExecRequest,
+    agent: Agent,
 }
 
 impl Launch {
-    /// Puts `agent_env` under the command's own variables (a variable the command names wins)
-    /// and checks the size again with them.
-    pub fn new(
-        mut run: ExecRequest,
-        agent_env: &BTreeMap<String, String>,
-    ) -> Result<Launch, CommandError> {
-        let mut env: Vec<(String, String)> = agent_env
-            .iter()
-            .filter(|(k, _)| !run.env.iter().any(|(own, _)| own == *k))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        env.append(&mut run.env);
-        run.env = env;
-        run.check_size()?;
-        Ok(Launch { run })
+    /// Puts `agent`'s env under the command's own variables (a variable the command names wins)
+    /// and checks the size again with them, each granted secret counted at its placeholder's
+    /// length.
+    pub fn new(run: ExecRequest, agent: &Agent) -> Result<Launch, CommandError> {
+        let mut sized = agent.env.clone();
+        for name in &agent.secrets {
+            sized.insert(name.clone(), "x".repeat(PLACEHOLDER_LEN));
+        }
+        with_agent_env(run.clone(), &sized).check_size()?;
+        Ok(Launch {
+            run,
+            agent: agent.clone(),
+        })
     }
 
     /// Forwards at most `bytes` of each of stdout and stderr (an exec whose output is
@@ -153,10 +204,22 @@ impl Launch {
         self
     }
 
-    /// The exec header.
-    pub(crate) fn into_request(self) -> ExecRequest {
-        self.run
+    /// The exec header for the sandbox in `boot`.
+    pub(crate) fn into_request(self, boot: &BootEnv) -> ExecRequest {
+        with_agent_env(self.run, &boot.launch_env(&self.agent))
     }
+}
+
+/// `run` with `agent_env` under its own variables.
+fn with_agent_env(mut run: ExecRequest, agent_env: &BTreeMap<String, String>) -> ExecRequest {
+    let mut env: Vec<(String, String)> = agent_env
+        .iter()
+        .filter(|(k, _)| !run.env.iter().any(|(own, _)| own == *k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    env.append(&mut run.env);
+    run.env = env;
+    run
 }
 
 /// A command asked to run as root for an agent without `allowRoot`.
@@ -217,10 +280,10 @@ impl ProcessLimits {
         }
     }
 
-    /// The `process.start` header for `launch`.
-    pub fn start(&self, launch: Launch, options: ProcessOptions) -> ProcessStart {
+    /// The `process.start` header for `launch` in `boot`.
+    pub fn start(&self, launch: Launch, boot: &BootEnv, options: ProcessOptions) -> ProcessStart {
         ProcessStart {
-            run: launch.into_request(),
+            run: launch.into_request(boot),
             tag: options.tag,
             stdin: options.stdin,
             keep_awake: options.keep_awake,
@@ -253,25 +316,99 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_agents_env_goes_under_the_commands_own() {
-        let agent: BTreeMap<String, String> = [("A", "agent"), ("B", "agent")]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        let launch = Launch::new(run(&[("B", "own"), ("C", "own")]), &agent).unwrap();
-        let env = launch.into_request().env;
+    fn agent(env: &[(&str, &str)], secrets: &[&str]) -> Agent {
+        Agent {
+            id: "agent1".into(),
+            name: "a".into(),
+            image: "i".into(),
+            cpus: 1.0,
+            memory_mb: 64,
+            disk_mb: None,
+            runtime: "runc".into(),
+            egress: None,
+            idle_minutes: 0,
+            state: crate::model::AgentState::Running,
+            error: None,
+            needs_rebuild: false,
+            created_at: chrono::Utc::now(),
+            last_activity_at: None,
+            sleeps_at: None,
+            pull: None,
+            preset: None,
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            secrets: secrets.iter().map(|s| s.to_string()).collect(),
+            setup: None,
+            ttl_minutes: None,
+            expires_at: None,
+            labels: Default::default(),
+            allow_root: false,
+            approvals: Default::default(),
+            owner_id: "admin".into(),
+            owner_name: "admin".into(),
+            access: Default::default(),
+        }
+    }
+
+    /// Secrets with `GITHUB_TOKEN` set, in a fresh directory.
+    async fn secrets() -> (tempfile::TempDir, Arc<Secrets>) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(&dir.path().join("db"))
+            .await
+            .unwrap();
+        let s = Secrets::open(store, &dir.path().join("key")).await.unwrap();
+        s.put(
+            "GITHUB_TOKEN",
+            crate::secrets::NewSecret {
+                value: "ghp_the_value".into(),
+                hosts: vec!["api.github.com".parse().unwrap()],
+                header: None,
+                format: None,
+                in_body: false,
+            },
+        )
+        .await
+        .unwrap();
+        (dir, Arc::new(s))
+    }
+
+    #[tokio::test]
+    async fn the_agents_env_goes_under_the_commands_own_with_its_placeholders() {
+        let (_dir, s) = secrets().await;
+        let a = agent(
+            &[("A", "agent"), ("B", "agent"), ("GITHUB_TOKEN", "plain")],
+            &["GITHUB_TOKEN", "GONE"],
+        );
+        let boot = BootEnv::new(s.clone(), &a.id, Some("boot1".into()));
+        let launch = Launch::new(run(&[("B", "own"), ("C", "own")]), &a).unwrap();
+        let env = launch.into_request(&boot).env;
         let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (&**k, &**v)).collect();
-        // One entry per name: the command's own value where both name it.
-        assert_eq!(pairs, [("A", "agent"), ("B", "own"), ("C", "own")]);
+        let placeholder = s.placeholder("agent1", "boot1", "GITHUB_TOKEN");
+        // One entry per name: the command's own value where both name it; the placeholder over
+        // the agent's variable of that name; none for a secret that is gone.
+        assert_eq!(
+            pairs,
+            [
+                ("A", "agent"),
+                ("GITHUB_TOKEN", &*placeholder),
+                ("B", "own"),
+                ("C", "own")
+            ]
+        );
+        assert!(!format!("{env:?}").contains("ghp_the_value"));
+        // No boot known: no placeholders (nothing runs).
+        let none = BootEnv::new(s, &a.id, None).launch_env(&a);
+        assert_eq!(none["GITHUB_TOKEN"], "plain");
     }
 
     #[test]
     fn the_agents_env_counts_towards_the_size_limit() {
         let big = "x".repeat(100 * 1024);
-        let agent: BTreeMap<String, String> =
-            (0..12).map(|i| (format!("V{i}"), big.clone())).collect();
-        let err = Launch::new(run(&[]), &agent).unwrap_err();
+        let mut a = agent(&[], &[]);
+        a.env = (0..12).map(|i| (format!("V{i}"), big.clone())).collect();
+        let err = Launch::new(run(&[]), &a).unwrap_err();
         assert!(
             matches!(err, CommandError::TooLarge(ExecTooLarge::Total(_))),
             "{err}"

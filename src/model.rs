@@ -113,6 +113,9 @@ pub struct Agent {
     pub preset: Option<String>,
     /// Variables every shell, exec, terminal and background process of the agent starts with.
     pub env: BTreeMap<String, String>,
+    /// The names of the secrets granted to it: each appears in its sandbox as a variable of that
+    /// name holding a placeholder, never the value. Deleting a secret takes it off every agent.
+    pub secrets: Vec<String>,
     /// The preset's setup script's last run; null when it has none or it has not run yet.
     pub setup: Option<SetupStatus>,
     /// The agent's lifetime in `sandbox.idle_minute` units, counted from its creation or its
@@ -174,6 +177,8 @@ pub struct NewAgent {
     pub idle_minutes: u32,
     pub preset: Option<String>,
     pub env: BTreeMap<String, String>,
+    /// The granted secrets' names (checked: each exists when the agent is stored).
+    pub secrets: Vec<String>,
     pub runtime: String,
     /// The lifetime asked for (request, else preset); `None` for none.
     pub ttl_minutes: Option<u32>,
@@ -207,6 +212,9 @@ pub struct AgentPatch {
     pub egress_default: EgressRules,
     /// A new `env` (the whole map); processes started from now on get it.
     pub env: Option<BTreeMap<String, String>>,
+    /// A new list of granted secrets (the whole list); processes started from now on get
+    /// their placeholders, and the proxy swaps only these from its next request on.
+    pub secrets: Option<Vec<String>>,
     /// Another container runtime; applied by a rebuild.
     pub runtime: Option<String>,
     /// A new lifetime counted from now (`Some(Some(n))`), or none (`Some(None)`).
@@ -246,6 +254,7 @@ impl AgentPatch {
             allow_root,
             approvals,
             access,
+            secrets,
         } = self;
         [
             ("name", name.is_some()),
@@ -262,6 +271,7 @@ impl AgentPatch {
             ("allowRoot", allow_root.is_some()),
             ("approvals", approvals.is_some()),
             ("access", access.is_some()),
+            ("secrets", secrets.is_some()),
         ]
         .into_iter()
         .filter_map(|(field, set)| set.then_some(field))

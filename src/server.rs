@@ -219,6 +219,12 @@ impl Server {
             default = runtimes.default,
             "agents' runtimes"
         );
+        let secrets_key = config.server.secrets_key_path();
+        let secrets = Arc::new(
+            crate::secrets::Secrets::open(store.clone(), &secrets_key)
+                .await
+                .with_context(|| format!("opening the secrets (key {})", secrets_key.display()))?,
+        );
         let (config_tx, config_rx) = tokio::sync::watch::channel(config.clone());
         let lifecycle = Arc::new(Lifecycle::new(
             store.clone(),
@@ -226,6 +232,7 @@ impl Server {
             config_rx,
             metrics,
             runtimes,
+            secrets.clone(),
         ));
         let reloader = Arc::new(Reloader::new(
             source,
@@ -253,10 +260,6 @@ impl Server {
         )
         .await
         .context("reading the preview cookies' key")?;
-        let secrets_key = config.server.secrets_key_path();
-        let secrets = crate::secrets::Secrets::open(store.clone(), &secrets_key)
-            .await
-            .with_context(|| format!("opening the secrets (key {})", secrets_key.display()))?;
         let audit = crate::audit::Audit::open(store.clone(), config.server.audit_log.as_deref())
             .with_context(|| {
                 format!(
@@ -276,7 +279,7 @@ impl Server {
             reloader,
             sessions,
             previews,
-            secrets: Arc::new(secrets),
+            secrets,
         };
         Ok(Server {
             api_addr,

@@ -24,6 +24,9 @@ pub struct Preset {
     pub idle_minutes: Option<u32>,
     /// Variables every process of the agent starts with.
     pub env: BTreeMap<String, String>,
+    /// The secrets granted to agents made from it (names); a create's own `secrets` replaces
+    /// the list.
+    pub secrets: Vec<String>,
     /// The egress rules of agents made from it (`sandbox.egress.default` when absent).
     pub egress: Option<EgressRules>,
     /// A shell script run once as the agent's account when its sandbox first starts.
@@ -64,6 +67,7 @@ pub struct PresetInfo {
     pub disk_mb: Option<u64>,
     pub idle_minutes: u32,
     pub env: BTreeMap<String, String>,
+    pub secrets: Vec<String>,
     /// Null: agents from it follow `sandbox.egress.default`.
     pub egress: Option<EgressRules>,
     pub setup: Option<String>,
@@ -95,6 +99,7 @@ impl Preset {
             disk_mb: (disk > 0).then_some(disk),
             idle_minutes: self.idle_minutes.unwrap_or(defaults.idle_minutes),
             env: self.env.clone(),
+            secrets: self.secrets.clone(),
             egress: self.egress.clone(),
             setup: self.setup.clone(),
             setup_on_rebuild: self.setup_on_rebuild,

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use super::defaults::Defaults;
 use super::env;
+use super::grants;
 use super::labels;
 use super::preset::Preset;
 use super::runtimes::Runtimes;
@@ -63,6 +64,8 @@ pub struct AgentRequest {
     pub egress: Option<EgressRules>,
     /// Merged over the preset's variables; these win.
     pub env: Option<BTreeMap<String, String>>,
+    /// Granted secrets' names; replaces the preset's list when given (`[]` for none).
+    pub secrets: Option<Vec<String>>,
     pub runtime: Option<String>,
     /// `Some(None)`: no lifetime, whatever the preset says; `None`: the preset's.
     pub ttl_minutes: Option<Option<u32>>,
@@ -116,6 +119,8 @@ pub fn resolve(request: AgentRequest, allowed: &Allowed) -> Result<NewAgent, Spe
     let mut env = preset.env.clone();
     env.extend(request.env.unwrap_or_default());
     check_env(&env)?;
+    let secrets = request.secrets.unwrap_or_else(|| preset.secrets.clone());
+    check_secrets(&secrets)?;
     if let Some(labels) = &request.labels {
         check_labels(labels)?;
     }
@@ -159,6 +164,7 @@ pub fn resolve(request: AgentRequest, allowed: &Allowed) -> Result<NewAgent, Spe
             .unwrap_or_else(|| sb.egress.clone()),
         preset: preset_name,
         env,
+        secrets,
         runtime: runtime.unwrap_or_else(|| allowed.runtimes.default.clone()),
         ttl_minutes,
         expires_at: None,
@@ -189,6 +195,9 @@ pub fn check_patch(patch: &AgentPatch, allowed: &Allowed) -> Result<(), SpecErro
     )?;
     if let Some(env) = &patch.env {
         check_env(env)?;
+    }
+    if let Some(secrets) = &patch.secrets {
+        check_secrets(secrets)?;
     }
     if let Some(runtime) = &patch.runtime {
         check_runtime(runtime, allowed.runtimes)?;
@@ -327,6 +336,12 @@ pub fn check_idle_minutes(idle_minutes: u32) -> Result<(), SpecError> {
 /// The variables of an agent, by [`env::check`]'s rules.
 fn check_env(vars: &BTreeMap<String, String>) -> Result<(), SpecError> {
     env::check(vars).map_err(|why| SpecError::new("env", env::message(&why)))
+}
+
+/// The granted secrets' names, by [`grants::check`]'s rules (that each exists is the store's
+/// to check, as it keeps them).
+fn check_secrets(names: &[String]) -> Result<(), SpecError> {
+    grants::check(names).map_err(|why| SpecError::new("secrets", why))
 }
 
 /// A runtime this server allows (`sandbox.allowed_runtimes`).

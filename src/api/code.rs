@@ -60,6 +60,9 @@ pub async fn run(
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.contains(NDJSON));
     let conn = st.lc.wake_conn(&id).await?;
+    // Checked above with the agent's env; sent with this boot's placeholders too.
+    let mut run = run;
+    run.env = kernel_env(&conn.launch_env(&agent))?;
     let run = conn.run_code(run).await?;
     if streaming {
         return Ok(ndjson_response(run));
@@ -101,8 +104,9 @@ pub async fn create_context(
     State(st): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<(StatusCode, Json<CodeContext>), ApiError> {
-    let env = kernel_env(&st.lc.get(&id).await?.env)?;
+    let agent = st.lc.get(&id).await?;
     let conn = st.lc.wake_conn(&id).await?;
+    let env = kernel_env(&conn.launch_env(&agent))?;
     let made = conn.create_code_context(env).await?;
     Ok((StatusCode::CREATED, Json(made.into())))
 }
@@ -137,8 +141,9 @@ pub async fn restart_context(
     Path((id, cid)): Path<(String, String)>,
 ) -> Result<Json<CodeContext>, ApiError> {
     check_context(&cid)?;
-    let env = kernel_env(&st.lc.get(&id).await?.env)?;
+    let agent = st.lc.get(&id).await?;
     let conn = st.lc.wake_conn(&id).await?;
+    let env = kernel_env(&conn.launch_env(&agent))?;
     Ok(Json(conn.restart_code_context(&cid, env).await?.into()))
 }
 

@@ -53,7 +53,7 @@ pub async fn exec(
         Some(timeout_ms),
     )?;
     let agent = st.lc.get(&id).await?;
-    let mut launch = Launch::new(run, &agent.env)?.as_user(body.user.map(Into::into), &agent)?;
+    let mut launch = Launch::new(run, &agent)?.as_user(body.user.map(Into::into), &agent)?;
     let streaming = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())

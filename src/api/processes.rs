@@ -57,7 +57,7 @@ pub async fn start(
         body.timeout_ms,
     )?;
     let agent = st.lc.get(&id).await?;
-    let launch = Launch::new(run, &agent.env)?.as_user(body.user.map(Into::into), &agent)?;
+    let launch = Launch::new(run, &agent)?.as_user(body.user.map(Into::into), &agent)?;
     approved(&st, &principal, &agent, command_line(&body.command), &ends).await?;
     let options = ProcessOptions {
         tag: body.tag,

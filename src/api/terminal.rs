@@ -22,7 +22,7 @@ use super::error::{ApiError, ApiQuery, ErrorBody};
 use super::types::{close, TerminalMessage};
 use super::AppState;
 use crate::activity::Use;
-use crate::model::AgentState;
+use crate::model::{Agent, AgentState};
 use crate::teams::Principal;
 use crate::tunnel::registry::{Link, LinkStream, TunnelError};
 
@@ -195,11 +195,10 @@ pub async fn terminal(
         (None, Some(c)) => note.detail(c.as_str()),
         (None, None) => note.detail("login shell"),
     }
-    let mut open = to_open(&st, q)?;
+    let open = to_open(&st, q)?;
     // Fail before the upgrade for an unknown agent, so the client sees a 404.
     let agent = st.lc.get(&id).await?;
     if open.session.is_none() {
-        open.env = agent.env.clone().into_iter().collect();
         // A new session runs a command (or a shell): it may wait for approval, before the
         // upgrade, so that a refusal is its `403`. Attaching to one runs nothing new.
         let line = open
@@ -229,7 +228,7 @@ pub async fn terminal(
             return Err(ApiError::not_found(SESSION_ENDED));
         }
     }
-    Ok(ws.on_upgrade(move |socket| ends.guard(run(st, id, open, socket))))
+    Ok(ws.on_upgrade(move |socket| ends.guard(run(st, agent, open, socket))))
 }
 
 /// Why a terminal channel did not open: on our side of the tunnel, or sandboxd's answer.
@@ -273,7 +272,8 @@ async fn close(socket: &mut WebSocket, code: u16, reason: &str) {
         .await;
 }
 
-async fn run(st: AppState, id: String, open: TerminalOpen, mut socket: WebSocket) {
+async fn run(st: AppState, agent: Agent, mut open: TerminalOpen, mut socket: WebSocket) {
+    let id = agent.id.clone();
     let _hold = st.lc.activity().hold(&id, Use::Terminal);
     let attaching = open.session.is_some();
     let handle = if attaching {
@@ -310,6 +310,10 @@ async fn run(st: AppState, id: String, open: TerminalOpen, mut socket: WebSocket
             }
         }
     };
+    if !attaching {
+        // Now that the sandbox runs: its boot decides the placeholders.
+        open.env = st.lc.boot_env(&id).launch_env(&agent).into_iter().collect();
+    }
     match open_channel(&handle, &open).await {
         Ok((stream, opened)) => relay(&st, &id, &mut socket, stream, opened).await,
         Err(AttachError::Tunnel(e @ TunnelError::TooManyStreams(_))) => {

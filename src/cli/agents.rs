@@ -45,6 +45,11 @@ pub struct CreateArgs {
     /// A variable every process of the agent starts with, as NAME=VALUE; repeat for more
     #[arg(long = "env", value_name = "NAME=VALUE", value_parser = parse_env_pair)]
     pub env: Vec<(String, String)>,
+    /// A secret (`agenthold secrets list`) to grant the agent: its sandbox sees the variable
+    /// NAME holding a placeholder the egress proxy swaps for the value on the way to the
+    /// secret's hosts; repeat for more (replaces the preset's)
+    #[arg(long = "secret", value_name = "NAME")]
+    pub secrets: Vec<String>,
     /// Container image (default: the preset's, else the server's)
     #[arg(long)]
     pub image: Option<String>,
@@ -134,6 +139,7 @@ pub(super) async fn run(client: &ApiClient, json: bool, cmd: AgentsCommand) -> a
                 name: args.name,
                 preset: args.preset,
                 env: (!args.env.is_empty()).then(|| args.env.into_iter().collect()),
+                secrets: (!args.secrets.is_empty()).then_some(args.secrets),
                 image: args.image,
                 cpus: args.cpus,
                 memory_mb: args.memory_mb,

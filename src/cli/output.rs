@@ -275,6 +275,7 @@ mod tests {
             pull: None,
             preset: None,
             env: Default::default(),
+            secrets: Vec::new(),
             setup: None,
             ttl_minutes: None,
             expires_at: None,

@@ -83,6 +83,7 @@ fn agents_subcommands() {
                 name: "builder".into(),
                 preset: Some("dev".into()),
                 env: vec![("A".into(), "b=c".into()), ("EMPTY".into(), String::new())],
+                secrets: Vec::new(),
                 image: Some("busybox".into()),
                 cpus: Some(0.5),
                 memory_mb: Some(512),

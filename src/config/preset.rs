@@ -65,6 +65,7 @@ pub(super) fn check(p: &Preset, sb: &SandboxConfig) -> Result<(), (&'static str,
         }
     }
     env::check(&p.env).map_err(|e| ("env", e))?;
+    crate::agents::grants::check(&p.secrets).map_err(|e| ("secrets", e))?;
     if let Some(t) = p.ttl_minutes {
         if spec::check_ttl_minutes(t).is_err() {
             return Err((

@@ -21,14 +21,28 @@ impl Lifecycle {
     /// token is the one its current start handed out, and the agent is starting or running.
     pub async fn authorize_boot(&self, id: &str, token: &str) -> Result<(), BootRefusal> {
         let stored = self.store.boot_token_hash(id).await.ok().flatten();
-        if !stored.is_some_and(|h| crate::store::verify_token(token, &h)) {
+        let Some(hash) = stored.filter(|h| crate::store::verify_token(token, h)) else {
             return Err(BootRefusal::InvalidToken);
-        }
+        };
         match self.store.get_agent(id).await {
-            Ok(a) if matches!(a.state, Starting | Running) => Ok(()),
+            Ok(a) if matches!(a.state, Starting | Running) => {
+                self.boots_lock().insert(id.to_string(), hash);
+                Ok(())
+            }
             Ok(a) => Err(BootRefusal::NotStarted(a.state)),
             Err(_) => Err(BootRefusal::InvalidToken),
         }
+    }
+
+    pub(super) fn boots_lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, String>> {
+        self.boots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The boot of agent `id`'s connected sandboxd (its token's hash), if one is known.
+    pub(super) fn boot_of(&self, id: &str) -> Option<String> {
+        self.boots_lock().get(id).cloned()
     }
 
     /// For a start the server did not make: `error` if sandboxd never says hello.

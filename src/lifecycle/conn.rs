@@ -76,6 +76,12 @@ impl Lifecycle {
             link,
             self.activity.clone(),
             ProcessLimits::of(&self.config().sandbox),
+            self.boot_env(id),
         )
+    }
+
+    /// What programs started in agent `id`'s sandbox get now (its connected boot's).
+    pub fn boot_env(&self, id: &str) -> crate::launch::BootEnv {
+        crate::launch::BootEnv::new(self.secrets.clone(), id, self.boot_of(id))
     }
 }

@@ -161,6 +161,7 @@ mod tests {
             pull: None,
             preset: None,
             env: Default::default(),
+            secrets: Vec::new(),
             setup: None,
             ttl_minutes: expires_at.map(|_| 1),
             expires_at,

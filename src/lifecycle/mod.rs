@@ -140,6 +140,11 @@ pub struct Lifecycle {
     deadlines: tokio::sync::Notify,
     /// The deadline each agent's `expiring` event was announced for (a new one announces anew).
     expiring_announced: std::sync::Mutex<HashMap<String, chrono::DateTime<chrono::Utc>>>,
+    /// The secrets: their placeholders for programs, their grants for the egress proxy.
+    secrets: Arc<crate::secrets::Secrets>,
+    /// The hash of the boot token each agent's connected sandboxd presented (set when its
+    /// tunnel is let in): the boot its placeholders are made for.
+    boots: std::sync::Mutex<HashMap<String, String>>,
 }
 
 impl Lifecycle {
@@ -149,6 +154,7 @@ impl Lifecycle {
         config: watch::Receiver<Arc<Config>>,
         metrics: Arc<Metrics>,
         runtimes: Runtimes,
+        secrets: Arc<crate::secrets::Secrets>,
     ) -> Lifecycle {
         let max_streams = config.borrow().sandbox.max_streams_per_agent;
         Lifecycle {
@@ -167,6 +173,8 @@ impl Lifecycle {
             runtimes,
             deadlines: Default::default(),
             expiring_announced: Default::default(),
+            secrets,
+            boots: Default::default(),
         }
     }
 

@@ -124,7 +124,7 @@ impl Lifecycle {
             // A setup that installs for a while must not be put to sleep halfway.
             keep_awake: true,
         };
-        let started: Result<ProcessInfo, String> = match Launch::new(run, &agent.env) {
+        let started: Result<ProcessInfo, String> = match Launch::new(run, &agent) {
             Ok(launch) => conn
                 .start_process(launch, options)
                 .await

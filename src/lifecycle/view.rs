@@ -86,6 +86,18 @@ impl crate::egress::Sandboxes for Lifecycle {
         // `decorate` fills in the default for agents made before rules existed.
         Some((agent.name, agent.egress.unwrap_or_default()))
     }
+
+    /// The agent's grants in the boot its sandboxd connected with, read anew at each call: a
+    /// grant taken away, a secret rotated or deleted counts from the next request.
+    async fn granted(&self, id: &str) -> std::sync::Arc<crate::egress::Granted> {
+        let granted = match (self.boot_of(id), self.store.get_agent(id).await) {
+            (Some(boot), Ok(agent)) if !agent.secrets.is_empty() => {
+                self.secrets.granted(id, &boot, &agent.secrets)
+            }
+            _ => crate::egress::Granted::default(),
+        };
+        std::sync::Arc::new(granted)
+    }
 }
 
 /// What the egress resolver asks about agents.

@@ -12,7 +12,7 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use chrono::Utc;
 
-use crate::egress::Rule;
+use crate::egress::{Grant, Granted, Rule};
 use crate::model::secrets::{SealedSecret, SecretInfo};
 use crate::store::{Store, StoreError};
 pub use spec::SpecError;
@@ -126,6 +126,43 @@ impl Secrets {
         Ok((info, created))
     }
 
+    /// What agent `agent`'s sandbox sees in variable `name` during the boot whose token hashes
+    /// to `boot` (see [`Vault::placeholder`]).
+    pub fn placeholder(&self, agent: &str, boot: &str, name: &str) -> String {
+        self.vault.placeholder(agent, boot, name)
+    }
+
+    /// The grants of agent `agent` in boot `boot` for the secrets `names` it is granted, each
+    /// value unsealed now (so a rotation counts from the next call). A name with no secret (one
+    /// deleted meanwhile) gives none, as does one that does not unseal (logged, without the
+    /// value). The only way a value leaves this module: into a [`Grant`] for the proxy.
+    pub fn granted(&self, agent: &str, boot: &str, names: &[String]) -> Granted {
+        let cache = self.read();
+        let grants = names
+            .iter()
+            .filter_map(|name| {
+                let s = cache.get(name)?;
+                let value = match self.vault.unseal(name, &s.nonce, &s.sealed) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        tracing::warn!(agent, secret = %name, "{e}");
+                        return None;
+                    }
+                };
+                Some(Grant::new(
+                    name.clone(),
+                    self.placeholder(agent, boot, name),
+                    s.info.hosts.clone(),
+                    s.info.header.clone(),
+                    s.info.format.clone(),
+                    s.info.in_body,
+                    value,
+                ))
+            })
+            .collect();
+        Granted::new(grants)
+    }
+
     pub async fn delete(&self, name: &str) -> Result<(), SecretsError> {
         if !self.store.remove_secret(name).await? {
             return Err(SecretsError::NotFound(name.to_string()));
@@ -148,6 +185,52 @@ mod tests {
             format: None,
             in_body: false,
         }
+    }
+
+    #[tokio::test]
+    async fn grants_differ_per_agent_and_boot_and_follow_rotation_and_deletion() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("db")).await.unwrap();
+        let s = Secrets::open(store, &dir.path().join("key")).await.unwrap();
+        s.put("GITHUB_TOKEN", new("ghp_first", &["api.github.com"]))
+            .await
+            .unwrap();
+        let names = vec!["GITHUB_TOKEN".to_string(), "NEVER_MADE".to_string()];
+        let one = |agent: &str, boot: &str| {
+            let g = s.granted(agent, boot, &names);
+            let all: Vec<Grant> = g.iter().cloned().collect();
+            assert_eq!(all.len(), 1, "no grant for a secret that does not exist");
+            all.into_iter().next().unwrap()
+        };
+        let a = one("agent1", "boot1");
+        assert_eq!(a.value(), "ghp_first");
+        assert_eq!(
+            a.placeholder,
+            s.placeholder("agent1", "boot1", "GITHUB_TOKEN")
+        );
+        assert!(a.allows("api.github.com", 443));
+        assert_ne!(
+            a.placeholder,
+            one("agent2", "boot1").placeholder,
+            "per agent"
+        );
+        assert_ne!(
+            a.placeholder,
+            one("agent1", "boot2").placeholder,
+            "per boot"
+        );
+        s.put("GITHUB_TOKEN", new("ghp_second", &["api.github.com"]))
+            .await
+            .unwrap();
+        let rotated = one("agent1", "boot1");
+        assert_eq!(
+            rotated.value(),
+            "ghp_second",
+            "the next grant has the new value"
+        );
+        assert_eq!(rotated.placeholder, a.placeholder, "the placeholder stays");
+        s.delete("GITHUB_TOKEN").await.unwrap();
+        assert!(s.granted("agent1", "boot1", &names).is_empty());
     }
 
     #[tokio::test]

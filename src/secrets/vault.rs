@@ -7,12 +7,21 @@ use std::path::{Path, PathBuf};
 
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
+use hmac::{Hmac, Mac};
 use rand::RngCore;
+use sha2::Sha256;
 
 /// Bytes of the key.
 const KEY_LEN: usize = 32;
 /// Bytes of a nonce (XChaCha20's).
 pub const NONCE_LEN: usize = 24;
+/// What a placeholder starts with; 64 hexadecimal digits follow.
+pub const PLACEHOLDER_PREFIX: &str = "agenthold-secret:";
+/// A placeholder's length: every one has it, so a command's size can be checked before the
+/// sandbox's boot (which the digits depend on) is known.
+pub const PLACEHOLDER_LEN: usize = PLACEHOLDER_PREFIX.len() + 64;
+/// What the placeholders' key is derived for: never the sealing key itself.
+const PLACEHOLDER_KEY_LABEL: &[u8] = b"agenthold secrets: placeholder key v1";
 
 #[derive(Debug, thiserror::Error)]
 pub enum VaultError {
@@ -42,6 +51,9 @@ pub enum VaultError {
 /// Seals and unseals secret values with the installation's key.
 pub struct Vault {
     cipher: XChaCha20Poly1305,
+    /// Derived from the key (HMAC-SHA256 of a label): placeholders can be made, and the key not
+    /// learned, from it.
+    placeholder_key: [u8; 32],
 }
 
 impl std::fmt::Debug for Vault {
@@ -94,7 +106,28 @@ impl Vault {
         };
         let cipher = XChaCha20Poly1305::new_from_slice(&key)
             .map_err(|_| VaultError::Malformed(path.to_path_buf()))?;
-        Ok(Vault { cipher })
+        let mut mac = hmac_of(&key);
+        mac.update(PLACEHOLDER_KEY_LABEL);
+        Ok(Vault {
+            cipher,
+            placeholder_key: mac.finalize().into_bytes().into(),
+        })
+    }
+
+    /// What agent `agent`'s sandbox sees for secret `name` during the boot whose token hashes
+    /// to `boot`: `agenthold-secret:` and an HMAC over the three, so it differs per agent and
+    /// per boot, cannot be guessed without the key, and needs no storage. Each input goes in
+    /// with its length first, so that no two triples make the same message.
+    pub fn placeholder(&self, agent: &str, boot: &str, name: &str) -> String {
+        let mut mac = hmac_of(&self.placeholder_key);
+        for part in [agent, boot, name] {
+            mac.update(&(part.len() as u64).to_be_bytes());
+            mac.update(part.as_bytes());
+        }
+        format!(
+            "{PLACEHOLDER_PREFIX}{}",
+            hex::encode(mac.finalize().into_bytes())
+        )
     }
 
     /// `value` sealed for secret `name` (bound to it: a sealed value moved to another name does
@@ -134,6 +167,11 @@ impl Vault {
     }
 }
 
+fn hmac_of(key: &[u8]) -> Hmac<Sha256> {
+    // HMAC takes a key of any length; this never fails.
+    <Hmac<Sha256> as Mac>::new_from_slice(key).unwrap_or_else(|_| unreachable!())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,6 +196,27 @@ mod tests {
         );
         let (n2, _) = v.seal("GITHUB_TOKEN", "ghp_value");
         assert_ne!(nonce, n2, "a fresh nonce each time");
+    }
+
+    #[test]
+    fn placeholders_differ_by_agent_boot_and_name_and_keep_for_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let v = Vault::open(&dir.path().join("k")).unwrap();
+        let p = v.placeholder("agent1", "boot1", "GITHUB_TOKEN");
+        assert!(p.starts_with(PLACEHOLDER_PREFIX));
+        assert_eq!(p.len(), PLACEHOLDER_LEN);
+        assert_eq!(p, v.placeholder("agent1", "boot1", "GITHUB_TOKEN"));
+        for other in [
+            v.placeholder("agent2", "boot1", "GITHUB_TOKEN"),
+            v.placeholder("agent1", "boot2", "GITHUB_TOKEN"),
+            v.placeholder("agent1", "boot1", "OTHER"),
+            // Without lengths, these would hash the same bytes as the first.
+            v.placeholder("agent1b", "oot1", "GITHUB_TOKEN"),
+        ] {
+            assert_ne!(p, other);
+        }
+        let another = Vault::open(&dir.path().join("k2")).unwrap();
+        assert_ne!(p, another.placeholder("agent1", "boot1", "GITHUB_TOKEN"));
     }
 
     #[test]

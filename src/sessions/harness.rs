@@ -57,7 +57,7 @@ pub async fn start(
     conn: &SandboxConn,
     session: &SessionRecord,
     harness: &HarnessConfig,
-    agent_env: &std::collections::BTreeMap<String, String>,
+    agent: &crate::model::Agent,
 ) -> Result<ProcessInfo, String> {
     let run = check_command(
         &harness.command,
@@ -66,7 +66,7 @@ pub async fn start(
         None,
     )
     .map_err(|e| format!("harness {:?}: {e}", session.harness))?;
-    let launch = Launch::new(run, agent_env).map_err(|e| e.to_string())?;
+    let launch = Launch::new(run, agent).map_err(|e| e.to_string())?;
     let options = ProcessOptions {
         tag: Some(tag(&session.id)),
         stdin: true,

@@ -16,7 +16,7 @@ const COLUMNS: &str =
     "id, name, image, cpus, memory_mb, idle_minutes, state, error, needs_rebuild, created_at, \
      disk_mb, egress, preset, env, setup, runtime, ttl_minutes, expires_at, labels, allow_root, \
      command_approvals, owner_id, (SELECT name FROM users WHERE users.id = agents.owner_id), \
-     access";
+     access, secrets";
 
 /// A row as SQLite hands it over, before the checks that turn it into an [`Agent`]; kept apart
 /// so a bad stored value becomes `Corrupt` with the agent named, not an opaque rusqlite error.
@@ -45,6 +45,7 @@ struct Raw {
     owner_id: String,
     owner_name: Option<String>,
     access: String,
+    secrets: Option<String>,
 }
 
 impl Raw {
@@ -74,6 +75,7 @@ impl Raw {
             owner_id: r.get(21)?,
             owner_name: r.get(22)?,
             access: r.get(23)?,
+            secrets: r.get(24)?,
         })
     }
 
@@ -98,6 +100,12 @@ impl Raw {
             .env
             .as_deref()
             .map(|e| serde_json::from_str(e).map_err(|err| bad("env", &err)))
+            .transpose()?
+            .unwrap_or_default();
+        let secrets = self
+            .secrets
+            .as_deref()
+            .map(|e| serde_json::from_str(e).map_err(|err| bad("secrets", &err)))
             .transpose()?
             .unwrap_or_default();
         let setup = self
@@ -150,6 +158,7 @@ impl Raw {
             pull: None,
             preset: self.preset,
             env,
+            secrets,
             setup,
             ttl_minutes,
             expires_at,
@@ -199,6 +208,34 @@ fn env_to_sql(env: &BTreeMap<String, String>) -> Result<Option<String>> {
     serde_json::to_string(env)
         .map(Some)
         .map_err(|err| StoreError::Invalid(format!("env: {err}")))
+}
+
+fn secrets_to_sql(names: &[String]) -> Result<Option<String>> {
+    if names.is_empty() {
+        return Ok(None);
+    }
+    serde_json::to_string(names)
+        .map(Some)
+        .map_err(|err| StoreError::Invalid(format!("secrets: {err}")))
+}
+
+/// Refuses a grant of a secret that does not exist; checked in the step that keeps the list, so
+/// that a secret deleted meanwhile cannot stay granted (its deletion strips it in one step too).
+fn check_secrets_exist(c: &Connection, names: &[String]) -> Result<()> {
+    for name in names {
+        let exists: bool = c.query_row(
+            "SELECT EXISTS (SELECT 1 FROM secrets WHERE name = ?1)",
+            [name],
+            |r| r.get(0),
+        )?;
+        if !exists {
+            return Err(StoreError::Unfit {
+                field: "secrets",
+                why: format!("secrets: there is no secret named {name} (PUT /api/v1/secrets/{name} makes it)"),
+            });
+        }
+    }
+    Ok(())
 }
 
 fn labels_to_sql(labels: &BTreeMap<String, String>) -> Result<Option<String>> {
@@ -297,6 +334,8 @@ impl Store {
             let egress = egress_to_sql(&new.egress)?;
             let env = env_to_sql(&new.env)?;
             let labels = labels_to_sql(&new.labels)?;
+            check_secrets_exist(c, &new.secrets)?;
+            let secrets = secrets_to_sql(&new.secrets)?;
             // A lifetime without its deadline (or the other way) is no lifetime.
             let (ttl, expires) = match (new.ttl_minutes, new.expires_at) {
                 (Some(t), Some(at)) => (Some(t), Some(time_to_sql(at))),
@@ -307,9 +346,9 @@ impl Store {
                 "INSERT INTO agents (id, name, image, cpus, memory_mb, idle_minutes, state,
                                      created_at, updated_at, disk_mb, egress, preset, env, runtime,
                                      ttl_minutes, expires_at, labels, allow_root,
-                                     command_approvals, owner_id, access)
+                                     command_approvals, owner_id, access, secrets)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
-                         ?16, ?17, ?18, ?19, ?20)",
+                         ?16, ?17, ?18, ?19, ?20, ?21)",
                 params![
                     new.id,
                     new.name,
@@ -330,7 +369,8 @@ impl Store {
                     new.allow_root,
                     new.approvals.commands.as_str(),
                     new.owner_id,
-                    new.access.as_str()
+                    new.access.as_str(),
+                    secrets
                 ],
             )
             .map_err(|e| map_unique(e, &new.id, &new.name))?;
@@ -447,6 +487,10 @@ impl Store {
             // default it runs on) is a change a rebuild applies.
             let runtime = patch.runtime.unwrap_or(old.runtime.clone());
             let labels = labels_to_sql(patch.labels.as_ref().unwrap_or(&old.labels))?;
+            if let Some(names) = &patch.secrets {
+                check_secrets_exist(&tx, names)?;
+            }
+            let secrets = secrets_to_sql(patch.secrets.as_ref().unwrap_or(&old.secrets))?;
             let (ttl, expires) = match patch.ttl_minutes {
                 None => (old.ttl_minutes, old.expires_at),
                 Some(Some(t)) => match patch.expires_at {
@@ -482,7 +526,7 @@ impl Store {
                         idle_minutes = ?6, needs_rebuild = ?7, updated_at = ?8, disk_mb = ?9,
                         egress = ?10, env = ?11, runtime = ?12, ttl_minutes = ?13,
                         expires_at = ?14, labels = ?15, allow_root = ?16,
-                        command_approvals = ?17
+                        command_approvals = ?17, secrets = ?18
                  WHERE id = ?1",
                 params![
                     id,
@@ -501,7 +545,8 @@ impl Store {
                     expires.map(time_to_sql),
                     labels,
                     allow_root,
-                    approvals.commands.as_str()
+                    approvals.commands.as_str(),
+                    secrets
                 ],
             )
             .map_err(|e| map_unique(e, &id, &name))?;

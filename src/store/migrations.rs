@@ -257,6 +257,11 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX agent_members_by_user ON agent_members (user_id);
     "#,
+    // 16: the secrets granted to each agent, a JSON list of names (NULL for none). Deleting a
+    // secret takes its name off every agent in the same transaction (see store::secrets).
+    r#"
+    ALTER TABLE agents ADD COLUMN secrets TEXT;
+    "#,
 ];
 
 /// The schema version this binary writes.

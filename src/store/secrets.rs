@@ -102,10 +102,39 @@ impl Store {
         .await
     }
 
-    /// Deletes a secret; false when there was none of that name.
+    /// Deletes a secret and takes its name off every agent granted it, in one step (so that a
+    /// secret made again under that name is granted to nobody); false when there was none.
     pub async fn remove_secret(&self, name: &str) -> Result<bool> {
         let name = name.to_string();
-        self.call(move |c| Ok(c.execute("DELETE FROM secrets WHERE name = ?1", [&name])? > 0))
-            .await
+        self.call(move |c| {
+            let tx = c.transaction()?;
+            if tx.execute("DELETE FROM secrets WHERE name = ?1", [&name])? == 0 {
+                return Ok(false);
+            }
+            let granted = tx
+                .prepare("SELECT id, secrets FROM agents WHERE secrets IS NOT NULL")?
+                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            for (id, list) in granted {
+                let mut names: Vec<String> = serde_json::from_str(&list)
+                    .map_err(|e| StoreError::Corrupt(format!("agent {id}'s secrets: {e}")))?;
+                let before = names.len();
+                names.retain(|n| *n != name);
+                if names.len() == before {
+                    continue;
+                }
+                let kept = (!names.is_empty())
+                    .then(|| serde_json::to_string(&names))
+                    .transpose()
+                    .map_err(|e| StoreError::Invalid(format!("secrets: {e}")))?;
+                tx.execute(
+                    "UPDATE agents SET secrets = ?2, updated_at = ?3 WHERE id = ?1",
+                    rusqlite::params![id, kept, super::now_text()],
+                )?;
+            }
+            tx.commit()?;
+            Ok(true)
+        })
+        .await
     }
 }

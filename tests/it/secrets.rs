@@ -207,3 +207,126 @@ async fn secrets_from_the_command_line() {
     assert_ne!(code, 0);
     assert!(err.contains("no secret named GITHUB_TOKEN"), "{err}");
 }
+
+const GRANTED: &str = "ghp_granted_value_5e4d3c";
+
+async fn make_secret(s: &TestServer, name: &str) {
+    let (status, v) = put(
+        s,
+        name,
+        json!({"value": GRANTED, "hosts": ["api.github.test"]}),
+    )
+    .await;
+    assert_eq!(status, 201, "{v}");
+}
+
+#[tokio::test]
+async fn grants_name_existing_secrets_once_each_and_a_deletion_takes_them_off() {
+    let s = TestServer::start().await;
+    make_secret(&s, "GITHUB_TOKEN").await;
+    make_secret(&s, "NPM_TOKEN").await;
+    // A name that is no secret is 409 (it conflicts with the secrets there are); a list that
+    // breaks its rules whatever the secrets, 400.
+    let bad = [
+        (json!(["NO_SUCH_SECRET"]), "NO_SUCH_SECRET", 409),
+        (json!(["GITHUB_TOKEN", "GITHUB_TOKEN"]), "twice", 400),
+        (json!(["HTTP_PROXY"]), "HTTP_PROXY", 400),
+        (json!(["not a name"]), "not a name", 400),
+        (
+            json!((0..65).map(|i| format!("S{i}")).collect::<Vec<_>>()),
+            "at most 64",
+            400,
+        ),
+    ];
+    for (secrets, says, code) in &bad {
+        let body = json!({"name": "refused", "secrets": secrets});
+        let (status, v) = s.call("POST", "/api/v1/agents", Some(body)).await;
+        assert_eq!(status, *code, "{secrets}: {v}");
+        assert_eq!(v["error"]["field"], "secrets", "{v}");
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(says), "{secrets}: {message}");
+    }
+    let (_, list) = s.call("GET", "/api/v1/agents", None).await;
+    assert_eq!(
+        list.as_array().map(Vec::len),
+        Some(0),
+        "nothing made: {list}"
+    );
+
+    let agent = s
+        .created_agent(json!({"name": "granted", "secrets": ["GITHUB_TOKEN", "NPM_TOKEN"]}))
+        .await;
+    assert_eq!(agent["secrets"], json!(["GITHUB_TOKEN", "NPM_TOKEN"]));
+    let id = agent["id"].as_str().unwrap().to_string();
+    let path = format!("/api/v1/agents/{id}");
+    for (secrets, says, code) in &bad[..2] {
+        let (status, v) = s
+            .call("PATCH", &path, Some(json!({"secrets": secrets})))
+            .await;
+        assert_eq!(status, *code, "{secrets}: {v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(says),
+            "{v}"
+        );
+    }
+    let (status, v) = s
+        .call("PATCH", &path, Some(json!({"secrets": ["NPM_TOKEN"]})))
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["secrets"], json!(["NPM_TOKEN"]));
+
+    // Deleting a granted secret is allowed: its name leaves every agent, so a secret made
+    // again under that name is granted to nobody until granted anew.
+    let (status, _) = s.call("DELETE", "/api/v1/secrets/NPM_TOKEN", None).await;
+    assert_eq!(status, 204);
+    let (_, v) = s.call("GET", &path, None).await;
+    assert_eq!(v["secrets"], json!([]), "{v}");
+    make_secret(&s, "NPM_TOKEN").await;
+    let (_, v) = s.call("GET", &path, None).await;
+    assert_eq!(v["secrets"], json!([]), "{v}");
+    let text = v.to_string();
+    assert!(!text.contains(GRANTED), "no value in the record: {text}");
+}
+
+/// Over the real tunnel (the fake driver runs sandboxd in process): a granted secret is a
+/// variable holding a placeholder, never the value; another agent's differs, and so does the
+/// next boot's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_sees_a_placeholder_per_agent_and_boot_never_the_value() {
+    let s = TestServer::start().await;
+    make_secret(&s, "GITHUB_TOKEN").await;
+    let body = |name: &str| json!({"name": name, "secrets": ["GITHUB_TOKEN"], "env": {"GITHUB_TOKEN": "from-env"}});
+    let a = s.running_agent(body("one")).await;
+    let b = s.running_agent(body("two")).await;
+    let seen = |id: String| {
+        let s = &s;
+        async move {
+            let out = s.exec_ok(&id, &["sh", "-c", "env"]).await;
+            assert!(!out.contains(GRANTED), "the value is in the sandbox: {out}");
+            out.lines()
+                .find_map(|l| l.strip_prefix("GITHUB_TOKEN="))
+                .unwrap_or_else(|| panic!("no GITHUB_TOKEN in {out}"))
+                .to_string()
+        }
+    };
+    let pa = seen(a.clone()).await;
+    assert!(pa.starts_with("agenthold-secret:"), "{pa}");
+    assert_eq!(pa.len(), "agenthold-secret:".len() + 64);
+    assert_eq!(seen(a.clone()).await, pa, "the same within a boot");
+    assert_ne!(seen(b).await, pa, "another agent's differs");
+    s.stop_sleeping(&a).await;
+    let after = seen(a.clone()).await;
+    assert!(after.starts_with("agenthold-secret:"));
+    assert_ne!(after, pa, "the next boot's differs");
+    // Taken away: the variable is the agent's own again for new processes.
+    let (status, _) = s
+        .call(
+            "PATCH",
+            &format!("/api/v1/agents/{a}"),
+            Some(json!({"secrets": []})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let out = s.exec_ok(&a, &["sh", "-c", "echo $GITHUB_TOKEN"]).await;
+    assert_eq!(out.trim(), "from-env");
+}

@@ -196,6 +196,8 @@ export function agentPage(id: string): Page {
       sep(),
       h('span', { class: 'agent-runtime', 'data-testid': 'agent-runtime', title: 'Container runtime' }, `runtime ${a.runtime}`),
       a.env && Object.keys(a.env).length ? [sep(), h('span', { class: 'agent-env mono', 'data-testid': 'agent-env', title: Object.entries(a.env).map(([k, v]) => `${k}=${v}`).join('\n') }, `env ${Object.keys(a.env).sort().join(', ')}`)] : null,
+      // Granted secrets, by name only: the sandbox sees placeholders, the API never a value.
+      a.secrets && a.secrets.length ? [sep(), h('span', { class: 'agent-secrets mono', 'data-testid': 'agent-secrets', title: 'Secrets granted to the agent (placeholders in its env)' }, `secrets ${a.secrets.join(', ')}`)] : null,
     );
     envBtn.hidden = a.env === undefined;
     setup.update(a);

@@ -1282,6 +1282,14 @@ export interface components {
              * @example runc
              */
             runtime: string;
+            /**
+             * @description The names of the secrets granted to the agent (never values): each is a variable in its
+             *     sandbox holding a placeholder. Deleting a secret takes its name off every agent.
+             * @example [
+             *       "ANTHROPIC_API_KEY"
+             *     ]
+             */
+            secrets?: string[];
             setup?: null | components["schemas"]["SetupStatus"];
             /**
              * Format: date-time
@@ -1577,6 +1585,18 @@ export interface components {
              * @example runsc
              */
             runtime?: string | null;
+            /**
+             * @description Names of secrets (`GET /api/v1/secrets`) granted to the agent, at most 64, none
+             *     twice; replaces the preset's list (`[]` for none). Each appears in the sandbox as a
+             *     variable of that name holding a placeholder the egress proxy swaps for the value,
+             *     only on the way to the secret's `hosts`; it wins over an `env` variable of the same
+             *     name. A bad list is `400`, a name that is no secret `409`, both with
+             *     `"field": "secrets"`.
+             * @example [
+             *       "ANTHROPIC_API_KEY"
+             *     ]
+             */
+            secrets?: string[] | null;
             /**
              * Format: int32
              * @description The agent's lifetime in minutes, 1 to 525600 (a year): it is destroyed that long
@@ -2146,6 +2166,8 @@ export interface components {
             /** @example dev */
             name: string;
             runtime?: string | null;
+            /** @description Secrets (names) granted to agents made from it. */
+            secrets?: string[];
             setup?: string | null;
             setupOnRebuild: boolean;
             /**
@@ -2711,6 +2733,15 @@ export interface components {
              * @example runsc
              */
             runtime?: string | null;
+            /**
+             * @description Replaces the whole list, checked as on create; processes started from now on get
+             *     the placeholders (running ones keep theirs), and the proxy swaps only the granted
+             *     secrets from its next request on.
+             * @example [
+             *       "ANTHROPIC_API_KEY"
+             *     ]
+             */
+            secrets?: string[] | null;
             /**
              * Format: int32
              * @description A new lifetime in minutes, counted from now (1 to 525600); 0 or null takes the

@@ -124,6 +124,11 @@ pub struct Agent {
     /// Variables every shell, exec, terminal and background process of the agent starts with.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// The names of the secrets granted to the agent (never values): each is a variable in its
+    /// sandbox holding a placeholder. Deleting a secret takes its name off every agent.
+    #[serde(default)]
+    #[schema(example = json!(["ANTHROPIC_API_KEY"]))]
+    pub secrets: Vec<String>,
     /// The preset's setup script's last run; null when it has none or it has not run yet.
     #[serde(default)]
     pub setup: Option<SetupStatus>,
@@ -188,6 +193,7 @@ impl From<model::Agent> for Agent {
             pull: a.pull.map(Into::into),
             preset: a.preset,
             env: a.env,
+            secrets: a.secrets,
             setup: a.setup.map(Into::into),
             ttl_minutes: a.ttl_minutes,
             expires_at: a.expires_at,

@@ -192,6 +192,22 @@ agent_bodies! {
             /// theirs). Checked as on create.
         };
 
+        #[schema(max_items = 64, example = json!(["ANTHROPIC_API_KEY"]))]
+        secrets: [Vec<String>],
+        create {
+            /// Names of secrets (`GET /api/v1/secrets`) granted to the agent, at most 64, none
+            /// twice; replaces the preset's list (`[]` for none). Each appears in the sandbox as a
+            /// variable of that name holding a placeholder the egress proxy swaps for the value,
+            /// only on the way to the secret's `hosts`; it wins over an `env` variable of the same
+            /// name. A bad list is `400`, a name that is no secret `409`, both with
+            /// `"field": "secrets"`.
+        },
+        update {
+            /// Replaces the whole list, checked as on create; processes started from now on get
+            /// the placeholders (running ones keep theirs), and the proxy swaps only the granted
+            /// secrets from its next request on.
+        };
+
         #[schema(min_length = 1, max_length = 64, example = "runsc")]
         runtime: [String],
         create {

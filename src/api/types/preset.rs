@@ -24,6 +24,9 @@ pub struct PresetInfo {
     pub disk_mb: Option<u64>,
     pub idle_minutes: u32,
     pub env: BTreeMap<String, String>,
+    /// Secrets (names) granted to agents made from it.
+    #[serde(default)]
+    pub secrets: Vec<String>,
     /// Null: agents from it follow `sandbox.egress.default`.
     pub egress: Option<EgressRules>,
     pub setup: Option<String>,
@@ -64,6 +67,7 @@ impl From<preset::PresetInfo> for PresetInfo {
             disk_mb: p.disk_mb,
             idle_minutes: p.idle_minutes,
             env: p.env,
+            secrets: p.secrets,
             egress: p.egress.map(Into::into),
             setup: p.setup,
             setup_on_rebuild: p.setup_on_rebuild,

@@ -8,7 +8,7 @@ use crate::egress::Rule;
 use crate::model::secrets::SecretInfo;
 
 /// `PUT /api/v1/secrets/{name}`: a new secret, or a new value and description for one.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PutSecret {
     /// The value: 1 to 16384 bytes without control characters. Kept sealed; never shown again.
@@ -29,6 +29,18 @@ pub struct PutSecret {
     /// Whether a placeholder in a form or JSON request body is replaced too (default false).
     #[serde(default)]
     pub in_body: bool,
+}
+
+/// Never the value: a request body may end up in a log line by accident.
+impl std::fmt::Debug for PutSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PutSecret")
+            .field("hosts", &self.hosts)
+            .field("header", &self.header)
+            .field("format", &self.format)
+            .field("in_body", &self.in_body)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A secret, as the API shows it: everything but its value.

@@ -81,8 +81,7 @@ impl Runner {
                 self.stop_harness().await;
             }
         }
-        self.start_harness(conn, &record, &agent.env, max_line)
-            .await?;
+        self.start_harness(conn, &record, &agent, max_line).await?;
         let caps = self.initialize().await?;
         self.open_session(&record, caps).await
     }
@@ -91,7 +90,7 @@ impl Runner {
         &mut self,
         conn: SandboxConn,
         record: &SessionRecord,
-        agent_env: &std::collections::BTreeMap<String, String>,
+        agent: &crate::model::Agent,
         max_line: usize,
     ) -> Result<(), Failed> {
         let config = self.s.lc.config();
@@ -105,7 +104,7 @@ impl Runner {
                 ),
             ));
         };
-        let info = harness::start(&conn, record, hc, agent_env)
+        let info = harness::start(&conn, record, hc, agent)
             .await
             .map_err(|e| Failed::error(NoticeKind::Error, e))?;
         let name = ProcessName::parse(info.id.clone())

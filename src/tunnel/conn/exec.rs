@@ -91,7 +91,7 @@ impl SandboxConn {
     /// Runs `launch` with `stdin` as its whole input.
     pub async fn exec(&self, launch: Launch, stdin: Vec<u8>) -> Result<ExecRun, ConnError> {
         let hold = self.activity.hold(&self.id, Use::Exec);
-        let (stream, _) = self.open(launch.into_request()).await?;
+        let (stream, _) = self.open(launch.into_request(&self.boot)).await?;
         let (rd, wr) = tokio::io::split(stream);
         // Stdin goes in its own task so a command that prints before it reads cannot deadlock
         // the caller.

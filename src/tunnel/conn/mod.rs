@@ -3,7 +3,8 @@
 //! for a caller that talks to one over a single stream), commands (`exec.rs`) and files
 //! (`files.rs`) as a method, so that its callers (the API's handlers, the setup script, and
 //! next the agent sessions) neither open raw streams nor repeat how a command is launched: a
-//! command reaches the sandbox only as a [`crate::launch::Launch`], with the agent's env in
+//! command reaches the sandbox only as a [`crate::launch::Launch`], with the agent's env (and
+//! its granted secrets' placeholders for this session's boot, [`crate::launch::BootEnv`]) in
 //! it, and a process only with the server's limits.
 //!
 //! A [`SandboxConn`] comes from the lifecycle: `wake_conn` wakes the agent for it, `conn` and
@@ -34,7 +35,7 @@ pub use process::{NoSuchProcess, ProcessName};
 
 use super::registry::{Link, LinkStream};
 use crate::activity::ActivityTracker;
-use crate::launch::ProcessLimits;
+use crate::launch::{BootEnv, ProcessLimits};
 
 /// One agent's sandbox, as its session's link to it. Cheap to make; holds no stream itself.
 #[derive(Clone)]
@@ -43,23 +44,35 @@ pub struct SandboxConn {
     link: Link,
     activity: ActivityTracker,
     limits: ProcessLimits,
+    boot: BootEnv,
 }
 
 impl SandboxConn {
     /// The sandbox of agent `id` over `link`; its uses are counted in `activity`, its
-    /// processes started within `limits`.
+    /// processes started within `limits`, its programs started with `boot`'s variables.
     pub fn new(
         id: &str,
         link: Link,
         activity: ActivityTracker,
         limits: ProcessLimits,
+        boot: BootEnv,
     ) -> SandboxConn {
         SandboxConn {
             id: id.to_string(),
             link,
             activity,
             limits,
+            boot,
         }
+    }
+
+    /// What a program of `agent` started over this connection gets as its variables (for the
+    /// channels that take plain variables: terminals and code kernels).
+    pub fn launch_env(
+        &self,
+        agent: &crate::model::Agent,
+    ) -> std::collections::BTreeMap<String, String> {
+        self.boot.launch_env(agent)
     }
 
     /// Opens `header`'s channel on a fresh stream: the stream, ready for the channel's own

@@ -55,7 +55,9 @@ impl SandboxConn {
         launch: Launch,
         options: ProcessOptions,
     ) -> Result<ProcessInfo, ConnError> {
-        let (_, info) = self.open(self.limits.start(launch, options)).await?;
+        let (_, info) = self
+            .open(self.limits.start(launch, &self.boot, options))
+            .await?;
         checked(info)
     }
 

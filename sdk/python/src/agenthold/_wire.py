@@ -1231,6 +1231,15 @@ class CreateAgent(TypedDict, closed=True):
     kernel of its own in user space: stronger isolation, slower system calls). Another is
     `400` with `"field": "runtime"`.
     """
+    secrets: NotRequired[list[str] | None]
+    """
+    Names of secrets (`GET /api/v1/secrets`) granted to the agent, at most 64, none
+    twice; replaces the preset's list (`[]` for none). Each appears in the sandbox as a
+    variable of that name holding a placeholder the egress proxy swaps for the value,
+    only on the way to the secret's `hosts`; it wins over an `env` variable of the same
+    name. A bad list is `400`, a name that is no secret `409`, both with
+    `"field": "secrets"`.
+    """
     ttlMinutes: NotRequired[int | None]
     """
     The agent's lifetime in minutes, 1 to 525600 (a year): it is destroyed that long
@@ -1410,6 +1419,10 @@ class PresetInfo(TypedDict):
     memoryMb: int
     name: str
     runtime: NotRequired[str | None]
+    secrets: NotRequired[list[str]]
+    """
+    Secrets (names) granted to agents made from it.
+    """
     setup: NotRequired[str | None]
     setupOnRebuild: bool
     ttlMinutes: int | None
@@ -1697,6 +1710,12 @@ class UpdateAgent(TypedDict, closed=True):
     Another container runtime, one of `runtimes` in `/limits`; sets `needsRebuild` (a
     rebuild applies it, keeping the home).
     """
+    secrets: NotRequired[list[str] | None]
+    """
+    Replaces the whole list, checked as on create; processes started from now on get
+    the placeholders (running ones keep theirs), and the proxy swaps only the granted
+    secrets from its next request on.
+    """
     ttlMinutes: NotRequired[int | None]
     """
     A new lifetime in minutes, counted from now (1 to 525600); 0 or null takes the
@@ -1782,6 +1801,11 @@ class Agent(TypedDict):
     The container runtime the sandbox runs on: `runc` (Docker's own: namespaces on the
     host's kernel) or `runsc` (gVisor: a kernel of its own in user space). Agents made
     before agents had a runtime of their own run on the server's default, shown here.
+    """
+    secrets: NotRequired[list[str]]
+    """
+    The names of the secrets granted to the agent (never values): each is a variable in its
+    sandbox holding a placeholder. Deleting a secret takes its name off every agent.
     """
     setup: NotRequired[SetupStatus | None]
     sleepsAt: NotRequired[str | None]

@@ -121,6 +121,8 @@ def _settings(**fields: Any) -> dict[str, Any]:
             value = _egress(value)
         elif key in ("env", "labels"):
             value = dict(value)
+        elif key == "secrets":
+            value = list(value)
         body[names.get(key, key)] = value
     return body
 
@@ -244,6 +246,11 @@ class _AgentView:
     @property
     def env(self) -> dict[str, str]:
         return self.info.env
+
+    @property
+    def secrets(self) -> list[str]:
+        """The names of the secrets granted to the agent (never values)."""
+        return self.info.secrets
 
     @property
     def setup(self) -> SetupStatus | None:
@@ -767,6 +774,7 @@ class Agents:
         *,
         preset: str | None = None,
         env: Mapping[str, str] | None = None,
+        secrets: Sequence[str] | None = None,
         image: str | None = None,
         cpus: float | None = None,
         memory_mb: int | None = None,
@@ -783,7 +791,10 @@ class Agents:
     ) -> Agent:
         """Creates an agent; settings left ``None`` take the preset's (``preset``, else the
         server's default preset), else the server's defaults; ``env`` is merged over the
-        preset's; ``runtime`` is one of ``client.limits().runtimes``, e.g. ``"runsc"`` for
+        preset's; ``secrets`` names secrets (``client.secrets``) granted to the agent, each seen
+        in its sandbox as a variable holding a placeholder the egress proxy swaps for the value
+        on the way to the secret's hosts (it replaces the preset's list); ``runtime`` is one
+        of ``client.limits().runtimes``, e.g. ``"runsc"`` for
         gVisor; ``labels`` are merged over the preset's; ``ttl_minutes`` (1 to 525600) destroys
         the agent that long after its creation (see :meth:`Agent.keep_alive`);
         ``allow_root=True`` lets it become root in its sandbox (``sudo``, and
@@ -795,6 +806,7 @@ class Agents:
             name=name,
             preset=preset,
             env=env,
+            secrets=secrets,
             image=image,
             cpus=cpus,
             memory_mb=memory_mb,
@@ -851,6 +863,7 @@ class AsyncAgents:
         *,
         preset: str | None = None,
         env: Mapping[str, str] | None = None,
+        secrets: Sequence[str] | None = None,
         image: str | None = None,
         cpus: float | None = None,
         memory_mb: int | None = None,
@@ -870,6 +883,7 @@ class AsyncAgents:
             name=name,
             preset=preset,
             env=env,
+            secrets=secrets,
             image=image,
             cpus=cpus,
             memory_mb=memory_mb,
