@@ -3,14 +3,14 @@
 //! `sandbox.egress.ca_certificates`), named `api.test` and `other.test` through
 //! `sandbox.egress.resolve`; it answers each request with the `Authorization` it received.
 //!
-//! Needs the grants (`PUT /api/v1/secrets/{name}`, agents' `secrets`, the placeholder in the
-//! sandbox's env): until those are merged the test is ignored.
+//! Uses the grants (`PUT /api/v1/secrets/{name}`, agents' `secrets`, the placeholder in the
+//! sandbox's env).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_rustls::rustls;
@@ -26,11 +26,16 @@ async fn echo_authorization() -> (u16, String) {
     let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     ca.key_usages = vec![KeyUsagePurpose::KeyCertSign];
+    // Names of their own: a leaf whose issuer reads as its own subject is taken as self-signed.
+    ca.distinguished_name
+        .push(DnType::CommonName, "agenthold test internet CA");
     let ca_cert = ca.self_signed(&ca_key).expect("the authority");
     let issuer = Issuer::new(ca, ca_key);
     let key = KeyPair::generate().expect("a key");
-    let leaf = CertificateParams::new(vec!["api.test".to_string(), "other.test".to_string()])
-        .expect("params")
+    let mut leaf = CertificateParams::new(vec!["api.test".to_string(), "other.test".to_string()])
+        .expect("params");
+    leaf.distinguished_name.push(DnType::CommonName, "api.test");
+    let leaf = leaf
         .signed_by(&key, &issuer)
         .expect("the server's certificate");
     let der = rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).expect("a key");
@@ -78,7 +83,6 @@ async fn echo_authorization() -> (u16, String) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the grant branch: PUT /api/v1/secrets and agents' secrets"]
 async fn a_granted_secret_reaches_its_host_only_and_the_sandbox_sees_a_placeholder() {
     let Some(env) = DockerEnv::new_or_skip() else {
         return;
