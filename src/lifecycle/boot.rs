@@ -25,7 +25,7 @@ impl Lifecycle {
             return Err(BootRefusal::InvalidToken);
         }
         match self.store.get_agent(id).await {
-            Ok(a) if matches!(a.state, Starting | Running) => Ok(()),
+            Ok(a) if matches!(a.state, Starting | Running | Paused) => Ok(()),
             Ok(a) => Err(BootRefusal::NotStarted(a.state)),
             Err(_) => Err(BootRefusal::InvalidToken),
         }
@@ -131,5 +131,9 @@ impl TunnelHost for Lifecycle {
 
     fn ping_interval(&self) -> Duration {
         self.config().sandbox.ping_interval
+    }
+
+    fn is_paused(&self, id: &str) -> bool {
+        self.paused_at(id).is_some()
     }
 }

@@ -16,7 +16,7 @@ const COLUMNS: &str =
     "id, name, image, cpus, memory_mb, idle_minutes, state, error, needs_rebuild, created_at, \
      disk_mb, egress, preset, env, setup, runtime, ttl_minutes, expires_at, labels, allow_root, \
      command_approvals, owner_id, (SELECT name FROM users WHERE users.id = agents.owner_id), \
-     access";
+     access, deep_sleep_minutes";
 
 /// A row as SQLite hands it over, before the checks that turn it into an [`Agent`]; kept apart
 /// so a bad stored value becomes `Corrupt` with the agent named, not an opaque rusqlite error.
@@ -30,6 +30,7 @@ struct Raw {
     egress: Option<String>,
     runtime: Option<String>,
     idle_minutes: i64,
+    deep_sleep_minutes: Option<i64>,
     state: String,
     error: Option<String>,
     needs_rebuild: bool,
@@ -74,6 +75,7 @@ impl Raw {
             owner_id: r.get(21)?,
             owner_name: r.get(22)?,
             access: r.get(23)?,
+            deep_sleep_minutes: r.get(24)?,
         })
     }
 
@@ -126,6 +128,10 @@ impl Raw {
             .transpose()?;
         let idle_minutes = u32::try_from(self.idle_minutes)
             .map_err(|_| bad("idle_minutes", &self.idle_minutes))?;
+        let deep_sleep_minutes = self
+            .deep_sleep_minutes
+            .map(|d| u32::try_from(d).map_err(|_| bad("deep_sleep_minutes", &d)))
+            .transpose()?;
         let created_at = DateTime::parse_from_rfc3339(&self.created_at)
             .map_err(|_| bad("created_at", &self.created_at))?
             .with_timezone(&Utc);
@@ -141,6 +147,7 @@ impl Raw {
             egress,
             runtime: self.runtime.unwrap_or_default(),
             idle_minutes,
+            deep_sleep_minutes,
             state,
             error: self.error,
             needs_rebuild: self.needs_rebuild,
@@ -307,9 +314,9 @@ impl Store {
                 "INSERT INTO agents (id, name, image, cpus, memory_mb, idle_minutes, state,
                                      created_at, updated_at, disk_mb, egress, preset, env, runtime,
                                      ttl_minutes, expires_at, labels, allow_root,
-                                     command_approvals, owner_id, access)
+                                     command_approvals, owner_id, access, deep_sleep_minutes)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
-                         ?16, ?17, ?18, ?19, ?20)",
+                         ?16, ?17, ?18, ?19, ?20, ?21)",
                 params![
                     new.id,
                     new.name,
@@ -330,7 +337,8 @@ impl Store {
                     new.allow_root,
                     new.approvals.commands.as_str(),
                     new.owner_id,
-                    new.access.as_str()
+                    new.access.as_str(),
+                    new.deep_sleep_minutes
                 ],
             )
             .map_err(|e| map_unique(e, &new.id, &new.name))?;
@@ -429,6 +437,7 @@ impl Store {
             let cpus = patch.cpus.unwrap_or(old.cpus);
             let memory_mb = patch.memory_mb.unwrap_or(old.memory_mb);
             let idle_minutes = patch.idle_minutes.unwrap_or(old.idle_minutes);
+            let deep_sleep_minutes = patch.deep_sleep_minutes.or(old.deep_sleep_minutes);
             check_cpus(cpus)?;
             check_disk_change(old.disk_mb, patch.disk_mb).map_err(|e| StoreError::Unfit {
                 field: e.field,
@@ -482,7 +491,7 @@ impl Store {
                         idle_minutes = ?6, needs_rebuild = ?7, updated_at = ?8, disk_mb = ?9,
                         egress = ?10, env = ?11, runtime = ?12, ttl_minutes = ?13,
                         expires_at = ?14, labels = ?15, allow_root = ?16,
-                        command_approvals = ?17
+                        command_approvals = ?17, deep_sleep_minutes = ?18
                  WHERE id = ?1",
                 params![
                     id,
@@ -501,7 +510,8 @@ impl Store {
                     expires.map(time_to_sql),
                     labels,
                     allow_root,
-                    approvals.commands.as_str()
+                    approvals.commands.as_str(),
+                    deep_sleep_minutes
                 ],
             )
             .map_err(|e| map_unique(e, &id, &name))?;

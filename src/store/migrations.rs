@@ -257,6 +257,11 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX agent_members_by_user ON agent_members (user_id);
     "#,
+    // 17: light sleep. How long an agent stays paused before it is stopped; NULL (agents made
+    // before) follows `sandbox.default_deep_sleep_minutes`.
+    r#"
+    ALTER TABLE agents ADD COLUMN deep_sleep_minutes INTEGER;
+    "#,
 ];
 
 /// The schema version this binary writes.

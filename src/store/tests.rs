@@ -16,6 +16,7 @@ fn new_agent(name: &str) -> NewAgent {
             deny: vec![],
         },
         idle_minutes: 15,
+        deep_sleep_minutes: 60,
         preset: None,
         env: Default::default(),
         runtime: "runc".to_string(),
@@ -364,6 +365,7 @@ async fn patch_sets_needs_rebuild_only_on_a_real_change() {
             AgentPatch {
                 name: Some("renamed".into()),
                 idle_minutes: Some(60),
+                deep_sleep_minutes: None,
                 image: Some(a.image.clone()),
                 cpus: Some(a.cpus),
                 memory_mb: Some(a.memory_mb),
