@@ -262,7 +262,7 @@ mod tests {
         for st in AgentState::ALL {
             assert_eq!(AgentState::parse(st.as_str()), Some(st));
         }
-        assert_eq!(AgentState::parse("paused"), None);
+        assert_eq!(AgentState::parse("frozen"), None);
     }
 
     #[test]

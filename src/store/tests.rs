@@ -949,7 +949,7 @@ async fn a_bad_stored_value_is_corrupt_not_a_panic() {
     let id = a.id.clone();
     store
         .call(move |c| {
-            c.execute("UPDATE agents SET state = 'paused' WHERE id = ?1", [&id])?;
+            c.execute("UPDATE agents SET state = 'frozen' WHERE id = ?1", [&id])?;
             Ok(())
         })
         .await
@@ -957,7 +957,7 @@ async fn a_bad_stored_value_is_corrupt_not_a_panic() {
     let err = store.get_agent(&a.id).await.unwrap_err();
     assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
     assert!(
-        err.to_string().contains("impossible state: paused"),
+        err.to_string().contains("impossible state: frozen"),
         "{err}"
     );
     assert!(store.list_agents().await.is_err());
