@@ -57,8 +57,10 @@ pub enum Repair {
     orphan_removed,
     /// A running agent whose sandbox had stopped while the server was down.
     found_stopped,
-    /// A sleeping agent whose sandbox had been started outside.
+    /// A sleeping agent whose sandbox had been started outside (or a paused one unpaused).
     found_started,
+    /// An agent whose sandbox had been paused outside.
+    found_paused,
     /// A second network of one agent (a crash while Docker made one), removed.
     duplicate_network,
     /// A container made anew because its network was gone or it mounted an old sandboxd folder.

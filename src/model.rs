@@ -20,6 +20,9 @@ pub enum AgentState {
     Creating,
     Starting,
     Running,
+    /// Frozen (the cgroup freezer): processes, memory and terminal sessions kept, no CPU; any
+    /// use thaws it at once. The light sleep between `running` and `sleeping`.
+    Paused,
     Stopping,
     Sleeping,
     Rebuilding,
@@ -28,10 +31,11 @@ pub enum AgentState {
 }
 
 impl AgentState {
-    pub const ALL: [AgentState; 8] = [
+    pub const ALL: [AgentState; 9] = [
         AgentState::Creating,
         AgentState::Starting,
         AgentState::Running,
+        AgentState::Paused,
         AgentState::Stopping,
         AgentState::Sleeping,
         AgentState::Rebuilding,
@@ -44,6 +48,7 @@ impl AgentState {
             AgentState::Creating => "creating",
             AgentState::Starting => "starting",
             AgentState::Running => "running",
+            AgentState::Paused => "paused",
             AgentState::Stopping => "stopping",
             AgentState::Sleeping => "sleeping",
             AgentState::Rebuilding => "rebuilding",
@@ -96,6 +101,10 @@ pub struct Agent {
     /// existed follow the server's `sandbox.egress.default`, which the API shows here.
     pub egress: Option<EgressRules>,
     pub idle_minutes: u32,
+    /// How long the agent stays paused before it is stopped, in `idle_minute` units; 0 never
+    /// pauses it. `None` for agents made before light sleep: the server's default, which the
+    /// lifecycle fills in when it reads one.
+    pub deep_sleep_minutes: Option<u32>,
     pub state: AgentState,
     /// The last failure's message while `state` is `error`.
     pub error: Option<String>,
@@ -104,7 +113,8 @@ pub struct Agent {
     pub created_at: DateTime<Utc>,
     /// Filled in by the server from its activity tracker; not stored.
     pub last_activity_at: Option<DateTime<Utc>>,
-    /// When the sleeper will stop this agent if nothing happens; null unless running.
+    /// When the sleeper will pause (or stop) this running agent, or stop this paused one, if
+    /// nothing happens; null otherwise.
     pub sleeps_at: Option<DateTime<Utc>>,
     /// The image pull under way for this agent's sandbox (while creating, starting or
     /// rebuilding); null when none is. Filled in by the server; not stored.
@@ -175,6 +185,8 @@ pub struct NewAgent {
     pub disk_mb: Option<u64>,
     pub egress: EgressRules,
     pub idle_minutes: u32,
+    /// The request's, else the preset's, else `sandbox.default_deep_sleep_minutes`.
+    pub deep_sleep_minutes: u32,
     pub preset: Option<String>,
     pub env: BTreeMap<String, String>,
     /// The granted secrets' names (checked: each exists when the agent is stored).
@@ -204,6 +216,7 @@ pub struct AgentPatch {
     /// A larger home (it never shrinks); applied at the agent's next start.
     pub disk_mb: Option<u64>,
     pub idle_minutes: Option<u32>,
+    pub deep_sleep_minutes: Option<u32>,
     /// New egress rules (each list it names replaces the agent's; one it leaves out stays):
     /// they apply to the next connection, and open ones they no longer allow are closed.
     pub egress: Option<EgressChange>,
@@ -255,6 +268,7 @@ impl AgentPatch {
             approvals,
             access,
             secrets,
+            deep_sleep_minutes,
         } = self;
         [
             ("name", name.is_some()),
@@ -263,6 +277,7 @@ impl AgentPatch {
             ("memoryMb", memory_mb.is_some()),
             ("diskMb", disk_mb.is_some()),
             ("idleMinutes", idle_minutes.is_some()),
+            ("deepSleepMinutes", deep_sleep_minutes.is_some()),
             ("egress", egress.is_some()),
             ("env", env.is_some()),
             ("runtime", runtime.is_some()),
@@ -303,7 +318,7 @@ mod tests {
         for st in AgentState::ALL {
             assert_eq!(AgentState::parse(st.as_str()), Some(st));
         }
-        assert_eq!(AgentState::parse("paused"), None);
+        assert_eq!(AgentState::parse("frozen"), None);
     }
 
     #[test]

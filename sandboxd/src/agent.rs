@@ -26,6 +26,9 @@ pub use crate::sandbox::SandboxOptions;
 pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Unanswered pings in a row before the session is given up.
 pub const MAX_MISSED_PINGS: u32 = 3;
+/// A ping's timeout that fires this much later than it was due says the sandbox was frozen
+/// (`docker pause`: the server keeps the session meanwhile), not that the server is gone.
+const FROZEN_LATENESS: Duration = Duration::from_secs(2);
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
@@ -179,7 +182,9 @@ async fn say_hello(handle: &MuxHandle, agent_id: &str, sb: &Sandbox) -> Result<(
     Ok(())
 }
 
-/// Pings every `interval`; returns after [`MAX_MISSED_PINGS`] misses in a row.
+/// Pings every `interval`; returns after [`MAX_MISSED_PINGS`] misses in a row. A ping whose
+/// wait ran across a freeze of the sandbox (of any length) is no miss: its answer may simply
+/// not have been read yet when the process was thawed, and the next ping tells.
 async fn ping_until_missed(handle: MuxHandle, interval: Duration) {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -187,11 +192,15 @@ async fn ping_until_missed(handle: MuxHandle, interval: Duration) {
     let mut missed = 0;
     while missed < MAX_MISSED_PINGS {
         tick.tick().await;
-        match tokio::time::timeout(ANSWER_TIMEOUT, ping(&handle)).await {
+        let due = tokio::time::Instant::now() + ANSWER_TIMEOUT;
+        match tokio::time::timeout_at(due, ping(&handle)).await {
             Ok(Ok(())) => missed = 0,
             Ok(Err(e)) => {
                 missed += 1;
                 tracing::debug!(error = %e, missed, "ping failed");
+            }
+            Err(_) if frozen_meanwhile(due, tokio::time::Instant::now()) => {
+                tracing::debug!("ping unanswered across a freeze; not counted");
             }
             Err(_) => {
                 missed += 1;
@@ -201,6 +210,12 @@ async fn ping_until_missed(handle: MuxHandle, interval: Duration) {
     }
 }
 
+/// Whether a timer due at `due` that fired at `now` fired so late that the process cannot have
+/// been running in between (frozen by the cgroup freezer).
+fn frozen_meanwhile(due: tokio::time::Instant, now: tokio::time::Instant) -> bool {
+    now.saturating_duration_since(due) > FROZEN_LATENESS
+}
+
 async fn ping(handle: &MuxHandle) -> Result<(), String> {
     let mut s = handle.open().await.map_err(|e| e.to_string())?;
     proto::open(&mut s, Ping {})
@@ -208,4 +223,20 @@ async fn ping(handle: &MuxHandle) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let _ = s.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_timer_that_fired_long_after_it_was_due_tells_of_a_freeze() {
+        let due = tokio::time::Instant::now();
+        assert!(!frozen_meanwhile(due, due));
+        assert!(!frozen_meanwhile(due, due + Duration::from_millis(500)));
+        assert!(frozen_meanwhile(due, due + Duration::from_secs(3)));
+        assert!(frozen_meanwhile(due, due + Duration::from_secs(24 * 3600)));
+        // A timer is never early; if the clock says so, it is no freeze.
+        assert!(!frozen_meanwhile(due + Duration::from_secs(5), due));
+    }
 }

@@ -14,6 +14,8 @@ pub struct Defaults {
     /// 0: a home without a limit.
     pub disk_mb: u64,
     pub idle_minutes: u32,
+    /// How long an idle agent stays paused before it is stopped; 0 never pauses.
+    pub deep_sleep_minutes: u32,
     pub egress: EgressRules,
     pub max_cpus: f64,
     pub max_memory_mb: u64,

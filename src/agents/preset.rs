@@ -22,6 +22,8 @@ pub struct Preset {
     /// 0 means a home without a size limit.
     pub disk_mb: Option<u64>,
     pub idle_minutes: Option<u32>,
+    /// How long its idle agents stay paused before they are stopped (0: never paused).
+    pub deep_sleep_minutes: Option<u32>,
     /// Variables every process of the agent starts with.
     pub env: BTreeMap<String, String>,
     /// The secrets granted to agents made from it (names); a create's own `secrets` replaces
@@ -66,6 +68,7 @@ pub struct PresetInfo {
     /// The home's size in MiB; null for a home without a limit.
     pub disk_mb: Option<u64>,
     pub idle_minutes: u32,
+    pub deep_sleep_minutes: u32,
     pub env: BTreeMap<String, String>,
     pub secrets: Vec<String>,
     /// Null: agents from it follow `sandbox.egress.default`.
@@ -98,6 +101,9 @@ impl Preset {
             memory_mb: self.memory_mb.unwrap_or(defaults.memory_mb),
             disk_mb: (disk > 0).then_some(disk),
             idle_minutes: self.idle_minutes.unwrap_or(defaults.idle_minutes),
+            deep_sleep_minutes: self
+                .deep_sleep_minutes
+                .unwrap_or(defaults.deep_sleep_minutes),
             env: self.env.clone(),
             secrets: self.secrets.clone(),
             egress: self.egress.clone(),

@@ -61,6 +61,7 @@ pub struct AgentRequest {
     pub memory_mb: Option<u64>,
     pub disk_mb: Option<u64>,
     pub idle_minutes: Option<u32>,
+    pub deep_sleep_minutes: Option<u32>,
     pub egress: Option<EgressRules>,
     /// Merged over the preset's variables; these win.
     pub env: Option<BTreeMap<String, String>>,
@@ -101,6 +102,7 @@ pub fn resolve(request: AgentRequest, allowed: &Allowed) -> Result<NewAgent, Spe
             memory_mb: request.memory_mb,
             disk_mb: request.disk_mb,
             idle_minutes: request.idle_minutes,
+            deep_sleep_minutes: request.deep_sleep_minutes,
         },
         allowed,
     )?;
@@ -158,6 +160,10 @@ pub fn resolve(request: AgentRequest, allowed: &Allowed) -> Result<NewAgent, Spe
             .idle_minutes
             .or(preset.idle_minutes)
             .unwrap_or(sb.idle_minutes),
+        deep_sleep_minutes: request
+            .deep_sleep_minutes
+            .or(preset.deep_sleep_minutes)
+            .unwrap_or(sb.deep_sleep_minutes),
         egress: request
             .egress
             .or_else(|| preset.egress.clone())
@@ -190,6 +196,7 @@ pub fn check_patch(patch: &AgentPatch, allowed: &Allowed) -> Result<(), SpecErro
             memory_mb: patch.memory_mb,
             disk_mb: patch.disk_mb,
             idle_minutes: patch.idle_minutes,
+            deep_sleep_minutes: patch.deep_sleep_minutes,
         },
         allowed,
     )?;
@@ -333,6 +340,17 @@ pub fn check_idle_minutes(idle_minutes: u32) -> Result<(), SpecError> {
     ))
 }
 
+/// At most [`MAX_IDLE_MINUTES`]; 0 is an agent that is never paused (stopped straight away).
+pub fn check_deep_sleep_minutes(minutes: u32) -> Result<(), SpecError> {
+    if minutes <= MAX_IDLE_MINUTES {
+        return Ok(());
+    }
+    Err(SpecError::new(
+        "deepSleepMinutes",
+        format!("deepSleepMinutes must be at most {MAX_IDLE_MINUTES} (0 = never pause)"),
+    ))
+}
+
 /// The variables of an agent, by [`env::check`]'s rules.
 fn check_env(vars: &BTreeMap<String, String>) -> Result<(), SpecError> {
     env::check(vars).map_err(|why| SpecError::new("env", env::message(&why)))
@@ -383,6 +401,7 @@ struct Shared<'a> {
     memory_mb: Option<u64>,
     disk_mb: Option<u64>,
     idle_minutes: Option<u32>,
+    deep_sleep_minutes: Option<u32>,
 }
 
 /// Checks them in one order, so that a create and an update name the same setting first.
@@ -408,6 +427,9 @@ fn check_shared(s: Shared, allowed: &Allowed) -> Result<(), SpecError> {
     }
     if let Some(idle_minutes) = s.idle_minutes {
         check_idle_minutes(idle_minutes)?;
+    }
+    if let Some(minutes) = s.deep_sleep_minutes {
+        check_deep_sleep_minutes(minutes)?;
     }
     Ok(())
 }

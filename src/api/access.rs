@@ -78,6 +78,7 @@ pub const ROUTES: &[(&str, &str, Need)] = &[
     ("DELETE", "/api/v1/agents/{id}", GOVERN),
     ("POST", "/api/v1/agents/{id}/start", OPERATE),
     ("POST", "/api/v1/agents/{id}/stop", OPERATE),
+    ("POST", "/api/v1/agents/{id}/pause", OPERATE),
     ("POST", "/api/v1/agents/{id}/rebuild", OPERATE),
     ("POST", "/api/v1/agents/{id}/setup", OPERATE),
     ("POST", "/api/v1/agents/{id}/keep-alive", WORK),

@@ -236,7 +236,7 @@ agent_action! {
     destroy: delete "/api/v1/agents/{id}", "destroyAgent"
 }
 
-/// Starts a sleeping (or failed) agent. One that is stopping is started once its stop is over:
+/// Starts a sleeping (or failed) agent, or thaws a paused one. One that is stopping is started once its stop is over:
 /// the answer waits for that, at most `server.wake_timeout`.
 #[utoipa::path(post, path = "/api/v1/agents/{id}/start", tag = "agents", operation_id = "startAgent",
     params(("id" = String, Path, description = "The agent's id")),
@@ -251,8 +251,14 @@ pub async fn start(
 }
 
 agent_action! {
-    /// Puts a running agent to sleep: processes end, the disk stays.
+    /// Puts a running (or paused) agent to sleep: processes end, the disk stays.
     stop: post "/api/v1/agents/{id}/stop", "stopAgent"
+}
+
+agent_action! {
+    /// Pauses a running agent now: its sandbox is frozen, keeping processes, memory and terminal
+    /// sessions; any use (or a start) thaws it. It is stopped after its `deepSleepMinutes`.
+    pause: post "/api/v1/agents/{id}/pause", "pauseAgent"
 }
 
 agent_action! {
@@ -297,6 +303,7 @@ impl From<CreateAgent> for AgentRequest {
             memory_mb: body.memory_mb,
             disk_mb: body.disk_mb,
             idle_minutes: body.idle_minutes,
+            deep_sleep_minutes: body.deep_sleep_minutes,
             egress: body.egress.map(Into::into),
             env: body.env,
             secrets: body.secrets,
@@ -319,6 +326,7 @@ impl From<UpdateAgent> for AgentPatch {
             memory_mb: body.memory_mb,
             disk_mb: body.disk_mb,
             idle_minutes: body.idle_minutes,
+            deep_sleep_minutes: body.deep_sleep_minutes,
             egress: body.egress.map(Into::into),
             egress_default: Default::default(),
             env: body.env,

@@ -34,6 +34,7 @@ const AUDITED: &[(&str, &str, Action)] = &[
     ("DELETE", "/api/v1/agents/{id}", Action::AgentDestroy),
     ("POST", "/api/v1/agents/{id}/start", Action::AgentStart),
     ("POST", "/api/v1/agents/{id}/stop", Action::AgentStop),
+    ("POST", "/api/v1/agents/{id}/pause", Action::AgentPause),
     ("POST", "/api/v1/agents/{id}/rebuild", Action::AgentRebuild),
     ("POST", "/api/v1/agents/{id}/setup", Action::AgentSetup),
     ("POST", "/api/v1/agents/{id}/exec", Action::Exec),

@@ -108,6 +108,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/agents/{id}/start", post(agents::start))
         .route("/agents/{id}/stop", post(agents::stop))
+        .route("/agents/{id}/pause", post(agents::pause))
         .route("/agents/{id}/rebuild", post(agents::rebuild))
         .route("/agents/{id}/setup", post(agents::rerun_setup))
         .route("/agents/{id}/keep-alive", post(agents::keep_alive))

@@ -213,7 +213,9 @@ pub async fn terminal(
         approved(&st, &principal, &agent, line, &ends).await?;
     }
     if open.session.is_some() {
-        if let Some(link) = st.lc.tunnels().get(&id) {
+        // A paused agent keeps its sessions, frozen: attaching is use, which thaws it.
+        st.lc.thaw_for_use(&id).await?;
+        if let Some(link) = st.lc.link(&id) {
             // Attach before the upgrade, so a missing session, a bad offset or a full tunnel is
             // an HTTP status.
             let (stream, opened) = open_channel(&link, &open).await?;
@@ -224,7 +226,10 @@ pub async fn terminal(
                 })
             }));
         }
-        if !matches!(agent.state, AgentState::Running | AgentState::Starting) {
+        if !matches!(
+            agent.state,
+            AgentState::Running | AgentState::Paused | AgentState::Starting
+        ) {
             return Err(ApiError::not_found(SESSION_ENDED));
         }
     }
@@ -456,7 +461,14 @@ async fn relay(
 /// for a destroyed agent, not at all (the attach gets "no such agent").
 async fn sessions_ended(st: &AppState, id: &str) -> Option<String> {
     match st.lc.get(id).await {
-        Ok(agent) if matches!(agent.state, AgentState::Running | AgentState::Starting) => None,
+        Ok(agent)
+            if matches!(
+                agent.state,
+                AgentState::Running | AgentState::Paused | AgentState::Starting
+            ) =>
+        {
+            None
+        }
         Ok(agent) => Some(format!(
             "the terminal session ended (the agent is {})",
             agent.state

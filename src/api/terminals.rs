@@ -2,7 +2,8 @@
 //! agent's terminal sessions (the `terminal.list` / `terminal.kill` channels).
 //!
 //! Neither wakes an agent nor counts as use of it: a sleeping agent simply has no sessions, and
-//! a page that polls the list must not keep its agent awake.
+//! a page that polls the list must not keep its agent awake. A paused agent's sessions are kept
+//! but not listed (its sandbox is frozen); ending one thaws it, as any use does.
 
 use agenthold_proto::{self as proto, TerminalKill, TerminalList};
 use axum::extract::{Path, State};
@@ -22,7 +23,7 @@ const RECONNECT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// The agent's sandboxd, if the agent is running; `None` when it cannot have sessions.
 async fn sandbox(st: &AppState, id: &str) -> Result<Option<Link>, ApiError> {
     let agent = st.lc.get(id).await?;
-    if let Some(h) = st.lc.tunnels().get(id) {
+    if let Some(h) = st.lc.link(id) {
         return Ok(Some(h));
     }
     if matches!(agent.state, AgentState::Running | AgentState::Starting) {
@@ -60,6 +61,7 @@ pub async fn kill(
     if !agenthold_proto::is_session_id(&sid) {
         return Err(ApiError::not_found("no such terminal session"));
     }
+    st.lc.thaw_for_use(&id).await?;
     let Some(handle) = sandbox(&st, &id).await? else {
         return Err(ApiError::not_found(SESSION_ENDED));
     };

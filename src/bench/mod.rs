@@ -51,7 +51,7 @@ pub enum Case {
     Footprint,
     /// create → shell usable
     Create,
-    /// wake → first terminal byte
+    /// wake → first terminal byte, from sleeping and from paused
     Wake,
     /// many agents created at once, and the server's RSS with them running
     Burst,
@@ -206,6 +206,8 @@ async fn measure(
     if args.wants(Case::Wake) {
         progress("wake → first byte");
         rows.push(cases::wake_to_first_byte(&mut cx, &main).await?);
+        progress("wake from paused → first byte");
+        rows.push(cases::wake_from_paused_to_first_byte(&mut cx, &main).await?);
     }
     if args.wants(Case::Processes) {
         progress("background processes");

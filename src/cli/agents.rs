@@ -26,6 +26,9 @@ pub enum AgentsCommand {
     Start(ActionArgs),
     /// Stop an agent; its home directory is kept
     Stop(ActionArgs),
+    /// Pause a running agent now: its processes and memory are kept, it uses no CPU, and any
+    /// use wakes it at once
+    Pause(ActionArgs),
     /// Recreate an agent's container with its current settings; the home directory is kept
     Rebuild(ActionArgs),
     /// Remove an agent with its container and home directory (asks no question); `destroy` is
@@ -65,6 +68,10 @@ pub struct CreateArgs {
     /// Minutes without use before the agent sleeps
     #[arg(long, value_name = "MINUTES")]
     pub idle_minutes: Option<u32>,
+    /// Minutes an idle agent stays paused (processes kept) before it is stopped; 0 = never
+    /// pause (default: the preset's, else the server's)
+    #[arg(long, value_name = "MINUTES")]
+    pub deep_sleep_minutes: Option<u32>,
     /// Container runtime: runc, or runsc for gVisor's stronger isolation (default: the
     /// server's; `runtimes` in /api/v1/limits lists those allowed)
     #[arg(long)]
@@ -145,6 +152,7 @@ pub(super) async fn run(client: &ApiClient, json: bool, cmd: AgentsCommand) -> a
                 memory_mb: args.memory_mb,
                 disk_mb: args.disk_mb,
                 idle_minutes: args.idle_minutes,
+                deep_sleep_minutes: args.deep_sleep_minutes,
                 egress: (!args.allow.is_empty() || !args.deny.is_empty()).then_some(EgressRules {
                     allow: args.allow,
                     deny: args.deny,
@@ -163,6 +171,7 @@ pub(super) async fn run(client: &ApiClient, json: bool, cmd: AgentsCommand) -> a
         }
         AgentsCommand::Start(args) => act(client, json, args, AgentAction::Start).await?,
         AgentsCommand::Stop(args) => act(client, json, args, AgentAction::Stop).await?,
+        AgentsCommand::Pause(args) => act(client, json, args, AgentAction::Pause).await?,
         AgentsCommand::Rebuild(args) => act(client, json, args, AgentAction::Rebuild).await?,
         AgentsCommand::Rm(args) => {
             let target = client.find_agent(&args.agent).await?;
@@ -192,6 +201,7 @@ async fn act(
     let goal = match action {
         AgentAction::Start | AgentAction::Rebuild => Goal::Running,
         AgentAction::Stop => Goal::Sleeping,
+        AgentAction::Pause => Goal::Paused,
     };
     let agent = settle(client, watch, agent, goal).await?;
     show_one(json, &agent)

@@ -608,6 +608,7 @@ mod tests {
             runtime: "runc".into(),
             egress: None,
             idle_minutes: 15,
+            deep_sleep_minutes: 60,
             state,
             error: None,
             needs_rebuild: false,

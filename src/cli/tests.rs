@@ -89,6 +89,7 @@ fn agents_subcommands() {
                 memory_mb: Some(512),
                 disk_mb: Some(2048),
                 idle_minutes: Some(5),
+                deep_sleep_minutes: None,
                 runtime: Some("runsc".into()),
                 allow: vec![
                     "pypi.org".parse().unwrap(),

@@ -12,6 +12,7 @@ use crate::api::types::{Agent, ErrorCode, ExecExit, OutputStream, PullProgress};
 pub enum AgentAction {
     Start,
     Stop,
+    Pause,
     Rebuild,
 }
 
@@ -20,6 +21,7 @@ impl AgentAction {
         match self {
             AgentAction::Start => "start",
             AgentAction::Stop => "stop",
+            AgentAction::Pause => "pause",
             AgentAction::Rebuild => "rebuild",
         }
     }

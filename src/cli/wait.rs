@@ -20,6 +20,7 @@ const POLL: Duration = Duration::from_secs(2);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Goal {
     Running,
+    Paused,
     Sleeping,
     Gone,
 }
@@ -35,9 +36,9 @@ pub enum Verdict {
 pub fn judge(goal: Goal, state: AgentState, error: Option<&str>) -> Verdict {
     match (goal, state) {
         (_, AgentState::Error) => Verdict::Failed(error.unwrap_or("unknown error").to_string()),
-        (Goal::Running, AgentState::Running) | (Goal::Sleeping, AgentState::Sleeping) => {
-            Verdict::Done
-        }
+        (Goal::Running, AgentState::Running)
+        | (Goal::Paused, AgentState::Paused)
+        | (Goal::Sleeping, AgentState::Sleeping) => Verdict::Done,
         _ => Verdict::Pending,
     }
 }

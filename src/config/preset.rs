@@ -64,6 +64,14 @@ pub(super) fn check(p: &Preset, sb: &SandboxConfig) -> Result<(), (&'static str,
             ));
         }
     }
+    if let Some(d) = p.deep_sleep_minutes {
+        if spec::check_deep_sleep_minutes(d).is_err() {
+            return Err((
+                "deepSleepMinutes",
+                format!("({d}) must be at most {MAX_IDLE_MINUTES} (a week); 0 = never pause"),
+            ));
+        }
+    }
     env::check(&p.env).map_err(|e| ("env", e))?;
     crate::agents::grants::check(&p.secrets).map_err(|e| ("secrets", e))?;
     if let Some(t) = p.ttl_minutes {

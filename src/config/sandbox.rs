@@ -55,6 +55,12 @@ pub struct SandboxConfig {
     pub default_cpus: f64,
     pub default_memory_mb: u64,
     pub default_idle_minutes: u32,
+    /// How long a paused agent stays paused (in `idle_minute` units) before it is stopped, for
+    /// agents and presets that say nothing; 0 never pauses: idle agents stop straight away.
+    pub default_deep_sleep_minutes: u32,
+    /// When the host's available memory (`MemAvailable`) is below this many MiB, the
+    /// longest-paused agents are stopped until it is not; 0 never does.
+    pub min_free_memory_mb: u64,
     pub max_cpus: f64,
     pub max_memory_mb: u64,
     /// The size of a new agent's home when it asks for none; 0 gives new agents no disk limit.
@@ -136,6 +142,8 @@ impl Default for SandboxConfig {
             default_cpus: 2.0,
             default_memory_mb: 4096,
             default_idle_minutes: 15,
+            default_deep_sleep_minutes: 60,
+            min_free_memory_mb: 1024,
             max_cpus: 8.0,
             max_memory_mb: 16384,
             default_disk_mb: 10240,
@@ -193,6 +201,7 @@ impl SandboxConfig {
             memory_mb: self.default_memory_mb,
             disk_mb: self.default_disk_mb,
             idle_minutes: self.default_idle_minutes,
+            deep_sleep_minutes: self.default_deep_sleep_minutes,
             egress: self.egress.default.clone(),
             max_cpus: self.max_cpus,
             max_memory_mb: self.max_memory_mb,
@@ -329,6 +338,16 @@ fn agent_limits(sb: &SandboxConfig, fail: &Fail) -> Result<(), ConfigError> {
         return Err(fail(
             "sandbox.default_idle_minutes",
             "must be at least 1".into(),
+        ));
+    }
+    if sb.default_deep_sleep_minutes > crate::agents::spec::MAX_IDLE_MINUTES {
+        return Err(fail(
+            "sandbox.default_deep_sleep_minutes",
+            format!(
+                "({}) must be at most {} (a week); 0 = never pause",
+                sb.default_deep_sleep_minutes,
+                crate::agents::spec::MAX_IDLE_MINUTES
+            ),
         ));
     }
     if sb.pids_limit != -1 && sb.pids_limit < 16 {

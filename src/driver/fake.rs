@@ -54,6 +54,9 @@ pub const SECURITY_OPT_FILE: &str = "security_opt";
 struct Running {
     cancel: CancellationToken,
     task: JoinHandle<()>,
+    /// Paused in pretence: an in-process sandboxd cannot be frozen, so it goes on answering;
+    /// only [`Driver::inspect`] tells the difference.
+    paused: bool,
 }
 
 pub struct FakeDriver {
@@ -167,6 +170,20 @@ impl FakeDriver {
             .remove(id)
     }
 
+    /// Pauses or thaws (in pretence) the running sandbox `id`.
+    fn set_paused(&self, id: &str, paused: bool) -> Result<(), DriverError> {
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        match running.get_mut(id) {
+            Some(r) if !r.task.is_finished() => {
+                r.paused = paused;
+                Ok(())
+            }
+            // Thawing what does not run leaves it as it is, as under Docker.
+            _ if !paused => Ok(()),
+            _ => Err(DriverError::Failed(format!("sandbox {id} is not running"))),
+        }
+    }
+
     async fn halt(&self, id: &str) {
         if let Some(r) = self.take(id) {
             r.cancel.cancel();
@@ -263,7 +280,14 @@ impl Driver for FakeDriver {
         self.running
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(spec.id.clone(), Running { cancel, task });
+            .insert(
+                spec.id.clone(),
+                Running {
+                    cancel,
+                    task,
+                    paused: false,
+                },
+            );
         Ok(())
     }
 
@@ -271,6 +295,14 @@ impl Driver for FakeDriver {
         self.delay().await;
         self.halt(id).await;
         Ok(())
+    }
+
+    async fn pause(&self, id: &str) -> Result<(), DriverError> {
+        self.set_paused(id, true)
+    }
+
+    async fn unpause(&self, id: &str) -> Result<(), DriverError> {
+        self.set_paused(id, false)
     }
 
     async fn rebuild(&self, spec: &SandboxSpec, pull: &PullSink) -> Result<(), DriverError> {
@@ -299,9 +331,14 @@ impl Driver for FakeDriver {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(id)
-            .is_some_and(|r| !r.task.is_finished());
-        Ok(if alive {
-            SandboxStatus::Running
+            .filter(|r| !r.task.is_finished())
+            .map(|r| r.paused);
+        Ok(if let Some(paused) = alive {
+            if paused {
+                SandboxStatus::Paused
+            } else {
+                SandboxStatus::Running
+            }
         } else if self.dir(id).exists() {
             SandboxStatus::Stopped
         } else {

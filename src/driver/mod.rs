@@ -76,6 +76,8 @@ pub enum SandboxStatus {
     Missing,
     Stopped,
     Running,
+    /// Frozen: its processes are kept but get no CPU.
+    Paused,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -90,6 +92,21 @@ pub enum DriverEvent {
     Started(String),
     Stopped(String),
     Removed(String),
+    Paused(String),
+    Unpaused(String),
+}
+
+impl DriverEvent {
+    /// The agent whose sandbox it happened to.
+    pub fn agent(&self) -> &str {
+        match self {
+            DriverEvent::Started(id)
+            | DriverEvent::Stopped(id)
+            | DriverEvent::Removed(id)
+            | DriverEvent::Paused(id)
+            | DriverEvent::Unpaused(id) => id,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -134,7 +151,13 @@ pub trait Driver: Send + Sync + 'static {
         token: &str,
         pull: &PullSink,
     ) -> Result<(), DriverError>;
+    /// Stops the sandbox (a paused one is thawed first, so its processes see the stop).
     async fn stop(&self, id: &str) -> Result<(), DriverError>;
+    /// Freezes the running sandbox: its processes and memory are kept, it gets no CPU.
+    /// Pausing a paused sandbox succeeds.
+    async fn pause(&self, id: &str) -> Result<(), DriverError>;
+    /// Thaws a paused sandbox; one that is not paused is left as it is.
+    async fn unpause(&self, id: &str) -> Result<(), DriverError>;
     /// Puts `token` into the stopped sandbox ahead of its next start, so that a `start` with
     /// the same token has less to do (waking a sandbox is what a person waits for). `false`
     /// when the driver does nothing ahead of time, or the sandbox is not stopped; `start`

@@ -25,7 +25,7 @@ impl Lifecycle {
             return Err(BootRefusal::InvalidToken);
         };
         match self.store.get_agent(id).await {
-            Ok(a) if matches!(a.state, Starting | Running) => {
+            Ok(a) if matches!(a.state, Starting | Running | Paused) => {
                 self.boots_lock().insert(id.to_string(), hash);
                 Ok(())
             }
@@ -145,5 +145,9 @@ impl TunnelHost for Lifecycle {
 
     fn ping_interval(&self) -> Duration {
         self.config().sandbox.ping_interval
+    }
+
+    fn is_paused(&self, id: &str) -> bool {
+        self.paused_at(id).is_some()
     }
 }

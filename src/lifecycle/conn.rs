@@ -19,7 +19,16 @@ impl Lifecycle {
 
     /// The agent's sandbox if its sandboxd is connected now; never wakes it.
     pub fn conn(&self, id: &str) -> Option<SandboxConn> {
-        self.tunnels.get(id).map(|link| self.conn_over(id, link))
+        self.link(id).map(|link| self.conn_over(id, link))
+    }
+
+    /// The agent's tunnel if its sandboxd is connected and answers now: not while it is
+    /// paused (frozen, it would answer nothing until thawed). Never wakes it.
+    pub fn link(&self, id: &str) -> Option<Link> {
+        if self.paused_at(id).is_some() {
+            return None;
+        }
+        self.tunnels.get(id)
     }
 
     /// The agent's processes, running and finished, oldest first. From its sandbox when its

@@ -19,7 +19,10 @@ impl Lifecycle {
         loop {
             match rx.recv().await {
                 Ok(AgentEvent::Changed(agent)) => {
-                    if !matches!(agent.state, AgentState::Running | AgentState::Starting) {
+                    if !matches!(
+                        agent.state,
+                        AgentState::Running | AgentState::Paused | AgentState::Starting
+                    ) {
                         conns.close_all(&agent.id);
                     } else if let Some(rules) = &agent.egress {
                         conns.recheck(&agent.id, rules);

@@ -152,6 +152,7 @@ mod tests {
             runtime: "runc".into(),
             egress: None,
             idle_minutes: 0,
+            deep_sleep_minutes: None,
             state,
             error: None,
             needs_rebuild: false,

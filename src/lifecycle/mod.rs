@@ -1,7 +1,7 @@
 //! The state machine: every operation moves the state with one guarded update, then does its
 //! work in the background and ends in the next state or in `error` with a message.
 //!
-//! Operations are only accepted from settled states (`running`, `sleeping`, `error`), so at most
+//! Operations are only accepted from settled states (`running`, `paused`, `sleeping`, `error`), so at most
 //! one piece of background work runs per agent; everything else answers 409, but for a start
 //! of an agent that is stopping, which waits for the stop to end (see `wake`).
 //!
@@ -10,7 +10,9 @@
 //! `ops` accepts and runs the operations, `boot` hands out and checks boot tokens and takes
 //! the hello, `wake` starts an agent for its user, `conn` hands out the typed connection to its
 //! sandbox, `outside` takes in what the driver saw happen, `view` is what others read.
-//! [`reconcile`] settles agents with the driver at boot, [`sleeper`] puts idle ones to sleep,
+//! `pause` freezes and thaws sandboxes (the light sleep).
+//! [`reconcile`] settles agents with the driver at boot, [`sleeper`] pauses idle ones and stops
+//! those paused long enough (and, under memory pressure, those [`pressure`] picks),
 //! and [`expiry`] destroys the ones whose lifetime (`ttlMinutes`) is up.
 
 mod boot;
@@ -20,6 +22,8 @@ pub mod expiry;
 mod moves;
 mod ops;
 mod outside;
+mod pause;
+pub mod pressure;
 pub mod reconcile;
 pub mod setup;
 pub mod sleeper;
@@ -145,6 +149,11 @@ pub struct Lifecycle {
     /// The hash of the boot token each agent's connected sandboxd presented (set when its
     /// tunnel is let in): the boot its placeholders are made for.
     boots: std::sync::Mutex<HashMap<String, String>>,
+    /// One lock per agent that pausing and thawing it take (see `pause`).
+    freeze_locks: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// When each paused agent was paused, as published (in memory: after a restart the clock
+    /// of a paused agent starts again, as its idle clock does).
+    paused_since: std::sync::Mutex<HashMap<String, chrono::DateTime<chrono::Utc>>>,
 }
 
 impl Lifecycle {
@@ -175,6 +184,8 @@ impl Lifecycle {
             expiring_announced: Default::default(),
             secrets,
             boots: Default::default(),
+            freeze_locks: Default::default(),
+            paused_since: Default::default(),
         }
     }
 

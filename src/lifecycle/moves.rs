@@ -13,6 +13,7 @@ use crate::model::{Agent, AgentState, AgentState::*};
 impl Lifecycle {
     /// Announces `agent` as it now is; also for changes that are not moves (its setup's state).
     pub(super) fn publish(&self, agent: &Agent) {
+        self.note_pause_state(agent);
         self.hub
             .publish(AgentEvent::Changed(Box::new(self.decorate(agent.clone()))));
     }
@@ -118,6 +119,7 @@ impl Lifecycle {
             .remove(&id);
         self.driver_starts_lock().remove(&id);
         self.activity.forget(&id);
+        self.forget_pause(&id);
         self.hub.forget_processes(&id);
         self.hub.egress_log().forget(&id);
         self.hub.publish(AgentEvent::Deleted(id));

@@ -20,7 +20,7 @@ fn past_any_date() -> LifecycleError {
 }
 
 /// States from which an operation may begin.
-const SETTLED: &[AgentState] = &[Running, Sleeping, Error];
+const SETTLED: &[AgentState] = &[Running, Paused, Sleeping, Error];
 
 impl Lifecycle {
     /// Runs the background work of operation `kind` on `id`, timed for `/metrics`: it ends when
@@ -93,7 +93,11 @@ impl Lifecycle {
         let ttl_changed = patch.ttl_minutes.is_some();
         let agent = self
             .store
-            .patch_agent(id, patch, &[Running, Sleeping, Error, Starting, Creating])
+            .patch_agent(
+                id,
+                patch,
+                &[Running, Paused, Sleeping, Error, Starting, Creating],
+            )
             .await
             .map_err(|e| LifecycleError::from_store(e, "be changed"))?;
         self.publish(&agent);
@@ -129,9 +133,13 @@ impl Lifecycle {
         Ok(self.decorate(agent))
     }
 
-    /// Starts a sleeping or failed agent. One that is stopping is started once its stop is
-    /// over, waited for at most `server.wake_timeout` ([`LifecycleError::WakeTimeout`]).
+    /// Starts a sleeping or failed agent, or thaws a paused one. One that is stopping is
+    /// started once its stop is over, waited for at most `server.wake_timeout`
+    /// ([`LifecycleError::WakeTimeout`]).
     pub async fn start(self: &Arc<Self>, id: &str) -> Result<Agent, LifecycleError> {
+        if self.thaw(id).await? {
+            return self.get(id).await;
+        }
         self.start_by(id, self.wake_deadline()).await
     }
 
@@ -166,7 +174,10 @@ impl Lifecycle {
     }
 
     pub async fn stop(self: &Arc<Self>, id: &str) -> Result<Agent, LifecycleError> {
-        let agent = self.transition(id, &[Running], Stopping, "stop").await?;
+        // A paused sandbox is thawed by the driver's stop, so its processes see the stop.
+        let agent = self
+            .transition(id, &[Running, Paused], Stopping, "stop")
+            .await?;
         self.spawn_op(OpKind::stop, id.to_string());
         Ok(self.decorate(agent))
     }

@@ -1,5 +1,5 @@
-//! Changes the server did not make: the driver's events (`docker stop`, `docker start`, a
-//! container removed, a sandbox killed for lack of memory). Events arrive late and may echo our
+//! Changes the server did not make: the driver's events (`docker stop`, `docker start`,
+//! `docker pause` and `unpause`, a container removed, a sandbox killed for lack of memory). Events arrive late and may echo our
 //! own operations, so each is checked against the driver's view now and the last move we made.
 
 use std::sync::Arc;
@@ -14,11 +14,7 @@ impl Lifecycle {
     /// Events arrive late and may echo one of our own operations, so each is checked against
     /// what the driver sees now before it changes anything.
     pub async fn on_driver_event(self: &Arc<Self>, event: DriverEvent, at: SystemTime) {
-        let id = match &event {
-            DriverEvent::Started(id) | DriverEvent::Stopped(id) | DriverEvent::Removed(id) => {
-                id.clone()
-            }
-        };
+        let id = event.agent().to_string();
         // The operation that move began settles the agent itself, whatever happened before it.
         if self.older_than_last_move(&id, at) {
             tracing::debug!(
@@ -52,6 +48,17 @@ impl Lifecycle {
                     tokio::spawn(self.clone().await_hello(id));
                 }
             }
+            (DriverEvent::Paused(_), SandboxStatus::Paused) => {
+                if self.settle(&id, &[Running], Paused).await.is_ok() {
+                    tracing::info!(agent = id, "the sandbox was paused outside agenthold");
+                }
+            }
+            (DriverEvent::Unpaused(_), SandboxStatus::Running) => {
+                if self.settle(&id, &[Paused], Running).await.is_ok() {
+                    tracing::info!(agent = id, "the sandbox was unpaused outside agenthold");
+                    self.activity.touch(&id);
+                }
+            }
             (event, now) => {
                 tracing::debug!(
                     agent = id,
@@ -67,7 +74,7 @@ impl Lifecycle {
     /// sleeps. A starting one never came up: that is a failed start, and its `error` says how
     /// the sandbox ended (a sandboxd that exits at boot leaves nothing else to go on).
     async fn stopped_outside(&self, id: &str, gone: bool, at: SystemTime) {
-        match self.settle(id, &[Running], Sleeping).await {
+        match self.settle(id, &[Running, Paused], Sleeping).await {
             Ok(_) => {
                 tracing::info!(agent = id, "the sandbox stopped outside agenthold");
                 return;
@@ -112,6 +119,7 @@ impl Lifecycle {
     /// The sandbox stopped by itself for a reason that makes it a failure (it ran out of
     /// memory): a running agent goes to `error` with `why`.
     pub(crate) async fn failed_outside(&self, id: &str, why: String) {
-        self.fail_outside(id, &[Running, Starting], &why).await;
+        self.fail_outside(id, &[Running, Paused, Starting], &why)
+            .await;
     }
 }

@@ -14,6 +14,8 @@ pub struct Report {
     pub resumed: usize,
     pub now_sleeping: usize,
     pub now_starting: usize,
+    pub now_running: usize,
+    pub now_paused: usize,
     pub orphans_removed: usize,
 }
 
@@ -26,7 +28,7 @@ fn interrupted(state: AgentState) -> Option<OpKind> {
         Stopping => Some(OpKind::stop),
         Rebuilding => Some(OpKind::rebuild),
         Destroying => Some(OpKind::destroy),
-        Running | Sleeping | Error => None,
+        Running | Paused | Sleeping | Error => None,
     }
 }
 
@@ -44,33 +46,57 @@ pub async fn reconcile(lc: &Arc<Lifecycle>) -> anyhow::Result<Report> {
             continue;
         }
         match agent.state {
-            Running => match lc.driver.inspect(&id).await? {
+            Running | Paused => match lc.driver.inspect(&id).await? {
                 SandboxStatus::Running => {
+                    if agent.state == Paused && lc.settle(&id, &[Paused], Running).await.is_ok() {
+                        tracing::info!(agent = id, "was unpaused outside agenthold");
+                        report.now_running += 1;
+                        repairs.record(Repair::found_started);
+                    }
                     // Its sandboxd reconnects by itself; if it never does, the agent fails.
                     tokio::spawn(lc.clone().await_hello(id));
+                }
+                // Frozen, its sandboxd cannot dial in: it does once a wake thaws it.
+                SandboxStatus::Paused => {
+                    if agent.state == Running && lc.settle(&id, &[Running], Paused).await.is_ok() {
+                        tracing::info!(agent = id, "was paused outside agenthold");
+                        report.now_paused += 1;
+                        repairs.record(Repair::found_paused);
+                    } else {
+                        lc.note_pause_state(agent);
+                    }
                 }
                 SandboxStatus::Stopped | SandboxStatus::Missing => {
                     // Died of something while the server was down (out of memory): say so.
                     if let Some(why) = lc.driver.failure_reason(&id).await {
                         lc.failed_outside(&id, why).await;
                         repairs.record(Repair::found_stopped);
-                    } else if lc.settle(&id, &[Running], Sleeping).await.is_ok() {
+                    } else if lc.settle(&id, &[Running, Paused], Sleeping).await.is_ok() {
                         tracing::info!(agent = id, "was running before the restart; now sleeping");
                         report.now_sleeping += 1;
                         repairs.record(Repair::found_stopped);
                     }
                 }
             },
-            Sleeping => {
-                if lc.driver.inspect(&id).await? == SandboxStatus::Running
-                    && lc.settle(&id, &[Sleeping], Starting).await.is_ok()
-                {
-                    tracing::info!(agent = id, "was started outside agenthold");
-                    tokio::spawn(lc.clone().await_hello(id));
-                    report.now_starting += 1;
-                    repairs.record(Repair::found_started);
+            Sleeping => match lc.driver.inspect(&id).await? {
+                SandboxStatus::Running => {
+                    if lc.settle(&id, &[Sleeping], Starting).await.is_ok() {
+                        tracing::info!(agent = id, "was started outside agenthold");
+                        tokio::spawn(lc.clone().await_hello(id));
+                        report.now_starting += 1;
+                        repairs.record(Repair::found_started);
+                    }
                 }
-            }
+                // Started and paused outside: a wake thaws it, and its sandboxd dials in.
+                SandboxStatus::Paused => {
+                    if lc.settle(&id, &[Sleeping], Paused).await.is_ok() {
+                        tracing::info!(agent = id, "was started and paused outside agenthold");
+                        report.now_paused += 1;
+                        repairs.record(Repair::found_paused);
+                    }
+                }
+                SandboxStatus::Stopped | SandboxStatus::Missing => {}
+            },
             Creating | Starting | Stopping | Rebuilding | Destroying | Error => {}
         }
     }

@@ -26,6 +26,9 @@ impl Lifecycle {
         if agent.runtime.is_empty() {
             agent.runtime = self.runtimes.default.clone();
         }
+        agent
+            .deep_sleep_minutes
+            .get_or_insert(config.sandbox.default_deep_sleep_minutes);
         if matches!(agent.state, Destroying) {
             return agent;
         }
@@ -41,6 +44,8 @@ impl Lifecycle {
                 view.last_activity_at
             };
             from.checked_add_signed(idle)
+        } else if agent.state == Paused {
+            self.deep_sleep_at(&agent)
         } else {
             None
         };

@@ -1,7 +1,7 @@
 //! Waking: what every operation that needs the sandbox (an exec, a process call, a file
-//! operation, a terminal, a session's prompt) does before it uses an agent. It starts a sleeping
-//! agent (one that is stopping: once the stop is over) and waits for its session, at most
-//! `server.wake_timeout`; its rules (which states wait, which give up) live here.
+//! operation, a terminal, a session's prompt) does before it uses an agent. It thaws a paused
+//! agent, starts a sleeping one (one that is stopping: once the stop is over) and waits for its
+//! session, at most `server.wake_timeout`; its rules (which states wait, which give up) live here.
 //!
 //! The state machine's own limit on a start (the hello within [`START_TIMEOUT`]) is apart: it
 //! decides when a start has failed, while `wake_timeout` only bounds how long a caller waits.
@@ -26,6 +26,10 @@ impl Lifecycle {
         on_wait: impl FnOnce(),
     ) -> Result<Link, LifecycleError> {
         self.activity.touch(id);
+        // A paused sandbox keeps its session, frozen: thawed first, it answers at once.
+        if self.paused_at(id).is_some() {
+            self.thaw(id).await?;
+        }
         if let Some(handle) = self.tunnels.get(id) {
             return Ok(handle);
         }
@@ -63,6 +67,12 @@ impl Lifecycle {
                         }
                         first = false;
                         continue;
+                    }
+                    // Paused without a session (after a server restart, its sandboxd frozen
+                    // before it could dial again): thawed, it dials in.
+                    Paused => {
+                        self.thaw(id).await?;
+                        may_start = false;
                     }
                     Running | Starting | Creating | Rebuilding => may_start = false,
                     Error if !first => {

@@ -18,6 +18,8 @@ pub enum Action {
     AgentStart,
     #[serde(rename = "agent.stop")]
     AgentStop,
+    #[serde(rename = "agent.pause")]
+    AgentPause,
     #[serde(rename = "agent.rebuild")]
     AgentRebuild,
     #[serde(rename = "agent.setup")]
@@ -124,6 +126,7 @@ impl Action {
         Action::AgentDestroy,
         Action::AgentStart,
         Action::AgentStop,
+        Action::AgentPause,
         Action::AgentRebuild,
         Action::AgentSetup,
         Action::Exec,
@@ -171,6 +174,7 @@ impl Action {
             Action::AgentDestroy => "agent.destroy",
             Action::AgentStart => "agent.start",
             Action::AgentStop => "agent.stop",
+            Action::AgentPause => "agent.pause",
             Action::AgentRebuild => "agent.rebuild",
             Action::AgentSetup => "agent.setup",
             Action::Exec => "exec",

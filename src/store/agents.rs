@@ -16,7 +16,7 @@ const COLUMNS: &str =
     "id, name, image, cpus, memory_mb, idle_minutes, state, error, needs_rebuild, created_at, \
      disk_mb, egress, preset, env, setup, runtime, ttl_minutes, expires_at, labels, allow_root, \
      command_approvals, owner_id, (SELECT name FROM users WHERE users.id = agents.owner_id), \
-     access, secrets";
+     access, secrets, deep_sleep_minutes";
 
 /// A row as SQLite hands it over, before the checks that turn it into an [`Agent`]; kept apart
 /// so a bad stored value becomes `Corrupt` with the agent named, not an opaque rusqlite error.
@@ -30,6 +30,7 @@ struct Raw {
     egress: Option<String>,
     runtime: Option<String>,
     idle_minutes: i64,
+    deep_sleep_minutes: Option<i64>,
     state: String,
     error: Option<String>,
     needs_rebuild: bool,
@@ -76,6 +77,7 @@ impl Raw {
             owner_name: r.get(22)?,
             access: r.get(23)?,
             secrets: r.get(24)?,
+            deep_sleep_minutes: r.get(25)?,
         })
     }
 
@@ -134,6 +136,10 @@ impl Raw {
             .transpose()?;
         let idle_minutes = u32::try_from(self.idle_minutes)
             .map_err(|_| bad("idle_minutes", &self.idle_minutes))?;
+        let deep_sleep_minutes = self
+            .deep_sleep_minutes
+            .map(|d| u32::try_from(d).map_err(|_| bad("deep_sleep_minutes", &d)))
+            .transpose()?;
         let created_at = DateTime::parse_from_rfc3339(&self.created_at)
             .map_err(|_| bad("created_at", &self.created_at))?
             .with_timezone(&Utc);
@@ -149,6 +155,7 @@ impl Raw {
             egress,
             runtime: self.runtime.unwrap_or_default(),
             idle_minutes,
+            deep_sleep_minutes,
             state,
             error: self.error,
             needs_rebuild: self.needs_rebuild,
@@ -346,9 +353,10 @@ impl Store {
                 "INSERT INTO agents (id, name, image, cpus, memory_mb, idle_minutes, state,
                                      created_at, updated_at, disk_mb, egress, preset, env, runtime,
                                      ttl_minutes, expires_at, labels, allow_root,
-                                     command_approvals, owner_id, access, secrets)
+                                     command_approvals, owner_id, access, secrets,
+                                     deep_sleep_minutes)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
-                         ?16, ?17, ?18, ?19, ?20, ?21)",
+                         ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
                 params![
                     new.id,
                     new.name,
@@ -370,7 +378,8 @@ impl Store {
                     new.approvals.commands.as_str(),
                     new.owner_id,
                     new.access.as_str(),
-                    secrets
+                    secrets,
+                    new.deep_sleep_minutes
                 ],
             )
             .map_err(|e| map_unique(e, &new.id, &new.name))?;
@@ -469,6 +478,7 @@ impl Store {
             let cpus = patch.cpus.unwrap_or(old.cpus);
             let memory_mb = patch.memory_mb.unwrap_or(old.memory_mb);
             let idle_minutes = patch.idle_minutes.unwrap_or(old.idle_minutes);
+            let deep_sleep_minutes = patch.deep_sleep_minutes.or(old.deep_sleep_minutes);
             check_cpus(cpus)?;
             check_disk_change(old.disk_mb, patch.disk_mb).map_err(|e| StoreError::Unfit {
                 field: e.field,
@@ -526,7 +536,7 @@ impl Store {
                         idle_minutes = ?6, needs_rebuild = ?7, updated_at = ?8, disk_mb = ?9,
                         egress = ?10, env = ?11, runtime = ?12, ttl_minutes = ?13,
                         expires_at = ?14, labels = ?15, allow_root = ?16,
-                        command_approvals = ?17, secrets = ?18
+                        command_approvals = ?17, secrets = ?18, deep_sleep_minutes = ?19
                  WHERE id = ?1",
                 params![
                     id,
@@ -546,7 +556,8 @@ impl Store {
                     labels,
                     allow_root,
                     approvals.commands.as_str(),
-                    secrets
+                    secrets,
+                    deep_sleep_minutes
                 ],
             )
             .map_err(|e| map_unique(e, &id, &name))?;

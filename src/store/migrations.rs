@@ -262,6 +262,11 @@ pub(super) const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE agents ADD COLUMN secrets TEXT;
     "#,
+    // 17: light sleep. How long an agent stays paused before it is stopped; NULL (agents made
+    // before) follows `sandbox.default_deep_sleep_minutes`.
+    r#"
+    ALTER TABLE agents ADD COLUMN deep_sleep_minutes INTEGER;
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -16,6 +16,7 @@ fn new_agent(name: &str) -> NewAgent {
             deny: vec![],
         },
         idle_minutes: 15,
+        deep_sleep_minutes: 60,
         preset: None,
         env: Default::default(),
         secrets: Vec::new(),
@@ -365,6 +366,7 @@ async fn patch_sets_needs_rebuild_only_on_a_real_change() {
             AgentPatch {
                 name: Some("renamed".into()),
                 idle_minutes: Some(60),
+                deep_sleep_minutes: None,
                 image: Some(a.image.clone()),
                 cpus: Some(a.cpus),
                 memory_mb: Some(a.memory_mb),
@@ -949,7 +951,7 @@ async fn a_bad_stored_value_is_corrupt_not_a_panic() {
     let id = a.id.clone();
     store
         .call(move |c| {
-            c.execute("UPDATE agents SET state = 'paused' WHERE id = ?1", [&id])?;
+            c.execute("UPDATE agents SET state = 'frozen' WHERE id = ?1", [&id])?;
             Ok(())
         })
         .await
@@ -957,7 +959,7 @@ async fn a_bad_stored_value_is_corrupt_not_a_panic() {
     let err = store.get_agent(&a.id).await.unwrap_err();
     assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
     assert!(
-        err.to_string().contains("impossible state: paused"),
+        err.to_string().contains("impossible state: frozen"),
         "{err}"
     );
     assert!(store.list_agents().await.is_err());

@@ -38,4 +38,7 @@ pub trait TunnelHost: Send + Sync + 'static {
     fn metrics(&self) -> &Metrics;
     /// How often a session is pinged, and how long each ping may take.
     fn ping_interval(&self) -> Duration;
+    /// Whether agent `id`'s sandbox is paused (frozen): its session is kept, unpinged, however
+    /// long the pause.
+    fn is_paused(&self, id: &str) -> bool;
 }

@@ -167,6 +167,12 @@ async fn run_session(lc: Arc<dyn TunnelHost>, id: String, socket: WebSocket) {
                 None => break,
             },
             _ = ping_every.tick() => {
+                if lc.is_paused(&id) {
+                    // A frozen sandboxd answers nothing until it is thawed, which is no sign of a
+                    // dead session; the pings it missed while frozen do not count.
+                    missed.store(0, Ordering::Relaxed);
+                    continue;
+                }
                 if missed.load(Ordering::Relaxed) >= MAX_MISSED_PINGS {
                     tracing::warn!(agent = id, "sandboxd missed {MAX_MISSED_PINGS} pings; dropping the session");
                     break;

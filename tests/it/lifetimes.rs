@@ -16,6 +16,7 @@ fn quick(minute: Duration) -> impl FnOnce(&mut agenthold::config::Config) {
     move |c| {
         c.sandbox.idle_minute = minute;
         c.sandbox.idle_check_interval = Duration::from_millis(200);
+        c.sandbox.default_deep_sleep_minutes = 0;
     }
 }
 

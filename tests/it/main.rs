@@ -20,6 +20,7 @@ mod exec;
 mod files;
 mod flood;
 mod lifetimes;
+mod pause;
 mod presets;
 mod previews;
 mod processes;

@@ -35,12 +35,13 @@ async fn the_presets_list_matches_the_config() {
         list,
         json!([
             {"name": "dev", "description": "with tools", "image": "example/dev:1", "cpus": 1.5,
-             "memoryMb": 512, "diskMb": 10240, "idleMinutes": 30,
+             "memoryMb": 512, "diskMb": 10240, "idleMinutes": 30, "deepSleepMinutes": 60,
              "env": {"FROM_PRESET": "p", "SHARED": "preset"}, "secrets": [], "egress": null, "setup": null,
              "setupOnRebuild": false, "runtime": null, "harness": null, "ttlMinutes": null,
              "labels": {}, "allowRoot": false, "approvals": {"commands": "never"}, "access": "private", "default": true},
             {"name": "plain", "description": null, "image": "debian:bookworm-slim", "cpus": 2.0,
-             "memoryMb": 4096, "diskMb": 10240, "idleMinutes": 15, "env": {}, "secrets": [], "egress": null,
+             "memoryMb": 4096, "diskMb": 10240, "idleMinutes": 15, "deepSleepMinutes": 60, "env": {},
+             "secrets": [], "egress": null,
              "setup": null, "setupOnRebuild": false, "runtime": null, "harness": null, "ttlMinutes": null,
              "labels": {}, "allowRoot": false, "approvals": {"commands": "never"}, "access": "private", "default": false},
         ])

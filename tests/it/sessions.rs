@@ -370,6 +370,7 @@ async fn a_running_turn_keeps_its_agent_awake_and_an_idle_session_does_not() {
         with_harnesses(c);
         c.sandbox.idle_minute = Duration::from_millis(500);
         c.sandbox.idle_check_interval = Duration::from_millis(100);
+        c.sandbox.default_deep_sleep_minutes = 0;
     })
     .await;
     let id = s

@@ -8,6 +8,7 @@ const LABELS: Record<AgentState, string> = {
   creating: 'Creating',
   starting: 'Starting',
   running: 'Running',
+  paused: 'Paused',
   stopping: 'Stopping',
   sleeping: 'Sleeping',
   rebuilding: 'Rebuilding',
@@ -72,6 +73,10 @@ export function statusLine(): { el: HTMLElement; update: (a: Agent) => void } {
         kind = 'warn';
       } else if (a.state === 'running' && a.sleepsAt) {
         msg = `Sleeps ${formatFuture(a.sleepsAt)} if idle`;
+      } else if (a.state === 'paused') {
+        const deep = a.sleepsAt ? ` Sleeps fully ${formatFuture(a.sleepsAt)}.` : '';
+        msg = `Paused (processes and memory kept) — any use or Start wakes it at once.${deep}`;
+        kind = 'muted';
       } else if (a.state === 'sleeping') {
         msg = 'Asleep — opening a terminal or Start wakes it.';
         kind = 'muted';
@@ -96,10 +101,10 @@ function pullDetail(p: PullProgress): string {
 type Action = 'start' | 'stop' | 'rebuild' | 'destroy';
 
 const ALLOWED: Record<Action, AgentState[]> = {
-  start: ['sleeping', 'error'],
-  stop: ['running', 'starting'],
-  rebuild: ['running', 'sleeping', 'error'],
-  destroy: ['creating', 'starting', 'running', 'stopping', 'sleeping', 'rebuilding', 'error'],
+  start: ['paused', 'sleeping', 'error'],
+  stop: ['running', 'paused', 'starting'],
+  rebuild: ['running', 'paused', 'sleeping', 'error'],
+  destroy: ['creating', 'starting', 'running', 'paused', 'stopping', 'sleeping', 'rebuilding', 'error'],
 };
 
 /** Start / Stop / Rebuild / Destroy. Buttons are always present; they are disabled when the state forbids them. */

@@ -468,6 +468,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/agents/{id}/pause": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Pauses a running agent now: its sandbox is frozen, keeping processes, memory and terminal
+         *     sessions; any use (or a start) thaws it. It is stopped after its `deepSleepMinutes`.
+         */
+        post: operations["pauseAgent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/agents/{id}/ports": {
         parameters: {
             query?: never;
@@ -776,7 +796,7 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Starts a sleeping (or failed) agent. One that is stopping is started once its stop is over:
+         * Starts a sleeping (or failed) agent, or thaws a paused one. One that is stopping is started once its stop is over:
          *     the answer waits for that, at most `server.wake_timeout`.
          */
         post: operations["startAgent"];
@@ -795,7 +815,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Puts a running agent to sleep: processes end, the disk stays. */
+        /** Puts a running (or paused) agent to sleep: processes end, the disk stays. */
         post: operations["stopAgent"];
         delete?: never;
         options?: never;
@@ -1212,6 +1232,14 @@ export interface components {
             /** Format: date-time */
             createdAt: string;
             /**
+             * Format: int32
+             * @description Minutes an idle agent stays `paused` before it is stopped; 0: it is never paused, but
+             *     stopped straight away. Agents made before light sleep follow
+             *     `sandbox.default_deep_sleep_minutes`, shown here.
+             * @example 60
+             */
+            deepSleepMinutes?: number;
+            /**
              * Format: int64
              * @description The home's size limit in MiB (`df` in the sandbox shows it); null for a home without
              *     one, which shares the host's disk (agents made before disk limits, or on a server
@@ -1293,7 +1321,9 @@ export interface components {
             setup?: null | components["schemas"]["SetupStatus"];
             /**
              * Format: date-time
-             * @description When the sleeper will stop this agent if nothing happens; null unless running.
+             * @description When the sleeper will put this agent to sleep if nothing happens: while running, when it
+             *     pauses it (or stops it, with `deepSleepMinutes` 0); while paused, when it stops it. Null
+             *     otherwise, and for an agent that never sleeps.
              */
             sleepsAt?: string | null;
             state: components["schemas"]["AgentState"];
@@ -1342,7 +1372,7 @@ export interface components {
          * @description Where an agent's sandbox is in its life.
          * @enum {string}
          */
-        AgentState: "creating" | "starting" | "running" | "stopping" | "sleeping" | "rebuilding" | "destroying" | "error";
+        AgentState: "creating" | "starting" | "running" | "paused" | "stopping" | "sleeping" | "rebuilding" | "destroying" | "error";
         /** @description `POST /api/v1/approvals/{id}`. */
         AnswerApproval: {
             /** @description One of the approval's `options`. */
@@ -1410,7 +1440,7 @@ export interface components {
          * @description What an entry records: a fixed vocabulary, one word per kind of change.
          * @enum {string}
          */
-        AuditAction: "agent.create" | "agent.update" | "agent.destroy" | "agent.start" | "agent.stop" | "agent.rebuild" | "agent.setup" | "exec" | "code.run" | "code.context.create" | "code.context.remove" | "code.context.restart" | "process.start" | "process.signal" | "process.remove" | "terminal.open" | "terminal.kill" | "fs.write" | "fs.mkdir" | "fs.remove" | "fs.rename" | "session.create" | "session.update" | "session.delete" | "session.prompt" | "session.cancel" | "preview.create" | "preview.delete" | "approval.answer" | "token.create" | "token.revoke" | "user.create" | "user.update" | "user.delete" | "member.add" | "member.remove" | "access_token.rotate" | "agent.join" | "secret.set" | "secret.delete" | "config.reload" | "sign_in" | "sign_out";
+        AuditAction: "agent.create" | "agent.update" | "agent.destroy" | "agent.start" | "agent.stop" | "agent.pause" | "agent.rebuild" | "agent.setup" | "exec" | "code.run" | "code.context.create" | "code.context.remove" | "code.context.restart" | "process.start" | "process.signal" | "process.remove" | "terminal.open" | "terminal.kill" | "fs.write" | "fs.mkdir" | "fs.remove" | "fs.rename" | "session.create" | "session.update" | "session.delete" | "session.prompt" | "session.cancel" | "preview.create" | "preview.delete" | "approval.answer" | "token.create" | "token.revoke" | "user.create" | "user.update" | "user.delete" | "member.add" | "member.remove" | "access_token.rotate" | "agent.join" | "secret.set" | "secret.delete" | "config.reload" | "sign_in" | "sign_out";
         /** @description One entry of the audit log, as it is kept and shown. */
         AuditEntry: {
             action: components["schemas"]["AuditAction"];
@@ -1519,6 +1549,14 @@ export interface components {
              * @example 2
              */
             cpus?: number | null;
+            /**
+             * Format: int32
+             * @description Minutes an idle agent stays paused (processes and memory kept, no CPU) before it is
+             *     stopped, at most 10080 (a week); 0 = never paused: stopped straight away (the preset's,
+             *     else `sandbox.default_deep_sleep_minutes`, when absent).
+             * @example 60
+             */
+            deepSleepMinutes?: number | null;
             /**
              * Format: int64
              * @description The home's size in MiB, 64 to `sandbox.max_disk_mb` (`sandbox.default_disk_mb` when
@@ -2136,6 +2174,12 @@ export interface components {
             approvals?: components["schemas"]["AgentApprovals"];
             /** Format: double */
             cpus: number;
+            /**
+             * Format: int32
+             * @description How long its idle agents stay paused before they are stopped, in minutes; 0: they are
+             *     stopped straight away.
+             */
+            deepSleepMinutes?: number;
             /** @description Whether it is `sandbox.default_preset`, the one a create without `preset` gets. */
             default: boolean;
             description?: string | null;
@@ -2682,6 +2726,12 @@ export interface components {
              * @example 2
              */
             cpus?: number | null;
+            /**
+             * Format: int32
+             * @description At most 10080 (a week); 0 = never pause; counted from the pause.
+             * @example 60
+             */
+            deepSleepMinutes?: number | null;
             /**
              * Format: int64
              * @description A larger home in MiB (it never shrinks), applied at the agent's next start; at most
@@ -5625,6 +5675,80 @@ export interface operations {
             };
             /** @description No such agent, user, or membership */
             404: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    pauseAgent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The agent's id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            202: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Agent"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
+                    "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The agent's state does not allow it (the message names the state) */
+            409: {
                 headers: {
                     /** @description The agent's state once the request was handled (one that woke it says `running`), so that a client's view of the agent follows without asking again; absent when there is no such agent */
                     "X-Agenthold-Agent-State"?: components["schemas"]["AgentState"];

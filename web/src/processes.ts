@@ -8,7 +8,7 @@ import { commandLine, exitText, procName, runTime } from './procfmt';
 import { store } from './store';
 
 /** States in which the agent can answer for its processes (a sleeping one wakes to do so). */
-const LISTABLE: AgentState[] = ['running', 'sleeping', 'starting'];
+const LISTABLE: AgentState[] = ['running', 'paused', 'sleeping', 'starting'];
 
 /** A process only ever goes from running to ended: an older report never undoes a newer one. */
 function merge(m: Map<string, Process>, p: Process): void {

@@ -126,6 +126,7 @@ fn without_a_preset_an_agent_gets_the_servers_defaults() {
             disk_mb: Some(sb.default_disk_mb),
             egress: sb.egress.default.clone(),
             idle_minutes: sb.default_idle_minutes,
+            deep_sleep_minutes: sb.default_deep_sleep_minutes,
             preset: None,
             env: BTreeMap::new(),
             secrets: Vec::new(),
@@ -314,6 +315,14 @@ fn out_of_bounds() -> Vec<(AgentPatch, &'static str, &'static str)> {
         ),
         (
             AgentPatch {
+                deep_sleep_minutes: Some(MAX_IDLE_MINUTES + 1),
+                ..patch()
+            },
+            "deepSleepMinutes",
+            "deepSleepMinutes must be at most 10080 (0 = never pause)",
+        ),
+        (
+            AgentPatch {
                 env: Some(vars(&[("HTTP_PROXY", "x")])),
                 ..patch()
             },
@@ -360,6 +369,7 @@ fn each_setting_out_of_bounds_is_refused_in_its_field() {
             memory_mb: patch.memory_mb,
             disk_mb: patch.disk_mb,
             idle_minutes: patch.idle_minutes,
+            deep_sleep_minutes: patch.deep_sleep_minutes,
             egress: patch.egress.clone().map(|c| c.apply(Default::default())),
             env: patch.env.clone(),
             secrets: None,

@@ -34,7 +34,7 @@ use crate::config::Config;
         The limits in this document are this server's configuration."),
     paths(
         agents::health, agents::limits, agents::presets, agents::list, agents::create, agents::get, agents::update, agents::destroy,
-        agents::start, agents::stop, agents::rebuild, agents::rerun_setup, agents::keep_alive, agents::egress_log, events::events,
+        agents::start, agents::stop, agents::pause, agents::rebuild, agents::rerun_setup, agents::keep_alive, agents::egress_log, events::events,
         files::list, files::read, files::write, files::mkdir, files::remove, files::rename,
         files::stat, files::exists, files::write_files, files::watch,
         terminal::terminal, terminals::list, terminals::kill, exec::exec,
@@ -305,6 +305,11 @@ mod tests {
             assert_eq!(bound("diskMb", "minimum"), Some(MIN_DISK_MB), "{schema}");
             assert_eq!(
                 bound("idleMinutes", "maximum"),
+                Some(u64::from(MAX_IDLE_MINUTES)),
+                "{schema}"
+            );
+            assert_eq!(
+                bound("deepSleepMinutes", "maximum"),
                 Some(u64::from(MAX_IDLE_MINUTES)),
                 "{schema}"
             );

@@ -19,6 +19,7 @@ pub enum AgentState {
     Creating,
     Starting,
     Running,
+    Paused,
     Stopping,
     Sleeping,
     Rebuilding,
@@ -32,6 +33,7 @@ impl From<model::AgentState> for AgentState {
             model::AgentState::Creating => AgentState::Creating,
             model::AgentState::Starting => AgentState::Starting,
             model::AgentState::Running => AgentState::Running,
+            model::AgentState::Paused => AgentState::Paused,
             model::AgentState::Stopping => AgentState::Stopping,
             model::AgentState::Sleeping => AgentState::Sleeping,
             model::AgentState::Rebuilding => AgentState::Rebuilding,
@@ -49,6 +51,7 @@ impl From<AgentState> for model::AgentState {
             AgentState::Creating => model::AgentState::Creating,
             AgentState::Starting => model::AgentState::Starting,
             AgentState::Running => model::AgentState::Running,
+            AgentState::Paused => model::AgentState::Paused,
             AgentState::Stopping => model::AgentState::Stopping,
             AgentState::Sleeping => model::AgentState::Sleeping,
             AgentState::Rebuilding => model::AgentState::Rebuilding,
@@ -103,6 +106,12 @@ pub struct Agent {
     pub egress: Option<EgressRules>,
     #[schema(example = 15)]
     pub idle_minutes: u32,
+    /// Minutes an idle agent stays `paused` before it is stopped; 0: it is never paused, but
+    /// stopped straight away. Agents made before light sleep follow
+    /// `sandbox.default_deep_sleep_minutes`, shown here.
+    #[serde(default)]
+    #[schema(example = 60)]
+    pub deep_sleep_minutes: u32,
     pub state: AgentState,
     /// The last failure's message while `state` is `error`.
     pub error: Option<String>,
@@ -111,7 +120,9 @@ pub struct Agent {
     pub created_at: DateTime<Utc>,
     /// Filled in by the server from its activity tracker; not stored.
     pub last_activity_at: Option<DateTime<Utc>>,
-    /// When the sleeper will stop this agent if nothing happens; null unless running.
+    /// When the sleeper will put this agent to sleep if nothing happens: while running, when it
+    /// pauses it (or stops it, with `deepSleepMinutes` 0); while paused, when it stops it. Null
+    /// otherwise, and for an agent that never sleeps.
     pub sleeps_at: Option<DateTime<Utc>>,
     /// The image pull under way for this agent's sandbox (while creating, starting or
     /// rebuilding); null when none is. Filled in by the server; not stored.
@@ -184,6 +195,7 @@ impl From<model::Agent> for Agent {
             runtime: a.runtime,
             egress: a.egress.map(Into::into),
             idle_minutes: a.idle_minutes,
+            deep_sleep_minutes: a.deep_sleep_minutes.unwrap_or_default(),
             state: a.state.into(),
             error: a.error,
             needs_rebuild: a.needs_rebuild,

@@ -181,6 +181,18 @@ agent_bodies! {
             /// At most 10080 (a week); 0 = never sleep.
         };
 
+        #[serde(deserialize_with = "whole::option")]
+        #[schema(maximum = 10080, example = 60)]
+        deep_sleep_minutes: [u32],
+        create {
+            /// Minutes an idle agent stays paused (processes and memory kept, no CPU) before it is
+            /// stopped, at most 10080 (a week); 0 = never paused: stopped straight away (the preset's,
+            /// else `sandbox.default_deep_sleep_minutes`, when absent).
+        },
+        update {
+            /// At most 10080 (a week); 0 = never pause; counted from the pause.
+        };
+
         env: [BTreeMap<String, String>],
         create {
             /// Variables every process of the agent starts with, merged over the preset's (these win).

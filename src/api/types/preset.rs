@@ -23,6 +23,10 @@ pub struct PresetInfo {
     /// The home's size in MiB; null for a home without a limit.
     pub disk_mb: Option<u64>,
     pub idle_minutes: u32,
+    /// How long its idle agents stay paused before they are stopped, in minutes; 0: they are
+    /// stopped straight away.
+    #[serde(default)]
+    pub deep_sleep_minutes: u32,
     pub env: BTreeMap<String, String>,
     /// Secrets (names) granted to agents made from it.
     #[serde(default)]
@@ -66,6 +70,7 @@ impl From<preset::PresetInfo> for PresetInfo {
             memory_mb: p.memory_mb,
             disk_mb: p.disk_mb,
             idle_minutes: p.idle_minutes,
+            deep_sleep_minutes: p.deep_sleep_minutes,
             env: p.env,
             secrets: p.secrets,
             egress: p.egress.map(Into::into),

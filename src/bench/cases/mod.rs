@@ -34,7 +34,7 @@ pub use footprint::footprint;
 pub use processes::processes;
 pub use restart::restart;
 pub use sessions::sessions;
-pub use wake::wake_to_first_byte;
+pub use wake::{wake_from_paused_to_first_byte, wake_to_first_byte};
 
 /// The longest one step (an agent to run, a terminal to answer) may take.
 const STEP_DEADLINE: Duration = Duration::from_secs(120);

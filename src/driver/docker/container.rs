@@ -274,10 +274,10 @@ impl DockerDriver {
     /// agent's sandbox (and a start says so).
     pub(super) async fn container_status(&self, id: &str) -> Result<SandboxStatus, DockerError> {
         match self.own_container(id).await {
-            Ok(Some(info)) => Ok(if is_running(info.state.and_then(|s| s.status)) {
-                SandboxStatus::Running
-            } else {
-                SandboxStatus::Stopped
+            Ok(Some(info)) => Ok(match info.state.and_then(|s| s.status) {
+                Some(ContainerStateStatusEnum::PAUSED) => SandboxStatus::Paused,
+                status if is_running(status) => SandboxStatus::Running,
+                _ => SandboxStatus::Stopped,
             }),
             Ok(None) | Err(DockerError::Foreign { .. }) => Ok(SandboxStatus::Missing),
             Err(e) => Err(e),
@@ -315,7 +315,15 @@ impl DockerDriver {
     pub(super) async fn remove_container(&self, id: &str) -> Result<(), DockerError> {
         self.forget_staged(id);
         if let Some(info) = self.own_container(id).await? {
+            let paused = info.state.as_ref().and_then(|s| s.status)
+                == Some(ContainerStateStatusEnum::PAUSED);
             let container = info.id.unwrap_or_else(|| self.names.container(id));
+            if paused {
+                // Thawed first: a frozen cgroup (v1) does not take the kill.
+                if let Err(e) = self.docker.unpause_container(&container).await {
+                    tracing::debug!(agent = id, "thawing before the removal: {e}");
+                }
+            }
             remove_force(&self.docker, &container).await?;
         }
         Ok(())

@@ -147,7 +147,9 @@ impl OwnOps {
                     at < l.at || other
                 }
             },
-            DriverEvent::Started(_) => track.active.iter().any(|s| at >= *s),
+            DriverEvent::Started(_) | DriverEvent::Paused(_) | DriverEvent::Unpaused(_) => {
+                track.active.iter().any(|s| at >= *s)
+            }
         }
     }
 }
@@ -167,6 +169,8 @@ fn to_driver_event(names: &Names, e: &EventMessage) -> Option<DriverEvent> {
         "start" => Some(DriverEvent::Started(id)),
         "die" => Some(DriverEvent::Stopped(id)),
         "destroy" => Some(DriverEvent::Removed(id)),
+        "pause" => Some(DriverEvent::Paused(id)),
+        "unpause" => Some(DriverEvent::Unpaused(id)),
         _ => None,
     }
 }
@@ -205,6 +209,8 @@ pub async fn follow(
                     "start".to_string(),
                     "die".to_string(),
                     "destroy".to_string(),
+                    "pause".to_string(),
+                    "unpause".to_string(),
                 ],
             ),
         ]);
@@ -239,11 +245,7 @@ pub async fn follow(
                     let Some(de) = to_driver_event(&names, &ev) else {
                         continue;
                     };
-                    let id = match &de {
-                        DriverEvent::Started(id)
-                        | DriverEvent::Stopped(id)
-                        | DriverEvent::Removed(id) => id.clone(),
-                    };
+                    let id = de.agent().to_string();
                     let container = ev.actor.as_ref().and_then(|a| a.id.as_deref());
                     if ops.caused_by_us(&id, at, container, &de) {
                         tracing::trace!(?de, "docker event from our own operation");
@@ -300,6 +302,7 @@ async fn resync(
         }
         let ev = match c.state {
             Some(ContainerSummaryStateEnum::RUNNING) => DriverEvent::Started(id),
+            Some(ContainerSummaryStateEnum::PAUSED) => DriverEvent::Paused(id),
             _ => DriverEvent::Stopped(id),
         };
         // What the list shows is true now.
@@ -334,6 +337,8 @@ mod tests {
         assert_eq!(ev("start"), Some(DriverEvent::Started("abc".into())));
         assert_eq!(ev("die"), Some(DriverEvent::Stopped("abc".into())));
         assert_eq!(ev("destroy"), Some(DriverEvent::Removed("abc".into())));
+        assert_eq!(ev("pause"), Some(DriverEvent::Paused("abc".into())));
+        assert_eq!(ev("unpause"), Some(DriverEvent::Unpaused("abc".into())));
         assert_eq!(ev("oom"), None);
         let other = Names::new("other").labels("sandbox", Some("abc"));
         assert_eq!(to_driver_event(&names, &event("start", other)), None);

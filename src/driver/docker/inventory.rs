@@ -95,10 +95,9 @@ impl DockerDriver {
         for c in containers {
             if let Some(id) = self.names.agent_of(c.labels.as_ref()) {
                 let status = match c.state {
+                    Some(ContainerSummaryStateEnum::PAUSED) => SandboxStatus::Paused,
                     Some(
-                        ContainerSummaryStateEnum::RUNNING
-                        | ContainerSummaryStateEnum::PAUSED
-                        | ContainerSummaryStateEnum::RESTARTING,
+                        ContainerSummaryStateEnum::RUNNING | ContainerSummaryStateEnum::RESTARTING,
                     ) => SandboxStatus::Running,
                     _ => SandboxStatus::Stopped,
                 };

@@ -164,6 +164,16 @@ impl Driver for DockerDriver {
         Ok(self.stop_container(id).await?)
     }
 
+    async fn pause(&self, id: &str) -> Result<(), DriverError> {
+        let _op = self.ops.begin(id);
+        Ok(self.pause_container(id).await?)
+    }
+
+    async fn unpause(&self, id: &str) -> Result<(), DriverError> {
+        let _op = self.ops.begin(id);
+        Ok(self.unpause_container(id).await?)
+    }
+
     async fn stage_boot(&self, spec: &SandboxSpec, token: &str) -> Result<bool, DriverError> {
         let _op = self.ops.begin(&spec.id);
         Ok(self.stage_boot_inner(spec, token).await?)

@@ -9,7 +9,7 @@ use super::error::is_not_found;
 use super::home::Home;
 use super::network::NetRef;
 use super::{firewall, log_step, DockerDriver, DockerError};
-use crate::driver::{PullSink, SandboxSpec};
+use crate::driver::{PullSink, SandboxSpec, SandboxStatus};
 use crate::metrics::Repair;
 
 /// Seconds a stop waits after SIGTERM before Docker kills the sandbox. sandboxd kills its
@@ -60,6 +60,9 @@ impl DockerDriver {
 
     pub(super) async fn stop_container(&self, id: &str) -> Result<(), DockerError> {
         let name = self.names.container(id);
+        // A frozen sandboxd would sit out the grace period and be killed, its processes too,
+        // without the chance to end them itself.
+        self.unpause_container(id).await?;
         match self
             .docker
             .stop_container(
@@ -76,6 +79,36 @@ impl DockerDriver {
             Ok(()) => Ok(()),
             Err(e) if is_not_found(&e) => Ok(()),
             Err(e) => Err(DockerError::api(format!("stopping container {name}"))(e)),
+        }
+    }
+
+    /// Freezes the container (the cgroup freezer); pausing a paused one succeeds.
+    pub(super) async fn pause_container(&self, id: &str) -> Result<(), DockerError> {
+        let name = self.names.container(id);
+        match self.docker.pause_container(&name).await {
+            Ok(()) => Ok(()),
+            Err(e) if self.container_status(id).await? == SandboxStatus::Paused => {
+                tracing::debug!(agent = id, "already paused: {e}");
+                Ok(())
+            }
+            Err(e) => Err(DockerError::api(format!("pausing container {name}"))(e)),
+        }
+    }
+
+    /// Thaws the container if it is paused; one that is not (or is gone) is left as it is.
+    pub(super) async fn unpause_container(&self, id: &str) -> Result<(), DockerError> {
+        if self.container_status(id).await? != SandboxStatus::Paused {
+            return Ok(());
+        }
+        let name = self.names.container(id);
+        match self.docker.unpause_container(&name).await {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) if self.container_status(id).await? != SandboxStatus::Paused => {
+                tracing::debug!(agent = id, "thawed meanwhile: {e}");
+                Ok(())
+            }
+            Err(e) => Err(DockerError::api(format!("unpausing container {name}"))(e)),
         }
     }
 

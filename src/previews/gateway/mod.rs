@@ -230,7 +230,8 @@ async fn sandbox(
         }
         _ => {}
     }
-    if page {
+    // A paused agent thaws at once: the request waits for that rather than for a page.
+    if page && agent.state != AgentState::Paused {
         g.previews.wake_in_background(agent_id);
         return Err(pages::starting(name));
     }

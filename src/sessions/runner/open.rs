@@ -347,7 +347,11 @@ impl Runner {
                 return Ok(conn);
             }
             match self.s.lc.get(&self.agent).await {
-                Ok(a) if matches!(a.state, AgentState::Running | AgentState::Starting) => {}
+                Ok(a)
+                    if matches!(
+                        a.state,
+                        AgentState::Running | AgentState::Paused | AgentState::Starting
+                    ) => {}
                 Ok(a) => {
                     return Err(Gone::Lost(format!(
                         "The harness's process ended: the agent is {}",

@@ -192,7 +192,7 @@ impl Client {
             }
             let state = a["state"].as_str().unwrap_or_default().to_string();
             match state.as_str() {
-                "running" | "sleeping" => return Some(state),
+                "running" | "paused" | "sleeping" => return Some(state),
                 "error" => return Some(format!("error: {}", a["error"])),
                 _ => {}
             }

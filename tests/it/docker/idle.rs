@@ -13,6 +13,8 @@ async fn server(env: &DockerEnv, idle_minute: Duration) -> TestServer {
     env.server_with(false, move |c| {
         c.sandbox.idle_minute = idle_minute;
         c.sandbox.idle_check_interval = Duration::from_secs(1);
+        // Stopped straight away, as these tests are about the stop (pausing is docker::pause's).
+        c.sandbox.default_deep_sleep_minutes = 0;
     })
     .await
 }

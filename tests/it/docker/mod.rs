@@ -17,6 +17,7 @@ mod isolation;
 mod lifecycle;
 mod limits;
 mod outside;
+mod pause;
 mod presets;
 mod previews;
 mod proc_view;

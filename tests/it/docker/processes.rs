@@ -317,6 +317,8 @@ async fn sleepy_server(env: &DockerEnv) -> TestServer {
     env.server_with(false, |c| {
         c.sandbox.idle_minute = Duration::from_secs(1);
         c.sandbox.idle_check_interval = Duration::from_secs(1);
+        // Stopped straight away: what a stop does to processes is the point here.
+        c.sandbox.default_deep_sleep_minutes = 0;
     })
     .await
 }

@@ -18,6 +18,7 @@ async fn an_expired_agent_leaves_no_container_volume_or_network() {
         .server_with(false, |c| {
             c.sandbox.idle_minute = Duration::from_secs(1);
             c.sandbox.idle_check_interval = Duration::from_millis(500);
+            c.sandbox.default_deep_sleep_minutes = 0;
         })
         .await;
     // Long enough to be made and started on a loaded machine; the sleeping one is kept alive

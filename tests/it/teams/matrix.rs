@@ -51,6 +51,7 @@ pub(super) fn rule(method: &str, path: &str) -> Option<Need> {
         ("PATCH" | "DELETE", "/api/v1/agents/{id}") => WRITE,
         ("POST", "/api/v1/agents/{id}/start") => WRITE,
         ("POST", "/api/v1/agents/{id}/stop") => WRITE,
+        ("POST", "/api/v1/agents/{id}/pause") => WRITE,
         ("POST", "/api/v1/agents/{id}/rebuild") => WRITE,
         ("POST", "/api/v1/agents/{id}/setup") => WRITE,
         ("POST", "/api/v1/agents/{id}/keep-alive") => USE,

@@ -38,6 +38,7 @@ AgentState: TypeAlias = Literal[
     "creating",
     "starting",
     "running",
+    "paused",
     "stopping",
     "sleeping",
     "rebuilding",
@@ -98,6 +99,7 @@ AuditAction: TypeAlias = Literal[
     "agent.destroy",
     "agent.start",
     "agent.stop",
+    "agent.pause",
     "agent.rebuild",
     "agent.setup",
     "exec",
@@ -1183,6 +1185,12 @@ class CreateAgent(TypedDict, closed=True):
     """
     CPUs, above 0 and at most `sandbox.max_cpus` (`sandbox.default_cpus` when absent).
     """
+    deepSleepMinutes: NotRequired[int | None]
+    """
+    Minutes an idle agent stays paused (processes and memory kept, no CPU) before it is
+    stopped, at most 10080 (a week); 0 = never paused: stopped straight away (the preset's,
+    else `sandbox.default_deep_sleep_minutes`, when absent).
+    """
     diskMb: NotRequired[int | None]
     """
     The home's size in MiB, 64 to `sandbox.max_disk_mb` (`sandbox.default_disk_mb` when
@@ -1394,6 +1402,11 @@ class PresetInfo(TypedDict):
     The approval settings of its agents, unless a create says otherwise.
     """
     cpus: float
+    deepSleepMinutes: NotRequired[int]
+    """
+    How long its idle agents stay paused before they are stopped, in minutes; 0: they are
+    stopped straight away.
+    """
     default: bool
     """
     Whether it is `sandbox.default_preset`, the one a create without `preset` gets.
@@ -1676,6 +1689,10 @@ class UpdateAgent(TypedDict, closed=True):
     """
     Above 0 and at most `sandbox.max_cpus`.
     """
+    deepSleepMinutes: NotRequired[int | None]
+    """
+    At most 10080 (a week); 0 = never pause; counted from the pause.
+    """
     diskMb: NotRequired[int | None]
     """
     A larger home in MiB (it never shrinks), applied at the agent's next start; at most
@@ -1745,6 +1762,12 @@ class Agent(TypedDict):
     """
     cpus: float
     createdAt: str
+    deepSleepMinutes: NotRequired[int]
+    """
+    Minutes an idle agent stays `paused` before it is stopped; 0: it is never paused, but
+    stopped straight away. Agents made before light sleep follow
+    `sandbox.default_deep_sleep_minutes`, shown here.
+    """
     diskMb: NotRequired[int | None]
     """
     The home's size limit in MiB (`df` in the sandbox shows it); null for a home without
@@ -1810,7 +1833,9 @@ class Agent(TypedDict):
     setup: NotRequired[SetupStatus | None]
     sleepsAt: NotRequired[str | None]
     """
-    When the sleeper will stop this agent if nothing happens; null unless running.
+    When the sleeper will put this agent to sleep if nothing happens: while running, when it
+    pauses it (or stops it, with `deepSleepMinutes` 0); while paused, when it stops it. Null
+    otherwise, and for an agent that never sleeps.
     """
     state: AgentState
     ttlMinutes: int | None

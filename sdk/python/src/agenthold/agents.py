@@ -110,6 +110,7 @@ def _settings(**fields: Any) -> dict[str, Any]:
         "memory_mb": "memoryMb",
         "disk_mb": "diskMb",
         "idle_minutes": "idleMinutes",
+        "deep_sleep_minutes": "deepSleepMinutes",
         "ttl_minutes": "ttlMinutes",
         "allow_root": "allowRoot",
     }
@@ -456,6 +457,7 @@ class Agent(_AgentView):
         memory_mb: int | None = None,
         disk_mb: int | None = None,
         idle_minutes: int | None = None,
+        deep_sleep_minutes: int | None = None,
         egress: Egress | None = None,
         env: Mapping[str, str] | None = None,
         runtime: str | None = None,
@@ -478,6 +480,7 @@ class Agent(_AgentView):
             memory_mb=memory_mb,
             disk_mb=disk_mb,
             idle_minutes=idle_minutes,
+            deep_sleep_minutes=deep_sleep_minutes,
             egress=egress,
             env=env,
             runtime=runtime,
@@ -531,6 +534,11 @@ class Agent(_AgentView):
         default), until it sleeps."""
         self._set(self._t.json("POST", f"{self._path}/stop"))
         return self.wait_for("sleeping", timeout) if wait else self
+
+    def pause(self) -> Agent:
+        """Pauses a running agent now: its sandbox is frozen, its processes, memory and
+        terminal sessions kept; any use (or ``start()``) thaws it at once."""
+        return self._set(self._t.json("POST", f"{self._path}/pause"))
 
     def rebuild(self, wait: bool = True, timeout: float | None = DEFAULT_WAIT) -> Agent:
         """Makes the sandbox anew from the current image and resources, keeping the home."""
@@ -642,6 +650,7 @@ class AsyncAgent(_AgentView):
         memory_mb: int | None = None,
         disk_mb: int | None = None,
         idle_minutes: int | None = None,
+        deep_sleep_minutes: int | None = None,
         egress: Egress | None = None,
         env: Mapping[str, str] | None = None,
         runtime: str | None = None,
@@ -656,6 +665,7 @@ class AsyncAgent(_AgentView):
             memory_mb=memory_mb,
             disk_mb=disk_mb,
             idle_minutes=idle_minutes,
+            deep_sleep_minutes=deep_sleep_minutes,
             egress=egress,
             env=env,
             runtime=runtime,
@@ -697,6 +707,10 @@ class AsyncAgent(_AgentView):
     async def stop(self, wait: bool = True, timeout: float | None = DEFAULT_WAIT) -> AsyncAgent:
         self._set(await self._t.json("POST", f"{self._path}/stop"))
         return await self.wait_for("sleeping", timeout) if wait else self
+
+    async def pause(self) -> AsyncAgent:
+        """See :meth:`Agent.pause`."""
+        return self._set(await self._t.json("POST", f"{self._path}/pause"))
 
     async def rebuild(self, wait: bool = True, timeout: float | None = DEFAULT_WAIT) -> AsyncAgent:
         self._set(await self._t.json("POST", f"{self._path}/rebuild"))
@@ -780,6 +794,7 @@ class Agents:
         memory_mb: int | None = None,
         disk_mb: int | None = None,
         idle_minutes: int | None = None,
+        deep_sleep_minutes: int | None = None,
         egress: Egress | None = None,
         runtime: str | None = None,
         labels: Mapping[str, str] | None = None,
@@ -812,6 +827,7 @@ class Agents:
             memory_mb=memory_mb,
             disk_mb=disk_mb,
             idle_minutes=idle_minutes,
+            deep_sleep_minutes=deep_sleep_minutes,
             egress=egress,
             runtime=runtime,
             labels=labels,
@@ -869,6 +885,7 @@ class AsyncAgents:
         memory_mb: int | None = None,
         disk_mb: int | None = None,
         idle_minutes: int | None = None,
+        deep_sleep_minutes: int | None = None,
         egress: Egress | None = None,
         runtime: str | None = None,
         labels: Mapping[str, str] | None = None,
@@ -889,6 +906,7 @@ class AsyncAgents:
             memory_mb=memory_mb,
             disk_mb=disk_mb,
             idle_minutes=idle_minutes,
+            deep_sleep_minutes=deep_sleep_minutes,
             egress=egress,
             runtime=runtime,
             labels=labels,

@@ -175,6 +175,8 @@ class Preset:
     allow_root: bool = False
     #: Its agents' approval settings: ``{"commands": "never" | "dangerous" | "always"}``.
     approvals: dict[str, str] = field(default_factory=dict)
+    #: Minutes its idle agents stay paused before they are stopped; 0: stopped straight away.
+    deep_sleep_minutes: int = 0
     #: The access policy its agents get unless a create says otherwise.
     access: AgentAccess = "private"
 
@@ -234,6 +236,9 @@ class AgentInfo:
     runtime: str = ""
     #: Minutes without use before the agent sleeps; 0 = never.
     idle_minutes: int = 0
+    #: Minutes an idle agent stays ``paused`` (processes and memory kept) before it is
+    #: stopped; 0 = it is stopped straight away.
+    deep_sleep_minutes: int = 0
     #: The last failure's message while ``state`` is ``error``.
     error: str | None = None
     needs_rebuild: bool = False

@@ -1,0 +1,184 @@
+//! Light sleep on the real engine: a paused agent's sandbox is frozen (`docker pause`), its
+//! tunnel kept across a pause longer than the server's ping reaper allows, and on the first use
+//! after it a background process goes on counting (no restart), a terminal session's shell
+//! keeps its variables, a file written before is there. An outside `docker pause` and
+//! `docker unpause` are taken in. Needs Docker (scripts/docker-setup.sh) and a static sandboxd
+//! (scripts/build-sandboxd.sh).
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::common::docker::*;
+use crate::common::{read_until, send_keys, wait_for, TestServer, Ws, DEADLINE, TOKEN};
+
+/// Pinged every second: three missed pings (3 s) would drop a session the reaper did not spare.
+async fn server(env: &DockerEnv) -> TestServer {
+    env.server_with(false, |c| {
+        c.sandbox.ping_interval = Duration::from_secs(1);
+    })
+    .await
+}
+
+fn paused_in_docker(env: &DockerEnv, id: &str) -> bool {
+    docker(&[
+        "inspect",
+        "--format",
+        "{{.State.Paused}}",
+        &env.container(id),
+    ]) == "true"
+}
+
+async fn terminal_at(s: &TestServer, id: &str, query: &str) -> Ws {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let url = s.ws_url(&format!("/api/v1/agents/{id}/terminal?{query}"));
+    let mut req = url.into_client_request().expect("request");
+    req.headers_mut().insert(
+        "authorization",
+        format!("Bearer {TOKEN}").parse().expect("header"),
+    );
+    tokio_tungstenite::connect_async(req)
+        .await
+        .expect("terminal")
+        .0
+}
+
+/// The session id from the first control message.
+async fn session_of(ws: &mut Ws) -> String {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let msg = tokio::time::timeout_at(deadline, ws.next())
+            .await
+            .expect("no session message in time");
+        match msg {
+            Some(Ok(Message::Text(t))) => {
+                let v: Value = serde_json::from_str(&t).expect("control message");
+                assert_eq!(v["type"], "session", "{v}");
+                return v["id"].as_str().expect("session id").to_string();
+            }
+            Some(Ok(_)) => {}
+            other => panic!("terminal ended before its session message: {other:?}"),
+        }
+    }
+}
+
+/// The counter's output so far, as numbers (reading it is a use: it thaws a paused agent).
+async fn counted(s: &TestServer, id: &str) -> Vec<u64> {
+    let ndjson = s
+        .get_text(&format!("/api/v1/agents/{id}/processes/counter/output"))
+        .await;
+    let text: String = ndjson
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|piece| piece["data"].as_str().map(str::to_string))
+        .collect();
+    text.lines().filter_map(|l| l.trim().parse().ok()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_keeps_processes_terminals_files_and_the_tunnel() {
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
+    let s = server(&env).await;
+    let id = s
+        .running_agent(json!({"name": "frozen", "image": BUSYBOX_IMAGE, "cpus": 0.5}))
+        .await;
+    s.write_tree(&id, &[("note.txt", "written before")]).await;
+    let (st, body) = s
+        .call(
+            "POST",
+            &format!("/api/v1/agents/{id}/processes"),
+            Some(json!({"command": ["sh", "-c", "i=0; while :; do echo $i; i=$((i+1)); sleep 1; done"], "tag": "counter"})),
+        )
+        .await;
+    assert_eq!(st, 201, "{body}");
+    wait_for("the counter counts", || async {
+        counted(&s, &id).await.len() >= 2
+    })
+    .await;
+    let mut ws = terminal_at(&s, &id, "cols=80&rows=24").await;
+    let session = session_of(&mut ws).await;
+    send_keys(&mut ws, "KEPT=across; echo set$((40+2))\r").await;
+    read_until(&mut ws, "set42").await;
+    drop(ws);
+    let conn = s.lc.tunnels().conn_id(&id).expect("the agent's tunnel");
+    let before = counted(&s, &id).await;
+
+    let (st, body) = s
+        .call("POST", &format!("/api/v1/agents/{id}/pause"), None)
+        .await;
+    assert_eq!(
+        (st, body["state"].as_str()),
+        (202, Some("paused")),
+        "{body}"
+    );
+    assert!(paused_in_docker(&env, &id), "the container is not paused");
+    // Frozen for well past three missed pings: the reaper must not drop the session. (Time
+    // passing is the point here, not an outcome waited for.)
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(s.state(&id).await, "paused");
+    s.assert_same_tunnel(&id, conn);
+
+    // The first use thaws it and is answered at once, over the same tunnel.
+    let text = s
+        .get_text(&format!("/api/v1/agents/{id}/fs/read?path=note.txt"))
+        .await;
+    assert_eq!(text, "written before");
+    assert_eq!(s.state(&id).await, "running");
+    assert!(!paused_in_docker(&env, &id));
+    s.assert_same_tunnel(&id, conn);
+
+    // The counter goes on from where it was: it did not restart, and it counted on without a gap
+    // (a sleep cut short by the freeze ends at once; the count is not of seconds).
+    let last = *before.last().expect("counted before the pause");
+    wait_for("the counter counts on", || async {
+        counted(&s, &id).await.last().is_some_and(|n| *n > last + 1)
+    })
+    .await;
+    let after = counted(&s, &id).await;
+    assert_eq!(after.iter().filter(|n| **n == 0).count(), 1, "{after:?}");
+    assert!(
+        after.windows(2).all(|w| w[1] == w[0] + 1),
+        "the count jumped or went back: {after:?}"
+    );
+
+    // The terminal session's shell kept its variable; attaching to it thaws a paused agent too.
+    let (st, _) = s
+        .call("POST", &format!("/api/v1/agents/{id}/pause"), None)
+        .await;
+    assert_eq!(st, 202);
+    let mut ws = terminal_at(&s, &id, &format!("session={session}")).await;
+    assert_eq!(session_of(&mut ws).await, session);
+    send_keys(&mut ws, "echo \"still-$KEPT\"\r").await;
+    read_until(&mut ws, "still-across").await;
+    assert_eq!(s.state(&id).await, "running");
+    drop(ws);
+
+    // A stop takes a paused agent to sleep.
+    s.call("POST", &format!("/api/v1/agents/{id}/pause"), None)
+        .await;
+    s.stop_sleeping(&id).await;
+    s.destroy(&id).await;
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outside_docker_pause_and_unpause_are_taken_in() {
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
+    let s = server(&env).await;
+    let id = s
+        .running_agent(json!({"name": "outside", "image": BUSYBOX_IMAGE, "cpus": 0.5}))
+        .await;
+    docker(&["pause", &env.container(&id)]);
+    s.wait_state(&id, "paused").await;
+    docker(&["unpause", &env.container(&id)]);
+    s.wait_state(&id, "running").await;
+    assert_eq!(s.exec_ok(&id, &["echo", "on"]).await.trim(), "on");
+    s.destroy(&id).await;
+    s.stop().await;
+}
