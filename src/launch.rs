@@ -327,6 +327,7 @@ mod tests {
             runtime: "runc".into(),
             egress: None,
             idle_minutes: 0,
+            deep_sleep_minutes: None,
             state: crate::model::AgentState::Running,
             error: None,
             needs_rebuild: false,
