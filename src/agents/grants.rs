@@ -31,12 +31,46 @@ pub fn check(names: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// A grant only an admin may make: the secrets are the admins' (only they set them), and a
+/// grant hands a secret's use to whatever runs in the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "only admins grant secrets: {0} is not granted here already (by the preset, or to the agent)"
+)]
+pub struct OnlyAdminsGrant(pub String);
+
+/// Whether a caller may ask for `requested` where `held` are granted already (the preset's on a
+/// create, the agent's on a change): anyone who may change the agent keeps or drops names; only
+/// an admin (`admin`) adds one.
+pub fn may_grant(
+    admin: bool,
+    requested: &[String],
+    held: &[String],
+) -> Result<(), OnlyAdminsGrant> {
+    match requested.iter().find(|n| !held.contains(n)) {
+        Some(added) if !admin => Err(OnlyAdminsGrant(added.clone())),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn names(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn only_admins_add_a_grant_and_anyone_keeps_or_drops_one() {
+        let held = names(&["A", "B"]);
+        assert_eq!(may_grant(false, &names(&["B"]), &held), Ok(()));
+        assert_eq!(may_grant(false, &names(&["A", "B"]), &held), Ok(()));
+        assert_eq!(
+            may_grant(false, &names(&["A", "C"]), &held),
+            Err(OnlyAdminsGrant("C".into()))
+        );
+        assert_eq!(may_grant(true, &names(&["A", "C"]), &held), Ok(()));
     }
 
     #[test]

@@ -132,6 +132,7 @@ pub async fn list(
 #[utoipa::path(post, path = "/api/v1/agents", tag = "agents", operation_id = "createAgent", request_body = CreateAgent,
     responses((status = 201, body = Agent, description = "Created, in `creating`"),
         (status = 400, body = ErrorBody, description = "A field breaks its constraint (`field` names it)"),
+        (status = 403, body = ErrorBody, description = "`secrets` names a secret the preset does not grant, and the caller is not an admin (only admins grant secrets)"),
         (status = 409, body = ErrorBody, description = "The name is taken (names are unique on the server; the answer does not say by which agent)")))]
 pub async fn create(
     State(st): State<AppState>,
@@ -141,6 +142,14 @@ pub async fn create(
 ) -> Result<(StatusCode, Json<Agent>), ApiError> {
     let config = st.config();
     let mut new = spec::resolve(body.into(), &allowed(&st, &config))?;
+    let preset_grants = new
+        .preset
+        .as_ref()
+        .and_then(|p| config.presets.get(p))
+        .map(|p| p.secrets.clone())
+        .unwrap_or_default();
+    crate::agents::grants::may_grant(principal.is_admin(), &new.secrets, &preset_grants)
+        .map_err(|e| ApiError::forbidden(e.to_string()))?;
     new.owner_id = principal.user_id;
     let agent = st.lc.create(new).await?;
     note.agent(&agent.id, &agent.name);
@@ -162,17 +171,23 @@ pub async fn get(
     params(("id" = String, Path, description = "The agent's id")),
     responses((status = 200, body = Agent),
         (status = 400, body = ErrorBody, description = "A field breaks its constraint, or `diskMb` on a server that cannot limit disks"),
-        (status = 403, body = ErrorBody, description = "`access` by an operator (only the owner and admins change it)"),
+        (status = 403, body = ErrorBody, description = "`access` by an operator (only the owner and admins change it); `secrets` adding a secret, by anyone but an admin (only admins grant secrets)"),
         (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody, description = "The name is taken, the agent's state does not allow a change, or `diskMb` is smaller than the home's (or the home has no limit)")))]
 pub async fn update(
     State(st): State<AppState>,
     standing: Standing,
+    principal: Principal,
     Path(id): Path<String>,
     note: AuditNote,
     ApiJson(body): ApiJson<UpdateAgent>,
 ) -> Result<Json<Agent>, ApiError> {
     let patch = AgentPatch::from(body);
+    if let Some(requested) = &patch.secrets {
+        let held = st.lc.get(&id).await?.secrets;
+        crate::agents::grants::may_grant(principal.is_admin(), requested, &held)
+            .map_err(|e| ApiError::forbidden(e.to_string()))?;
+    }
     note.detail(crate::audit::detail::agent_update(&patch));
     let config = st.config();
     spec::check_patch(&patch, &allowed(&st, &config))?;

@@ -235,7 +235,7 @@ impl Proxy {
                 Err(refusal) => return refusal,
             };
             if granted.intercepts(&dest.host, dest.port) {
-                self.intercept(req, upstream, slot, ended, granted)
+                self.intercept(req, upstream, slot, ended)
             } else {
                 self.tunnel(req, upstream, slot, ended)
             }

@@ -29,6 +29,15 @@ pub enum SubstError {
         host: String,
         port: u16,
     },
+    #[error(
+        "secret {name} goes only in the {allowed} header; a request with its placeholder in \
+         {header} is refused (servers echo such headers back)"
+    )]
+    WrongHeader {
+        name: String,
+        header: String,
+        allowed: String,
+    },
     #[error("the value of secret {name} cannot go in the {header} header (it is not a valid header value)")]
     BadValue { name: String, header: String },
     #[error(
@@ -44,6 +53,7 @@ impl SubstError {
         match self {
             SubstError::NotHere { name, .. }
             | SubstError::OnlyHttps { name, .. }
+            | SubstError::WrongHeader { name, .. }
             | SubstError::BadValue { name, .. }
             | SubstError::BodyTooLarge { name } => name,
         }
@@ -82,7 +92,8 @@ impl Target<'_> {
             .hosts
             .iter()
             .any(|r| r.matches_name(self.host, self.port) && r.names_port());
-        if self.plain && !named {
+        // Port 443 is HTTPS's: naming it asks for HTTPS, never for plain HTTP there.
+        if self.plain && (!named || self.port == 443) {
             return Err(SubstError::OnlyHttps {
                 name: grant.name.clone(),
                 dest,
@@ -155,6 +166,15 @@ fn header_value(
     }
     for g in &present {
         to.check(g)?;
+        // Only in the secret's own header: a value in Origin, Referer or a header of the
+        // sandbox's choosing could come back in the answer, and the sandbox would read it.
+        if !name.as_str().eq_ignore_ascii_case(&g.header) {
+            return Err(SubstError::WrongHeader {
+                name: g.name.clone(),
+                header: name.to_string(),
+                allowed: g.header.clone(),
+            });
+        }
     }
     for g in &present {
         if !used.contains(&g.name) {
@@ -220,8 +240,8 @@ pub fn body_grant<'a>(granted: &'a Granted, to: Target<'_>) -> Option<&'a Grant>
     granted.iter().find(|g| g.in_body && to.check(g).is_ok())
 }
 
-/// A body with placeholders replaced, and the secrets it now holds.
-#[derive(Debug)]
+/// A body with placeholders replaced, and the secrets it now holds (no `Debug`: the body holds
+/// values).
 pub struct Rewritten {
     pub body: Vec<u8>,
     pub used: Vec<String>,
@@ -337,19 +357,30 @@ mod tests {
     }
 
     #[test]
-    fn the_secrets_header_gets_its_format_and_other_places_the_bare_value() {
+    fn the_secrets_header_gets_its_format_and_no_other_header_gets_a_value() {
         let g = granted();
-        let mut h = map(&[
-            ("authorization", P),
-            ("x-api-key", &format!("key={P};{P}")),
-            ("accept", "*/*"),
-        ]);
+        let mut h = map(&[("authorization", P), ("accept", "*/*")]);
         let used = headers(&g, tls("api.test"), &mut h).unwrap();
         assert_eq!(used, vec!["GITHUB_TOKEN".to_string()]);
         assert_eq!(h["authorization"], "Bearer ghp_real");
         assert!(h["authorization"].is_sensitive());
-        assert_eq!(h["x-api-key"], "key=ghp_real;ghp_real");
         assert_eq!(h["accept"], "*/*");
+        // A header a server may echo back (Origin, Referer, one of the sandbox's choosing) would
+        // hand the value to the sandbox: refused, whatever its case.
+        for header in ["origin", "referer", "x-api-key", "host"] {
+            let mut h = map(&[("Authorization", P), (header, &format!("key={P}"))]);
+            let e = headers(&g, tls("api.test"), &mut h).unwrap_err();
+            assert!(
+                matches!(e, SubstError::WrongHeader { .. }),
+                "{header}: {e:?}"
+            );
+            assert_eq!(
+                h[header],
+                format!("key={P}").as_str(),
+                "unchanged on a refusal"
+            );
+            assert!(!e.to_string().contains("ghp_real"));
+        }
         let mut bearer = map(&[("authorization", &format!("Bearer {P}"))]);
         headers(&g, tls("api.test"), &mut bearer).unwrap();
         assert_eq!(bearer["authorization"], "Bearer ghp_real");
@@ -415,6 +446,22 @@ mod tests {
         assert!(e.to_string().contains("\"api.test:80\""), "{e}");
         headers(&granted(), plain("git.test", 8080), &mut h).unwrap();
         assert_eq!(h["authorization"], "Bearer ghp_real");
+        // Port 443 named is HTTPS asked for: never plain HTTP there.
+        let g = Granted::new(vec![Grant::new(
+            "GH".into(),
+            P.into(),
+            vec!["api.github.test:443".parse().unwrap()],
+            "Authorization".into(),
+            "Bearer {value}".into(),
+            false,
+            "ghp_real".into(),
+        )]);
+        let e = headers(
+            &g,
+            plain("api.github.test", 443),
+            &mut map(&[("authorization", P)]),
+        );
+        assert!(matches!(e, Err(SubstError::OnlyHttps { .. })), "{e:?}");
     }
 
     #[test]

@@ -62,7 +62,7 @@ impl StreamEnds {
         }
         let store = directory.store();
         let mut changes = store.access_changes();
-        // Only changes after the decision just made count.
+        // What changed before now is checked once when the stream first waits (see `lost`).
         changes.mark_unchanged();
         self.access = Some(Hold {
             store: store.clone(),
@@ -97,18 +97,19 @@ impl StreamEnds {
 
 impl Hold {
     async fn lost(&mut self) {
-        loop {
+        // Checked first: a change between the decision and the subscription is in the facts.
+        while self.still_allowed() {
             if self.changes.changed().await.is_err() {
                 // The store is gone with the server: nothing changes any more.
                 return std::future::pending().await;
             }
-            let still = self.store.agent_facts(&self.agent).is_some_and(|f| {
-                self.principal.sees_agent(&self.agent)
-                    && decide(standing(&self.principal, &f), f.access, self.act) == Decision::Allow
-            });
-            if !still {
-                return;
-            }
         }
+    }
+
+    fn still_allowed(&self) -> bool {
+        self.store.agent_facts(&self.agent).is_some_and(|f| {
+            self.principal.sees_agent(&self.agent)
+                && decide(standing(&self.principal, &f), f.access, self.act) == Decision::Allow
+        })
     }
 }

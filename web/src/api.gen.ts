@@ -3010,7 +3010,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            /** @description `secrets` names a secret the preset does not grant, and the caller is not an admin (only admins grant secrets) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3233,7 +3233,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `access` by an operator (only the owner and admins change it) */
+            /** @description `access` by an operator (only the owner and admins change it); `secrets` adding a secret, by anyone but an admin (only admins grant secrets) */
             403: {
                 headers: {
                     [name: string]: unknown;

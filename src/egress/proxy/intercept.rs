@@ -25,9 +25,11 @@ use super::{text, until_cut, Caller, Ended, Proxy, MAX_HEAD};
 use crate::egress::ca::CaError;
 use crate::egress::counted::Counted;
 use crate::egress::dial::Destination;
-use crate::egress::granted::Granted;
 use crate::egress::open::UpstreamSlot;
 use crate::egress::tls::{H2, HTTP11};
+
+/// HTTP/2 streams one intercepted connection may have open at once (hyper's default is 200).
+const MAX_STREAMS: u32 = 32;
 
 /// Why an intercepted connection ended early.
 #[derive(Debug, thiserror::Error)]
@@ -54,7 +56,6 @@ impl Proxy {
         upstream: Counted<TcpStream>,
         slot: UpstreamSlot,
         ended: Ended,
-        granted: Arc<Granted>,
     ) -> Response<Body> {
         let proxy = self.clone();
         tokio::spawn(async move {
@@ -65,7 +66,6 @@ impl Proxy {
                         upstream,
                         ended.caller.clone(),
                         ended.dest.clone(),
-                        granted,
                     );
                     until_cut(relay, &slot, &proxy.closing).await
                 }
@@ -84,7 +84,6 @@ impl Proxy {
         upstream: Counted<TcpStream>,
         caller: Arc<Caller>,
         dest: Destination,
-        granted: Arc<Granted>,
     ) -> Result<(), InterceptError>
     where
         C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -140,7 +139,6 @@ impl Proxy {
             proxy: self.clone(),
             caller,
             dest,
-            granted,
             sender,
             upgrades: Mutex::new(Vec::new()),
         });
@@ -154,6 +152,8 @@ impl Proxy {
         let served = if h2 {
             hyper::server::conn::http2::Builder::new(TokioExecutor::new())
                 .timer(TokioTimer::new())
+                // Each stream may hold a body being rewritten: few at once per connection.
+                .max_concurrent_streams(MAX_STREAMS)
                 .max_header_list_size(MAX_HEAD as u32)
                 .serve_connection(TokioIo::new(client), service)
                 .await
@@ -187,7 +187,6 @@ struct Inside {
     proxy: Arc<Proxy>,
     caller: Arc<Caller>,
     dest: Destination,
-    granted: Arc<Granted>,
     sender: Sender,
     /// Relays of upgraded requests: the connection lasts as long as they do, and a cut ends them.
     upgrades: Mutex<Vec<AbortOnDropHandle<()>>>,
@@ -198,31 +197,49 @@ impl Inside {
         let upgrade = matches!(self.sender, Sender::H1(_))
             .then(|| req.headers().get(header::UPGRADE).cloned())
             .flatten();
+        // The connection was let in, and the destination verified, for `dest`: a request for
+        // another host (a Host header, an absolute URI, an HTTP/2 `:authority`) must not ride on
+        // it, or a value meant for `dest` could reach another site served from the same address.
+        let asked = req
+            .uri()
+            .authority()
+            .map(|a| a.as_str().to_string())
+            .or_else(|| {
+                req.headers()
+                    .get(header::HOST)
+                    .and_then(|h| h.to_str().ok())
+                    .map(str::to_string)
+            });
+        if let Some(asked) = asked {
+            if Destination::parse(&asked, Some(self.dest.port)).as_ref() != Some(&self.dest) {
+                return text(
+                    StatusCode::MISDIRECTED_REQUEST,
+                    format!(
+                        "agenthold: this connection is to {}; a request for {} needs its own\n",
+                        self.dest,
+                        asked.chars().take(300).collect::<String>()
+                    ),
+                );
+            }
+        }
         let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
+        // Read again for each request: a rotation, a deletion or a grant taken away counts from
+        // the next request, on connections already open too.
+        let granted = self.proxy.sandboxes.granted(&self.caller.id).await;
         let req = match self
             .proxy
-            .with_secrets(&self.caller, &self.dest, &self.granted, false, req)
+            .with_secrets(&self.caller, &self.dest, &granted, false, req)
             .await
         {
             Ok(req) => req,
             Err(refusal) => return refusal,
         };
         let (mut parts, body) = req.into_parts();
-        let authority = parts
-            .uri
-            .authority()
-            .map(ToString::to_string)
-            .or_else(|| {
-                parts
-                    .headers
-                    .get(header::HOST)
-                    .and_then(|h| h.to_str().ok())
-                    .map(str::to_string)
-            })
-            .unwrap_or_else(|| match self.dest.port {
-                443 => self.dest.host.clone(),
-                _ => self.dest.to_string(),
-            });
+        let authority = match (self.dest.port, self.dest.host.parse::<std::net::Ipv6Addr>()) {
+            (443, Ok(_)) => format!("[{}]", self.dest.host),
+            (443, Err(_)) => self.dest.host.clone(),
+            _ => self.dest.to_string(),
+        };
         let path = parts
             .uri
             .path_and_query()

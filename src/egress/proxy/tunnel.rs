@@ -81,9 +81,7 @@ impl Proxy {
             let proxy = self.clone();
             tokio::spawn(async move {
                 let client = Rewound::new(hello, tcp);
-                let relay = proxy
-                    .clone()
-                    .relay_tls(client, upstream, caller, dest, granted);
+                let relay = proxy.clone().relay_tls(client, upstream, caller, dest);
                 let reason = until_cut(relay, &slot, &proxy.closing).await;
                 drop(slot);
                 ended.report(reason);

@@ -560,3 +560,38 @@ async fn losing_access_to_an_agent_ends_ones_streams_there_within_a_second() {
         .await;
     assert_eq!(status, 404);
 }
+
+/// Secrets are the admins': a member grants none the preset does not (nor adds one to an agent
+/// of theirs); an admin does; anyone who may change the agent drops one.
+#[tokio::test]
+async fn only_admins_grant_secrets() {
+    let s = TestServer::start().await;
+    let (status, v) = s
+        .call(
+            "PUT",
+            "/api/v1/secrets/API_KEY",
+            Some(json!({"value": "sk-value", "hosts": ["api.test"]})),
+        )
+        .await;
+    assert_eq!(status, 201, "{v}");
+    let olga = member(&s, "olga").await;
+    let (status, v) = olga
+        .call(
+            "POST",
+            "/api/v1/agents",
+            Some(json!({"name": "mine", "secrets": ["API_KEY"]})),
+        )
+        .await;
+    assert_eq!(status, 403, "{v}");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("only admins grant secrets"));
+    let id = olga.create_agent("mine").await;
+    let r = olga.patch_agent(&id, json!({"secrets": ["API_KEY"]})).await;
+    assert_eq!(r.status(), 403);
+    let r = s.patch_agent(&id, json!({"secrets": ["API_KEY"]})).await;
+    assert_eq!(r.status(), 200, "an admin grants");
+    let r = olga.patch_agent(&id, json!({"secrets": []})).await;
+    assert_eq!(r.status(), 200, "the owner drops it");
+}
