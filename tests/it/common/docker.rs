@@ -279,6 +279,22 @@ impl Drop for DockerEnv {
     }
 }
 
+/// sandboxd's host pid in a container, once it runs: the container's first process is Docker's
+/// init (`--init`) and sandboxd its child. Until the init's fork has exec'd, the child is not
+/// yet sandboxd, so `None`.
+pub fn sandboxd_pid(container: &str) -> Option<i32> {
+    let init = docker_try(&["inspect", "--format", "{{.State.Pid}}", container]).ok()?;
+    let children = std::fs::read_to_string(format!("/proc/{init}/task/{init}/children")).ok()?;
+    children.split_whitespace().find_map(|c| {
+        let comm = std::fs::read_to_string(format!("/proc/{c}/comm")).ok()?;
+        if comm.trim() == "sandboxd" {
+            c.parse().ok()
+        } else {
+            None
+        }
+    })
+}
+
 /// The container's address on its agent network.
 pub fn container_ip(container: &str) -> String {
     docker(&[

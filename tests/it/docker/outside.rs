@@ -163,22 +163,12 @@ async fn killing_sandboxd_while_the_agent_starts_fails_the_start_and_says_why() 
     })
     .await;
     assert_eq!(s.state(&id).await, "starting");
-    // sandboxd is the only child of the container's init (`--init`). The container counts as
-    // running as soon as the init runs; its child is still the init's own fork until it has
-    // exec'd sandboxd, so that is waited for.
-    let init = docker(&["inspect", "--format", "{{.State.Pid}}", &container]);
-    let sandboxd_pid = || -> Option<i32> {
-        let children =
-            std::fs::read_to_string(format!("/proc/{init}/task/{init}/children")).ok()?;
-        let pid: i32 = children.split_whitespace().next()?.parse().ok()?;
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
-        (comm.trim() == "sandboxd").then_some(pid)
-    };
+    // The container counts as running as soon as its init runs; sandboxd comes a moment later.
     wait_for("sandboxd runs under the container's init", || async {
-        sandboxd_pid().is_some()
+        sandboxd_pid(&container).is_some()
     })
     .await;
-    let sandboxd = sandboxd_pid().expect("sandboxd's pid");
+    let sandboxd = sandboxd_pid(&container).expect("sandboxd's pid");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(sandboxd),
         nix::sys::signal::Signal::SIGKILL,

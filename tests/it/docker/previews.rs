@@ -771,9 +771,11 @@ async fn a_request_under_way_when_its_preview_is_deleted_never_reaches_the_app()
     let p = preview(&s, &id, 8800, "public").await;
     let container = env.container(&id);
 
-    // The sandbox frozen, a request gets as far as asking it for a connection to the app
-    // (it holds the agent in use from then on) and waits there.
-    docker(&["pause", &container]);
+    // sandboxd stopped, a request gets as far as asking it for a connection to the app (it
+    // holds the agent in use from then on) and waits there. A `docker pause` would not do: the
+    // server takes that in as light sleep, and the request would wake the agent.
+    let sandboxd = nix::unistd::Pid::from_raw(sandboxd_pid(&container).expect("sandboxd's pid"));
+    nix::sys::signal::kill(sandboxd, nix::sys::signal::Signal::SIGSTOP).expect("stop sandboxd");
     let request = tokio::spawn(
         to(
             &s,
@@ -795,7 +797,7 @@ async fn a_request_under_way_when_its_preview_is_deleted_never_reaches_the_app()
         )
         .await;
     assert_eq!(status, 204);
-    docker(&["unpause", &container]);
+    nix::sys::signal::kill(sandboxd, nix::sys::signal::Signal::SIGCONT).expect("wake sandboxd");
 
     // The deleted preview lets nothing through: the request ends as one made after the delete.
     let r = tokio::time::timeout(DEADLINE, request)

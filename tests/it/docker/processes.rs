@@ -194,16 +194,9 @@ fn own_rss_kib() -> u64 {
 
 /// sandboxd's resident memory, read from the host.
 fn sandboxd_rss_kib(env: &DockerEnv, id: &str) -> u64 {
-    // The container's first process is Docker's init; sandboxd is its child.
-    let init = docker(&["inspect", "--format", "{{.State.Pid}}", &env.container(id)]);
-    let children = std::fs::read_to_string(format!("/proc/{init}/task/{init}/children"))
-        .expect("init's children");
-    let pid = children
-        .split_whitespace()
-        .find(|c| {
-            std::fs::read_to_string(format!("/proc/{c}/comm")).is_ok_and(|n| n.trim() == "sandboxd")
-        })
-        .unwrap_or_else(|| panic!("no sandboxd below the container's init ({children})"));
+    let container = env.container(id);
+    let pid = sandboxd_pid(&container)
+        .unwrap_or_else(|| panic!("no sandboxd below the init of {container}"));
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("sandboxd status");
     status
         .lines()
