@@ -140,11 +140,16 @@ mod tests {
             reason: None,
             bytes_up: bytes.map(|b| b.0),
             bytes_down: bytes.map(|b| b.1),
+            secret: None,
         };
         let text = output::egress_log_table(&[
             entry("pypi.org", true, Some((10, 2000))),
             entry("github.com", true, None),
             entry("evil\u{1b}.example", false, None),
+            EgressLogEntry {
+                secret: Some("GITHUB_TOKEN".into()),
+                ..entry("api.github.com", true, None)
+            },
         ]);
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[0].starts_with("TIME"), "{text}");
@@ -160,6 +165,7 @@ mod tests {
             lines[3].contains("evil?.example:443") && lines[3].contains("refused"),
             "{text}"
         );
+        assert!(lines[4].contains("GITHUB_TOKEN"), "{text}");
         assert!(output::egress_log_table(&[]).contains("no egress decisions"));
     }
 }

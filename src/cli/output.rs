@@ -39,7 +39,14 @@ pub fn egress_log_table(entries: &[crate::api::types::EgressLogEntry]) -> String
         return "no egress decisions since the server started\n".to_string();
     }
     let mut table = plain_table();
-    table.set_header(["TIME", "DESTINATION", "DECISION", "RULE", "BYTES UP/DOWN"]);
+    table.set_header([
+        "TIME",
+        "DESTINATION",
+        "DECISION",
+        "RULE",
+        "BYTES UP/DOWN",
+        "SECRET",
+    ]);
     for e in entries {
         // The sandbox named the destination: no control characters reach the terminal.
         let host: String = e
@@ -65,6 +72,7 @@ pub fn egress_log_table(entries: &[crate::api::types::EgressLogEntry]) -> String
             if e.allowed { "allowed" } else { "refused" }.to_string(),
             e.rule.clone().unwrap_or_else(|| "-".into()),
             bytes,
+            e.secret.clone().unwrap_or_else(|| "-".into()),
         ]);
     }
     render(&table)

@@ -29,6 +29,8 @@ pub struct LogEntry {
     pub reason: Option<String>,
     /// Bytes up and down, once an allowed connection has closed.
     pub bytes: Option<(u64, u64)>,
+    /// The secret the decision was about (swapped in, or what got the request refused).
+    pub secret: Option<String>,
 }
 
 /// A destination the proxy refused.
@@ -121,6 +123,7 @@ impl EgressLog {
                 rule: event.rule.clone(),
                 reason: event.reason.clone(),
                 bytes,
+                secret: event.secret.clone(),
             });
             if event.allowed {
                 return;

@@ -32,6 +32,7 @@ test('a user signs in with name and password; a wrong password shows the serverâ
   assert.equal((await page.getByTestId('whoami').textContent()).trim(), 'ann');
   // A member is not offered the Users page.
   assert.equal(await page.getByRole('link', { name: 'Users' }).count(), 0);
+  assert.equal(await page.getByRole('link', { name: 'Secrets' }).count(), 0);
   await screenshot(page, 'signed-in-member.png');
 });
 

@@ -1835,6 +1835,11 @@ export interface components {
             reason?: string | null;
             /** @description The rule that decided, or null when no rule matched (so it was refused). */
             rule?: string | null;
+            /**
+             * @description The secret the decision was about (never its value): swapped into a request when
+             *     `allowed`, or what got the request refused when not. Absent otherwise.
+             */
+            secret?: string | null;
         };
         /** @description An agent's `egress`: what its sandbox may reach through the server. */
         EgressRules: {

@@ -58,6 +58,10 @@ export type MemberRole = Schemas['MemberRole'];
 export type AgentMember = Schemas['AgentMember'];
 export type CommandApprovals = Schemas['CommandApprovals'];
 export type AuditEntry = Schemas['AuditEntry'];
+/** A secret as the API shows it: never its value (`GET /api/v1/secrets`). */
+export type Secret = Schemas['Secret'];
+/** `PUT /api/v1/secrets/{name}`: the value goes in, and never comes back out. */
+export type PutSecret = Schemas['PutSecret'];
 export type AuditAction = Schemas['AuditAction'];
 
 /** `GET /api/v1/limits`: defaults and maxima, so forms can say them up front. */
@@ -261,6 +265,9 @@ export const api = {
   createUser: (body: NewUser) => sendJson<User>('POST', '/users', body),
   updateUser: (id: string, body: UserUpdate) => sendJson<User>('PATCH', `/users/${q(id)}`, body),
   deleteUser: (id: string) => sendJson<void>('DELETE', `/users/${q(id)}`),
+  secrets: () => getJson<Secret[]>('/secrets'),
+  putSecret: (name: string, body: PutSecret) => sendJson<Secret>('PUT', `/secrets/${q(name)}`, body),
+  deleteSecret: (name: string) => sendJson<void>('DELETE', `/secrets/${q(name)}`),
   /** One's own tokens; an admin's list has everyone's. */
   tokens: () => getJson<Token[]>('/tokens'),
   createToken: (body: NewToken) => sendJson<CreatedToken>('POST', '/tokens', body),

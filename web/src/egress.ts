@@ -1,5 +1,6 @@
 // An agent's internet access: its egress rules (editable; they apply at once, no restart) and the
-// destinations its sandbox was refused lately, each with a button that allows it.
+// destinations its sandbox was refused lately, each with a button that allows it, and the secrets
+// the proxy swapped into its requests lately (by name: a value never reaches the browser).
 import { api, ApiError, errorMessage, type Agent, type EgressRules } from './api';
 import { h, replace, toast } from './dom';
 import { store } from './store';
@@ -21,6 +22,7 @@ export function egressCard(getAgent: () => Agent | null, onDone: () => void): {
   const save = h('button', { type: 'submit', class: 'btn btn-primary btn-small' }, 'Save rules');
   const close = h('button', { type: 'button', class: 'btn btn-small' }, 'Close');
   const blocked = h('ul', { class: 'egress-blocked', 'data-testid': 'egress-blocked' });
+  const secretUses = h('ul', { class: 'egress-blocked', 'data-testid': 'egress-secret-uses' });
   const el = h(
     'form',
     { class: 'settings card egress', novalidate: true, 'aria-label': 'Internet access', 'data-testid': 'egress-form' },
@@ -35,6 +37,8 @@ export function egressCard(getAgent: () => Agent | null, onDone: () => void): {
     error,
     h('h3', { class: 'egress-blocked-title' }, 'Blocked lately'),
     blocked,
+    h('h3', { class: 'egress-blocked-title' }, 'Secrets used lately'),
+    secretUses,
   );
   close.addEventListener('click', onDone);
   el.addEventListener('keydown', (e) => {
@@ -86,6 +90,15 @@ export function egressCard(getAgent: () => Agent | null, onDone: () => void): {
   };
 
   const update = (a: Agent) => {
+    const uses = store.secretUses.get(a.id) ?? [];
+    replace(
+      secretUses,
+      uses.length === 0
+        ? h('li', { class: 'muted' }, 'No secret was sent lately.')
+        : uses.map((u) =>
+            h('li', { 'data-secret-use': `${u.secret}@${u.host}:${u.port}` }, h('span', { class: 'mono' }, u.secret ?? ''), ' → ', h('span', { class: 'mono' }, `${u.host}:${u.port}`)),
+          ),
+    );
     const recent = store.blocked.get(a.id) ?? [];
     if (recent.length === 0) {
       replace(blocked, h('li', { class: 'muted' }, 'Nothing was blocked lately.'));
@@ -94,8 +107,10 @@ export function egressCard(getAgent: () => Agent | null, onDone: () => void): {
     replace(
       blocked,
       recent.map((b) => {
-        const allowIt = h('button', { type: 'button', class: 'btn btn-small', 'data-allow': b.host }, 'Allow');
-        allowIt.addEventListener('click', async () => {
+        // A refused secret is about where the secret may go, not the rules: allowing the host
+        // would not let it through, so there is no button.
+        const allowIt = b.secret ? null : h('button', { type: 'button', class: 'btn btn-small', 'data-allow': b.host }, 'Allow');
+        allowIt?.addEventListener('click', async () => {
           const cur = getAgent()?.egress;
           const allowed = cur?.allow ?? [];
           if (allowed.includes(b.host)) return;
@@ -106,9 +121,10 @@ export function egressCard(getAgent: () => Agent | null, onDone: () => void): {
         });
         return h(
           'li',
-          { 'data-blocked': `${b.host}:${b.port}` },
+          { 'data-blocked': `${b.host}:${b.port}`, 'data-secret': b.secret ?? null },
           h('span', { class: 'mono' }, `${b.host}:${b.port}`),
           ' ',
+          b.secret ? h('span', { class: 'mono' }, `secret ${b.secret} `) : null,
           h('span', { class: 'muted' }, b.reason ?? ''),
           ' ',
           allowIt,

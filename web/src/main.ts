@@ -9,6 +9,7 @@ import { me } from './me';
 import { tokensPage } from './tokens';
 import { auditPage } from './audit';
 import { usersPage } from './users';
+import { secretsPage } from './secrets';
 import { linkHandler, setRenderer, type Page } from './nav';
 import { isRepeat, nextTarget } from './nextpath';
 
@@ -48,7 +49,7 @@ function header(): HTMLElement {
     a.addEventListener('click', linkHandler(path));
     return a;
   };
-  const nav = h('nav', { class: 'topnav', 'aria-label': 'Pages' }, link('/', 'Agents'), link('/tokens', 'Tokens'), link('/audit', 'Audit'), me.can('admin') ? link('/users', 'Users') : null);
+  const nav = h('nav', { class: 'topnav', 'aria-label': 'Pages' }, link('/', 'Agents'), link('/tokens', 'Tokens'), link('/audit', 'Audit'), me.can('admin') ? link('/users', 'Users') : null, me.can('admin') ? link('/secrets', 'Secrets') : null);
   const who = me.get();
   const user = who ? h('span', { class: 'whoami muted', 'data-testid': 'whoami', title: `Signed in as ${who.user.name} (${who.user.role})` }, who.user.name) : null;
   return h('header', { class: 'topbar' }, home, nav, h('div', { class: 'topbar-right' }, approvalsBadge().el, user, signOut));
@@ -63,6 +64,7 @@ function render(): void {
   else if (path === '/tokens') page = tokensPage();
   else if (path === '/users') page = usersPage();
   else if (path === '/audit') page = auditPage();
+  else if (path === '/secrets') page = secretsPage();
   else page = agentsPage();
   const wrap = h('div', { class: 'shell' }, header(), h('main', { class: 'main', id: 'main' }, page.el));
   mount({ el: wrap, unmount: page.unmount });

@@ -1,7 +1,7 @@
 // Live agent state: one list fetch, then the SSE stream `GET /api/v1/events`. No polling.
 import { api, errorMessage, BASE, type Agent, type EgressEvent, type EgressLogEntry, type ProcessEvent, type PullProgress } from './api';
 
-/** Refusals kept per agent for its page (newest first): the server's egress log, then the event stream. */
+/** Refusals (and secret uses) kept per agent for its page (newest first): the server's egress log, then the event stream. */
 const BLOCKED_KEPT = 20;
 
 type Listener = () => void;
@@ -11,6 +11,9 @@ export type PassedEvent = 'session' | 'session_deleted' | 'approval';
 type EventListener = (data: unknown) => void;
 
 export type StreamStatus = 'connecting' | 'live' | 'reconnecting';
+
+const sameDestination = (a: EgressEvent, b: EgressEvent) => a.host === b.host && a.port === b.port;
+const sameUse = (a: EgressEvent, b: EgressEvent) => sameDestination(a, b) && a.secret === b.secret;
 
 class AgentStore {
   readonly agents = new Map<string, Agent>();
@@ -23,6 +26,8 @@ class AgentStore {
   loadError: string | null = null;
   /** Each agent's recent refusals by the egress proxy, newest first, one per destination. */
   readonly blocked = new Map<string, EgressEvent[]>();
+  /** Each agent's recent uses of its secrets (swapped in by the proxy), newest first, one per secret and destination. */
+  readonly secretUses = new Map<string, EgressEvent[]>();
   private listeners = new Set<Listener>();
   private processListeners = new Set<ProcessListener>();
   private eventListeners = new Map<PassedEvent, Set<EventListener>>();
@@ -103,24 +108,33 @@ class AgentStore {
   }
 
   /**
-   * Adds the refusals of agent `id`'s egress log (oldest first), as the server kept them, under
-   * those the stream brought since (which are newer): the list survives a reload.
+   * Adds the refusals and secret uses of agent `id`'s egress log (oldest first), as the server
+   * kept them, under those the stream brought since (which are newer): the lists survive a reload.
    */
   seedBlocked(id: string, log: EgressLogEntry[]): void {
-    const list = [...(this.blocked.get(id) ?? [])];
+    const blocked = [...(this.blocked.get(id) ?? [])];
+    const uses = [...(this.secretUses.get(id) ?? [])];
     for (const e of [...log].reverse()) {
-      if (e.allowed || list.some((b) => b.host === e.host && b.port === e.port)) continue;
-      list.push({ id, host: e.host, port: e.port, allowed: false, rule: e.rule, reason: e.reason, closed: true, bytesUp: 0, bytesDown: 0 });
+      const event: EgressEvent = { id, host: e.host, port: e.port, allowed: e.allowed, rule: e.rule, reason: e.reason, secret: e.secret, closed: true, bytesUp: 0, bytesDown: 0 };
+      if (!e.allowed && !blocked.some((b) => sameDestination(b, event))) blocked.push(event);
+      if (e.allowed && e.secret && !uses.some((u) => sameUse(u, event))) uses.push(event);
     }
-    this.blocked.set(id, list.slice(0, BLOCKED_KEPT));
+    this.blocked.set(id, blocked.slice(0, BLOCKED_KEPT));
+    this.secretUses.set(id, uses.slice(0, BLOCKED_KEPT));
     this.emit();
   }
 
   private onEgress(e: EgressEvent): void {
-    if (e.allowed) return;
-    const list = (this.blocked.get(e.id) ?? []).filter((b) => b.host !== e.host || b.port !== e.port);
-    list.unshift(e);
-    this.blocked.set(e.id, list.slice(0, BLOCKED_KEPT));
+    if (e.allowed) {
+      if (!e.secret) return;
+      const uses = (this.secretUses.get(e.id) ?? []).filter((u) => !sameUse(u, e));
+      uses.unshift(e);
+      this.secretUses.set(e.id, uses.slice(0, BLOCKED_KEPT));
+    } else {
+      const list = (this.blocked.get(e.id) ?? []).filter((b) => !sameDestination(b, e));
+      list.unshift(e);
+      this.blocked.set(e.id, list.slice(0, BLOCKED_KEPT));
+    }
     this.emit();
   }
 

@@ -159,6 +159,10 @@ pub struct EgressLogEntry {
     pub bytes_up: Option<u64>,
     /// Bytes sent to the sandbox, once an allowed connection has closed; null before.
     pub bytes_down: Option<u64>,
+    /// The secret the decision was about (never its value): swapped into a request when
+    /// `allowed`, or what got the request refused when not. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
 }
 
 impl From<egress::LogEntry> for EgressLogEntry {
@@ -172,6 +176,7 @@ impl From<egress::LogEntry> for EgressLogEntry {
             reason: e.reason,
             bytes_up: e.bytes.map(|b| b.0),
             bytes_down: e.bytes.map(|b| b.1),
+            secret: e.secret,
         }
     }
 }

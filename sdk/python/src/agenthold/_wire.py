@@ -392,6 +392,11 @@ class EgressLogEntry(TypedDict):
     """
     The rule that decided, or null when no rule matched (so it was refused).
     """
+    secret: NotRequired[str | None]
+    """
+    The secret the decision was about (never its value): swapped into a request when
+    `allowed`, or what got the request refused when not. Absent otherwise.
+    """
 
 
 class EgressRules(TypedDict, closed=True):
