@@ -164,7 +164,7 @@ async fn requests_node_fetch_git_and_pip_work_through_interception_in_plain_debi
 }
 
 /// MiB the large download sends: `AGENTHOLD_TEST_DOWNLOAD_MIB` (`scripts/test`, as CI runs it,
-/// sets 256: 1 GiB takes about 50 s on 2 loaded cores), 1024 (1 GiB) without.
+/// sets 256: 1 GiB takes 25 to 50 s on 2 busy cores), 1024 (1 GiB) without.
 fn download_mib() -> usize {
     std::env::var("AGENTHOLD_TEST_DOWNLOAD_MIB")
         .ok()
