@@ -19,6 +19,7 @@ pub mod client;
 pub mod docker;
 pub mod engine;
 pub mod factories;
+pub mod internet;
 pub mod previews;
 pub mod process;
 pub mod procs;

@@ -2,6 +2,7 @@
 //! They need a static sandboxd (scripts/build-sandboxd.sh) and the test images
 //! (scripts/docker-setup.sh); without an engine they skip, saying so once for the binary.
 
+mod clients;
 mod code;
 mod command_approvals;
 mod crash;

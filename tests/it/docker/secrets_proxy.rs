@@ -6,98 +6,24 @@
 //! Uses the grants (`PUT /api/v1/secrets/{name}`, agents' `secrets`, the placeholder in the
 //! sandbox's env).
 
-use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr};
-use std::sync::Arc;
-
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio_rustls::rustls;
 
 use crate::common::docker::*;
+use crate::common::internet::Internet;
 
 const IMAGE: &str = "agenthold/agent:bookworm";
 const VALUE: &str = "sk-test-the-real-value";
-
-/// An HTTPS server for `api.test` and `other.test` on loopback, and its CA's PEM.
-async fn echo_authorization() -> (u16, String) {
-    let ca_key = KeyPair::generate().expect("a key");
-    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign];
-    // Names of their own: a leaf whose issuer reads as its own subject is taken as self-signed.
-    ca.distinguished_name
-        .push(DnType::CommonName, "agenthold test internet CA");
-    let ca_cert = ca.self_signed(&ca_key).expect("the authority");
-    let issuer = Issuer::new(ca, ca_key);
-    let key = KeyPair::generate().expect("a key");
-    let mut leaf = CertificateParams::new(vec!["api.test".to_string(), "other.test".to_string()])
-        .expect("params");
-    leaf.distinguished_name.push(DnType::CommonName, "api.test");
-    let leaf = leaf
-        .signed_by(&key, &issuer)
-        .expect("the server's certificate");
-    let der = rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).expect("a key");
-    let tls = rustls::ServerConfig::builder()
-        .with_no_client_auth()
-        .with_single_cert(vec![leaf.der().clone()], der)
-        .expect("TLS settings");
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a port");
-    let port = listener.local_addr().expect("its address").port();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                let Ok(mut tls) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                let mut buf = vec![0u8; 4096];
-                let mut seen = Vec::new();
-                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match tls.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => seen.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let head = String::from_utf8_lossy(&seen).to_ascii_lowercase();
-                let auth = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("authorization:"))
-                    .unwrap_or("none")
-                    .trim()
-                    .to_string();
-                let answer = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{auth}",
-                    auth.len()
-                );
-                let _ = tls.write_all(answer.as_bytes()).await;
-                let _ = tls.shutdown().await;
-            });
-        }
-    });
-    (port, ca_cert.pem())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_granted_secret_reaches_its_host_only_and_the_sandbox_sees_a_placeholder() {
     let Some(env) = DockerEnv::new_or_skip() else {
         return;
     };
-    let (port, ca_pem) = echo_authorization().await;
-    let dir = tempfile::tempdir().expect("a folder");
-    let ca_file = dir.path().join("internet.pem");
-    std::fs::write(&ca_file, &ca_pem).expect("the CA's file");
+    let internet = Internet::start(&["api.test", "other.test"]).await;
     let s = env
         .server_with(false, |c| {
-            c.sandbox.egress.resolve = BTreeMap::from([
-                ("api.test".to_string(), IpAddr::V4(Ipv4Addr::LOCALHOST)),
-                ("other.test".to_string(), IpAddr::V4(Ipv4Addr::LOCALHOST)),
-            ]);
-            c.sandbox.egress.ca_certificates = ca_file.clone();
+            c.sandbox.egress.resolve = internet.resolve(&["api.test", "other.test"]);
+            c.sandbox.egress.ca_certificates = internet.ca_file.clone();
         })
         .await;
     let (status, body) = s
@@ -124,15 +50,15 @@ async fn a_granted_secret_reaches_its_host_only_and_the_sandbox_sees_a_placehold
     );
     let curl = |host: &str| {
         format!(
-            "curl -sS --max-time 20 -H \"Authorization: Bearer $API_TOKEN\" https://{host}:{port}/echo-headers"
+            "curl -sS --max-time 20 -H \"Authorization: Bearer $API_TOKEN\" https://{host}/echo-headers"
         )
     };
     // Through the proxy's interception (curl trusts the installation CA agenthold installed).
     let out = s.exec_ok(&id, &["bash", "-c", &curl("api.test")]).await;
-    assert_eq!(out.trim(), format!("bearer {}", VALUE.to_ascii_lowercase()));
+    assert_eq!(out.trim(), format!("Bearer {VALUE}"));
     // Spliced, untouched: the other host gets the worthless placeholder, never the value.
     let out = s.exec_ok(&id, &["bash", "-c", &curl("other.test")]).await;
-    assert!(out.trim().starts_with("bearer agenthold-secret:"), "{out}");
+    assert!(out.trim().starts_with("Bearer agenthold-secret:"), "{out}");
     // Plain HTTP to a host the secret does not name: refused before it leaves.
     let out = s
         .exec(
