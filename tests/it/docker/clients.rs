@@ -70,6 +70,11 @@ const PYTHON_URLLIB: &str = "python3 -c 'import os, urllib.request as u; \
 const PYTHON_REQUESTS: &str = "python3 -c 'import os, requests; \
      print(requests.get(\"https://api.test/echo-headers\", timeout=60, \
      headers={\"Authorization\": \"Bearer \" + os.environ[\"API_TOKEN\"]}).text)'";
+/// The dev image has no `requests` of its own, but pip carries one (with certifi's bundle, which
+/// `REQUESTS_CA_BUNDLE` overrides, as for any `requests`).
+const PIP_REQUESTS: &str = "python3 -c 'import os; from pip._vendor import requests; \
+     print(requests.get(\"https://api.test/echo-headers\", timeout=60, \
+     headers={\"Authorization\": \"Bearer \" + os.environ[\"API_TOKEN\"]}).text)'";
 /// Node 18's `fetch` ignores `HTTPS_PROXY`: it resolves `api.test` itself and dials port 443,
 /// which transparent mode takes to the proxy.
 const NODE_FETCH: &str = "node -e 'fetch(\"https://api.test/echo-headers\", \
@@ -141,6 +146,7 @@ async fn curl_python_git_and_pip_work_through_interception_in_the_dev_image() {
         &[
             ("curl", CURL),
             ("python urllib", PYTHON_URLLIB),
+            ("python requests (pip's)", PIP_REQUESTS),
             ("git", GIT),
             ("pip", PIP),
         ],
