@@ -11,8 +11,9 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 
+use crate::common::client::Client;
 use crate::common::docker::*;
-use crate::common::{read_until, send_keys, wait_for, TestServer, Ws, DEADLINE, TOKEN};
+use crate::common::{process, read_until, send_keys, wait_for, TestServer, Ws, DEADLINE, TOKEN};
 
 /// Pinged every second: three missed pings (3 s) would drop a session the reaper did not spare.
 async fn server(env: &DockerEnv) -> TestServer {
@@ -65,7 +66,7 @@ async fn session_of(ws: &mut Ws) -> String {
 }
 
 /// The counter's output so far, as numbers (reading it is a use: it thaws a paused agent).
-async fn counted(s: &TestServer, id: &str) -> Vec<u64> {
+async fn counted(s: &Client, id: &str) -> Vec<u64> {
     let ndjson = s
         .get_text(&format!("/api/v1/agents/{id}/processes/counter/output"))
         .await;
@@ -181,4 +182,70 @@ async fn an_outside_docker_pause_and_unpause_are_taken_in() {
     assert_eq!(s.exec_ok(&id, &["echo", "on"]).await.trim(), "on");
     s.destroy(&id).await;
     s.stop().await;
+}
+
+/// A pause outlives the server: killed while an agent is paused, the server finds it paused at
+/// its next start (the container still frozen, not stopped), and the first use thaws it, its
+/// process counting on where it was and sandboxd dialling the new server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_agent_stays_paused_across_a_server_kill_and_thaws_on_use() {
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sandbox = process::docker_sandbox_yaml(&env.prefix, &env.pool, BUSYBOX_IMAGE, None);
+    let server =
+        process::ServerConfig::write(dir.path(), "0.0.0.0", &sandbox, Duration::from_secs(90));
+    let running = server.start().await;
+    let id = server
+        .running_agent(json!({"name": "kept", "cpus": 0.5}))
+        .await;
+    let (st, body) = server
+        .call(
+            "POST",
+            &format!("/api/v1/agents/{id}/processes"),
+            Some(json!({"command": ["sh", "-c", "i=0; while :; do echo $i; i=$((i+1)); sleep 1; done"], "tag": "counter"})),
+        )
+        .await;
+    assert_eq!(st, 201, "{body}");
+    wait_for("the counter counts", || async {
+        counted(&server, &id).await.len() >= 2
+    })
+    .await;
+    let (st, body) = server
+        .call("POST", &format!("/api/v1/agents/{id}/pause"), None)
+        .await;
+    assert_eq!(
+        (st, body["state"].as_str()),
+        (202, Some("paused")),
+        "{body}"
+    );
+    running.kill();
+
+    let _running = server.start().await;
+    assert_eq!(server.state(&id).await, "paused");
+    assert!(
+        paused_in_docker(&env, &id),
+        "the restart unpaused or stopped the container"
+    );
+
+    // Reading the output is a use: it thaws the agent, and sandboxd, whose old connection died
+    // with the server, dials the new one.
+    let before = counted(&server, &id).await;
+    assert_eq!(server.state(&id).await, "running");
+    let last = *before.last().expect("counted before the pause");
+    wait_for("the counter counts on", || async {
+        counted(&server, &id)
+            .await
+            .last()
+            .is_some_and(|n| *n > last + 1)
+    })
+    .await;
+    let after = counted(&server, &id).await;
+    assert_eq!(
+        after.iter().filter(|n| **n == 0).count(),
+        1,
+        "it restarted: {after:?}"
+    );
+    server.destroy(&id).await;
 }
