@@ -22,6 +22,9 @@ struct Entry {
     cpu: Option<(u64, DateTime<Utc>)>,
     /// sandboxd's last report said a process started with `keepAwake` runs.
     kept_awake: bool,
+    /// Uses begun so far ([`ActivityTracker::touch`], [`ActivityTracker::hold`]); sandboxd's
+    /// reports are not uses.
+    uses: u64,
 }
 
 impl Entry {
@@ -34,6 +37,7 @@ impl Entry {
             previews: 0,
             cpu: None,
             kept_awake: false,
+            uses: 0,
         }
     }
 }
@@ -73,7 +77,15 @@ impl ActivityTracker {
     /// Someone used the agent (API call, file access, wake).
     pub fn touch(&self, id: &str) {
         let now = Utc::now();
-        self.with(id, |e| e.last = now);
+        self.with(id, |e| {
+            e.last = now;
+            e.uses += 1;
+        });
+    }
+
+    /// How many uses of agent `id` have begun: one that changed began a use in between.
+    pub fn uses(&self, id: &str) -> u64 {
+        self.with(id, |e| e.uses)
     }
 
     /// Marks a terminal or exec as running until the guard drops.
@@ -81,6 +93,7 @@ impl ActivityTracker {
         let now = Utc::now();
         self.with(id, |e| {
             e.last = now;
+            e.uses += 1;
             match kind {
                 Use::Terminal => e.terminals += 1,
                 Use::Exec => e.execs += 1,

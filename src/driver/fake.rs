@@ -46,6 +46,11 @@ const FAKE_STEP: Duration = Duration::from_millis(80);
 pub const FAKE_RUNTIMES: [&str; 2] = ["runc", "runsc"];
 /// The file in a fake sandbox's folder (beside `home`) that names its runtime.
 pub const RUNTIME_FILE: &str = "runtime";
+/// A file in a fake sandbox's folder that holds a pause half-way until it is removed (tests).
+pub const PAUSE_HOLD: &str = "pause.hold";
+/// The file a held pause writes when it waits on [`PAUSE_HOLD`].
+pub const PAUSE_WAITING: &str = "pause.waiting";
+
 /// The file in a fake sandbox's folder holding the security options a container of its spec
 /// gets (`no-new-privileges:true`, or nothing for an agent allowed root), for tests to read:
 /// the fake has no container to hold them, and its commands run as the server's own user.
@@ -298,6 +303,16 @@ impl Driver for FakeDriver {
     }
 
     async fn pause(&self, id: &str) -> Result<(), DriverError> {
+        // Tests hold a pause half-way (to race a use against it) with a file `pause.hold` in
+        // the sandbox's folder: the pause marks `pause.waiting` and waits until it is gone.
+        let hold = self.dir(id).join(PAUSE_HOLD);
+        if hold.exists() {
+            let _ = std::fs::write(self.dir(id).join(PAUSE_WAITING), b"");
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            while hold.exists() && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
         self.set_paused(id, true)
     }
 

@@ -44,11 +44,19 @@ impl Lifecycle {
                 op: "pause",
             });
         }
+        let uses = self.activity.uses(id);
         if !still_idle(&agent) {
             return Ok(None);
         }
         self.driver.pause(id).await?;
         match self.transition(id, &[Running], Paused, "pause").await {
+            // A use that began while the sandbox was being frozen saw it running and went on
+            // to it (a wake touches the activity before it looks for a pause): it must not wait
+            // on a frozen sandbox, so the pause is undone at once.
+            Ok(_) if self.activity.uses(id) != uses => {
+                self.thaw_held(id).await?;
+                Ok(None)
+            }
             Ok(agent) => Ok(Some(agent)),
             Err(e) => {
                 // It moved on meanwhile (a stop or destroy began): whatever it does next needs
@@ -67,6 +75,11 @@ impl Lifecycle {
     pub(super) async fn thaw(&self, id: &str) -> Result<bool, LifecycleError> {
         let lock = self.freeze_lock(id);
         let _held = lock.lock().await;
+        self.thaw_held(id).await
+    }
+
+    /// [`Lifecycle::thaw`] with agent `id`'s freeze lock held by the caller.
+    async fn thaw_held(&self, id: &str) -> Result<bool, LifecycleError> {
         let state = self
             .store
             .get_agent(id)

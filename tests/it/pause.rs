@@ -211,3 +211,34 @@ async fn a_paused_agent_whose_sandbox_ended_with_the_server_sleeps_after_a_resta
     // And it wakes as any sleeping agent does.
     assert_eq!(s.exec_ok(&id, &["echo", "back"]).await.trim(), "back");
 }
+
+/// A use that begins while the sandbox is being frozen finds the agent still running and goes on
+/// to it; the pause must not leave it waiting on a frozen sandbox: once frozen, the sandbox is
+/// thawed at once and the pause says it did not happen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_use_that_begins_while_a_pause_is_under_way_undoes_the_pause() {
+    use agenthold::driver::fake::{PAUSE_HOLD, PAUSE_WAITING};
+    let s = TestServer::start().await;
+    let id = s.running_agent("racer").await;
+    let folder = s.dir.path().join("fake").join(&id);
+    std::fs::write(folder.join(PAUSE_HOLD), b"").expect("hold the pause");
+    let pause = {
+        let api = s.api.clone();
+        let path = format!("/api/v1/agents/{id}/pause");
+        tokio::spawn(async move { api.call("POST", &path, None).await })
+    };
+    crate::common::wait_for("the pause to be under way", || async {
+        folder.join(PAUSE_WAITING).exists()
+    })
+    .await;
+    // The agent is still running as far as anyone can see: the exec goes on to the sandbox.
+    assert_eq!(s.state(&id).await, "running");
+    assert_eq!(s.exec_ok(&id, &["echo", "went-on"]).await.trim(), "went-on");
+    std::fs::remove_file(folder.join(PAUSE_HOLD)).expect("let the pause go on");
+
+    let (st, body) = pause.await.expect("join");
+    assert_eq!(st, 409, "the pause should have been undone: {body}");
+    assert!(body.to_string().contains("was not paused"), "{body}");
+    assert_eq!(s.state(&id).await, "running");
+    assert_eq!(s.exec_ok(&id, &["echo", "still"]).await.trim(), "still");
+}
