@@ -242,3 +242,23 @@ async fn a_use_that_begins_while_a_pause_is_under_way_undoes_the_pause() {
     assert_eq!(s.state(&id).await, "running");
     assert_eq!(s.exec_ok(&id, &["echo", "still"]).await.trim(), "still");
 }
+
+/// Under memory pressure (here: more free memory asked for than any host has) a paused agent is
+/// stopped, while a running one is left alone (which paused agents go first is
+/// `lifecycle::pressure`'s unit tests').
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_memory_pressure_a_paused_agent_is_stopped_and_a_running_one_is_not() {
+    let s = TestServer::start_with(|c| {
+        c.sandbox.idle_check_interval = Duration::from_millis(100);
+        c.sandbox.min_free_memory_mb = u64::MAX / 2;
+    })
+    .await;
+    let busy = s.running_agent("busy").await;
+    let id = s.running_agent("frozen").await;
+    let (st, body) = s
+        .call("POST", &format!("/api/v1/agents/{id}/pause"), None)
+        .await;
+    assert_eq!(st, 202, "{body}");
+    s.wait_state(&id, "sleeping").await;
+    assert_eq!(s.state(&busy).await, "running");
+}
