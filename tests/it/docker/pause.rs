@@ -249,3 +249,66 @@ async fn a_paused_agent_stays_paused_across_a_server_kill_and_thaws_on_use() {
     );
     server.destroy(&id).await;
 }
+
+/// Hostile: a sandbox with a thousand processes is paused and thawed a hundred times in a row
+/// (each thaw by a use that must be answered); it comes out of every one with its tunnel, the
+/// same processes and nothing left frozen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_processes_through_a_hundred_pauses_stay_and_answer() {
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
+    let s = server(&env).await;
+    let id = s
+        .running_agent(json!({"name": "crowd", "image": BUSYBOX_IMAGE, "cpus": 0.5}))
+        .await;
+    let count = "ps -o pid= | wc -l";
+    // A background process (an exec's children end with it) that forks the thousand and waits.
+    let (st, body) = s
+        .call(
+            "POST",
+            &format!("/api/v1/agents/{id}/processes"),
+            Some(json!({"command": ["sh", "-c", "for i in $(seq 1000); do sleep 3600 & done; wait"], "tag": "crowd"})),
+        )
+        .await;
+    assert_eq!(st, 201, "{body}");
+    let processes = || async {
+        s.exec_ok(&id, &["sh", "-c", count])
+            .await
+            .trim()
+            .parse::<u64>()
+            .expect("a count")
+    };
+    wait_for("a thousand processes", || async {
+        processes().await > 1000
+    })
+    .await;
+    let before = processes().await;
+    let conn = s.lc.tunnels().conn_id(&id).expect("the agent's tunnel");
+    let cycles = if std::env::var_os("CI").is_some() {
+        30
+    } else {
+        100
+    };
+    for i in 0..cycles {
+        let (st, body) = s
+            .call("POST", &format!("/api/v1/agents/{id}/pause"), None)
+            .await;
+        assert_eq!(st, 202, "pause {i}: {body}");
+        assert_eq!(
+            s.exec_ok(&id, &["echo", "up"]).await.trim(),
+            "up",
+            "thaw {i}"
+        );
+    }
+    assert!(!paused_in_docker(&env, &id));
+    assert_eq!(s.state(&id).await, "running");
+    s.assert_same_tunnel(&id, conn);
+    assert_eq!(
+        processes().await,
+        before,
+        "processes came or went across the pauses"
+    );
+    s.destroy(&id).await;
+    s.stop().await;
+}
