@@ -8,20 +8,30 @@
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_rustls::rustls;
 
+use agenthold::egress::SecretGuard;
+
 use crate::common::docker::*;
+use crate::common::TestServer;
 
 const IMAGE: &str = "agenthold/agent:bookworm";
 const VALUE: &str = "sk-test-the-real-value";
 
-/// An HTTPS server for `api.test` and `other.test` on loopback, and its CA's PEM.
-async fn echo_authorization() -> (u16, String) {
+/// "The internet": its port, its CA's PEM, and the `Host` of each request it received.
+struct Internet {
+    port: u16,
+    ca_pem: String,
+    hosts: Arc<Mutex<Vec<String>>>,
+}
+
+/// An HTTPS server for `api.test` and `other.test` on loopback.
+async fn echo_authorization() -> Internet {
     let ca_key = KeyPair::generate().expect("a key");
     let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -48,9 +58,11 @@ async fn echo_authorization() -> (u16, String) {
         .await
         .expect("a port");
     let port = listener.local_addr().expect("its address").port();
+    let hosts = Arc::new(Mutex::new(Vec::new()));
+    let all_seen = hosts.clone();
     tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
-            let acceptor = acceptor.clone();
+            let (acceptor, seen_hosts) = (acceptor.clone(), all_seen.clone());
             tokio::spawn(async move {
                 let Ok(mut tls) = acceptor.accept(tcp).await else {
                     return;
@@ -64,6 +76,9 @@ async fn echo_authorization() -> (u16, String) {
                     }
                 }
                 let head = String::from_utf8_lossy(&seen).to_ascii_lowercase();
+                if let Some(host) = head.lines().find_map(|l| l.strip_prefix("host:")) {
+                    hosts_seen(&seen_hosts).push(host.trim().to_string());
+                }
                 let auth = head
                     .lines()
                     .find_map(|l| l.strip_prefix("authorization:"))
@@ -79,7 +94,35 @@ async fn echo_authorization() -> (u16, String) {
             });
         }
     });
-    (port, ca_cert.pem())
+    Internet {
+        port,
+        ca_pem: ca_cert.pem(),
+        hosts,
+    }
+}
+
+fn hosts_seen(hosts: &Mutex<Vec<String>>) -> std::sync::MutexGuard<'_, Vec<String>> {
+    hosts.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A server whose proxy trusts `net`'s CA and finds `api.test` and `other.test` on loopback.
+async fn server(
+    env: &DockerEnv,
+    net: &Internet,
+    dir: &tempfile::TempDir,
+    guard: SecretGuard,
+) -> TestServer {
+    let ca_file = dir.path().join("internet.pem");
+    std::fs::write(&ca_file, &net.ca_pem).expect("the CA's file");
+    env.server_with(false, |c| {
+        c.sandbox.egress.resolve = BTreeMap::from([
+            ("api.test".to_string(), IpAddr::V4(Ipv4Addr::LOCALHOST)),
+            ("other.test".to_string(), IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        ]);
+        c.sandbox.egress.ca_certificates = ca_file.clone();
+        c.sandbox.egress.secret_guard = guard;
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -87,19 +130,10 @@ async fn a_granted_secret_reaches_its_host_only_and_the_sandbox_sees_a_placehold
     let Some(env) = DockerEnv::new_or_skip() else {
         return;
     };
-    let (port, ca_pem) = echo_authorization().await;
+    let net = echo_authorization().await;
+    let port = net.port;
     let dir = tempfile::tempdir().expect("a folder");
-    let ca_file = dir.path().join("internet.pem");
-    std::fs::write(&ca_file, &ca_pem).expect("the CA's file");
-    let s = env
-        .server_with(false, |c| {
-            c.sandbox.egress.resolve = BTreeMap::from([
-                ("api.test".to_string(), IpAddr::V4(Ipv4Addr::LOCALHOST)),
-                ("other.test".to_string(), IpAddr::V4(Ipv4Addr::LOCALHOST)),
-            ]);
-            c.sandbox.egress.ca_certificates = ca_file.clone();
-        })
-        .await;
+    let s = server(&env, &net, &dir, SecretGuard::Hosts).await;
     let (status, body) = s
         .call(
             "PUT",
@@ -145,5 +179,72 @@ async fn a_granted_secret_reaches_its_host_only_and_the_sandbox_sees_a_placehold
         )
         .await;
     assert_eq!(out["stdout"].as_str().unwrap_or_default(), "403", "{out}");
+    s.destroy(&id).await;
+}
+
+/// `sandbox.egress.secret_guard: all`: HTTPS to a host the secret does not name is intercepted
+/// too, so the placeholder is refused `403` there and the server sees nothing; without a
+/// placeholder the request goes through the interception as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_guard_on_all_a_placeholder_to_another_host_is_refused() {
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
+    let net = echo_authorization().await;
+    let port = net.port;
+    let dir = tempfile::tempdir().expect("a folder");
+    let s = server(&env, &net, &dir, SecretGuard::All).await;
+    let (status, body) = s
+        .call(
+            "PUT",
+            "/api/v1/secrets/API_TOKEN",
+            Some(json!({"value": VALUE, "hosts": ["api.test"]})),
+        )
+        .await;
+    assert!(status == 200 || status == 201, "{status} {body}");
+    let id = s
+        .running_agent(json!({
+            "name": "guarded",
+            "image": IMAGE,
+            "egress": {"allow": ["api.test", "other.test"]},
+            "secrets": ["API_TOKEN"],
+        }))
+        .await;
+    let out = s
+        .exec(
+            &id,
+            &[
+                "bash",
+                "-c",
+                &format!(
+                    "curl -sS --max-time 20 -w ' %{{http_code}}' -H \"Authorization: Bearer $API_TOKEN\" https://other.test:{port}/echo-headers"
+                ),
+            ],
+        )
+        .await;
+    let stdout = out["stdout"].as_str().unwrap_or_default();
+    assert!(stdout.ends_with(" 403"), "{out}");
+    assert!(
+        stdout.contains("secret API_TOKEN may only be sent to api.test") && !stdout.contains(VALUE),
+        "{out}"
+    );
+    assert!(
+        hosts_seen(&net.hosts).is_empty(),
+        "the server saw a request: {:?}",
+        hosts_seen(&net.hosts)
+    );
+    // Without a placeholder: through the interception (curl trusts the installation CA).
+    let out = s
+        .exec_ok(
+            &id,
+            &[
+                "bash",
+                "-c",
+                &format!("curl -sS --max-time 20 https://other.test:{port}/echo-headers"),
+            ],
+        )
+        .await;
+    assert_eq!(out.trim(), "none");
+    assert_eq!(hosts_seen(&net.hosts).len(), 1);
     s.destroy(&id).await;
 }
