@@ -462,6 +462,8 @@ fn egress_proxy(
             limiter,
             header_timeout: e.header_timeout,
             interception,
+            secret_guard: e.secret_guard,
+            body_budget: e.secret_body_budget_mb * 1024 * 1024,
         },
     )
 }

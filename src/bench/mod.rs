@@ -62,6 +62,9 @@ pub enum Case {
     Processes,
     /// the egress proxy: download throughput, connection overhead, many tunnels at once
     Egress,
+    /// TLS interception for a secret against the same server spliced: first byte, handshake,
+    /// download throughput (needs the ready image, for curl)
+    Secrets,
     /// gVisor (`runsc`) against runc: exec `true`, create → shell, wake, a file written and
     /// read
     Runtime,
@@ -217,6 +220,20 @@ async fn measure(
     if args.wants(Case::Egress) {
         progress("egress proxy");
         rows.extend(cases::egress::egress(&mut cx).await?);
+    }
+
+    if args.wants(Case::Secrets) {
+        if cases::common::have_ready_image().await {
+            progress("secrets: TLS interception against splicing");
+            rows.extend(cases::secrets::secrets(&mut cx).await?);
+        } else if args.cases.contains(&Case::Secrets) {
+            anyhow::bail!(
+                "the secrets case needs curl, in {} (scripts/build-agent-image.sh builds it)",
+                crate::config::AGENT_IMAGE
+            );
+        } else {
+            progress("secrets: skipped, no ready image (scripts/build-agent-image.sh)");
+        }
     }
 
     if args.wants(Case::Runtime) {

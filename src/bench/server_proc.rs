@@ -58,11 +58,15 @@ pub fn write_config(
         "server:\n  listen: 127.0.0.1:{api}\n  data_dir: {data}\n  previews:\n    listen: 127.0.0.1:{previews}\n\
          sandbox:\n  driver: docker\n  default_image: {image}\n  default_cpus: 1\n  default_memory_mb: 512\n  \
          process_output_kb: {process_kib}\n  max_streams_per_agent: 160\n  \
-         tunnel_listen: 0.0.0.0:{tunnel}\n  egress:\n    port: 0\n    dns_port: 0\n    resolve: {{{name}: 127.0.0.1}}\n  docker:\n    name_prefix: {prefix}\n    network_pool: 10.214.0.0/16\n",
+         tunnel_listen: 0.0.0.0:{tunnel}\n  egress:\n    port: 0\n    dns_port: 0\n    resolve: {{{name}: 127.0.0.1, {secret_name}: 127.0.0.1}}\n    ca_certificates: {ca}\n  docker:\n    name_prefix: {prefix}\n    network_pool: 10.214.0.0/16\n",
         data = dir.join("data").display(),
         name = EGRESS_NAME,
+        secret_name = crate::bench::servers::SECRET_NAME,
+        ca = serde_json::to_string(&dir.join(crate::bench::servers::CA_FILE))?,
         process_kib = OUTPUT_KIB,
     );
+    // "The internet" over HTTPS, trusted by the proxy and every sandbox (the secrets case).
+    crate::bench::servers::write_internet_pki(dir, &[EGRESS_NAME])?;
     if let Some(folder) = test_agent {
         // JSON strings are YAML strings: the folder's path needs no quoting rules of its own.
         let mount = serde_json::to_string(&format!("{}:{TEST_AGENT_MOUNT}:ro", folder.display()))?;

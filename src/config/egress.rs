@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::de::{de_duration, de_opt_upstream, ser_duration};
 use super::validate::{min_duration, Fail};
 use super::{ConfigError, SandboxConfig};
-use crate::egress::{DialSettings, EgressRules, SocketAddrOrName};
+use crate::egress::{DialSettings, EgressRules, SecretGuard, SocketAddrOrName};
 
 /// `sandbox.egress`: the proxy that is a sandbox's only way out.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -50,6 +50,13 @@ pub struct EgressConfig {
     /// A PEM file of certificate authorities every sandbox trusts besides its image's own (for
     /// networks whose outbound TLS is re-signed by a proxy); empty = none.
     pub ca_certificates: PathBuf,
+    /// Which TLS connections of an agent with granted secrets the proxy terminates: `hosts`
+    /// (those to a host a secret names) or `all` (every one, so a placeholder sent anywhere
+    /// else is refused).
+    pub secret_guard: SecretGuard,
+    /// MiB of request bodies the proxy holds whole at once, for all agents together, to swap
+    /// an `inBody` secret in them (each at most 1 MiB); a body past it is refused `503`.
+    pub secret_body_budget_mb: usize,
 }
 
 impl Default for EgressConfig {
@@ -66,6 +73,8 @@ impl Default for EgressConfig {
             header_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(10),
             ca_certificates: PathBuf::new(),
+            secret_guard: SecretGuard::Hosts,
+            secret_body_budget_mb: 64,
         }
     }
 }
@@ -88,6 +97,9 @@ impl EgressConfig {
         }
     }
 }
+
+/// The largest `secret_body_budget_mb`: 4 GiB of bodies is more than a server should hold.
+pub const MAX_BODY_BUDGET_MB: usize = 4096;
 
 /// Why `sandbox.egress.ca_certificates` cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -178,6 +190,15 @@ pub(super) fn validate(
             format!(
                 "({}) is below sandbox.egress.max_connections ({})",
                 e.max_total_connections, e.max_connections
+            ),
+        ));
+    }
+    if !(1..=MAX_BODY_BUDGET_MB).contains(&e.secret_body_budget_mb) {
+        return Err(fail(
+            "sandbox.egress.secret_body_budget_mb",
+            format!(
+                "({}) must be 1 to {MAX_BODY_BUDGET_MB}",
+                e.secret_body_budget_mb
             ),
         ));
     }

@@ -5,6 +5,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use super::*;
+use crate::egress::SecretGuard;
 
 fn no_env(_: &str) -> Option<String> {
     None
@@ -386,6 +387,28 @@ fn wrong_types_name_the_key() {
         e.contains("sandbox.driver: unknown variant `podman`"),
         "{e}"
     );
+    let e = err("sandbox:\n  egress:\n    secret_guard: everywhere\n");
+    assert!(
+        e.contains(
+            "sandbox.egress.secret_guard: unknown variant `everywhere`, expected `hosts` or `all`"
+        ),
+        "{e}"
+    );
+    let ok = |yaml: &str| load(yaml).unwrap().sandbox.egress.secret_guard;
+    assert_eq!(
+        ok("sandbox:\n  egress:\n    secret_guard: all\n"),
+        SecretGuard::All
+    );
+    assert_eq!(ok("{}\n"), SecretGuard::Hosts, "the default");
+    for n in ["0", "4097"] {
+        let e = err(&format!(
+            "sandbox:\n  egress:\n    secret_body_budget_mb: {n}\n"
+        ));
+        assert!(
+            e.contains("sandbox.egress.secret_body_budget_mb") && e.contains("must be 1 to 4096"),
+            "{e}"
+        );
+    }
     let e = err("sandbox:\n  docker:\n    network_pool: 10.213.0.0\n");
     assert!(
         e.contains("sandbox.docker.network_pool: \"10.213.0.0\" is not an IPv4 network"),

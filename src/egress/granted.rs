@@ -4,7 +4,36 @@
 
 use std::fmt;
 
+use serde::{Deserialize, Serialize};
+
 use super::rule::Rule;
+
+/// `sandbox.egress.secret_guard`: which TLS connections of an agent with granted secrets the
+/// proxy terminates to look for placeholders.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SecretGuard {
+    /// Only those to a host a granted secret names; the rest stay spliced, so a placeholder sent
+    /// there leaves unseen (worthless, but unrefused).
+    #[default]
+    Hosts,
+    /// Every TLS connection of an agent with at least one grant, so a placeholder anywhere is
+    /// refused; the price is that every destination of such an agent must verify against the
+    /// proxy's roots and speak HTTP inside its TLS.
+    All,
+}
+
+/// How the proxy treats a connection (from [`Granted::inside`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inside {
+    /// Bytes passed on untouched.
+    Spliced,
+    /// TLS terminated: a granted secret's value may go there.
+    Intercepted,
+    /// Terminated if it turns out to be TLS (`secret_guard: all`), to refuse a placeholder sent
+    /// where no secret may go; anything else is spliced.
+    GuardedIfTls,
+}
 
 /// One granted secret for one agent and boot.
 #[derive(Clone)]
@@ -91,6 +120,18 @@ impl Granted {
     pub fn intercepts(&self, host: &str, port: u16) -> bool {
         self.grants.iter().any(|g| g.allows(host, port))
     }
+
+    /// How a connection to `host` on `port` is treated under `guard`: an agent without grants
+    /// is never intercepted.
+    pub fn inside(&self, host: &str, port: u16, guard: SecretGuard) -> Inside {
+        if self.intercepts(host, port) {
+            Inside::Intercepted
+        } else if guard == SecretGuard::All && !self.is_empty() {
+            Inside::GuardedIfTls
+        } else {
+            Inside::Spliced
+        }
+    }
 }
 
 #[cfg(test)]
@@ -120,5 +161,22 @@ mod tests {
         assert!(all.intercepts("api.github.com", 443));
         assert!(!all.intercepts("other.test", 443));
         assert!(!Granted::default().intercepts("api.github.com", 443));
+        assert_eq!(
+            all.inside("other.test", 443, SecretGuard::Hosts),
+            Inside::Spliced
+        );
+        assert_eq!(
+            all.inside("other.test", 443, SecretGuard::All),
+            Inside::GuardedIfTls
+        );
+        assert_eq!(
+            all.inside("api.github.com", 443, SecretGuard::All),
+            Inside::Intercepted
+        );
+        assert_eq!(
+            Granted::default().inside("other.test", 443, SecretGuard::All),
+            Inside::Spliced,
+            "an agent without grants is never intercepted"
+        );
     }
 }

@@ -20,7 +20,7 @@ mod zerocopy;
 pub use ca::{CaError, InstallationCa};
 pub use dial::{Destination, DialSettings, Dialer, Refusal, SocketAddrOrName};
 pub use event::EgressEvent;
-pub use granted::{Grant, Granted};
+pub use granted::{Grant, Granted, Inside, SecretGuard};
 pub use log::{Denied, DeniedWatch, EgressLog, LogEntry, LOG_LEN, MAX_DENIED};
 pub use open::Connections;
 pub use proxy::{Proxy, ProxySettings, Sandboxes};
@@ -28,7 +28,7 @@ pub use reach::{is_own, is_public, reachable};
 pub use rule::{normalize_name, Rule, RuleError};
 pub use rules::{EgressChange, EgressRules, NameVerdict, Verdict, MAX_RULES};
 pub use sni::client_hello;
-pub use tls::{Interception, TlsSetupError};
+pub use tls::{provider as tls_provider, Interception, TlsSetupError};
 
 #[cfg(test)]
 mod tests;

@@ -15,6 +15,7 @@ mod refusal;
 mod rewound;
 mod secrets;
 mod tunnel;
+mod uses;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -31,10 +32,12 @@ use tokio_util::sync::CancellationToken;
 
 use self::forward::destination;
 use self::refusal::{plain_response, refuse_now, RefusalEvents};
+use self::secrets::BODY_UNIT;
+use self::uses::UseEvents;
 use super::counted::{Counted, Tally};
 use super::dial::{Destination, Dialer, Refusal};
 use super::event::EgressEvent;
-use super::granted::Granted;
+use super::granted::{Granted, Inside, SecretGuard};
 use super::open::{ClientSlot, Connections, UpstreamSlot};
 use super::rules::{EgressRules, Verdict};
 use super::tls::Interception;
@@ -71,10 +74,19 @@ pub struct ProxySettings {
     pub header_timeout: Duration,
     /// The CA and TLS client for destinations with a granted secret.
     pub interception: Arc<Interception>,
+    /// Which TLS connections of an agent with grants are terminated
+    /// (`sandbox.egress.secret_guard`).
+    pub secret_guard: SecretGuard,
+    /// Bytes of request bodies held whole (to swap an `inBody` secret) for all agents together.
+    pub body_budget: usize,
 }
 
 pub struct Proxy {
     refusals: RefusalEvents,
+    uses: UseEvents,
+    /// The budget of bodies held whole, in [`BODY_UNIT`]s.
+    bodies: Arc<tokio::sync::Semaphore>,
+    bodies_budget: usize,
     sandboxes: Arc<dyn Sandboxes>,
     dialer: Dialer,
     conns: Connections,
@@ -101,8 +113,12 @@ impl Proxy {
         dialer: Dialer,
         settings: ProxySettings,
     ) -> Arc<Proxy> {
+        let units = (settings.body_budget / BODY_UNIT).min(tokio::sync::Semaphore::MAX_PERMITS);
         Arc::new(Proxy {
             refusals: RefusalEvents::default(),
+            uses: UseEvents::default(),
+            bodies: Arc::new(tokio::sync::Semaphore::new(units)),
+            bodies_budget: settings.body_budget,
             sandboxes,
             dialer,
             conns: Connections::default(),
@@ -234,23 +250,23 @@ impl Proxy {
                 Ok(opened) => opened,
                 Err(refusal) => return refusal,
             };
-            if granted.intercepts(&dest.host, dest.port) {
-                self.intercept(req, upstream, slot, ended)
-            } else {
-                self.tunnel(req, upstream, slot, ended)
+            match granted.inside(&dest.host, dest.port, self.settings.secret_guard) {
+                Inside::Intercepted => self.intercept(req, upstream, slot, ended),
+                Inside::GuardedIfTls => self.tunnel(req, upstream, slot, ended, true),
+                Inside::Spliced => self.tunnel(req, upstream, slot, ended, false),
             }
         } else {
             // Placeholders are swapped (or the request refused) before the destination is
             // so much as dialled.
-            let req = match self.with_secrets(&caller, &dest, &granted, true, req).await {
-                Ok(req) => req,
+            let swapped = match self.with_secrets(&caller, &dest, &granted, true, req).await {
+                Ok(swapped) => swapped,
                 Err(refusal) => return refusal,
             };
             let (upstream, slot, ended) = match self.open_for(caller, &dest).await {
                 Ok(opened) => opened,
                 Err(refusal) => return refusal,
             };
-            self.forward(req, upstream, slot, ended).await
+            self.forward(swapped, upstream, slot, ended).await
         }
     }
 

@@ -29,6 +29,8 @@ struct OneSandbox {
     lookups: std::sync::atomic::AtomicUsize,
     hub: EventHub,
     granted: Mutex<Arc<Granted>>,
+    /// The agent's egress log, as the server keeps it.
+    log: EgressLog,
 }
 
 #[async_trait::async_trait]
@@ -54,7 +56,11 @@ impl Sandboxes for OneSandbox {
         }
     }
     fn publish(&self, event: EgressEvent) {
+        self.log.record(&event);
         self.hub.publish(AgentEvent::Egress(Box::new(event)));
+    }
+    fn record(&self, event: &EgressEvent) {
+        self.log.record(event);
     }
 }
 
@@ -112,6 +118,7 @@ async fn setup_with(
         lookups: Default::default(),
         hub: EventHub::default(),
         granted: Mutex::new(Arc::new(granted)),
+        log: EgressLog::default(),
     });
     let data = tempfile::tempdir().unwrap();
     let ca = Arc::new(InstallationCa::open(data.path()).unwrap());
@@ -133,6 +140,8 @@ async fn setup_with(
             ),
             header_timeout: config.header_timeout,
             interception,
+            secret_guard: config.secret_guard,
+            body_budget: config.secret_body_budget_mb * 1024 * 1024,
         },
     );
     let shutdown = CancellationToken::new();

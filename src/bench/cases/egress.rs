@@ -18,7 +18,7 @@ use super::common::{create_all_running_with, RssWatch};
 use super::Ctx;
 use crate::api::types::EgressRules;
 use crate::bench::docker_cli::docker;
-use crate::bench::servers::echo_server;
+use crate::bench::servers::{echo_server, zeros};
 use crate::bench::stats::{ms, percentile, Row};
 use crate::bench::target::Bound;
 use crate::cli::ExecBody;
@@ -251,19 +251,7 @@ async fn zeros_server(addr: &str, bytes: u64) -> anyhow::Result<u16> {
     let chunk = bytes::Bytes::from(vec![0u8; 1 << 20]);
     let app = axum::Router::new().fallback(move || {
         let chunk = chunk.clone();
-        async move {
-            let full = bytes / chunk.len() as u64;
-            let rest = (bytes % chunk.len() as u64) as usize;
-            let mut parts: Vec<bytes::Bytes> = vec![chunk.clone(); full as usize];
-            if rest > 0 {
-                parts.push(chunk.slice(..rest));
-            }
-            let stream = futures::stream::iter(parts.into_iter().map(Ok::<_, std::io::Error>));
-            axum::response::Response::builder()
-                .header("content-length", bytes)
-                .body(axum::body::Body::from_stream(stream))
-                .unwrap_or_default()
-        }
+        async move { zeros(chunk, bytes) }
     });
     tokio::spawn(async move { axum::serve(listener, app).await });
     Ok(port)

@@ -16,6 +16,7 @@ pub(super) mod previews;
 pub(super) mod processes;
 mod restart;
 pub(super) mod runtime;
+pub(super) mod secrets;
 pub(super) mod sessions;
 mod wake;
 

@@ -9,6 +9,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+use super::secrets::Swapped;
 use super::{text, until_cut, Ended, Proxy};
 use crate::egress::counted::Counted;
 use crate::egress::dial::Destination;
@@ -19,7 +20,7 @@ impl Proxy {
     /// back; the connection closes once the answer is through.
     pub(super) async fn forward(
         &self,
-        req: Request<Body>,
+        swapped: Swapped,
         upstream: Counted<TcpStream>,
         slot: UpstreamSlot,
         ended: Ended,
@@ -32,12 +33,14 @@ impl Proxy {
                     return text(StatusCode::BAD_GATEWAY, format!("agenthold: {e}\n"));
                 }
             };
+        let (caller, dest) = (ended.caller.clone(), ended.dest.clone());
         let closing = self.closing.clone();
         tokio::spawn(async move {
             let reason = until_cut(conn, &slot, &closing).await;
             drop(slot);
             ended.report(reason);
         });
+        let Swapped { req, used } = swapped;
         let (mut parts, body) = req.into_parts();
         let host = parts
             .uri
@@ -52,7 +55,12 @@ impl Proxy {
         if let Some(host) = host.and_then(|h| HeaderValue::from_str(&h).ok()) {
             parts.headers.insert(header::HOST, host);
         }
-        match sender.send_request(Request::from_parts(parts, body)).await {
+        let sent = sender.send_request(Request::from_parts(parts, body)).await;
+        // The secrets went out unless the request was never written.
+        if !matches!(&sent, Err(e) if e.is_canceled()) {
+            self.tell_used(&caller, &dest, used);
+        }
+        match sent {
             Ok(resp) => {
                 let (mut parts, body) = resp.into_parts();
                 strip_hop_headers(&mut parts.headers);

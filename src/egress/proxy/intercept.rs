@@ -21,6 +21,7 @@ use tokio_rustls::{LazyConfigAcceptor, TlsConnector};
 use tokio_util::task::AbortOnDropHandle;
 
 use super::forward::strip_hop_headers;
+use super::secrets::Swapped;
 use super::{text, until_cut, Caller, Ended, Proxy, MAX_HEAD};
 use crate::egress::ca::CaError;
 use crate::egress::counted::Counted;
@@ -226,12 +227,12 @@ impl Inside {
         // Read again for each request: a rotation, a deletion or a grant taken away counts from
         // the next request, on connections already open too.
         let granted = self.proxy.sandboxes.granted(&self.caller.id).await;
-        let req = match self
+        let Swapped { req, used } = match self
             .proxy
             .with_secrets(&self.caller, &self.dest, &granted, false, req)
             .await
         {
-            Ok(req) => req,
+            Ok(swapped) => swapped,
             Err(refusal) => return refusal,
         };
         let (mut parts, body) = req.into_parts();
@@ -290,6 +291,10 @@ impl Inside {
                     .await
             }
         };
+        // The secrets went out unless the request was never written.
+        if !matches!(&sent, Err(e) if e.is_canceled()) {
+            self.proxy.tell_used(&self.caller, &self.dest, used);
+        }
         let mut resp = match sent {
             Ok(resp) => resp,
             Err(e) => {

@@ -1,18 +1,33 @@
 //! A request the proxy sees inside (plain HTTP, or HTTPS it intercepts) on its way out: its
 //! placeholders swapped for the values they stand for, or the request refused before anything
-//! of it reaches the destination. Each swap and refusal is an `egress` event naming the secret.
+//! of it reaches the destination. Each refusal is an `egress` event naming the secret, and so is
+//! a use once the request was sent on ([`Proxy::tell_used`], bounded by [`super::uses`]).
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use axum::body::Body;
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode};
-use http_body_util::{BodyExt, Limited};
+use http_body::{Frame, SizeHint};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
+use tokio::sync::OwnedSemaphorePermit;
 
 use super::{event, text, Caller, Proxy};
 use crate::egress::dial::Destination;
 use crate::egress::granted::Granted;
 use crate::egress::substitute::{self, BodyKind, SubstError, Target, MAX_BODY};
+
+/// The budget of bodies held whole is counted in these (a semaphore's permits are a `u32`).
+pub(super) const BODY_UNIT: usize = 1024;
+
+/// A request ready to go on, and the secrets swapped into it (to be told once it was sent).
+pub(super) struct Swapped {
+    pub req: Request<Body>,
+    pub used: Vec<String>,
+}
 
 impl Proxy {
     /// `req` ready to send on to `dest`, or the answer that refuses it (already told as an
@@ -24,9 +39,12 @@ impl Proxy {
         granted: &Granted,
         plain: bool,
         req: Request<Incoming>,
-    ) -> Result<Request<Body>, Response<Body>> {
+    ) -> Result<Swapped, Response<Body>> {
         if granted.is_empty() {
-            return Ok(req.map(Body::new));
+            return Ok(Swapped {
+                req: req.map(Body::new),
+                used: Vec::new(),
+            });
         }
         let to = Target {
             host: &dest.host,
@@ -43,7 +61,27 @@ impl Proxy {
             .and_then(|ct| BodyKind::of(Some(ct)));
         let body = match (kind, substitute::body_grant(granted, to)) {
             (Some(kind), Some(grant)) => {
-                // Bounded: the body is held whole to be rewritten.
+                let declared = parts
+                    .headers
+                    .get(header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<usize>().ok());
+                if declared.is_some_and(|n| n > MAX_BODY) {
+                    let e = SubstError::BodyTooLarge {
+                        name: grant.name.clone(),
+                    };
+                    return Err(self.refuse_secret(caller, dest, &e));
+                }
+                // Held whole to be rewritten: a place in the budget of all agents' bodies first,
+                // as large as the body says it is (the most a body may be when it does not).
+                let units = declared.unwrap_or(MAX_BODY).div_ceil(BODY_UNIT).max(1);
+                let Ok(permit) = self
+                    .bodies
+                    .clone()
+                    .try_acquire_many_owned(u32::try_from(units).unwrap_or(u32::MAX))
+                else {
+                    return Err(self.bodies_full());
+                };
                 let bytes = match Limited::new(body, MAX_BODY).collect().await {
                     Ok(collected) => collected.to_bytes(),
                     Err(e) if e.is::<http_body_util::LengthLimitError>() => {
@@ -59,7 +97,7 @@ impl Proxy {
                         ))
                     }
                 };
-                match substitute::body(granted, to, kind, &bytes) {
+                let bytes = match substitute::body(granted, to, kind, &bytes) {
                     Ok(Some(substitute::Rewritten {
                         body: rewritten,
                         used: names,
@@ -73,20 +111,46 @@ impl Proxy {
                                 used.push(name);
                             }
                         }
-                        Body::from(Bytes::from(rewritten))
+                        Bytes::from(rewritten)
                     }
-                    Ok(None) => Body::from(bytes),
+                    Ok(None) => bytes,
                     Err(e) => return Err(self.refuse_secret(caller, dest, &e)),
-                }
+                };
+                Body::new(Held {
+                    body: Full::new(bytes),
+                    _permit: permit,
+                })
             }
             _ => Body::new(body),
         };
+        Ok(Swapped {
+            req: Request::from_parts(parts, body),
+            used,
+        })
+    }
+
+    /// Tells that `used` went to `dest`: called once the request carrying them was sent on (not
+    /// before a dial that may be refused), and bounded per agent and secret.
+    pub(super) fn tell_used(&self, caller: &Caller, dest: &Destination, used: Vec<String>) {
         for name in used {
-            let mut e = event(caller, dest, true, None, None, None);
-            e.secret = Some(name);
-            self.sandboxes.publish(e);
+            if self.uses.worth_telling(&caller.id, &name, dest) {
+                let mut e = event(caller, dest, true, None, None, None);
+                e.secret = Some(name);
+                self.sandboxes.publish(e);
+            }
         }
-        Ok(Request::from_parts(parts, body))
+    }
+
+    fn bodies_full(&self) -> Response<Body> {
+        let mib = self.bodies_budget / (1024 * 1024);
+        text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "agenthold: the proxy holds its most request bodies being rewritten for secrets \
+                 ({mib} MiB for all agents, sandbox.egress.secret_body_budget_mb); try again \
+                 shortly\n"
+            ),
+        )
     }
 
     fn refuse_secret(
@@ -108,5 +172,31 @@ impl Proxy {
             _ => StatusCode::FORBIDDEN,
         };
         text(status, format!("agenthold: {reason}\n"))
+    }
+}
+
+/// A body held whole, with its place in the budget until it has been sent (or dropped).
+struct Held {
+    body: Full<Bytes>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl http_body::Body for Held {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
     }
 }

@@ -15,6 +15,7 @@ use super::rewound::Rewound;
 use super::{until_cut, Caller, Ended, Proxy};
 use crate::egress::counted::Counted;
 use crate::egress::dial::Destination;
+use crate::egress::granted::Inside;
 use crate::egress::open::UpstreamSlot;
 
 /// Bytes buffered each way while a tunnel copies: bounded memory per connection.
@@ -22,27 +23,62 @@ const SPLICE_BUF: usize = 64 * 1024;
 
 impl Proxy {
     /// Answers `200` and, once the client has the answer, copies both ways until either side
-    /// closes or the rules no longer allow the destination.
+    /// closes or the rules no longer allow the destination. `guard` (`secret_guard: all`, an
+    /// agent with grants): what turns out to be TLS is intercepted instead, so a placeholder in
+    /// it is refused rather than carried off unseen.
     pub(super) fn tunnel(
-        &self,
+        self: &Arc<Self>,
         req: Request<Incoming>,
         mut upstream: Counted<TcpStream>,
         slot: UpstreamSlot,
         ended: Ended,
+        guard: bool,
     ) -> Response<Body> {
-        let closing = self.closing.clone();
+        let proxy = self.clone();
         tokio::spawn(async move {
+            let closing = proxy.closing.clone();
+            let (caller, dest) = (ended.caller.clone(), ended.dest.clone());
             let reason = match hyper::upgrade::on(req).await {
                 // The client's own socket, when hyper gives it back, lets the tunnel splice
                 // (bytes the client sent after its request head, already read, go first).
                 Ok(upgraded) => match upgraded.downcast::<TokioIo<TcpStream>>() {
                     Ok(parts) => {
-                        let tcp = parts.io.into_inner();
-                        splice_tcp(&tcp, &parts.read_buf, &upstream, &slot, &closing).await
+                        let mut tcp = parts.io.into_inner();
+                        let early = parts.read_buf.to_vec();
+                        match first_flight(guard, &mut tcp, early, &upstream, &slot, &closing).await
+                        {
+                            Ok(early) if guard && is_tls(&early) => {
+                                let client = Rewound::new(early, tcp);
+                                let relay = proxy.relay_tls(client, upstream, caller, dest);
+                                until_cut(relay, &slot, &closing).await
+                            }
+                            Ok(early) => splice_tcp(&tcp, &early, &upstream, &slot, &closing).await,
+                            Err(why) => Some(why),
+                        }
                     }
                     Err(upgraded) => {
                         let mut client = TokioIo::new(upgraded);
-                        splice(&mut client, &mut upstream, &slot, &closing).await
+                        match first_flight(
+                            guard,
+                            &mut client,
+                            Vec::new(),
+                            &upstream,
+                            &slot,
+                            &closing,
+                        )
+                        .await
+                        {
+                            Ok(early) if guard && is_tls(&early) => {
+                                let client = Rewound::new(early, client);
+                                let relay = proxy.relay_tls(client, upstream, caller, dest);
+                                until_cut(relay, &slot, &closing).await
+                            }
+                            Ok(early) => {
+                                let mut client = Rewound::new(early, client);
+                                splice(&mut client, &mut upstream, &slot, &closing).await
+                            }
+                            Err(why) => Some(why),
+                        }
                     }
                 },
                 Err(e) => Some(e.to_string()),
@@ -77,7 +113,8 @@ impl Proxy {
         let Ok((mut upstream, slot, ended)) = self.open_for(caller.clone(), &dest).await else {
             return;
         };
-        if granted.intercepts(&dest.host, dest.port) {
+        // It is TLS already (its ClientHello was read): guarded is intercepted.
+        if granted.inside(&dest.host, dest.port, self.settings.secret_guard) != Inside::Spliced {
             let proxy = self.clone();
             tokio::spawn(async move {
                 let client = Rewound::new(hello, tcp);
@@ -98,6 +135,48 @@ impl Proxy {
             drop(slot);
             ended.report(reason);
         });
+    }
+}
+
+/// The first byte of a TLS record that starts a handshake: a ClientHello comes first in every
+/// TLS connection.
+const TLS_HANDSHAKE: u8 = 0x16;
+
+fn is_tls(first: &[u8]) -> bool {
+    first.first() == Some(&TLS_HANDSHAKE)
+}
+
+/// Under `guard`, what the client sends first (`early` if it already did), to tell TLS from the
+/// rest; empty when the destination speaks first (a protocol that is not TLS, whose client waits
+/// for it: SMTP, FTP, SSH servers). Without `guard`, `early` as it is. `Err`: why the
+/// connection ended before either side spoke.
+async fn first_flight<C>(
+    guard: bool,
+    client: &mut C,
+    early: Vec<u8>,
+    upstream: &Counted<TcpStream>,
+    slot: &UpstreamSlot,
+    closing: &CancellationToken,
+) -> Result<Vec<u8>, String>
+where
+    C: tokio::io::AsyncRead + Unpin,
+{
+    use tokio::io::AsyncReadExt;
+    if !guard || !early.is_empty() {
+        return Ok(early);
+    }
+    let mut buf = vec![0u8; 4096];
+    let mut peeked = [0u8; 1];
+    // Both are cancel-safe: bytes not read here stay in their socket for the relay.
+    tokio::select! {
+        read = client.read(&mut buf) => {
+            let n = read.map_err(|e| e.to_string())?;
+            buf.truncate(n);
+            Ok(buf)
+        }
+        _ = upstream.parts().0.peek(&mut peeked) => Ok(Vec::new()),
+        () = slot.cancelled.cancelled() => Err("closed: the agent's egress rules no longer allow it".into()),
+        () = closing.cancelled() => Err("closed: the server is shutting down".into()),
     }
 }
 

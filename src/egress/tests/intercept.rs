@@ -17,6 +17,7 @@ use tokio_rustls::rustls::{ClientConfig, RootCertStore, ServerConfig};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use super::*;
+use crate::egress::substitute::MAX_BODY;
 
 const TOKEN: &str = "agenthold-secret:tok-123";
 const OTHER: &str = "agenthold-secret:oth-456";
@@ -163,6 +164,10 @@ fn grants() -> Granted {
 }
 
 async fn intercepting(internet: &Internet) -> Setup {
+    intercepting_with(internet, SecretGuard::Hosts, grants()).await
+}
+
+async fn intercepting_with(internet: &Internet, guard: SecretGuard, granted: Granted) -> Setup {
     let mut s = setup_with(
         &["api.test", "x.test", "pypi.test"],
         &[],
@@ -171,8 +176,9 @@ async fn intercepting(internet: &Internet) -> Setup {
                 c.resolve
                     .insert(name.to_string(), IpAddr::V4(Ipv4Addr::LOCALHOST));
             }
+            c.secret_guard = guard;
         },
-        grants(),
+        granted,
         Some(&internet.ca_pem),
     )
     .await;
@@ -291,10 +297,13 @@ impl Setup {
 async fn a_placeholder_becomes_the_value_for_its_host_over_http1_and_http2() {
     let net = internet().await;
     let mut s = intercepting(&net).await;
-    for (alpn, version) in [
+    for (i, (alpn, version)) in [
         (&[&b"http/1.1"[..]][..], Version::HTTP_11),
         (&[&b"h2"[..], &b"http/1.1"[..]][..], Version::HTTP_2),
-    ] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let mut c = through(s.addr, "api.test", net.port, trusting(&s, None), alpn)
             .await
             .unwrap();
@@ -313,9 +322,12 @@ async fn a_placeholder_becomes_the_value_for_its_host_over_http1_and_http2() {
             "{echoed}"
         );
         assert!(!echoed.contains(TOKEN), "{echoed}");
-        let e = s.next_secret_event().await;
-        assert!(e.allowed && e.host == "api.test", "{e:?}");
-        assert_eq!(e.secret.as_deref(), Some("GH"));
+        // One use event per secret and destination in a window: the second use is not told.
+        if i == 0 {
+            let e = s.next_secret_event().await;
+            assert!(e.allowed && e.host == "api.test", "{e:?}");
+            assert_eq!(e.secret.as_deref(), Some("GH"));
+        }
     }
 }
 
@@ -518,5 +530,279 @@ async fn a_destination_without_a_grant_stays_spliced_end_to_end() {
     assert!(
         echoed.contains(&format!("authorization: {TOKEN}\n")),
         "untouched: {echoed}"
+    );
+}
+
+/// `secret_guard: all`: TLS to a host no secret names is intercepted too, so a placeholder sent
+/// there is refused `403` (an event says which secret) and the destination sees nothing, while
+/// a request without one goes through as usual.
+#[tokio::test]
+async fn with_the_guard_on_all_a_placeholder_to_a_host_no_secret_names_is_refused() {
+    let net = internet().await;
+    let mut s = intercepting_with(&net, SecretGuard::All, grants()).await;
+    for (i, alpn) in [&[&b"http/1.1"[..]][..], &[&b"h2"[..]][..]]
+        .iter()
+        .enumerate()
+    {
+        // Trusting only the installation CA works: the proxy terminates it.
+        let mut c = through(s.addr, "pypi.test", net.port, trusting(&s, None), alpn)
+            .await
+            .expect("intercepted under the guard");
+        let resp = c
+            .send(get(
+                "pypi.test",
+                "/echo",
+                &[("authorization", &format!("Bearer {TOKEN}"))],
+            ))
+            .await;
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+        let body = text_of(resp).await;
+        assert!(
+            body.contains("secret GH may only be sent to api.test") && !body.contains(VALUE),
+            "{body}"
+        );
+        // One refusal event per destination a second: the second is only recorded.
+        if i == 0 {
+            let e = s.next_secret_event().await;
+            assert!(
+                !e.allowed && e.secret.as_deref() == Some("GH") && e.host == "pypi.test",
+                "{e:?}"
+            );
+        }
+        assert_eq!(net.seen.load(Ordering::SeqCst), 0, "nothing reached it");
+    }
+    let mut c = through(s.addr, "pypi.test", net.port, trusting(&s, None), &[b"h2"])
+        .await
+        .unwrap();
+    let resp = c.send(get("pypi.test", "/echo", &[("x-plain", "1")])).await;
+    assert_eq!(resp.status(), 200);
+    assert!(text_of(resp).await.contains("x-plain: 1"));
+    assert_eq!(net.seen.load(Ordering::SeqCst), 1);
+}
+
+/// Under `all`, an agent without grants is never intercepted, and a tunnel that is not TLS
+/// (its client speaks something else first, or its server speaks first) is spliced as before.
+#[tokio::test]
+async fn with_the_guard_on_all_agents_without_grants_and_tunnels_that_are_not_tls_stay_spliced() {
+    let net = internet().await;
+    let s = intercepting_with(&net, SecretGuard::All, Granted::default()).await;
+    assert!(
+        through(
+            s.addr,
+            "pypi.test",
+            net.port,
+            trusting(&s, None),
+            &[b"http/1.1"]
+        )
+        .await
+        .is_err(),
+        "no grants: the destination's own certificate"
+    );
+    let s = intercepting_with(&net, SecretGuard::All, grants()).await;
+    for greeting in [&b""[..], &b"220 hello\r\n"[..]] {
+        let echo = echo_server("127.0.0.1:0", greeting).await.unwrap();
+        let (mut tcp, status, _) = ask(
+            s.addr,
+            &format!("CONNECT pypi.test:{echo} HTTP/1.1\r\nHost: pypi.test:{echo}\r\n\r\n"),
+        )
+        .await;
+        assert_eq!(status, 200);
+        let mut got = vec![0u8; greeting.len()];
+        tokio::time::timeout(DEADLINE, tcp.read_exact(&mut got))
+            .await
+            .expect("the server's greeting, with the client silent")
+            .unwrap();
+        assert_eq!(got, greeting);
+        tcp.write_all(b"ping").await.unwrap();
+        let mut buf = [0u8; 4];
+        tokio::time::timeout(DEADLINE, tcp.read_exact(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&buf, b"ping");
+    }
+}
+
+/// A grant whose value may go over plain HTTP to `pypi.test:port`, in its header and in bodies.
+fn plain_grant(port: u16) -> Granted {
+    Granted::new(vec![Grant::new(
+        "GH".into(),
+        TOKEN.into(),
+        vec![format!("pypi.test:{port}").parse().unwrap()],
+        "Authorization".into(),
+        "Bearer {value}".into(),
+        true,
+        VALUE.into(),
+    )])
+}
+
+/// Bodies held whole to swap an `inBody` secret share one budget across all connections: past
+/// it a body is refused `503` at once (nothing held), and a place comes back once a body is sent.
+#[tokio::test]
+async fn bodies_held_for_secrets_share_a_budget_and_past_it_are_refused_503() {
+    let port = hello_server("127.0.0.1:0").await.unwrap();
+    let s = setup_with(
+        &["pypi.test"],
+        &[],
+        |c| c.secret_body_budget_mb = 2,
+        plain_grant(port),
+        None,
+    )
+    .await;
+    const N: usize = 12;
+    let head = format!(
+        "POST http://pypi.test:{port}/ HTTP/1.1\r\nHost: pypi.test:{port}\r\n\
+         Content-Type: application/json\r\nContent-Length: {MAX_BODY}\r\n\r\n"
+    );
+    let start = format!(r#"{{"k":"{TOKEN}","pad":""#);
+    let rest = format!("{}\"}}", "x".repeat(MAX_BODY - start.len() - 2));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let (go, _) = tokio::sync::watch::channel(false);
+    for _ in 0..N {
+        let (head, start, rest, tx, mut go) = (
+            head.clone(),
+            start.clone(),
+            rest.clone(),
+            tx.clone(),
+            go.subscribe(),
+        );
+        let addr = s.addr;
+        tokio::spawn(async move {
+            let mut tcp = TcpStream::connect(addr).await.unwrap();
+            tcp.write_all(head.as_bytes()).await.unwrap();
+            tcp.write_all(start.as_bytes()).await.unwrap();
+            let mut status = [0u8; 12];
+            tokio::select! {
+                // Refused at once, or held until the rest is sent.
+                read = tcp.read_exact(&mut status) => {
+                    read.unwrap();
+                    let _ = tx.send(String::from_utf8_lossy(&status).into_owned());
+                    return;
+                }
+                _ = go.wait_for(|go| *go) => {}
+            }
+            tcp.write_all(rest.as_bytes()).await.unwrap();
+            tcp.read_exact(&mut status).await.unwrap();
+            let _ = tx.send(String::from_utf8_lossy(&status).into_owned());
+        });
+    }
+    for _ in 0..N - 2 {
+        let status = tokio::time::timeout(DEADLINE, rx.recv())
+            .await
+            .expect("a refusal at once")
+            .unwrap();
+        assert_eq!(status, "HTTP/1.1 503", "past the budget of 2 MiB");
+    }
+    go.send_replace(true);
+    for _ in 0..2 {
+        let status = tokio::time::timeout(DEADLINE, rx.recv())
+            .await
+            .expect("the held bodies go through")
+            .unwrap();
+        assert_eq!(status, "HTTP/1.1 200", "within the budget");
+    }
+    // Their places came back.
+    let client = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::http(format!("http://{}", s.addr)).unwrap())
+        .build()
+        .unwrap();
+    let resp = client
+        .post(format!("http://pypi.test:{port}/"))
+        .header("content-type", "application/json")
+        .body(format!(r#"{{"k":"{TOKEN}"}}"#))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+}
+
+/// A loop of requests using a secret on one connection is one use event per destination in a
+/// window (the rest are neither told nor recorded), so it cannot push the agent's refusals out of
+/// its egress log, where every refusal is recorded.
+#[tokio::test]
+async fn a_loop_of_uses_is_one_event_and_cannot_push_a_refusal_out_of_the_log() {
+    let net = internet().await;
+    let mut s = intercepting(&net).await;
+    let mut c = through(
+        s.addr,
+        "api.test",
+        net.port,
+        trusting(&s, None),
+        &[b"http/1.1"],
+    )
+    .await
+    .unwrap();
+    let refused = c
+        .send(get(
+            "api.test",
+            "/echo",
+            &[("authorization", TOKEN), ("origin", TOKEN)],
+        ))
+        .await;
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    for _ in 0..LOG_LEN + 50 {
+        let resp = c
+            .send(get("api.test", "/echo", &[("authorization", TOKEN)]))
+            .await;
+        assert_eq!(resp.status(), 200);
+        text_of(resp).await;
+    }
+    let (mut uses, mut refusals) = (0, 0);
+    while let Ok(e) = s.events.try_recv() {
+        if let AgentEvent::Egress(e) = e {
+            match (e.secret.is_some(), e.allowed) {
+                (true, true) => uses += 1,
+                (true, false) => refusals += 1,
+                _ => {}
+            }
+        }
+    }
+    assert_eq!((uses, refusals), (1, 1));
+    let log = s.sandbox.log.entries(AGENT);
+    assert!(
+        log.iter().any(|e| !e.allowed && e.host == "api.test"),
+        "the refusal is still in the log: {log:?}"
+    );
+}
+
+/// Over plain HTTP a use is told once the request was sent on: not when the dial failed.
+#[tokio::test]
+async fn over_plain_http_a_use_is_told_only_once_the_request_was_sent() {
+    let port = hello_server("127.0.0.1:0").await.unwrap();
+    let closed = {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let granted = Granted::new(vec![Grant::new(
+        "GH".into(),
+        TOKEN.into(),
+        vec![
+            format!("pypi.test:{closed}").parse().unwrap(),
+            format!("pypi.test:{port}").parse().unwrap(),
+        ],
+        "Authorization".into(),
+        "Bearer {value}".into(),
+        false,
+        VALUE.into(),
+    )]);
+    let mut s = setup_with(&["pypi.test"], &[], |_| {}, granted, None).await;
+    while s.events.try_recv().is_ok() {}
+    let client = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::http(format!("http://{}", s.addr)).unwrap())
+        .build()
+        .unwrap();
+    for (to, status) in [(closed, 502), (port, 200)] {
+        let resp = client
+            .get(format!("http://pypi.test:{to}/"))
+            .header("authorization", TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), status);
+    }
+    let e = s.next_secret_event().await;
+    assert!(
+        e.allowed && e.port == port,
+        "the first use told is the one sent: {e:?}"
     );
 }

@@ -8,11 +8,24 @@
 
 use serde_json::json;
 
+use agenthold::egress::SecretGuard;
+
 use crate::common::docker::*;
 use crate::common::internet::Internet;
+use crate::common::TestServer;
 
 const IMAGE: &str = "agenthold/agent:bookworm";
 const VALUE: &str = "sk-test-the-real-value";
+
+/// A server whose proxy trusts `internet`'s CA and finds `api.test` and `other.test` there.
+async fn server(env: &DockerEnv, internet: &Internet, guard: SecretGuard) -> TestServer {
+    env.server_with(false, |c| {
+        c.sandbox.egress.resolve = internet.resolve(&["api.test", "other.test"]);
+        c.sandbox.egress.ca_certificates = internet.ca_file.clone();
+        c.sandbox.egress.secret_guard = guard;
+    })
+    .await
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_granted_secret_reaches_its_host_only_and_the_sandbox_sees_a_placeholder() {
@@ -20,12 +33,7 @@ async fn a_granted_secret_reaches_its_host_only_and_the_sandbox_sees_a_placehold
         return;
     };
     let internet = Internet::start(&["api.test", "other.test"]).await;
-    let s = env
-        .server_with(false, |c| {
-            c.sandbox.egress.resolve = internet.resolve(&["api.test", "other.test"]);
-            c.sandbox.egress.ca_certificates = internet.ca_file.clone();
-        })
-        .await;
+    let s = server(&env, &internet, SecretGuard::Hosts).await;
     let (status, body) = s
         .call(
             "PUT",
@@ -71,5 +79,68 @@ async fn a_granted_secret_reaches_its_host_only_and_the_sandbox_sees_a_placehold
         )
         .await;
     assert_eq!(out["stdout"].as_str().unwrap_or_default(), "403", "{out}");
+    s.destroy(&id).await;
+}
+
+/// `sandbox.egress.secret_guard: all`: HTTPS to a host the secret does not name is intercepted
+/// too, so the placeholder is refused `403` there and the server sees nothing; without a
+/// placeholder the request goes through the interception as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_guard_on_all_a_placeholder_to_another_host_is_refused() {
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
+    let internet = Internet::start(&["api.test", "other.test"]).await;
+    let s = server(&env, &internet, SecretGuard::All).await;
+    let (status, body) = s
+        .call(
+            "PUT",
+            "/api/v1/secrets/API_TOKEN",
+            Some(json!({"value": VALUE, "hosts": ["api.test"]})),
+        )
+        .await;
+    assert!(status == 200 || status == 201, "{status} {body}");
+    let id = s
+        .running_agent(json!({
+            "name": "guarded",
+            "image": IMAGE,
+            "egress": {"allow": ["api.test", "other.test"]},
+            "secrets": ["API_TOKEN"],
+        }))
+        .await;
+    let out = s
+        .exec(
+            &id,
+            &[
+                "bash",
+                "-c",
+                "curl -sS --max-time 20 -w ' %{http_code}' -H \"Authorization: Bearer $API_TOKEN\" https://other.test/echo-headers",
+            ],
+        )
+        .await;
+    let stdout = out["stdout"].as_str().unwrap_or_default();
+    assert!(stdout.ends_with(" 403"), "{out}");
+    assert!(
+        stdout.contains("secret API_TOKEN may only be sent to api.test") && !stdout.contains(VALUE),
+        "{out}"
+    );
+    assert!(
+        internet.seen().is_empty(),
+        "the server saw a request: {:?}",
+        internet.seen()
+    );
+    // Without a placeholder: through the interception (curl trusts the installation CA).
+    let out = s
+        .exec_ok(
+            &id,
+            &[
+                "bash",
+                "-c",
+                "curl -sS --max-time 20 https://other.test/echo-headers",
+            ],
+        )
+        .await;
+    assert_eq!(out.trim(), "none");
+    assert_eq!(internet.seen().len(), 1);
     s.destroy(&id).await;
 }
