@@ -79,6 +79,21 @@ async fn a_granted_secret_reaches_its_host_only_and_the_sandbox_sees_a_placehold
         )
         .await;
     assert_eq!(out["stdout"].as_str().unwrap_or_default(), "403", "{out}");
+    // The egress log names the secret of the swap and of the refusal, never its value.
+    let log = s.get_json(&format!("/api/v1/agents/{id}/egress/log")).await;
+    assert!(!log.to_string().contains(VALUE), "{log}");
+    let about_the_secret = |allowed: bool, host: &str| {
+        log.as_array().is_some_and(|entries| {
+            entries
+                .iter()
+                .any(|e| e["secret"] == "API_TOKEN" && e["allowed"] == allowed && e["host"] == host)
+        })
+    };
+    assert!(about_the_secret(true, "api.test"), "no swap logged: {log}");
+    assert!(
+        about_the_secret(false, "other.test"),
+        "no refusal logged: {log}"
+    );
     s.destroy(&id).await;
 }
 
