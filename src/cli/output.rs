@@ -289,6 +289,7 @@ mod tests {
                 name: "admin".into(),
             },
             access: Default::default(),
+            warm: false,
         }
     }
 

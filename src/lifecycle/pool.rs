@@ -188,7 +188,14 @@ impl Lifecycle {
             tracing::warn!(preset, "recording a warm pool entry failed: {e}");
             return false;
         }
-        if let Err(e) = self.driver.start(&spec, &token, &PullSink::discard()).await {
+        // Made, then started, as a cold create does: a start alone takes a missing home for
+        // one removed outside.
+        let pull = PullSink::discard();
+        let started = match self.driver.create(&spec, &pull).await {
+            Ok(()) => self.driver.start(&spec, &token, &pull).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = started {
             tracing::warn!(
                 preset,
                 entry = spec.id,
