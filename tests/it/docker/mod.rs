@@ -18,7 +18,6 @@ mod lifecycle;
 mod limits;
 mod outside;
 mod pause;
-mod pool;
 mod presets;
 mod previews;
 mod proc_view;
