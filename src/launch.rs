@@ -349,6 +349,7 @@ mod tests {
             approvals: Default::default(),
             owner_id: "admin".into(),
             owner_name: "admin".into(),
+            warm: false,
             access: Default::default(),
         }
     }

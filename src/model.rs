@@ -145,6 +145,8 @@ pub struct Agent {
     pub owner_id: String,
     /// The owner's name, read with the agent (it follows a rename).
     pub owner_name: String,
+    /// Its sandbox came from the preset's warm pool (claimed, not made for it at its create).
+    pub warm: bool,
     pub access: teams::AgentAccess,
 }
 

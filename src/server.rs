@@ -352,6 +352,7 @@ impl Server {
         ));
         let sleeper_task = tokio::spawn(crate::lifecycle::sleeper::run(lc.clone()));
         let expiry_task = tokio::spawn(crate::lifecycle::expiry::run(lc.clone()));
+        let pool_task = tokio::spawn(crate::lifecycle::pool::run(lc.clone()));
         let token_expiry_task = tokio::spawn({
             let auth = self.state.auth.clone();
             async move { auth.directory.end_tokens_at_expiry().await }
@@ -431,6 +432,7 @@ impl Server {
         events_task.abort();
         sleeper_task.abort();
         expiry_task.abort();
+        pool_task.abort();
         token_expiry_task.abort();
         audit_task.abort();
         lc.shutdown().await;

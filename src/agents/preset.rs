@@ -54,6 +54,9 @@ pub struct Preset {
     /// The access policy of agents made from it (`private` when absent); a create's own
     /// `access` wins.
     pub access: Option<crate::model::teams::AgentAccess>,
+    /// How many started, unclaimed sandboxes of this preset the pool keeps ready (0: none);
+    /// all pools together stay within `sandbox.warm_max`.
+    pub warm: u32,
 }
 
 /// A preset with the server's defaults filled in: what an agent made from it gets. The API

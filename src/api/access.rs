@@ -53,6 +53,7 @@ pub const ROUTES: &[(&str, &str, Need)] = &[
     ("GET", "/api/v1/openapi.json", SignedIn),
     ("GET", "/api/v1/limits", READ),
     ("GET", "/api/v1/presets", READ),
+    ("GET", "/api/v1/pool", SignedIn),
     ("POST", "/api/v1/admin/reload", ADMIN),
     ("POST", "/api/v1/session", Public),
     ("GET", "/api/v1/session", Public),

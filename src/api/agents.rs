@@ -10,7 +10,7 @@ use super::audit::AuditNote;
 use super::error::{ApiError, ApiJson, ErrorBody};
 use super::types::{
     Agent, AgentState, CreateAgent, EgressLogEntry, HarnessInfo, Health, KeepAlive, Limits,
-    PresetInfo, UpdateAgent,
+    PoolInfo, PresetInfo, UpdateAgent,
 };
 use super::AppState;
 use crate::agents::labels::AgentFilter;
@@ -70,6 +70,21 @@ pub async fn presets(State(st): State<AppState>) -> Json<Vec<PresetInfo>> {
             .map(Into::into)
             .collect(),
     )
+}
+
+/// Each preset's warm pool (presets with `warm` above 0, and any whose entries are being
+/// removed), sorted by preset.
+#[utoipa::path(get, path = "/api/v1/pool", tag = "agents", operation_id = "listPools",
+    responses((status = 200, body = [PoolInfo])))]
+pub async fn pool(State(st): State<AppState>) -> Result<Json<Vec<PoolInfo>>, ApiError> {
+    Ok(Json(
+        st.lc
+            .pool_status()
+            .await?
+            .into_iter()
+            .map(Into::into)
+            .collect(),
+    ))
 }
 
 /// Liveness, version and driver; needs no token.

@@ -83,6 +83,7 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.json", get(openapi))
         .route("/limits", get(agents::limits))
         .route("/presets", get(agents::presets))
+        .route("/pool", get(agents::pool))
         .route("/admin/reload", post(admin::reload))
         .route(
             "/session",

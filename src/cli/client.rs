@@ -630,6 +630,7 @@ mod tests {
                 name: "admin".into(),
             },
             access: Default::default(),
+            warm: false,
         }
     }
 

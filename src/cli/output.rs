@@ -297,6 +297,7 @@ mod tests {
                 name: "admin".into(),
             },
             access: Default::default(),
+            warm: false,
         }
     }
 

@@ -91,6 +91,15 @@ pub(super) fn check(p: &Preset, sb: &SandboxConfig) -> Result<(), (&'static str,
             ));
         }
     }
+    if p.warm > sb.warm_max {
+        return Err((
+            "warm",
+            format!(
+                "({}) must be at most sandbox.warm_max ({}), which all pools share",
+                p.warm, sb.warm_max
+            ),
+        ));
+    }
     if let Some(r) = &p.runtime {
         if r.is_empty() || !r.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(("runtime", format!("({r:?}) is not a runtime name")));

@@ -61,6 +61,9 @@ pub struct SandboxConfig {
     /// When the host's available memory (`MemAvailable`) is below this many MiB, the
     /// longest-paused agents are stopped until it is not; 0 never does.
     pub min_free_memory_mb: u64,
+    /// How many warm pool entries (started sandboxes awaiting a create) all presets' pools
+    /// hold together at most; each preset's `warm` counts toward it.
+    pub warm_max: u32,
     pub max_cpus: f64,
     pub max_memory_mb: u64,
     /// The size of a new agent's home when it asks for none; 0 gives new agents no disk limit.
@@ -132,6 +135,9 @@ pub struct SandboxConfig {
     pub docker: DockerConfig,
 }
 
+/// The most warm pool entries a server may be told to keep (`sandbox.warm_max`).
+pub const MAX_WARM: u32 = 1000;
+
 impl Default for SandboxConfig {
     fn default() -> Self {
         SandboxConfig {
@@ -144,6 +150,7 @@ impl Default for SandboxConfig {
             default_idle_minutes: 15,
             default_deep_sleep_minutes: 60,
             min_free_memory_mb: 1024,
+            warm_max: 16,
             max_cpus: 8.0,
             max_memory_mb: 16384,
             default_disk_mb: 10240,
@@ -347,6 +354,16 @@ fn agent_limits(sb: &SandboxConfig, fail: &Fail) -> Result<(), ConfigError> {
                 "({}) must be at most {} (a week); 0 = never pause",
                 sb.default_deep_sleep_minutes,
                 crate::agents::spec::MAX_IDLE_MINUTES
+            ),
+        ));
+    }
+    if sb.warm_max > MAX_WARM {
+        return Err(fail(
+            "sandbox.warm_max",
+            format!(
+                "({}) must be at most {MAX_WARM}: each entry is a started sandbox holding its \
+                 memory and disk",
+                sb.warm_max
             ),
         ));
     }

@@ -473,6 +473,14 @@ fn durations_need_a_unit() {
 fn impossible_values_are_refused_with_one_message() {
     let cases: &[(&str, &str)] = &[
         (
+            "sandbox:\n  warm_max: 10000\n",
+            "config.yaml: sandbox.warm_max (10000) must be at most 1000: each entry is a started sandbox holding its memory and disk",
+        ),
+        (
+            "presets:\n  p:\n    warm: 10000\n",
+            "config.yaml: presets.p.warm (10000) must be at most sandbox.warm_max (16), which all pools share",
+        ),
+        (
             "sandbox:\n  default_cpus: 16\n",
             "config.yaml: sandbox.default_cpus (16) is above sandbox.max_cpus (8)",
         ),

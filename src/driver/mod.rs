@@ -51,6 +51,34 @@ impl SandboxSpec {
         }
     }
 
+    /// The spec of the agent `new` is about to become.
+    pub fn of_new(new: &crate::model::NewAgent) -> SandboxSpec {
+        SandboxSpec {
+            id: new.id.clone(),
+            image: new.image.clone(),
+            cpus: new.cpus,
+            memory_mb: new.memory_mb,
+            disk_mb: new.disk_mb,
+            runtime: new.runtime.clone(),
+            allow_root: new.allow_root,
+        }
+    }
+
+    /// Everything the sandbox is made from but its id, as one string: a warm pool entry is
+    /// claimed only by a create whose spec has the same digest, and one whose digest the
+    /// config no longer gives is stale.
+    pub fn digest(&self) -> String {
+        format!(
+            "image={} runtime={} cpus={} memoryMb={} diskMb={} allowRoot={}",
+            self.image,
+            self.runtime,
+            self.cpus,
+            self.memory_mb,
+            self.disk_mb.map_or("none".to_string(), |d| d.to_string()),
+            self.allow_root
+        )
+    }
+
     /// Whether the container is made with `no-new-privileges`, when the server's config asks for
     /// it (`configured`): always, except for an agent allowed root, whose `sudo` needs setuid.
     /// Capabilities are dropped all the same, so root stays root inside the container only.

@@ -18,10 +18,15 @@ use crate::tunnel::{BootRefusal, TunnelHost};
 
 impl Lifecycle {
     /// Whether a sandbox that dials the tunnel as agent `id` with boot `token` may connect: the
-    /// token is the one its current start handed out, and the agent is starting or running.
+    /// token is the one its current start handed out, and the agent is starting or running; or
+    /// `id` is a warm pool entry and the token the one it was started with.
     pub async fn authorize_boot(&self, id: &str, token: &str) -> Result<(), BootRefusal> {
         let stored = self.store.boot_token_hash(id).await.ok().flatten();
         let Some(hash) = stored.filter(|h| crate::store::verify_token(token, h)) else {
+            // Not an agent's boot: a warm pool entry's, or none.
+            if self.is_pool_boot(id, token).await {
+                return Ok(());
+            }
             return Err(BootRefusal::InvalidToken);
         };
         match self.store.get_agent(id).await {

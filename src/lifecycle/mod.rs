@@ -10,7 +10,8 @@
 //! `ops` accepts and runs the operations, `boot` hands out and checks boot tokens and takes
 //! the hello, `wake` starts an agent for its user, `conn` hands out the typed connection to its
 //! sandbox, `outside` takes in what the driver saw happen, `view` is what others read.
-//! `pause` freezes and thaws sandboxes (the light sleep).
+//! `pause` freezes and thaws sandboxes (the light sleep); [`pool`] keeps warm pools and
+//! claims their entries.
 //! [`reconcile`] settles agents with the driver at boot, [`sleeper`] pauses idle ones and stops
 //! those paused long enough (and, under memory pressure, those [`pressure`] picks),
 //! and [`expiry`] destroys the ones whose lifetime (`ttlMinutes`) is up.
@@ -23,6 +24,7 @@ mod moves;
 mod ops;
 mod outside;
 mod pause;
+pub mod pool;
 pub mod pressure;
 pub mod reconcile;
 pub mod setup;
@@ -154,6 +156,8 @@ pub struct Lifecycle {
     /// When each paused agent was paused, as published (in memory: after a restart the clock
     /// of a paused agent starts again, as its idle clock does).
     paused_since: std::sync::Mutex<HashMap<String, chrono::DateTime<chrono::Utc>>>,
+    /// Wakes the warm pool keeper ([`pool::run`]): an entry was claimed or came back.
+    pool_wake: tokio::sync::Notify,
 }
 
 impl Lifecycle {
@@ -186,6 +190,7 @@ impl Lifecycle {
             boots: Default::default(),
             freeze_locks: Default::default(),
             paused_since: Default::default(),
+            pool_wake: Default::default(),
         }
     }
 

@@ -50,6 +50,9 @@ impl Lifecycle {
             Some(t) => Some(self.deadline(t).ok_or_else(past_any_date)?),
             None => None,
         };
+        if let Some(agent) = self.claim(&new).await? {
+            return Ok(agent);
+        }
         let agent = self
             .store
             .insert_agent(new)

@@ -100,12 +100,17 @@ pub async fn reconcile(lc: &Arc<Lifecycle>) -> anyhow::Result<Report> {
             Creating | Starting | Stopping | Rebuilding | Destroying | Error => {}
         }
     }
-    let known: HashSet<&str> = agents.iter().map(|a| a.id.as_str()).collect();
+    let entries = lc.reconcile_pool().await?;
+    let known: HashSet<&str> = agents
+        .iter()
+        .map(|a| a.id.as_str())
+        .chain(entries.iter().map(String::as_str))
+        .collect();
     for sandbox in lc.driver.list().await? {
         if !known.contains(sandbox.id.as_str()) {
             tracing::warn!(
                 sandbox = sandbox.id,
-                "removing a sandbox that belongs to no agent"
+                "removing a sandbox that belongs to no agent and no warm pool entry"
             );
             lc.driver.destroy(&sandbox.id).await?;
             report.orphans_removed += 1;

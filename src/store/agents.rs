@@ -16,7 +16,7 @@ const COLUMNS: &str =
     "id, name, image, cpus, memory_mb, idle_minutes, state, error, needs_rebuild, created_at, \
      disk_mb, egress, preset, env, setup, runtime, ttl_minutes, expires_at, labels, allow_root, \
      command_approvals, owner_id, (SELECT name FROM users WHERE users.id = agents.owner_id), \
-     access, secrets, deep_sleep_minutes";
+     access, secrets, deep_sleep_minutes, warm";
 
 /// A row as SQLite hands it over, before the checks that turn it into an [`Agent`]; kept apart
 /// so a bad stored value becomes `Corrupt` with the agent named, not an opaque rusqlite error.
@@ -31,6 +31,7 @@ struct Raw {
     runtime: Option<String>,
     idle_minutes: i64,
     deep_sleep_minutes: Option<i64>,
+    warm: bool,
     state: String,
     error: Option<String>,
     needs_rebuild: bool,
@@ -78,6 +79,7 @@ impl Raw {
             access: r.get(23)?,
             secrets: r.get(24)?,
             deep_sleep_minutes: r.get(25)?,
+            warm: r.get(26)?,
         })
     }
 
@@ -156,6 +158,7 @@ impl Raw {
             runtime: self.runtime.unwrap_or_default(),
             idle_minutes,
             deep_sleep_minutes,
+            warm: self.warm,
             state,
             error: self.error,
             needs_rebuild: self.needs_rebuild,
@@ -191,7 +194,7 @@ fn read_agent(c: &Connection, id: &str) -> Result<Option<Agent>> {
     .transpose()
 }
 
-fn must_read_agent(c: &Connection, id: &str) -> Result<Agent> {
+pub(super) fn must_read_agent(c: &Connection, id: &str) -> Result<Agent> {
     read_agent(c, id)?.ok_or_else(|| StoreError::NotFound(id.to_string()))
 }
 
@@ -331,58 +334,70 @@ fn guarded_move(
     })
 }
 
+/// Inserts `new`'s row in `state`; `warm` when it takes over a pool entry's sandbox.
+pub(super) fn insert_row(
+    c: &Connection,
+    new: &NewAgent,
+    state: AgentState,
+    warm: bool,
+) -> Result<()> {
+    check_cpus(new.cpus)?;
+    let memory = memory_to_sql(new.memory_mb)?;
+    let disk = new.disk_mb.map(|d| mb_to_sql("disk_mb", d)).transpose()?;
+    let egress = egress_to_sql(&new.egress)?;
+    let env = env_to_sql(&new.env)?;
+    let labels = labels_to_sql(&new.labels)?;
+    check_secrets_exist(c, &new.secrets)?;
+    let secrets = secrets_to_sql(&new.secrets)?;
+    // A lifetime without its deadline (or the other way) is no lifetime.
+    let (ttl, expires) = match (new.ttl_minutes, new.expires_at) {
+        (Some(t), Some(at)) => (Some(t), Some(time_to_sql(at))),
+        _ => (None, None),
+    };
+    let now = now_text();
+    c.execute(
+        "INSERT INTO agents (id, name, image, cpus, memory_mb, idle_minutes, state,
+                                 created_at, updated_at, disk_mb, egress, preset, env, runtime,
+                                 ttl_minutes, expires_at, labels, allow_root,
+                                 command_approvals, owner_id, access, secrets,
+                                 deep_sleep_minutes, warm)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
+                     ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)",
+        params![
+            new.id,
+            new.name,
+            new.image,
+            new.cpus,
+            memory,
+            new.idle_minutes,
+            state.as_str(),
+            now,
+            disk,
+            egress,
+            new.preset,
+            env,
+            new.runtime,
+            ttl,
+            expires,
+            labels,
+            new.allow_root,
+            new.approvals.commands.as_str(),
+            new.owner_id,
+            new.access.as_str(),
+            secrets,
+            new.deep_sleep_minutes,
+            warm
+        ],
+    )
+    .map_err(|e| map_unique(e, &new.id, &new.name))?;
+    Ok(())
+}
+
 impl Store {
     /// Records a new agent in `creating`.
     pub async fn insert_agent(&self, new: NewAgent) -> Result<Agent> {
         self.call(move |c| {
-            check_cpus(new.cpus)?;
-            let memory = memory_to_sql(new.memory_mb)?;
-            let disk = new.disk_mb.map(|d| mb_to_sql("disk_mb", d)).transpose()?;
-            let egress = egress_to_sql(&new.egress)?;
-            let env = env_to_sql(&new.env)?;
-            let labels = labels_to_sql(&new.labels)?;
-            check_secrets_exist(c, &new.secrets)?;
-            let secrets = secrets_to_sql(&new.secrets)?;
-            // A lifetime without its deadline (or the other way) is no lifetime.
-            let (ttl, expires) = match (new.ttl_minutes, new.expires_at) {
-                (Some(t), Some(at)) => (Some(t), Some(time_to_sql(at))),
-                _ => (None, None),
-            };
-            let now = now_text();
-            c.execute(
-                "INSERT INTO agents (id, name, image, cpus, memory_mb, idle_minutes, state,
-                                     created_at, updated_at, disk_mb, egress, preset, env, runtime,
-                                     ttl_minutes, expires_at, labels, allow_root,
-                                     command_approvals, owner_id, access, secrets,
-                                     deep_sleep_minutes)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
-                         ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
-                params![
-                    new.id,
-                    new.name,
-                    new.image,
-                    new.cpus,
-                    memory,
-                    new.idle_minutes,
-                    AgentState::Creating.as_str(),
-                    now,
-                    disk,
-                    egress,
-                    new.preset,
-                    env,
-                    new.runtime,
-                    ttl,
-                    expires,
-                    labels,
-                    new.allow_root,
-                    new.approvals.commands.as_str(),
-                    new.owner_id,
-                    new.access.as_str(),
-                    secrets,
-                    new.deep_sleep_minutes
-                ],
-            )
-            .map_err(|e| map_unique(e, &new.id, &new.name))?;
+            insert_row(c, &new, AgentState::Creating, false)?;
             must_read_agent(c, &new.id)
         })
         .await

@@ -267,6 +267,21 @@ pub(super) const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE agents ADD COLUMN deep_sleep_minutes INTEGER;
     "#,
+    // 18: warm pools. An entry is a sandbox made ahead of need for an agent id chosen ahead,
+    // with no agent row until a create claims it (one transaction deletes the entry and
+    // inserts the agent with its id); `digest` says what it was made from, so a changed preset
+    // makes it stale. `warm` records that an agent came from the pool.
+    r#"
+    CREATE TABLE pool_entries (
+        id TEXT PRIMARY KEY,
+        preset TEXT NOT NULL,
+        digest TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('starting', 'ready')),
+        boot_token_hash TEXT,
+        created_at TEXT NOT NULL
+    );
+    ALTER TABLE agents ADD COLUMN warm INTEGER NOT NULL DEFAULT 0;
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -8,6 +8,7 @@ mod access;
 mod agents;
 pub mod audit;
 mod migrations;
+pub mod pool;
 pub mod previews;
 pub mod secrets;
 pub mod sessions;

@@ -21,6 +21,7 @@ mod files;
 mod flood;
 mod lifetimes;
 mod pause;
+mod pool;
 mod presets;
 mod previews;
 mod processes;

@@ -1012,6 +1012,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/pool": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Each preset's warm pool (presets with `warm` above 0, and any whose entries are being
+         *     removed), sorted by preset.
+         */
+        get: operations["listPools"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/presets": {
         parameters: {
             query?: never;
@@ -1334,6 +1354,11 @@ export interface components {
              * @example 60
              */
             ttlMinutes: number | null;
+            /**
+             * @description Its sandbox came from its preset's warm pool: the create claimed a sandbox started
+             *     ahead of need instead of making one (otherwise the agent is the same as a cold one's).
+             */
+            warm?: boolean;
         };
         /**
          * @description Who may see and use an agent besides its owner, admins and its members.
@@ -2168,6 +2193,33 @@ export interface components {
             id: string;
             optionId?: string | null;
             outcome: components["schemas"]["ApprovalOutcome"];
+        };
+        /**
+         * @description `GET /api/v1/pool`: one preset's warm pool, sandboxes started ahead of need that a create
+         *     from the preset claims (answering with `warm: true`).
+         */
+        PoolInfo: {
+            /** @example dev */
+            preset: string;
+            /**
+             * Format: int32
+             * @description Entries a create can claim now.
+             * @example 1
+             */
+            ready: number;
+            /**
+             * Format: int32
+             * @description Entries being made and started.
+             * @example 1
+             */
+            starting: number;
+            /**
+             * Format: int32
+             * @description How many the pool keeps (the preset's `warm`; 0 for a pool being emptied); all pools
+             *     together stay within `sandbox.warm_max`.
+             * @example 2
+             */
+            target: number;
         };
         /** @description `GET /api/v1/presets`: a preset with the server's defaults filled in. */
         PresetInfo: {
@@ -8599,6 +8651,52 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Me"];
+                };
+            };
+            /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request came from the sandbox network, or it carries the session cookie without coming from the server's own origin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server failed inside (its database); never the answer to bad input */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    listPools: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PoolInfo"][];
                 };
             };
             /** @description No valid credential: send `Authorization: Bearer <token>` (or the web UI's session cookie) */

@@ -112,6 +112,8 @@ NOT_READ = {
     "JoinAgent",
     # Read where it is met: agent.new_access_token returns the token itself.
     "AccessToken",
+    # The warm pools (`GET /api/v1/pool`), an operator's view the client does not wrap yet.
+    "PoolInfo",
 }
 
 

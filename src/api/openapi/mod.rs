@@ -33,7 +33,7 @@ use crate::config::Config;
         whatever it carries. Errors are `{\"error\": {\"code\", \"message\", \"field\"?}}`. \
         The limits in this document are this server's configuration."),
     paths(
-        agents::health, agents::limits, agents::presets, agents::list, agents::create, agents::get, agents::update, agents::destroy,
+        agents::health, agents::limits, agents::presets, agents::pool, agents::list, agents::create, agents::get, agents::update, agents::destroy,
         agents::start, agents::stop, agents::pause, agents::rebuild, agents::rerun_setup, agents::keep_alive, agents::egress_log, events::events,
         files::list, files::read, files::write, files::mkdir, files::remove, files::rename,
         files::stat, files::exists, files::write_files, files::watch,
@@ -53,7 +53,7 @@ use crate::config::Config;
     ),
     components(schemas(
         types::Agent, types::AgentState, types::CreateAgent, types::UpdateAgent, types::KeepAlive, types::ExpiringEvent,
-        types::PresetInfo, types::SetupStatus, types::SetupState,
+        types::PresetInfo, types::PoolInfo, types::SetupStatus, types::SetupState,
         types::Health, types::Limits, types::HarnessInfo, types::DirEntry, types::FileInfo, types::PathExists, types::RenameBody,
         types::FileEvent, types::FileEventKind, types::FileWritten, types::FilesWritten, types::ExecBody, types::ExecResult, types::RunUser, types::ErrorBody,
         types::RunCode, types::Execution, types::CodeError, types::CodeContext,

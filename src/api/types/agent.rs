@@ -171,6 +171,10 @@ pub struct Agent {
     /// Who besides the owner, admins and members may see and use it (see `docs/api.md`,
     /// "Teams and access").
     pub access: crate::model::teams::AgentAccess,
+    /// Its sandbox came from its preset's warm pool: the create claimed a sandbox started
+    /// ahead of need instead of making one (otherwise the agent is the same as a cold one's).
+    #[serde(default)]
+    pub warm: bool,
 }
 
 /// An agent's owner.
@@ -217,6 +221,7 @@ impl From<model::Agent> for Agent {
                 name: a.owner_name,
             },
             access: a.access,
+            warm: a.warm,
         }
     }
 }

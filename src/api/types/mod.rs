@@ -47,7 +47,7 @@ pub use exec::{ExecBody, ExecExit, ExecLine, ExecResult, OutputStream, RunUser};
 pub use files::{
     DirEntry, FileEvent, FileEventKind, FileInfo, FileWritten, FilesWritten, PathExists, RenameBody,
 };
-pub use preset::PresetInfo;
+pub use preset::{PoolInfo, PresetInfo};
 pub use previews::{CreatePreview, ListeningPort, Preview, PreviewAccess};
 pub use pull::{PullProgress, PullStatus};
 pub use secrets::{PutSecret, Secret};

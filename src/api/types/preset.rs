@@ -87,3 +87,33 @@ impl From<preset::PresetInfo> for PresetInfo {
         }
     }
 }
+
+/// `GET /api/v1/pool`: one preset's warm pool, sandboxes started ahead of need that a create
+/// from the preset claims (answering with `warm: true`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolInfo {
+    #[schema(example = "dev")]
+    pub preset: String,
+    /// How many the pool keeps (the preset's `warm`; 0 for a pool being emptied); all pools
+    /// together stay within `sandbox.warm_max`.
+    #[schema(example = 2)]
+    pub target: u32,
+    /// Entries a create can claim now.
+    #[schema(example = 1)]
+    pub ready: u32,
+    /// Entries being made and started.
+    #[schema(example = 1)]
+    pub starting: u32,
+}
+
+impl From<crate::lifecycle::pool::PoolStatus> for PoolInfo {
+    fn from(p: crate::lifecycle::pool::PoolStatus) -> Self {
+        PoolInfo {
+            preset: p.preset,
+            target: p.target,
+            ready: p.ready,
+            starting: p.starting,
+        }
+    }
+}

@@ -33,6 +33,7 @@ pub(super) fn rule(method: &str, path: &str) -> Option<Need> {
     let need = match (method, path) {
         ("GET", "/api/v1/health") => Public,
         ("GET", "/api/v1/limits" | "/api/v1/presets") => READ,
+        ("GET", "/api/v1/pool") => SignedIn,
         ("POST", "/api/v1/admin/reload") => ADMIN,
         ("POST" | "GET", "/api/v1/session") => Public,
         ("DELETE", "/api/v1/session") => SignedIn,

@@ -721,6 +721,28 @@ class PermissionResolved(TypedDict):
     outcome: ApprovalOutcome
 
 
+class PoolInfo(TypedDict):
+    """
+    `GET /api/v1/pool`: one preset's warm pool, sandboxes started ahead of need that a create
+    from the preset claims (answering with `warm: true`).
+    """
+
+    preset: str
+    ready: int
+    """
+    Entries a create can claim now.
+    """
+    starting: int
+    """
+    Entries being made and started.
+    """
+    target: int
+    """
+    How many the pool keeps (the preset's `warm`; 0 for a pool being emptied); all pools
+    together stay within `sandbox.warm_max`.
+    """
+
+
 PreviewAccess: TypeAlias = Literal["private", "token", "public"]
 """
 Who may open a preview.
@@ -1847,6 +1869,11 @@ class Agent(TypedDict):
     """
     The agent's lifetime, in minutes from its creation or its last change of `ttlMinutes`
     (a `PATCH` or a keep-alive); null for an agent without one.
+    """
+    warm: NotRequired[bool]
+    """
+    Its sandbox came from its preset's warm pool: the create claimed a sandbox started
+    ahead of need instead of making one (otherwise the agent is the same as a cold one's).
     """
 
 

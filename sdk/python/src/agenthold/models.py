@@ -269,6 +269,8 @@ class AgentInfo:
     owner: AgentOwner | None = None
     #: Who besides the owner, admins and members may see and use it.
     access: AgentAccess = "private"
+    #: Its sandbox came from its preset's warm pool (the create claimed one started ahead).
+    warm: bool = False
 
     @classmethod
     def from_json(cls, d: Any) -> AgentInfo:

@@ -1,0 +1,224 @@
+//! Warm pools against a real server with the fake driver: the keeper fills each preset's pool,
+//! a create claims a ready entry (answering as a cold create would, plus `warm: true`), a
+//! create asking for a different sandbox is cold, the pool refills, `sandbox.warm_max` holds
+//! across presets, entries are no agents (and get no egress), and a restart keeps or cleans
+//! them.
+
+use agenthold::agents::preset::Preset;
+use agenthold::config::Config;
+use agenthold::egress::Sandboxes;
+use serde_json::{json, Value};
+
+use crate::common::{wait_for, wait_for_value, TestServer};
+
+/// `hot` keeps `warm` entries; `cold` is the same preset without a pool.
+fn pools(warm: u32) -> impl FnOnce(&mut Config) {
+    move |c: &mut Config| {
+        let preset = Preset {
+            image: Some("example/pool:1".into()),
+            cpus: Some(1.0),
+            memory_mb: Some(512),
+            env: [("FROM_PRESET".to_string(), "p".to_string())].into(),
+            setup: Some("echo set-up > ~/setup-ran".into()),
+            ..Default::default()
+        };
+        c.presets.insert(
+            "hot".into(),
+            Preset {
+                warm,
+                ..preset.clone()
+            },
+        );
+        c.presets.insert("cold".into(), preset);
+    }
+}
+
+async fn pool_of(s: &TestServer, preset: &str) -> Value {
+    let all = s.get_json("/api/v1/pool").await;
+    all.as_array()
+        .and_then(|a| a.iter().find(|p| p["preset"] == preset).cloned())
+        .unwrap_or(Value::Null)
+}
+
+/// Waits until `preset`'s pool has `ready` entries ready.
+async fn wait_ready(s: &TestServer, preset: &str, ready: u64) {
+    wait_for(&format!("{ready} ready entries of {preset}"), || async {
+        pool_of(s, preset).await["ready"].as_u64() == Some(ready)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_pool_fills_and_a_create_claims_an_entry_that_answers_as_a_cold_one() {
+    let s = TestServer::start_with(pools(2)).await;
+    wait_ready(&s, "hot", 2).await;
+    assert_eq!(
+        pool_of(&s, "hot").await,
+        json!({"preset": "hot", "target": 2, "ready": 2, "starting": 0})
+    );
+    let entries: Vec<String> = s
+        .store
+        .list_pool_entries()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.id)
+        .collect();
+
+    let warm = s.created_agent(json!({"name": "w", "preset": "hot"})).await;
+    assert_eq!(warm["warm"], true, "{warm}");
+    assert!(
+        entries.contains(&warm["id"].as_str().unwrap().to_string()),
+        "the agent has the id its entry was made for"
+    );
+    let cold = s
+        .created_agent(json!({"name": "c", "preset": "cold"}))
+        .await;
+    assert_eq!(cold["warm"], false, "{cold}");
+    // Field by field the same, but for what names the agent, its state and time.
+    let differs = [
+        "id",
+        "name",
+        "preset",
+        "state",
+        "createdAt",
+        "warm",
+        "lastActivityAt",
+        "sleepsAt",
+        "setup",
+    ];
+    let (w, c) = (warm.as_object().unwrap(), cold.as_object().unwrap());
+    assert_eq!(
+        w.keys().collect::<Vec<_>>(),
+        c.keys().collect::<Vec<_>>(),
+        "the same fields"
+    );
+    for (key, value) in w.iter().filter(|(k, _)| !differs.contains(&k.as_str())) {
+        assert_eq!(value, &c[key], "field {key}");
+    }
+
+    let id = warm["id"].as_str().unwrap();
+    s.wait_state(id, "running").await;
+    assert_eq!(
+        s.exec_ok(id, &["sh", "-c", "echo $FROM_PRESET"]).await,
+        "p\n"
+    );
+    wait_for("the claimed agent's setup", || async {
+        s.agent(id).await["setup"]["state"] == "done"
+    })
+    .await;
+    assert_eq!(
+        s.exec_ok(id, &["sh", "-c", "cat ~/setup-ran"]).await,
+        "set-up\n"
+    );
+    // The pool refills behind the claim.
+    wait_ready(&s, "hot", 2).await;
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_create_asking_for_another_sandbox_is_cold() {
+    let s = TestServer::start_with(pools(1)).await;
+    wait_ready(&s, "hot", 1).await;
+    for (name, extra) in [
+        ("img", json!({"image": "example/other:2"})),
+        ("cpu", json!({"cpus": 2})),
+        ("mem", json!({"memoryMb": 1024})),
+        ("root", json!({"allowRoot": true})),
+    ] {
+        let mut body = json!({"name": name, "preset": "hot"});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let a = s.created_agent(body).await;
+        assert_eq!(a["warm"], false, "{name}: {a}");
+        assert_eq!(a["state"], "creating", "{name}");
+        s.wait_state(a["id"].as_str().unwrap(), "running").await;
+    }
+    assert_eq!(pool_of(&s, "hot").await["ready"], 1, "no entry was taken");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn warm_max_holds_across_presets() {
+    let s = TestServer::start_with(|c| {
+        pools(3)(c);
+        let other = Preset {
+            warm: 3,
+            ..Default::default()
+        };
+        c.presets.insert("other".into(), other);
+        c.sandbox.warm_max = 4;
+    })
+    .await;
+    wait_for_value("4 entries ready in all", || async {
+        let all = s.get_json("/api/v1/pool").await;
+        let pools = all.as_array().cloned().unwrap_or_default();
+        let (ready, total) = pools.iter().fold((0, 0), |(r, t), p| {
+            let ready = p["ready"].as_u64().unwrap_or(0);
+            (r + ready, t + ready + p["starting"].as_u64().unwrap_or(0))
+        });
+        assert!(total <= 4, "the pools hold {total} > warm_max: {all}");
+        (ready == 4).then_some(())
+    })
+    .await;
+    let entries = s.store.list_pool_entries().await.unwrap();
+    assert_eq!(entries.len(), 4);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn an_entry_is_no_agent_and_gets_no_egress() {
+    let s = TestServer::start_with(pools(1)).await;
+    wait_ready(&s, "hot", 1).await;
+    let entry = s.store.list_pool_entries().await.unwrap().remove(0).id;
+    assert_eq!(s.get_json("/api/v1/agents").await, json!([]));
+    for path in [
+        format!("/api/v1/agents/{entry}"),
+        format!("/api/v1/agents/{entry}/files?path=/"),
+    ] {
+        let (status, _) = s.call("GET", &path, None).await;
+        assert_eq!(status, 404, "{path}");
+    }
+    let (status, _) = s
+        .call(
+            "POST",
+            &format!("/api/v1/agents/{entry}/exec"),
+            Some(json!({"command": ["true"]})),
+        )
+        .await;
+    assert_eq!(status, 404, "exec in an entry");
+    // The egress proxy finds no rules for it: whatever it dials is refused.
+    assert!(Sandboxes::rules(&*s.lc, &entry).await.is_none());
+    assert!(Sandboxes::granted(&*s.lc, &entry).await.is_empty());
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_restart_keeps_the_pool_at_its_target_and_leaks_nothing() {
+    let s = TestServer::start_with(pools(2)).await;
+    wait_ready(&s, "hot", 2).await;
+    let a = s.created_agent(json!({"name": "w", "preset": "hot"})).await;
+    assert_eq!(a["warm"], true);
+    let id = a["id"].as_str().unwrap().to_string();
+    s.wait_state(&id, "running").await;
+    wait_ready(&s, "hot", 2).await;
+    let s = s.restart_with(pools(2)).await;
+    wait_ready(&s, "hot", 2).await;
+    let entries = s.store.list_pool_entries().await.unwrap();
+    assert_eq!(entries.len(), 2);
+    assert!(entries.iter().all(|e| e.id != id));
+    assert_eq!(
+        s.agent(&id).await["warm"],
+        true,
+        "the agent stays warm-made"
+    );
+    // A preset without a pool now: its entries go.
+    let s = s.restart_with(pools(0)).await;
+    wait_for("the pool emptied", || async {
+        s.store.list_pool_entries().await.unwrap().is_empty()
+    })
+    .await;
+    assert_eq!(s.get_json("/api/v1/pool").await, json!([]));
+    s.stop().await;
+}
