@@ -15,6 +15,7 @@ const ctx = browserSuite({
       'presets:',
       '  minimal:',
       '    description: Plain Debian, small',
+      '    warm: 1',
       '    cpus: 1',
       '    memoryMb: 512',
       '  dev:',
@@ -29,6 +30,18 @@ const ctx = browserSuite({
       ...SETUP.map((l) => `      ${l}`),
     ],
   },
+});
+
+test('a preset whose warm pool has a sandbox ready is offered as instant', async () => {
+  const { page } = ctx.b;
+  await until('the minimal pool has a sandbox ready', async () =>
+    (await ctx.server.apiJson('GET', '/pool')).some((p) => p.preset === 'minimal' && p.ready > 0),
+  );
+  await page.reload();
+  const select = page.getByTestId('preset-select');
+  await select.locator('option[value="minimal"][data-instant="true"]').waitFor({ state: 'attached' });
+  assert.match(await select.locator('option[value="minimal"]').textContent(), /^minimal · instant — Plain Debian, small$/);
+  assert.equal(await select.locator('option[value="dev"][data-instant]').count(), 0, 'dev keeps no pool');
 });
 
 const row = (page, name) => page.locator(`[data-testid="agent-row"][data-agent-name="${name}"]`);

@@ -190,15 +190,23 @@ function createForm(): HTMLElement {
   });
   // Without the list (a failed request) the form still creates agents, with the server's
   // default preset; the next form asks again.
-  void api.presets().then((list) => {
+  // A preset whose warm pool has a ready sandbox is "instant": a create from it (asking for
+  // nothing the pool cannot change) is answered running at once. Without the pool's answer the
+  // list is shown all the same.
+  void Promise.all([api.presets(), api.pool().catch(() => [])]).then(([list, pools]) => {
     presets = list;
     if (list.length === 0) return;
+    const instant = new Set(pools.filter((p) => p.ready > 0).map((p) => p.preset));
     const hasDefault = list.some((p) => p.default);
     replace(
       presetSelect,
       hasDefault ? null : h('option', { value: '' }, 'none (server defaults)'),
       list.map((p) =>
-        h('option', { value: p.name, selected: p.default }, `${p.name}${p.default ? ' (default)' : ''}${p.description ? ` — ${p.description}` : ''}`),
+        h(
+          'option',
+          { value: p.name, selected: p.default, 'data-instant': instant.has(p.name) ? 'true' : null },
+          `${p.name}${p.default ? ' (default)' : ''}${instant.has(p.name) ? ' · instant' : ''}${p.description ? ` — ${p.description}` : ''}`,
+        ),
       ),
     );
     const def = list.find((p) => p.default);

@@ -58,6 +58,8 @@ export type MemberRole = Schemas['MemberRole'];
 export type AgentMember = Schemas['AgentMember'];
 export type CommandApprovals = Schemas['CommandApprovals'];
 export type AuditEntry = Schemas['AuditEntry'];
+/** `GET /api/v1/pool`: one preset's warm pool (sandboxes started ahead of need). */
+export type PoolInfo = Schemas['PoolInfo'];
 /** A secret as the API shows it: never its value (`GET /api/v1/secrets`). */
 export type Secret = Schemas['Secret'];
 /** `PUT /api/v1/secrets/{name}`: the value goes in, and never comes back out. */
@@ -265,6 +267,7 @@ export const api = {
   createUser: (body: NewUser) => sendJson<User>('POST', '/users', body),
   updateUser: (id: string, body: UserUpdate) => sendJson<User>('PATCH', `/users/${q(id)}`, body),
   deleteUser: (id: string) => sendJson<void>('DELETE', `/users/${q(id)}`),
+  pool: () => getJson<PoolInfo[]>('/pool'),
   secrets: () => getJson<Secret[]>('/secrets'),
   putSecret: (name: string, body: PutSecret) => sendJson<Secret>('PUT', `/secrets/${q(name)}`, body),
   deleteSecret: (name: string) => sendJson<void>('DELETE', `/secrets/${q(name)}`),
