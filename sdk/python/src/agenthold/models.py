@@ -346,7 +346,8 @@ class EgressDenied:
 @dataclass(frozen=True)
 class EgressLogEntry:
     """One of an agent's recent egress decisions (``agent.egress.log()``); ``bytes_up`` and
-    ``bytes_down`` are ``None`` until an allowed connection closes."""
+    ``bytes_down`` are ``None`` until an allowed connection closes; ``secret`` names the secret
+    a decision was about (swapped in, or what got the request refused), never its value."""
 
     host: str
     port: int
@@ -356,6 +357,7 @@ class EgressLogEntry:
     reason: str | None = None
     bytes_up: int | None = None
     bytes_down: int | None = None
+    secret: str | None = None
 
     @classmethod
     def from_json(cls, d: Any) -> EgressLogEntry:
