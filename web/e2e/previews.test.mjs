@@ -17,7 +17,7 @@ import { browserSuite, dockerMissing, screenshot, signIn, startServer, tokenTab,
 const ctx = browserSuite({
   uiHost: 'localhost',
   agent: 'web',
-  // A short idle minute, for the agent that must fall asleep; the others stay up for an hour of it.
+  // A short idle minute, for the agent that must fall asleep (deepSleepMinutes 0: stopped, not paused); the others stay up for an hour of it.
   options: { sandboxConfig: ['  idle_minute: 1s', '  default_idle_minutes: 3600'] },
 });
 
@@ -275,7 +275,7 @@ test('a deleted preview stops at once: a reload answers 410', async () => {
 
 test('a sleeping agent lists nothing, and the tab does not wake it', async () => {
   const { page } = ctx.b;
-  const a = await ctx.server.apiJson('POST', '/agents', { name: 'sleepy', idleMinutes: 1 });
+  const a = await ctx.server.apiJson('POST', '/agents', { name: 'sleepy', idleMinutes: 1, deepSleepMinutes: 0 });
   const sleeping = async () => (await ctx.server.apiJson('GET', `/agents/${a.id}`)).state === 'sleeping';
   await until('sleepy asleep', sleeping, { timeout: 60_000, interval: 200 });
   await openPorts(page, a);
