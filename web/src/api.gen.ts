@@ -1659,7 +1659,7 @@ export interface components {
              *       "ANTHROPIC_API_KEY"
              *     ]
              */
-            secrets?: string[] | null;
+            secrets?: components["schemas"]["SecretName"][] | null;
             /**
              * Format: int32
              * @description The agent's lifetime in minutes, 1 to 525600 (a year): it is destroyed that long
@@ -2848,7 +2848,7 @@ export interface components {
              *       "ANTHROPIC_API_KEY"
              *     ]
              */
-            secrets?: string[] | null;
+            secrets?: components["schemas"]["SecretName"][] | null;
             /**
              * Format: int32
              * @description A new lifetime in minutes, counted from now (1 to 525600); 0 or null takes the
@@ -2886,6 +2886,8 @@ export interface components {
             /** Format: date-time */
             updatedAt: string;
         };
+        /** @description A secret's name: the env variable granted agents see it as. */
+        SecretName: string;
     };
     responses: never;
     parameters: never;

@@ -123,6 +123,7 @@ pub fn document(config: &Config, facts: Facts) -> Value {
     schemas::audit_filters(&mut doc);
     schemas::tokens(&mut doc);
     schemas::agent_env(&mut doc);
+    schemas::agent_secrets(&mut doc);
     schemas::agent_labels(&mut doc);
     schemas::sessions(&mut doc, config);
     // An empty body writes an empty file.

@@ -124,6 +124,31 @@ pub(super) fn agent_env(doc: &mut Value) {
     }
 }
 
+/// An agent's `secrets` as `agents::grants::check` reads them: each an env name (a schema of
+/// its own, `SecretName`, so that generated clients do not name the item type after the list),
+/// none twice.
+pub(super) fn agent_secrets(doc: &mut Value) {
+    if let Some(Value::Object(schemas)) = doc.pointer_mut("/components/schemas") {
+        schemas.insert(
+            "SecretName".to_string(),
+            json!({
+                "type": "string",
+                "description": "A secret's name: the env variable granted agents see it as.",
+                "pattern": crate::agents::env::NAME_PATTERN,
+            }),
+        );
+    }
+    for schema in ["CreateAgent", "UpdateAgent"] {
+        if let Some(Value::Object(slot)) = property(doc, schema, "secrets") {
+            slot.insert("uniqueItems".to_string(), json!(true));
+            slot.insert(
+                "items".to_string(),
+                json!({"$ref": "#/components/schemas/SecretName"}),
+            );
+        }
+    }
+}
+
 /// A token's request: `supervised` with `approvals: allow` is refused (such a token would
 /// approve its own commands), which only a `not` can say.
 pub(super) fn tokens(doc: &mut Value) {

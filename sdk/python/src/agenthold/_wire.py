@@ -1113,6 +1113,12 @@ class User(TypedDict):
     updatedAt: str
 
 
+SecretName: TypeAlias = str
+"""
+A secret's name: the env variable granted agents see it as.
+"""
+
+
 class AddMember(TypedDict, closed=True):
     """
     `POST /api/v1/agents/{id}/members`.
@@ -1266,7 +1272,7 @@ class CreateAgent(TypedDict, closed=True):
     kernel of its own in user space: stronger isolation, slower system calls). Another is
     `400` with `"field": "runtime"`.
     """
-    secrets: NotRequired[list[str] | None]
+    secrets: NotRequired[list[SecretName] | None]
     """
     Names of secrets (`GET /api/v1/secrets`) granted to the agent, at most 64, none
     twice; replaces the preset's list (`[]` for none). Each appears in the sandbox as a
@@ -1754,7 +1760,7 @@ class UpdateAgent(TypedDict, closed=True):
     Another container runtime, one of `runtimes` in `/limits`; sets `needsRebuild` (a
     rebuild applies it, keeping the home).
     """
-    secrets: NotRequired[list[str] | None]
+    secrets: NotRequired[list[SecretName] | None]
     """
     Replaces the whole list, checked as on create; processes started from now on get
     the placeholders (running ones keep theirs), and the proxy swaps only the granted

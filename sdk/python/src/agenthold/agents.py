@@ -249,7 +249,7 @@ class _AgentView:
         return self.info.env
 
     @property
-    def secrets(self) -> list[str]:
+    def secrets(self) -> tuple[str, ...]:
         """The names of the secrets granted to the agent (never values)."""
         return self.info.secrets
 

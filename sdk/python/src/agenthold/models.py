@@ -170,7 +170,7 @@ class Preset:
     #: Labels its agents get, under a create's own.
     labels: dict[str, str] = field(default_factory=dict)
     #: Secrets (names) granted to its agents unless a create says otherwise.
-    secrets: list[str] = field(default_factory=list)
+    secrets: tuple[str, ...] = ()
     #: Its agents may become root (``sudo``, ``user="root"``) unless a create says otherwise.
     allow_root: bool = False
     #: Its agents' approval settings: ``{"commands": "never" | "dangerous" | "always"}``.
@@ -251,7 +251,7 @@ class AgentInfo:
     #: Variables every process of the agent starts with.
     env: dict[str, str] = field(default_factory=dict)
     #: The names of the secrets granted to it (never values).
-    secrets: list[str] = field(default_factory=list)
+    secrets: tuple[str, ...] = ()
     #: The setup script's last run; ``None`` when it has none or it has not run yet.
     setup: SetupStatus | None = None
     #: The agent's lifetime in minutes from its creation or last keep-alive; ``None``: none.
