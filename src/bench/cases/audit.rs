@@ -17,12 +17,15 @@ pub const ENTRIES: usize = 100_000;
 /// Entries put in per transaction.
 const BATCH: usize = 10_000;
 
-/// Ten users, a hundred agents, the actions in turn, one entry every ten seconds up to now.
+/// Ten users (each doing every action in turn), a hundred agents, one entry every ten seconds up to now.
 fn entry(i: usize) -> Entry {
     let actions = Action::ALL;
+    // Each user does every action in turn, however many actions there are (with the user taken
+    // as `i % 10`, an even number of actions would give a user only every other one).
+    let user = (i / actions.len()) % 10;
     Entry {
-        user_id: Some(format!("benchuser{}", i % 10)),
-        user_name: format!("benchuser{}", i % 10),
+        user_id: Some(format!("benchuser{user}")),
+        user_name: format!("benchuser{user}"),
         token_name: i.is_multiple_of(3).then(|| "ci".to_string()),
         action: actions[i % actions.len()],
         agent_id: Some(format!("benchagent{:03}", i % 100)),
