@@ -396,3 +396,20 @@ fn events(state: &State, query: Option<&str>) -> Response<Body> {
     );
     resp
 }
+
+/// Sets secret `name` to `value`, to be sent to `hosts` alone (made or changed: either is fine).
+pub async fn put_secret(
+    api: &crate::common::client::Client,
+    name: &str,
+    value: &str,
+    hosts: &[&str],
+) {
+    let (status, body) = api
+        .call(
+            "PUT",
+            &format!("/api/v1/secrets/{name}"),
+            Some(serde_json::json!({"value": value, "hosts": hosts})),
+        )
+        .await;
+    assert!(status == 200 || status == 201, "{status} {body}");
+}

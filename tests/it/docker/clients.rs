@@ -12,7 +12,7 @@
 use serde_json::json;
 
 use crate::common::docker::*;
-use crate::common::internet::{Internet, GIT_TEXT, GREETING};
+use crate::common::internet::{put_secret, Internet, GIT_TEXT, GREETING};
 use crate::common::TestServer;
 
 const DEV_IMAGE: &str = "agenthold/agent:bookworm";
@@ -29,14 +29,7 @@ async fn granted(env: &DockerEnv, internet: &Internet, image: &str) -> (TestServ
             c.sandbox.egress.ca_certificates = internet.ca_file.clone();
         })
         .await;
-    let (status, body) = s
-        .call(
-            "PUT",
-            "/api/v1/secrets/API_TOKEN",
-            Some(json!({"value": VALUE, "hosts": ["api.test"]})),
-        )
-        .await;
-    assert!(status == 200 || status == 201, "{status} {body}");
+    put_secret(&s, "API_TOKEN", VALUE, &["api.test"]).await;
     let id = s
         .running_agent(json!({
             "name": "clients",

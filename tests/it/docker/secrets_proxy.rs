@@ -11,7 +11,7 @@ use serde_json::json;
 use agenthold::egress::SecretGuard;
 
 use crate::common::docker::*;
-use crate::common::internet::Internet;
+use crate::common::internet::{put_secret, Internet};
 use crate::common::TestServer;
 
 const IMAGE: &str = "agenthold/agent:bookworm";
@@ -34,14 +34,7 @@ async fn a_granted_secret_reaches_its_host_only_and_the_sandbox_sees_a_placehold
     };
     let internet = Internet::start(&["api.test", "other.test"]).await;
     let s = server(&env, &internet, SecretGuard::Hosts).await;
-    let (status, body) = s
-        .call(
-            "PUT",
-            "/api/v1/secrets/API_TOKEN",
-            Some(json!({"value": VALUE, "hosts": ["api.test"]})),
-        )
-        .await;
-    assert!(status == 200 || status == 201, "{status} {body}");
+    put_secret(&s, "API_TOKEN", VALUE, &["api.test"]).await;
     let id = s
         .running_agent(json!({
             "name": "secrets",
@@ -107,14 +100,7 @@ async fn with_the_guard_on_all_a_placeholder_to_another_host_is_refused() {
     };
     let internet = Internet::start(&["api.test", "other.test"]).await;
     let s = server(&env, &internet, SecretGuard::All).await;
-    let (status, body) = s
-        .call(
-            "PUT",
-            "/api/v1/secrets/API_TOKEN",
-            Some(json!({"value": VALUE, "hosts": ["api.test"]})),
-        )
-        .await;
-    assert!(status == 200 || status == 201, "{status} {body}");
+    put_secret(&s, "API_TOKEN", VALUE, &["api.test"]).await;
     let id = s
         .running_agent(json!({
             "name": "guarded",
