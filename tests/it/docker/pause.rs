@@ -65,6 +65,22 @@ async fn session_of(ws: &mut Ws) -> String {
     }
 }
 
+/// Starts process `counter` (a number a second) and waits until it has counted twice.
+async fn start_counter(api: &Client, id: &str) {
+    let (st, body) = api
+        .call(
+            "POST",
+            &format!("/api/v1/agents/{id}/processes"),
+            Some(json!({"command": ["sh", "-c", "i=0; while :; do echo $i; i=$((i+1)); sleep 1; done"], "tag": "counter"})),
+        )
+        .await;
+    assert_eq!(st, 201, "{body}");
+    wait_for("the counter counts", || async {
+        counted(api, id).await.len() >= 2
+    })
+    .await;
+}
+
 /// The counter's output so far, as numbers (reading it is a use: it thaws a paused agent).
 async fn counted(s: &Client, id: &str) -> Vec<u64> {
     let ndjson = s
@@ -88,18 +104,7 @@ async fn a_pause_keeps_processes_terminals_files_and_the_tunnel() {
         .running_agent(json!({"name": "frozen", "image": BUSYBOX_IMAGE, "cpus": 0.5}))
         .await;
     s.write_tree(&id, &[("note.txt", "written before")]).await;
-    let (st, body) = s
-        .call(
-            "POST",
-            &format!("/api/v1/agents/{id}/processes"),
-            Some(json!({"command": ["sh", "-c", "i=0; while :; do echo $i; i=$((i+1)); sleep 1; done"], "tag": "counter"})),
-        )
-        .await;
-    assert_eq!(st, 201, "{body}");
-    wait_for("the counter counts", || async {
-        counted(&s, &id).await.len() >= 2
-    })
-    .await;
+    start_counter(&s, &id).await;
     let mut ws = terminal_at(&s, &id, "cols=80&rows=24").await;
     let session = session_of(&mut ws).await;
     send_keys(&mut ws, "KEPT=across; echo set$((40+2))\r").await;
@@ -200,18 +205,7 @@ async fn a_paused_agent_stays_paused_across_a_server_kill_and_thaws_on_use() {
     let id = server
         .running_agent(json!({"name": "kept", "cpus": 0.5}))
         .await;
-    let (st, body) = server
-        .call(
-            "POST",
-            &format!("/api/v1/agents/{id}/processes"),
-            Some(json!({"command": ["sh", "-c", "i=0; while :; do echo $i; i=$((i+1)); sleep 1; done"], "tag": "counter"})),
-        )
-        .await;
-    assert_eq!(st, 201, "{body}");
-    wait_for("the counter counts", || async {
-        counted(&server, &id).await.len() >= 2
-    })
-    .await;
+    start_counter(&server, &id).await;
     let (st, body) = server
         .call("POST", &format!("/api/v1/agents/{id}/pause"), None)
         .await;
