@@ -148,7 +148,7 @@ impl Lifecycle {
         since.checked_add_signed(span)
     }
 
-    fn freeze_lock(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
+    pub(super) fn freeze_lock(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
         self.freeze_locks
             .lock()
             .unwrap_or_else(|e| e.into_inner())
