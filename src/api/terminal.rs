@@ -213,6 +213,10 @@ pub async fn terminal(
         approved(&st, &principal, &agent, line, &ends).await?;
     }
     if open.session.is_some() {
+        // Held from the start of the attach: a pause that looks for idleness meanwhile sees the
+        // use (and one already freezing undoes itself), so the channel never opens on a frozen
+        // sandbox.
+        let hold = st.lc.activity().hold(&id, Use::Terminal);
         // A paused agent keeps its sessions, frozen: attaching is use, which thaws it.
         st.lc.thaw_for_use(&id).await?;
         if let Some(link) = st.lc.link(&id) {
@@ -221,7 +225,7 @@ pub async fn terminal(
             let (stream, opened) = open_channel(&link, &open).await?;
             return Ok(ws.on_upgrade(move |mut socket| {
                 ends.guard(async move {
-                    let _hold = st.lc.activity().hold(&id, Use::Terminal);
+                    let _hold = hold;
                     relay(&st, &id, &mut socket, stream, opened).await
                 })
             }));

@@ -34,12 +34,13 @@ impl Lifecycle {
     /// The agent's processes, running and finished, oldest first. From its sandbox when its
     /// sandboxd is connected; else (asleep, starting) as the server last heard of them, the
     /// finished ones within `sandbox.process_retention`: a listing never wakes the agent.
-    /// Empty for an agent not heard of since the server started.
+    /// Empty for an agent not heard of since the server started. The row is read first: a warm
+    /// pool entry has a session under its future agent's id, and no agent yet.
     pub async fn list_processes(&self, id: &str) -> Result<Vec<ProcessInfo>, LifecycleError> {
+        self.get(id).await?;
         if let Some(conn) = self.conn(id) {
             return Ok(conn.list_processes().await?);
         }
-        self.get(id).await?;
         let retention = self.config().sandbox.process_retention.as_millis() as u64;
         let now = chrono::Utc::now().timestamp_millis().max(0) as u64;
         let mut known = self.hub.processes_of(id);
@@ -55,10 +56,10 @@ impl Lifecycle {
         &self,
         id: &str,
     ) -> Result<Vec<agenthold_proto::CodeContext>, LifecycleError> {
+        self.get(id).await?;
         if let Some(conn) = self.conn(id) {
             return Ok(conn.list_code_contexts().await?);
         }
-        self.get(id).await?;
         Ok(Vec::new())
     }
 

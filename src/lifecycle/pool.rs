@@ -162,6 +162,7 @@ impl Lifecycle {
         tracing::info!(entry = id, "removing a warm pool entry: {why}");
         self.tunnels.disconnect(id);
         self.boots_lock().remove(id);
+        self.activity.forget(id);
         if let Err(e) = self.driver.destroy(id).await {
             // Its sandbox belongs to no agent and no entry now: the next boot's reconcile
             // removes it.

@@ -25,6 +25,12 @@ impl Lifecycle {
         id: &str,
         on_wait: impl FnOnce(),
     ) -> Result<Link, LifecycleError> {
+        // Only an agent is woken: a warm pool entry has a session under the id its agent will
+        // have, but no row until a create claims it, and nobody reaches it before that.
+        self.store
+            .get_agent(id)
+            .await
+            .map_err(|e| LifecycleError::from_store(e, "be used"))?;
         self.activity.touch(id);
         // A paused sandbox keeps its session, frozen: thawed first, it answers at once.
         if self.paused_at(id).is_some() {

@@ -173,21 +173,65 @@ async fn an_entry_is_no_agent_and_gets_no_egress() {
     wait_ready(&s, "hot", 1).await;
     let entry = s.store.list_pool_entries().await.unwrap().remove(0).id;
     assert_eq!(s.get_json("/api/v1/agents").await, json!([]));
-    for path in [
-        format!("/api/v1/agents/{entry}"),
-        format!("/api/v1/agents/{entry}/files?path=/"),
-    ] {
-        let (status, _) = s.call("GET", &path, None).await;
-        assert_eq!(status, 404, "{path}");
-    }
-    let (status, _) = s
-        .call(
+    let uses = s.lc.activity().uses(&entry);
+    // Requests that would reach an agent's sandbox, valid for one: the admin's token may use any
+    // agent, and an entry's session is registered under the id its agent will have.
+    let sandbox_uses = [
+        ("GET", format!("/api/v1/agents/{entry}"), None),
+        (
+            "GET",
+            format!("/api/v1/agents/{entry}/fs/list?path=/home/agent"),
+            None,
+        ),
+        (
+            "GET",
+            format!("/api/v1/agents/{entry}/fs/read?path=/home/agent/x"),
+            None,
+        ),
+        ("GET", format!("/api/v1/agents/{entry}/processes"), None),
+        ("GET", format!("/api/v1/agents/{entry}/code/contexts"), None),
+        ("GET", format!("/api/v1/agents/{entry}/terminals"), None),
+        ("GET", format!("/api/v1/agents/{entry}/ports"), None),
+        (
             "POST",
-            &format!("/api/v1/agents/{entry}/exec"),
+            format!("/api/v1/agents/{entry}/exec"),
             Some(json!({"command": ["true"]})),
-        )
-        .await;
-    assert_eq!(status, 404, "exec in an entry");
+        ),
+        (
+            "POST",
+            format!("/api/v1/agents/{entry}/processes"),
+            Some(json!({"command": ["true"]})),
+        ),
+        ("POST", format!("/api/v1/agents/{entry}/pause"), None),
+        (
+            "POST",
+            format!("/api/v1/agents/{entry}/keep-alive"),
+            Some(json!({"ttlMinutes": 5})),
+        ),
+    ];
+    for (method, path, body) in sandbox_uses {
+        let (status, _) = s.call(method, &path, body).await;
+        assert_eq!(status, 404, "{method} {path}");
+    }
+    // Every other route of an agent refuses it too, whatever it says about the body.
+    for (method, route, _) in agenthold::api::access::ROUTES {
+        let Some(rest) = route.strip_prefix("/api/v1/agents/{id}") else {
+            continue;
+        };
+        let path = format!("/api/v1/agents/{entry}{rest}")
+            .replace("{pid}", "p")
+            .replace("{sid}", "s")
+            .replace("{cid}", "c")
+            .replace("{user}", "u");
+        let body = matches!(*method, "POST" | "PUT" | "PATCH").then(|| json!({}));
+        let (status, _) = s.call(method, &path, body).await;
+        assert!(!(200..300).contains(&status), "{method} {path}: {status}");
+    }
+    assert_eq!(
+        s.lc.activity().uses(&entry),
+        uses,
+        "no request counted as a use of the entry"
+    );
     // The egress proxy finds no rules for it: whatever it dials is refused.
     assert!(Sandboxes::rules(&*s.lc, &entry).await.is_none());
     assert!(Sandboxes::granted(&*s.lc, &entry).await.is_empty());
