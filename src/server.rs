@@ -466,6 +466,7 @@ fn egress_proxy(
             interception,
             secret_guard: e.secret_guard,
             body_budget: e.secret_body_budget_mb * 1024 * 1024,
+            body_timeout: e.secret_body_timeout,
         },
     )
 }

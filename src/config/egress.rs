@@ -55,8 +55,13 @@ pub struct EgressConfig {
     /// else is refused).
     pub secret_guard: SecretGuard,
     /// MiB of request bodies the proxy holds whole at once, for all agents together, to swap
-    /// an `inBody` secret in them (each at most 1 MiB); a body past it is refused `503`.
+    /// an `inBody` secret in them (each at most 1 MiB); a body past it is refused `503`, and
+    /// so is one past the agent's share (a quarter of it, at least 1 MiB).
     pub secret_body_budget_mb: usize,
+    /// How long such a body may take to arrive after its request's headers: a slower one is
+    /// refused `408`, and its place in the budget freed.
+    #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
+    pub secret_body_timeout: Duration,
 }
 
 impl Default for EgressConfig {
@@ -75,6 +80,7 @@ impl Default for EgressConfig {
             ca_certificates: PathBuf::new(),
             secret_guard: SecretGuard::Hosts,
             secret_body_budget_mb: 64,
+            secret_body_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -211,6 +217,12 @@ pub(super) fn validate(
     e.read_ca_certificates()
         .map_err(|why| fail("sandbox.egress.ca_certificates", why.to_string()))?;
     min_duration(e.header_timeout, 1, "sandbox.egress.header_timeout", &fail)?;
+    min_duration(
+        e.secret_body_timeout,
+        1,
+        "sandbox.egress.secret_body_timeout",
+        &fail,
+    )?;
     min_duration(
         e.connect_timeout,
         1,

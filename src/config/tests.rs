@@ -409,6 +409,16 @@ fn wrong_types_name_the_key() {
             "{e}"
         );
     }
+    let e = err("sandbox:\n  egress:\n    secret_body_timeout: 500ms\n");
+    assert!(
+        e.contains("sandbox.egress.secret_body_timeout (500ms) must be at least 1s"),
+        "{e}"
+    );
+    assert_eq!(
+        load("{}\n").unwrap().sandbox.egress.secret_body_timeout,
+        Duration::from_secs(30),
+        "the default"
+    );
     let e = err("sandbox:\n  docker:\n    network_pool: 10.213.0.0\n");
     assert!(
         e.contains("sandbox.docker.network_pool: \"10.213.0.0\" is not an IPv4 network"),

@@ -9,6 +9,7 @@
 //! granted secret may go to, [`secrets`] swaps placeholders in what it sees, and [`refusal`]
 //! says no.
 
+mod bodies;
 mod forward;
 mod intercept;
 mod refusal;
@@ -30,9 +31,9 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
+use self::bodies::BodyBudget;
 use self::forward::destination;
 use self::refusal::{plain_response, refuse_now, RefusalEvents};
-use self::secrets::BODY_UNIT;
 use self::uses::UseEvents;
 use super::counted::{Counted, Tally};
 use super::dial::{Destination, Dialer, Refusal};
@@ -79,14 +80,14 @@ pub struct ProxySettings {
     pub secret_guard: SecretGuard,
     /// Bytes of request bodies held whole (to swap an `inBody` secret) for all agents together.
     pub body_budget: usize,
+    /// How long such a body may take to arrive after its request's headers.
+    pub body_timeout: Duration,
 }
 
 pub struct Proxy {
     refusals: RefusalEvents,
     uses: UseEvents,
-    /// The budget of bodies held whole, in [`BODY_UNIT`]s.
-    bodies: Arc<tokio::sync::Semaphore>,
-    bodies_budget: usize,
+    bodies: BodyBudget,
     sandboxes: Arc<dyn Sandboxes>,
     dialer: Dialer,
     conns: Connections,
@@ -113,12 +114,10 @@ impl Proxy {
         dialer: Dialer,
         settings: ProxySettings,
     ) -> Arc<Proxy> {
-        let units = (settings.body_budget / BODY_UNIT).min(tokio::sync::Semaphore::MAX_PERMITS);
         Arc::new(Proxy {
             refusals: RefusalEvents::default(),
             uses: UseEvents::default(),
-            bodies: Arc::new(tokio::sync::Semaphore::new(units)),
-            bodies_budget: settings.body_budget,
+            bodies: BodyBudget::new(settings.body_budget),
             sandboxes,
             dialer,
             conns: Connections::default(),

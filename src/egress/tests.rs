@@ -142,6 +142,7 @@ async fn setup_with(
             interception,
             secret_guard: config.secret_guard,
             body_budget: config.secret_body_budget_mb * 1024 * 1024,
+            body_timeout: config.secret_body_timeout,
         },
     );
     let shutdown = CancellationToken::new();

@@ -13,15 +13,12 @@ use http::{Request, Response, StatusCode};
 use http_body::{Frame, SizeHint};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use tokio::sync::OwnedSemaphorePermit;
 
+use super::bodies::BodyPlace;
 use super::{event, text, Caller, Proxy};
 use crate::egress::dial::Destination;
 use crate::egress::granted::Granted;
 use crate::egress::substitute::{self, BodyKind, SubstError, Target, MAX_BODY};
-
-/// The budget of bodies held whole is counted in these (a semaphore's permits are a `u32`).
-pub(super) const BODY_UNIT: usize = 1024;
 
 /// A request ready to go on, and the secrets swapped into it (to be told once it was sent).
 pub(super) struct Swapped {
@@ -72,28 +69,43 @@ impl Proxy {
                     };
                     return Err(self.refuse_secret(caller, dest, &e));
                 }
-                // Held whole to be rewritten: a place in the budget of all agents' bodies first,
-                // as large as the body says it is (the most a body may be when it does not).
-                let units = declared.unwrap_or(MAX_BODY).div_ceil(BODY_UNIT).max(1);
-                let Ok(permit) = self
+                // Held whole to be rewritten: a place in the budget of bodies first, as large
+                // as the body says it is (the most a body may be when it does not), and the
+                // body within the timeout, so that a slow sender gives its place back.
+                let place = self
                     .bodies
-                    .clone()
-                    .try_acquire_many_owned(u32::try_from(units).unwrap_or(u32::MAX))
-                else {
-                    return Err(self.bodies_full());
-                };
-                let bytes = match Limited::new(body, MAX_BODY).collect().await {
-                    Ok(collected) => collected.to_bytes(),
-                    Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                    .take(&caller.id, declared.unwrap_or(MAX_BODY))
+                    .map_err(|full| {
+                        text(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            format!("agenthold: {full}\n"),
+                        )
+                    })?;
+                let timeout = self.settings.body_timeout;
+                let collected =
+                    tokio::time::timeout(timeout, Limited::new(body, MAX_BODY).collect()).await;
+                let bytes = match collected {
+                    Ok(Ok(collected)) => collected.to_bytes(),
+                    Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
                         let e = SubstError::BodyTooLarge {
                             name: grant.name.clone(),
                         };
                         return Err(self.refuse_secret(caller, dest, &e));
                     }
-                    Err(e) => {
+                    Ok(Err(e)) => {
                         return Err(text(
                             StatusCode::BAD_REQUEST,
                             format!("agenthold: reading the request body: {e}\n"),
+                        ))
+                    }
+                    Err(_) => {
+                        return Err(text(
+                            StatusCode::REQUEST_TIMEOUT,
+                            format!(
+                                "agenthold: a request body that may hold a secret must arrive \
+                                 within {} s to be rewritten\n",
+                                timeout.as_secs()
+                            ),
                         ))
                     }
                 };
@@ -118,7 +130,7 @@ impl Proxy {
                 };
                 Body::new(Held {
                     body: Full::new(bytes),
-                    _permit: permit,
+                    _place: place,
                 })
             }
             _ => Body::new(body),
@@ -139,18 +151,6 @@ impl Proxy {
                 self.sandboxes.publish(e);
             }
         }
-    }
-
-    fn bodies_full(&self) -> Response<Body> {
-        let mib = self.bodies_budget / (1024 * 1024);
-        text(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!(
-                "agenthold: the proxy holds its most request bodies being rewritten for secrets \
-                 ({mib} MiB for all agents, sandbox.egress.secret_body_budget_mb); try again \
-                 shortly\n"
-            ),
-        )
     }
 
     fn refuse_secret(
@@ -178,7 +178,7 @@ impl Proxy {
 /// A body held whole, with its place in the budget until it has been sent (or dropped).
 struct Held {
     body: Full<Bytes>,
-    _permit: OwnedSemaphorePermit,
+    _place: BodyPlace,
 }
 
 impl http_body::Body for Held {
