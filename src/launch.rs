@@ -14,8 +14,8 @@ use agenthold_proto::process::{tag_problem, ProcessList, ProcessStart};
 use agenthold_proto::{ExecRequest, ExecTooLarge, RunAs};
 
 use crate::config::{SandboxConfig, ServerConfig};
+use crate::egress::PLACEHOLDER_LEN;
 use crate::model::Agent;
-use crate::secrets::vault::PLACEHOLDER_LEN;
 use crate::secrets::Secrets;
 
 /// The longest `timeoutMs` a process may be started with (30 days).

@@ -8,6 +8,12 @@ use serde::{Deserialize, Serialize};
 
 use super::rule::Rule;
 
+/// What a placeholder starts with; 64 hexadecimal digits follow.
+pub const PLACEHOLDER_PREFIX: &str = "agenthold-secret:";
+/// A placeholder's length: every one has it, so a command's size can be checked before the
+/// sandbox's boot (which the digits depend on) is known.
+pub const PLACEHOLDER_LEN: usize = PLACEHOLDER_PREFIX.len() + 64;
+
 /// `sandbox.egress.secret_guard`: which TLS connections of an agent with granted secrets the
 /// proxy terminates to look for placeholders.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]

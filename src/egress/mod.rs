@@ -20,7 +20,7 @@ mod zerocopy;
 pub use ca::{CaError, InstallationCa};
 pub use dial::{Destination, DialSettings, Dialer, Refusal, SocketAddrOrName};
 pub use event::EgressEvent;
-pub use granted::{Grant, Granted, Inside, SecretGuard};
+pub use granted::{Grant, Granted, Inside, SecretGuard, PLACEHOLDER_LEN, PLACEHOLDER_PREFIX};
 pub use log::{Denied, DeniedWatch, EgressLog, LogEntry, LOG_LEN, MAX_DENIED};
 pub use open::Connections;
 pub use proxy::{Proxy, ProxySettings, Sandboxes};

@@ -5,7 +5,7 @@
 use base64::Engine;
 use http::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
 
-use super::granted::{Grant, Granted};
+use super::granted::{Grant, Granted, PLACEHOLDER_LEN, PLACEHOLDER_PREFIX};
 
 /// The largest body rewritten for an `in_body` secret: a form or JSON request, not an upload.
 pub const MAX_BODY: usize = 1024 * 1024;
@@ -45,17 +45,23 @@ pub enum SubstError {
          this one is larger"
     )]
     BodyTooLarge { name: String },
+    #[error(
+        "{found}… stands for no secret of this agent: placeholders differ per agent and per \
+         boot, so one copied from another agent (or kept from an earlier boot) is refused"
+    )]
+    Foreign { found: String },
 }
 
 impl SubstError {
-    /// The secret the error is about.
-    pub fn secret(&self) -> &str {
+    /// The secret the error is about: none for a placeholder that is none of the agent's.
+    pub fn secret(&self) -> Option<&str> {
         match self {
             SubstError::NotHere { name, .. }
             | SubstError::OnlyHttps { name, .. }
             | SubstError::WrongHeader { name, .. }
             | SubstError::BadValue { name, .. }
-            | SubstError::BodyTooLarge { name } => name,
+            | SubstError::BodyTooLarge { name } => Some(name),
+            SubstError::Foreign { .. } => None,
         }
     }
 }
@@ -106,12 +112,26 @@ impl Target<'_> {
 }
 
 /// Replaces every placeholder in `headers` (names of the secrets used, in order, once each), or
-/// refuses when one may not go to `to`; `headers` is unchanged on an error.
+/// refuses when one may not go to `to`, or when one is none of `granted`'s (for an agent without
+/// grants too); `headers` is unchanged on an error.
 pub fn headers(
     granted: &Granted,
     to: Target<'_>,
     headers: &mut HeaderMap,
 ) -> Result<Vec<String>, SubstError> {
+    for (name, value) in headers.iter() {
+        let basic = (name == AUTHORIZATION)
+            .then(|| basic_credentials(value.as_bytes()))
+            .flatten();
+        let found = foreign(granted, value.as_bytes())
+            .or_else(|| basic.as_deref().and_then(|c| foreign(granted, c)));
+        if let Some(found) = found {
+            let shown = PLACEHOLDER_PREFIX.len() + 8;
+            return Err(SubstError::Foreign {
+                found: String::from_utf8_lossy(&found[..shown]).into_owned(),
+            });
+        }
+    }
     if granted.is_empty() {
         return Ok(Vec::new());
     }
@@ -287,6 +307,25 @@ pub fn body(
     Ok((!used.is_empty()).then_some(Rewritten { body: out, used }))
 }
 
+/// The first placeholder in `hay` that is none of `granted`'s: placeholders have one shape (the
+/// prefix and 64 hexadecimal digits), so another agent's is told from text that merely names the
+/// prefix.
+fn foreign<'a>(granted: &Granted, hay: &'a [u8]) -> Option<&'a [u8]> {
+    let prefix = PLACEHOLDER_PREFIX.as_bytes();
+    let mut from = 0;
+    while let Some(i) = hay[from..].windows(prefix.len()).position(|w| w == prefix) {
+        let start = from + i;
+        let token = &hay[start..(start + PLACEHOLDER_LEN).min(hay.len())];
+        let shaped = token.len() == PLACEHOLDER_LEN
+            && token[prefix.len()..].iter().all(u8::is_ascii_hexdigit);
+        if shaped && !granted.iter().any(|g| g.placeholder.as_bytes() == token) {
+            return Some(token);
+        }
+        from = start + prefix.len();
+    }
+    None
+}
+
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
 }
@@ -357,6 +396,59 @@ mod tests {
     }
 
     #[test]
+    fn another_agents_placeholder_is_refused_with_or_without_grants() {
+        let mine = format!("{PLACEHOLDER_PREFIX}{}", "a1".repeat(32));
+        let theirs = format!("{PLACEHOLDER_PREFIX}{}", "b2".repeat(32));
+        let g = Granted::new(vec![Grant::new(
+            "API".into(),
+            mine.clone(),
+            vec!["api.test".parse().unwrap()],
+            "Authorization".into(),
+            "Bearer {value}".into(),
+            false,
+            "real".into(),
+        )]);
+        let basic = |creds: &str| {
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(creds)
+            )
+        };
+        for granted in [g.clone(), Granted::default()] {
+            for (header, value) in [
+                ("authorization", format!("Bearer {theirs}")),
+                ("authorization", basic(&format!("x:{theirs}"))),
+                ("x-anything", format!("k={theirs};")),
+            ] {
+                let mut h = map(&[(header, &value)]);
+                let e = headers(&granted, tls("api.test"), &mut h).unwrap_err();
+                assert!(matches!(e, SubstError::Foreign { .. }), "{value}: {e:?}");
+                assert_eq!(e.secret(), None);
+                assert!(
+                    !e.to_string().contains(&theirs),
+                    "the whole placeholder shown"
+                );
+                assert_eq!(h[header], value.as_str(), "unchanged on a refusal");
+            }
+        }
+        // Its own placeholder is swapped; text that only names the prefix is no placeholder.
+        let mut h = map(&[("authorization", &mine)]);
+        assert_eq!(headers(&g, tls("api.test"), &mut h).unwrap(), vec!["API"]);
+        assert_eq!(h["authorization"], "Bearer real");
+        for text in [
+            format!("{PLACEHOLDER_PREFIX}short"),
+            format!("{PLACEHOLDER_PREFIX}{}", "z".repeat(64)),
+            PLACEHOLDER_PREFIX.to_string(),
+        ] {
+            let mut h = map(&[("x-note", &text)]);
+            assert_eq!(
+                headers(&Granted::default(), tls("api.test"), &mut h).unwrap(),
+                Vec::<String>::new()
+            );
+        }
+    }
+
+    #[test]
     fn the_secrets_header_gets_its_format_and_no_other_header_gets_a_value() {
         let g = granted();
         let mut h = map(&[("authorization", P), ("accept", "*/*")]);
@@ -404,7 +496,7 @@ mod tests {
             &format!("basic {}", b64(&format!("x:{P}"))),
         )]);
         let e = headers(&granted(), tls("other.test"), &mut elsewhere).unwrap_err();
-        assert_eq!(e.secret(), "GITHUB_TOKEN");
+        assert_eq!(e.secret(), Some("GITHUB_TOKEN"));
     }
 
     #[test]

@@ -11,15 +11,12 @@ use hmac::{Hmac, Mac};
 use rand::RngCore;
 use sha2::Sha256;
 
+use crate::egress::PLACEHOLDER_PREFIX;
+
 /// Bytes of the key.
 const KEY_LEN: usize = 32;
 /// Bytes of a nonce (XChaCha20's).
 pub const NONCE_LEN: usize = 24;
-/// What a placeholder starts with; 64 hexadecimal digits follow.
-pub const PLACEHOLDER_PREFIX: &str = "agenthold-secret:";
-/// A placeholder's length: every one has it, so a command's size can be checked before the
-/// sandbox's boot (which the digits depend on) is known.
-pub const PLACEHOLDER_LEN: usize = PLACEHOLDER_PREFIX.len() + 64;
 /// What the placeholders' key is derived for: never the sealing key itself.
 const PLACEHOLDER_KEY_LABEL: &[u8] = b"agenthold secrets: placeholder key v1";
 
@@ -175,6 +172,7 @@ fn hmac_of(key: &[u8]) -> Hmac<Sha256> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::egress::PLACEHOLDER_LEN;
 
     #[test]
     fn a_key_is_made_once_private_and_read_back() {

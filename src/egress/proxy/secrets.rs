@@ -37,20 +37,22 @@ impl Proxy {
         plain: bool,
         req: Request<Incoming>,
     ) -> Result<Swapped, Response<Body>> {
-        if granted.is_empty() {
-            return Ok(Swapped {
-                req: req.map(Body::new),
-                used: Vec::new(),
-            });
-        }
         let to = Target {
             host: &dest.host,
             port: dest.port,
             plain,
         };
         let (mut parts, body) = req.into_parts();
+        // Also for an agent without grants: another agent's placeholder is refused wherever
+        // the proxy reads the request.
         let mut used = substitute::headers(granted, to, &mut parts.headers)
             .map_err(|e| self.refuse_secret(caller, dest, &e))?;
+        if granted.is_empty() {
+            return Ok(Swapped {
+                req: Request::from_parts(parts, Body::new(body)),
+                used,
+            });
+        }
         let kind = parts
             .headers
             .get(header::CONTENT_TYPE)
@@ -161,7 +163,7 @@ impl Proxy {
     ) -> Response<Body> {
         let reason = why.to_string();
         let mut e = event(caller, dest, false, None, Some(reason.clone()), None);
-        e.secret = Some(why.secret().to_string());
+        e.secret = why.secret().map(str::to_string);
         if self.refusals.worth_telling(&caller.id, dest) {
             self.sandboxes.publish(e);
         } else {

@@ -456,6 +456,78 @@ async fn a_placeholder_for_another_host_is_refused_and_the_destination_sees_noth
         .contains("may only be sent to api.test"));
 }
 
+/// A placeholder of another agent (or an earlier boot) is refused `403` wherever the proxy reads
+/// the request: inside an intercepted connection, over plain HTTP, and for an agent with no
+/// grants at all; the destination sees nothing.
+#[tokio::test]
+async fn another_agents_placeholder_is_refused_and_the_destination_sees_nothing() {
+    let theirs = format!("{}{}", crate::egress::PLACEHOLDER_PREFIX, "c3".repeat(32));
+    let net = internet().await;
+    let mut s = intercepting(&net).await;
+    let mut c = through(s.addr, "api.test", net.port, trusting(&s, None), &[b"h2"])
+        .await
+        .unwrap();
+    let resp = c
+        .send(get(
+            "api.test",
+            "/echo",
+            &[("authorization", &format!("Bearer {theirs}"))],
+        ))
+        .await;
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+    let body = text_of(resp).await;
+    assert!(
+        body.contains("stands for no secret of this agent"),
+        "{body}"
+    );
+    assert_eq!(
+        net.seen.load(Ordering::SeqCst),
+        0,
+        "nothing reached api.test"
+    );
+    // After the CONNECT's own (allowed) event.
+    let e = loop {
+        let e = s.next_egress().await;
+        if !e.allowed {
+            break e;
+        }
+    };
+    assert!(e.secret.is_none(), "{e:?}");
+    assert!(
+        e.reason
+            .as_deref()
+            .is_some_and(|r| r.contains("no secret of this agent")),
+        "{e:?}"
+    );
+    let ask_plain = |addr: SocketAddr| {
+        let theirs = theirs.clone();
+        async move {
+            reqwest::Client::builder()
+                .proxy(reqwest::Proxy::http(format!("http://{addr}")).unwrap())
+                .build()
+                .unwrap()
+                .get("http://pypi.test:9/")
+                .header("authorization", theirs)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    assert_eq!(
+        ask_plain(s.addr).await,
+        403,
+        "plain HTTP, an agent with grants"
+    );
+    let bare = setup(&["pypi.test"], &[], |_| {}).await;
+    assert_eq!(
+        ask_plain(bare.addr).await,
+        403,
+        "plain HTTP, an agent without grants"
+    );
+}
+
 #[tokio::test]
 async fn streams_pass_as_they_come_and_a_large_download_arrives_whole() {
     let net = internet().await;

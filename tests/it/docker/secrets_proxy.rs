@@ -87,6 +87,29 @@ async fn a_granted_secret_reaches_its_host_only_and_the_sandbox_sees_a_placehold
         about_the_secret(false, "other.test"),
         "no refusal logged: {log}"
     );
+    // A placeholder copied from this agent is refused in another's requests, even to the
+    // secret's own host and with the same secret granted, and api.test sees none of them.
+    let placeholder = env_out
+        .lines()
+        .find_map(|l| l.strip_prefix("API_TOKEN="))
+        .expect("the placeholder")
+        .to_string();
+    let other = s
+        .running_agent(json!({
+            "name": "copier",
+            "image": IMAGE,
+            "egress": {"allow": ["api.test"]},
+            "secrets": ["API_TOKEN"],
+        }))
+        .await;
+    let seen_before = internet.seen().len();
+    let copied = format!(
+        "curl -s -o /dev/null -w '%{{http_code}}' --max-time 20 -H 'Authorization: Bearer {placeholder}' https://api.test/echo-headers"
+    );
+    let out = s.exec(&other, &["bash", "-c", &copied]).await;
+    assert_eq!(out["stdout"].as_str().unwrap_or_default(), "403", "{out}");
+    assert_eq!(internet.seen().len(), seen_before, "api.test saw the copy");
+    s.destroy(&other).await;
     s.destroy(&id).await;
 }
 
