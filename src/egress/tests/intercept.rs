@@ -230,21 +230,7 @@ async fn through(
     roots: RootCertStore,
     alpn: &[&[u8]],
 ) -> Result<Client, std::io::Error> {
-    let (tcp, status, _) = ask(
-        proxy,
-        &format!("CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n"),
-    )
-    .await;
-    assert_eq!(status, 200);
-    let mut config = ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    let tls = TlsConnector::from(Arc::new(config))
-        .connect(ServerName::try_from(host.to_string()).unwrap(), tcp)
-        .await?;
+    let tls = tls_through(proxy, host, port, roots, alpn).await?;
     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
     Ok(if h2 {
         let (send, conn) =
@@ -260,6 +246,31 @@ async fn through(
         tokio::spawn(conn);
         Client::H1(send)
     })
+}
+
+/// A TLS connection to `host:port` through the proxy's `CONNECT`, offering `alpn`.
+async fn tls_through(
+    proxy: SocketAddr,
+    host: &str,
+    port: u16,
+    roots: RootCertStore,
+    alpn: &[&[u8]],
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, std::io::Error> {
+    let (tcp, status, _) = ask(
+        proxy,
+        &format!("CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n"),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let mut config = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from(host.to_string()).unwrap(), tcp)
+        .await
 }
 
 fn get(host: &str, path: &str, headers: &[(&str, &str)]) -> Request<Full<Bytes>> {
@@ -526,6 +537,143 @@ async fn another_agents_placeholder_is_refused_and_the_destination_sees_nothing(
         403,
         "plain HTTP, an agent without grants"
     );
+}
+
+/// What a hostile sandbox sends inside an intercepted connection: a placeholder smuggled in a
+/// folded header line (obsolete line folding), and a 10 MB header. Each is refused, the
+/// connection closed, and the destination sees nothing.
+#[tokio::test]
+async fn a_folded_header_and_a_10_mb_header_inside_interception_reach_nothing() {
+    let net = internet().await;
+    let s = intercepting(&net).await;
+    let folded = format!(
+        "GET /echo HTTP/1.1\r\nHost: api.test\r\nX-Note: hello\r\n Authorization: Bearer {TOKEN}\r\n\r\n"
+    );
+    let mut huge = b"GET /echo HTTP/1.1\r\nHost: api.test\r\nX-Big: ".to_vec();
+    huge.extend(std::iter::repeat_n(b'a', 10 * 1024 * 1024));
+    huge.extend_from_slice(format!("\r\nAuthorization: Bearer {TOKEN}\r\n\r\n").as_bytes());
+    for (what, request, status) in [
+        ("a folded header", folded.into_bytes(), "HTTP/1.1 400"),
+        ("a 10 MB header", huge, "HTTP/1.1 431"),
+    ] {
+        let mut tls = tls_through(
+            s.addr,
+            "api.test",
+            net.port,
+            trusting(&s, None),
+            &[b"http/1.1"],
+        )
+        .await
+        .unwrap();
+        // The proxy may close before the whole header is written: the answer is what counts.
+        let _ = tls.write_all(&request).await;
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(DEADLINE, tls.read_to_end(&mut answer))
+            .await
+            .expect("the connection closed");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with(status), "{what}: {answer}");
+        assert!(!answer.contains(VALUE), "{what}: {answer}");
+    }
+    assert_eq!(
+        net.seen.load(Ordering::SeqCst),
+        0,
+        "nothing reached api.test"
+    );
+}
+
+/// A destination presenting a chain the proxy cannot verify (a CA of the same name as the one it
+/// trusts, with another key: a forged chain) is never sent the request nor the value.
+#[tokio::test]
+async fn a_destination_with_a_forged_chain_gets_nothing() {
+    let real = internet().await;
+    let forged = internet().await;
+    let s = intercepting(&real).await;
+    // The proxy meets the destination before it finishes the sandbox's handshake: a chain it
+    // cannot verify ends that handshake, or (once under way) the request is answered 502.
+    let roots = trusting(&s, None);
+    if let Ok(mut c) = through(s.addr, "api.test", forged.port, roots, &[b"h2"]).await {
+        let resp = c
+            .send(get("api.test", "/echo", &[("authorization", TOKEN)]))
+            .await;
+        assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
+        let body = text_of(resp).await;
+        assert!(!body.contains(VALUE), "{body}");
+    }
+    assert_eq!(
+        forged.seen.load(Ordering::SeqCst),
+        0,
+        "the forged host saw a request"
+    );
+}
+
+/// A thousand connections to an intercepted host from one sandbox: at most its cap are served
+/// (each its own TLS session), the rest refused `429` at once; another agent is still answered
+/// on its own, and once they close the sandbox is served again.
+#[tokio::test]
+async fn a_thousand_connections_to_an_intercepted_host_are_capped() {
+    let net = internet().await;
+    let mut s = intercepting(&net).await;
+    // About four handles per held connection, in this one process.
+    crate::listener::raise_nofile_limit().unwrap();
+    let cap = EgressConfig::default().max_connections;
+    let connect = format!(
+        "CONNECT api.test:{0} HTTP/1.1\r\nHost: api.test:{0}\r\n\r\n",
+        net.port
+    );
+    let mut held = Vec::new();
+    let (mut served, mut refused) = (0, 0);
+    for _ in 0..1000 {
+        let mut c = connect_from("127.0.0.1", s.addr).await;
+        c.write_all(connect.as_bytes()).await.unwrap();
+        let mut status = [0u8; 12];
+        tokio::time::timeout(DEADLINE, c.read_exact(&mut status))
+            .await
+            .expect("an answer")
+            .unwrap();
+        match &status {
+            b"HTTP/1.1 200" => served += 1,
+            b"HTTP/1.1 429" => refused += 1,
+            other => panic!("{}", String::from_utf8_lossy(other)),
+        }
+        held.push(c);
+    }
+    assert_eq!(served, cap, "served past the agent's cap");
+    assert_eq!(refused, 1000 - cap);
+    // Another agent's connection is its own: answered by its rules (it has none: 403), not a cap.
+    let mut other = connect_from("127.0.0.3", s.addr).await;
+    other.write_all(connect.as_bytes()).await.unwrap();
+    let mut status = [0u8; 12];
+    tokio::time::timeout(DEADLINE, other.read_exact(&mut status))
+        .await
+        .expect("answered")
+        .unwrap();
+    assert_eq!(&status, b"HTTP/1.1 403");
+    drop(held);
+    let echoed = wait_for_served(&mut s, &net).await;
+    assert!(
+        echoed.contains(&format!("authorization: Bearer {VALUE}")),
+        "{echoed}"
+    );
+}
+
+/// Once the sandbox's held connections are gone, an intercepted request with its placeholder is
+/// served; the answer is what api.test saw.
+async fn wait_for_served(s: &mut Setup, net: &Internet) -> String {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        if let Ok(mut c) = through(s.addr, "api.test", net.port, trusting(s, None), &[b"h2"]).await
+        {
+            let resp = c
+                .send(get("api.test", "/echo", &[("authorization", TOKEN)]))
+                .await;
+            if resp.status() == StatusCode::OK {
+                return text_of(resp).await;
+            }
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never served again");
+        tokio::task::yield_now().await;
+    }
 }
 
 #[tokio::test]
