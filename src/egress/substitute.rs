@@ -47,7 +47,8 @@ pub enum SubstError {
     BodyTooLarge { name: String },
     #[error(
         "{found}… stands for no secret of this agent: placeholders differ per agent and per \
-         boot, so one copied from another agent (or kept from an earlier boot) is refused"
+         boot, so one copied from another agent, kept from an earlier boot, or of a secret no \
+         longer granted is refused"
     )]
     Foreign { found: String },
 }

@@ -17,11 +17,9 @@ impl Lifecycle {
         let id = event.agent().to_string();
         // A pause or thaw of ours between reading the driver's view and settling on it would be
         // undone by news already stale: with the freeze lock held, neither can run in between.
-        let freeze_lock = matches!(event, DriverEvent::Paused(_) | DriverEvent::Unpaused(_))
-            .then(|| self.freeze_lock(&id));
-        let _frozen_out = match &freeze_lock {
-            Some(lock) => Some(lock.lock().await),
-            None => None,
+        let _frozen_out = match event {
+            DriverEvent::Paused(_) | DriverEvent::Unpaused(_) => Some(self.freeze_guard(&id).await),
+            _ => None,
         };
         // The operation that move began settles the agent itself, whatever happened before it.
         if self.older_than_last_move(&id, at) {

@@ -30,8 +30,7 @@ impl Lifecycle {
         id: &str,
         still_idle: impl FnOnce(&Agent) -> bool,
     ) -> Result<Option<Agent>, LifecycleError> {
-        let lock = self.freeze_lock(id);
-        let _held = lock.lock().await;
+        let _held = self.freeze_guard(id).await;
         let agent = self
             .store
             .get_agent(id)
@@ -73,8 +72,7 @@ impl Lifecycle {
     /// is. A sandbox that will not thaw puts the agent in `error` (a start or a destroy gets it
     /// out).
     pub(super) async fn thaw(&self, id: &str) -> Result<bool, LifecycleError> {
-        let lock = self.freeze_lock(id);
-        let _held = lock.lock().await;
+        let _held = self.freeze_guard(id).await;
         self.thaw_held(id).await
     }
 
@@ -148,24 +146,56 @@ impl Lifecycle {
         since.checked_add_signed(span)
     }
 
-    pub(super) fn freeze_lock(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
-        self.freeze_locks
+    /// Agent `id`'s freeze lock, held until the guard drops. Its entry goes with the last
+    /// holder, so ids that come and go (destroyed agents, warm pool entries, an event about a
+    /// container that is no agent's) leave nothing behind.
+    pub(super) async fn freeze_guard(&self, id: &str) -> FreezeGuard<'_> {
+        let lock = self
+            .freeze_locks
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .entry(id.to_string())
             .or_default()
-            .clone()
+            .clone();
+        FreezeGuard {
+            held: Some(lock.lock_owned().await),
+            lc: self,
+            id: id.to_string(),
+        }
     }
 
     /// Forgets what pausing kept of agent `id`, which is gone.
     pub(super) fn forget_pause(&self, id: &str) {
-        self.freeze_locks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(id);
         self.paused_since
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(id);
+    }
+}
+
+/// A held freeze lock (see [`Lifecycle::freeze_guard`]).
+pub(super) struct FreezeGuard<'a> {
+    held: Option<tokio::sync::OwnedMutexGuard<()>>,
+    lc: &'a Lifecycle,
+    id: String,
+}
+
+impl Drop for FreezeGuard<'_> {
+    fn drop(&mut self) {
+        let mut locks = self
+            .lc
+            .freeze_locks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        // The map's reference and this guard's alone: nobody waits, so the entry goes. One that
+        // comes after makes a new lock, which is free, as this one is about to be.
+        if locks
+            .get(&self.id)
+            .is_some_and(|lock| Arc::strong_count(lock) <= 2)
+        {
+            locks.remove(&self.id);
+        }
+        drop(locks);
+        self.held.take();
     }
 }

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::Lifecycle;
-use crate::driver::SandboxStatus;
+use crate::driver::{DriverEvent, SandboxStatus};
 use crate::metrics::{OpKind, Repair};
 use crate::model::AgentState::{self, *};
 
@@ -126,6 +126,14 @@ pub async fn follow_driver_events(lc: Arc<Lifecycle>) {
     use futures::StreamExt;
     let mut events = lc.driver.events();
     while let Some((event, at)) = events.next().await {
-        lc.on_driver_event(event, at).await;
+        match event {
+            // Settled under the agent's freeze lock, which a pause or thaw holds across a
+            // Docker call: waiting here would hold up every other agent's events meanwhile.
+            DriverEvent::Paused(_) | DriverEvent::Unpaused(_) => {
+                let lc = lc.clone();
+                tokio::spawn(async move { lc.on_driver_event(event, at).await });
+            }
+            _ => lc.on_driver_event(event, at).await,
+        }
     }
 }

@@ -24,8 +24,9 @@ pub enum BudgetFull {
     )]
     All(usize),
     #[error(
-        "this agent holds its share of request bodies being rewritten for secrets ({0} KiB, a \
-         quarter of sandbox.egress.secret_body_budget_mb); try again once one was sent"
+        "this agent holds its share of request bodies being rewritten for secrets ({0} KiB: a \
+         quarter of sandbox.egress.secret_body_budget_mb, at least 1 MiB); try again once one \
+         was sent"
     )]
     Agent(usize),
 }

@@ -105,8 +105,8 @@ impl Proxy {
                             StatusCode::REQUEST_TIMEOUT,
                             format!(
                                 "agenthold: a request body that may hold a secret must arrive \
-                                 within {} s to be rewritten\n",
-                                timeout.as_secs()
+                                 within {timeout:?} (sandbox.egress.secret_body_timeout) to be \
+                                 rewritten\n"
                             ),
                         ))
                     }
