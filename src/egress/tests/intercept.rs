@@ -248,6 +248,21 @@ async fn through(
     })
 }
 
+/// An HTTP/2 client to `host:port` through `s`'s interception, trusting its CA.
+async fn h2_through(s: &Setup, host: &str, port: u16) -> Client {
+    through(s.addr, host, port, trusting(s, None), &[b"h2"])
+        .await
+        .unwrap()
+}
+
+/// A client that sends plain HTTP through the proxy at `proxy`.
+fn plain_http_client(proxy: SocketAddr) -> reqwest::Client {
+    reqwest::Client::builder()
+        .proxy(reqwest::Proxy::http(format!("http://{proxy}")).unwrap())
+        .build()
+        .unwrap()
+}
+
 /// A TLS connection to `host:port` through the proxy's `CONNECT`, offering `alpn`; an error
 /// when the proxy refuses the `CONNECT`.
 async fn tls_through(
@@ -428,9 +443,7 @@ async fn a_request_for_another_host_or_a_placeholder_in_another_header_goes_nowh
 async fn a_placeholder_for_another_host_is_refused_and_the_destination_sees_nothing() {
     let net = internet().await;
     let mut s = intercepting(&net).await;
-    let mut c = through(s.addr, "x.test", net.port, trusting(&s, None), &[b"h2"])
-        .await
-        .unwrap();
+    let mut c = h2_through(&s, "x.test", net.port).await;
     let resp = c
         .send(get(
             "x.test",
@@ -452,10 +465,7 @@ async fn a_placeholder_for_another_host_is_refused_and_the_destination_sees_noth
     let e = s.next_secret_event().await;
     assert!(!e.allowed && e.secret.as_deref() == Some("GH"), "{e:?}");
     // Plain HTTP to a host the secret does not name: refused before any dial.
-    let client = reqwest::Client::builder()
-        .proxy(reqwest::Proxy::http(format!("http://{}", s.addr)).unwrap())
-        .build()
-        .unwrap();
+    let client = plain_http_client(s.addr);
     let resp = client
         .get("http://pypi.test:9/")
         .header("authorization", TOKEN)
@@ -478,9 +488,7 @@ async fn another_agents_placeholder_is_refused_and_the_destination_sees_nothing(
     let theirs = format!("{}{}", crate::egress::PLACEHOLDER_PREFIX, "c3".repeat(32));
     let net = internet().await;
     let mut s = intercepting(&net).await;
-    let mut c = through(s.addr, "api.test", net.port, trusting(&s, None), &[b"h2"])
-        .await
-        .unwrap();
+    let mut c = h2_through(&s, "api.test", net.port).await;
     let resp = c
         .send(get(
             "api.test",
@@ -516,10 +524,7 @@ async fn another_agents_placeholder_is_refused_and_the_destination_sees_nothing(
     let ask_plain = |addr: SocketAddr| {
         let theirs = theirs.clone();
         async move {
-            reqwest::Client::builder()
-                .proxy(reqwest::Proxy::http(format!("http://{addr}")).unwrap())
-                .build()
-                .unwrap()
+            plain_http_client(addr)
                 .get("http://pypi.test:9/")
                 .header("authorization", theirs)
                 .send()
@@ -615,9 +620,7 @@ async fn a_destination_with_a_forged_chain_gets_nothing() {
         Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof, "{e}"),
     }
     // The same through the real host is served: the refusal was the chain's.
-    let mut c = through(s.addr, "api.test", real.port, trusting(&s, None), &[b"h2"])
-        .await
-        .unwrap();
+    let mut c = h2_through(&s, "api.test", real.port).await;
     let resp = c
         .send(get("api.test", "/echo", &[("authorization", TOKEN)]))
         .await;
@@ -719,9 +722,7 @@ async fn wait_for_served(s: &mut Setup, net: &Internet) -> String {
 async fn streams_pass_as_they_come_and_a_large_download_arrives_whole() {
     let net = internet().await;
     let s = intercepting(&net).await;
-    let mut c = through(s.addr, "api.test", net.port, trusting(&s, None), &[b"h2"])
-        .await
-        .unwrap();
+    let mut c = h2_through(&s, "api.test", net.port).await;
     let mut sse = c.send(get("api.test", "/sse", &[])).await.into_body();
     let first = tokio::time::timeout(DEADLINE, sse.frame())
         .await
@@ -830,9 +831,7 @@ async fn with_the_guard_on_all_a_placeholder_to_a_host_no_secret_names_is_refuse
         }
         assert_eq!(net.seen.load(Ordering::SeqCst), 0, "nothing reached it");
     }
-    let mut c = through(s.addr, "pypi.test", net.port, trusting(&s, None), &[b"h2"])
-        .await
-        .unwrap();
+    let mut c = h2_through(&s, "pypi.test", net.port).await;
     let resp = c.send(get("pypi.test", "/echo", &[("x-plain", "1")])).await;
     assert_eq!(resp.status(), 200);
     assert!(text_of(resp).await.contains("x-plain: 1"));
@@ -962,10 +961,7 @@ async fn bodies_held_for_secrets_share_a_budget_and_past_it_are_refused_503() {
         assert_eq!(status, "HTTP/1.1 200", "within the budget");
     }
     // Their places came back.
-    let client = reqwest::Client::builder()
-        .proxy(reqwest::Proxy::http(format!("http://{}", s.addr)).unwrap())
-        .build()
-        .unwrap();
+    let client = plain_http_client(s.addr);
     let resp = client
         .post(format!("http://pypi.test:{port}/"))
         .header("content-type", "application/json")
@@ -1009,10 +1005,7 @@ async fn a_body_for_a_secret_that_dribbles_in_is_refused_408_and_frees_its_place
         .expect("a refusal once the body is late")
         .unwrap();
     assert_eq!(&status, b"HTTP/1.1 408");
-    let client = reqwest::Client::builder()
-        .proxy(reqwest::Proxy::http(format!("http://{}", s.addr)).unwrap())
-        .build()
-        .unwrap();
+    let client = plain_http_client(s.addr);
     let resp = client
         .post(format!("http://pypi.test:{port}/"))
         .header("content-type", "application/json")
@@ -1097,10 +1090,7 @@ async fn over_plain_http_a_use_is_told_only_once_the_request_was_sent() {
     )]);
     let mut s = setup_with(&["pypi.test"], &[], |_| {}, granted, None).await;
     while s.events.try_recv().is_ok() {}
-    let client = reqwest::Client::builder()
-        .proxy(reqwest::Proxy::http(format!("http://{}", s.addr)).unwrap())
-        .build()
-        .unwrap();
+    let client = plain_http_client(s.addr);
     for (to, status) in [(closed, 502), (port, 200)] {
         let resp = client
             .get(format!("http://pypi.test:{to}/"))
