@@ -177,6 +177,16 @@ impl AuditNote {
         self.with(|n| n.detail = Some(detail));
     }
 
+    /// Adds `more` to the detail, in parentheses.
+    pub fn also(&self, more: &str) {
+        self.with(|n| {
+            n.detail = Some(match n.detail.take() {
+                Some(d) => format!("{d} ({more})"),
+                None => more.to_string(),
+            })
+        });
+    }
+
     /// The agent the action made (the route has no `{id}` to tell it).
     pub fn agent(&self, id: &str, name: &str) {
         self.with(|n| n.agent = Some((id.to_string(), name.to_string())));

@@ -4,6 +4,7 @@
 //! the handlers, and a refusal becomes its `403`.
 
 use super::access::CredentialEnds;
+use super::audit::AuditNote;
 use super::error::ApiError;
 use super::types::ErrorCode;
 use super::AppState;
@@ -24,13 +25,15 @@ fn owns(principal: &Principal, agent: &Agent) -> bool {
     agent.owner_id == principal.user_id
 }
 
-/// Runs `command` (one line) of `agent` for `principal` through the approvals rule: `Run`,
-/// held (its approval already in the queue and announced), or refused at once.
+/// Runs `command` (one line) of `agent` for `principal` through the approvals rule: `Run`
+/// (noted in `note`, for an audited route, when the token's `allow` approved it in advance), held (its approval
+/// already in the queue and announced), or refused at once.
 pub(super) async fn gate(
     st: &AppState,
     principal: &Principal,
     agent: &Agent,
     command: String,
+    note: Option<&AuditNote>,
 ) -> Result<Gate, ApiError> {
     let verdict = {
         let config = st.config();
@@ -43,6 +46,12 @@ pub(super) async fn gate(
     };
     match verdict {
         Verdict::Run => Ok(Gate::Run),
+        Verdict::Allowed => {
+            if let Some(note) = note {
+                note.also("approved in advance by the token's approvals: allow");
+            }
+            Ok(Gate::Run)
+        }
         Verdict::Deny => Err(CommandRefused::Denied.into()),
         Verdict::Ask => Ok(Gate::Held(Box::new(
             st.sessions
@@ -59,8 +68,9 @@ pub(super) async fn approved(
     agent: &Agent,
     command: String,
     ends: &CredentialEnds,
+    note: Option<&AuditNote>,
 ) -> Result<(), ApiError> {
-    match gate(st, principal, agent, command).await? {
+    match gate(st, principal, agent, command, note).await? {
         Gate::Run => Ok(()),
         Gate::Held(held) => decided(*held, ends).await,
     }

@@ -62,7 +62,15 @@ pub async fn exec(
         launch = launch.with_output_cap(st.config().server.exec_output_cap_kb.saturating_mul(1024));
     }
     let stdin = body.stdin.unwrap_or_default().into_bytes();
-    match gate(&st, &principal, &agent, command_line(&body.command)).await? {
+    match gate(
+        &st,
+        &principal,
+        &agent,
+        command_line(&body.command),
+        Some(&note),
+    )
+    .await?
+    {
         Gate::Run => {}
         Gate::Held(held) if streaming => {
             let outcome = note.later();

@@ -58,7 +58,15 @@ pub async fn start(
     )?;
     let agent = st.lc.get(&id).await?;
     let launch = Launch::new(run, &agent)?.as_user(body.user.map(Into::into), &agent)?;
-    approved(&st, &principal, &agent, command_line(&body.command), &ends).await?;
+    approved(
+        &st,
+        &principal,
+        &agent,
+        command_line(&body.command),
+        &ends,
+        Some(&note),
+    )
+    .await?;
     let options = ProcessOptions {
         tag: body.tag,
         stdin: body.stdin,
@@ -232,6 +240,7 @@ pub async fn stdin(
         &agent,
         format!("(input to process {shown})"),
         &ends,
+        None,
     )
     .await?;
     let conn = st.lc.wake_conn(&id).await?;

@@ -205,12 +205,12 @@ pub async fn terminal(
             .command
             .clone()
             .unwrap_or_else(|| LOGIN_SHELL.to_string());
-        approved(&st, &principal, &agent, line, &ends).await?;
+        approved(&st, &principal, &agent, line, &ends, Some(&note)).await?;
     } else if let Some(sid) = &open.session {
         // Typing into a session someone else opened is running commands in it: under
         // `always` it waits as a new one would (`dangerous` cannot read what will be typed).
         let line = format!("(attach to terminal session {sid})");
-        approved(&st, &principal, &agent, line, &ends).await?;
+        approved(&st, &principal, &agent, line, &ends, Some(&note)).await?;
     }
     if open.session.is_some() {
         // Held from the start of the attach: a pause that looks for idleness meanwhile sees the

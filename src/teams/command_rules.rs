@@ -130,6 +130,9 @@ fn normalize(command: &str) -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     Run,
+    /// Held by the agent's setting, and approved in advance by the asking token's `allow`
+    /// (its user could approve it): runs, and its audit entry says why.
+    Allowed,
     /// Wait for a person's answer.
     Ask,
     /// Refuse at once (a `deny` token's command that would have waited).
@@ -166,9 +169,10 @@ pub fn needs_approval(
     };
     match (held, requester.mode) {
         (false, _) => Verdict::Run,
-        // A token answers in advance only what its user could answer: on anyone else's agent
-        // its `allow` is no answer at all, and the command waits for the owner or an admin.
-        (true, TokenApprovals::Allow) if requester.owner_or_admin => Verdict::Run,
+        // A token answers in advance only what its user could answer (a supervised token of
+        // the owner or an admin: a batch job's): on anyone else's agent its `allow` is no
+        // answer at all, and the command waits for the owner or an admin.
+        (true, TokenApprovals::Allow) if requester.owner_or_admin => Verdict::Allowed,
         (true, TokenApprovals::Allow | TokenApprovals::Ask) => Verdict::Ask,
         (true, TokenApprovals::Deny) => Verdict::Deny,
     }
@@ -312,6 +316,13 @@ mod tests {
         // `allow` answers only what its user could: on someone else's agent it waits.
         assert_eq!(v(Always, "ls", who(false, false, Allow)), Verdict::Ask);
         assert_eq!(v(Dangerous, "ls", who(false, false, Deny)), Verdict::Run);
+        // The owner's supervised `allow` token (a batch job's): held, and approved in advance.
+        assert_eq!(
+            v(Dangerous, "rm -rf ~", who(true, true, Allow)),
+            Verdict::Allowed
+        );
+        assert_eq!(v(Dangerous, "ls", who(true, true, Allow)), Verdict::Run);
+        assert_eq!(v(Always, "ls", who(true, true, Deny)), Verdict::Deny);
     }
 
     #[test]

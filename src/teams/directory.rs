@@ -462,20 +462,15 @@ impl Directory {
 }
 
 /// A new token's `supervised` and `approvals`: never laxer than the token that makes it (a
-/// supervised token makes only supervised ones; an `ask` token no `allow` one), and never both
-/// supervised and `allow`, which would supervise nothing.
+/// supervised token makes only supervised ones; an `ask` token no `allow` one). Supervised with
+/// `allow` is a batch job's: its held commands run at once where its user could approve them,
+/// each audited as approved in advance.
 fn check_supervision(
     by: &Principal,
     supervised: bool,
     approvals: Option<TokenApprovals>,
 ) -> Result<(bool, TokenApprovals), TeamsError> {
     let approvals = approvals.unwrap_or_default();
-    if supervised && approvals == TokenApprovals::Allow {
-        return Err(TeamsError::invalid(
-            "approvals",
-            "a supervised token cannot have approvals allow (it would approve its own commands)",
-        ));
-    }
     if let Some(t) = &by.token {
         if t.supervised && !supervised {
             return Err(TeamsError::Beyond(

@@ -121,7 +121,6 @@ pub fn document(config: &Config, facts: Facts) -> Value {
     schemas::egress_rules(&mut doc);
     schemas::secrets(&mut doc);
     schemas::audit_filters(&mut doc);
-    schemas::tokens(&mut doc);
     schemas::agent_env(&mut doc);
     schemas::agent_secrets(&mut doc);
     schemas::agent_labels(&mut doc);

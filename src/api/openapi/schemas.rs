@@ -149,19 +149,6 @@ pub(super) fn agent_secrets(doc: &mut Value) {
     }
 }
 
-/// A token's request: `supervised` with `approvals: allow` is refused (such a token would
-/// approve its own commands), which only a `not` can say.
-pub(super) fn tokens(doc: &mut Value) {
-    set(
-        doc.pointer_mut("/components/schemas/CreateToken"),
-        "not",
-        json!({
-            "required": ["supervised", "approvals"],
-            "properties": {"supervised": {"const": true}, "approvals": {"const": "allow"}},
-        }),
-    );
-}
-
 /// An agent's labels, as `agents::labels::check` takes them.
 pub(super) fn agent_labels(doc: &mut Value) {
     use crate::agents::labels::{MAX_KEY, MAX_LABELS, MAX_VALUE};

@@ -153,7 +153,8 @@ pub struct CreateToken {
     pub supervised: bool,
     /// What its commands that would wait for approval get: `deny` (refused at once: a
     /// subagent's), `ask` (a person answers; the default) or `allow` (they run: a batch job's).
-    /// Not laxer than the token that makes it (else `403`); `allow` with `supervised` is `400`.
+    /// Not laxer than the token that makes it (else `403`). `allow` answers in advance only what
+    /// its user could answer (agents they own, any as an admin); elsewhere its commands wait.
     #[serde(default)]
     pub approvals: Option<TokenApprovals>,
 }

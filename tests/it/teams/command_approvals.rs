@@ -231,6 +231,40 @@ async fn deny_and_allow_tokens_answer_for_themselves() {
     assert_eq!(status, 200, "{v}");
     let (status, v) = held.await.unwrap();
     assert_eq!((status, v["stdout"].as_str()), (200, Some("ok\n")), "{v}");
+
+    // The owner's supervised `allow` token (a batch job's) runs what its `ask` twin waits for,
+    // at once, and the audit log says it was approved in advance.
+    let (batch, _) = token(
+        &s,
+        json!({ "name": "batch", "scopes": ["agents:use"], "supervised": true, "approvals": "allow" }),
+    )
+    .await;
+    let (status, v) = exec_as(&s, &batch, &id, &["echo", "batch"]).await;
+    assert_eq!(
+        (status, v["stdout"].as_str()),
+        (200, Some("batch\n")),
+        "{v}"
+    );
+    assert_eq!(
+        s.get_json("/api/v1/approvals?state=pending").await,
+        json!([])
+    );
+    let entries = s.get_json("/api/v1/audit?action=exec&limit=1").await;
+    assert_eq!(entries[0]["tokenName"], "batch", "{entries}");
+    assert_eq!(
+        entries[0]["detail"], "echo batch (approved in advance by the token's approvals: allow)",
+        "{entries}"
+    );
+    let (ask, _) = token(
+        &s,
+        json!({ "name": "batch-ask", "scopes": ["agents:use"], "supervised": true }),
+    )
+    .await;
+    let held = exec_later(&s, &ask, &id, json!(["echo", "asked"]));
+    let a = pending(&s, "echo asked").await;
+    answer(&s, a["id"].as_str().unwrap(), "reject").await;
+    let (status, _) = held.await.unwrap();
+    assert_eq!(status, 403);
 }
 
 /// Which commands wait is the owner's (or an admin's) to change: an operator member, and the
@@ -480,18 +514,6 @@ async fn a_pending_command_fails_closed_across_a_restart() {
 #[tokio::test]
 async fn token_and_agent_settings_are_checked() {
     let s = TestServer::start().await;
-    let (status, v) = s
-        .call(
-            "POST",
-            "/api/v1/tokens",
-            Some(json!({ "name": "x", "scopes": ["agents:use"], "supervised": true, "approvals": "allow" })),
-        )
-        .await;
-    assert_eq!(
-        (status, v["error"]["field"].as_str()),
-        (400, Some("approvals")),
-        "{v}"
-    );
     for bad in [json!("sometimes"), json!(1), json!(null)] {
         let (status, v) = s
             .call(
