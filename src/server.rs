@@ -420,6 +420,7 @@ impl Server {
         )
         .await;
         tunnel_task.abort();
+        lc.tunnels().disconnect_all();
         previews_shutdown.cancel();
         let _ = previews_task.await;
         egress_shutdown.cancel();

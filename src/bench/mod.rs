@@ -205,6 +205,8 @@ async fn measure(
     if args.wants(Case::Create) {
         progress("create → shell");
         rows.push(cases::create_to_shell(&mut cx).await?);
+        progress("create from the warm pool → shell");
+        rows.push(cases::create::create_from_pool_to_shell(&mut cx).await?);
     }
     if args.wants(Case::Wake) {
         progress("wake → first byte");

@@ -76,6 +76,11 @@ pub fn write_config(
              description: \"the model-free ACP test agent (acp-test-agent/)\"\n"
         ));
     }
+    // One warm pool entry, for the create case's pooled row (idle otherwise).
+    yaml.push_str(&format!(
+        "presets:\n  {}:\n    warm: 1\n",
+        crate::bench::cases::create::POOL_PRESET
+    ));
     let path = dir.join("config.yaml");
     std::fs::write(&path, yaml)?;
     Ok((

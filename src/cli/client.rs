@@ -123,6 +123,10 @@ impl ApiClient {
         self.json(self.request(Method::GET, &["presets"])).await
     }
 
+    pub async fn pool(&self) -> Result<Vec<crate::api::types::PoolInfo>, ClientError> {
+        self.json(self.request(Method::GET, &["pool"])).await
+    }
+
     pub async fn list_users(&self) -> Result<Vec<crate::api::types::User>, ClientError> {
         self.json(self.request(Method::GET, &["users"])).await
     }

@@ -109,6 +109,8 @@ pub enum ClientCommand {
     Previews(PreviewsArgs),
     /// List the presets agents can be created from (agenthold agents create NAME --preset P)
     Presets,
+    /// Show the warm pools: per preset with `warm`, its target and the entries ready and starting
+    Pool,
     /// List an agent's sessions with its harnesses, or start one: agenthold sessions AGENT [--new]
     Sessions(SessionsArgs),
     /// Talk to an agent's harness: agenthold chat AGENT ["PROMPT"] (without PROMPT: a prompt a line)
@@ -194,11 +196,17 @@ pub async fn run(opts: ClientOpts, cmd: ClientCommand) -> anyhow::Result<i32> {
                 } else {
                     output::presets_table(&presets)
                 };
-                if text.ends_with('\n') {
-                    print!("{text}");
+                output::print(&text);
+                Ok(0)
+            }
+            ClientCommand::Pool => {
+                let pools = client.pool().await?;
+                let text = if opts.json {
+                    output::json(&pools)?
                 } else {
-                    println!("{text}");
-                }
+                    output::pool_table(&pools)
+                };
+                output::print(&text);
                 Ok(0)
             }
         }

@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use comfy_table::{presets, Table};
 
-use crate::api::types::{Agent, AgentState, PresetInfo};
+use crate::api::types::{Agent, AgentState, PoolInfo, PresetInfo};
 
 /// Longest error message shown in a table cell; `show` prints it whole.
 const ERROR_CELL: usize = 60;
@@ -107,6 +107,33 @@ pub fn presets_table(presets: &[PresetInfo]) -> String {
         ]);
     }
     render(&table)
+}
+
+/// `agenthold pool`: one line per preset with a warm pool.
+pub fn pool_table(pools: &[PoolInfo]) -> String {
+    if pools.is_empty() {
+        return "no warm pools (give a preset warm: N)".to_string();
+    }
+    let mut table = plain_table();
+    table.set_header(["PRESET", "TARGET", "READY", "STARTING"]);
+    for p in pools {
+        table.add_row([
+            p.preset.clone(),
+            p.target.to_string(),
+            p.ready.to_string(),
+            p.starting.to_string(),
+        ]);
+    }
+    render(&table)
+}
+
+/// `text` on stdout, with one newline at its end.
+pub fn print(text: &str) {
+    if text.ends_with('\n') {
+        print!("{text}");
+    } else {
+        println!("{text}");
+    }
 }
 
 /// The long form for `agents show`: one field a line.

@@ -314,15 +314,6 @@ impl Lifecycle {
 /// Keeps the pools at their targets for as long as the server runs: woken by a claim and by a
 /// config reload, and every few seconds besides.
 pub async fn run(lc: Arc<Lifecycle>) {
-    // The Docker driver records each network's subnet on the agent's row, which an entry does
-    // not have yet: until the subnet book knows entries, its pools stay empty rather than make
-    // and remove a sandbox every few seconds.
-    if lc.driver_kind() == "docker" {
-        tracing::warn!(
-            "warm pools are not kept with the Docker driver yet; presets' warm is ignored"
-        );
-        return;
-    }
     let mut config = lc.config.clone();
     loop {
         let wait = match lc.keep_pools().await {

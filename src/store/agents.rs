@@ -657,12 +657,16 @@ impl Store {
     /// Removes the agent's row for good; `NotFound` if it is already gone.
     pub async fn delete_agent(&self, id: &str) -> Result<()> {
         let id = id.to_string();
-        self.call(
-            move |c| match c.execute("DELETE FROM agents WHERE id = ?1", [&id])? {
-                0 => Err(StoreError::NotFound(id)),
-                _ => Ok(()),
-            },
-        )
+        self.call(move |c| {
+            let tx = c.transaction()?;
+            if tx.execute("DELETE FROM agents WHERE id = ?1", [&id])? == 0 {
+                return Err(StoreError::NotFound(id));
+            }
+            // Its network's subnet is free again.
+            tx.execute("DELETE FROM subnets WHERE id = ?1", [&id])?;
+            tx.commit()?;
+            Ok(())
+        })
         .await
     }
 

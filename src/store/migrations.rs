@@ -282,6 +282,18 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );
     ALTER TABLE agents ADD COLUMN warm INTEGER NOT NULL DEFAULT 0;
     "#,
+    // 19: each sandbox network's subnet in a table of its own, keyed by the agent id the
+    // sandbox was made for, so that a warm pool entry (no agent row yet) holds one too and a
+    // claim (same id) keeps it; unique across agents and entries alike. `agents.subnet` is
+    // left empty from here on (SQLite cannot drop a UNIQUE column).
+    r#"
+    CREATE TABLE subnets (
+        id     TEXT PRIMARY KEY,
+        subnet TEXT NOT NULL UNIQUE
+    );
+    INSERT INTO subnets (id, subnet) SELECT id, subnet FROM agents WHERE subnet IS NOT NULL;
+    UPDATE agents SET subnet = NULL;
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -134,8 +134,17 @@ impl Store {
     /// Forgets entry `id`; `false` when it was already gone (claimed, say).
     pub async fn delete_pool_entry(&self, id: &str) -> Result<bool> {
         let id = id.to_string();
-        self.call(move |c| Ok(c.execute("DELETE FROM pool_entries WHERE id = ?1", [&id])? > 0))
-            .await
+        self.call(move |c| {
+            let tx = c.transaction()?;
+            let found = tx.execute("DELETE FROM pool_entries WHERE id = ?1", [&id])? > 0;
+            // Its network's subnet is free again (a claimed entry's is its agent's: kept).
+            if found {
+                tx.execute("DELETE FROM subnets WHERE id = ?1", [&id])?;
+            }
+            tx.commit()?;
+            Ok(found)
+        })
+        .await
     }
 
     /// Claims a ready entry of `preset` made from `digest` for `new`: the entry's row goes and

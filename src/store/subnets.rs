@@ -1,38 +1,72 @@
-//! Each agent network's subnet, and the part of the store a sandbox driver may use: just that.
+//! Each sandbox network's subnet, and the part of the store a sandbox driver may use: just that.
 //! Kept apart from the agents' rows because the subnet is the driver's record, not the
-//! lifecycle's: the driver reads and writes it, and moves nothing.
+//! lifecycle's (the driver reads and writes it, and moves nothing), and because a warm pool
+//! entry's network needs one before any agent row exists. Rows go with their agent's or
+//! entry's row; a claim keeps the id, and so the subnet.
 
 use async_trait::async_trait;
+
+use rusqlite::{params, OptionalExtension};
 
 use super::{unique_violation, Result, Store, StoreError};
 
 impl Store {
-    /// Records the agent network's subnet (`None` releases it). `SubnetTaken` if another agent
-    /// holds it, so the driver can pick another.
+    /// Records the subnet of the network made for `id` (an agent, or a warm pool entry: the
+    /// agent it becomes); `None` releases it. `NotFound` when `id` is neither, `SubnetTaken`
+    /// if another holds the subnet, so the driver can pick another.
     pub async fn set_subnet(&self, id: &str, subnet: Option<&str>) -> Result<()> {
-        let wanted = subnet.map(str::to_string);
-        self.update_one(
-            id,
-            "UPDATE agents SET subnet = ?3, updated_at = ?2 WHERE id = ?1",
-            wanted.clone(),
-        )
-        .await
-        .map_err(|e| match (e, wanted) {
-            (StoreError::Sqlite(e), Some(s)) if unique_violation(&e) == Some("agents.subnet") => {
-                StoreError::SubnetTaken(s)
+        let id = id.to_string();
+        let Some(subnet) = subnet.map(str::to_string) else {
+            return self
+                .call(move |c| {
+                    c.execute("DELETE FROM subnets WHERE id = ?1", [&id])?;
+                    Ok(())
+                })
+                .await;
+        };
+        let wanted = subnet.clone();
+        self.call(move |c| {
+            // `WHERE` also keeps SQLite from reading `ON CONFLICT` as part of the SELECT.
+            let changed = c.execute(
+                "INSERT INTO subnets (id, subnet)
+                 SELECT ?1, ?2
+                 WHERE EXISTS (SELECT 1 FROM agents WHERE id = ?1)
+                    OR EXISTS (SELECT 1 FROM pool_entries WHERE id = ?1)
+                 ON CONFLICT (id) DO UPDATE SET subnet = excluded.subnet",
+                params![id, subnet],
+            )?;
+            match changed {
+                0 => Err(StoreError::NotFound(id)),
+                _ => Ok(()),
             }
-            (e, _) => e,
+        })
+        .await
+        .map_err(|e| match e {
+            StoreError::Sqlite(e) if unique_violation(&e) == Some("subnets.subnet") => {
+                StoreError::SubnetTaken(wanted)
+            }
+            e => e,
         })
     }
 
+    /// The subnet recorded for `id`, if any.
     pub async fn subnet(&self, id: &str) -> Result<Option<String>> {
-        self.column(id, "subnet").await
+        let id = id.to_string();
+        self.call(move |c| {
+            Ok(
+                c.query_row("SELECT subnet FROM subnets WHERE id = ?1", [&id], |r| {
+                    r.get(0)
+                })
+                .optional()?,
+            )
+        })
+        .await
     }
 
-    /// Each agent that holds a subnet, with it.
+    /// Each agent or pool entry that holds a subnet, with it.
     pub async fn subnet_holders(&self) -> Result<Vec<(String, String)>> {
         self.call(|c| {
-            let mut stmt = c.prepare("SELECT id, subnet FROM agents WHERE subnet IS NOT NULL")?;
+            let mut stmt = c.prepare("SELECT id, subnet FROM subnets")?;
             let rows = stmt
                 .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
                 .collect::<rusqlite::Result<Vec<(String, String)>>>()?;
@@ -41,11 +75,10 @@ impl Store {
         .await
     }
 
-    /// Every subnet some agent holds, sorted.
+    /// Every subnet held, sorted.
     pub async fn subnets_in_use(&self) -> Result<Vec<String>> {
         self.call(|c| {
-            let mut stmt =
-                c.prepare("SELECT subnet FROM agents WHERE subnet IS NOT NULL ORDER BY subnet")?;
+            let mut stmt = c.prepare("SELECT subnet FROM subnets ORDER BY subnet")?;
             let subnets = stmt
                 .query_map([], |r| r.get(0))?
                 .collect::<rusqlite::Result<Vec<String>>>()?;

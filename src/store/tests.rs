@@ -1212,3 +1212,80 @@ async fn agents_from_before_access_belong_to_admin_and_are_private() {
     assert_eq!(store.agent_facts(&mine.id).unwrap().owner_id, "admin");
     assert_eq!(store.get_agent(&mine.id).await.unwrap().owner_name, "admin");
 }
+
+#[tokio::test]
+async fn agents_subnets_move_to_their_own_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agenthold.db");
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        for step in &migrations::MIGRATIONS[..18] {
+            c.execute_batch(step).unwrap();
+        }
+        c.pragma_update(None, "user_version", 18).unwrap();
+        c.execute(
+            "INSERT INTO agents (id, name, image, cpus, memory_mb, idle_minutes, state,
+                                 created_at, updated_at, subnet)
+             VALUES ('old1', 'old', 'debian', 1.0, 512, 15, 'running',
+                     '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z', '10.213.0.32/28')",
+            [],
+        )
+        .unwrap();
+    }
+    let store = Store::open(&path).await.unwrap();
+    assert_eq!(
+        store.subnet("old1").await.unwrap().as_deref(),
+        Some("10.213.0.32/28")
+    );
+    assert_eq!(
+        store.subnets_in_use().await.unwrap(),
+        vec!["10.213.0.32/28"]
+    );
+}
+
+#[tokio::test]
+async fn a_pool_entry_holds_a_subnet_its_claim_keeps_and_its_removal_frees() {
+    let store = Store::open_in_memory().await.unwrap();
+    let agent = store.insert_agent(new_agent("a")).await.unwrap();
+    let (e1, e2) = ("entry0000001", "entry0000002");
+    for e in [e1, e2] {
+        store.insert_pool_entry(e, "hot", "d", "h").await.unwrap();
+    }
+    store.set_subnet(e1, Some("10.213.0.0/28")).await.unwrap();
+    store.set_subnet(e2, Some("10.213.0.16/28")).await.unwrap();
+    // Unique across agents and entries alike.
+    assert!(matches!(
+        store.set_subnet(&agent.id, Some("10.213.0.0/28")).await,
+        Err(StoreError::SubnetTaken(_))
+    ));
+    // Neither an agent nor an entry holds none.
+    assert!(matches!(
+        store
+            .set_subnet("nobody000000", Some("10.213.0.48/28"))
+            .await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert_eq!(store.subnet("nobody000000").await.unwrap(), None);
+
+    store
+        .set_pool_entry_state(e1, crate::store::pool::EntryState::Ready)
+        .await
+        .unwrap();
+    let mut new = new_agent("claimed");
+    new.preset = Some("hot".into());
+    let claimed = store
+        .claim_pool_entry("hot", "d", new)
+        .await
+        .unwrap()
+        .expect("claimed");
+    assert_eq!(claimed.id, e1);
+    assert_eq!(
+        store.subnet(e1).await.unwrap().as_deref(),
+        Some("10.213.0.0/28"),
+        "the agent keeps its entry's subnet"
+    );
+    assert!(store.delete_pool_entry(e2).await.unwrap());
+    assert_eq!(store.subnets_in_use().await.unwrap(), vec!["10.213.0.0/28"]);
+    store.delete_agent(e1).await.unwrap();
+    assert!(store.subnets_in_use().await.unwrap().is_empty());
+}

@@ -187,6 +187,18 @@ impl Registry {
         }
     }
 
+    /// Ends every session: the server stops. In a process that goes on (a server embedded, as
+    /// the tests' are), the sandboxes would otherwise stay with it and never dial the next.
+    pub fn disconnect_all(&self) {
+        let all: Vec<_> = self.lock().drain().map(|(_, l)| l).collect();
+        for old in &all {
+            old.cancel.cancel();
+        }
+        if !all.is_empty() {
+            self.bump();
+        }
+    }
+
     pub fn is_connected(&self, id: &str) -> bool {
         self.get(id).is_some()
     }

@@ -56,6 +56,20 @@ async fn the_pool_fills_and_a_create_claims_an_entry_that_answers_as_a_cold_one(
         pool_of(&s, "hot").await,
         json!({"preset": "hot", "target": 2, "ready": 2, "starting": 0})
     );
+    // `agenthold pool` shows the same, as a table and as JSON.
+    let (code, out, err) = crate::cli::run(&s, &["pool"]).await;
+    assert_eq!(code, 0, "{err}");
+    let row: Vec<&str> = out
+        .lines()
+        .find(|l| l.starts_with("hot"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(row, ["hot", "2", "2", "0"], "{out}");
+    let (code, out, _) = crate::cli::run(&s, &["--json", "pool"]).await;
+    assert_eq!(code, 0);
+    let listed: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(listed, s.get_json("/api/v1/pool").await);
     let entries: Vec<String> = s
         .store
         .list_pool_entries()

@@ -6,7 +6,7 @@ pub(super) mod audit;
 mod burst;
 pub(super) mod code;
 pub(super) mod common;
-mod create;
+pub mod create;
 mod echo;
 pub(super) mod egress;
 mod exec;

@@ -19,6 +19,7 @@ mod lifecycle;
 mod limits;
 mod outside;
 mod pause;
+mod pool;
 mod presets;
 mod previews;
 mod proc_view;

@@ -437,7 +437,7 @@ fn stored_subnets(dir: &std::path::Path) -> BTreeMap<String, Option<String>> {
     )
     .expect("open the database");
     let mut q = db
-        .prepare("SELECT id, subnet FROM agents")
+        .prepare("SELECT a.id, s.subnet FROM agents a LEFT JOIN subnets s ON s.id = a.id")
         .expect("prepare");
     let rows = q
         .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get(1)?)))
