@@ -23,7 +23,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Driver, DriverError, DriverEvent, PullMeter, PullSink, SandboxInfo, SandboxSpec, SandboxStatus,
+    Driver, DriverError, DriverEvent, Limits, PullMeter, PullSink, SandboxInfo, SandboxSpec,
+    SandboxStatus,
 };
 use crate::agents::runtimes::EngineRuntimes;
 
@@ -50,6 +51,10 @@ pub const RUNTIME_FILE: &str = "runtime";
 pub const PAUSE_HOLD: &str = "pause.hold";
 /// The file a held pause writes when it waits on [`PAUSE_HOLD`].
 pub const PAUSE_WAITING: &str = "pause.waiting";
+
+/// The file in a fake sandbox's folder holding its CPU and memory limits
+/// (`cpus=1 memoryMb=512`), written at its making and at a resize, for tests to read.
+pub const LIMITS_FILE: &str = "limits";
 
 /// The file in a fake sandbox's folder holding the security options a container of its spec
 /// gets (`no-new-privileges:true`, or nothing for an agent allowed root), for tests to read:
@@ -111,6 +116,14 @@ impl FakeDriver {
 
     fn dir(&self, id: &str) -> PathBuf {
         self.root.join(id)
+    }
+
+    async fn record_limits(&self, id: &str, limits: Limits) -> Result<(), DriverError> {
+        let record = self.dir(id).join(LIMITS_FILE);
+        let text = format!("cpus={} memoryMb={}", limits.cpus, limits.memory_mb);
+        tokio::fs::write(&record, text)
+            .await
+            .map_err(|e| io_err(&format!("writing {}", record.display()), e))
     }
 
     fn home(&self, id: &str) -> PathBuf {
@@ -236,6 +249,7 @@ impl Driver for FakeDriver {
         tokio::fs::write(&record, &spec.runtime)
             .await
             .map_err(|e| io_err(&format!("writing {}", record.display()), e))?;
+        self.record_limits(&spec.id, spec.limits()).await?;
         let record = self.dir(&spec.id).join(SECURITY_OPT_FILE);
         let opts = if spec.no_new_privileges(true) {
             "no-new-privileges:true"
@@ -318,6 +332,13 @@ impl Driver for FakeDriver {
 
     async fn unpause(&self, id: &str) -> Result<(), DriverError> {
         self.set_paused(id, false)
+    }
+
+    async fn resize(&self, id: &str, limits: Limits) -> Result<(), DriverError> {
+        if !self.dir(id).is_dir() {
+            return Err(DriverError::Failed(format!("no sandbox {id}")));
+        }
+        self.record_limits(id, limits).await
     }
 
     async fn rebuild(&self, spec: &SandboxSpec, pull: &PullSink) -> Result<(), DriverError> {

@@ -64,19 +64,26 @@ impl SandboxSpec {
         }
     }
 
-    /// Everything the sandbox is made from but its id, as one string: a warm pool entry is
-    /// claimed only by a create whose spec has the same digest, and one whose digest the
-    /// config no longer gives is stale.
+    /// What the sandbox is made from that a running one cannot change (all but its id, CPUs
+    /// and memory), as one string: a warm pool entry is claimed only by a create whose spec has
+    /// the same digest (its CPUs and memory are changed at the claim), and one whose digest or
+    /// limits the config no longer gives is stale.
     pub fn digest(&self) -> String {
         format!(
-            "image={} runtime={} cpus={} memoryMb={} diskMb={} allowRoot={}",
+            "image={} runtime={} diskMb={} allowRoot={}",
             self.image,
             self.runtime,
-            self.cpus,
-            self.memory_mb,
             self.disk_mb.map_or("none".to_string(), |d| d.to_string()),
             self.allow_root
         )
+    }
+
+    /// Its CPU and memory limits.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            cpus: self.cpus,
+            memory_mb: self.memory_mb,
+        }
     }
 
     /// Whether the container is made with `no-new-privileges`, when the server's config asks for
@@ -85,6 +92,13 @@ impl SandboxSpec {
     pub fn no_new_privileges(&self, configured: bool) -> bool {
         configured && !self.allow_root
     }
+}
+
+/// A sandbox's CPU and memory limits: what a running one can be given anew.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    pub cpus: f64,
+    pub memory_mb: u64,
 }
 
 /// The message of a start that asked the engine for a runtime it lacks.
@@ -186,6 +200,9 @@ pub trait Driver: Send + Sync + 'static {
     async fn pause(&self, id: &str) -> Result<(), DriverError>;
     /// Thaws a paused sandbox; one that is not paused is left as it is.
     async fn unpause(&self, id: &str) -> Result<(), DriverError>;
+    /// Gives the running sandbox `id` new CPU and memory limits (a claimed warm pool entry
+    /// gets its agent's).
+    async fn resize(&self, id: &str, limits: Limits) -> Result<(), DriverError>;
     /// Puts `token` into the stopped sandbox ahead of its next start, so that a `start` with
     /// the same token has less to do (waking a sandbox is what a person waits for). `false`
     /// when the driver does nothing ahead of time, or the sandbox is not stopped; `start`

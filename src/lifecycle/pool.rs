@@ -62,10 +62,11 @@ fn wanted(lc: &Lifecycle, config: &Config) -> BTreeMap<String, (u32, SandboxSpec
 }
 
 impl Lifecycle {
-    /// Claims a ready pool entry for `new` when one of its preset was made from the very
-    /// sandbox `new` asks for (a create that changes the image, runtime, limits, disk or
-    /// `allowRoot` is a cold one): the entry becomes agent `new` with the entry's id, and runs
-    /// at once, its preset's setup following as after a cold start. `None`: no entry fits.
+    /// Claims a ready pool entry for `new` when one of its preset was made from the sandbox
+    /// `new` asks for but its CPUs and memory (a create that changes the image, runtime, disk or
+    /// `allowRoot` is a cold one): the entry becomes agent `new` with the entry's id, is given
+    /// the agent's CPUs and memory, and runs at once, its preset's setup following as after a
+    /// cold start. `None`: no entry fits.
     pub(super) async fn claim(
         self: &Arc<Self>,
         new: &NewAgent,
@@ -79,11 +80,27 @@ impl Lifecycle {
             .claim_pool_entry(preset, &digest, new.clone())
             .await
             .map_err(|e| LifecycleError::from_store(e, "be created"))?;
-        let Some(agent) = claimed else {
+        let Some((agent, had)) = claimed else {
             return Ok(None);
         };
         let id = agent.id.clone();
         tracing::info!(agent = id, preset, "claimed a warm pool entry");
+        let wanted = SandboxSpec::of_new(new).limits();
+        if had != Some(wanted) {
+            // Stored `needs_rebuild` by the claim: cleared once the sandbox has the agent's
+            // limits, else it runs with the entry's until a rebuild.
+            match self.driver.resize(&id, wanted).await {
+                Ok(()) => {
+                    if let Err(e) = self.store.clear_needs_rebuild(&id).await {
+                        tracing::warn!(agent = id, "clearing needs_rebuild failed: {e}");
+                    }
+                }
+                Err(e) => tracing::warn!(
+                    agent = id,
+                    "giving a claimed entry the agent's limits failed (a rebuild will): {e}"
+                ),
+            }
+        }
         self.pool_wake.notify_one();
         self.activity.touch(&id);
         self.publish(&agent);
@@ -183,7 +200,13 @@ impl Lifecycle {
         // a sandbox nothing knows of.
         if let Err(e) = self
             .store
-            .insert_pool_entry(&spec.id, preset, &spec.digest(), &hash_token(&token))
+            .insert_pool_entry(
+                &spec.id,
+                preset,
+                &spec.digest(),
+                spec.limits(),
+                &hash_token(&token),
+            )
             .await
         {
             tracing::warn!(preset, "recording a warm pool entry failed: {e}");
@@ -271,7 +294,7 @@ impl Lifecycle {
         let Some((warm, spec)) = wanted.get(&entry.preset) else {
             return Some("its preset keeps no warm pool now");
         };
-        if spec.digest() != entry.digest {
+        if spec.digest() != entry.digest || entry.limits != Some(spec.limits()) {
             return Some("its preset changed (stale)");
         }
         if kept.get(entry.preset.as_str()).copied().unwrap_or(0) >= *warm {

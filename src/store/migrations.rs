@@ -294,6 +294,12 @@ pub(super) const MIGRATIONS: &[&str] = &[
     INSERT INTO subnets (id, subnet) SELECT id, subnet FROM agents WHERE subnet IS NOT NULL;
     UPDATE agents SET subnet = NULL;
     "#,
+    // 20: a warm pool entry's CPU and memory limits, which its claim changes to the agent's
+    // (the digest no longer holds them); NULL for entries made before, which are stale.
+    r#"
+    ALTER TABLE pool_entries ADD COLUMN cpus REAL;
+    ALTER TABLE pool_entries ADD COLUMN memory_mb INTEGER;
+    "#,
 ];
 
 /// The schema version this binary writes.

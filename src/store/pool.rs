@@ -7,6 +7,7 @@ use rusqlite::{params, OptionalExtension, TransactionBehavior};
 
 use super::agents::{insert_row, must_read_agent};
 use super::{now_text, Result, Store};
+use crate::driver::Limits;
 use crate::model::{Agent, AgentState, NewAgent};
 
 /// Where a pool entry is: its sandbox is being made and started, or its sandboxd said hello.
@@ -33,8 +34,13 @@ pub struct PoolEntry {
     pub preset: String,
     /// What its sandbox was made from (see [`crate::driver::SandboxSpec::digest`]).
     pub digest: String,
+    /// Its sandbox's limits; `None` for an entry made before they were kept (stale).
+    pub limits: Option<Limits>,
     pub state: EntryState,
 }
+
+/// The columns [`entry_from_row`] reads, in its order.
+const ENTRY_COLUMNS: &str = "id, preset, digest, state, cpus, memory_mb";
 
 fn entry_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<PoolEntry> {
     let state: String = r.get(3)?;
@@ -47,16 +53,26 @@ fn entry_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<PoolEntry> {
         } else {
             EntryState::Starting
         },
+        limits: limits_from(r.get(4)?, r.get(5)?),
+    })
+}
+
+fn limits_from(cpus: Option<f64>, memory_mb: Option<i64>) -> Option<Limits> {
+    Some(Limits {
+        cpus: cpus?,
+        memory_mb: u64::try_from(memory_mb?).ok()?,
     })
 }
 
 impl Store {
-    /// Records a new entry in `starting`, with the hash of the boot token its sandbox gets.
+    /// Records a new entry in `starting`, with its sandbox's limits and the hash of the boot
+    /// token its sandbox gets.
     pub async fn insert_pool_entry(
         &self,
         id: &str,
         preset: &str,
         digest: &str,
+        limits: Limits,
         boot_hash: &str,
     ) -> Result<()> {
         let (id, preset, digest, boot_hash) = (
@@ -65,11 +81,21 @@ impl Store {
             digest.to_string(),
             boot_hash.to_string(),
         );
+        let memory_mb = i64::try_from(limits.memory_mb).unwrap_or(i64::MAX);
         self.call(move |c| {
             c.execute(
-                "INSERT INTO pool_entries (id, preset, digest, state, boot_token_hash, created_at)
-                 VALUES (?1, ?2, ?3, 'starting', ?4, ?5)",
-                params![id, preset, digest, boot_hash, now_text()],
+                "INSERT INTO pool_entries
+                     (id, preset, digest, state, boot_token_hash, created_at, cpus, memory_mb)
+                 VALUES (?1, ?2, ?3, 'starting', ?4, ?5, ?6, ?7)",
+                params![
+                    id,
+                    preset,
+                    digest,
+                    boot_hash,
+                    now_text(),
+                    limits.cpus,
+                    memory_mb
+                ],
             )?;
             Ok(())
         })
@@ -79,9 +105,9 @@ impl Store {
     /// Every entry, oldest first.
     pub async fn list_pool_entries(&self) -> Result<Vec<PoolEntry>> {
         self.call(|c| {
-            let mut stmt = c.prepare(
-                "SELECT id, preset, digest, state FROM pool_entries ORDER BY created_at, id",
-            )?;
+            let mut stmt = c.prepare(&format!(
+                "SELECT {ENTRY_COLUMNS} FROM pool_entries ORDER BY created_at, id"
+            ))?;
             let rows = stmt
                 .query_map([], entry_from_row)?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -95,7 +121,7 @@ impl Store {
         let id = id.to_string();
         self.call(move |c| {
             Ok(c.query_row(
-                "SELECT id, preset, digest, state FROM pool_entries WHERE id = ?1",
+                &format!("SELECT {ENTRY_COLUMNS} FROM pool_entries WHERE id = ?1"),
                 [&id],
                 entry_from_row,
             )
@@ -149,42 +175,55 @@ impl Store {
 
     /// Claims a ready entry of `preset` made from `digest` for `new`: the entry's row goes and
     /// the agent's comes, in `starting` with the entry's id and boot token, in one transaction.
-    /// `None` when no such entry is ready (the create is then a cold one); `new.id` is ignored.
+    /// Returns the agent and the limits its sandbox has (the entry's); when they are not the
+    /// agent's, the agent is stored `needs_rebuild` until the caller has resized the sandbox
+    /// (so a crash in between leaves an agent that says so). `None` when no such entry is
+    /// ready (the create is then a cold one). `new.id` is ignored.
     pub async fn claim_pool_entry(
         &self,
         preset: &str,
         digest: &str,
         mut new: NewAgent,
-    ) -> Result<Option<Agent>> {
+    ) -> Result<Option<(Agent, Option<Limits>)>> {
         let (preset, digest) = (preset.to_string(), digest.to_string());
         let claimed = self
             .call(move |c| {
                 let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
                 let found = tx
                     .query_row(
-                        "SELECT id, boot_token_hash FROM pool_entries
+                        "SELECT id, boot_token_hash, cpus, memory_mb FROM pool_entries
                          WHERE preset = ?1 AND digest = ?2 AND state = 'ready'
                          ORDER BY created_at, id LIMIT 1",
                         params![preset, digest],
-                        |r| Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?)),
+                        |r| {
+                            Ok((
+                                r.get::<_, String>(0)?,
+                                r.get::<_, Option<String>>(1)?,
+                                limits_from(r.get(2)?, r.get(3)?),
+                            ))
+                        },
                     )
                     .optional()?;
-                let Some((id, boot_hash)) = found else {
+                let Some((id, boot_hash, limits)) = found else {
                     return Ok(None);
                 };
                 tx.execute("DELETE FROM pool_entries WHERE id = ?1", [&id])?;
                 new.id = id;
                 insert_row(&tx, &new, AgentState::Starting, true)?;
+                let wanted = Limits {
+                    cpus: new.cpus,
+                    memory_mb: new.memory_mb,
+                };
                 tx.execute(
-                    "UPDATE agents SET boot_token_hash = ?2 WHERE id = ?1",
-                    params![new.id, boot_hash],
+                    "UPDATE agents SET boot_token_hash = ?2, needs_rebuild = ?3 WHERE id = ?1",
+                    params![new.id, boot_hash, limits != Some(wanted)],
                 )?;
                 let agent = must_read_agent(&tx, &new.id)?;
                 tx.commit()?;
-                Ok(Some(agent))
+                Ok(Some((agent, limits)))
             })
             .await?;
-        if let Some(a) = &claimed {
+        if let Some((a, _)) = &claimed {
             self.note_agent(&a.id, &a.owner_id, a.access);
         }
         Ok(claimed)

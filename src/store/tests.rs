@@ -1249,7 +1249,14 @@ async fn a_pool_entry_holds_a_subnet_its_claim_keeps_and_its_removal_frees() {
     let agent = store.insert_agent(new_agent("a")).await.unwrap();
     let (e1, e2) = ("entry0000001", "entry0000002");
     for e in [e1, e2] {
-        store.insert_pool_entry(e, "hot", "d", "h").await.unwrap();
+        let limits = crate::driver::Limits {
+            cpus: 1.0,
+            memory_mb: 512,
+        };
+        store
+            .insert_pool_entry(e, "hot", "d", limits, "h")
+            .await
+            .unwrap();
     }
     store.set_subnet(e1, Some("10.213.0.0/28")).await.unwrap();
     store.set_subnet(e2, Some("10.213.0.16/28")).await.unwrap();
@@ -1273,12 +1280,24 @@ async fn a_pool_entry_holds_a_subnet_its_claim_keeps_and_its_removal_frees() {
         .unwrap();
     let mut new = new_agent("claimed");
     new.preset = Some("hot".into());
-    let claimed = store
+    let (claimed, limits) = store
         .claim_pool_entry("hot", "d", new)
         .await
         .unwrap()
         .expect("claimed");
     assert_eq!(claimed.id, e1);
+    assert_eq!(
+        limits,
+        Some(crate::driver::Limits {
+            cpus: 1.0,
+            memory_mb: 512
+        }),
+        "the claim tells the entry's limits"
+    );
+    assert!(
+        claimed.needs_rebuild,
+        "other limits than the entry's: marked until the sandbox is resized"
+    );
     assert_eq!(
         store.subnet(e1).await.unwrap().as_deref(),
         Some("10.213.0.0/28"),
@@ -1288,4 +1307,63 @@ async fn a_pool_entry_holds_a_subnet_its_claim_keeps_and_its_removal_frees() {
     assert_eq!(store.subnets_in_use().await.unwrap(), vec!["10.213.0.0/28"]);
     store.delete_agent(e1).await.unwrap();
     assert!(store.subnets_in_use().await.unwrap().is_empty());
+}
+
+/// A claim racing the removal of the same entry (the keeper found it stale, say): exactly one
+/// of them has it. The keeper destroys the sandbox only when its delete found the row, so the
+/// sandbox is either the agent's or gone, never both or neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_racing_a_removal_of_the_same_entry_leaves_one_winner() {
+    let store = Store::open_in_memory().await.unwrap();
+    let limits = crate::driver::Limits {
+        cpus: 2.0,
+        memory_mb: 4096,
+    };
+    let (mut claims, mut removals) = (0, 0);
+    for round in 0..100 {
+        let id = format!("race{round:08}");
+        store
+            .insert_pool_entry(&id, "hot", "d", limits, "h")
+            .await
+            .unwrap();
+        store
+            .set_pool_entry_state(&id, crate::store::pool::EntryState::Ready)
+            .await
+            .unwrap();
+        store.set_subnet(&id, Some("10.213.0.0/28")).await.unwrap();
+        let mut new = new_agent(&format!("claimer-{round}"));
+        new.preset = Some("hot".into());
+        let (claim, removal) = tokio::join!(
+            tokio::spawn({
+                let store = store.clone();
+                async move { store.claim_pool_entry("hot", "d", new).await.unwrap() }
+            }),
+            tokio::spawn({
+                let (store, id) = (store.clone(), id.clone());
+                async move { store.delete_pool_entry(&id).await.unwrap() }
+            }),
+        );
+        let (claimed, removed) = (claim.unwrap(), removal.unwrap());
+        assert_ne!(claimed.is_some(), removed, "round {round}: one winner");
+        assert!(store.pool_entry(&id).await.unwrap().is_none());
+        if let Some((agent, _)) = claimed {
+            claims += 1;
+            assert_eq!(agent.id, id);
+            assert!(!agent.needs_rebuild, "the entry's limits are the agent's");
+            assert_eq!(
+                store.subnet(&id).await.unwrap().as_deref(),
+                Some("10.213.0.0/28")
+            );
+            store.delete_agent(&id).await.unwrap();
+        } else {
+            removals += 1;
+            assert!(matches!(
+                store.get_agent(&id).await,
+                Err(StoreError::NotFound(_))
+            ));
+            assert_eq!(store.subnet(&id).await.unwrap(), None);
+        }
+    }
+    // Both sides won some rounds, or the race was not run.
+    eprintln!("claims {claims}, removals {removals}");
 }

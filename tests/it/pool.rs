@@ -6,6 +6,7 @@
 
 use agenthold::agents::preset::Preset;
 use agenthold::config::Config;
+use agenthold::driver::fake::LIMITS_FILE;
 use agenthold::egress::Sandboxes;
 use serde_json::{json, Value};
 
@@ -136,8 +137,8 @@ async fn a_create_asking_for_another_sandbox_is_cold() {
     wait_ready(&s, "hot", 1).await;
     for (name, extra) in [
         ("img", json!({"image": "example/other:2"})),
-        ("cpu", json!({"cpus": 2})),
-        ("mem", json!({"memoryMb": 1024})),
+        ("disk", json!({"diskMb": 2048})),
+        ("runtime", json!({"runtime": "runsc"})),
         ("root", json!({"allowRoot": true})),
     ] {
         let mut body = json!({"name": name, "preset": "hot"});
@@ -150,6 +151,47 @@ async fn a_create_asking_for_another_sandbox_is_cold() {
         s.wait_state(a["id"].as_str().unwrap(), "running").await;
     }
     assert_eq!(pool_of(&s, "hot").await["ready"], 1, "no entry was taken");
+    s.stop().await;
+}
+
+/// CPUs and memory are not the pool's to fix: a create asking for others claims an entry,
+/// and its sandbox gets them at the claim.
+#[tokio::test]
+async fn a_claim_gives_the_sandbox_the_agents_cpus_and_memory() {
+    let s = TestServer::start_with(pools(1)).await;
+    wait_ready(&s, "hot", 1).await;
+    let limits = |id: &str| {
+        std::fs::read_to_string(s.dir.path().join("fake").join(id).join(LIMITS_FILE))
+            .expect("the fake sandbox's limits")
+    };
+    let entry = s.store.list_pool_entries().await.unwrap()[0].id.clone();
+    assert_eq!(limits(&entry), "cpus=1 memoryMb=512", "the preset's");
+    let a = s
+        .created_agent(json!({"name": "big", "preset": "hot", "cpus": 2, "memoryMb": 1024}))
+        .await;
+    assert_eq!(
+        (a["warm"].as_bool(), a["id"].as_str()),
+        (Some(true), Some(entry.as_str())),
+        "{a}"
+    );
+    assert_eq!(
+        (a["cpus"].as_f64(), a["memoryMb"].as_u64()),
+        (Some(2.0), Some(1024))
+    );
+    assert_eq!(
+        limits(&entry),
+        "cpus=2 memoryMb=1024",
+        "the agent's, at the claim"
+    );
+    assert_eq!(a["needsRebuild"], false);
+    // The preset's own limits claim without a change.
+    wait_ready(&s, "hot", 1).await;
+    let next = s.store.list_pool_entries().await.unwrap()[0].id.clone();
+    let b = s
+        .created_agent(json!({"name": "same", "preset": "hot"}))
+        .await;
+    assert_eq!(b["id"].as_str(), Some(next.as_str()));
+    assert_eq!(limits(&next), "cpus=1 memoryMb=512");
     s.stop().await;
 }
 

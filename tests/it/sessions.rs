@@ -364,6 +364,34 @@ async fn after_sleep_a_prompt_wakes_the_agent_and_the_conversation_is_restored_b
     }
 }
 
+/// Paused between turns with its harness still running in it, the agent is thawed by the next
+/// prompt before anything is written to the harness (the fake's pause is pretence: the state
+/// tells; `docker::sessions` has a frozen one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_thaws_an_agent_paused_with_its_harness_running() {
+    let s = server().await;
+    let id = s.running_agent("paused-chat").await;
+    let chat = Chat::open(&s, &id, json!({})).await;
+    assert_eq!(Chat::text(&chat.ask("first").await), "first");
+    let (st, body) = s
+        .call("POST", &format!("/api/v1/agents/{id}/pause"), None)
+        .await;
+    assert_eq!(
+        (st, body["state"].as_str()),
+        (202, Some("paused")),
+        "{body}"
+    );
+    let events = chat.ask("second").await;
+    assert_eq!(Chat::stop_reason(&events), "end_turn");
+    assert_eq!(Chat::text(&events), "second");
+    assert!(
+        !kinds(&events).iter().any(|k| k == "notice:waking"),
+        "a thaw is no start: {:?}",
+        kinds(&events)
+    );
+    assert_eq!(s.state(&id).await, "running");
+}
+
 #[tokio::test]
 async fn a_running_turn_keeps_its_agent_awake_and_an_idle_session_does_not() {
     let s = TestServer::start_with(|c| {

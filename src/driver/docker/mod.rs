@@ -44,7 +44,9 @@ use async_trait::async_trait;
 use bollard::Docker;
 use futures::stream::BoxStream;
 
-use super::{Driver, DriverError, DriverEvent, PullSink, SandboxInfo, SandboxSpec, SandboxStatus};
+use super::{
+    Driver, DriverError, DriverEvent, Limits, PullSink, SandboxInfo, SandboxSpec, SandboxStatus,
+};
 use crate::agents::runtimes::EngineRuntimes;
 use crate::config::{DockerConfig, HostMount, NofileLimit};
 use crate::metrics::Repairs;
@@ -172,6 +174,11 @@ impl Driver for DockerDriver {
     async fn unpause(&self, id: &str) -> Result<(), DriverError> {
         let _op = self.ops.begin(id);
         Ok(self.unpause_container(id).await?)
+    }
+
+    async fn resize(&self, id: &str, limits: Limits) -> Result<(), DriverError> {
+        let _op = self.ops.begin(id);
+        Ok(self.resize_container(id, limits).await?)
     }
 
     async fn stage_boot(&self, spec: &SandboxSpec, token: &str) -> Result<bool, DriverError> {

@@ -47,7 +47,7 @@ impl DockerDriver {
             read_only: Some(m.read_only),
             ..Default::default()
         }));
-        let memory = i64::try_from(spec.memory_mb.saturating_mul(1024 * 1024)).unwrap_or(i64::MAX);
+        let memory = memory_bytes(spec.memory_mb);
         let mut security_opt = Vec::new();
         if spec.no_new_privileges(self.cfg.no_new_privileges) {
             security_opt.push("no-new-privileges:true".to_string());
@@ -68,7 +68,7 @@ impl DockerDriver {
             labels: Some(self.names.labels("sandbox", Some(id))),
             host_config: Some(HostConfig {
                 init: Some(true),
-                nano_cpus: Some((spec.cpus * 1e9).round() as i64),
+                nano_cpus: Some(nano_cpus(spec.cpus)),
                 memory: Some(memory),
                 // No swap beyond the memory limit.
                 memory_swap: Some(memory),
@@ -115,4 +115,14 @@ impl DockerDriver {
             ])
         })
     }
+}
+
+/// A memory limit in MiB, as the engine takes it (bytes).
+pub(super) fn memory_bytes(memory_mb: u64) -> i64 {
+    i64::try_from(memory_mb.saturating_mul(1024 * 1024)).unwrap_or(i64::MAX)
+}
+
+/// A CPU limit, as the engine takes it (billionths of a CPU).
+pub(super) fn nano_cpus(cpus: f64) -> i64 {
+    (cpus * 1e9).round() as i64
 }

@@ -2,14 +2,16 @@
 //! sandboxd its boot token, and only then starts the container; it repairs what a killed server
 //! or dockerd left in its way and tries once more.
 
+use bollard::models::ContainerUpdateBody;
 use bollard::query_parameters::StopContainerOptionsBuilder;
 
 use super::container::Made;
 use super::error::is_not_found;
 use super::home::Home;
 use super::network::NetRef;
+use super::spec::{memory_bytes, nano_cpus};
 use super::{firewall, log_step, DockerDriver, DockerError};
-use crate::driver::{PullSink, SandboxSpec, SandboxStatus};
+use crate::driver::{Limits, PullSink, SandboxSpec, SandboxStatus};
 use crate::metrics::Repair;
 
 /// Seconds a stop waits after SIGTERM before Docker kills the sandbox. sandboxd kills its
@@ -110,6 +112,29 @@ impl DockerDriver {
             }
             Err(e) => Err(DockerError::api(format!("unpausing container {name}"))(e)),
         }
+    }
+
+    /// Gives the running container new CPU and memory limits (no swap beyond the memory, as
+    /// at its making).
+    pub(super) async fn resize_container(
+        &self,
+        id: &str,
+        limits: Limits,
+    ) -> Result<(), DockerError> {
+        let name = self.names.container(id);
+        let memory = memory_bytes(limits.memory_mb);
+        let body = ContainerUpdateBody {
+            nano_cpus: Some(nano_cpus(limits.cpus)),
+            memory: Some(memory),
+            memory_swap: Some(memory),
+            ..Default::default()
+        };
+        self.docker
+            .update_container(&name, body)
+            .await
+            .map_err(DockerError::api(format!(
+                "updating the limits of container {name}"
+            )))
     }
 
     pub(super) async fn start_inner(

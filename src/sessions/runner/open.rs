@@ -21,6 +21,14 @@ impl Runner {
     /// The harness runs, initialized, with the ACP session open; wakes the agent first.
     pub(super) async fn ensure_harness(&mut self) -> Result<(), Failed> {
         if self.harness.is_some() {
+            // Idle between turns, the agent may have been paused with its harness in it: a
+            // prompt thaws it, as every use does, before anything is written to the harness.
+            self.s.lc.wake_conn(&self.agent).await.map_err(|e| {
+                Failed::error(
+                    NoticeKind::Error,
+                    format!("The sandbox could not be woken: {e}"),
+                )
+            })?;
             return Ok(());
         }
         let agent = self

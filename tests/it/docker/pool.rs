@@ -1,6 +1,7 @@
 //! Warm pools on a real engine: a claimed agent runs at once, its container, home and network
 //! carry its own names and labels, its home holds nothing but setup's work, exec works with its
-//! env, and it is the same as a cold create of the same settings; a restart with ready entries keeps them and leaks nothing.
+//! env, and it is the same as a cold create of the same settings (other CPUs and memory given
+//! with `docker update`); a restart with ready entries keeps them and leaks nothing.
 
 use std::time::Duration;
 
@@ -193,6 +194,24 @@ async fn a_claimed_agent_runs_at_once_under_its_own_names() {
         "demo\ndebian\n"
     );
     assert_eq!(ready_entries(&s).await.len(), 2, "the pool was left alone");
+
+    // Other CPUs and memory: a claim, and `docker update` gives the container the agent's.
+    let sized: Value = s
+        .created_agent(json!({"name": "sized", "preset": "hot", "cpus": 0.5, "memoryMb": 300}))
+        .await;
+    assert_eq!(sized["warm"], true, "{sized}");
+    let sized_id = sized["id"].as_str().expect("id");
+    assert_eq!(
+        docker(&[
+            "inspect",
+            "--format",
+            "{{.HostConfig.NanoCpus}} {{.HostConfig.Memory}} {{.HostConfig.MemorySwap}}",
+            &env.container(sized_id),
+        ])
+        .trim(),
+        format!("500000000 {m} {m}", m = 300 * 1024 * 1024)
+    );
+    assert_eq!(s.agent(sized_id).await["needsRebuild"], false);
     s.stop().await;
 }
 

@@ -1,6 +1,6 @@
 //! Agent sessions in real sandboxes: the harness (the model-free ACP agent, mounted read-only
 //! into each sandbox) runs as the sandbox's `agent` account, the files it asks for are read and
-//! written as that account, and a turn waiting on an approval survives a SIGKILL of the server:
+//! written as that account, a prompt thaws an agent paused with its harness in it, and a turn waiting on an approval survives a SIGKILL of the server:
 //! the restarted server reads on from where the last one stopped, and the answer completes the
 //! turn. Needs Docker (scripts/docker-setup.sh), a static sandboxd (scripts/build-sandboxd.sh)
 //! and the static test agent (scripts/build-acp-test-agent.sh).
@@ -78,6 +78,32 @@ async fn a_harness_runs_as_the_agent_account_and_its_files_are_the_agents() {
         .exec_ok(&id, &["stat", "-c", "%U", &format!("/proc/{leader}")])
         .await;
     assert_eq!(user.trim(), "agent");
+
+    // Paused (frozen, harness and all) between turns: the next prompt thaws it, and the same
+    // harness answers.
+    let (st, body) = s
+        .call("POST", &format!("/api/v1/agents/{id}/pause"), None)
+        .await;
+    assert_eq!(
+        (st, body["state"].as_str()),
+        (202, Some("paused")),
+        "{body}"
+    );
+    let frozen = docker(&[
+        "inspect",
+        "--format",
+        "{{.State.Paused}}",
+        &env.container(&id),
+    ]);
+    assert_eq!(frozen.trim(), "true");
+    let events = chat.ask("after the pause").await;
+    assert_eq!(Chat::text(&events), "after the pause");
+    assert_eq!(s.state(&id).await, "running");
+    assert_eq!(
+        chat.session().await["processId"].as_str(),
+        Some(pid.as_str()),
+        "the same harness, not a new one"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
