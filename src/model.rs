@@ -311,6 +311,14 @@ pub fn new_agent_id() -> String {
     id
 }
 
+/// A sandbox's CPU and memory limits: what a running one can be given anew (a claimed warm
+/// pool entry gets its agent's).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    pub cpus: f64,
+    pub memory_mb: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -94,12 +94,7 @@ impl SandboxSpec {
     }
 }
 
-/// A sandbox's CPU and memory limits: what a running one can be given anew.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Limits {
-    pub cpus: f64,
-    pub memory_mb: u64,
-}
+pub use crate::model::Limits;
 
 /// The message of a start that asked the engine for a runtime it lacks.
 pub fn missing_runtime(runtime: &str, have: &[String]) -> String {

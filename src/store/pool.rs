@@ -7,8 +7,7 @@ use rusqlite::{params, OptionalExtension, TransactionBehavior};
 
 use super::agents::{insert_row, must_read_agent};
 use super::{now_text, Result, Store};
-use crate::driver::Limits;
-use crate::model::{Agent, AgentState, NewAgent};
+use crate::model::{Agent, AgentState, Limits, NewAgent};
 
 /// Where a pool entry is: its sandbox is being made and started, or its sandboxd said hello.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

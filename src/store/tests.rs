@@ -1249,7 +1249,7 @@ async fn a_pool_entry_holds_a_subnet_its_claim_keeps_and_its_removal_frees() {
     let agent = store.insert_agent(new_agent("a")).await.unwrap();
     let (e1, e2) = ("entry0000001", "entry0000002");
     for e in [e1, e2] {
-        let limits = crate::driver::Limits {
+        let limits = crate::model::Limits {
             cpus: 1.0,
             memory_mb: 512,
         };
@@ -1288,7 +1288,7 @@ async fn a_pool_entry_holds_a_subnet_its_claim_keeps_and_its_removal_frees() {
     assert_eq!(claimed.id, e1);
     assert_eq!(
         limits,
-        Some(crate::driver::Limits {
+        Some(crate::model::Limits {
             cpus: 1.0,
             memory_mb: 512
         }),
@@ -1315,7 +1315,7 @@ async fn a_pool_entry_holds_a_subnet_its_claim_keeps_and_its_removal_frees() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_racing_a_removal_of_the_same_entry_leaves_one_winner() {
     let store = Store::open_in_memory().await.unwrap();
-    let limits = crate::driver::Limits {
+    let limits = crate::model::Limits {
         cpus: 2.0,
         memory_mb: 4096,
     };
