@@ -373,14 +373,7 @@ async fn a_prompt_thaws_an_agent_paused_with_its_harness_running() {
     let id = s.running_agent("paused-chat").await;
     let chat = Chat::open(&s, &id, json!({})).await;
     assert_eq!(Chat::text(&chat.ask("first").await), "first");
-    let (st, body) = s
-        .call("POST", &format!("/api/v1/agents/{id}/pause"), None)
-        .await;
-    assert_eq!(
-        (st, body["state"].as_str()),
-        (202, Some("paused")),
-        "{body}"
-    );
+    s.pause(&id).await;
     let events = chat.ask("second").await;
     assert_eq!(Chat::stop_reason(&events), "end_turn");
     assert_eq!(Chat::text(&events), "second");

@@ -269,6 +269,18 @@ impl Client {
         out["stdout"].as_str().unwrap_or_default().to_string()
     }
 
+    /// Pauses agent `id` through the API, expecting `202` with the agent `paused`.
+    pub async fn pause(&self, id: &str) {
+        let (status, body) = self
+            .call("POST", &format!("/api/v1/agents/{id}/pause"), None)
+            .await;
+        assert_eq!(
+            (status, body["state"].as_str()),
+            (202, Some("paused")),
+            "pause {id}: {body}"
+        );
+    }
+
     /// Waits until an exec of `true` answers 200 again (`when`: after what).
     pub async fn wait_exec_works(&self, id: &str, when: &str) {
         wait_for(&format!("exec works again {when}"), || async {

@@ -113,14 +113,7 @@ async fn a_pause_keeps_processes_terminals_files_and_the_tunnel() {
     let conn = s.lc.tunnels().conn_id(&id).expect("the agent's tunnel");
     let before = counted(&s, &id).await;
 
-    let (st, body) = s
-        .call("POST", &format!("/api/v1/agents/{id}/pause"), None)
-        .await;
-    assert_eq!(
-        (st, body["state"].as_str()),
-        (202, Some("paused")),
-        "{body}"
-    );
+    s.pause(&id).await;
     assert!(paused_in_docker(&env, &id), "the container is not paused");
     // Frozen for well past three missed pings: the reaper must not drop the session. (Time
     // passing is the point here, not an outcome waited for.)
@@ -206,14 +199,7 @@ async fn a_paused_agent_stays_paused_across_a_server_kill_and_thaws_on_use() {
         .running_agent(json!({"name": "kept", "cpus": 0.5}))
         .await;
     start_counter(&server, &id).await;
-    let (st, body) = server
-        .call("POST", &format!("/api/v1/agents/{id}/pause"), None)
-        .await;
-    assert_eq!(
-        (st, body["state"].as_str()),
-        (202, Some("paused")),
-        "{body}"
-    );
+    server.pause(&id).await;
     running.kill();
 
     let _running = server.start().await;

@@ -81,14 +81,7 @@ async fn a_harness_runs_as_the_agent_account_and_its_files_are_the_agents() {
 
     // Paused (frozen, harness and all) between turns: the next prompt thaws it, and the same
     // harness answers.
-    let (st, body) = s
-        .call("POST", &format!("/api/v1/agents/{id}/pause"), None)
-        .await;
-    assert_eq!(
-        (st, body["state"].as_str()),
-        (202, Some("paused")),
-        "{body}"
-    );
+    s.pause(&id).await;
     let frozen = docker(&[
         "inspect",
         "--format",
