@@ -420,7 +420,6 @@ impl Server {
         )
         .await;
         tunnel_task.abort();
-        lc.tunnels().disconnect_all();
         previews_shutdown.cancel();
         let _ = previews_task.await;
         egress_shutdown.cancel();
@@ -436,6 +435,10 @@ impl Server {
         pool_task.abort();
         token_expiry_task.abort();
         audit_task.abort();
+        // Last, with nothing left to take a dropped tunnel for a sandbox gone (the pool keeper
+        // would remove its entries): in a process that goes on (an embedded server, as the
+        // tests' are), sandboxes would otherwise stay with this server and never dial the next.
+        lc.tunnels().disconnect_all();
         lc.shutdown().await;
         Ok(())
     }

@@ -88,10 +88,11 @@ impl Lifecycle {
         let wanted = SandboxSpec::of_new(new).limits();
         if had != Some(wanted) {
             // Stored `needs_rebuild` by the claim: cleared once the sandbox has the agent's
-            // limits, else it runs with the entry's until a rebuild.
+            // limits (unless a change since asks for a rebuild all the same), else it runs with
+            // the entry's until a rebuild.
             match self.driver.resize(&id, wanted).await {
                 Ok(()) => {
-                    if let Err(e) = self.store.clear_needs_rebuild(&id).await {
+                    if let Err(e) = self.store.clear_needs_rebuild_if_made_as(&id, new).await {
                         tracing::warn!(agent = id, "clearing needs_rebuild failed: {e}");
                     }
                 }
@@ -103,7 +104,8 @@ impl Lifecycle {
         }
         self.pool_wake.notify_one();
         self.activity.touch(&id);
-        self.publish(&agent);
+        // As it is now, resized.
+        self.publish(&self.get(&id).await.unwrap_or(agent));
         if self.tunnels.is_connected(&id) {
             // Its sandboxd said hello as the entry: that hello makes the agent run now.
             self.on_hello(&id).await;

@@ -630,6 +630,40 @@ impl Store {
         .await
     }
 
+    /// Marks the container as matching the agent's settings again when they are still those of
+    /// `made` (a claimed warm pool entry just given its limits): a PATCH meanwhile that asked
+    /// for a rebuild keeps asking.
+    pub async fn clear_needs_rebuild_if_made_as(&self, id: &str, made: &NewAgent) -> Result<()> {
+        let id = id.to_string();
+        let (image, runtime, cpus, allow_root) = (
+            made.image.clone(),
+            made.runtime.clone(),
+            made.cpus,
+            made.allow_root,
+        );
+        let memory_mb = i64::try_from(made.memory_mb).unwrap_or(i64::MAX);
+        let disk_mb = made.disk_mb.map(|d| i64::try_from(d).unwrap_or(i64::MAX));
+        self.call(move |c| {
+            c.execute(
+                "UPDATE agents SET needs_rebuild = 0, updated_at = ?2
+                 WHERE id = ?1 AND image = ?3 AND runtime IS ?4 AND cpus = ?5
+                   AND memory_mb = ?6 AND disk_mb IS ?7 AND allow_root = ?8",
+                params![
+                    id,
+                    now_text(),
+                    image,
+                    runtime,
+                    cpus,
+                    memory_mb,
+                    disk_mb,
+                    allow_root
+                ],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
     /// Marks the container as matching the agent's settings again, after a rebuild.
     pub async fn clear_needs_rebuild(&self, id: &str) -> Result<()> {
         self.update_one(

@@ -1281,7 +1281,7 @@ async fn a_pool_entry_holds_a_subnet_its_claim_keeps_and_its_removal_frees() {
     let mut new = new_agent("claimed");
     new.preset = Some("hot".into());
     let (claimed, limits) = store
-        .claim_pool_entry("hot", "d", new)
+        .claim_pool_entry("hot", "d", new.clone())
         .await
         .unwrap()
         .expect("claimed");
@@ -1297,6 +1297,32 @@ async fn a_pool_entry_holds_a_subnet_its_claim_keeps_and_its_removal_frees() {
     assert!(
         claimed.needs_rebuild,
         "other limits than the entry's: marked until the sandbox is resized"
+    );
+    // Resized: cleared, as long as the agent is still what the claim made.
+    store
+        .clear_needs_rebuild_if_made_as(e1, &new)
+        .await
+        .unwrap();
+    assert!(!store.get_agent(e1).await.unwrap().needs_rebuild);
+    let mut other = new.clone();
+    other.image = "another:1".into();
+    store
+        .call({
+            let e1 = e1.to_string();
+            move |c| {
+                c.execute("UPDATE agents SET needs_rebuild = 1 WHERE id = ?1", [&e1])?;
+                Ok(())
+            }
+        })
+        .await
+        .unwrap();
+    store
+        .clear_needs_rebuild_if_made_as(e1, &other)
+        .await
+        .unwrap();
+    assert!(
+        store.get_agent(e1).await.unwrap().needs_rebuild,
+        "changed since (another image): still asks for a rebuild"
     );
     assert_eq!(
         store.subnet(e1).await.unwrap().as_deref(),

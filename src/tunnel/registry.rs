@@ -187,8 +187,7 @@ impl Registry {
         }
     }
 
-    /// Ends every session: the server stops. In a process that goes on (a server embedded, as
-    /// the tests' are), the sandboxes would otherwise stay with it and never dial the next.
+    /// Ends every session: the server stops.
     pub fn disconnect_all(&self) {
         let all: Vec<_> = self.lock().drain().map(|(_, l)| l).collect();
         for old in &all {

@@ -1731,7 +1731,8 @@ export interface components {
             scopes: components["schemas"]["Scope"][];
             /**
              * @description Its commands wait for approval wherever the agent's `approvals.commands` holds them, even
-             *     when its user owns the agent or is an admin. A token made with a supervised token must be
+             *     when its user owns the agent or is an admin (unless its `approvals` is `allow`, which
+             *     answers them in advance there, audited). A token made with a supervised token must be
              *     supervised (else `403`). Absent: false.
              */
             supervised?: boolean;

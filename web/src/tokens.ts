@@ -110,7 +110,7 @@ function createForm(created: () => void): HTMLElement {
     h(
       'div',
       { class: 'token-approvals' },
-      h('label', { for: 'new-token-supervised', class: 'scope-choice' }, supervised, h('span', null, 'Supervised'), h('span', { class: 'muted' }, ' — its commands wait for approval on agents that hold them, even yours')),
+      h('label', { for: 'new-token-supervised', class: 'scope-choice' }, supervised, h('span', null, 'Supervised'), h('span', { class: 'muted' }, ' — its commands wait for approval on agents that hold them, even yours (unless approvals is allow)')),
       h('div', { class: 'field' }, h('label', { for: 'new-token-approvals' }, 'Commands that would wait for approval'), mode),
     ),
     error,

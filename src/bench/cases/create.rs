@@ -93,6 +93,8 @@ pub async fn create_from_pool_to_shell(cx: &mut Ctx<'_>) -> anyhow::Result<Row> 
         ours.push(ms(t.elapsed()));
         drop(term);
         client.delete_agent(&agent.id).await?;
+        // Not beside the refill, which would slow the baseline down.
+        until_pool_ready(&client).await?;
         base.push(baseline(cx, &format!("pooled-{i}")).await?);
     }
     // Refilled before the next case, so that it measures nothing of ours in the background.

@@ -242,7 +242,11 @@ async fn a_restart_with_ready_entries_leaks_nothing() {
             env.objects(&["network", "ls"]),
         ]
         .concat();
-        (left.is_empty() && s.store.list_pool_entries().await.ok()?.is_empty()).then_some(())
+        let subnets = s.store.subnets_in_use().await.ok()?;
+        (left.is_empty()
+            && s.store.list_pool_entries().await.ok()?.is_empty()
+            && subnets.is_empty())
+        .then_some(())
     })
     .await;
     s.stop().await;

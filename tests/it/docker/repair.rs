@@ -445,6 +445,18 @@ fn stored_subnets(dir: &std::path::Path) -> BTreeMap<String, Option<String>> {
     rows.map(|r| r.expect("row")).collect()
 }
 
+/// Every id that holds a subnet in the database.
+fn subnet_holders(dir: &std::path::Path) -> Vec<String> {
+    let db = rusqlite::Connection::open_with_flags(
+        dir.join("data/agenthold.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .expect("open the database");
+    let mut q = db.prepare("SELECT id FROM subnets").expect("prepare");
+    let rows = q.query_map([], |r| r.get(0)).expect("query");
+    rows.map(|r| r.expect("row")).collect()
+}
+
 /// Settles `id` after a round; an `error` must be repaired by one start (or, for a lost home,
 /// one rebuild). Returns whether the agent still exists.
 async fn settle_and_repair(server: &ServerConfig, id: &str, log: &mut Vec<String>) -> bool {
@@ -746,6 +758,11 @@ async fn soak(name: &str, default_rounds: usize, env: &DockerEnv, mut engine: Op
             );
         }
         assert_eq!(stored.len(), ids.len(), "round {round}: rows (seed {seed})");
+        let held = subnet_holders(dir.path());
+        assert!(
+            held.iter().all(|h| stored.contains_key(h)),
+            "round {round}: a subnet held by no agent: {held:?} (seed {seed})"
+        );
         p.kill();
     }
     if let Some(e) = &engine {

@@ -465,3 +465,145 @@ async fn entries_older_than_the_retention_are_pruned() {
     })
     .await;
 }
+
+/// The team's changes and answers are in the log with who made them, each read back: a stop
+/// and a start, an access token and a join, an approval's answer, a prompt, members added and
+/// removed, a token revoked and a user removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn team_changes_and_answers_are_recorded_with_their_principal() {
+    use crate::common::acp::{harness, test_agent, Chat};
+    use crate::common::client::Client;
+    let s = TestServer::start_with(|c| {
+        let agent = test_agent();
+        let path = agent.to_str().expect("utf-8 path");
+        c.harnesses.insert("test".into(), harness(path, &[]));
+        c.sandbox.default_harness = Some("test".into());
+    })
+    .await;
+    let password = "correct-horse-battery";
+    let as_user = |token: String| Client {
+        token,
+        ..s.api.clone()
+    };
+    let mut people = Vec::new();
+    for name in ["ann", "bob", "carl"] {
+        let id = user(&s, name, "member", Some(password)).await;
+        let scopes = json!([
+            "agents:read",
+            "agents:write",
+            "agents:use",
+            "approvals:answer"
+        ]);
+        people.push((id, as_user(own_token(&s, name, password, scopes).await)));
+    }
+    let (ann, bob) = (&people[0].1, &people[1].1);
+    let carl_id = people[2].0.clone();
+    let id = ann
+        .create_agent(json!({
+            "name": "club", "access": "protected", "approvals": {"commands": "always"},
+        }))
+        .await;
+    ann.wait_state(&id, "running").await;
+    let agent = |what: &str| format!("/api/v1/agents/{id}{what}");
+
+    let (status, v) = ann.call("POST", &agent("/stop"), None).await;
+    assert_eq!(status, 202, "{v}");
+    ann.wait_state(&id, "sleeping").await;
+    let (status, v) = ann.call("POST", &agent("/start"), None).await;
+    assert_eq!(status, 202, "{v}");
+    ann.wait_state(&id, "running").await;
+    let (status, v) = ann.call("POST", &agent("/access-token"), None).await;
+    assert_eq!(status, 201, "{v}");
+    let access = v["accessToken"].as_str().expect("access token").to_string();
+    let (status, v) = bob
+        .call(
+            "POST",
+            &agent("/join"),
+            Some(json!({"accessToken": access})),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    // Bob's command waits for the owner, who allows it.
+    let held = {
+        let bob = bob.clone();
+        let path = agent("/exec");
+        tokio::spawn(async move {
+            bob.call("POST", &path, Some(json!({"command": ["echo", "ok"]})))
+                .await
+        })
+    };
+    let aid = crate::common::wait_for_value("bob's command held", || async {
+        let list = ann.get_json("/api/v1/approvals?state=pending").await;
+        list.as_array()?
+            .iter()
+            .find(|a| a["command"] == "echo ok")
+            .and_then(|a| a["id"].as_str().map(str::to_string))
+    })
+    .await;
+    let (status, v) = ann
+        .call(
+            "POST",
+            &format!("/api/v1/approvals/{aid}"),
+            Some(json!({"optionId": "allow"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = held.await.expect("held exec");
+    assert_eq!((status, v["stdout"].as_str()), (200, Some("ok\n")), "{v}");
+    let chat = Chat::open(ann, &id, json!({})).await;
+    assert_eq!(Chat::text(&chat.ask("hello log").await), "hello log");
+    let (status, v) = ann
+        .call(
+            "POST",
+            &agent("/members"),
+            Some(json!({"user": "carl", "role": "operator"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = ann.call("DELETE", &agent("/members/carl"), None).await;
+    assert_eq!(status, 204, "{v}");
+    let (_, tid) = token(
+        &s,
+        json!({"name": "short-lived", "scopes": ["agents:read"]}),
+    )
+    .await;
+    let (status, _) = s
+        .call("DELETE", &format!("/api/v1/tokens/{tid}"), None)
+        .await;
+    assert_eq!(status, 204);
+    let (status, _) = s
+        .call("DELETE", &format!("/api/v1/users/{carl_id}"), None)
+        .await;
+    assert_eq!(status, 204);
+
+    let entries = audit(&s, "?limit=1000").await;
+    let check = |action: &str, who: &str, status: u16| {
+        let e = find(&entries, action);
+        assert_eq!(
+            (e["userName"].as_str(), e["status"].as_u64()),
+            (Some(who), Some(u64::from(status))),
+            "{action}: {e}"
+        );
+        if who != "admin" {
+            assert_eq!(e["tokenName"], "ci", "{action}: {e}");
+            assert_eq!(e["agentId"], id.as_str(), "{action}: {e}");
+        }
+        e.clone()
+    };
+    check("agent.stop", "ann", 202);
+    check("agent.start", "ann", 202);
+    check("access_token.rotate", "ann", 201);
+    check("agent.join", "bob", 200);
+    check("approval.answer", "ann", 200);
+    assert_eq!(check("exec", "bob", 200)["detail"], "echo ok");
+    assert_eq!(check("session.prompt", "ann", 202)["detail"], "hello log");
+    check("member.add", "ann", 200);
+    check("member.remove", "ann", 204);
+    check("token.revoke", "admin", 204);
+    check("user.delete", "admin", 204);
+    let all = serde_json::to_string(&entries).expect("json");
+    assert!(
+        !all.contains(&access),
+        "the access token is in the audit log"
+    );
+}
