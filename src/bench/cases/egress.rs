@@ -201,6 +201,14 @@ pub async fn egress(cx: &mut Ctx<'_>) -> anyhow::Result<Vec<Row>> {
     ])
 }
 
+/// The first IPv4 address of the host's interface `name`.
+fn interface_ipv4(name: &str) -> Option<std::net::Ipv4Addr> {
+    nix::ifaddrs::getifaddrs()
+        .ok()?
+        .filter(|i| i.interface_name == name)
+        .find_map(|i| i.address?.as_sockaddr_in().map(|a| a.ip()))
+}
+
 /// The baseline: the same download, same tool, in a plain container on Docker's default bridge
 /// from a server on the host's address on that bridge. Returns its seconds.
 async fn bridge_download(cx: &Ctx<'_>, mib: u64) -> anyhow::Result<f64> {
@@ -212,11 +220,31 @@ async fn bridge_download(cx: &Ctx<'_>, mib: u64) -> anyhow::Result<f64> {
         "{{range .IPAM.Config}}{{.Gateway}} {{end}}",
     ])
     .await?;
-    let Some(gateway) = gateway
+    let listed = gateway
         .split_whitespace()
         .find(|g| g.parse::<std::net::Ipv4Addr>().is_ok())
-    else {
-        bail!("Docker's default bridge has no IPv4 gateway ({gateway:?}): no baseline to measure");
+        .map(str::to_string);
+    // An engine that found its bridge's interface already up lists no gateway: the host's
+    // address on that interface is the gateway all the same.
+    let gateway = match listed {
+        Some(g) => g,
+        None => {
+            let iface = docker(&[
+                "network",
+                "inspect",
+                "bridge",
+                "--format",
+                "{{index .Options \"com.docker.network.bridge.name\"}}",
+            ])
+            .await?;
+            match interface_ipv4(iface.trim()) {
+                Some(a) => a.to_string(),
+                None => bail!(
+                    "Docker's default bridge has no IPv4 gateway ({gateway:?}) and its interface \
+                     {iface:?} no IPv4 address: no baseline to measure"
+                ),
+            }
+        }
     };
     let web = zeros_server(&format!("{gateway}:0"), mib << 20).await?;
     let name = format!("{}-base-egress", cx.prefix);

@@ -1,6 +1,7 @@
 //! Approvals for commands, inside a real sandbox: a member's `rm -rf ~` on an agent whose
 //! `approvals.commands` is `dangerous` waits; rejected, and then left to expire, it runs neither
-//! time, and a marker file in the home is still there. Needs Docker and the test images.
+//! time, and a marker file in the home is still there; allowed, it runs and the home is emptied.
+//! Needs Docker and the test images.
 
 use std::time::Duration;
 
@@ -148,6 +149,27 @@ async fn a_rejected_or_expired_rm_rf_home_leaves_the_home_alone() {
     assert!(
         v["stdout"].as_str().unwrap_or_default().contains("marker"),
         "{v}"
+    );
+
+    // Allowed, it runs: the home is emptied.
+    let held = rm_home(&s, &bob, &id);
+    let aid = pending_id(&s).await;
+    let (status, v) = s
+        .call(
+            "POST",
+            &format!("/api/v1/approvals/{aid}"),
+            Some(json!({ "optionId": "allow" })),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = tokio::time::timeout(DEADLINE, held).await.unwrap().unwrap();
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        s.exec_ok(&id, &["sh", "-c", "ls -A ~ | grep -c marker || true"])
+            .await
+            .trim(),
+        "0",
+        "the approved rm -rf ~ ran"
     );
     s.destroy(&id).await;
 }

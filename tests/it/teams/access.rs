@@ -595,3 +595,88 @@ async fn only_admins_grant_secrets() {
     let r = olga.patch_agent(&id, json!({"secrets": []})).await;
     assert_eq!(r.status(), 200, "the owner drops it");
 }
+
+/// A command waiting for approval on a private agent is as hidden as the agent: an outsider's
+/// list leaves it out and naming it is `404`, as for a token limited to another agent; the
+/// owner and the member who asked see it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_private_agents_approvals_are_hidden_from_outsiders() {
+    let s = TestServer::start().await;
+    let olga = member(&s, "olga").await;
+    let nina = member(&s, "nina").await;
+    let nils = member(&s, "nils").await;
+    let id = olga
+        .create_agent(json!({ "name": "vault", "approvals": { "commands": "always" } }))
+        .await;
+    olga.wait_state(&id, "running").await;
+    let other = olga.create_agent("elsewhere").await;
+    let (status, v) = olga
+        .call(
+            "POST",
+            &format!("/api/v1/agents/{id}/members"),
+            Some(json!({ "user": "nina", "role": "user" })),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let held = {
+        let nina = nina.clone();
+        let path = format!("/api/v1/agents/{id}/exec");
+        tokio::spawn(async move {
+            nina.call(
+                "POST",
+                &path,
+                Some(json!({ "command": ["echo", "waiting"] })),
+            )
+            .await
+        })
+    };
+    let aid = crate::common::wait_for_value("nina's command held", || async {
+        let list = olga.get_json("/api/v1/approvals?state=pending").await;
+        list.as_array()?
+            .iter()
+            .find(|a| a["command"] == "echo waiting")
+            .and_then(|a| a["id"].as_str().map(str::to_string))
+    })
+    .await;
+    let limited = {
+        let (status, v) = olga
+            .call(
+                "POST",
+                "/api/v1/tokens",
+                Some(json!({ "name": "one", "scopes": ["agents:read", "approvals:answer"], "agents": [other] })),
+            )
+            .await;
+        assert_eq!(status, 201, "{v}");
+        Client {
+            token: v["token"].as_str().unwrap().to_string(),
+            ..s.api.clone()
+        }
+    };
+    let one = format!("/api/v1/approvals/{aid}");
+    for (who, client) in [
+        ("an outsider", &nils),
+        ("a token of another agent", &limited),
+    ] {
+        let list = client.get_json("/api/v1/approvals").await;
+        assert!(
+            !list.to_string().contains(&aid),
+            "{who} lists the private agent's approval: {list}"
+        );
+        let (status, _) = client.call("GET", &one, None).await;
+        assert_eq!(status, 404, "{who} reads it");
+        let (status, _) = client
+            .call("POST", &one, Some(json!({ "optionId": "allow" })))
+            .await;
+        assert_eq!(status, 404, "{who} answers it");
+    }
+    for client in [&olga, &nina] {
+        let (status, v) = client.call("GET", &one, None).await;
+        assert_eq!((status, v["id"].as_str()), (200, Some(aid.as_str())), "{v}");
+    }
+    let (status, v) = olga
+        .call("POST", &one, Some(json!({ "optionId": "reject" })))
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let (status, _) = held.await.unwrap();
+    assert_eq!(status, 403);
+}
