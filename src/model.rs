@@ -208,6 +208,16 @@ pub struct NewAgent {
     pub access: teams::AgentAccess,
 }
 
+impl NewAgent {
+    /// The CPU and memory limits its sandbox gets.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            cpus: self.cpus,
+            memory_mb: self.memory_mb,
+        }
+    }
+}
+
 /// A change to an agent's settings; `None` leaves a field as it is.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct AgentPatch {

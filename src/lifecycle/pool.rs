@@ -85,7 +85,7 @@ impl Lifecycle {
         };
         let id = agent.id.clone();
         tracing::info!(agent = id, preset, "claimed a warm pool entry");
-        let wanted = SandboxSpec::of_new(new).limits();
+        let wanted = new.limits();
         if had != Some(wanted) {
             // Stored `needs_rebuild` by the claim: cleared once the sandbox has the agent's
             // limits (unless a change since asks for a rebuild all the same), else it runs with

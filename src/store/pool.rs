@@ -209,13 +209,9 @@ impl Store {
                 tx.execute("DELETE FROM pool_entries WHERE id = ?1", [&id])?;
                 new.id = id;
                 insert_row(&tx, &new, AgentState::Starting, true)?;
-                let wanted = Limits {
-                    cpus: new.cpus,
-                    memory_mb: new.memory_mb,
-                };
                 tx.execute(
                     "UPDATE agents SET boot_token_hash = ?2, needs_rebuild = ?3 WHERE id = ?1",
-                    params![new.id, boot_hash, limits != Some(wanted)],
+                    params![new.id, boot_hash, limits != Some(new.limits())],
                 )?;
                 let agent = must_read_agent(&tx, &new.id)?;
                 tx.commit()?;

@@ -269,6 +269,28 @@ impl Client {
         out["stdout"].as_str().unwrap_or_default().to_string()
     }
 
+    /// The pending approval of the held command `command` (its one line), once it is queued.
+    pub async fn pending_command(&self, command: &str) -> Value {
+        crate::common::wait_for_value(&format!("an approval for {command:?}"), || async {
+            let list = self.get_json("/api/v1/approvals?state=pending").await;
+            list.as_array()?
+                .iter()
+                .find(|a| a["kind"] == "command" && a["command"] == command)
+                .cloned()
+        })
+        .await
+    }
+
+    /// Answers approval `aid` with `option` (`allow`, `reject`, …): status and body.
+    pub async fn answer_approval(&self, aid: &str, option: &str) -> (u16, Value) {
+        self.call(
+            "POST",
+            &format!("/api/v1/approvals/{aid}"),
+            Some(json!({ "optionId": option })),
+        )
+        .await
+    }
+
     /// Pauses agent `id` through the API, expecting `202` with the agent `paused`.
     pub async fn pause(&self, id: &str) {
         let (status, body) = self

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::common::docker::*;
-use crate::common::{wait_for_value, TestServer, DEADLINE};
+use crate::common::{TestServer, DEADLINE};
 
 /// A member's token (`agents:use`), made by signing in as the member.
 async fn member_token(s: &TestServer) -> String {
@@ -60,16 +60,10 @@ fn rm_home(s: &TestServer, bob: &str, id: &str) -> tokio::task::JoinHandle<(u16,
     })
 }
 
+/// The held `rm -rf ~`'s approval id, once it is queued.
 async fn pending_id(s: &TestServer) -> String {
-    wait_for_value("the held rm -rf ~", || async {
-        let list = s.get_json("/api/v1/approvals?state=pending").await;
-        list.as_array()
-            .unwrap()
-            .iter()
-            .find(|a| a["command"] == "sh -c 'rm -rf ~'")
-            .map(|a| a["id"].as_str().unwrap().to_string())
-    })
-    .await
+    let approval = s.pending_command("sh -c 'rm -rf ~'").await;
+    approval["id"].as_str().expect("id").to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -104,13 +98,7 @@ async fn a_rejected_or_expired_rm_rf_home_leaves_the_home_alone() {
     // Rejected.
     let held = rm_home(&s, &bob, &id);
     let aid = pending_id(&s).await;
-    let (status, v) = s
-        .call(
-            "POST",
-            &format!("/api/v1/approvals/{aid}"),
-            Some(json!({ "optionId": "reject" })),
-        )
-        .await;
+    let (status, v) = s.answer_approval(&aid, "reject").await;
     assert_eq!(status, 200, "{v}");
     let (status, v) = tokio::time::timeout(DEADLINE, held).await.unwrap().unwrap();
     assert_eq!(
@@ -154,13 +142,7 @@ async fn a_rejected_or_expired_rm_rf_home_leaves_the_home_alone() {
     // Allowed, it runs: the home is emptied.
     let held = rm_home(&s, &bob, &id);
     let aid = pending_id(&s).await;
-    let (status, v) = s
-        .call(
-            "POST",
-            &format!("/api/v1/approvals/{aid}"),
-            Some(json!({ "optionId": "allow" })),
-        )
-        .await;
+    let (status, v) = s.answer_approval(&aid, "allow").await;
     assert_eq!(status, 200, "{v}");
     let (status, v) = tokio::time::timeout(DEADLINE, held).await.unwrap().unwrap();
     assert_eq!(status, 200, "{v}");

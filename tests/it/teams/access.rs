@@ -630,14 +630,10 @@ async fn a_private_agents_approvals_are_hidden_from_outsiders() {
             .await
         })
     };
-    let aid = crate::common::wait_for_value("nina's command held", || async {
-        let list = olga.get_json("/api/v1/approvals?state=pending").await;
-        list.as_array()?
-            .iter()
-            .find(|a| a["command"] == "echo waiting")
-            .and_then(|a| a["id"].as_str().map(str::to_string))
-    })
-    .await;
+    let aid = olga.pending_command("echo waiting").await["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
     let limited = {
         let (status, v) = olga
             .call(
@@ -664,18 +660,14 @@ async fn a_private_agents_approvals_are_hidden_from_outsiders() {
         );
         let (status, _) = client.call("GET", &one, None).await;
         assert_eq!(status, 404, "{who} reads it");
-        let (status, _) = client
-            .call("POST", &one, Some(json!({ "optionId": "allow" })))
-            .await;
+        let (status, _) = client.answer_approval(&aid, "allow").await;
         assert_eq!(status, 404, "{who} answers it");
     }
     for client in [&olga, &nina] {
         let (status, v) = client.call("GET", &one, None).await;
         assert_eq!((status, v["id"].as_str()), (200, Some(aid.as_str())), "{v}");
     }
-    let (status, v) = olga
-        .call("POST", &one, Some(json!({ "optionId": "reject" })))
-        .await;
+    let (status, v) = olga.answer_approval(&aid, "reject").await;
     assert_eq!(status, 200, "{v}");
     let (status, _) = held.await.unwrap();
     assert_eq!(status, 403);

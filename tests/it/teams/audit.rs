@@ -532,21 +532,11 @@ async fn team_changes_and_answers_are_recorded_with_their_principal() {
                 .await
         })
     };
-    let aid = crate::common::wait_for_value("bob's command held", || async {
-        let list = ann.get_json("/api/v1/approvals?state=pending").await;
-        list.as_array()?
-            .iter()
-            .find(|a| a["command"] == "echo ok")
-            .and_then(|a| a["id"].as_str().map(str::to_string))
-    })
-    .await;
-    let (status, v) = ann
-        .call(
-            "POST",
-            &format!("/api/v1/approvals/{aid}"),
-            Some(json!({"optionId": "allow"})),
-        )
-        .await;
+    let aid = ann.pending_command("echo ok").await["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let (status, v) = ann.answer_approval(&aid, "allow").await;
     assert_eq!(status, 200, "{v}");
     let (status, v) = held.await.expect("held exec");
     assert_eq!((status, v["stdout"].as_str()), (200, Some("ok\n")), "{v}");

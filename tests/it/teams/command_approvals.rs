@@ -86,28 +86,6 @@ fn exec_later(
     })
 }
 
-/// The pending command approval of `command`, once it is in the queue.
-async fn pending(s: &TestServer, command: &str) -> Value {
-    wait_for_value(&format!("an approval for {command:?}"), || async {
-        let list = s.get_json("/api/v1/approvals?state=pending").await;
-        list.as_array()
-            .unwrap()
-            .iter()
-            .find(|a| a["kind"] == "command" && a["command"] == command)
-            .cloned()
-    })
-    .await
-}
-
-async fn answer(s: &TestServer, aid: &str, option: &str) -> (u16, Value) {
-    s.call(
-        "POST",
-        &format!("/api/v1/approvals/{aid}"),
-        Some(json!({ "optionId": option })),
-    )
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dangerous_holds_rm_rf_home_lets_ls_through_and_runs_once_allowed() {
     let s = TestServer::start().await;
@@ -122,7 +100,7 @@ async fn dangerous_holds_rm_rf_home_lets_ls_through_and_runs_once_allowed() {
 
     // Held, then rejected: 403 approval_rejected.
     let held = exec_later(&s, &bob, &id, json!(["rm", "-rf", "~"]));
-    let a = pending(&s, "rm -rf ~").await;
+    let a = s.pending_command("rm -rf ~").await;
     assert_eq!(a["agentId"], id);
     assert_eq!(a["sessionId"], Value::Null);
     assert_eq!(a["requester"], "bob (token t)");
@@ -144,7 +122,7 @@ async fn dangerous_holds_rm_rf_home_lets_ls_through_and_runs_once_allowed() {
         .map(|r| (r.status().as_u16(), r))
         .unwrap();
     assert_eq!(status, 403, "{:?}", v.text().await);
-    let (status, v) = answer(&s, a["id"].as_str().unwrap(), "reject").await;
+    let (status, v) = s.answer_approval(a["id"].as_str().unwrap(), "reject").await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["outcome"], "selected");
     let (status, v) = tokio::time::timeout(DEADLINE, held).await.unwrap().unwrap();
@@ -156,8 +134,8 @@ async fn dangerous_holds_rm_rf_home_lets_ls_through_and_runs_once_allowed() {
 
     // Held, then allowed: it runs (`reboot` as an argument of echo matches the default list).
     let held = exec_later(&s, &bob, &id, json!(["echo", "reboot"]));
-    let a = pending(&s, "echo reboot").await;
-    let (status, v) = answer(&s, a["id"].as_str().unwrap(), "allow").await;
+    let a = s.pending_command("echo reboot").await;
+    let (status, v) = s.answer_approval(a["id"].as_str().unwrap(), "allow").await;
     assert_eq!(status, 200, "{v}");
     let (status, v) = tokio::time::timeout(DEADLINE, held).await.unwrap().unwrap();
     assert_eq!(
@@ -226,8 +204,8 @@ async fn deny_and_allow_tokens_answer_for_themselves() {
     // A member's `allow` is no answer on the admin's agent: it waits for the owner or an admin
     // (nobody approves their own command), and runs once they allow it.
     let held = exec_later(&s, &allow, &id, json!(["echo", "ok"]));
-    let a = pending(&s, "echo ok").await;
-    let (status, v) = answer(&s, a["id"].as_str().unwrap(), "allow").await;
+    let a = s.pending_command("echo ok").await;
+    let (status, v) = s.answer_approval(a["id"].as_str().unwrap(), "allow").await;
     assert_eq!(status, 200, "{v}");
     let (status, v) = held.await.unwrap();
     assert_eq!((status, v["stdout"].as_str()), (200, Some("ok\n")), "{v}");
@@ -261,8 +239,8 @@ async fn deny_and_allow_tokens_answer_for_themselves() {
     )
     .await;
     let held = exec_later(&s, &ask, &id, json!(["echo", "asked"]));
-    let a = pending(&s, "echo asked").await;
-    answer(&s, a["id"].as_str().unwrap(), "reject").await;
+    let a = s.pending_command("echo asked").await;
+    s.answer_approval(a["id"].as_str().unwrap(), "reject").await;
     let (status, _) = held.await.unwrap();
     assert_eq!(status, 403);
 }
@@ -352,7 +330,7 @@ async fn a_supervised_token_is_held_even_as_an_admin() {
                 .as_u16()
         })
     };
-    let a = pending(&s, "echo reboot").await;
+    let a = s.pending_command("echo reboot").await;
     let aid = a["id"].as_str().unwrap().to_string();
     let r = s
         .http
@@ -364,7 +342,10 @@ async fn a_supervised_token_is_held_even_as_an_admin() {
         .unwrap();
     assert_eq!(r.status(), 403);
     // Two answers at once: one wins, the other is 409.
-    let (one, two) = tokio::join!(answer(&s, &aid, "allow"), answer(&s, &aid, "reject"));
+    let (one, two) = tokio::join!(
+        s.answer_approval(&aid, "allow"),
+        s.answer_approval(&aid, "reject")
+    );
     let mut statuses = [one.0, two.0];
     statuses.sort();
     assert_eq!(statuses, [200, 409], "{one:?} {two:?}");
@@ -388,8 +369,8 @@ async fn a_supervised_token_is_held_even_as_an_admin() {
                 .unwrap()
         })
     };
-    let a = pending(&s, "true").await;
-    answer(&s, a["id"].as_str().unwrap(), "reject").await;
+    let a = s.pending_command("true").await;
+    s.answer_approval(a["id"].as_str().unwrap(), "reject").await;
     let r = tokio::time::timeout(DEADLINE, held).await.unwrap().unwrap();
     crate::common::expect_error(r, 403, "approval_rejected").await;
 }
@@ -430,7 +411,7 @@ async fn a_streaming_exec_says_it_waits_on_its_first_line() {
         (Some("command"), Some("echo streamed")),
         "{first}"
     );
-    answer(&s, a["id"].as_str().unwrap(), "allow").await;
+    s.answer_approval(a["id"].as_str().unwrap(), "allow").await;
     while let Some(chunk) = tokio::time::timeout(DEADLINE, body.next()).await.unwrap() {
         text.push_str(std::str::from_utf8(&chunk.unwrap()).unwrap());
     }
@@ -463,8 +444,8 @@ async fn a_held_streamed_exec_is_audited_with_its_outcome() {
             .await
             .unwrap();
         assert_eq!(r.status(), 200);
-        let a = pending(&s, &format!("echo {word}")).await;
-        answer(&s, a["id"].as_str().unwrap(), option).await;
+        let a = s.pending_command(&format!("echo {word}")).await;
+        s.answer_approval(a["id"].as_str().unwrap(), option).await;
         let text = tokio::time::timeout(DEADLINE, r.text())
             .await
             .unwrap()
@@ -498,7 +479,9 @@ async fn a_pending_command_fails_closed_across_a_restart() {
         let cmd = json!({ "command": ["touch", marker.to_str().unwrap()] });
         tokio::spawn(async move { http.post(url).bearer_auth(bob).json(&cmd).send().await })
     };
-    let a = pending(&s, &format!("touch {}", marker.to_str().unwrap())).await;
+    let a = s
+        .pending_command(&format!("touch {}", marker.to_str().unwrap()))
+        .await;
     let s = s.restart_with(|_| {}).await;
     let _ = tokio::time::timeout(DEADLINE, held).await;
     let after = s
@@ -506,7 +489,7 @@ async fn a_pending_command_fails_closed_across_a_restart() {
         .await;
     assert_eq!(after["outcome"], "expired", "{after}");
     assert_eq!(after["decidedBy"], "restart");
-    let (status, _) = answer(&s, a["id"].as_str().unwrap(), "allow").await;
+    let (status, _) = s.answer_approval(a["id"].as_str().unwrap(), "allow").await;
     assert_eq!(status, 409);
     assert!(!marker.exists());
 }
@@ -641,7 +624,7 @@ async fn a_command_approval_left_pending_in_the_store_never_runs_after_a_start()
         (Some("expired"), Some("reject"), Some("restart")),
         "{a}"
     );
-    let (status, _) = answer(&s, "ghostapproval", "allow").await;
+    let (status, _) = s.answer_approval("ghostapproval", "allow").await;
     assert_eq!(status, 409);
 }
 
@@ -659,7 +642,7 @@ async fn a_revoked_token_s_held_command_never_runs_and_stdin_waits_under_always(
     let marker = s.dir.path().join("revoked-marker");
     let command = format!("touch {}", marker.display());
     let held = exec_later(&s, &bob, &id, json!(["touch", marker.to_str().unwrap()]));
-    let a = pending(&s, &command).await;
+    let a = s.pending_command(&command).await;
     // Bob's token is revoked (as bob: his own token) while his command waits.
     let tokens = s.get_json("/api/v1/tokens").await;
     let tid = tokens
@@ -682,7 +665,7 @@ async fn a_revoked_token_s_held_command_never_runs_and_stdin_waits_under_always(
         "{v}"
     );
     // Its approval is no longer pending: an allow now runs nothing.
-    let (status, v) = answer(&s, a["id"].as_str().unwrap(), "allow").await;
+    let (status, v) = s.answer_approval(a["id"].as_str().unwrap(), "allow").await;
     assert_eq!(status, 409, "{v}");
     assert!(
         !marker.exists(),
@@ -717,8 +700,8 @@ async fn a_revoked_token_s_held_command_never_runs_and_stdin_waits_under_always(
                 .as_u16()
         }
     });
-    let a = pending(&s, "(input to process sh)").await;
-    let (status, v) = answer(&s, a["id"].as_str().unwrap(), "reject").await;
+    let a = s.pending_command("(input to process sh)").await;
+    let (status, v) = s.answer_approval(a["id"].as_str().unwrap(), "reject").await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(typed.await.unwrap(), 403);
 }
