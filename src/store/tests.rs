@@ -613,6 +613,18 @@ async fn web_sessions_end_with_their_time_or_their_admin_token() {
     assert_eq!(store.live_web_sessions("admin-a", 0).await.unwrap(), vec![]);
 }
 
+/// A database file at `path` with the first `version` schema steps applied, as an older
+/// agenthold left it.
+fn database_at_version(path: &std::path::Path, version: usize) -> rusqlite::Connection {
+    let c = rusqlite::Connection::open(path).unwrap();
+    for step in &migrations::MIGRATIONS[..version] {
+        c.execute_batch(step).unwrap();
+    }
+    c.pragma_update(None, "user_version", version as i64)
+        .unwrap();
+    c
+}
+
 #[tokio::test]
 async fn a_database_of_an_older_schema_is_upgraded_in_place() {
     let dir = tempfile::tempdir().unwrap();
@@ -754,11 +766,7 @@ async fn an_agent_from_before_egress_rules_has_none_until_given_some() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("agenthold.db");
     {
-        let c = rusqlite::Connection::open(&path).unwrap();
-        for step in &migrations::MIGRATIONS[..3] {
-            c.execute_batch(step).unwrap();
-        }
-        c.pragma_update(None, "user_version", 3).unwrap();
+        let c = database_at_version(&path, 3);
         c.execute(
             "INSERT INTO agents (id, name, image, cpus, memory_mb, idle_minutes, state,
                                  created_at, updated_at, disk_mb)
@@ -1113,11 +1121,7 @@ async fn an_agent_from_before_allow_root_may_not_become_root_until_patched() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("agenthold.db");
     {
-        let c = rusqlite::Connection::open(&path).unwrap();
-        for step in &migrations::MIGRATIONS[..9] {
-            c.execute_batch(step).unwrap();
-        }
-        c.pragma_update(None, "user_version", 9).unwrap();
+        let c = database_at_version(&path, 9);
         c.execute(
             "INSERT INTO agents (id, name, image, cpus, memory_mb, idle_minutes, state,
                                  created_at, updated_at)
@@ -1155,11 +1159,7 @@ async fn agents_from_before_access_belong_to_admin_and_are_private() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("agenthold.db");
     {
-        let c = rusqlite::Connection::open(&path).unwrap();
-        for step in &migrations::MIGRATIONS[..11] {
-            c.execute_batch(step).unwrap();
-        }
-        c.pragma_update(None, "user_version", 11).unwrap();
+        let c = database_at_version(&path, 11);
         c.execute(
             "INSERT INTO agents (id, name, image, cpus, memory_mb, idle_minutes, state,
                                  created_at, updated_at)
@@ -1218,11 +1218,7 @@ async fn agents_subnets_move_to_their_own_table() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("agenthold.db");
     {
-        let c = rusqlite::Connection::open(&path).unwrap();
-        for step in &migrations::MIGRATIONS[..18] {
-            c.execute_batch(step).unwrap();
-        }
-        c.pragma_update(None, "user_version", 18).unwrap();
+        let c = database_at_version(&path, 18);
         c.execute(
             "INSERT INTO agents (id, name, image, cpus, memory_mb, idle_minutes, state,
                                  created_at, updated_at, subnet)
