@@ -18,10 +18,10 @@
 //! Needs Docker (scripts/docker-setup.sh), root (the second dockerd) and a static sandboxd
 //! (scripts/build-sandboxd.sh).
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::process::Command;
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use super::holdings::*;
 use crate::common::docker::*;
 use crate::common::engine::Engine;
 use crate::common::process::{docker_sandbox_yaml, ServerConfig};
@@ -36,55 +36,6 @@ const SETTLE: Duration = Duration::from_secs(60);
 fn config(dir: &std::path::Path, env: &DockerEnv) -> ServerConfig {
     let sandbox = docker_sandbox_yaml(&env.prefix, &env.pool, BUSYBOX_IMAGE, None);
     ServerConfig::write(dir, "0.0.0.0", &sandbox, SETTLE)
-}
-
-/// The engine a test's objects are on: the main one, or a second dockerd (`-H` its host).
-#[derive(Clone)]
-struct Target {
-    host: Option<String>,
-}
-
-/// The main engine, which every test but the dockerd soak uses.
-const MAIN: Target = Target { host: None };
-
-impl Target {
-    fn docker_try(&self, args: &[&str]) -> Result<String, String> {
-        match &self.host {
-            None => docker_try(args),
-            Some(host) => {
-                let mut a = vec!["-H", host.as_str()];
-                a.extend_from_slice(args);
-                docker_try(&a)
-            }
-        }
-    }
-
-    fn docker(&self, args: &[&str]) -> String {
-        self.docker_try(args)
-            .unwrap_or_else(|e| panic!("docker {args:?} failed: {e}"))
-    }
-}
-
-/// The Docker ids of the agent's objects of one kind (`ps -a`, `volume ls`, `network ls`), found
-/// by its labels.
-fn labelled(on: &Target, kind: &[&str], id: &str) -> Vec<String> {
-    let filter = format!("label=agenthold.agent={id}");
-    let mut args: Vec<&str> = kind.to_vec();
-    let format = if kind[0] == "volume" {
-        "{{.Name}}"
-    } else {
-        "{{.ID}}"
-    };
-    args.extend(["--filter", &filter, "--format", format]);
-    on.docker(&args)
-        .lines()
-        .filter(|l| !l.is_empty())
-        .map(str::to_string)
-        .collect()
-}
-
-fn networks_of(on: &Target, id: &str) -> Vec<String> {
-    labelled(on, &["network", "ls"], id)
 }
 
 /// A second network with the agent's name and labels, as a crash while dockerd makes one leaves.
@@ -386,101 +337,6 @@ async fn metric(server: &ServerConfig, line_start: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(line_start)?.trim().parse().ok())
 }
 
-/// Agents with host firewall rules of this test's installation.
-fn firewall_agents(env: &DockerEnv) -> BTreeSet<String> {
-    let out = Command::new("iptables")
-        .args(["-w", "-S", "INPUT"])
-        .output()
-        .expect("iptables");
-    let head = format!("agenthold:{}:", env.prefix);
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .filter_map(|w| w.trim_matches('"').strip_prefix(&head).map(str::to_string))
-        .collect()
-}
-
-/// Everything with this test's prefix label on `on`, by kind, as `kind:agent` counts.
-fn prefixed(on: &Target, env: &DockerEnv) -> BTreeMap<String, usize> {
-    let filter = format!("label=agenthold.prefix={}", env.prefix);
-    let mut counts = BTreeMap::new();
-    for (kind, args, format) in [
-        (
-            "container",
-            &["ps", "-a"][..],
-            "{{.Label \"agenthold.agent\"}}",
-        ),
-        (
-            "volume",
-            &["volume", "ls"],
-            "{{.Label \"agenthold.agent\"}}",
-        ),
-        (
-            "network",
-            &["network", "ls"],
-            "{{.Label \"agenthold.agent\"}}",
-        ),
-    ] {
-        let mut a: Vec<&str> = args.to_vec();
-        a.extend(["--filter", &filter, "--format", format]);
-        for agent in on.docker(&a).lines().filter(|l| !l.is_empty()) {
-            *counts.entry(format!("{kind}:{agent}")).or_insert(0) += 1;
-        }
-    }
-    counts
-}
-
-/// The subnet of each agent in SQLite.
-fn stored_subnets(dir: &std::path::Path) -> BTreeMap<String, Option<String>> {
-    let db = rusqlite::Connection::open_with_flags(
-        dir.join("data/agenthold.db"),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .expect("open the database");
-    let mut q = db
-        .prepare("SELECT a.id, s.subnet FROM agents a LEFT JOIN subnets s ON s.id = a.id")
-        .expect("prepare");
-    let rows = q
-        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get(1)?)))
-        .expect("query");
-    rows.map(|r| r.expect("row")).collect()
-}
-
-/// Every id that holds a subnet in the database.
-fn subnet_holders(dir: &std::path::Path) -> Vec<String> {
-    let db = rusqlite::Connection::open_with_flags(
-        dir.join("data/agenthold.db"),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .expect("open the database");
-    let mut q = db.prepare("SELECT id FROM subnets").expect("prepare");
-    let rows = q.query_map([], |r| r.get(0)).expect("query");
-    rows.map(|r| r.expect("row")).collect()
-}
-
-/// Settles `id` after a round; an `error` must be repaired by one start (or, for a lost home,
-/// one rebuild). Returns whether the agent still exists.
-async fn settle_and_repair(server: &ServerConfig, id: &str, log: &mut Vec<String>) -> bool {
-    let Some(state) = server.settled(id).await else {
-        return false;
-    };
-    if let Some(why) = state.strip_prefix("error: ") {
-        let op = if why.contains("rebuild the agent to give it a new") {
-            "rebuild"
-        } else {
-            "start"
-        };
-        log.push(format!("{id}: {why} -> {op}"));
-        server.act(id, op).await;
-        let after = server.settled(id).await;
-        assert_eq!(
-            after.as_deref(),
-            Some("running"),
-            "one {op} did not repair {id} ({why})"
-        );
-    }
-    true
-}
-
 /// One outside change to a random agent, as an operator or a crash elsewhere would make it.
 fn outside_change(
     on: &Target,
@@ -516,21 +372,6 @@ fn outside_change(
         "{what} {id}: {}",
         if r.is_ok() { "done" } else { "refused" }
     ))
-}
-
-/// `SOAK_ROUNDS` (else `default_rounds`) and `SOAK_SEED` (else a random one), printed so that a
-/// failed run can be replayed.
-fn soak_params(name: &str, default_rounds: usize) -> (usize, u64) {
-    let rounds: usize = std::env::var("SOAK_ROUNDS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(default_rounds);
-    let seed: u64 = std::env::var("SOAK_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    println!("{name}: SOAK_SEED={seed} SOAK_ROUNDS={rounds}");
-    (rounds, seed)
 }
 
 /// Seeded rounds of faults against a server on the main engine, or (with `engine`) on a second
@@ -697,71 +538,18 @@ async fn soak(name: &str, default_rounds: usize, env: &DockerEnv, mut engine: Op
             ids.len()
         );
 
-        // Docker holds exactly one container, volume and network per agent, nothing else.
-        let want: BTreeMap<String, usize> = ids
-            .iter()
-            .flat_map(|id| ["container", "volume", "network"].map(|k| (format!("{k}:{id}"), 1)))
-            .collect();
-        assert_eq!(
-            prefixed(&on, env),
-            want,
-            "round {round}: Docker's objects (seed {seed})"
-        );
-        // The firewall holds exactly the rules of the existing agents.
         let agents: BTreeSet<String> = ids.iter().cloned().collect();
+        assert_holds_exactly(
+            &on,
+            env,
+            dir.path(),
+            &agents,
+            &format!("round {round} (seed {seed})"),
+        );
         assert_eq!(
-            firewall_agents(env),
+            stored_ids(dir.path(), "agents"),
             agents,
-            "round {round}: firewall (seed {seed})"
-        );
-        // The host holds exactly one disk image per agent (none half made), each mounted.
-        let disks = dir.path().join("data/disks");
-        let images: BTreeSet<String> = std::fs::read_dir(&disks)
-            .map(|d| {
-                d.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| n.contains(".ext4"))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let want_images: BTreeSet<String> = ids
-            .iter()
-            .map(|id| format!("{}.ext4", env.volume(id)))
-            .collect();
-        assert_eq!(
-            images, want_images,
-            "round {round}: disk images (seed {seed})"
-        );
-        for id in &ids {
-            let mountpoint = disks.join(env.volume(id));
-            assert!(
-                !mounts_named(&env.volume(id)).is_empty(),
-                "round {round}: {} is not mounted (seed {seed})",
-                mountpoint.display()
-            );
-        }
-        // SQLite's subnets are Docker's.
-        let stored = stored_subnets(dir.path());
-        for id in &ids {
-            let net = networks_of(&on, id);
-            let docker_subnet = on.docker(&[
-                "network",
-                "inspect",
-                "--format",
-                "{{(index .IPAM.Config 0).Subnet}}",
-                &net[0],
-            ]);
-            assert_eq!(
-                stored.get(id).cloned().flatten().as_deref(),
-                Some(docker_subnet.as_str()),
-                "round {round}: subnet of {id} (seed {seed})"
-            );
-        }
-        assert_eq!(stored.len(), ids.len(), "round {round}: rows (seed {seed})");
-        let held = subnet_holders(dir.path());
-        assert!(
-            held.iter().all(|h| stored.contains_key(h)),
-            "round {round}: a subnet held by no agent: {held:?} (seed {seed})"
+            "round {round}: agent rows (seed {seed})"
         );
         p.kill();
     }
