@@ -177,6 +177,12 @@ pub trait Driver: Send + Sync + 'static {
     fn rootfs_limit_mb(&self) -> Option<u64> {
         None
     }
+    /// The engine's id of what `image` names now (it changes when an image is made anew or
+    /// pulled again under the same name); `None` when the driver has no images, or the engine
+    /// does not have this one.
+    async fn image_id(&self, _image: &str) -> Option<String> {
+        None
+    }
     /// Makes the sandbox (and whatever it needs: image, home, network) without starting it.
     /// A pull of a missing image reports its progress to `pull`.
     async fn create(&self, spec: &SandboxSpec, pull: &PullSink) -> Result<(), DriverError>;

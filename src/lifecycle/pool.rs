@@ -34,6 +34,16 @@ pub struct PoolStatus {
     pub starting: u32,
 }
 
+/// What a preset's pool is to hold.
+struct Wanted {
+    /// The preset's `warm`.
+    warm: u32,
+    /// The sandbox a create from the preset that asks for nothing else gets.
+    spec: SandboxSpec,
+    /// Its [`Lifecycle::pool_digest`] now.
+    digest: String,
+}
+
 /// The sandbox each preset with `warm` above 0 gives a create that asks for nothing else, by
 /// preset name; a preset whose settings no longer resolve (a runtime the engine lost) has none.
 fn wanted(lc: &Lifecycle, config: &Config) -> BTreeMap<String, (u32, SandboxSpec)> {
@@ -74,7 +84,7 @@ impl Lifecycle {
         let Some(preset) = &new.preset else {
             return Ok(None);
         };
-        let digest = SandboxSpec::of_new(new).digest();
+        let digest = self.pool_digest(&SandboxSpec::of_new(new)).await;
         let claimed = self
             .store
             .claim_pool_entry(preset, &digest, new.clone())
@@ -115,6 +125,18 @@ impl Lifecycle {
         }
         self.deadlines_changed();
         Ok(Some(self.get(&id).await?))
+    }
+
+    /// What an entry made now from `spec` is made from, as one string: the spec's digest and
+    /// the image its name stands for now, so that an image made anew under the same name (a
+    /// `docker build -t` again) makes the entries of the old one stale, and no create claims one.
+    async fn pool_digest(&self, spec: &SandboxSpec) -> String {
+        let image = self.driver.image_id(&spec.image).await;
+        format!(
+            "{} imageId={}",
+            spec.digest(),
+            image.as_deref().unwrap_or("unknown")
+        )
     }
 
     /// Each preset's pool with `warm` above 0, or with entries left, by preset name.
@@ -194,8 +216,8 @@ impl Lifecycle {
 
     /// Makes one entry of `preset` from `spec` and waits for its sandboxd's hello; `false`
     /// when that failed (the entry is removed again).
-    async fn make_entry(&self, preset: &str, spec: &SandboxSpec) -> bool {
-        let mut spec = spec.clone();
+    async fn make_entry(&self, preset: &str, wanted: &Wanted) -> bool {
+        let mut spec = wanted.spec.clone();
         spec.id = new_agent_id();
         let token = new_token();
         // The row comes first: a crash after it leaves an entry that reconcile checks, never
@@ -205,7 +227,9 @@ impl Lifecycle {
             .insert_pool_entry(
                 &spec.id,
                 preset,
-                &spec.digest(),
+                // Read before the sandbox is made: an image made anew meanwhile makes this
+                // entry stale at once rather than claimable under the old one's digest.
+                &wanted.digest,
                 spec.limits(),
                 &hash_token(&token),
             )
@@ -254,7 +278,12 @@ impl Lifecycle {
     /// `Some(true)` when it made one (look again at once), `Some(false)` when one failed.
     async fn keep_pools(&self) -> Option<bool> {
         let config = self.config();
-        let wanted = wanted(self, &config);
+        let mut wanted_now = BTreeMap::new();
+        for (name, (warm, spec)) in wanted(self, &config) {
+            let digest = self.pool_digest(&spec).await;
+            wanted_now.insert(name, Wanted { warm, spec, digest });
+        }
+        let wanted = wanted_now;
         let entries = match self.store.list_pool_entries().await {
             Ok(e) => e,
             Err(e) => {
@@ -278,11 +307,10 @@ impl Lifecycle {
         if room == 0 {
             return None;
         }
-        let short = wanted
+        let (name, short) = wanted
             .iter()
-            .find(|(name, (warm, _))| kept.get(name.as_str()).copied().unwrap_or(0) < *warm)?;
-        let (name, (_, spec)) = short;
-        Some(self.make_entry(name, spec).await)
+            .find(|(name, w)| kept.get(name.as_str()).copied().unwrap_or(0) < w.warm)?;
+        Some(self.make_entry(name, short).await)
     }
 
     /// Why `entry` is to go, if it is: its preset keeps no pool now, or a different one
@@ -290,16 +318,16 @@ impl Lifecycle {
     fn unfit(
         &self,
         entry: &PoolEntry,
-        wanted: &BTreeMap<String, (u32, SandboxSpec)>,
+        wanted: &BTreeMap<String, Wanted>,
         kept: &BTreeMap<&str, u32>,
     ) -> Option<&'static str> {
-        let Some((warm, spec)) = wanted.get(&entry.preset) else {
+        let Some(w) = wanted.get(&entry.preset) else {
             return Some("its preset keeps no warm pool now");
         };
-        if spec.digest() != entry.digest || entry.limits != Some(spec.limits()) {
-            return Some("its preset changed (stale)");
+        if w.digest != entry.digest || entry.limits != Some(w.spec.limits()) {
+            return Some("its preset or its image changed (stale)");
         }
-        if kept.get(entry.preset.as_str()).copied().unwrap_or(0) >= *warm {
+        if kept.get(entry.preset.as_str()).copied().unwrap_or(0) >= w.warm {
             return Some("its preset's pool is over its warm");
         }
         if entry.state == EntryState::Ready && !self.tunnels.is_connected(&entry.id) {

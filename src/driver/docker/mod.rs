@@ -176,6 +176,16 @@ impl Driver for DockerDriver {
         Ok(self.unpause_container(id).await?)
     }
 
+    async fn image_id(&self, image: &str) -> Option<String> {
+        match self.docker.inspect_image(image).await {
+            Ok(info) => info.id,
+            Err(e) => {
+                tracing::debug!(image, "the image's id is unknown: {e}");
+                None
+            }
+        }
+    }
+
     async fn resize(&self, id: &str, limits: Limits) -> Result<(), DriverError> {
         let _op = self.ops.begin(id);
         Ok(self.resize_container(id, limits).await?)

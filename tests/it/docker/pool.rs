@@ -251,3 +251,78 @@ async fn a_restart_with_ready_entries_leaks_nothing() {
     .await;
     s.stop().await;
 }
+
+/// Builds `tag` from the busybox test image with `/marker` holding `marker`, and returns the
+/// image's id.
+fn build_marked_image(tag: &str, marker: &str) -> String {
+    use std::io::Write;
+    let dockerfile = format!("FROM {BUSYBOX_IMAGE}\nRUN echo {marker} > /marker\n");
+    let mut child = std::process::Command::new("docker")
+        .args(["build", "-q", "-t", tag, "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("docker build");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(dockerfile.as_bytes())
+        .expect("write the Dockerfile");
+    let out = child.wait_with_output().expect("docker build");
+    assert!(out.status.success(), "docker build -t {tag} failed");
+    docker(&["image", "inspect", "--format", "{{.Id}}", tag])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_made_anew_under_the_same_name_makes_the_entries_stale() {
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
+    let tag = format!("agenthold-test/{}-pooled:latest", env.prefix);
+    let first = build_marked_image(&tag, "one");
+    let image = tag.clone();
+    let s = env
+        .server_with(false, |c| {
+            c.presets.insert(
+                "hot".into(),
+                Preset {
+                    image: Some(image),
+                    warm: 1,
+                    ..Default::default()
+                },
+            );
+        })
+        .await;
+    let old = wait_one_ready(&s).await;
+
+    // `docker build -t` again: the old entry goes, a new one is made from the new image, and
+    // a create right after the build never gets the old one (it is cold until the new is
+    // ready).
+    let second = build_marked_image(&tag, "two");
+    assert_ne!(first, second);
+    let agent: Value = s
+        .created_agent(json!({"name": "after-build", "preset": "hot"}))
+        .await;
+    let id = agent["id"].as_str().expect("id").to_string();
+    assert_ne!(id, old, "a create claimed the entry of the old image");
+    s.wait_state(&id, "running").await;
+    assert_eq!(s.exec_ok(&id, &["cat", "/marker"]).await, "two\n");
+    let fresh = wait_for_value("the stale entry replaced", || async {
+        let ready = ready_entries(&s).await;
+        (ready.len() == 1 && ready[0] != old).then(|| ready[0].clone())
+    })
+    .await;
+    assert!(
+        docker_try(&["inspect", &env.container(&old)]).is_err(),
+        "the stale entry's container is gone"
+    );
+    let claimed: Value = s
+        .created_agent(json!({"name": "claimed-new", "preset": "hot"}))
+        .await;
+    assert_eq!(claimed["warm"], true, "{claimed}");
+    assert_eq!(claimed["id"], fresh.as_str());
+    assert_eq!(s.exec_ok(&fresh, &["cat", "/marker"]).await, "two\n");
+    s.stop().await;
+    let _ = docker_try(&["rmi", "-f", &tag, &first]);
+}
