@@ -136,7 +136,7 @@ class Server:
 
 
 #: Presets for tests/test_presets.py; no default one, so other tests get plain agents.
-PRESETS = (
+COLD_PRESETS = (
     "presets:\n"
     "  py:\n"
     "    description: for the client's tests\n"
@@ -145,6 +145,10 @@ PRESETS = (
     '    setup: echo "set up $FROM_PRESET" >> setup-ran\n'
     "  plain: {}\n"
 )
+#: The fake-driver servers' presets: those, and ``warm``, whose pool keeps one sandbox started
+#: ahead of need (tests/test_pool.py).
+WARM_PRESET = "warm"
+PRESETS = COLD_PRESETS + f"  {WARM_PRESET}: {{warm: 1}}\n"
 #: The ``sandbox:`` lines of the fake-driver server. A small output buffer, so that a test
 #: can make a process's output leave it (a gap).
 FAKE_SANDBOX = "  driver: fake\n  process_output_kb: 64\n"
@@ -156,9 +160,11 @@ def _start(
     sandbox: str = FAKE_SANDBOX,
     tunnel_ip: str = "127.0.0.1",
     extra: str = "",
+    presets: str = PRESETS,
 ) -> Server:
     """Starts a server on free ports with ``sandbox`` (lines under ``sandbox:``, indented by
-    two spaces) and ``extra`` (top-level sections) in its config."""
+    two spaces), ``presets`` (the ``presets:`` section) and ``extra`` (top-level sections) in
+    its config."""
     api, tunnel, previews = free_port(), free_port(), free_port()
     token = secrets.token_hex(16)
     data = root / "data"
@@ -170,7 +176,7 @@ def _start(
         f"  tunnel_listen: '{tunnel_ip}:{tunnel}'\n"
         f"  egress: {{port: 0, dns_port: 0}}\n"
         f"{sandbox}"
-        f"{PRESETS}"
+        f"{presets}"
         f"{extra}"
     )
     log = root / "server.log"
@@ -204,13 +210,14 @@ def serve(
     sandbox: str = FAKE_SANDBOX,
     tunnel_ip: str = "127.0.0.1",
     extra: str = "",
+    presets: str = PRESETS,
 ) -> Iterator[Server]:
     """A running server for the length of a fixture; stopped (SIGTERM, then SIGKILL) after."""
     binary = server_binary()
     # Another process may take a port between our probe and the server's bind: try again.
     for attempt in range(5):
         root = tmp_path_factory.mktemp(f"server{attempt}")
-        srv = _start(binary, root, sandbox, tunnel_ip, extra)
+        srv = _start(binary, root, sandbox, tunnel_ip, extra, presets)
         if srv.process.poll() is None:
             break
         if "already in use" not in srv.log_tail():

@@ -20,7 +20,7 @@ import pytest
 
 from agenthold import AsyncClient, Client, OutputChunk, Result
 
-from .conftest import REPO_ROOT, Server, serve, unique
+from .conftest import COLD_PRESETS, REPO_ROOT, Server, serve, unique
 
 IMAGE = "agenthold-test/agent:latest"
 #: The ready image, which has Debian's python3-ipykernel (scripts/build-agent-image.sh).
@@ -68,8 +68,11 @@ def docker_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Se
         f"  sandboxd_path: {SANDBOXD}\n"
         f"  docker: {{name_prefix: {prefix}, network_pool: {pool}}}\n"
     )
-    # Sandboxes dial the tunnel on their bridge's gateway: it listens on every address.
-    yield from ((srv, prefix) for srv in serve(tmp_path_factory, sandbox, tunnel_ip="0.0.0.0"))
+    # Sandboxes dial the tunnel on their bridge's gateway: it listens on every address. No warm
+    # pool: its entry's container would be one more than the test counts, and a server keeps
+    # its entries across a restart (docs/api.md), so it would be left behind.
+    servers = serve(tmp_path_factory, sandbox, tunnel_ip="0.0.0.0", presets=COLD_PRESETS)
+    yield from ((srv, prefix) for srv in servers)
     # Whatever the test left is removed, and then it is a failure.
     left = _docker("ps", "-aq", "--filter", f"label=agenthold.prefix={prefix}").stdout.split()
     if left:

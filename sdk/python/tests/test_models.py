@@ -32,6 +32,7 @@ READ: list[tuple[type[Any], Any]] = [
     (models.PullProgress, _wire.PullProgress),
     (models.SetupStatus, _wire.SetupStatus),
     (models.Preset, _wire.PresetInfo),
+    (models.PoolStatus, _wire.PoolInfo),
     (models.Health, _wire.Health),
     (models.Limits, _wire.Limits),
     (models.HarnessInfo, _wire.HarnessInfo),
@@ -112,8 +113,6 @@ NOT_READ = {
     "JoinAgent",
     # Read where it is met: agent.new_access_token returns the token itself.
     "AccessToken",
-    # The warm pools (`GET /api/v1/pool`), an operator's view the client does not wrap yet.
-    "PoolInfo",
 }
 
 

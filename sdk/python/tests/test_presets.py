@@ -25,7 +25,7 @@ def wait_setup(client: Client, name: str, state: str) -> None:
 
 def test_presets_are_listed(client: Client) -> None:
     presets = client.presets.list()
-    assert [p.name for p in presets] == ["plain", "py"]
+    assert [p.name for p in presets] == ["plain", "py", "warm"]
     py = presets[1]
     assert isinstance(py, Preset)
     assert py.description == "for the client's tests"
@@ -76,7 +76,7 @@ def test_bad_presets_and_env_are_refused(client: Client) -> None:
 
 async def test_async_presets_and_env(aclient: AsyncClient) -> None:
     presets = await aclient.presets.list()
-    assert {p.name for p in presets} == {"plain", "py"}
+    assert {p.name for p in presets} == {"plain", "py", "warm"}
     async with await aclient.agents.create(
         unique("apre"), preset="plain", env={"A": "1"}, idle_minutes=0
     ) as a:

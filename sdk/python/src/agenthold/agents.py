@@ -4,7 +4,8 @@ The server addresses agents by id; people name them. Every call here takes eithe
 handle it returns always talks to the agent by id, so a rename does not lose it. Lifecycle
 calls (``create``, ``start``, ``stop``, ``rebuild``, ``destroy``) wait by default for the
 state they lead to, following the server's events up to ``timeout`` seconds, so that the next
-call finds the agent settled; ``wait=False`` returns as soon as the server took the operation.
+call finds the agent settled (a create the server answers ``running``, from a warm pool, has
+nothing to wait for); ``wait=False`` returns as soon as the server took the operation.
 """
 
 from __future__ import annotations
@@ -816,7 +817,9 @@ class Agents:
         ``commands.run(..., user="root")``; the ``dev`` preset's default). With ``wait``
         it returns once the agent runs (raising :class:`AgentFailed` with the reason if it ends
         in ``error``, e.g. a missing image; the agent stays, see ``AgentFailed.agent``);
-        without, at once, in ``creating``."""
+        without, at once, in ``creating``. A create that claims a sandbox of the preset's warm
+        pool (``client.pool()``) is answered ``running`` with ``warm`` true, and returns
+        at once either way: no events are followed and the agent is not read again."""
         body = _settings(
             name=name,
             preset=preset,
@@ -836,7 +839,10 @@ class Agents:
             access=access,
         )
         agent = Agent(self._t, AgentInfo.from_json(self._t.json("POST", "/agents", json=body)))
-        return agent.wait_for("running", timeout) if wait else agent
+        # A claim from the preset's warm pool answers `running` already: nothing to wait for.
+        if not wait or agent.state == "running":
+            return agent
+        return agent.wait_for("running", timeout)
 
 
 class AsyncAgents:
@@ -916,7 +922,9 @@ class AsyncAgents:
         )
         info = AgentInfo.from_json(await self._t.json("POST", "/agents", json=body))
         agent = AsyncAgent(self._t, info)
-        return await agent.wait_for("running", timeout) if wait else agent
+        if not wait or agent.state == "running":
+            return agent
+        return await agent.wait_for("running", timeout)
 
 
 class Presets:

@@ -15,7 +15,7 @@ from ._http import DEFAULT_RETRIES, DEFAULT_TIMEOUT, AsyncTransport, SyncTranspo
 from .agents import Agent, Agents, AsyncAgent, AsyncAgents, AsyncPresets, Presets
 from .approvals import Approvals, AsyncApprovals
 from .events import AsyncEventStream, EventStream
-from .models import AuditEntry, Health, Limits, Me
+from .models import AuditEntry, Health, Limits, Me, PoolStatus
 from .secrets import AsyncSecrets, Secrets
 from .teams import AsyncTokens, AsyncUsers, Tokens, Users, audit_params
 
@@ -74,6 +74,14 @@ class Client:
     def limits(self) -> Limits:
         """The server's limits and defaults, to check input before sending it."""
         return Limits.from_json(self._t.json("GET", "/limits"))
+
+    def pool(self) -> list[PoolStatus]:
+        """The warm pools, sorted by preset: each preset with ``warm`` above 0 in the server's
+        config (and any pool being emptied), with how many started sandboxes it keeps
+        (``target``), how many a create can claim now (``ready``) and how many are being made
+        (``starting``). A create from such a preset claims a ready one and returns ``running``
+        at once, its ``warm`` true. Any signed-in credential may read it."""
+        return [PoolStatus.from_json(p) for p in self._t.json("GET", "/pool")]
 
     def join(self, agent_id: str, access_token: str) -> Agent:
         """Joins a ``protected`` agent with its access token: see :meth:`Agents.join`."""
@@ -150,6 +158,10 @@ class AsyncClient:
 
     async def limits(self) -> Limits:
         return Limits.from_json(await self._t.json("GET", "/limits"))
+
+    async def pool(self) -> list[PoolStatus]:
+        """See :meth:`Client.pool`."""
+        return [PoolStatus.from_json(p) for p in await self._t.json("GET", "/pool")]
 
     async def join(self, agent_id: str, access_token: str) -> AsyncAgent:
         """See :meth:`Client.join`."""

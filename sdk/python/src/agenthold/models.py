@@ -33,6 +33,7 @@ __all__ = [
     "AgentInfo",
     "SetupStatus",
     "Preset",
+    "PoolStatus",
     "Health",
     "Limits",
     "CommandResult",
@@ -182,6 +183,26 @@ class Preset:
 
     @classmethod
     def from_json(cls, d: Any) -> Preset:
+        return decode(cls, d)
+
+
+@dataclass(frozen=True)
+class PoolStatus:
+    """A preset's warm pool from ``GET /api/v1/pool`` (``client.pool()``): sandboxes made and
+    started ahead of need, one of which a create from the preset claims (its agent answers
+    ``running`` at once, with ``warm`` true)."""
+
+    preset: str
+    #: How many the pool keeps (the preset's ``warm``; 0 for a pool being emptied); all pools
+    #: together stay within the server's ``sandbox.warm_max``.
+    target: int = 0
+    #: Entries a create can claim now.
+    ready: int = 0
+    #: Entries being made and started.
+    starting: int = 0
+
+    @classmethod
+    def from_json(cls, d: Any) -> PoolStatus:
         return decode(cls, d)
 
 
