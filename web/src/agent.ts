@@ -207,7 +207,7 @@ export function agentPage(id: string): Page {
     const running = a.state === 'running';
     files.setAvailable(
       running,
-      running ? '' : a.state === 'sleeping' ? 'The agent is asleep. Start it (or open the terminal) to browse its files.' : a.state === 'paused' ? 'The agent is paused. Start it (or open the terminal) to browse its files.' : `Files are available while the agent is running (now: ${a.state}).`,
+      running ? '' : a.state === 'sleeping' ? 'The agent is asleep. Start it (or open the terminal) to browse its files.' : a.state === 'paused' ? 'The agent is paused. Wake it (or open the terminal) to browse its files.' : `Files are available while the agent is running (now: ${a.state}).`,
     );
     procs.setAgent(a);
     ports.setAgent(a);

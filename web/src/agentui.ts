@@ -74,8 +74,10 @@ export function statusLine(): { el: HTMLElement; update: (a: Agent) => void } {
       } else if (a.state === 'running' && a.sleepsAt) {
         msg = `Sleeps ${formatFuture(a.sleepsAt)} if idle`;
       } else if (a.state === 'paused') {
+        // When it sleeps fully comes before the hint: a narrow line cuts the end, and the Wake
+        // button beside it says the rest.
         const deep = a.sleepsAt ? ` Sleeps fully ${formatFuture(a.sleepsAt)}.` : '';
-        msg = `Paused (processes and memory kept) — any use or Start wakes it at once.${deep}`;
+        msg = `Paused (processes and memory kept).${deep} Wake or any use resumes it at once.`;
         kind = 'muted';
       } else if (a.state === 'sleeping') {
         msg = 'Asleep — opening a terminal or Start wakes it.';
@@ -107,7 +109,20 @@ const ALLOWED: Record<Action, AgentState[]> = {
   destroy: ['creating', 'starting', 'running', 'paused', 'stopping', 'sleeping', 'rebuilding', 'error'],
 };
 
-/** Start / Stop / Rebuild / Destroy. Buttons are always present; they are disabled when the state forbids them. */
+const LABEL: Record<Action, string> = { start: 'Start', stop: 'Stop', rebuild: 'Rebuild', destroy: 'Destroy' };
+
+/**
+ * The button's word for `act` on `a`. A paused agent is not started but woken: the same start
+ * call thaws it at once, with its processes and memory as they were.
+ */
+function actionLabel(act: Action, a: Agent | null): string {
+  return act === 'start' && a?.state === 'paused' ? 'Wake' : LABEL[act];
+}
+
+/**
+ * Start (Wake, while paused) / Stop / Rebuild / Destroy. Buttons are always present; they are
+ * disabled when the state forbids them.
+ */
 export function actions(opts: { onDestroyed?: () => void } = {}): {
   el: HTMLElement;
   update: (a: Agent) => void;
@@ -115,7 +130,6 @@ export function actions(opts: { onDestroyed?: () => void } = {}): {
   let agent: Agent | null = null;
   const busy = new Set<Action>();
   const buttons = {} as Record<Action, HTMLButtonElement>;
-  const labels: Record<Action, string> = { start: 'Start', stop: 'Stop', rebuild: 'Rebuild', destroy: 'Destroy' };
   const el = h('div', { class: 'actions' });
 
   const refresh = () => {
@@ -123,13 +137,17 @@ export function actions(opts: { onDestroyed?: () => void } = {}): {
       const b = buttons[act];
       b.disabled = !agent || busy.has(act) || !ALLOWED[act].includes(agent.state);
       b.classList.toggle('btn-attention', act === 'rebuild' && !!agent?.needsRebuild && !b.disabled);
-      if (agent) b.setAttribute('aria-label', `${labels[act]} ${agent.name}`);
+      const label = actionLabel(act, agent);
+      setText(b, label);
+      if (agent) b.setAttribute('aria-label', `${label} ${agent.name}`);
     }
   };
 
   const run = async (act: Action) => {
     if (!agent) return;
     const a = agent;
+    // Named as the button read when clicked ("Wake", not "Start", for a paused agent).
+    const label = actionLabel(act, a);
     if (act === 'destroy') {
       const ok = await confirmDialog({
         title: `Destroy “${a.name}”?`,
@@ -150,18 +168,18 @@ export function actions(opts: { onDestroyed?: () => void } = {}): {
       if (updated && typeof updated === 'object' && 'id' in updated) store.putAnswer(updated);
       if (act === 'destroy') opts.onDestroyed?.();
     } catch (e) {
-      toast(`${labels[act]} ${a.name}: ${errorMessage(e)}`);
+      toast(`${label} ${a.name}: ${errorMessage(e)}`);
     } finally {
       busy.delete(act);
       refresh();
     }
   };
 
-  for (const act of Object.keys(labels) as Action[]) {
+  for (const act of Object.keys(LABEL) as Action[]) {
     const b = h(
       'button',
       { type: 'button', class: `btn btn-small${act === 'destroy' ? ' btn-danger-ghost' : ''}`, 'data-action': act },
-      labels[act],
+      LABEL[act],
     );
     b.addEventListener('click', () => void run(act));
     buttons[act] = b;
