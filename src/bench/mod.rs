@@ -53,7 +53,8 @@ pub enum Case {
     Create,
     /// wake → first terminal byte, from sleeping and from paused
     Wake,
-    /// many agents created at once, and the server's RSS with them running
+    /// many agents created at once, cold and from a warm pool as big as the burst; the host's
+    /// memory and the server's RSS with them running and paused
     Burst,
     /// server restart with a fleet of agents
     Restart,
@@ -299,8 +300,12 @@ async fn measure(
     if args.wants(Case::Burst) {
         let burst_n = if args.quick { 10 } else { 50 };
         progress(&format!("burst of {burst_n}"));
+        // From the pool first, on a machine without the cold burst's agents.
+        rows.push(cases::warm_burst(&mut cx, burst_n).await?);
         let (burst_rows, mut running) = cases::burst(&mut cx, burst_n).await?;
         rows.extend(burst_rows);
+        progress(&format!("{burst_n} agents paused"));
+        rows.extend(cases::paused_memory(&mut cx, &running).await?);
         running.push(main.clone());
         running.push(other.clone());
         rows.push(cases::server_rss_with_agents(&cx, running.len()));

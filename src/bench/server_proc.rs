@@ -57,7 +57,7 @@ pub fn write_config(
     let mut yaml = format!(
         "server:\n  listen: 127.0.0.1:{api}\n  data_dir: {data}\n  previews:\n    listen: 127.0.0.1:{previews}\n\
          sandbox:\n  driver: docker\n  default_image: {image}\n  default_cpus: 1\n  default_memory_mb: 512\n  \
-         process_output_kb: {process_kib}\n  max_streams_per_agent: 160\n  \
+         process_output_kb: {process_kib}\n  max_streams_per_agent: 160\n  warm_max: 64\n  \
          tunnel_listen: 0.0.0.0:{tunnel}\n  egress:\n    port: 0\n    dns_port: 0\n    resolve: {{{name}: 127.0.0.1, {secret_name}: 127.0.0.1}}\n    ca_certificates: {ca}\n  docker:\n    name_prefix: {prefix}\n    network_pool: 10.214.0.0/16\n",
         data = dir.join("data").display(),
         name = EGRESS_NAME,
@@ -76,7 +76,8 @@ pub fn write_config(
              description: \"the model-free ACP test agent (acp-test-agent/)\"\n"
         ));
     }
-    // One warm pool entry, for the create case's pooled row (idle otherwise).
+    // One warm pool entry, for the create case's pooled row (idle otherwise); the presets come
+    // last, for [`ServerProc::set_extra_presets`] to add to.
     yaml.push_str(&format!(
         "presets:\n  {}:\n    warm: 1\n",
         crate::bench::cases::create::POOL_PRESET
@@ -155,6 +156,20 @@ impl ServerProc {
 
     pub fn pid(&self) -> Option<u32> {
         self.child.id()
+    }
+
+    /// Puts `presets` (lines under `presets:`, indented by two spaces; empty: none) beside the
+    /// config's own presets, in place of those a call before added, and has the server read
+    /// its config again.
+    pub async fn set_extra_presets(&self, presets: &str) -> anyhow::Result<()> {
+        const MARK: &str = "  # added by a benchmark case\n";
+        let text = std::fs::read_to_string(&self.config)
+            .with_context(|| format!("reading {}", self.config.display()))?;
+        let own = text.split(MARK).next().unwrap_or_default();
+        std::fs::write(&self.config, format!("{own}{MARK}{presets}"))
+            .with_context(|| format!("writing {}", self.config.display()))?;
+        self.client.reload_config().await?;
+        Ok(())
     }
 
     /// Resident memory of the server process, in KiB.

@@ -127,6 +127,13 @@ impl ApiClient {
         self.json(self.request(Method::GET, &["pool"])).await
     }
 
+    /// Has the server read its config file again (`POST /api/v1/admin/reload`).
+    pub async fn reload_config(&self) -> Result<(), ClientError> {
+        self.send(self.request(Method::POST, &["admin", "reload"]))
+            .await
+            .map(drop)
+    }
+
     pub async fn list_users(&self) -> Result<Vec<crate::api::types::User>, ClientError> {
         self.json(self.request(Method::GET, &["users"])).await
     }

@@ -322,3 +322,83 @@ async fn a_restart_keeps_the_pool_at_its_target_and_leaks_nothing() {
     assert_eq!(s.get_json("/api/v1/pool").await, json!([]));
     s.stop().await;
 }
+
+/// The ids of the warm pool entries in the database of a server whose data is `dir/data`.
+fn stored_entries(dir: &std::path::Path) -> Vec<String> {
+    let db = rusqlite::Connection::open_with_flags(
+        dir.join("data/agenthold.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .expect("open the database");
+    let mut q = db
+        .prepare("SELECT id FROM pool_entries ORDER BY id")
+        .expect("prepare");
+    let rows = q.query_map([], |r| r.get(0)).expect("query");
+    rows.map(|r| r.expect("row")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_replaces_stale_entries_and_empties_a_pool_it_drops() {
+    use crate::common::process::ServerConfig;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sandbox = "  driver: fake\npresets:\n  hot:\n    image: example/pool:1\n    warm: 2\n";
+    let cfg = ServerConfig::write(dir.path(), "127.0.0.1", sandbox, crate::common::DEADLINE);
+    let p = cfg.start().await;
+    let ready = |want: u64| {
+        let cfg = &cfg;
+        async move {
+            wait_for_value(&format!("{want} ready entries of hot"), || async {
+                let pools = cfg.get_json("/api/v1/pool").await;
+                let hot = pools
+                    .as_array()?
+                    .iter()
+                    .find(|p| p["preset"] == "hot")?
+                    .clone();
+                (hot["ready"] == want && hot["starting"] == 0).then_some(hot)
+            })
+            .await
+        }
+    };
+    ready(2).await;
+    let before = stored_entries(dir.path());
+    assert_eq!(before.len(), 2);
+
+    // The preset's image changes: both entries are stale, and the pool refills with the new.
+    let yaml = std::fs::read_to_string(&cfg.path).expect("read");
+    std::fs::write(&cfg.path, yaml.replace("example/pool:1", "example/pool:2")).expect("write");
+    let (st, body) = cfg.call("POST", "/api/v1/admin/reload", None).await;
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(body["applied"], json!(["presets.hot.image"]), "{body}");
+    wait_for("the stale entries replaced", || async {
+        let now = stored_entries(dir.path());
+        now.len() == 2 && now.iter().all(|id| !before.contains(id))
+    })
+    .await;
+    ready(2).await;
+    let id = cfg
+        .running_agent(json!({"name": "after-reload", "preset": "hot"}))
+        .await;
+    let agent = cfg.agent(&id).await;
+    assert_eq!(
+        (agent["warm"].clone(), agent["image"].clone()),
+        (json!(true), json!("example/pool:2")),
+        "{agent}"
+    );
+    for old in &before {
+        let (st, _) = cfg
+            .call("GET", &format!("/api/v1/agents/{old}"), None)
+            .await;
+        assert_eq!(st, 404, "a stale entry became no agent");
+    }
+
+    // `warm: 0`: the pool is emptied and no longer listed.
+    let yaml = std::fs::read_to_string(&cfg.path).expect("read");
+    std::fs::write(&cfg.path, yaml.replace("warm: 2", "warm: 0")).expect("write");
+    let (st, body) = cfg.call("POST", "/api/v1/admin/reload", None).await;
+    assert_eq!(st, 200, "{body}");
+    wait_for("the pool emptied", || async {
+        stored_entries(dir.path()).is_empty() && cfg.get_json("/api/v1/pool").await == json!([])
+    })
+    .await;
+    p.kill();
+}

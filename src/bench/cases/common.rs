@@ -9,6 +9,7 @@ use futures::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::Message;
 
 use super::{Ctx, STEP_DEADLINE};
+use crate::api::types::Agent;
 use crate::api::types::AgentState;
 use crate::bench::docker_cli::docker;
 use crate::bench::server_proc::{children, rss_kib};
@@ -55,22 +56,89 @@ pub async fn create_all_running_with(
     names: &[String],
     egress: Option<crate::api::types::EgressRules>,
 ) -> anyhow::Result<Vec<String>> {
+    let like = CreateAgent {
+        egress,
+        ..Default::default()
+    };
+    let created = create_all_running_like(client, names, &like).await?;
+    Ok(created.into_iter().map(|a| a.id).collect())
+}
+
+/// Creates the agents named `names` at once, each as `like` asks but for its name, and waits
+/// until all of them run; returns them as their creates answered, in order.
+pub async fn create_all_running_like(
+    client: &ApiClient,
+    names: &[String],
+    like: &CreateAgent,
+) -> anyhow::Result<Vec<Agent>> {
     // Subscribed before the first create, so no state change can slip past.
     let mut events = client.events().await?;
-    let egress = &egress;
-    let ids = futures::future::try_join_all(names.iter().map(|name| async move {
+    let created = futures::future::try_join_all(names.iter().map(|name| async move {
         let a = client
             .create_agent(&CreateAgent {
                 name: name.clone(),
-                egress: egress.clone(),
-                ..Default::default()
+                ..like.clone()
             })
             .await?;
-        anyhow::Ok(a.id)
+        anyhow::Ok(a)
     }))
     .await?;
+    let ids: Vec<String> = created.iter().map(|a| a.id.clone()).collect();
     until_running(&mut events, client, &ids).await?;
-    Ok(ids)
+    Ok(created)
+}
+
+/// Until the warm pool of `preset` has `n` entries ready: each is a sandbox made and
+/// started, one at a time, so the deadline grows with `n`.
+pub async fn until_pool_ready(client: &ApiClient, preset: &str, n: u32) -> anyhow::Result<()> {
+    let deadline = Instant::now() + STEP_DEADLINE + Duration::from_secs(10) * n;
+    loop {
+        let pools = client.pool().await?;
+        if pools.iter().any(|p| p.preset == preset && p.ready >= n) {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the warm pool of preset {preset} did not have {n} entries ready in time: {pools:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Until the warm pool of `preset` holds no entry (its preset's `warm` went to 0).
+pub async fn until_pool_empty(client: &ApiClient, preset: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + STEP_DEADLINE;
+    loop {
+        let pools = client.pool().await?;
+        if !pools
+            .iter()
+            .any(|p| p.preset == preset && p.ready + p.starting > 0)
+        {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the warm pool of preset {preset} was not emptied in time: {pools:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Destroys the agents `ids` at once and waits until they are gone.
+pub async fn destroy_all(client: &ApiClient, ids: &[String]) -> anyhow::Result<()> {
+    futures::future::try_join_all(ids.iter().map(|id| client.delete_agent(id))).await?;
+    let deadline = Instant::now() + STEP_DEADLINE;
+    loop {
+        let left = client.list_agents().await?;
+        if !left.iter().any(|a| ids.contains(&a.id)) {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "destroyed agents were still listed after {STEP_DEADLINE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 type Events = futures::stream::BoxStream<'static, Result<ServerEvent, crate::cli::ClientError>>;

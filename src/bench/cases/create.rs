@@ -1,9 +1,9 @@
 //! `--case create`: create → shell usable, cold and from a warm pool, each against
 //! `docker run -d` + `docker exec`.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::common::{first_shell_bytes, until_running};
+use super::common::{first_shell_bytes, until_pool_ready, until_running};
 use super::Ctx;
 use crate::bench::docker_cli::docker;
 use crate::bench::stats::{ms, percentile, Row};
@@ -78,7 +78,7 @@ pub async fn create_from_pool_to_shell(cx: &mut Ctx<'_>) -> anyhow::Result<Row> 
     let mut ours = Vec::new();
     let mut base = Vec::new();
     for i in 0..cx.runs {
-        until_pool_ready(&client).await?;
+        until_pool_ready(&client, POOL_PRESET, 1).await?;
         let t = Instant::now();
         let agent = client
             .create_agent(&CreateAgent {
@@ -94,33 +94,17 @@ pub async fn create_from_pool_to_shell(cx: &mut Ctx<'_>) -> anyhow::Result<Row> 
         drop(term);
         client.delete_agent(&agent.id).await?;
         // Not beside the refill, which would slow the baseline down.
-        until_pool_ready(&client).await?;
+        until_pool_ready(&client, POOL_PRESET, 1).await?;
         base.push(baseline(cx, &format!("pooled-{i}")).await?);
     }
     // Refilled before the next case, so that it measures nothing of ours in the background.
-    until_pool_ready(&client).await?;
+    until_pool_ready(&client, POOL_PRESET, 1).await?;
     Ok(Row::times(
         "create from the warm pool → shell usable",
         &ours,
         Some(&base),
     )
     .judged(POOL_TARGET))
-}
-
-/// Until the pool of [`POOL_PRESET`] has an entry ready (a few seconds: a sandbox's start).
-async fn until_pool_ready(client: &crate::cli::ApiClient) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let pools = client.pool().await?;
-        if pools.iter().any(|p| p.preset == POOL_PRESET && p.ready > 0) {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "the warm pool of preset {POOL_PRESET} had no entry ready within 2 minutes: {pools:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// `docker run -d` + `docker exec echo`, in ms: what a create → shell usable is measured against.

@@ -26,7 +26,7 @@ use std::time::Duration;
 use super::server_proc::ServerProc;
 use crate::cli::ApiClient;
 
-pub use burst::{burst, server_rss_with_agents};
+pub use burst::{burst, paused_memory, server_rss_with_agents, warm_burst};
 pub use create::create_to_shell;
 pub use echo::keystroke_echo;
 pub use exec::exec_true;
