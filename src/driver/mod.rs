@@ -179,9 +179,14 @@ pub trait Driver: Send + Sync + 'static {
     }
     /// The engine's id of what `image` names now (it changes when an image is made anew or
     /// pulled again under the same name); `None` when the driver has no images, or the engine
-    /// does not have this one.
-    async fn image_id(&self, _image: &str) -> Option<String> {
-        None
+    /// does not have this one; an error when the engine could not say.
+    async fn image_id(&self, _image: &str) -> Result<Option<String>, DriverError> {
+        Ok(None)
+    }
+    /// The engine's id of the image sandbox `id` was made from; `None` when the driver has no
+    /// images, or there is no such sandbox.
+    async fn made_from(&self, _id: &str) -> Result<Option<String>, DriverError> {
+        Ok(None)
     }
     /// Makes the sandbox (and whatever it needs: image, home, network) without starting it.
     /// A pull of a missing image reports its progress to `pull`.

@@ -178,9 +178,16 @@ impl Lifecycle {
 
     pub async fn stop(self: &Arc<Self>, id: &str) -> Result<Agent, LifecycleError> {
         // A paused sandbox is thawed by the driver's stop, so its processes see the stop.
-        let agent = self
-            .transition(id, &[Running, Paused], Stopping, "stop")
-            .await?;
+        self.stop_from(id, &[Running, Paused]).await
+    }
+
+    /// Stops agent `id` if it is in one of `from`.
+    pub(super) async fn stop_from(
+        self: &Arc<Self>,
+        id: &str,
+        from: &[AgentState],
+    ) -> Result<Agent, LifecycleError> {
+        let agent = self.transition(id, from, Stopping, "stop").await?;
         self.spawn_op(OpKind::stop, id.to_string());
         Ok(self.decorate(agent))
     }

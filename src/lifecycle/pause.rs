@@ -30,6 +30,10 @@ impl Lifecycle {
         id: &str,
         still_idle: impl FnOnce(&Agent) -> bool,
     ) -> Result<Option<Agent>, LifecycleError> {
+        // Counted before the lock: a use that begins while this waits for it, or once it is
+        // held, saw the agent running and goes on to the sandbox, so the pause is undone below
+        // (`POST …/pause` asks nothing of idleness that would see that use).
+        let uses = self.activity.uses(id);
         let _held = self.freeze_guard(id).await;
         let agent = self
             .store
@@ -43,7 +47,6 @@ impl Lifecycle {
                 op: "pause",
             });
         }
-        let uses = self.activity.uses(id);
         if !still_idle(&agent) {
             return Ok(None);
         }
@@ -66,6 +69,14 @@ impl Lifecycle {
                 Err(e)
             }
         }
+    }
+
+    /// Stops agent `id` if it is still paused once its freeze lock is held (the sleeper's deep
+    /// sleep and memory pressure): a use that thawed it meanwhile keeps it running, and one
+    /// that comes after finds it stopping and wakes it once the stop is over.
+    pub(super) async fn stop_paused(self: &Arc<Self>, id: &str) -> Result<Agent, LifecycleError> {
+        let _held = self.freeze_guard(id).await;
+        self.stop_from(id, &[Paused]).await
     }
 
     /// Thaws a paused agent (true when this call did); one that is not paused is left as it

@@ -13,7 +13,7 @@ use std::time::Duration;
 use super::{Lifecycle, LifecycleError, START_TIMEOUT};
 use crate::agents::spec::{self, AgentRequest, Allowed};
 use crate::config::Config;
-use crate::driver::{PullSink, SandboxSpec};
+use crate::driver::{DriverError, PullSink, SandboxSpec};
 use crate::model::{new_agent_id, Agent, NewAgent};
 use crate::store::pool::{EntryState, PoolEntry};
 use crate::store::{hash_token, new_token};
@@ -40,8 +40,70 @@ struct Wanted {
     warm: u32,
     /// The sandbox a create from the preset that asks for nothing else gets.
     spec: SandboxSpec,
-    /// Its [`Lifecycle::pool_digest`] now.
-    digest: String,
+    /// Its [`Lifecycle::pool_digest`] now; `None` when the engine could not say what its
+    /// image is (its entries are then neither judged stale nor made, until it can).
+    digest: Option<String>,
+}
+
+/// The server's `sandbox` settings that have no part in how a sandbox is made: everything
+/// else (its limits and mounts, capabilities, sandboxd, the egress proxy and the Docker
+/// settings) goes into an entry's digest, so that a change of any of it, by a reload or across
+/// a restart, makes the entries made before stale. (An entry whose sandboxd dials a tunnel the
+/// server no longer listens on never says hello, and goes for that.)
+const NOT_IN_A_SANDBOX: &[&str] = &[
+    "tunnel_listen",
+    "ping_interval",
+    "default_preset",
+    "default_harness",
+    "default_image",
+    "default_cpus",
+    "default_memory_mb",
+    "default_idle_minutes",
+    "default_deep_sleep_minutes",
+    "min_free_memory_mb",
+    "warm_max",
+    "max_cpus",
+    "max_memory_mb",
+    "default_disk_mb",
+    "max_disk_mb",
+    "tunnel_max_connections",
+    "tunnel_max_connections_per_ip",
+    "idle_check_interval",
+    "idle_minute",
+    "terminal_detach_minutes",
+    "terminal_buffer_kb",
+    "process_output_kb",
+    "process_retention",
+    "max_processes",
+    "max_streams_per_agent",
+    "runtime",
+    "allowed_runtimes",
+];
+
+/// What an entry made from `spec` with `config`'s sandbox settings and the image whose
+/// engine id is `image` is made from, as one string (see [`Lifecycle::pool_digest`]).
+fn entry_digest(config: &Config, spec: &SandboxSpec, image: Option<&str>) -> String {
+    format!(
+        "{} sandbox={} imageId={}",
+        spec.digest(),
+        made_with(config),
+        image.unwrap_or("none")
+    )
+}
+
+/// The `sandbox` settings a sandbox is made with (all but [`NOT_IN_A_SANDBOX`]), hashed.
+fn made_with(config: &Config) -> String {
+    let settings = match serde_json::to_value(&config.sandbox) {
+        Ok(serde_json::Value::Object(mut map)) => {
+            for key in NOT_IN_A_SANDBOX {
+                map.remove(*key);
+            }
+            serde_json::Value::Object(map).to_string()
+        }
+        Ok(other) => other.to_string(),
+        Err(e) => format!("unreadable: {e}"),
+    };
+    hash_token(&settings)[..16].to_string()
 }
 
 /// The sandbox each preset with `warm` above 0 gives a create that asks for nothing else, by
@@ -84,7 +146,14 @@ impl Lifecycle {
         let Some(preset) = &new.preset else {
             return Ok(None);
         };
-        let digest = self.pool_digest(&SandboxSpec::of_new(new)).await;
+        let digest = match self.pool_digest(&SandboxSpec::of_new(new)).await {
+            Ok(digest) => digest,
+            Err(e) => {
+                // No entry is known to be what a cold create would make now: make it cold.
+                tracing::warn!(preset, "no warm pool entry claimed: {e}");
+                return Ok(None);
+            }
+        };
         let claimed = self
             .store
             .claim_pool_entry(preset, &digest, new.clone())
@@ -127,16 +196,13 @@ impl Lifecycle {
         Ok(Some(self.get(&id).await?))
     }
 
-    /// What an entry made now from `spec` is made from, as one string: the spec's digest and
-    /// the image its name stands for now, so that an image made anew under the same name (a
-    /// `docker build -t` again) makes the entries of the old one stale, and no create claims one.
-    async fn pool_digest(&self, spec: &SandboxSpec) -> String {
-        let image = self.driver.image_id(&spec.image).await;
-        format!(
-            "{} imageId={}",
-            spec.digest(),
-            image.as_deref().unwrap_or("unknown")
-        )
+    /// What an entry made now from `spec` is made from, as one string: the spec's digest, the
+    /// server's settings a sandbox is made with, and the image its name stands for now, so that
+    /// an image made anew under the same name (a `docker build -t` again) makes the entries of
+    /// the old one stale, and no create claims one. An error: the engine could not say.
+    async fn pool_digest(&self, spec: &SandboxSpec) -> Result<String, DriverError> {
+        let image = self.driver.image_id(&spec.image).await?;
+        Ok(entry_digest(&self.config(), spec, image.as_deref()))
     }
 
     /// Each preset's pool with `warm` above 0, or with entries left, by preset name.
@@ -216,7 +282,7 @@ impl Lifecycle {
 
     /// Makes one entry of `preset` from `spec` and waits for its sandboxd's hello; `false`
     /// when that failed (the entry is removed again).
-    async fn make_entry(&self, preset: &str, wanted: &Wanted) -> bool {
+    async fn make_entry(&self, preset: &str, wanted: &Wanted, digest: &str) -> bool {
         let mut spec = wanted.spec.clone();
         spec.id = new_agent_id();
         let token = new_token();
@@ -227,9 +293,9 @@ impl Lifecycle {
             .insert_pool_entry(
                 &spec.id,
                 preset,
-                // Read before the sandbox is made: an image made anew meanwhile makes this
-                // entry stale at once rather than claimable under the old one's digest.
-                &wanted.digest,
+                // Read before the sandbox is made, and replaced by what it was made from once
+                // it is (below): a crash between leaves the older, stale at worst.
+                digest,
                 spec.limits(),
                 &hash_token(&token),
             )
@@ -242,7 +308,10 @@ impl Lifecycle {
         // one removed outside.
         let pull = PullSink::discard();
         let started = match self.driver.create(&spec, &pull).await {
-            Ok(()) => self.driver.start(&spec, &token, &pull).await,
+            Ok(()) => {
+                self.record_made_from(preset, &spec).await;
+                self.driver.start(&spec, &token, &pull).await
+            }
             Err(e) => Err(e),
         };
         if let Err(e) = started {
@@ -255,6 +324,26 @@ impl Lifecycle {
             return false;
         }
         self.await_entry(&spec.id).await
+    }
+
+    /// Records the image entry `spec.id`'s sandbox was made from in its digest: the image its
+    /// name stood for before the create may have been pulled by it, or made anew meanwhile.
+    async fn record_made_from(&self, preset: &str, spec: &SandboxSpec) {
+        let image = match self.driver.made_from(&spec.id).await {
+            Ok(image) => image,
+            Err(e) => {
+                tracing::debug!(preset, entry = spec.id, "its image's id is unknown: {e}");
+                return;
+            }
+        };
+        let digest = entry_digest(&self.config(), spec, image.as_deref());
+        if let Err(e) = self.store.set_pool_entry_digest(&spec.id, &digest).await {
+            tracing::warn!(
+                preset,
+                entry = spec.id,
+                "recording a warm pool entry failed: {e}"
+            );
+        }
     }
 
     /// Waits for entry `id`'s sandboxd to say hello, then counts the entry ready; removes it
@@ -274,13 +363,21 @@ impl Lifecycle {
         }
     }
 
-    /// One look at the pools: removes what is stale or gone, then makes at most one entry.
-    /// `Some(true)` when it made one (look again at once), `Some(false)` when one failed.
-    async fn keep_pools(&self) -> Option<bool> {
+    /// One look at the pools: removes what is stale or gone, then makes at most one entry,
+    /// of the first preset short of its `warm` that has not failed within [`RETRY_AFTER`] (so
+    /// that a broken one does not keep the others empty). `true` when it made or tried one
+    /// (look again at once).
+    async fn keep_pools(&self, failed: &mut BTreeMap<String, tokio::time::Instant>) -> bool {
         let config = self.config();
         let mut wanted_now = BTreeMap::new();
         for (name, (warm, spec)) in wanted(self, &config) {
-            let digest = self.pool_digest(&spec).await;
+            let digest = match self.pool_digest(&spec).await {
+                Ok(d) => Some(d),
+                Err(e) => {
+                    tracing::warn!(preset = name, "its warm pool is left as it is: {e}");
+                    None
+                }
+            };
             wanted_now.insert(name, Wanted { warm, spec, digest });
         }
         let wanted = wanted_now;
@@ -288,7 +385,7 @@ impl Lifecycle {
             Ok(e) => e,
             Err(e) => {
                 tracing::warn!("the pool keeper could not list entries: {e}");
-                return None;
+                return false;
             }
         };
         let mut kept: BTreeMap<&str, u32> = BTreeMap::new();
@@ -305,12 +402,22 @@ impl Lifecycle {
         }
         let room = config.sandbox.warm_max.saturating_sub(total);
         if room == 0 {
-            return None;
+            return false;
         }
-        let (name, short) = wanted
-            .iter()
-            .find(|(name, w)| kept.get(name.as_str()).copied().unwrap_or(0) < w.warm)?;
-        Some(self.make_entry(name, short).await)
+        let now = tokio::time::Instant::now();
+        failed.retain(|_, at| now.duration_since(*at) < RETRY_AFTER);
+        let short = wanted.iter().find_map(|(name, w)| {
+            let is_short = kept.get(name.as_str()).copied().unwrap_or(0) < w.warm;
+            let digest = w.digest.as_deref()?;
+            (is_short && !failed.contains_key(name)).then_some((name, w, digest))
+        });
+        let Some((name, w, digest)) = short else {
+            return false;
+        };
+        if !self.make_entry(name, w, digest).await {
+            failed.insert(name.clone(), tokio::time::Instant::now());
+        }
+        true
     }
 
     /// Why `entry` is to go, if it is: its preset keeps no pool now, or a different one
@@ -324,8 +431,9 @@ impl Lifecycle {
         let Some(w) = wanted.get(&entry.preset) else {
             return Some("its preset keeps no warm pool now");
         };
-        if w.digest != entry.digest || entry.limits != Some(w.spec.limits()) {
-            return Some("its preset or its image changed (stale)");
+        let changed = w.digest.as_ref().is_some_and(|d| *d != entry.digest);
+        if changed || entry.limits != Some(w.spec.limits()) {
+            return Some("its preset, its image or the server's sandbox settings changed (stale)");
         }
         if kept.get(entry.preset.as_str()).copied().unwrap_or(0) >= w.warm {
             return Some("its preset's pool is over its warm");
@@ -368,16 +476,16 @@ impl Lifecycle {
 /// config reload, and every few seconds besides.
 pub async fn run(lc: Arc<Lifecycle>) {
     let mut config = lc.config.clone();
+    // When each preset's last entry failed to be made.
+    let mut failed = BTreeMap::new();
     loop {
-        let wait = match lc.keep_pools().await {
-            Some(true) => continue,
-            Some(false) => RETRY_AFTER,
-            None => LOOK_EVERY,
-        };
+        if lc.keep_pools(&mut failed).await {
+            continue;
+        }
         tokio::select! {
             _ = lc.pool_wake.notified() => {}
             _ = reloaded(&mut config) => {}
-            _ = tokio::time::sleep(wait) => {}
+            _ = tokio::time::sleep(LOOK_EVERY) => {}
         }
     }
 }

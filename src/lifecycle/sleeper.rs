@@ -39,7 +39,7 @@ pub async fn run(lc: Arc<Lifecycle>) {
         for agent in agents.iter().filter(|a| a.state == AgentState::Paused) {
             if lc.deep_sleep_at(agent).is_some_and(|at| at <= now) {
                 tracing::info!(agent = agent.id, "paused long enough; stopping it");
-                stop(&lc, &agent.id).await;
+                stop_paused(&lc, &agent.id).await;
             }
         }
         relieve_memory(&lc, &agents).await;
@@ -97,12 +97,19 @@ async fn relieve_memory(lc: &Arc<Lifecycle>, agents: &[Agent]) {
             "the host has {available} MiB of memory available (sandbox.min_free_memory_mb is \
              {min_free}); stopping this paused agent"
         );
-        stop(lc, &id).await;
+        stop_paused(lc, &id).await;
     }
 }
 
 async fn stop(lc: &Arc<Lifecycle>, id: &str) {
     if let Err(e) = lc.stop(id).await {
+        tracing::debug!(agent = id, "not put to sleep: {e}");
+    }
+}
+
+/// Stops `id` only if it is still paused (a use may have thawed it since the look).
+async fn stop_paused(lc: &Arc<Lifecycle>, id: &str) {
+    if let Err(e) = lc.stop_paused(id).await {
         tracing::debug!(agent = id, "not put to sleep: {e}");
     }
 }

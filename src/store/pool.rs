@@ -156,6 +156,19 @@ impl Store {
         .await
     }
 
+    /// Records what entry `id`'s sandbox was made from, once it is made (see
+    /// [`crate::driver::SandboxSpec::digest`]); `false` when there is no such entry.
+    pub async fn set_pool_entry_digest(&self, id: &str, digest: &str) -> Result<bool> {
+        let (id, digest) = (id.to_string(), digest.to_string());
+        self.call(move |c| {
+            Ok(c.execute(
+                "UPDATE pool_entries SET digest = ?2 WHERE id = ?1",
+                params![id, digest],
+            )? > 0)
+        })
+        .await
+    }
+
     /// Forgets entry `id`; `false` when it was already gone (claimed, say).
     pub async fn delete_pool_entry(&self, id: &str) -> Result<bool> {
         let id = id.to_string();

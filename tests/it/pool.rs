@@ -223,6 +223,26 @@ async fn warm_max_holds_across_presets() {
     s.stop().await;
 }
 
+/// A preset whose entries always fail (its image is missing) does not keep the presets after
+/// it in name order empty: the keeper tries it again later and fills the others meanwhile.
+#[tokio::test]
+async fn a_preset_whose_entries_fail_does_not_starve_the_others() {
+    let s = TestServer::start_with(|c| {
+        pools(1)(c);
+        let broken = Preset {
+            image: Some("pull.invalid/missing:1".into()),
+            warm: 1,
+            ..Default::default()
+        };
+        // Before `hot` in name order, which is the order the keeper fills them in.
+        c.presets.insert("a-broken".into(), broken);
+    })
+    .await;
+    wait_ready(&s, "hot", 1).await;
+    assert_eq!(pool_of(&s, "a-broken").await["ready"], 0);
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn an_entry_is_no_agent_and_gets_no_egress() {
     let s = TestServer::start_with(pools(1)).await;

@@ -759,6 +759,30 @@ async fn a_sleeping_agent_is_woken_by_its_preview() {
     assert_eq!(seen["uri"], "/api/data");
 }
 
+/// A paused agent is thawed by a request through its preview, which gets the app's answer
+/// straight away (no "Starting" page: nothing starts).
+#[tokio::test]
+async fn a_paused_agent_is_thawed_by_its_preview() {
+    let s = TestServer::start().await;
+    let app = app().await;
+    let agent = s.running_agent("dozing").await;
+    let p = preview(&s, &agent, app.port(), "public").await;
+    let (st, body) = s
+        .call("POST", &format!("/api/v1/agents/{agent}/pause"), None)
+        .await;
+    assert_eq!(st, 202, "{body}");
+    assert_eq!(s.state(&agent).await, "paused");
+    let r = to(&s, &p.host, reqwest::Method::GET, "/thawed")
+        .header("accept", "text/html,*/*")
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status(), 200);
+    let seen: Value = r.json().await.expect("json");
+    assert_eq!(seen["uri"], "/thawed");
+    assert_eq!(s.state(&agent).await, "running");
+}
+
 #[tokio::test]
 async fn preview_traffic_is_use_of_the_agent() {
     let s = TestServer::start().await;

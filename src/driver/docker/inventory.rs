@@ -33,7 +33,15 @@ impl DockerDriver {
                 "listing the containers of agent {id}"
             )))?;
         for c in containers {
+            let paused = c.state == Some(ContainerSummaryStateEnum::PAUSED);
             if let Some(cid) = c.id {
+                if paused {
+                    // Thawed first, as a rebuild's removal does: a frozen cgroup (v1) does not
+                    // take the kill.
+                    if let Err(e) = self.docker.unpause_container(&cid).await {
+                        tracing::debug!(agent = id, "thawing before the removal: {e}");
+                    }
+                }
                 remove_force(&self.docker, &cid).await?;
             }
         }

@@ -176,14 +176,16 @@ impl Driver for DockerDriver {
         Ok(self.unpause_container(id).await?)
     }
 
-    async fn image_id(&self, image: &str) -> Option<String> {
+    async fn image_id(&self, image: &str) -> Result<Option<String>, DriverError> {
         match self.docker.inspect_image(image).await {
-            Ok(info) => info.id,
-            Err(e) => {
-                tracing::debug!(image, "the image's id is unknown: {e}");
-                None
-            }
+            Ok(info) => Ok(info.id),
+            Err(e) if error::is_not_found(&e) => Ok(None),
+            Err(e) => Err(DockerError::api(format!("inspecting image {image}"))(e).into()),
         }
+    }
+
+    async fn made_from(&self, id: &str) -> Result<Option<String>, DriverError> {
+        Ok(self.own_container(id).await?.and_then(|c| c.image))
     }
 
     async fn resize(&self, id: &str, limits: Limits) -> Result<(), DriverError> {

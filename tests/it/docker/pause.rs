@@ -252,6 +252,29 @@ async fn under_memory_pressure_a_frozen_sandbox_is_stopped_and_a_running_one_is_
     s.stop().await;
 }
 
+/// A destroyed paused agent leaves nothing behind: its frozen container is thawed before the
+/// removal (a frozen cgroup v1 does not take the kill).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn destroying_a_paused_agent_leaves_nothing() {
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
+    let s = server(&env).await;
+    let id = s
+        .running_agent(json!({"name": "frozen", "image": BUSYBOX_IMAGE, "cpus": 0.5}))
+        .await;
+    let (st, body) = s
+        .call("POST", &format!("/api/v1/agents/{id}/pause"), None)
+        .await;
+    assert_eq!(st, 202, "{body}");
+    assert!(paused_in_docker(&env, &id));
+    s.destroy(&id).await;
+    for kind in [&["ps", "-a"][..], &["volume", "ls"], &["network", "ls"]] {
+        assert_eq!(env.objects(kind), Vec::<String>::new(), "{kind:?} left");
+    }
+    s.stop().await;
+}
+
 /// A pause outlives the server: killed while an agent is paused, the server finds it paused at
 /// its next start (the container still frozen, not stopped), and the first use thaws it, its
 /// process counting on where it was and sandboxd dialling the new server.
@@ -298,6 +321,45 @@ async fn a_paused_agent_stays_paused_across_a_server_kill_and_thaws_on_use() {
         "it restarted: {after:?}"
     );
     server.destroy(&id).await;
+}
+
+/// An outside `docker pause` and `docker unpause` made while the server is down are taken in
+/// at its next start: the one frozen outside is `paused` (and a use thaws it), the one thawed
+/// outside is `running` (its sandboxd dials the new server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outside_pause_and_unpause_while_the_server_is_down_are_settled_at_boot() {
+    let Some(env) = DockerEnv::new_or_skip() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sandbox = process::docker_sandbox_yaml(&env.prefix, &env.pool, BUSYBOX_IMAGE, None);
+    let server =
+        process::ServerConfig::write(dir.path(), "0.0.0.0", &sandbox, Duration::from_secs(90));
+    let running = server.start().await;
+    let frozen = server
+        .running_agent(json!({"name": "frozen-outside", "cpus": 0.5}))
+        .await;
+    let thawed = server
+        .running_agent(json!({"name": "thawed-outside", "cpus": 0.5}))
+        .await;
+    server.pause(&thawed).await;
+    running.kill();
+
+    docker(&["pause", &env.container(&frozen)]);
+    docker(&["unpause", &env.container(&thawed)]);
+    let _running = server.start().await;
+    server
+        .settles_to(&frozen, "paused", "frozen while the server was down")
+        .await;
+    server
+        .settles_to(&thawed, "running", "thawed while the server was down")
+        .await;
+    assert_eq!(server.exec_ok(&thawed, &["echo", "on"]).await.trim(), "on");
+    assert_eq!(server.exec_ok(&frozen, &["echo", "on"]).await.trim(), "on");
+    assert_eq!(server.state(&frozen).await, "running");
+    assert!(!paused_in_docker(&env, &frozen));
+    server.destroy(&frozen).await;
+    server.destroy(&thawed).await;
 }
 
 /// Hostile: a sandbox with a thousand processes is paused and thawed a hundred times in a row

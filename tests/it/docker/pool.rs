@@ -233,6 +233,32 @@ async fn a_restart_with_ready_entries_leaks_nothing() {
     // The running entry is kept: its sandboxd dials in again.
     let again = wait_one_ready(&s).await;
     assert_eq!(again, entry, "the entry survives a restart");
+    // A setting a sandbox is made with, changed across a restart (`sandbox.pids_limit` takes
+    // effect only at one): the entry is stale, and replaced by one made with it.
+    let pids = s.lc.config().sandbox.pids_limit + 1;
+    let tunnel = format!("0.0.0.0:{}", s.tunnel_addr.port());
+    let s = env
+        .restart_with(s, |c| {
+            one_warm(c);
+            c.sandbox.pids_limit = pids;
+            c.sandbox.tunnel_listen = tunnel.parse().expect("addr");
+        })
+        .await;
+    let fresh = wait_for_value("the stale entry replaced", || async {
+        let ready = ready_entries(&s).await;
+        (ready.len() == 1 && ready[0] != entry).then(|| ready[0].clone())
+    })
+    .await;
+    assert_eq!(
+        docker(&[
+            "inspect",
+            "--format",
+            "{{.HostConfig.PidsLimit}}",
+            &env.container(&fresh)
+        ]),
+        pids.to_string()
+    );
+    assert!(docker_try(&["inspect", &env.container(&entry)]).is_err());
     // Without a pool, its objects all go.
     let s = env.restart_with(s, |_| {}).await;
     wait_for_value("the entry's objects removed", || async {
