@@ -315,49 +315,53 @@ impl Server {
     ) -> anyhow::Result<()> {
         let lc = self.lifecycle.clone();
         let header_timeout = lc.config().server.header_timeout;
-        let trim_task = tokio::spawn(listener::return_memory_after_floods(vec![
+        // The tasks below end with this future, also when it is dropped rather than run to its
+        // end (an embedded server stopped by abort): none of them goes on alone, the pool keeper
+        // making sandboxes for a server that is gone.
+        let owned = tokio_util::task::AbortOnDropHandle::new;
+        let trim_task = owned(tokio::spawn(listener::return_memory_after_floods(vec![
             self.api_connections.clone(),
             self.tunnel_connections.clone(),
             self.egress_connections.clone(),
             self.previews_connections.clone(),
-        ]));
-        let tunnel_task = tokio::spawn(listener::serve(
+        ])));
+        let tunnel_task = owned(tokio::spawn(listener::serve(
             self.tunnel,
             self.tunnel_connections,
             header_timeout,
             tunnel::router(lc.clone()),
             // Ends when the task is aborted below; sandboxes reconnect to the next server.
             std::future::pending(),
-        ));
+        )));
         let egress_shutdown = tokio_util::sync::CancellationToken::new();
         let (proxy, egress_listener) = self.egress;
-        let egress_serve = tokio::spawn(
+        let egress_serve = owned(tokio::spawn(
             proxy
                 .clone()
                 .serve(egress_listener, egress_shutdown.clone()),
-        );
-        let egress_follow = tokio::spawn(lc.clone().follow_rule_changes(proxy));
+        ));
+        let egress_follow = owned(tokio::spawn(lc.clone().follow_rule_changes(proxy)));
         let resolver_task = self.resolver.map(|socket| {
-            tokio::spawn(crate::egress::dns::serve(
+            owned(tokio::spawn(crate::egress::dns::serve(
                 socket,
                 lc.clone(),
                 egress_shutdown.clone(),
-            ))
+            )))
         });
         crate::lifecycle::reconcile::reconcile(&lc)
             .await
             .context("reconciling at startup")?;
-        let events_task = tokio::spawn(crate::lifecycle::reconcile::follow_driver_events(
-            lc.clone(),
+        let events_task = owned(tokio::spawn(
+            crate::lifecycle::reconcile::follow_driver_events(lc.clone()),
         ));
-        let sleeper_task = tokio::spawn(crate::lifecycle::sleeper::run(lc.clone()));
-        let expiry_task = tokio::spawn(crate::lifecycle::expiry::run(lc.clone()));
-        let pool_task = tokio::spawn(crate::lifecycle::pool::run(lc.clone()));
-        let token_expiry_task = tokio::spawn({
+        let sleeper_task = owned(tokio::spawn(crate::lifecycle::sleeper::run(lc.clone())));
+        let expiry_task = owned(tokio::spawn(crate::lifecycle::expiry::run(lc.clone())));
+        let pool_task = owned(tokio::spawn(crate::lifecycle::pool::run(lc.clone())));
+        let token_expiry_task = owned(tokio::spawn({
             let auth = self.state.auth.clone();
             async move { auth.directory.end_tokens_at_expiry().await }
-        });
-        let audit_task = tokio::spawn({
+        }));
+        let audit_task = owned(tokio::spawn({
             let lc = lc.clone();
             self.state
                 .audit
@@ -365,7 +369,7 @@ impl Server {
                 .prune_periodically(AUDIT_PRUNE_EVERY, move || {
                     Some(lc.config().server.audit_retention).filter(|d| !d.is_zero())
                 })
-        });
+        }));
         // After reconcile: the turns the last server left running are carried on once their
         // sandboxes reconnect.
         self.state
@@ -389,13 +393,13 @@ impl Server {
         }
 
         let previews_shutdown = tokio_util::sync::CancellationToken::new();
-        let previews_task = tokio::spawn(listener::serve(
+        let previews_task = owned(tokio::spawn(listener::serve(
             self.previews,
             self.previews_connections,
             header_timeout,
             crate::previews::gateway::router(self.state.previews.clone(), self.state.auth.clone()),
             previews_shutdown.clone().cancelled_owned(),
-        ));
+        )));
         tracing::info!(
             api = %self.api_addr,
             previews = %self.previews_addr,
