@@ -767,11 +767,7 @@ async fn a_paused_agent_is_thawed_by_its_preview() {
     let app = app().await;
     let agent = s.running_agent("dozing").await;
     let p = preview(&s, &agent, app.port(), "public").await;
-    let (st, body) = s
-        .call("POST", &format!("/api/v1/agents/{agent}/pause"), None)
-        .await;
-    assert_eq!(st, 202, "{body}");
-    assert_eq!(s.state(&agent).await, "paused");
+    s.pause(&agent).await;
     let r = to(&s, &p.host, reqwest::Method::GET, "/thawed")
         .header("accept", "text/html,*/*")
         .send()

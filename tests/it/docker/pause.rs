@@ -24,6 +24,11 @@ async fn server(env: &DockerEnv) -> TestServer {
     .await
 }
 
+/// A small busybox agent named `name`, as most of these tests make.
+fn small(name: &str) -> Value {
+    json!({"name": name, "image": BUSYBOX_IMAGE, "cpus": 0.5})
+}
+
 fn paused_in_docker(env: &DockerEnv, id: &str) -> bool {
     docker(&[
         "inspect",
@@ -101,9 +106,7 @@ async fn a_pause_keeps_processes_terminals_files_and_the_tunnel() {
         return;
     };
     let s = server(&env).await;
-    let id = s
-        .running_agent(json!({"name": "frozen", "image": BUSYBOX_IMAGE, "cpus": 0.5}))
-        .await;
+    let id = s.running_agent(small("frozen")).await;
     s.write_tree(&id, &[("note.txt", "written before")]).await;
     start_counter(&s, &id).await;
     let mut ws = terminal_at(&s, &id, "cols=80&rows=24").await;
@@ -171,9 +174,7 @@ async fn an_outside_docker_pause_and_unpause_are_taken_in() {
         return;
     };
     let s = server(&env).await;
-    let id = s
-        .running_agent(json!({"name": "outside", "image": BUSYBOX_IMAGE, "cpus": 0.5}))
-        .await;
+    let id = s.running_agent(small("outside")).await;
     docker(&["pause", &env.container(&id)]);
     s.wait_state(&id, "paused").await;
     docker(&["unpause", &env.container(&id)]);
@@ -233,16 +234,9 @@ async fn under_memory_pressure_a_frozen_sandbox_is_stopped_and_a_running_one_is_
             c.sandbox.min_free_memory_mb = u64::MAX / 2;
         })
         .await;
-    let busy = s
-        .running_agent(json!({"name": "busy", "image": BUSYBOX_IMAGE, "cpus": 0.5}))
-        .await;
-    let frozen = s
-        .running_agent(json!({"name": "frozen", "image": BUSYBOX_IMAGE, "cpus": 0.5}))
-        .await;
-    let (st, body) = s
-        .call("POST", &format!("/api/v1/agents/{frozen}/pause"), None)
-        .await;
-    assert_eq!(st, 202, "{body}");
+    let busy = s.running_agent(small("busy")).await;
+    let frozen = s.running_agent(small("frozen")).await;
+    s.pause(&frozen).await;
     s.wait_state(&frozen, "sleeping").await;
     assert!(!running_in_docker(&env, &frozen), "the frozen one stopped");
     assert_eq!(s.state(&busy).await, "running");
@@ -260,13 +254,8 @@ async fn destroying_a_paused_agent_leaves_nothing() {
         return;
     };
     let s = server(&env).await;
-    let id = s
-        .running_agent(json!({"name": "frozen", "image": BUSYBOX_IMAGE, "cpus": 0.5}))
-        .await;
-    let (st, body) = s
-        .call("POST", &format!("/api/v1/agents/{id}/pause"), None)
-        .await;
-    assert_eq!(st, 202, "{body}");
+    let id = s.running_agent(small("frozen")).await;
+    s.pause(&id).await;
     assert!(paused_in_docker(&env, &id));
     s.destroy(&id).await;
     for kind in [&["ps", "-a"][..], &["volume", "ls"], &["network", "ls"]] {
@@ -371,9 +360,7 @@ async fn a_thousand_processes_through_a_hundred_pauses_stay_and_answer() {
         return;
     };
     let s = server(&env).await;
-    let id = s
-        .running_agent(json!({"name": "crowd", "image": BUSYBOX_IMAGE, "cpus": 0.5}))
-        .await;
+    let id = s.running_agent(small("crowd")).await;
     // The thousand alone: execs and sandboxd's own helpers come and go beside them.
     let count = "ps -o comm= | grep -cx sleep || true";
     // A background process (an exec's children end with it) that forks the thousand and waits.
