@@ -183,6 +183,13 @@ pub trait Driver: Send + Sync + 'static {
     async fn image_id(&self, _image: &str) -> Result<Option<String>, DriverError> {
         Ok(None)
     }
+    /// What this driver puts into every sandbox it makes beside the sandbox's own spec (the
+    /// engine settings, limits, mounts and capabilities, the ports and certificates sandboxes
+    /// are given to reach the server), as one string: a warm pool entry made when it was
+    /// different is stale. Empty for a driver with nothing of the kind.
+    fn made_with(&self) -> String {
+        String::new()
+    }
     /// The engine's id of the image sandbox `id` was made from; `None` when the driver has no
     /// images, or there is no such sandbox.
     async fn made_from(&self, _id: &str) -> Result<Option<String>, DriverError> {

@@ -45,65 +45,15 @@ struct Wanted {
     digest: Option<String>,
 }
 
-/// The server's `sandbox` settings that have no part in how a sandbox is made: everything
-/// else (its limits and mounts, capabilities, sandboxd, the egress proxy and the Docker
-/// settings) goes into an entry's digest, so that a change of any of it, by a reload or across
-/// a restart, makes the entries made before stale. (An entry whose sandboxd dials a tunnel the
-/// server no longer listens on never says hello, and goes for that.)
-const NOT_IN_A_SANDBOX: &[&str] = &[
-    "tunnel_listen",
-    "ping_interval",
-    "default_preset",
-    "default_harness",
-    "default_image",
-    "default_cpus",
-    "default_memory_mb",
-    "default_idle_minutes",
-    "default_deep_sleep_minutes",
-    "min_free_memory_mb",
-    "warm_max",
-    "max_cpus",
-    "max_memory_mb",
-    "default_disk_mb",
-    "max_disk_mb",
-    "tunnel_max_connections",
-    "tunnel_max_connections_per_ip",
-    "idle_check_interval",
-    "idle_minute",
-    "terminal_detach_minutes",
-    "terminal_buffer_kb",
-    "process_output_kb",
-    "process_retention",
-    "max_processes",
-    "max_streams_per_agent",
-    "runtime",
-    "allowed_runtimes",
-];
-
-/// What an entry made from `spec` with `config`'s sandbox settings and the image whose
-/// engine id is `image` is made from, as one string (see [`Lifecycle::pool_digest`]).
-fn entry_digest(config: &Config, spec: &SandboxSpec, image: Option<&str>) -> String {
+/// What an entry made from `spec`, by a driver whose [`crate::driver::Driver::made_with`] is
+/// `made_with`, from the image whose engine id is `image`, is made from, as one string (see
+/// [`Lifecycle::pool_digest`]).
+fn entry_digest(made_with: &str, spec: &SandboxSpec, image: Option<&str>) -> String {
     format!(
-        "{} sandbox={} imageId={}",
+        "{} madeWith={made_with} imageId={}",
         spec.digest(),
-        made_with(config),
         image.unwrap_or("none")
     )
-}
-
-/// The `sandbox` settings a sandbox is made with (all but [`NOT_IN_A_SANDBOX`]), hashed.
-fn made_with(config: &Config) -> String {
-    let settings = match serde_json::to_value(&config.sandbox) {
-        Ok(serde_json::Value::Object(mut map)) => {
-            for key in NOT_IN_A_SANDBOX {
-                map.remove(*key);
-            }
-            serde_json::Value::Object(map).to_string()
-        }
-        Ok(other) => other.to_string(),
-        Err(e) => format!("unreadable: {e}"),
-    };
-    hash_token(&settings)[..16].to_string()
 }
 
 /// The sandbox each preset with `warm` above 0 gives a create that asks for nothing else, by
@@ -196,13 +146,17 @@ impl Lifecycle {
         Ok(Some(self.get(&id).await?))
     }
 
-    /// What an entry made now from `spec` is made from, as one string: the spec's digest, the
-    /// server's settings a sandbox is made with, and the image its name stands for now, so that
+    /// What an entry made now from `spec` is made from, as one string: the spec's digest, what
+    /// the driver puts into every sandbox, and the image its name stands for now, so that
     /// an image made anew under the same name (a `docker build -t` again) makes the entries of
     /// the old one stale, and no create claims one. An error: the engine could not say.
     async fn pool_digest(&self, spec: &SandboxSpec) -> Result<String, DriverError> {
         let image = self.driver.image_id(&spec.image).await?;
-        Ok(entry_digest(&self.config(), spec, image.as_deref()))
+        Ok(entry_digest(
+            &self.driver.made_with(),
+            spec,
+            image.as_deref(),
+        ))
     }
 
     /// Each preset's pool with `warm` above 0, or with entries left, by preset name.
@@ -336,7 +290,7 @@ impl Lifecycle {
                 return;
             }
         };
-        let digest = entry_digest(&self.config(), spec, image.as_deref());
+        let digest = entry_digest(&self.driver.made_with(), spec, image.as_deref());
         if let Err(e) = self.store.set_pool_entry_digest(&spec.id, &digest).await {
             tracing::warn!(
                 preset,
@@ -433,7 +387,7 @@ impl Lifecycle {
         };
         let changed = w.digest.as_ref().is_some_and(|d| *d != entry.digest);
         if changed || entry.limits != Some(w.spec.limits()) {
-            return Some("its preset, its image or the server's sandbox settings changed (stale)");
+            return Some("its preset, its image or how the server makes sandboxes changed (stale)");
         }
         if kept.get(entry.preset.as_str()).copied().unwrap_or(0) >= w.warm {
             return Some("its preset's pool is over its warm");
@@ -484,7 +438,8 @@ pub async fn run(lc: Arc<Lifecycle>) {
         }
         tokio::select! {
             _ = lc.pool_wake.notified() => {}
-            _ = reloaded(&mut config) => {}
+            // A reload may have mended a preset that failed: it is tried again at once.
+            _ = reloaded(&mut config) => failed.clear(),
             _ = tokio::time::sleep(LOOK_EVERY) => {}
         }
     }

@@ -21,6 +21,11 @@ pub struct LayerLimit {
 }
 
 impl LayerLimit {
+    /// The limit asked for, in MiB.
+    pub fn requested_mb(&self) -> u64 {
+        self.mb
+    }
+
     /// The limit of `mb` MiB (at least 1) on an engine described by `info`.
     pub fn new(mb: u64, info: &SystemInfo) -> LayerLimit {
         let unavailable = engine_supports(info.driver.as_deref(), info.driver_status.as_deref())

@@ -176,6 +176,25 @@ impl Driver for DockerDriver {
         Ok(self.unpause_container(id).await?)
     }
 
+    fn made_with(&self) -> String {
+        // Everything `create` and `start` read besides the spec; the layer limit as asked for
+        // (whether the engine enforces it does not change a sandbox made before).
+        let made = format!(
+            "{:?}|pids={}|nofile={:?}|mounts={:?}|tmp={}|layer={}|tunnel={}|egress={}|dns={:?}|ca={:?}",
+            self.cfg,
+            self.pids_limit,
+            self.nofile,
+            self.host_mounts,
+            self.tmp_mb,
+            self.layer.requested_mb(),
+            self.tunnel_port,
+            self.egress_port,
+            self.dns_port,
+            self.ca_certificates,
+        );
+        crate::store::hash_token(&made)[..16].to_string()
+    }
+
     async fn image_id(&self, image: &str) -> Result<Option<String>, DriverError> {
         match self.docker.inspect_image(image).await {
             Ok(info) => Ok(info.id),

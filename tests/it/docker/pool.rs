@@ -220,14 +220,31 @@ async fn a_restart_with_ready_entries_leaks_nothing() {
     let Some(env) = DockerEnv::new_or_skip() else {
         return;
     };
-    let s = env.server_with(false, one_warm).await;
+    // The resolver's UDP port, which a server on port 0 would pick anew at each start.
+    let dns = std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|u| u.local_addr())
+        .expect("a free UDP port")
+        .port();
+    let s = env
+        .server_with(false, |c| {
+            one_warm(c);
+            c.sandbox.egress.dns_port = dns;
+        })
+        .await;
     let entry = wait_one_ready(&s).await;
-    // The entry's sandboxd dials the tunnel's port again: the new server listens there.
-    let tunnel = format!("0.0.0.0:{}", s.tunnel_addr.port());
+    // The entry's sandboxd dials the tunnel's port again, and its proxy and resolver settings
+    // name the egress proxy's and the resolver's: the new server listens on all three, as a
+    // deployment does (a change of any makes the entry stale).
+    let (tunnel, egress) = (s.tunnel_addr.port(), s.egress_addr.port());
+    let same_ports = move |c: &mut Config| {
+        c.sandbox.tunnel_listen = format!("0.0.0.0:{tunnel}").parse().expect("addr");
+        c.sandbox.egress.port = egress;
+        c.sandbox.egress.dns_port = dns;
+    };
     let s = env
         .restart_with(s, |c| {
             one_warm(c);
-            c.sandbox.tunnel_listen = tunnel.parse().expect("addr");
+            same_ports(c);
         })
         .await;
     // The running entry is kept: its sandboxd dials in again.
@@ -236,12 +253,11 @@ async fn a_restart_with_ready_entries_leaks_nothing() {
     // A setting a sandbox is made with, changed across a restart (`sandbox.pids_limit` takes
     // effect only at one): the entry is stale, and replaced by one made with it.
     let pids = s.lc.config().sandbox.pids_limit + 1;
-    let tunnel = format!("0.0.0.0:{}", s.tunnel_addr.port());
     let s = env
         .restart_with(s, |c| {
             one_warm(c);
+            same_ports(c);
             c.sandbox.pids_limit = pids;
-            c.sandbox.tunnel_listen = tunnel.parse().expect("addr");
         })
         .await;
     let fresh = wait_for_value("the stale entry replaced", || async {
