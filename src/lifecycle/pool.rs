@@ -57,8 +57,9 @@ fn entry_digest(made_with: &str, spec: &SandboxSpec, image: Option<&str>) -> Str
 }
 
 /// The sandbox each preset with `warm` above 0 gives a create that asks for nothing else, by
-/// preset name; a preset whose settings no longer resolve (a runtime the engine lost) has none.
-fn wanted(lc: &Lifecycle, config: &Config) -> BTreeMap<String, (u32, SandboxSpec)> {
+/// preset name, with its digest now; a preset whose settings no longer resolve (a runtime the
+/// engine lost) has none.
+async fn wanted(lc: &Lifecycle, config: &Config) -> BTreeMap<String, Wanted> {
     let allowed = Allowed {
         defaults: config.sandbox.agent_defaults(),
         presets: &config.presets,
@@ -75,7 +76,16 @@ fn wanted(lc: &Lifecycle, config: &Config) -> BTreeMap<String, (u32, SandboxSpec
         };
         match spec::resolve(request, &allowed) {
             Ok(new) => {
-                out.insert(name.clone(), (preset.warm, SandboxSpec::of_new(&new)));
+                let spec = SandboxSpec::of_new(&new);
+                let digest = match lc.pool_digest(&spec).await {
+                    Ok(d) => Some(d),
+                    Err(e) => {
+                        tracing::warn!(preset = name, "its warm pool is left as it is: {e}");
+                        None
+                    }
+                };
+                let warm = preset.warm;
+                out.insert(name.clone(), Wanted { warm, spec, digest });
             }
             Err(e) => tracing::warn!(preset = name, "its warm pool is not kept: {e}"),
         }
@@ -96,6 +106,16 @@ impl Lifecycle {
         let Some(preset) = &new.preset else {
             return Ok(None);
         };
+        // A preset that keeps no pool has nothing to claim: its creates spend no engine call
+        // on the digest (the keeper removes what entries it had left).
+        if self
+            .config()
+            .presets
+            .get(preset)
+            .is_none_or(|p| p.warm == 0)
+        {
+            return Ok(None);
+        }
         let digest = match self.pool_digest(&SandboxSpec::of_new(new)).await {
             Ok(digest) => digest,
             Err(e) => {
@@ -323,18 +343,7 @@ impl Lifecycle {
     /// (look again at once).
     async fn keep_pools(&self, failed: &mut BTreeMap<String, tokio::time::Instant>) -> bool {
         let config = self.config();
-        let mut wanted_now = BTreeMap::new();
-        for (name, (warm, spec)) in wanted(self, &config) {
-            let digest = match self.pool_digest(&spec).await {
-                Ok(d) => Some(d),
-                Err(e) => {
-                    tracing::warn!(preset = name, "its warm pool is left as it is: {e}");
-                    None
-                }
-            };
-            wanted_now.insert(name, Wanted { warm, spec, digest });
-        }
-        let wanted = wanted_now;
+        let wanted = wanted(self, &config).await;
         let entries = match self.store.list_pool_entries().await {
             Ok(e) => e,
             Err(e) => {

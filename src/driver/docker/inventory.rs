@@ -36,8 +36,8 @@ impl DockerDriver {
             let paused = c.state == Some(ContainerSummaryStateEnum::PAUSED);
             if let Some(cid) = c.id {
                 if paused {
-                    // Thawed first, as a rebuild's removal does: a frozen cgroup (v1) does not
-                    // take the kill.
+                    // Thawed first, as a rebuild's removal does, so that its processes see
+                    // their end.
                     if let Err(e) = self.docker.unpause_container(&cid).await {
                         tracing::debug!(agent = id, "thawing before the removal: {e}");
                     }

@@ -246,8 +246,8 @@ async fn under_memory_pressure_a_frozen_sandbox_is_stopped_and_a_running_one_is_
     s.stop().await;
 }
 
-/// A destroyed paused agent leaves nothing behind: its frozen container is thawed before the
-/// removal (a frozen cgroup v1 does not take the kill).
+/// A destroyed paused agent leaves nothing behind (its frozen container is thawed before the
+/// removal; Docker 20.10 removes a frozen one as well, so this holds either way).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn destroying_a_paused_agent_leaves_nothing() {
     let Some(env) = DockerEnv::new_or_skip() else {
